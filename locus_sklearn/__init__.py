@@ -1,0 +1,37 @@
+"""LOCUS model embeddings with a scikit-learn API.
+
+Turn each language model's scored evaluations into a low-dimensional embedding,
+route queries to the model most likely to answer them, onboard new models without
+retraining, compare models and choose portfolios.
+"""
+
+from ._embedder import LocusEmbedder
+from ._encoders import QueryEncoder
+from ._evals import EvalTable, check_evals, check_queries
+from ._router import LocusRouter
+from ._selectors import (
+    BudgetGreedySelector,
+    KCenterSelector,
+    KMedoidsSelector,
+    budget_greedy_select,
+    k_center_select,
+    k_medoids_select,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BudgetGreedySelector",
+    "EvalTable",
+    "KCenterSelector",
+    "KMedoidsSelector",
+    "LocusEmbedder",
+    "LocusRouter",
+    "QueryEncoder",
+    "__version__",
+    "budget_greedy_select",
+    "check_evals",
+    "check_queries",
+    "k_center_select",
+    "k_medoids_select",
+]

@@ -1,0 +1,5 @@
+"""Placeholder: LocusEmbedder is being written."""
+
+
+class LocusEmbedder:
+    pass

@@ -1,0 +1,362 @@
+"""The evaluation table: one validation path for ``evals`` and one for queries.
+
+Every estimator takes scored evaluations in long format, one row per
+(model, query, score). :func:`check_evals` validates such a table and converts it
+once into compact index arrays (:class:`EvalTable`); :func:`check_queries`
+validates the queries given at prediction time.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["EvalTable", "check_evals", "check_queries"]
+
+REQUIRED_COLUMNS = ("model", "query", "score")
+OPTIONAL_COLUMNS = ("task",)
+
+
+@dataclass(frozen=True, eq=False)
+class EvalTable:
+    """Validated evaluations as compact index arrays.
+
+    Rows are sorted by model, then query; duplicate (model, query) rows of the
+    input have been averaged into one.
+
+    Attributes
+    ----------
+    models : ndarray of str, shape (n_models,)
+        Distinct model names, sorted (the ``classes_`` convention).
+    queries : ndarray of str, shape (n_queries,)
+        Distinct queries, sorted.
+    model_index : ndarray of int64, shape (n_rows,)
+        Row -> index into ``models``.
+    query_index : ndarray of int64, shape (n_rows,)
+        Row -> index into ``queries``.
+    score : ndarray of float32, shape (n_rows,)
+        Score in [0, 1] of each row.
+    query_task : ndarray of str, shape (n_queries,) or None
+        Task of each distinct query, when the input had a ``task`` column.
+    n_input_rows : int
+        Number of rows before duplicates were averaged.
+
+    Examples
+    --------
+    >>> from locus_sklearn._evals import check_evals
+    >>> table = check_evals({"model": ["b", "a", "a"], "query": ["q1", "q1", "q1"],
+    ...                      "score": [1.0, 0.0, 1.0]})
+    >>> table.models.tolist(), table.score.tolist()
+    (['a', 'b'], [0.5, 1.0])
+    """
+
+    models: np.ndarray
+    queries: np.ndarray
+    model_index: np.ndarray
+    query_index: np.ndarray
+    score: np.ndarray
+    query_task: np.ndarray | None
+    n_input_rows: int
+
+    @property
+    def n_models(self):
+        return len(self.models)
+
+    @property
+    def n_queries(self):
+        return len(self.queries)
+
+    @property
+    def n_rows(self):
+        return len(self.score)
+
+    @property
+    def indptr(self):
+        """Row offsets per model, shape (n_models + 1,): model ``m`` owns rows
+        ``indptr[m]:indptr[m + 1]`` (rows are sorted by model)."""
+        counts = np.bincount(self.model_index, minlength=self.n_models)
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def to_frame(self):
+        """The table as a long DataFrame with columns model, query, score[, task]."""
+        frame = pd.DataFrame(
+            {
+                "model": self.models[self.model_index],
+                "query": self.queries[self.query_index],
+                "score": self.score.astype(np.float64),
+            }
+        )
+        if self.query_task is not None:
+            frame["task"] = self.query_task[self.query_index]
+        return frame
+
+    def to_dense(self, models=None):
+        """Scores as a matrix of shape (n_queries, n_models) with NaN where missing.
+
+        Parameters
+        ----------
+        models : array-like of str, default=None
+            Column order. Defaults to ``self.models``; every model of the table
+            must appear in it (extra models get all-NaN columns).
+        """
+        if models is None:
+            columns = self.model_index
+            n_columns = self.n_models
+        else:
+            models = np.asarray(models, dtype=object)
+            position = {name: i for i, name in enumerate(models)}
+            unknown = [m for m in self.models if m not in position]
+            if unknown:
+                raise ValueError(
+                    f"evals has {len(unknown)} model(s) that are not in models: "
+                    f"{_preview(unknown)}."
+                )
+            lookup = np.array([position[m] for m in self.models], dtype=np.int64)
+            columns = lookup[self.model_index]
+            n_columns = len(models)
+        dense = np.full((self.n_queries, n_columns), np.nan, dtype=np.float64)
+        dense[self.query_index, columns] = self.score
+        return dense
+
+
+def _preview(values, limit=5):
+    values = list(values)
+    shown = ", ".join(repr(v) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}]"
+
+
+def _as_frame(evals, name):
+    if isinstance(evals, pd.DataFrame):
+        return evals
+    if isinstance(evals, Mapping):
+        lengths = {}
+        for key, column in evals.items():
+            if np.ndim(column) != 1:
+                raise ValueError(
+                    f"{name}[{key!r}] must be one-dimensional; got a value of "
+                    f"shape {np.shape(column)}."
+                )
+            lengths[key] = len(column)
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"{name} columns must all have the same length; got lengths {lengths}."
+            )
+        return pd.DataFrame({key: list(column) for key, column in evals.items()})
+    raise TypeError(
+        f"{name} must be a pandas DataFrame or a mapping of equal-length columns "
+        f"'model', 'query', 'score' (optionally 'task'); got {type(evals).__name__}."
+    )
+
+
+def _check_string_column(values, name, column):
+    """Raise unless every entry of ``values`` is a non-empty str."""
+    values = np.asarray(values, dtype=object)
+    is_str = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
+    if not is_str.all():
+        bad = values[~is_str]
+        raise TypeError(
+            f"{name}[{column!r}] must hold strings; {len(bad)} of {len(values)} rows "
+            f"do not (e.g. {_preview(bad[:5])}). Convert ids with .astype(str) "
+            "if they are numbers."
+        )
+    empty = values == ""
+    if empty.any():
+        raise ValueError(
+            f"{name}[{column!r}] has {int(empty.sum())} empty string(s); every row "
+            "needs a non-empty id."
+        )
+    return values
+
+
+def _check_score_column(values, name):
+    series = pd.Series(values)
+    if pd.api.types.is_bool_dtype(series.dtype):
+        raise TypeError(
+            f"{name}['score'] has boolean dtype; scores must be numbers in [0, 1]. "
+            "Convert explicitly, e.g. evals['score'].astype(float)."
+        )
+    if not pd.api.types.is_numeric_dtype(series.dtype):
+        items = series.to_numpy(dtype=object)
+        is_number = np.fromiter(
+            (
+                isinstance(v, (int, float, np.integer, np.floating))
+                and not isinstance(v, (bool, np.bool_))
+                for v in items
+            ),
+            bool,
+            len(items),
+        )
+        if not is_number.all():
+            bad = items[~is_number]
+            raise TypeError(
+                f"{name}['score'] must hold numbers in [0, 1]; {len(bad)} of "
+                f"{len(items)} rows are not numbers (e.g. {_preview(bad[:5])})."
+            )
+    score = series.to_numpy(dtype=np.float64)
+    not_finite = ~np.isfinite(score)
+    if not_finite.any():
+        raise ValueError(
+            f"{name}['score'] has {int(not_finite.sum())} NaN or infinite value(s) "
+            f"out of {len(score)} rows; every score must be a finite number in [0, 1]."
+        )
+    outside = (score < 0.0) | (score > 1.0)
+    if outside.any():
+        raise ValueError(
+            f"{name}['score'] has {int(outside.sum())} value(s) outside [0, 1] "
+            f"(e.g. {_preview(score[outside][:5].tolist())}); scores must lie in "
+            "[0, 1]."
+        )
+    return score
+
+
+def check_evals(evals, *, name="evals"):
+    """Validate a long-format evaluation table and convert it to index arrays.
+
+    Parameters
+    ----------
+    evals : DataFrame or mapping of equal-length columns
+        One row per scored evaluation with columns ``model`` (str), ``query``
+        (str: query text, or an id the encoder resolves) and ``score`` (float in
+        [0, 1]); optionally ``task`` (str, one task per query). Other columns
+        are ignored.
+    name : str, default="evals"
+        Name of the parameter, used in error messages.
+
+    Returns
+    -------
+    table : EvalTable
+        Rows sorted by (model, query). Duplicate (model, query) rows are
+        averaged into one row, so repeated runs of the same query give a
+        fractional score; no row is dropped.
+
+    Raises
+    ------
+    TypeError
+        If ``evals`` is not a table, ids are not strings, or scores are not
+        numbers (booleans included).
+    ValueError
+        If a column is missing, the table is empty, a score is NaN, infinite or
+        outside [0, 1], or a query has conflicting tasks.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from locus_sklearn._evals import check_evals
+    >>> evals = pd.DataFrame({"model": ["m2", "m1", "m1"],
+    ...                       "query": ["2+2?", "2+2?", "capital of France?"],
+    ...                       "score": [1.0, 0.0, 1.0]})
+    >>> table = check_evals(evals)
+    >>> table.models.tolist(), table.queries.tolist()
+    (['m1', 'm2'], ['2+2?', 'capital of France?'])
+    >>> table.to_dense()
+    array([[ 0.,  1.],
+           [ 1., nan]])
+    """
+    frame = _as_frame(evals, name)
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{name} is missing required column(s) {missing}; it has columns "
+            f"{list(map(str, frame.columns))}. Expected 'model', 'query', 'score' "
+            "and optionally 'task'."
+        )
+    if len(frame) == 0:
+        raise ValueError(
+            f"{name} is empty (0 rows); at least one scored evaluation is needed."
+        )
+    model = _check_string_column(frame["model"].to_numpy(dtype=object), name, "model")
+    query = _check_string_column(frame["query"].to_numpy(dtype=object), name, "query")
+    score = _check_score_column(frame["score"], name)
+
+    models, model_index = np.unique(model.astype(str), return_inverse=True)
+    queries, query_index = np.unique(query.astype(str), return_inverse=True)
+    models = models.astype(object)
+    queries = queries.astype(object)
+
+    query_task = None
+    if "task" in frame.columns:
+        task = _check_string_column(frame["task"].to_numpy(dtype=object), name, "task")
+        per_query = pd.Series(task).groupby(query_index).unique()
+        conflicting = per_query[per_query.map(len) > 1]
+        if len(conflicting):
+            examples = [queries[i] for i in conflicting.index[:3]]
+            raise ValueError(
+                f"{name}['task'] gives {len(conflicting)} quer(y/ies) more than one "
+                f"task (e.g. {_preview(examples)}); each query belongs to one task."
+            )
+        query_task = np.empty(len(queries), dtype=object)
+        query_task[per_query.index.to_numpy()] = [t[0] for t in per_query]
+
+    # Average duplicate (model, query) rows; sort by (model, query).
+    key = model_index.astype(np.int64) * len(queries) + query_index
+    unique_key, inverse = np.unique(key, return_inverse=True)
+    total = np.bincount(inverse, weights=score, minlength=len(unique_key))
+    count = np.bincount(inverse, minlength=len(unique_key))
+    return EvalTable(
+        models=models,
+        queries=queries,
+        model_index=unique_key // len(queries),
+        query_index=unique_key % len(queries),
+        score=(total / count).astype(np.float32),
+        query_task=query_task,
+        n_input_rows=len(frame),
+    )
+
+
+def check_queries(queries, *, name="queries"):
+    """Validate the queries given at prediction time.
+
+    Parameters
+    ----------
+    queries : sequence of str, or DataFrame with a ``query`` column
+        Query texts or ids, in the order predictions are wanted. Repeats are
+        allowed.
+    name : str, default="queries"
+        Name of the parameter, used in error messages.
+
+    Returns
+    -------
+    queries : ndarray of str, shape (n_queries,)
+
+    Examples
+    --------
+    >>> from locus_sklearn._evals import check_queries
+    >>> check_queries(["2+2?", "capital of France?"]).tolist()
+    ['2+2?', 'capital of France?']
+    """
+    if isinstance(queries, pd.DataFrame):
+        if "query" not in queries.columns:
+            raise ValueError(
+                f"{name} is a DataFrame without a 'query' column; it has columns "
+                f"{list(map(str, queries.columns))}."
+            )
+        queries = queries["query"]
+    if isinstance(queries, (str, bytes)):
+        raise TypeError(
+            f"{name} must be a sequence of str, not a single string; wrap it in a "
+            f"list: [{queries!r}]."
+        )
+    if isinstance(queries, (pd.Series, np.ndarray)):
+        values = np.asarray(queries, dtype=object)
+    elif isinstance(queries, Sequence) or hasattr(queries, "__iter__"):
+        values = np.asarray(list(queries), dtype=object)
+    else:
+        raise TypeError(
+            f"{name} must be a sequence of str or a DataFrame with a 'query' "
+            f"column; got {type(queries).__name__}."
+        )
+    if values.ndim != 1:
+        raise ValueError(
+            f"{name} must be one-dimensional; got an array of shape {values.shape}."
+        )
+    if len(values) == 0:
+        raise ValueError(f"{name} is empty; pass at least one query.")
+    is_str = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
+    if not is_str.all():
+        bad = values[~is_str]
+        raise TypeError(
+            f"{name} must hold strings; {len(bad)} of {len(values)} entries do not "
+            f"(e.g. {_preview(bad[:5])})."
+        )
+    return values

@@ -1,0 +1,5 @@
+"""Placeholder: LocusRouter is being written."""
+
+
+class LocusRouter:
+    pass

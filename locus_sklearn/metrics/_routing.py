@@ -1,0 +1,183 @@
+"""Routing and correctness metrics on a score matrix of shape (n_queries, n_models).
+
+``y_true`` holds observed scores in [0, 1] with NaN where a model has no score
+for a query; ``y_score`` holds predicted scores (P(correct) or any utility where
+larger is better) of the same shape.
+"""
+
+import numpy as np
+from sklearn.utils.validation import check_array
+
+__all__ = [
+    "correctness_accuracy",
+    "correctness_log_loss",
+    "oracle_accuracy",
+    "route",
+    "routing_accuracy",
+    "single_best_accuracy",
+]
+
+
+def _check_y_true(y_true):
+    y_true = check_array(
+        y_true, dtype=np.float64, ensure_all_finite="allow-nan", input_name="y_true"
+    )
+    observed = ~np.isnan(y_true)
+    if np.any((y_true[observed] < 0) | (y_true[observed] > 1)):
+        raise ValueError("y_true must hold scores in [0, 1] (NaN for missing).")
+    if not observed.any(axis=1).all():
+        n_empty = int((~observed.any(axis=1)).sum())
+        raise ValueError(
+            f"y_true has {n_empty} quer(y/ies) with no observed score for any model; "
+            "drop them before scoring."
+        )
+    return y_true, observed
+
+
+def _check_pair(y_true, y_score):
+    y_true, observed = _check_y_true(y_true)
+    y_score = check_array(y_score, dtype=np.float64, input_name="y_score")
+    if y_score.shape != y_true.shape:
+        raise ValueError(
+            f"y_score has shape {y_score.shape} but y_true has shape {y_true.shape}; "
+            "both must be (n_queries, n_models)."
+        )
+    return y_true, observed, y_score
+
+
+def route(y_score, available=None):
+    """Index of the model with the largest score per query, among available ones.
+
+    Parameters
+    ----------
+    y_score : array-like of shape (n_queries, n_models)
+        Predicted scores; larger is better.
+    available : array-like of bool, shape (n_queries, n_models), default=None
+        Which models may be chosen for each query; every query needs one.
+        Defaults to all models.
+
+    Returns
+    -------
+    routed : ndarray of int64, shape (n_queries,)
+        Ties go to the lowest model index.
+
+    Examples
+    --------
+    >>> route([[0.2, 0.9], [0.7, 0.1]]).tolist()
+    [1, 0]
+    >>> route([[0.2, 0.9]], available=[[True, False]]).tolist()
+    [0]
+    """
+    y_score = np.asarray(y_score, dtype=np.float64)
+    if available is not None:
+        available = np.asarray(available, dtype=bool)
+        y_score = np.where(available, y_score, -np.inf)
+    return np.argmax(y_score, axis=1).astype(np.int64)
+
+
+def routing_accuracy(y_true, y_score):
+    """Mean realised score of the routed model over queries.
+
+    Each query is routed to the model with the largest ``y_score`` among the
+    models that have an observed score for it (NaN in ``y_true`` means "not
+    evaluated", so such a model cannot be judged and is not a candidate). On a
+    complete matrix this is the usual routing accuracy; on a sparse one it
+    ranks only the evaluated models and never counts a missing score as wrong.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_queries, n_models)
+        Observed scores in [0, 1], NaN where missing. Every query needs at
+        least one observed score.
+    y_score : array-like of shape (n_queries, n_models)
+        Predicted scores or utilities; larger is better.
+
+    Returns
+    -------
+    accuracy : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y_true = [[1, 0], [0, 1], [np.nan, 0]]
+    >>> y_score = [[0.9, 0.1], [0.8, 0.2], [0.9, 0.1]]
+    >>> routing_accuracy(y_true, y_score)  # (1 + 0 + 0) / 3
+    0.333...
+    """
+    y_true, observed, y_score = _check_pair(y_true, y_score)
+    routed = route(y_score, observed)
+    return float(y_true[np.arange(len(y_true)), routed].mean())
+
+
+def oracle_accuracy(y_true):
+    """Mean over queries of the best observed score: a perfect router's accuracy.
+
+    Examples
+    --------
+    >>> oracle_accuracy([[1, 0], [0, 0], [0.5, float("nan")]])
+    0.5
+    """
+    y_true, _ = _check_y_true(y_true)
+    return float(np.nanmax(y_true, axis=1).mean())
+
+
+def single_best_accuracy(y_true, *, model=None):
+    """Routing accuracy of always choosing one model.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_queries, n_models)
+    model : int, default=None
+        Column of the model to use, typically the best one on training data.
+        Defaults to the column with the best mean observed score in ``y_true``
+        itself (an in-sample choice; pass the training choice for an honest
+        baseline). Queries where that model has no score are skipped.
+
+    Examples
+    --------
+    >>> single_best_accuracy([[1, 0], [1, 1], [0, 1]])
+    0.666...
+    >>> single_best_accuracy([[1, 0], [1, 1], [0, 1]], model=1)
+    0.666...
+    """
+    y_true, observed = _check_y_true(y_true)
+    if model is None:
+        model = int(np.argmax(np.nanmean(y_true, axis=0)))
+    if not 0 <= model < y_true.shape[1]:
+        raise ValueError(
+            f"model={model} is not a column of y_true with {y_true.shape[1]} models."
+        )
+    column = y_true[:, model]
+    return float(column[observed[:, model]].mean())
+
+
+def correctness_accuracy(y_true, y_score, *, threshold=0.5):
+    """Fraction of observed (query, model) cells whose correctness is predicted.
+
+    A cell counts as correct when ``y_score >= threshold`` agrees with
+    ``y_true >= threshold``; missing cells are skipped.
+
+    Examples
+    --------
+    >>> correctness_accuracy([[1, 0], [0, float("nan")]], [[0.8, 0.6], [0.1, 0.9]])
+    0.666...
+    """
+    y_true, observed, y_score = _check_pair(y_true, y_score)
+    hit = (y_score >= threshold) == (y_true >= threshold)
+    return float(hit[observed].mean())
+
+
+def correctness_log_loss(y_true, y_score, *, eps=1e-7):
+    """Mean binary cross-entropy over observed cells (fractional scores allowed).
+
+    Examples
+    --------
+    >>> round(correctness_log_loss([[1, 0]], [[0.5, 0.5]]), 4)
+    0.6931
+    """
+    y_true, observed, y_score = _check_pair(y_true, y_score)
+    if np.any((y_score < 0) | (y_score > 1)):
+        raise ValueError("y_score must hold probabilities in [0, 1] for a log loss.")
+    p = np.clip(y_score[observed], eps, 1 - eps)
+    t = y_true[observed]
+    return float(-(t * np.log(p) + (1 - t) * np.log(1 - p)).mean())

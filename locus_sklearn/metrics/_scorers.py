@@ -1,0 +1,62 @@
+"""Scorers for GridSearchCV: ``scorer(router, evals)`` on a fitted router."""
+
+from .._evals import check_evals
+from ._routing import correctness_accuracy, correctness_log_loss, routing_accuracy
+
+__all__ = ["get_router_scorer", "ROUTER_SCORERS"]
+
+
+def _observed_and_predicted(router, evals):
+    table = check_evals(evals)
+    y_true = table.to_dense(router.classes_)
+    y_score = router.predict_proba(table.queries)
+    return y_true, y_score
+
+
+def _routing_scorer(router, evals, y=None):
+    return router.score(evals)
+
+
+def _correctness_scorer(router, evals, y=None):
+    return correctness_accuracy(*_observed_and_predicted(router, evals))
+
+
+def _neg_log_loss_scorer(router, evals, y=None):
+    return -correctness_log_loss(*_observed_and_predicted(router, evals))
+
+
+def _routing_no_cost_scorer(router, evals, y=None):
+    return routing_accuracy(*_observed_and_predicted(router, evals))
+
+
+ROUTER_SCORERS = {
+    "routing_accuracy": _routing_scorer,
+    "routing_accuracy_no_cost": _routing_no_cost_scorer,
+    "correctness_accuracy": _correctness_scorer,
+    "neg_log_loss": _neg_log_loss_scorer,
+}
+
+
+def get_router_scorer(name):
+    """A scorer ``scorer(router, evals) -> float`` (larger is better) by name.
+
+    Use it as ``scoring=`` of :class:`~sklearn.model_selection.GridSearchCV` or
+    :func:`~sklearn.model_selection.cross_validate` with a router and an
+    ``evals`` table. Names: ``"routing_accuracy"`` (the router's own
+    :meth:`score`, cost weight included), ``"routing_accuracy_no_cost"``,
+    ``"correctness_accuracy"`` and ``"neg_log_loss"``.
+
+    Examples
+    --------
+    >>> from locus_sklearn.metrics import get_router_scorer
+    >>> scorer = get_router_scorer("correctness_accuracy")
+    >>> callable(scorer)
+    True
+    """
+    try:
+        return ROUTER_SCORERS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown router scorer {name!r}; valid names are {sorted(ROUTER_SCORERS)}."
+        ) from None
+

@@ -1,0 +1,33 @@
+import os
+import random
+
+# No code path may reach the network: sentence-transformers and the HF hub must
+# resolve everything from installed packages.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    random.seed(0)
+    np.random.seed(0)
+    try:
+        import torch
+
+        torch.manual_seed(0)
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        pass
+
+
+@pytest.fixture
+def shared_data():
+    """Path of ../shared/data; tests that need it skip cleanly where it is absent."""
+    path = os.path.abspath(SHARED_DATA)
+    if not os.path.isdir(path):
+        pytest.skip("../shared/data is not present on this machine")
+    return path
