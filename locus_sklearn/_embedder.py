@@ -1,5 +1,593 @@
-"""Placeholder: LocusEmbedder is being written."""
+"""LocusEmbedder: learn F_θ and G_ψ from scored evaluations; embed models."""
+
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from skorch import NeuralNet
+from skorch.callbacks import EarlyStopping, GradientNormClipping
+from skorch.helper import predefined_split
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from ._encoders import as_query_encoder
+from ._evals import check_evals
+from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
+from ._training import (
+    FixedEpisodes,
+    RandomEpisodes,
+    ValidRoutingAccuracy,
+    _per_model,
+    collate_episodes,
+    split_rows_by_query,
+)
+
+__all__ = ["LocusEmbedder"]
+
+_MONITORS = {"valid_loss": True, "valid_routing_accuracy": False}  # lower is better?
 
 
-class LocusEmbedder:
-    pass
+def _resolve_device(device):
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+class LocusEmbedder(TransformerMixin, BaseEstimator):
+    """Learn LOCUS model embeddings from scored evaluations.
+
+    ``fit`` trains the attention encoder F_θ (with its evaluation tokenizer
+    h_ω) and the correctness predictor G_ψ jointly, through skorch, on
+    episodes: each item samples one model's encoder set S_enc (of a size drawn
+    from ``enc_size``) and a decoder set S_dec (``dec_size`` rows, disjoint
+    from S_enc when ``disjoint``), and minimises the binary cross-entropy of
+    P(correct | z_m, φ(x)) on S_dec. ``transform`` embeds any model — seen in
+    training or not — from its evaluations, with no training.
+
+    Parameters
+    ----------
+    encoder : None, str, object with ``encode`` or mapping, default=None
+        Query encoder φ (see :class:`QueryEncoder`): None for the bundled
+        all-MiniLM-L6-v2, a sentence-transformers model directory, any object
+        with ``encode(list_of_str)``, or a mapping of precomputed vectors.
+    embedding_dim : int, default=128
+        d, the size of a model embedding and of every attention layer.
+    n_latents : int, default=64
+        r, learned latents of each latent-bottleneck block.
+    n_blocks : int, default=2
+        L, latent-bottleneck blocks.
+    n_heads : int, default=4
+        Attention heads; must divide ``embedding_dim``.
+    hidden_dim : int, default=64
+        Hidden units of the predictor G_ψ.
+    dropout : float, default=0.1
+        Dropout in attention, feed-forward and predictor layers.
+    query_noise : float, default=0.05
+        Standard deviation of Gaussian noise added to query encodings during
+        training (a regulariser; none at inference).
+    enc_size : tuple of (int, int), default=(64, 1024)
+        Range of |S_enc|, drawn log-uniformly per episode, so embeddings work
+        from tens to thousands of evaluations. Capped by the model's rows.
+    dec_size : int, default=256
+        Most rows in S_dec per episode.
+    disjoint : bool, default=True
+        Whether S_dec excludes S_enc (the predictor must generalise to queries
+        the encoder did not see, as at test time).
+    max_epochs : int, default=100
+        Upper bound on epochs; early stopping usually ends training sooner.
+    episodes_per_epoch : int, default=256
+        Episodes per epoch, rounded up to a whole number of passes over the
+        training models so that every model appears equally often.
+    batch_size : int, default=16
+        Models (episodes) per optimisation step.
+    lr : float, default=1e-3
+        AdamW learning rate.
+    weight_decay : float, default=0.01
+        AdamW weight decay.
+    gradient_clip : float, default=1.0
+        Maximum gradient norm.
+    validation_fraction : float, default=0.1
+        Fraction of queries held out: their rows are the validation targets
+        for early stopping (each model embedded from its other rows). 0
+        disables validation and early stopping.
+    early_stopping : {"valid_loss", "valid_routing_accuracy"} or None, default="valid_loss"
+        Validation score monitored for early stopping; the best epoch's
+        weights are restored. None trains for ``max_epochs``.
+    patience : int, default=10
+        Epochs without improvement before stopping.
+    memory : None, str or joblib.Memory, default=None
+        Caches query encodings across fits (as in sklearn's Pipeline).
+    device : str or None, default=None
+        Torch device; None uses CUDA when available, else CPU.
+    inference_dtype : {"float32", "bfloat16"}, default="float32"
+        Precision of ``transform``. bfloat16 is faster on CPUs and GPUs with
+        bfloat16 matrix units; embeddings then differ from float32 by about 1e-2
+        relative.
+    transform_batch_tokens : int, default=262144
+        Evaluation tokens per forward pass in ``transform``; bounds memory
+        when embedding thousands of models.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the validation split, initial weights and episode sampling; an
+        int makes a CPU fit reproducible bit for bit.
+    verbose : int, default=0
+        1 prints skorch's epoch table.
+
+    Attributes
+    ----------
+    encoder_ : QueryEncoder
+        The fitted query encoder.
+    n_query_features_ : int
+        Dimension F of the query encodings.
+    classes_ : ndarray of str, shape (n_models_fit,)
+        The models trained on.
+    net_ : skorch.NeuralNet
+        The trained network (``net_.module_`` is a :class:`~._nn.LocusNetwork`);
+        ``net_.history`` holds the training curves.
+    n_epochs_ : int
+        Epochs trained.
+
+    Examples
+    --------
+    >>> from locus_sklearn import LocusEmbedder
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> pool = make_model_pool(n_models=6, n_queries=200, evals_per_model=100,
+    ...                        random_state=0)
+    >>> embedder = LocusEmbedder(pool.encodings, embedding_dim=16, n_latents=4,
+    ...                          n_blocks=1, n_heads=2, max_epochs=2,
+    ...                          random_state=0).fit(pool.evals)
+    >>> embedder.transform(pool.evals).shape
+    (6, 16)
+    """
+
+    _parameter_constraints = {
+        "encoder": "no_validation",
+        "embedding_dim": [Interval(Integral, 1, None, closed="left")],
+        "n_latents": [Interval(Integral, 1, None, closed="left")],
+        "n_blocks": [Interval(Integral, 0, None, closed="left")],
+        "n_heads": [Interval(Integral, 1, None, closed="left")],
+        "hidden_dim": [Interval(Integral, 1, None, closed="left")],
+        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "query_noise": [Interval(Real, 0, None, closed="left")],
+        "enc_size": [tuple, list],
+        "dec_size": [Interval(Integral, 1, None, closed="left")],
+        "disjoint": ["boolean"],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "episodes_per_epoch": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "gradient_clip": [Interval(Real, 0, None, closed="neither"), None],
+        "validation_fraction": [Interval(Real, 0, 1, closed="left")],
+        "early_stopping": [StrOptions(set(_MONITORS)), None],
+        "patience": [Interval(Integral, 1, None, closed="left")],
+        "memory": [None, str, HasMethods(["cache"])],
+        "device": [None, str, torch.device],
+        "inference_dtype": [StrOptions({"float32", "bfloat16"})],
+        "transform_batch_tokens": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        encoder=None,
+        *,
+        embedding_dim=128,
+        n_latents=64,
+        n_blocks=2,
+        n_heads=4,
+        hidden_dim=64,
+        dropout=0.1,
+        query_noise=0.05,
+        enc_size=(64, 1024),
+        dec_size=256,
+        disjoint=True,
+        max_epochs=100,
+        episodes_per_epoch=256,
+        batch_size=16,
+        lr=1e-3,
+        weight_decay=0.01,
+        gradient_clip=1.0,
+        validation_fraction=0.1,
+        early_stopping="valid_loss",
+        patience=10,
+        memory=None,
+        device=None,
+        inference_dtype="float32",
+        transform_batch_tokens=262144,
+        random_state=None,
+        verbose=0,
+    ):
+        self.encoder = encoder
+        self.embedding_dim = embedding_dim
+        self.n_latents = n_latents
+        self.n_blocks = n_blocks
+        self.n_heads = n_heads
+        self.hidden_dim = hidden_dim
+        self.dropout = dropout
+        self.query_noise = query_noise
+        self.enc_size = enc_size
+        self.dec_size = dec_size
+        self.disjoint = disjoint
+        self.max_epochs = max_epochs
+        self.episodes_per_epoch = episodes_per_epoch
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.gradient_clip = gradient_clip
+        self.validation_fraction = validation_fraction
+        self.early_stopping = early_stopping
+        self.patience = patience
+        self.memory = memory
+        self.device = device
+        self.inference_dtype = inference_dtype
+        self.transform_batch_tokens = transform_batch_tokens
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ checks
+    def _check_structure(self):
+        if self.embedding_dim % self.n_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} must divide embedding_dim="
+                f"{self.embedding_dim}."
+            )
+        low, high = (tuple(self.enc_size) + (None, None))[:2]
+        if (
+            len(self.enc_size) != 2
+            or not all(isinstance(v, Integral) for v in (low, high))
+            or not 1 <= low <= high
+        ):
+            raise ValueError(
+                f"enc_size={self.enc_size!r} must be a pair of ints (low, high) with "
+                "1 <= low <= high."
+            )
+
+    def _build_net(self, n_features, valid_dataset=None, callbacks=()):
+        return NeuralNet(
+            module=LocusNetwork,
+            module__n_features=n_features,
+            module__embedding_dim=self.embedding_dim,
+            module__n_latents=self.n_latents,
+            module__n_blocks=self.n_blocks,
+            module__n_heads=self.n_heads,
+            module__hidden_dim=self.hidden_dim,
+            module__dropout=self.dropout,
+            module__query_noise=self.query_noise,
+            criterion=MaskedBCEWithLogitsLoss,
+            optimizer=torch.optim.AdamW,
+            optimizer__weight_decay=self.weight_decay,
+            lr=self.lr,
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            iterator_train__shuffle=True,
+            iterator_train__collate_fn=collate_episodes,
+            iterator_valid__collate_fn=collate_episodes,
+            train_split=predefined_split(valid_dataset) if valid_dataset else None,
+            callbacks=list(callbacks),
+            device=_resolve_device(self.device),
+            verbose=self.verbose,
+        )
+
+    # --------------------------------------------------------------------- fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, evals, y=None):
+        """Train the encoder and predictor on scored evaluations.
+
+        Parameters
+        ----------
+        evals : DataFrame or mapping of columns
+            Long-format evaluations (``model``, ``query``, ``score``); see
+            :func:`~locus_sklearn.check_evals`. Every model needs at least two
+            rows.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : LocusEmbedder
+        """
+        table = check_evals(evals)
+        X_query = self._encode_fit(table)
+        self._fit_table(table, X_query)
+        return self
+
+    def _encode_fit(self, table):
+        self._check_structure()
+        self.encoder_ = as_query_encoder(
+            self.encoder, memory=self.memory, device=self.device
+        )
+        X_query = self.encoder_.transform(table.queries)
+        self.n_query_features_ = X_query.shape[1]
+        return X_query
+
+    def _fit_table(self, table, X_query):
+        counts = np.diff(table.indptr)
+        if (counts < 2).any():
+            few = table.models[counts < 2]
+            raise ValueError(
+                f"LocusEmbedder needs at least 2 evaluations per model to train (one "
+                f"to encode, one to predict); {len(few)} model(s) have 1: "
+                f"{list(few[:5])}. Embed such models with transform() instead."
+            )
+        rng = check_random_state(self.random_state)
+        seed = int(rng.randint(np.iinfo(np.int32).max))
+        is_valid = split_rows_by_query(table, self.validation_fraction, rng)
+        features = torch.as_tensor(X_query, dtype=torch.float32)
+        train_q, train_y = _per_model(table, ~is_valid)
+        passes = -(-self.episodes_per_epoch // table.n_models)  # ceil
+        train_ds = RandomEpisodes(
+            train_q,
+            train_y,
+            np.tile(np.arange(table.n_models), passes),
+            tuple(self.enc_size),
+            self.dec_size,
+            self.disjoint,
+        )
+        callbacks = []
+        valid_ds = None
+        if is_valid.any():
+            valid_q, valid_y = _per_model(table, is_valid)
+            valid_ds = FixedEpisodes(
+                train_q, train_y, valid_q, valid_y, rng, max_enc=self.enc_size[1]
+            )
+        if self.gradient_clip is not None:
+            callbacks.append(("clip", GradientNormClipping(self.gradient_clip)))
+        if valid_ds is not None:
+            callbacks.append(
+                (
+                    "valid_routing",
+                    ValidRoutingAccuracy(valid_ds, table.n_models, self.batch_size),
+                )
+            )
+            if self.early_stopping is not None:
+                callbacks.append(
+                    (
+                        "early_stopping",
+                        EarlyStopping(
+                            monitor=self.early_stopping,
+                            lower_is_better=_MONITORS[self.early_stopping],
+                            patience=self.patience,
+                            threshold=1e-4,
+                            load_best=True,
+                        ),
+                    )
+                )
+        net = self._build_net(X_query.shape[1], valid_ds, callbacks)
+        # Seed a private copy of torch's generator: reproducible, and the
+        # caller's global RNG state is left as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net.initialize()
+            net.module_.query_bank = features.to(net.device)
+            net.partial_fit(train_ds, y=None)
+        net.module_.query_bank = None  # do not keep (or pickle) training encodings
+        net.module_.eval()
+        self.net_ = net
+        self.classes_ = table.models.copy()
+        self.n_epochs_ = len(net.history)
+        return self
+
+    def fit_transform(self, evals, y=None):
+        """Fit, then embed the models of ``evals`` (queries encoded once).
+
+        Returns
+        -------
+        embeddings : ndarray of shape (n_models, embedding_dim)
+        """
+        self._validate_params()
+        table = check_evals(evals)
+        X_query = self._encode_fit(table)
+        self._fit_table(table, X_query)
+        return self._embed_table(table, X_query)
+
+    # --------------------------------------------------------------- transform
+    def _encode(self, queries):
+        X = self.encoder_.transform(queries)
+        if X.shape[1] != self.n_query_features_:
+            raise ValueError(
+                f"The encoder gives {X.shape[1]}-dimensional query encodings, but "
+                f"the embedder was fitted on {self.n_query_features_}-dimensional "
+                "ones."
+            )
+        return X
+
+    def transform(self, evals):
+        """Embed each model of ``evals`` from its evaluations (no training).
+
+        Parameters
+        ----------
+        evals : DataFrame or mapping of columns
+            Long-format evaluations of the models to embed, seen in training or
+            not. Each model is embedded from all of its rows.
+
+        Returns
+        -------
+        embeddings : ndarray of shape (n_models, embedding_dim)
+            One row per distinct model of ``evals``, in sorted model-name
+            order. Independent of row order; deterministic.
+        """
+        check_is_fitted(self)
+        table = check_evals(evals)
+        return self._embed_table(table, self._encode(table.queries))
+
+    def _embed_table(self, table, X_query):
+        module = self.net_.module_
+        module.eval()
+        device = self.net_.device
+        features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
+        indptr = table.indptr
+        counts = np.diff(indptr)
+        # Batch models of similar size together so little compute goes to padding;
+        # padding never changes an embedding, so the order does not matter.
+        order = np.argsort(counts, kind="stable")
+        query_index = torch.as_tensor(table.query_index, device=device)
+        score = torch.as_tensor(table.score, device=device)
+        out = np.empty((table.n_models, self.embedding_dim), dtype=np.float32)
+        use_bf16 = self.inference_dtype == "bfloat16"
+        device_type = torch.device(device).type
+        start = 0
+        with torch.inference_mode():
+            while start < table.n_models:
+                # Sizes ascend along ``order``: the last model sets the width.
+                stop = start + 1
+                while (
+                    stop < table.n_models
+                    and (stop + 1 - start) * counts[order[stop]]
+                    <= self.transform_batch_tokens
+                ):
+                    stop += 1
+                chunk = order[start:stop]
+                width = int(counts[chunk].max())
+                positions = torch.arange(width, device=device)
+                lengths = torch.as_tensor(counts[chunk], device=device)
+                mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
+                rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
+                rows = torch.where(mask, rows + positions, 0)
+                with torch.autocast(device_type, dtype=torch.bfloat16, enabled=use_bf16):
+                    z = module.encoder(features, query_index[rows], score[rows], mask)
+                out[chunk] = z.float().cpu().numpy()
+                start = stop
+        return out
+
+    def predict_proba(self, embeddings, queries):
+        """P(correct) of models with the given embeddings on queries.
+
+        Parameters
+        ----------
+        embeddings : array-like of shape (n_models, embedding_dim)
+        queries : sequence of str
+
+        Returns
+        -------
+        proba : ndarray of shape (n_queries, n_models)
+        """
+        from ._evals import check_queries
+
+        check_is_fitted(self)
+        queries = check_queries(queries)
+        return self._predict_proba_encoded(embeddings, self._encode(queries))
+
+    def _predict_proba_encoded(self, embeddings, X_query):
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"embeddings must have shape (n_models, {self.embedding_dim}); got "
+                f"{embeddings.shape}."
+            )
+        module = self.net_.module_
+        module.eval()
+        device = self.net_.device
+        with torch.inference_mode():
+            logits = module.predictor.pairwise_logits(
+                torch.as_tensor(embeddings, device=device),
+                torch.as_tensor(X_query, dtype=torch.float32, device=device),
+            )
+            return torch.sigmoid(logits).cpu().numpy()
+
+    # ------------------------------------------------------------- persistence
+    _SAVED_PARAMS = (
+        "embedding_dim", "n_latents", "n_blocks", "n_heads", "hidden_dim", "dropout",
+        "query_noise", "enc_size", "dec_size", "disjoint", "max_epochs",
+        "episodes_per_epoch", "batch_size", "lr", "weight_decay", "gradient_clip",
+        "validation_fraction", "early_stopping", "patience", "inference_dtype",
+        "transform_batch_tokens",
+    )  # fmt: skip
+
+    def _state(self):
+        """(metadata, tensors) describing this fitted embedder."""
+        from . import __version__
+        from ._persistence import encoder_spec
+
+        spec, tensors = encoder_spec(self.encoder)
+        params = {name: getattr(self, name) for name in self._SAVED_PARAMS}
+        params["enc_size"] = list(params["enc_size"])
+        metadata = {
+            "library_version": __version__,
+            "params": params,
+            "encoder": spec,
+            "n_query_features": int(self.n_query_features_),
+            "classes": self.classes_.tolist(),
+            "n_epochs": int(self.n_epochs_),
+        }
+        for name, value in self.net_.module_.state_dict().items():
+            tensors[f"net.{name}"] = value
+        return metadata, tensors
+
+    @classmethod
+    def _from_state(cls, metadata, tensors, *, encoder=None, device=None):
+        from ._persistence import encoder_from_spec
+
+        params = dict(metadata["params"])
+        params["enc_size"] = tuple(params["enc_size"])
+        embedder = cls(
+            encoder_from_spec(metadata["encoder"], tensors, encoder),
+            device=device,
+            **params,
+        )
+        embedder.encoder_ = as_query_encoder(embedder.encoder, device=device)
+        embedder.n_query_features_ = metadata["n_query_features"]
+        embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
+        embedder.n_epochs_ = metadata["n_epochs"]
+        net = embedder._build_net(embedder.n_query_features_)
+        net.initialize()
+        state = {k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")}
+        try:
+            net.module_.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ValueError(f"The file's network weights do not fit: {exc}") from None
+        net.module_.eval()
+        embedder.net_ = net
+        return embedder
+
+    def save(self, path):
+        """Save the fitted embedder to one safetensors file (no pickle).
+
+        The query encoder is stored as a reference (the bundled default or a
+        model directory) or, for a mapping, as its vectors; a custom encoder
+        object must be passed again to :meth:`load`.
+
+        Parameters
+        ----------
+        path : str or path-like
+        """
+        from ._persistence import write_file
+
+        check_is_fitted(self)
+        metadata, tensors = self._state()
+        write_file(path, {"kind": "LocusEmbedder", **metadata}, tensors)
+
+    @classmethod
+    def load(cls, path, *, encoder=None, device=None):
+        """Load an embedder written by :meth:`save`; never unpickles.
+
+        Parameters
+        ----------
+        path : str or path-like
+        encoder : default=None
+            Overrides the saved query encoder (required if a custom object was
+            used).
+        device : str, default=None
+            Torch device; None uses CUDA when available, else CPU.
+
+        Returns
+        -------
+        embedder : LocusEmbedder
+        """
+        from ._persistence import read_file
+
+        metadata, tensors = read_file(path, "LocusEmbedder")
+        return cls._from_state(metadata, tensors, encoder=encoder, device=device)
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the embedding dimensions: ``locus0``, ``locus1``, ..."""
+        return np.asarray([f"locus{i}" for i in range(self.embedding_dim)], dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.non_deterministic = False
+        return tags

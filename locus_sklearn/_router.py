@@ -1,5 +1,268 @@
-"""Placeholder: LocusRouter is being written."""
+"""LocusRouter: route queries with LOCUS model embeddings; onboard models."""
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.frozen import FrozenEstimator
+from sklearn.utils._param_validation import HasMethods
+from sklearn.utils.validation import check_is_fitted
+
+from ._base import BaseRouter, check_model_costs, check_model_subset
+from ._embedder import LocusEmbedder
+from ._evals import _preview, check_evals
+
+__all__ = ["LocusRouter"]
 
 
-class LocusRouter:
-    pass
+def _unwrap(embedder):
+    """The LocusEmbedder inside a FrozenEstimator, or the embedder itself."""
+    return embedder.estimator if isinstance(embedder, FrozenEstimator) else embedder
+
+
+class LocusRouter(BaseRouter):
+    """Route each query to the model most likely to answer it, from LOCUS embeddings.
+
+    ``fit`` trains its embedder on the pool's evaluations (or reuses a fitted
+    one wrapped in :class:`sklearn.frozen.FrozenEstimator`) and embeds every
+    model. ``predict_proba`` gives each model's P(correct) from G_ψ;
+    ``predict`` routes to the model maximising ``P(correct) - cost_weight *
+    cost``, so one fitted router serves every point of the cost–quality curve.
+    ``add_models`` onboards new models (or refreshes existing ones) from their
+    evaluations with no training.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder or FrozenEstimator, default=None
+        The embedder to train (cloned) or a frozen fitted one. None means
+        ``LocusEmbedder()`` with its defaults. Its parameters are reachable as
+        ``embedder__<name>`` (e.g. in GridSearchCV).
+    cost_weight : float, default=0.0
+        λ in ``P(correct) - λ·cost``; needs ``model_costs`` at fit.
+
+    Attributes
+    ----------
+    embedder_ : LocusEmbedder or FrozenEstimator
+        The fitted embedder.
+    encoder_ : QueryEncoder
+        The embedder's query encoder.
+    classes_ : ndarray of str, shape (n_models,)
+        The pool, sorted by name.
+    model_embeddings_ : ndarray of shape (n_models, embedding_dim)
+        One embedding per model of ``classes_``.
+    model_costs_ : ndarray of shape (n_models,) or None
+        Per-model costs, when given.
+    n_query_features_ : int
+        Dimension of the query encodings.
+
+    Examples
+    --------
+    >>> from locus_sklearn import LocusEmbedder, LocusRouter
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> pool = make_model_pool(n_models=6, n_queries=200, evals_per_model=100,
+    ...                        random_state=0)
+    >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=16,
+    ...                                    n_latents=4, n_blocks=1, n_heads=2,
+    ...                                    max_epochs=2, random_state=0))
+    >>> router = router.fit(pool.evals)
+    >>> queries = pool.evals["query"].unique()[:3]
+    >>> router.predict_proba(queries).shape
+    (3, 6)
+    >>> router.predict(queries).shape
+    (3,)
+    """
+
+    _parameter_constraints = {
+        **BaseRouter._parameter_constraints,
+        "embedder": [None, HasMethods(["fit", "transform"])],
+    }
+
+    def __init__(self, embedder=None, *, cost_weight=0.0):
+        self.embedder = embedder
+        self.cost_weight = cost_weight
+
+    @property
+    def _locus(self):
+        return _unwrap(self.embedder_)
+
+    def fit(self, evals, y=None, *, model_costs=None):
+        """Train (or reuse) the embedder and embed every model of the pool.
+
+        Parameters
+        ----------
+        evals : DataFrame or mapping of columns
+            Long-format evaluations (``model``, ``query``, ``score``).
+        y : None
+            Ignored.
+        model_costs : mapping of str to float or array-like of shape (n_models,), default=None
+            Cost of each model, for cost-aware routing.
+
+        Returns
+        -------
+        self : LocusRouter
+        """
+        self._validate_params()
+        table = check_evals(evals)
+        costs = check_model_costs(model_costs, table.models)
+        embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
+        locus = _unwrap(embedder)
+        if isinstance(embedder, FrozenEstimator):
+            check_is_fitted(locus)
+            X_query = locus._encode(table.queries)
+        else:
+            embedder._validate_params()
+            X_query = embedder._encode_fit(table)
+            embedder._fit_table(table, X_query)
+        self.embedder_ = embedder
+        self.encoder_ = locus.encoder_
+        self.n_query_features_ = locus.n_query_features_
+        self.classes_ = table.models.copy()
+        self.model_embeddings_ = locus._embed_table(table, X_query)
+        self.model_costs_ = costs
+        return self
+
+    def _predict_proba_encoded(self, X):
+        return self._locus._predict_proba_encoded(self.model_embeddings_, X)
+
+    def add_models(self, evals, *, model_costs=None):
+        """Embed new models, or refresh existing ones, with no training.
+
+        Each model of ``evals`` is embedded from all of its rows there: a new
+        model joins the pool; an existing one gets a fresh embedding (pass
+        every evaluation it should be built from, old and new). Every other
+        row of ``model_embeddings_`` stays bit-for-bit unchanged.
+
+        Parameters
+        ----------
+        evals : DataFrame or mapping of columns
+            Evaluations of the models to add or refresh.
+        model_costs : mapping of str to float, default=None
+            Costs of the models in ``evals``; required for new models when the
+            router has costs, and replaces the cost of existing ones.
+
+        Returns
+        -------
+        self : LocusRouter
+        """
+        check_is_fitted(self)
+        table = check_evals(evals)
+        new_costs = check_model_costs(model_costs, table.models)
+        is_new = ~np.isin(table.models, self.classes_)
+        if self.model_costs_ is not None and new_costs is None and is_new.any():
+            raise ValueError(
+                f"The router has model costs, so the {int(is_new.sum())} new model(s) "
+                f"{_preview(table.models[is_new])} need costs: pass model_costs=."
+            )
+        if self.model_costs_ is None and new_costs is not None:
+            raise ValueError(
+                "model_costs were given, but the router was fitted without costs; "
+                "refit with model_costs= for the whole pool."
+            )
+        embeddings = self._locus._embed_table(table, self._locus._encode(table.queries))
+        classes = np.union1d(self.classes_, table.models).astype(object)
+        merged = np.empty((len(classes), embeddings.shape[1]), dtype=np.float32)
+        merged[np.searchsorted(classes, self.classes_)] = self.model_embeddings_
+        merged[np.searchsorted(classes, table.models)] = embeddings
+        if self.model_costs_ is not None:
+            costs = np.empty(len(classes))
+            costs[np.searchsorted(classes, self.classes_)] = self.model_costs_
+            costs[np.searchsorted(classes, table.models)] = new_costs
+            self.model_costs_ = costs
+        self.classes_ = classes
+        self.model_embeddings_ = merged
+        return self
+
+    def remove_models(self, models):
+        """Remove models from the pool.
+
+        Parameters
+        ----------
+        models : sequence of str
+            Names of models of the pool; at least one model must remain.
+
+        Returns
+        -------
+        self : LocusRouter
+        """
+        check_is_fitted(self)
+        drop = check_model_subset(models, self.classes_)
+        if drop.all():
+            raise ValueError(
+                "remove_models would remove every model of the pool; at least one "
+                "must remain."
+            )
+        self.classes_ = self.classes_[~drop]
+        self.model_embeddings_ = self.model_embeddings_[~drop]
+        if self.model_costs_ is not None:
+            self.model_costs_ = self.model_costs_[~drop]
+        return self
+
+    def save(self, path):
+        """Save the fitted router to one safetensors file (no pickle).
+
+        The file holds the embedder (weights, hyper-parameters, query encoder
+        reference) and the pool: ``classes_``, ``model_embeddings_``,
+        ``model_costs_`` and ``cost_weight``.
+
+        Parameters
+        ----------
+        path : str or path-like
+        """
+        import torch
+
+        from ._persistence import write_file
+
+        check_is_fitted(self)
+        metadata, tensors = self._locus._state()
+        metadata.update(
+            kind="LocusRouter",
+            pool=self.classes_.tolist(),
+            cost_weight=float(self.cost_weight),
+        )
+        tensors["pool.embeddings"] = torch.from_numpy(self.model_embeddings_)
+        if self.model_costs_ is not None:
+            tensors["pool.costs"] = torch.from_numpy(self.model_costs_)
+        write_file(path, metadata, tensors)
+
+    @classmethod
+    def load(cls, path, *, encoder=None, device=None):
+        """Load a router written by :meth:`save`; never unpickles.
+
+        Parameters
+        ----------
+        path : str or path-like
+        encoder : default=None
+            Overrides the saved query encoder.
+        device : str, default=None
+            Torch device; None uses CUDA when available, else CPU.
+
+        Returns
+        -------
+        router : LocusRouter
+            Its ``embedder_`` is a fitted :class:`LocusEmbedder`.
+        """
+        from ._persistence import read_file
+
+        metadata, tensors = read_file(path, "LocusRouter")
+        embedder = LocusEmbedder._from_state(
+            metadata, tensors, encoder=encoder, device=device
+        )
+        router = cls(embedder, cost_weight=metadata["cost_weight"])
+        router.embedder_ = embedder
+        router.encoder_ = embedder.encoder_
+        router.n_query_features_ = embedder.n_query_features_
+        router.classes_ = np.asarray(metadata["pool"], dtype=object)
+        router.model_embeddings_ = tensors["pool.embeddings"].numpy()
+        costs = tensors.get("pool.costs")
+        router.model_costs_ = None if costs is None else costs.numpy().astype(np.float64)
+        if router.model_embeddings_.shape[0] != len(router.classes_):
+            raise ValueError(f"{str(path)!r} is corrupt: pool size mismatch.")
+        return router
+
+    def embed(self, evals):
+        """Embeddings of the models of ``evals`` without adding them to the pool.
+
+        Returns
+        -------
+        embeddings : ndarray of shape (n_models, embedding_dim)
+        """
+        check_is_fitted(self)
+        return self._locus.transform(evals)

@@ -1,0 +1,324 @@
+"""The LOCUS networks in plain PyTorch (no scikit-learn in here).
+
+Shapes use B models per batch, N evaluation tokens per model (padded), U unique
+queries per batch, F query-encoding features, d the embedding dimension.
+
+- :class:`EvaluationTokenizer` h_ω: one token per evaluation from (φ(x), y).
+- :class:`TBlock`: multi-head attention + residual + LayerNorm, then FFN
+  d→2d→d + residual + LayerNorm, with key-padding masks.
+- :class:`LocusEncoder` F_θ: tokenizer, L latent-bottleneck blocks, then
+  learned-query pooling → z_m. No positional encodings, so z_m does not depend
+  on the order of evaluations.
+- :class:`CorrectnessPredictor` G_ψ: logit of P(correct | z_m, φ(x)).
+- :class:`LocusNetwork`: encoder and predictor trained jointly.
+"""
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = [
+    "CorrectnessPredictor",
+    "EvaluationTokenizer",
+    "LocusEncoder",
+    "LocusNetwork",
+    "MaskedBCEWithLogitsLoss",
+    "TBlock",
+]
+
+
+class EvaluationTokenizer(nn.Module):
+    """h_ω(φ, y) = W [φ, y, φ·(2y−1)] + b, factorised per unique query.
+
+    The query-dependent parts W_φ φ and W_± φ are computed once per unique
+    query (U rows) and gathered per token, so a batch costs U·F·2d multiply-adds
+    for the projections instead of B·N·F·2d.
+
+    Parameters
+    ----------
+    n_features : int
+        F, the dimension of φ(x).
+    embedding_dim : int
+        d.
+    """
+
+    def __init__(self, n_features, embedding_dim):
+        super().__init__()
+        self.query = nn.Linear(n_features, 2 * embedding_dim)
+        self.score = nn.Parameter(torch.zeros(embedding_dim))
+        nn.init.normal_(self.score, std=embedding_dim**-0.5)
+
+    def forward(self, features, query_index, score):
+        """Tokens of shape (B, N, d).
+
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+        query_index : LongTensor of shape (B, N)
+            Index into ``features`` of each token's query.
+        score : Tensor of shape (B, N)
+            y in [0, 1].
+        """
+        base, signed = self.query(features).chunk(2, dim=-1)
+        y = score.unsqueeze(-1).to(base.dtype)
+        return base[query_index] + (2 * y - 1) * signed[query_index] + y * self.score
+
+
+class TBlock(nn.Module):
+    """TBlock(Q, K, V) = LN(H + FFN(H)) with H = LN(Q + MHA(Q, K, V)).
+
+    Parameters
+    ----------
+    embedding_dim : int
+    n_heads : int
+    dropout : float, default=0.0
+    """
+
+    def __init__(self, embedding_dim, n_heads, dropout=0.0):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(
+            embedding_dim, n_heads, dropout=dropout, batch_first=True
+        )
+        self.norm1 = nn.LayerNorm(embedding_dim)
+        self.ffn = nn.Sequential(
+            nn.Linear(embedding_dim, 2 * embedding_dim),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(2 * embedding_dim, embedding_dim),
+        )
+        self.norm2 = nn.LayerNorm(embedding_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key_value, key_padding_mask=None):
+        """Shape of ``query``: (B, n_q, d); ``key_value``: (B, n_k, d);
+        ``key_padding_mask``: (B, n_k) bool, True where the key is padding."""
+        attended, _ = self.attention(
+            query,
+            key_value,
+            key_value,
+            key_padding_mask=key_padding_mask,
+            need_weights=False,
+        )
+        hidden = self.norm1(query + self.dropout(attended))
+        return self.norm2(hidden + self.dropout(self.ffn(hidden)))
+
+
+class LatentBottleneckBlock(nn.Module):
+    """Compress N tokens into r learned latents, then broadcast back: O(N·r)."""
+
+    def __init__(self, embedding_dim, n_heads, n_latents, dropout=0.0):
+        super().__init__()
+        self.latents = nn.Parameter(torch.randn(n_latents, embedding_dim) * 0.02)
+        self.compress = TBlock(embedding_dim, n_heads, dropout)
+        self.broadcast = TBlock(embedding_dim, n_heads, dropout)
+
+    def forward(self, tokens, padding_mask):
+        latents = self.latents.unsqueeze(0).expand(tokens.shape[0], -1, -1)
+        hidden = self.compress(latents, tokens, padding_mask)
+        # Padded rows of the output are never read as keys downstream.
+        return self.broadcast(tokens, hidden)
+
+
+class LocusEncoder(nn.Module):
+    """F_θ: a set of scored evaluations → a model embedding z_m of size d.
+
+    Parameters
+    ----------
+    n_features : int
+        F, dimension of the query encodings.
+    embedding_dim : int, default=128
+    n_latents : int, default=64
+    n_blocks : int, default=2
+    n_heads : int, default=4
+    dropout : float, default=0.0
+    """
+
+    def __init__(
+        self,
+        n_features,
+        embedding_dim=128,
+        n_latents=64,
+        n_blocks=2,
+        n_heads=4,
+        dropout=0.0,
+    ):
+        super().__init__()
+        self.tokenizer = EvaluationTokenizer(n_features, embedding_dim)
+        self.blocks = nn.ModuleList(
+            LatentBottleneckBlock(embedding_dim, n_heads, n_latents, dropout)
+            for _ in range(n_blocks)
+        )
+        self.seed = nn.Parameter(torch.randn(1, 1, embedding_dim) * 0.02)
+        self.pool = TBlock(embedding_dim, n_heads, dropout)
+
+    def forward(self, features, query_index, score, mask):
+        """Embeddings of shape (B, d).
+
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+        query_index : LongTensor of shape (B, N)
+        score : Tensor of shape (B, N)
+        mask : BoolTensor of shape (B, N)
+            True for real evaluations, False for padding.
+        """
+        padding = ~mask
+        tokens = self.tokenizer(features, query_index, score)
+        for block in self.blocks:
+            tokens = block(tokens, padding)
+        seed = self.seed.expand(tokens.shape[0], -1, -1)
+        return self.pool(seed, tokens, padding).squeeze(1)
+
+
+class CorrectnessPredictor(nn.Module):
+    """G_ψ: logit = MLP([z, u, z⊙u]) with u = Linear(φ) and one hidden layer.
+
+    Parameters
+    ----------
+    n_features : int
+    embedding_dim : int
+    hidden_dim : int, default=64
+    dropout : float, default=0.0
+    """
+
+    def __init__(self, n_features, embedding_dim, hidden_dim=64, dropout=0.0):
+        super().__init__()
+        self.project = nn.Linear(n_features, embedding_dim)
+        self.hidden = nn.Linear(3 * embedding_dim, hidden_dim)
+        self.output = nn.Linear(hidden_dim, 1)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, z, features, query_index):
+        """Logits of shape (B, M) for B embeddings and M queries each.
+
+        Parameters
+        ----------
+        z : Tensor of shape (B, d)
+        features : Tensor of shape (U, F)
+        query_index : LongTensor of shape (B, M)
+        """
+        u = self.project(features)[query_index]
+        zb = z.unsqueeze(1).expand_as(u)
+        hidden = F.gelu(self.hidden(torch.cat([zb, u, zb * u], dim=-1)))
+        return self.output(self.dropout(hidden)).squeeze(-1)
+
+    def pairwise_logits(self, z, features, query_chunk=1024):
+        """Logits for every (query, model) pair, shape (Q, M).
+
+        Applies the query projection once per query and the model-only terms
+        once per model: the first layer W[z, u, z⊙u] splits into
+        W_z z + W_u u + (W_zu ⊙ z) u, so the pairwise work is one GEMM.
+
+        Parameters
+        ----------
+        z : Tensor of shape (M, d)
+        features : Tensor of shape (Q, F)
+        query_chunk : int, default=1024
+            Queries per chunk, bounding memory to Q_chunk·M·hidden floats.
+        """
+        d = z.shape[1]
+        w = self.hidden.weight  # (h, 3d)
+        w_z, w_u, w_zu = w[:, :d], w[:, d : 2 * d], w[:, 2 * d :]
+        model_term = z @ w_z.T + self.hidden.bias  # (M, h)
+        model_matrix = w_zu.unsqueeze(0) * z.unsqueeze(1)  # (M, h, d)
+        model_matrix = model_matrix + w_u.unsqueeze(0)  # fold W_u u in: (W_u + W_zu⊙z) u
+        m, h = model_term.shape
+        flat = model_matrix.reshape(m * h, d)
+        out_w = self.output.weight.reshape(h)
+        chunks = []
+        for start in range(0, features.shape[0], query_chunk):
+            u = self.project(features[start : start + query_chunk])  # (q, d)
+            hidden = (u @ flat.T).reshape(-1, m, h) + model_term
+            chunks.append(F.gelu(hidden) @ out_w)
+        return torch.cat(chunks) + self.output.bias
+
+
+class LocusNetwork(nn.Module):
+    """Encoder F_θ and predictor G_ψ, trained jointly.
+
+    ``forward`` takes one batch of episodes: for each of B models, an encoder
+    set (to build z_m) and a decoder set of queries (to predict). Gaussian
+    noise of standard deviation ``query_noise`` is added to the query
+    encodings in training mode only.
+
+    Parameters
+    ----------
+    n_features : int
+    embedding_dim, n_latents, n_blocks, n_heads : int
+    hidden_dim : int, default=64
+    dropout : float, default=0.0
+    query_noise : float, default=0.0
+
+    Examples
+    --------
+    >>> import torch
+    >>> net = LocusNetwork(8, embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2)
+    >>> features = torch.randn(5, 8)
+    >>> enc_index = torch.tensor([[0, 1, 2], [3, 4, 0]])
+    >>> mask = torch.tensor([[True, True, True], [True, True, False]])
+    >>> logits = net(enc_index, torch.ones(2, 3), mask,
+    ...              torch.tensor([[3, 4], [1, 2]]), features=features)
+    >>> tuple(logits.shape)
+    (2, 2)
+    """
+
+    def __init__(
+        self,
+        n_features,
+        embedding_dim=128,
+        n_latents=64,
+        n_blocks=2,
+        n_heads=4,
+        hidden_dim=64,
+        dropout=0.0,
+        query_noise=0.0,
+    ):
+        super().__init__()
+        self.encoder = LocusEncoder(
+            n_features, embedding_dim, n_latents, n_blocks, n_heads, dropout
+        )
+        self.predictor = CorrectnessPredictor(
+            n_features, embedding_dim, hidden_dim, dropout
+        )
+        self.query_noise = query_noise
+        # Encodings of every training query, shape (Q, F), set only while
+        # training so batches carry query indices instead of encodings.
+        self.query_bank = None
+
+    def _gather(self, enc_index, dec_index, features):
+        if features is not None:
+            return features, enc_index, dec_index
+        if self.query_bank is None:
+            raise RuntimeError("Pass features, or set query_bank before training.")
+        # Encode each unique query of the batch once (the tokenizer factorises).
+        flat = torch.cat([enc_index.reshape(-1), dec_index.reshape(-1)])
+        unique, inverse = torch.unique(flat, return_inverse=True)
+        n_enc = enc_index.numel()
+        return (
+            self.query_bank[unique],
+            inverse[:n_enc].view_as(enc_index),
+            inverse[n_enc:].view_as(dec_index),
+        )
+
+    def forward(self, enc_index, enc_score, enc_mask, dec_index, features=None):
+        """Logits of shape (B, M) for the decoder queries of each model.
+
+        Indices point into ``features`` (U, F) or, when it is None, into
+        ``query_bank``.
+        """
+        features, enc_index, dec_index = self._gather(enc_index, dec_index, features)
+        if self.training and self.query_noise > 0:
+            features = features + self.query_noise * torch.randn_like(features)
+        z = self.encoder(features, enc_index, enc_score, enc_mask)
+        return self.predictor(z, features, dec_index)
+
+
+class MaskedBCEWithLogitsLoss(nn.Module):
+    """Binary cross-entropy over non-padding targets; padding targets are NaN.
+
+    Fractional targets in [0, 1] are allowed (averaged duplicate runs).
+    """
+
+    def forward(self, logits, target):
+        valid = ~torch.isnan(target)
+        return F.binary_cross_entropy_with_logits(logits[valid], target[valid])

