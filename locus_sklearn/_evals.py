@@ -269,10 +269,10 @@ def check_evals(evals, *, name="evals"):
     query = _check_string_column(frame["query"].to_numpy(dtype=object), name, "query")
     score = _check_score_column(frame["score"], name)
 
-    models, model_index = np.unique(model.astype(str), return_inverse=True)
-    queries, query_index = np.unique(query.astype(str), return_inverse=True)
-    models = models.astype(object)
-    queries = queries.astype(object)
+    # Object arrays sort as Python strings; astype(str) would build a fixed-width
+    # array as wide as the longest query text.
+    models, model_index = np.unique(model, return_inverse=True)
+    queries, query_index = np.unique(query, return_inverse=True)
 
     query_task = None
     if "task" in frame.columns:

@@ -1,0 +1,411 @@
+"""Read evaluation tables from files and convert wide score matrices."""
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .._evals import _preview, check_evals
+
+__all__ = ["from_wide", "load_evals"]
+
+# Longest suffix first, so "x.csv.gz" is read as csv and not as "gz".
+_READERS = {
+    ".csv.gz": "csv",
+    ".csv": "csv",
+    ".tsv.gz": "tsv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".jsonl.gz": "jsonl",
+    ".jsonl": "jsonl",
+}
+
+
+def _long_frame(columns):
+    """A DataFrame whose text columns keep object dtype.
+
+    pandas' default string dtype would copy every text (MMLU-Pro prompts are
+    repeated once per model) and ``check_evals`` reads them back as objects.
+    """
+    return pd.DataFrame(
+        {
+            key: pd.Series(values, dtype=np.float64 if key == "score" else object)
+            for key, values in columns.items()
+        }
+    )
+
+
+def _file_format(path, name):
+    lower = os.fspath(path).lower()
+    for suffix, kind in _READERS.items():
+        if lower.endswith(suffix):
+            return kind
+    raise ValueError(
+        f"{name}={os.fspath(path)!r} has an unknown suffix; valid suffixes are "
+        f"{list(_READERS)}."
+    )
+
+
+def _read_table(path, name, string_columns, score_column=None):
+    """Read one csv/tsv/parquet/jsonl file into a DataFrame."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str or os.PathLike); got {path!r}.")
+    kind = _file_format(path, name)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{name}={os.fspath(path)!r} does not exist.")
+    if kind in ("csv", "tsv"):
+        # Ids and texts stay strings ("NA", "null" or "007" are valid query texts);
+        # only an empty score cell becomes NaN, which check_evals then reports.
+        na = {score_column: [""]} if score_column else None
+        return pd.read_csv(
+            path,
+            sep="," if kind == "csv" else "\t",
+            dtype={c: str for c in string_columns},
+            keep_default_na=False,
+            na_values=na,
+        )
+    if kind == "parquet":
+        return pd.read_parquet(path)
+    return pd.read_json(path, lines=True, dtype=False)
+
+
+def _ids_as_str(frame, columns):
+    """Integer id columns (typical of parquet/jsonl files) as decimal strings."""
+    for column in columns:
+        if column in frame.columns and pd.api.types.is_integer_dtype(frame[column]):
+            frame[column] = frame[column].astype(str)
+    return frame
+
+
+def _require(frame, columns, name):
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{name} has no column(s) {missing}; it has columns "
+            f"{list(map(str, frame.columns))}. Name the right columns with "
+            "model_column=, query_column=, score_column=, task_column= or "
+            "query_id_column=."
+        )
+
+
+def load_evals(
+    path,
+    *,
+    queries=None,
+    query_id_column="query_id",
+    model_column="model",
+    query_column="query",
+    score_column="score",
+    task_column=None,
+):
+    """Read a long-format evaluation table from a csv, parquet or jsonl file.
+
+    The format is chosen from the file name: ``.csv``, ``.csv.gz``, ``.tsv``,
+    ``.tsv.gz``, ``.parquet``, ``.jsonl`` or ``.jsonl.gz``. One row per scored
+    evaluation. Columns are renamed to the standard names ``model``,
+    ``query``, ``score`` and ``task``; other columns are kept as they are.
+
+    Query texts may live in a separate table, the way EmbedLLM-style releases
+    ship a model-query-score file keyed by a question id plus a file with the
+    text of each question: pass that table as ``queries``. Each evaluation's
+    ``query_id_column`` is then looked up in it and the text found in its
+    ``query_column`` becomes the ``query``. An id with no match is an error
+    (the count is reported); no row is ever dropped.
+
+    In csv/tsv files the id and text columns are read as strings (``"007"``
+    and ``"NA"`` stay as written); in parquet/jsonl files integer id columns
+    are converted to their decimal strings.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The evaluation file.
+    queries : str, os.PathLike or DataFrame, default=None
+        Optional query table with columns ``query_id_column`` and
+        ``query_column`` (and optionally ``task_column``), one row per id.
+    query_id_column : str, default="query_id"
+        Column holding the query id, in both files; used only with
+        ``queries``.
+    model_column : str, default="model"
+        Column of ``path`` holding the model name.
+    query_column : str, default="query"
+        Column holding the query text: in ``path``, or in ``queries`` when
+        that is given.
+    score_column : str, default="score"
+        Column of ``path`` holding the score in [0, 1].
+    task_column : str, default=None
+        Column holding the task (benchmark or category) of each query, in
+        ``path`` or in ``queries``. If None, a column named ``task`` is used
+        when there is one; a name given explicitly must exist.
+
+    Returns
+    -------
+    evals : DataFrame of shape (n_evaluations, n_columns)
+        Columns ``model``, ``query``, ``score`` (float) and, when a task
+        column was found, ``task``, followed by the file's other columns, in
+        the file's row order. It passes :func:`~locus_sklearn.check_evals`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown suffix, a missing column, query ids of ``path`` that
+        are absent from ``queries``, duplicate ids in ``queries``, or a table
+        that :func:`~locus_sklearn.check_evals` rejects.
+    FileNotFoundError
+        If ``path`` or ``queries`` does not exist.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import pandas as pd
+    >>> from locus_sklearn.datasets import load_evals
+    >>> folder = tempfile.mkdtemp()
+    >>> pd.DataFrame({"model_id": ["llama", "llama", "qwen"],
+    ...               "question_id": [1, 2, 1],
+    ...               "label": [1, 0, 1]}).to_csv(
+    ...     os.path.join(folder, "scores.csv"), index=False)
+    >>> texts = pd.DataFrame({"question_id": ["1", "2"],
+    ...                       "prompt": ["2+2?", "Capital of France?"]})
+    >>> load_evals(os.path.join(folder, "scores.csv"), queries=texts,
+    ...            query_id_column="question_id", model_column="model_id",
+    ...            query_column="prompt", score_column="label")
+       model               query  score question_id
+    0  llama                2+2?    1.0           1
+    1  llama  Capital of France?    0.0           2
+    2   qwen                2+2?    1.0           1
+    """
+    for key, value in [
+        ("query_id_column", query_id_column),
+        ("model_column", model_column),
+        ("query_column", query_column),
+        ("score_column", score_column),
+    ]:
+        if not isinstance(value, str):
+            raise TypeError(f"{key} must be a str; got {value!r}.")
+    if task_column is not None and not isinstance(task_column, str):
+        raise TypeError(f"task_column must be a str or None; got {task_column!r}.")
+    task_name = "task" if task_column is None else task_column
+    joined = queries is not None
+    id_columns = [model_column, query_id_column if joined else query_column, task_name]
+    frame = _read_table(path, "path", id_columns, score_column)
+    frame = _ids_as_str(frame, id_columns)
+    _require(frame, [model_column, score_column], "path")
+
+    query_table = None
+    if joined:
+        if isinstance(queries, pd.DataFrame):
+            query_table = queries.copy()
+        else:
+            query_table = _read_table(
+                queries, "queries", [query_id_column, query_column, task_name]
+            )
+        query_table = _ids_as_str(query_table, [query_id_column, task_name])
+        _require(frame, [query_id_column], "path")
+        _require(query_table, [query_id_column, query_column], "queries")
+    else:
+        _require(frame, [query_column], "path")
+
+    # Where the task column is: the evaluation file first, then the query table.
+    task_in = None
+    if task_name in frame.columns:
+        task_in = "path"
+    elif query_table is not None and task_name in query_table.columns:
+        task_in = "queries"
+    elif task_column is not None:
+        where = "path or queries" if joined else "path"
+        raise ValueError(
+            f"task_column={task_column!r} is in neither {where}; path has columns "
+            f"{list(map(str, frame.columns))}."
+        )
+
+    if joined:
+        ids = query_table[query_id_column]
+        repeated = ids[ids.duplicated()]
+        if len(repeated):
+            raise ValueError(
+                f"queries has {len(repeated)} repeated id(s) in column "
+                f"{query_id_column!r} (e.g. {_preview(repeated.unique()[:5])}); "
+                "each id must name one query."
+            )
+        lookup = pd.Index(ids)
+        position = lookup.get_indexer(frame[query_id_column])
+        unmatched = position < 0
+        if unmatched.any():
+            bad = frame[query_id_column].to_numpy()[unmatched]
+            raise ValueError(
+                f"{int(unmatched.sum())} of {len(frame)} rows of path have a "
+                f"{query_id_column!r} that is not in queries "
+                f"({len(pd.unique(bad))} distinct id(s), e.g. "
+                f"{_preview(pd.unique(bad)[:5])}); every evaluated id needs a query."
+            )
+        texts = query_table[query_column].to_numpy(dtype=object)[position]
+        if task_in == "queries":
+            tasks = query_table[task_name].to_numpy(dtype=object)[position]
+
+    columns = {"model": frame[model_column].to_numpy(dtype=object)}
+    columns["query"] = texts if joined else frame[query_column].to_numpy(dtype=object)
+    columns["score"] = frame[score_column].to_numpy()
+    used = {model_column, score_column} | ({query_column} if not joined else set())
+    if task_in == "path":
+        columns["task"] = frame[task_name].to_numpy(dtype=object)
+        used.add(task_name)
+    elif task_in == "queries":
+        columns["task"] = tasks
+    rest = [c for c in frame.columns if c not in used]
+    clashes = [c for c in rest if c in columns]
+    if clashes:
+        raise ValueError(
+            f"path has column(s) {clashes} besides the column(s) renamed to "
+            "them; rename or drop them first, or name them with model_column=, "
+            "query_column=, score_column= or task_column=."
+        )
+    out = _long_frame(columns)
+    for column in rest:
+        out[column] = frame[column].to_numpy()
+    frame = out
+    check_evals(frame, name=f"evals read from {os.fspath(path)!r}")
+    frame["score"] = frame["score"].astype(np.float64)
+    return frame
+
+
+def _labels(values, default, n, name, prefix):
+    if values is None:
+        values = default
+    if values is None:
+        width = len(str(n - 1))
+        return np.array([f"{prefix}{i:0{width}d}" for i in range(n)], dtype=object)
+    values = np.asarray(list(values), dtype=object)
+    if values.shape != (n,):
+        raise ValueError(f"{name} must have {n} entries; got {len(values)}.")
+    is_str = np.fromiter((isinstance(v, str) for v in values), bool, n)
+    if not is_str.all():
+        raise TypeError(
+            f"{name} must be strings; got {_preview(values[~is_str][:5])}. Pass "
+            f"{name}= or convert the labels with .astype(str)."
+        )
+    repeated = pd.Index(values)
+    repeated = repeated[repeated.duplicated()]
+    if len(repeated):
+        raise ValueError(
+            f"{name} must be unique; {_preview(repeated.unique()[:5])} repeat."
+        )
+    return values
+
+
+def from_wide(scores, models=None, queries=None, *, tasks=None):
+    """Convert a queries x models score matrix to a long evaluation table.
+
+    NaN cells are absences (the model was not scored on that query), not
+    zeros: they produce no row. Queries with no score at all therefore do
+    not appear in the result; a model with no score at all is an error.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_queries, n_models) or DataFrame
+        Scores in [0, 1], NaN where missing. A DataFrame gives the queries as
+        its index and the models as its columns.
+    models : sequence of str of shape (n_models,), default=None
+        Model names. Defaults to the DataFrame's columns, or for an array to
+        ``"model0"``, ``"model1"``, ... (zero-padded so they sort in order).
+    queries : sequence of str of shape (n_queries,), default=None
+        Query texts or ids. Defaults to the DataFrame's index, or for an array
+        to ``"query0"``, ``"query1"``, ... (zero-padded).
+    tasks : sequence of str of shape (n_queries,) or mapping, default=None
+        Task of each query, in row order, or a mapping query -> task that
+        covers every query. If None, the result has no ``task`` column.
+
+    Returns
+    -------
+    evals : DataFrame of shape (n_scored_cells, 3 or 4)
+        Columns ``model``, ``query``, ``score`` (float) and ``task`` if
+        ``tasks`` is given; model-major: the rows of the first model
+        (columns order), in query order, then the next model.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn.datasets import from_wide
+    >>> from_wide([[1.0, np.nan], [0.0, 1.0]], models=["a", "b"],
+    ...           queries=["q1", "q2"], tasks=["math", "law"])
+      model query  score  task
+    0     a    q1    1.0  math
+    1     a    q2    0.0   law
+    2     b    q2    1.0   law
+    """
+    if isinstance(scores, pd.DataFrame):
+        default_models = list(scores.columns)
+        default_queries = list(scores.index)
+        if not all(pd.api.types.is_numeric_dtype(t) for t in scores.dtypes):
+            bad = [
+                str(c)
+                for c, t in scores.dtypes.items()
+                if not pd.api.types.is_numeric_dtype(t)
+            ]
+            raise TypeError(
+                f"scores must hold numbers in [0, 1] (NaN for missing); columns "
+                f"{_preview(bad)} are not numeric."
+            )
+        values = scores.to_numpy(dtype=np.float64)
+    else:
+        default_models = default_queries = None
+        array = np.asarray(scores)
+        if array.dtype == bool or not np.issubdtype(array.dtype, np.number):
+            raise TypeError(
+                f"scores must hold numbers in [0, 1] (NaN for missing); got an "
+                f"array of dtype {array.dtype}."
+            )
+        values = array.astype(np.float64)
+    if values.ndim != 2:
+        raise ValueError(
+            f"scores must be 2-D (n_queries, n_models); got shape {values.shape}."
+        )
+    if values.size == 0:
+        raise ValueError(f"scores is empty (shape {values.shape}).")
+    n_queries, n_models = values.shape
+    models = _labels(models, default_models, n_models, "models", "model")
+    queries = _labels(queries, default_queries, n_queries, "queries", "query")
+
+    infinite = np.isinf(values)
+    if infinite.any():
+        raise ValueError(
+            f"scores has {int(infinite.sum())} infinite value(s); use NaN for a "
+            "missing score and numbers in [0, 1] otherwise."
+        )
+    present = ~np.isnan(values)
+    empty = ~present.any(axis=0)
+    if empty.any():
+        raise ValueError(
+            f"{int(empty.sum())} model(s) have no score at all (all-NaN columns): "
+            f"{_preview(models[empty])}; drop them or give them scores."
+        )
+
+    query_task = None
+    if tasks is not None:
+        if isinstance(tasks, Mapping):
+            unknown = [q for q in queries if q not in tasks]
+            if unknown:
+                raise ValueError(
+                    f"tasks has no entry for {len(unknown)} of {n_queries} queries "
+                    f"(e.g. {_preview(unknown[:5])})."
+                )
+            query_task = np.array([tasks[q] for q in queries], dtype=object)
+        else:
+            query_task = np.asarray(list(tasks), dtype=object)
+            if query_task.shape != (n_queries,):
+                raise ValueError(
+                    f"tasks must have one entry per query ({n_queries}); got "
+                    f"{len(query_task)}."
+                )
+
+    model_index, query_index = np.nonzero(present.T)
+    columns = {
+        "model": models[model_index],
+        "query": queries[query_index],
+        "score": values[query_index, model_index],
+    }
+    if query_task is not None:
+        columns["task"] = query_task[query_index]
+    evals = _long_frame(columns)
+    check_evals(evals, name="evals built from scores")
+    return evals

@@ -1,0 +1,280 @@
+"""Synthetic model pools with known structure (families, task skills, sizes)."""
+
+import numbers
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch, check_random_state
+
+from ._loaders import _long_frame
+
+__all__ = ["make_model_pool"]
+
+# Scales of the generative model (standard deviations on the logit scale unless
+# said otherwise). Fixed rather than exposed: they give a pool where routing has
+# headroom and models of one family resemble each other; tune through n_tasks,
+# n_families and noise.
+_TASK_SPREAD = 0.6  # norm of a query's offset from its task centre (before unit norm)
+_FAMILY_SKILL = 1.0  # family skill profile over tasks
+_MODEL_SKILL = 0.3  # a model's own deviation from its family's profile
+_FAMILY_DIRECTION = 1.0  # family direction in query-encoding space
+_MODEL_DIRECTION = 0.5  # a model's own deviation from its family's direction
+_SIZE_EFFECT = 1.0  # ability gained from the smallest to the largest size, halved
+_FAMILY_ABILITY = 0.3
+_MODEL_ABILITY = 0.3
+_DIFFICULTY = 1.0
+_LOG10_PARAMS = (0.0, np.log10(400.0))  # sizes log-uniform in [1, 400] billions
+
+
+def _check_int(value, name, low):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int; got {value!r}.")
+    if value < low:
+        raise ValueError(f"{name}={value} should be >= {low}.")
+    return int(value)
+
+
+def _labels(prefix, n, min_width=1):
+    """Zero-padded labels, so that sorting them keeps their index order."""
+    width = max(min_width, len(str(n - 1)))
+    return np.array([f"{prefix}{i:0{width}d}" for i in range(n)], dtype=object)
+
+
+def make_model_pool(
+    n_models=40,
+    n_queries=2000,
+    *,
+    n_tasks=8,
+    n_families=5,
+    evals_per_model=256,
+    n_features=32,
+    noise=0.5,
+    binary=True,
+    random_state=None,
+):
+    """Generate a synthetic pool of models with known families and task skills.
+
+    The data are **synthetic**: made for tests and experiments that need ground
+    truth (true success probabilities, families, skills), not a stand-in for
+    real LLMs. The generative model:
+
+    - Queries belong to ``n_tasks`` tasks (balanced). A query's encoding is a
+      unit vector around its task's random centre in ``n_features`` dimensions,
+      so encodings cluster by task.
+    - Models belong to ``n_families`` families (contiguous blocks, sizes within
+      one). A family has a skill profile over tasks and a direction in
+      encoding space; each model adds a small deviation to both, so models of
+      one family are alike.
+    - Each model has a size ``n_params`` (log-uniform in [1, 400] billions) and a
+      general ability that grows with log-size plus family and model terms.
+    - Each query has a difficulty. The true probability that model ``m``
+      answers query ``q`` is
+      ``sigmoid(ability_m + skill_{m, task(q)} + <w_m, x_q> - difficulty_q
+      + noise * e_{qm})``, with ``x_q`` the query encoding, ``w_m`` the
+      model's direction and ``e_{qm}`` standard normal: a part of each
+      (model, query) outcome that no query feature predicts.
+    - Every model is scored on its own random subset of ``evals_per_model``
+      queries; a score is a Bernoulli draw of that probability
+      (``binary=True``) or the probability itself.
+
+    Different families are best on different tasks and the encoding tells the
+    task, so routing on the encoding beats the best single model.
+
+    Parameters
+    ----------
+    n_models : int, default=40
+        Number of models in the pool.
+    n_queries : int, default=2000
+        Number of queries.
+    n_tasks : int, default=8
+        Number of tasks; at most ``n_queries``.
+    n_families : int, default=5
+        Number of model families; at most ``n_models``.
+    evals_per_model : int or "all", default=256
+        Number of queries each model is scored on (a random subset per
+        model), at most ``n_queries``; ``"all"`` scores every model on every
+        query (a dense matrix).
+    n_features : int, default=32
+        Dimension of the query encodings; at least 2.
+    noise : float, default=0.5
+        Standard deviation of the per-(model, query) logit term that the
+        encoding does not explain; >= 0.
+    binary : bool, default=True
+        If True, scores are 0/1 draws; if False, scores are the true
+        probabilities (no sampling noise).
+    random_state : int, RandomState instance or None, default=None
+        Seed for reproducible pools.
+
+    Returns
+    -------
+    data : :class:`~sklearn.utils.Bunch`
+        With the following attributes.
+
+        evals : DataFrame of shape (n_models * evals_per_model, 4)
+            Columns ``model``, ``query``, ``score`` and ``task``, sorted by
+            model, then query.
+        encodings : dict of str to ndarray of shape (n_features,)
+            Query id -> float32 unit vector, for every query. Usable as
+            ``encoder=``.
+        probabilities : DataFrame of shape (n_queries, n_models)
+            True probabilities of a correct answer, indexed by query with one
+            column per model (also for cells not in ``evals``).
+        models : DataFrame of shape (n_models, 4)
+            Columns ``model`` (e.g. ``"fam2-m07"``), ``family``, ``n_params``
+            (billions) and ``ability``, sorted by model name.
+        queries : DataFrame of shape (n_queries, 3)
+            Columns ``query`` (e.g. ``"q0042"``), ``task`` and ``difficulty``,
+            sorted by query.
+        tasks : ndarray of str of shape (n_tasks,)
+            Task names, sorted.
+        skills : ndarray of shape (n_models, n_tasks)
+            Skill of each model (rows as ``models``) on each task (columns as
+            ``tasks``).
+        family : dict of str to str
+            Model -> family name.
+        n_params : dict of str to float
+            Model -> billions of parameters.
+
+    Examples
+    --------
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> data = make_model_pool(n_models=6, n_queries=50, n_tasks=2, n_families=2,
+    ...                        evals_per_model=10, n_features=8, random_state=0)
+    >>> data.evals.shape
+    (60, 4)
+    >>> data.models["model"].tolist()
+    ['fam0-m00', 'fam0-m01', 'fam0-m02', 'fam1-m03', 'fam1-m04', 'fam1-m05']
+    >>> data.probabilities.shape, data.skills.shape
+    ((50, 6), (6, 2))
+    >>> data.encodings["q00"].shape
+    (8,)
+    """
+    n_models = _check_int(n_models, "n_models", 1)
+    n_queries = _check_int(n_queries, "n_queries", 1)
+    n_tasks = _check_int(n_tasks, "n_tasks", 1)
+    n_families = _check_int(n_families, "n_families", 1)
+    n_features = _check_int(n_features, "n_features", 2)
+    if n_families > n_models:
+        raise ValueError(
+            f"n_families={n_families} should be <= n_models={n_models}; every "
+            "family needs at least one model."
+        )
+    if n_tasks > n_queries:
+        raise ValueError(
+            f"n_tasks={n_tasks} should be <= n_queries={n_queries}; every task "
+            "needs at least one query."
+        )
+    if isinstance(evals_per_model, str):
+        if evals_per_model != "all":
+            raise ValueError(
+                f"evals_per_model must be an int in [1, n_queries] or 'all'; got "
+                f"{evals_per_model!r}."
+            )
+        n_evals = n_queries
+    else:
+        n_evals = _check_int(evals_per_model, "evals_per_model", 1)
+        if n_evals > n_queries:
+            raise ValueError(
+                f"evals_per_model={n_evals} should be <= n_queries={n_queries} "
+                "(a model is scored at most once per query), or 'all'."
+            )
+    if (
+        not isinstance(noise, numbers.Real)
+        or isinstance(noise, bool)
+        or not np.isfinite(noise)
+        or noise < 0
+    ):
+        raise ValueError(f"noise must be a finite number >= 0; got {noise!r}.")
+    if not isinstance(binary, (bool, np.bool_)):
+        raise TypeError(f"binary must be a bool; got {binary!r}.")
+    # A Generator seeded from the sklearn-style random_state: its normals are
+    # several times faster than RandomState's on large pools.
+    seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
+    rng = np.random.default_rng(seed)
+
+    # Queries: balanced tasks, encodings around unit task centres.
+    query_task = rng.permutation(np.arange(n_queries) % n_tasks)
+    centres = rng.standard_normal((n_tasks, n_features))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    offsets = rng.standard_normal((n_queries, n_features))
+    offsets *= _TASK_SPREAD / np.sqrt(n_features)
+    encodings = centres[query_task] + offsets
+    encodings /= np.linalg.norm(encodings, axis=1, keepdims=True)
+    difficulty = _DIFFICULTY * rng.standard_normal(n_queries)
+
+    # Models: contiguous family blocks, so sorted names keep family order.
+    model_family = np.sort(np.arange(n_models) % n_families)
+    profiles = _FAMILY_SKILL * rng.standard_normal((n_families, n_tasks))
+    skills = profiles[model_family]
+    skills = skills + _MODEL_SKILL * rng.standard_normal((n_models, n_tasks))
+    directions = _FAMILY_DIRECTION * rng.standard_normal((n_families, n_features))
+    directions = directions[model_family]
+    directions = directions + _MODEL_DIRECTION * rng.standard_normal(
+        (n_models, n_features)
+    )
+    log_size = rng.uniform(*_LOG10_PARAMS, size=n_models)
+    middle, half = np.mean(_LOG10_PARAMS), np.ptp(_LOG10_PARAMS) / 2
+    ability = (
+        _SIZE_EFFECT * (log_size - middle) / half
+        + _FAMILY_ABILITY * rng.standard_normal(n_families)[model_family]
+        + _MODEL_ABILITY * rng.standard_normal(n_models)
+    )
+
+    logits = encodings @ directions.T  # (n_queries, n_models)
+    logits += ability
+    logits += skills[:, query_task].T
+    logits -= difficulty[:, None]
+    if noise > 0:
+        logits += noise * rng.standard_normal(logits.shape, dtype=np.float32)
+    probabilities = 1.0 / (1.0 + np.exp(-logits))
+
+    # Each model's own subset of queries, in query order.
+    if n_evals == n_queries:
+        picked = np.broadcast_to(np.arange(n_queries), (n_models, n_queries))
+    else:
+        keys = rng.random((n_models, n_queries), dtype=np.float32)
+        picked = np.sort(np.argpartition(keys, n_evals - 1, axis=1)[:, :n_evals], 1)
+    model_index = np.repeat(np.arange(n_models), n_evals)
+    query_index = picked.ravel()
+    p = probabilities[query_index, model_index]
+    score = (rng.random(p.shape) < p).astype(np.float64) if binary else p
+
+    models = _labels("m", n_models, min_width=2)
+    families = _labels("fam", n_families)
+    models = families[model_family] + "-" + models
+    queries = _labels("q", n_queries, min_width=2)
+    tasks = _labels("task", n_tasks)
+    evals = _long_frame(
+        {
+            "model": models[model_index],
+            "query": queries[query_index],
+            "score": score,
+            "task": tasks[query_task[query_index]],
+        }
+    )
+    encodings = encodings.astype(np.float32)
+    n_params = np.round(10.0**log_size, 2)
+    return Bunch(
+        evals=evals,
+        encodings=dict(zip(queries, encodings, strict=True)),
+        probabilities=pd.DataFrame(
+            probabilities,
+            index=pd.Index(queries, name="query"),
+            columns=pd.Index(models, name="model"),
+        ),
+        models=pd.DataFrame(
+            {
+                "model": models,
+                "family": families[model_family],
+                "n_params": n_params,
+                "ability": ability,
+            }
+        ),
+        queries=pd.DataFrame(
+            {"query": queries, "task": tasks[query_task], "difficulty": difficulty}
+        ),
+        tasks=tasks,
+        skills=skills,
+        family=dict(zip(models, families[model_family], strict=True)),
+        n_params=dict(zip(models, n_params.tolist(), strict=True)),
+    )

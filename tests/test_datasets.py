@@ -1,0 +1,525 @@
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from locus_sklearn._evals import check_evals
+from locus_sklearn.datasets import (
+    from_lm_eval,
+    from_wide,
+    load_evals,
+    load_mmlu_pro,
+    make_model_pool,
+)
+
+LM_EVAL = os.path.join(os.path.dirname(__file__), "data", "lm_eval")
+ARC_FILE = "samples_arc_easy_2024-06-01T10-15-42.123456.jsonl"
+DATA_DIR = os.path.join(
+    os.path.dirname(__file__), "..", "locus_sklearn", "datasets", "data"
+)
+
+
+# --------------------------------------------------------------------- from_wide
+
+
+def test_from_wide_hand_computed():
+    scores = np.array([[1.0, np.nan, 0.5], [0.0, 1.0, np.nan]])
+    evals = from_wide(scores, ["a", "b", "c"], ["q1", "q2"], tasks=["x", "y"])
+    expected = pd.DataFrame(
+        {
+            "model": ["a", "a", "b", "c"],
+            "query": ["q1", "q2", "q2", "q1"],
+            "score": [1.0, 0.0, 1.0, 0.5],
+            "task": ["x", "y", "y", "x"],
+        }
+    )
+    pd.testing.assert_frame_equal(evals, expected, check_dtype=False)
+    assert evals["model"].map(type).eq(str).all()
+
+
+def test_from_wide_dataframe_labels_and_task_mapping():
+    frame = pd.DataFrame(
+        {"m1": [0.0, np.nan], "m2": [1.0, 1.0]}, index=["what?", "why?"]
+    )
+    evals = from_wide(frame, tasks={"what?": "t1", "why?": "t2"})
+    assert evals.to_dict("list") == {
+        "model": ["m1", "m2", "m2"],
+        "query": ["what?", "what?", "why?"],
+        "score": [0.0, 1.0, 1.0],
+        "task": ["t1", "t1", "t2"],
+    }
+
+
+def test_from_wide_default_names_sort_in_order():
+    evals = from_wide(np.ones((11, 2)))
+    table = check_evals(evals)
+    assert table.models.tolist() == ["model0", "model1"]
+    assert table.queries.tolist() == [f"query{i:02d}" for i in range(11)]
+
+
+def test_from_wide_queries_without_scores_do_not_appear():
+    evals = from_wide([[np.nan, np.nan], [1.0, 0.0]], ["a", "b"], ["q1", "q2"])
+    assert evals["query"].tolist() == ["q2", "q2"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"scores": [[np.nan], [np.nan]]}, ValueError, "no score at all"),
+        ({"scores": [[np.inf]]}, ValueError, "infinite"),
+        ({"scores": [[1.5]]}, ValueError, "outside"),
+        ({"scores": [[True]]}, TypeError, "numbers"),
+        ({"scores": [1.0, 0.0]}, ValueError, "2-D"),
+        ({"scores": [[1.0, 0.0]], "models": ["a"]}, ValueError, "2 entries"),
+        ({"scores": [[1.0, 0.0]], "models": ["a", "a"]}, ValueError, "unique"),
+        ({"scores": pd.DataFrame([[1.0]])}, TypeError, "strings"),
+        ({"scores": [[1.0]], "tasks": ["t", "u"]}, ValueError, "one entry"),
+        ({"scores": [[1.0]], "tasks": {"other": "t"}}, ValueError, "no entry"),
+    ],
+)
+def test_from_wide_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        from_wide(**kwargs)
+
+
+cells = st.one_of(st.just(np.nan), st.floats(0.0, 1.0, width=32))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float64, st.tuples(st.integers(1, 7), st.integers(1, 5)), elements=cells)
+)
+def test_from_wide_round_trips_through_check_evals(matrix):
+    present = ~np.isnan(matrix)
+    if not present.any(axis=0).all():
+        with pytest.raises(ValueError, match="no score at all"):
+            from_wide(matrix)
+        return
+    models = [f"model {j}" for j in range(matrix.shape[1])][::-1]
+    queries = [f"q{i}" for i in range(matrix.shape[0])]
+    table = check_evals(from_wide(matrix, models, queries))
+    assert len(table.score) == present.sum()
+    kept = present.any(axis=1)
+    order = np.argsort(np.array(queries, dtype=object)[kept])
+    np.testing.assert_array_equal(
+        table.to_dense(models=models), matrix[kept][order].astype(np.float32)
+    )
+
+
+# -------------------------------------------------------------------- load_evals
+
+LONG = pd.DataFrame(
+    {
+        "model": ["m1", "m1", "m2"],
+        "query": ["2+2?", "NA", "2+2?"],
+        "score": [1.0, 0.0, 0.5],
+        "task": ["math", "misc", "math"],
+    }
+)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".tsv", ".parquet", ".jsonl"])
+def test_load_evals_formats(tmp_path, suffix):
+    path = tmp_path / f"evals{suffix}"
+    if suffix == ".parquet":
+        LONG.to_parquet(path)
+    elif suffix == ".jsonl":
+        LONG.to_json(path, orient="records", lines=True)
+    else:
+        LONG.to_csv(path, index=False, sep="\t" if suffix == ".tsv" else ",")
+    evals = load_evals(path)
+    pd.testing.assert_frame_equal(evals, LONG, check_dtype=False)
+
+
+def test_load_evals_renames_columns_and_keeps_others(tmp_path):
+    path = tmp_path / "runs.csv"
+    pd.DataFrame(
+        {"llm": ["a", "b"], "prompt": ["x", "y"], "correct": [1, 0], "cost": [2, 3]}
+    ).to_csv(path, index=False)
+    evals = load_evals(
+        path, model_column="llm", query_column="prompt", score_column="correct"
+    )
+    assert evals.to_dict("list") == {
+        "model": ["a", "b"],
+        "query": ["x", "y"],
+        "score": [1.0, 0.0],
+        "cost": [2, 3],
+    }
+
+
+@pytest.mark.parametrize("as_frame", [True, False])
+def test_load_evals_joins_query_table(tmp_path, as_frame):
+    pd.DataFrame(
+        {
+            "model_id": [3, 3, 7],
+            "question_id": [10, 20, 10],
+            "label": [1, 0, 1],
+        }
+    ).to_parquet(tmp_path / "scores.parquet")
+    texts = pd.DataFrame(
+        {
+            "question_id": [20, 10, 30],
+            "prompt": ["Capital of France?", "2+2?", "unused"],
+            "category": ["geo", "math", "misc"],
+        }
+    )
+    texts.to_csv(tmp_path / "questions.csv", index=False)
+    queries = (
+        texts.astype({"question_id": str}) if as_frame else (tmp_path / "questions.csv")
+    )
+    evals = load_evals(
+        tmp_path / "scores.parquet",
+        queries=queries,
+        query_id_column="question_id",
+        model_column="model_id",
+        query_column="prompt",
+        score_column="label",
+        task_column="category",
+    )
+    assert evals.to_dict("list") == {
+        "model": ["3", "3", "7"],
+        "query": ["2+2?", "Capital of France?", "2+2?"],
+        "score": [1.0, 0.0, 1.0],
+        "task": ["math", "geo", "math"],
+        "question_id": ["10", "20", "10"],
+    }
+
+
+def test_load_evals_unmatched_ids_are_counted(tmp_path):
+    path = tmp_path / "scores.csv"
+    pd.DataFrame(
+        {"model": ["a", "a", "b", "b"], "query_id": [1, 2, 9, 9], "score": 1.0}
+    ).to_csv(path, index=False)
+    queries = pd.DataFrame({"query_id": ["1", "2"], "query": ["x", "y"]})
+    with pytest.raises(ValueError, match=r"2 of 4 rows .* \(1 distinct id"):
+        load_evals(path, queries=queries)
+
+
+def test_load_evals_repeated_query_ids(tmp_path):
+    path = tmp_path / "scores.csv"
+    LONG.assign(query_id="1").to_csv(path, index=False)
+    queries = pd.DataFrame({"query_id": ["1", "1"], "query": ["x", "y"]})
+    with pytest.raises(ValueError, match="repeated id"):
+        load_evals(
+            path, queries=queries.rename(columns={"query": "text"}), query_column="text"
+        )
+
+
+def test_load_evals_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown suffix.*\.parquet"):
+        load_evals(tmp_path / "evals.xlsx")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_evals(tmp_path / "absent.csv")
+    path = tmp_path / "evals.csv"
+    LONG.to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"no column\(s\) \['correct'\]"):
+        load_evals(path, score_column="correct")
+    with pytest.raises(ValueError, match="task_column='subject' is in neither"):
+        load_evals(path, task_column="subject")
+    with pytest.raises(ValueError, match=r"column\(s\) \['query'\] besides"):
+        load_evals(path, query_column="task")
+    LONG.assign(score=["1", "", "0"]).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="1 NaN"):
+        load_evals(path)
+
+
+# ------------------------------------------------------------------ from_lm_eval
+
+
+def test_from_lm_eval_fixture_exact_rows():
+    evals = from_lm_eval(LM_EVAL)
+    small, large = "EleutherAI/pythia-160m", "EleutherAI/pythia-410m"
+    arc, algebra = "arc_easy", "mmlu_abstract_algebra"
+    expected = pd.DataFrame(
+        [
+            (small, "arc_easy/0", 0.0, arc),
+            (small, "arc_easy/1", 1.0, arc),
+            (small, "arc_easy/2", 0.0, arc),
+            (small, "mmlu_abstract_algebra/0", 0.0, algebra),
+            (small, "mmlu_abstract_algebra/1", 1.0, algebra),
+            (small, "mmlu_abstract_algebra/2", 0.0, algebra),
+            (large, "arc_easy/0", 1.0, arc),
+            (large, "arc_easy/1", 1.0, arc),
+            (large, "arc_easy/2", 0.0, arc),
+            (large, "mmlu_abstract_algebra/0", 1.0, algebra),
+            (large, "mmlu_abstract_algebra/1", 0.0, algebra),
+            (large, "mmlu_abstract_algebra/2", 0.0, algebra),
+        ],
+        columns=["model", "query", "score", "task"],
+    )
+    pd.testing.assert_frame_equal(evals, expected, check_dtype=False)
+    assert evals["score"].dtype == np.float64
+
+
+def test_from_lm_eval_metric_and_query_text():
+    folder = os.path.join(LM_EVAL, "EleutherAI__pythia-160m")
+    # acc_norm is logged for arc_easy only.
+    with pytest.raises(ValueError, match="metric='acc_norm' is missing from 3 of 3"):
+        from_lm_eval(folder, metric="acc_norm")
+    evals = from_lm_eval(
+        os.path.join(folder, ARC_FILE), metric="acc_norm", query_text="question"
+    )
+    assert evals["score"].tolist() == [1.0, 1.0, 0.0]
+    assert evals["query"][0].startswith("An astronomer observes that a planet")
+    assert evals["model"].unique().tolist() == ["EleutherAI/pythia-160m"]
+
+
+def test_from_lm_eval_single_file_needs_model():
+    folder = os.path.join(LM_EVAL, "EleutherAI__pythia-410m")
+    file = os.path.join(folder, ARC_FILE)
+    # The results file beside it names the model (from config.model_args here).
+    assert from_lm_eval(file)["model"].unique().tolist() == ["EleutherAI/pythia-410m"]
+    evals = from_lm_eval(file, model="pythia", query_text=lambda doc: doc["id"])
+    assert evals["query"].tolist() == [
+        "Mercury_7175875",
+        "Mercury_SC_409171",
+        "Mercury_SC_408547",
+    ]
+    assert evals["model"].unique().tolist() == ["pythia"]
+
+
+def _write_samples(folder, task, records):
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"samples_{task}_2024-01-02T03-04-05.000006.jsonl")
+    with open(path, "w") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+    return path
+
+
+def test_from_lm_eval_filters(tmp_path):
+    records = [
+        {
+            "doc_id": i,
+            "doc": {},
+            "filter": f,
+            "metrics": ["exact_match"],
+            "exact_match": float(i == 0 or f == "flexible-extract"),
+        }
+        for f in ["strict-match", "flexible-extract"]
+        for i in range(2)
+    ]
+    path = _write_samples(tmp_path, "gsm8k", records)
+    with pytest.raises(ValueError, match="choose one with filter_name="):
+        from_lm_eval(path, model="m", metric="exact_match")
+    with pytest.raises(ValueError, match="filter_name='none' is not in"):
+        from_lm_eval(path, model="m", metric="exact_match", filter_name="none")
+    evals = from_lm_eval(
+        path, model="m", metric="exact_match", filter_name="strict-match"
+    )
+    assert evals["query"].tolist() == ["gsm8k/0", "gsm8k/1"]
+    assert evals["score"].tolist() == [1.0, 0.0]
+
+
+def test_from_lm_eval_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        from_lm_eval(tmp_path / "absent")
+    with pytest.raises(ValueError, match="no samples"):
+        from_lm_eval(tmp_path)
+    with pytest.raises(ValueError, match="cannot tell which model"):
+        from_lm_eval(_write_samples(tmp_path / "a", "t", [{"doc_id": 0, "acc": 1}]))
+    _write_samples(tmp_path / "b", "t", [{"doc_id": 0, "acc": 1}])
+    with pytest.raises(ValueError, match="2 folders"):
+        from_lm_eval(tmp_path, model="m")
+    with pytest.raises(ValueError, match=r"metric='bleu' is missing .* \['acc'"):
+        from_lm_eval(LM_EVAL, metric="bleu")
+    path = _write_samples(tmp_path / "c", "ppl", [{"doc_id": 0, "perplexity": 7.5}])
+    with pytest.raises(ValueError, match="outside"):
+        from_lm_eval(path, model="m", metric="perplexity")
+    bad = tmp_path / "samples_t.jsonl"
+    bad.write_text('{"doc_id": 0, "acc": 1}\n')
+    with pytest.raises(ValueError, match="cannot read the task"):
+        from_lm_eval(bad, model="m")
+    with pytest.raises(ValueError, match="query_text='title' is not a key"):
+        from_lm_eval(LM_EVAL, query_text="title")
+
+
+# --------------------------------------------------------------- make_model_pool
+
+
+def test_make_model_pool_shapes_and_validity():
+    data = make_model_pool(
+        n_models=12,
+        n_queries=300,
+        n_tasks=4,
+        n_families=3,
+        evals_per_model=50,
+        n_features=16,
+        random_state=0,
+    )
+    assert data.evals.shape == (600, 4)
+    assert data.evals.groupby("model").size().eq(50).all()
+    assert not data.evals.duplicated(["model", "query"]).any()
+    table = check_evals(data.evals)
+    assert table.n_models == 12
+    assert data.probabilities.shape == (300, 12)
+    assert data.skills.shape == (12, 4)
+    assert len(data.encodings) == 300
+    assert set(data.evals["query"]) <= set(data.encodings)
+    assert data.models["model"].tolist() == sorted(data.family)
+    assert data.models["model"].is_monotonic_increasing
+    assert data.queries["query"].is_monotonic_increasing
+    assert data.tasks.tolist() == ["task0", "task1", "task2", "task3"]
+    assert set(data.family.values()) == {"fam0", "fam1", "fam2"}
+    assert all(name.startswith(data.family[name] + "-m") for name in data.family)
+    sizes = np.array([data.n_params[m] for m in data.models["model"]])
+    assert ((sizes >= 1) & (sizes <= 400)).all()
+    vectors = np.stack(list(data.encodings.values()))
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    assert set(data.evals["score"]) <= {0.0, 1.0}
+
+
+def test_make_model_pool_is_deterministic():
+    a = make_model_pool(n_models=8, n_queries=100, evals_per_model=20, random_state=3)
+    b = make_model_pool(n_models=8, n_queries=100, evals_per_model=20, random_state=3)
+    c = make_model_pool(n_models=8, n_queries=100, evals_per_model=20, random_state=4)
+    pd.testing.assert_frame_equal(a.evals, b.evals)
+    pd.testing.assert_frame_equal(a.probabilities, b.probabilities)
+    assert not a.evals.equals(c.evals)
+
+
+def test_make_model_pool_dense_and_probabilities():
+    data = make_model_pool(
+        n_models=5,
+        n_queries=40,
+        n_families=2,
+        evals_per_model="all",
+        binary=False,
+        random_state=0,
+    )
+    dense = check_evals(data.evals).to_dense(models=data.models["model"])
+    np.testing.assert_allclose(dense, data.probabilities.to_numpy(), rtol=1e-6)
+
+
+def test_make_model_pool_structure():
+    data = make_model_pool(
+        n_models=40, n_queries=2000, n_families=5, n_tasks=8, random_state=0
+    )
+    family = data.models["family"].to_numpy()
+    distance = np.linalg.norm(data.skills[:, None] - data.skills[None], axis=-1)
+    same = family[:, None] == family[None]
+    off_diagonal = ~np.eye(len(family), dtype=bool)
+    assert distance[same & off_diagonal].mean() < 0.5 * distance[~same].mean()
+
+    # Encodings cluster by task: closer to their own task's mean than to others.
+    X = np.stack([data.encodings[q] for q in data.queries["query"]])
+    task = data.queries["task"].to_numpy()
+    centres = np.stack([X[task == t].mean(0) for t in data.tasks])
+    nearest = data.tasks[np.argmax(X @ centres.T, axis=1)]
+    assert (nearest == task).mean() > 0.99
+
+    # Routing has headroom: the oracle beats the best single model by a margin,
+    # and the best model differs between tasks.
+    P = data.probabilities.to_numpy()
+    best_single = P.mean(axis=0).max()
+    assert P.max(axis=1).mean() > best_single + 0.05
+    # Knowing only the task (which the encoding reveals) already helps.
+    per_task = np.array([P[task == t].mean(0) for t in data.tasks])
+    weights = np.array([(task == t).mean() for t in data.tasks])
+    assert weights @ per_task.max(axis=1) > best_single + 0.02
+    assert len(set(per_task.argmax(axis=1))) > 1
+    # Larger models are abler on average.
+    sizes = np.log(data.models["n_params"].to_numpy())
+    assert np.corrcoef(sizes, data.models["ability"])[0, 1] > 0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"n_models": 3, "n_families": 4}, ValueError, "n_families=4 should be <="),
+        ({"n_queries": 10, "evals_per_model": 11}, ValueError, "evals_per_model=11"),
+        ({"n_queries": 3, "n_tasks": 4}, ValueError, "n_tasks=4 should be <="),
+        ({"evals_per_model": "some"}, ValueError, "'all'"),
+        ({"n_models": 0}, ValueError, "n_models=0 should be >= 1"),
+        ({"n_features": 1}, ValueError, "n_features=1 should be >= 2"),
+        ({"n_queries": 2.5}, TypeError, "n_queries must be an int"),
+        ({"noise": -1}, ValueError, "noise must be"),
+        ({"binary": 1}, TypeError, "binary must be a bool"),
+    ],
+)
+def test_make_model_pool_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        make_model_pool(**kwargs)
+
+
+# ----------------------------------------------------------------- load_mmlu_pro
+
+
+@pytest.fixture(scope="module")
+def mmlu():
+    return load_mmlu_pro()
+
+
+def test_load_mmlu_pro(mmlu):
+    assert mmlu.scores.shape == (3000, 32)
+    assert len(mmlu.models) == 32 and len(mmlu.family) == 32
+    assert mmlu.evals.columns.tolist() == ["model", "query", "score", "task"]
+    table = check_evals(mmlu.evals)
+    assert table.n_models == 32 and table.n_queries == 3000
+    assert table.n_input_rows == table.n_rows == np.isfinite(mmlu.scores).sum().sum()
+    assert set(mmlu.evals["score"]) == {0.0, 1.0}
+    assert len(mmlu.tasks) == 14
+    assert mmlu.queries["query"].is_unique
+    vectors = np.stack([mmlu.encodings[q] for q in mmlu.queries["query"]])
+    assert vectors.shape == (3000, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    assert mmlu.models["open_weights"].sum() == 27
+    assert np.isnan(mmlu.n_params["gpt-4o"]) and mmlu.n_params["Yi-34B"] == 34.4
+    assert mmlu.family["Mixtral-8x7B-v0.1"] == "Mistral"
+    # Categories are stratified: each is within one question of its share.
+    share = mmlu.queries["task"].value_counts(normalize=True)
+    assert share.max() < 0.12 and share.min() > 0.03
+
+
+def test_load_mmlu_pro_open_weights_only(mmlu):
+    data = load_mmlu_pro(open_weights_only=True)
+    closed = {
+        "gemini-1.5-flash-002",
+        "gemini-1.5-pro-002",
+        "gemini-3.1-pro-preview",
+        "gpt-4o",
+        "deepseek-chat",
+    }
+    assert sorted(data.family) == sorted(set(mmlu.family) - closed)
+    assert data.scores.shape == (3000, 27)
+    assert data.models["open_weights"].all()
+    # The same rows as the full table restricted to the open models (which
+    # passes check_evals in test_load_mmlu_pro).
+    expected = mmlu.evals[mmlu.evals["model"].isin(data.family)]
+    pd.testing.assert_frame_equal(data.evals, expected.reset_index(drop=True))
+    pd.testing.assert_frame_equal(data.scores, mmlu.scores[data.scores.columns])
+    with pytest.raises(TypeError, match="open_weights_only must be a bool"):
+        load_mmlu_pro(open_weights_only="yes")
+
+
+def test_mmlu_pro_package_data_is_small_and_attributed():
+    files = os.listdir(DATA_DIR)
+    assert "MMLU_PRO_LICENSE_NOTICE.txt" in files
+    total = sum(os.path.getsize(os.path.join(DATA_DIR, f)) for f in files)
+    assert total < 5_000_000
+    with open(os.path.join(DATA_DIR, "MMLU_PRO_LICENSE_NOTICE.txt")) as handle:
+        notice = handle.read()
+    assert "Apache" in notice and "f418b116db00b065c2aea046518d8fcf74d39872" in notice
+
+
+def test_mmlu_pro_matches_shared_data(mmlu, shared_data):
+    folder = os.path.join(shared_data, "mmlu_pro_32models")
+    source = np.load(os.path.join(folder, "correctness.npz"), allow_pickle=False)
+    queries = pd.read_csv(os.path.join(folder, "queries.csv.gz"), keep_default_na=False)
+    row = pd.Series(np.arange(len(queries)), index=queries["question_id"])
+    rows = row.loc[mmlu.queries["question_id"]].to_numpy()
+    column = {m: j for j, m in enumerate(source["models"].astype(str))}
+    columns = [column[m] for m in mmlu.scores.columns]
+    np.testing.assert_array_equal(
+        mmlu.scores.to_numpy(), source["Y"][rows][:, columns].astype(np.float64)
+    )
+    assert (queries["prompt"].to_numpy()[rows] == mmlu.queries["query"]).all()
+    assert (
+        queries["category"].to_numpy()[rows] == mmlu.queries["task"].to_numpy()
+    ).all()

@@ -1,0 +1,146 @@
+"""The evaluation table: validation, conversion and round trips."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from locus_sklearn import check_evals, check_queries
+
+
+def frame(**columns):
+    base = {"model": ["a", "b"], "query": ["q1", "q1"], "score": [1.0, 0.0]}
+    base.update(columns)
+    return pd.DataFrame(base)
+
+
+def test_hand_computed_conversion():
+    evals = pd.DataFrame(
+        {
+            "model": ["m2", "m1", "m1", "m2", "m1"],
+            "query": ["x", "y", "x", "x", "y"],
+            "score": [1.0, 0.0, 1.0, 0.0, 1.0],
+            "task": ["t1", "t2", "t1", "t1", "t2"],
+        }
+    )
+    table = check_evals(evals)
+    assert table.models.tolist() == ["m1", "m2"]
+    assert table.queries.tolist() == ["x", "y"]
+    # (m1, y) appears twice with 0 and 1 -> 0.5; (m2, x) twice with 1 and 0 -> 0.5.
+    assert table.model_index.tolist() == [0, 0, 1]
+    assert table.query_index.tolist() == [0, 1, 0]
+    assert table.score.tolist() == [1.0, 0.5, 0.5]
+    assert table.score.dtype == np.float32
+    assert table.query_task.tolist() == ["t1", "t2"]
+    assert table.n_input_rows == 5 and table.n_rows == 3
+    assert table.indptr.tolist() == [0, 2, 3]
+    np.testing.assert_array_equal(table.to_dense(), [[1.0, 0.5], [0.5, np.nan]])
+    np.testing.assert_array_equal(
+        table.to_dense(["m2", "zz", "m1"]), [[0.5, np.nan, 1.0], [np.nan, np.nan, 0.5]]
+    )
+    back = table.to_frame()
+    assert back.columns.tolist() == ["model", "query", "score", "task"]
+    assert len(back) == 3
+
+
+def test_mapping_of_columns_is_accepted():
+    table = check_evals({"model": ["a"], "query": ["q"], "score": [1]})
+    assert table.score.tolist() == [1.0]
+
+
+@pytest.mark.parametrize(
+    "evals, error, match",
+    [
+        ([1, 2, 3], TypeError, "evals must be a pandas DataFrame or a mapping"),
+        ({"model": ["a"], "query": ["q", "r"], "score": [1]}, ValueError, "same length"),
+        (pd.DataFrame({"model": ["a"], "query": ["q"]}), ValueError,
+         r"missing required column\(s\) \['score'\]"),
+        (frame().iloc[:0], ValueError, r"empty \(0 rows\)"),
+        (frame(score=[np.nan, 1.0]), ValueError, "1 NaN or infinite value"),
+        (frame(score=[np.inf, -np.inf]), ValueError, "2 NaN or infinite value"),
+        (frame(score=[1.5, 0.0]), ValueError, r"1 value\(s\) outside \[0, 1\]"),
+        (frame(score=[True, False]), TypeError, "boolean dtype"),
+        (frame(score=["1", 0.0]), TypeError, "1 of 2 rows are not numbers"),
+        (frame(model=[1, "b"]), TypeError, r"evals\['model'\] must hold strings; 1 of 2"),
+        (frame(query=[None, None]), TypeError, r"evals\['query'\] must hold strings; 2 of 2"),
+        (frame(model=["", "b"]), ValueError, "1 empty string"),
+        (frame(task=["t1", "t2"]), ValueError, "more than one task"),
+    ],
+)
+def test_bad_tables_raise_clear_errors(evals, error, match):
+    with pytest.raises(error, match=match):
+        check_evals(evals)
+
+
+def test_object_scores_that_are_numbers_are_accepted():
+    table = check_evals(frame(score=np.array([1, 0.25], dtype=object)))
+    assert sorted(table.score.tolist()) == [0.25, 1.0]
+
+
+def test_name_appears_in_messages():
+    with pytest.raises(ValueError, match="onboard_evals is empty"):
+        check_evals(frame().iloc[:0], name="onboard_evals")
+
+
+_ids = st.sampled_from(["a", "b", "c", "q1", "q2", "long query text?"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(_ids, _ids, st.floats(0, 1)), min_size=1, max_size=30
+    ),
+    seed=st.integers(0, 1000),
+)
+def test_valid_tables_round_trip_whatever_the_row_order(rows, seed):
+    evals = pd.DataFrame(rows, columns=["model", "query", "score"])
+    table = check_evals(evals)
+    shuffled = check_evals(evals.sample(frac=1.0, random_state=seed))
+    np.testing.assert_array_equal(table.models, shuffled.models)
+    np.testing.assert_array_equal(table.queries, shuffled.queries)
+    np.testing.assert_array_equal(table.model_index, shuffled.model_index)
+    np.testing.assert_array_equal(table.query_index, shuffled.query_index)
+    np.testing.assert_allclose(table.score, shuffled.score, rtol=1e-6)
+    # Averages of duplicates, computed by pandas.
+    expected = evals.groupby(["model", "query"])["score"].mean()
+    got = table.to_frame().set_index(["model", "query"])["score"]
+    np.testing.assert_allclose(got.to_numpy(), expected.to_numpy(), rtol=1e-6, atol=1e-7)
+
+
+_anything = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    columns=st.dictionaries(
+        st.sampled_from(["model", "query", "score", "task", "other"]),
+        st.lists(_anything, min_size=0, max_size=4),
+        max_size=5,
+    )
+)
+def test_malformed_tables_raise_value_or_type_error(columns):
+    try:
+        check_evals(columns)
+    except (ValueError, TypeError) as exc:
+        assert str(exc)
+    # Valid by chance is fine too: then it must be a proper table.
+
+
+def test_check_queries():
+    assert check_queries(("a", "b")).tolist() == ["a", "b"]
+    assert check_queries(pd.DataFrame({"query": ["x"]})).tolist() == ["x"]
+    assert check_queries(pd.Series(["x", "x"])).tolist() == ["x", "x"]
+    with pytest.raises(TypeError, match="not a single string"):
+        check_queries("2+2?")
+    with pytest.raises(ValueError, match="queries is empty"):
+        check_queries([])
+    with pytest.raises(TypeError, match="1 of 2 entries"):
+        check_queries(["ok", 3])
+    with pytest.raises(ValueError, match="without a 'query' column"):
+        check_queries(pd.DataFrame({"text": ["x"]}))
+    with pytest.raises(TypeError, match="got int"):
+        check_queries(5)
