@@ -1,25 +1,958 @@
-"""Placeholder: portfolio selectors are being written."""
+"""Portfolio selection on model embeddings: k-center, k-medoids and budget greedy.
+
+Every selector works on the kernel similarity between model embeddings (paper,
+appendix E.4)::
+
+    K(z_i, z_j) = exp(-d(z_i, z_j) ** 2 / sigma ** 2)
+
+with ``d`` the cosine or Euclidean distance (or a precomputed distance matrix) and
+``sigma`` the median pairwise distance by default. The objectives are
+
+- k-center: maximise the worst coverage ``min_i max_{s in sel} K(z_i, z_s)``;
+- k-medoids and the budget greedy: maximise the total coverage
+  ``J(sel) = sum_i max_{s in sel} K(z_i, z_s)``.
+
+Each estimator has a validated public function twin (``k_center_select`` beside
+``KCenterSelector``), and both call a private function that assumes validated
+input (``_k_center`` on a kernel matrix), as scikit-learn pairs
+``kmeans_plusplus`` with ``KMeans``.
+"""
+
+import heapq
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics.pairwise import euclidean_distances
+from sklearn.preprocessing import normalize
+from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+__all__ = [
+    "BudgetGreedySelector",
+    "KCenterSelector",
+    "KMedoidsSelector",
+    "budget_greedy_select",
+    "k_center_select",
+    "k_medoids_select",
+]
+
+_METRICS = ("cosine", "euclidean", "precomputed")
+_KERNEL_CONSTRAINTS = {
+    "metric": [StrOptions(set(_METRICS))],
+    "bandwidth": [StrOptions({"median"}), Interval(Real, 0, None, closed="neither")],
+}
 
 
-class KCenterSelector:
-    pass
+# --------------------------------------------------------------------------------------
+# Kernel helpers (validated input)
 
 
-class KMedoidsSelector:
-    pass
+def _check_precomputed(D, *, name="X", n_columns=None):
+    """Raise unless ``D`` is a valid matrix of distances."""
+    if n_columns is None and D.shape[0] != D.shape[1]:
+        raise ValueError(
+            f"{name} must be a square distance matrix of shape (n_models, n_models) "
+            f"when metric='precomputed'; got shape {D.shape}."
+        )
+    if (D < 0).any():
+        raise ValueError(
+            f"Negative values in data passed to {name}: {int((D < 0).sum())} "
+            "distance(s) < 0; distances must be >= 0 when metric='precomputed'."
+        )
+    if n_columns is None and not np.allclose(D, D.T, rtol=1e-5, atol=1e-8):
+        raise ValueError(
+            f"{name} is not symmetric; a precomputed distance matrix must satisfy "
+            f"{name}[i, j] == {name}[j, i]."
+        )
 
 
-class BudgetGreedySelector:
-    pass
+def _median_bandwidth(D):
+    """Median distance over distinct pairs of models of a distance matrix.
+
+    Falls back to the median of the non-zero distances when more than half the
+    pairs are duplicates, and to 1.0 when every distance is zero (or n < 2),
+    so that the kernel stays defined.
+    """
+    n = D.shape[0]
+    if n < 2:
+        return 1.0
+    # Copy the strict upper triangle row by row: np.triu_indices would need
+    # two index arrays as large as the triangle.
+    pairs = np.empty(n * (n - 1) // 2)
+    start = 0
+    for i in range(n - 1):
+        pairs[start : start + n - 1 - i] = D[i, i + 1 :]
+        start += n - 1 - i
+    sigma = float(np.median(pairs, overwrite_input=True))
+    if sigma > 0:
+        return sigma
+    positive = pairs[pairs > 0]
+    return float(np.median(positive)) if positive.size else 1.0
 
 
-def k_center_select(*a, **k):
-    raise NotImplementedError
+def _distances(X, Y, metric):
+    """Distances of shape (n_X, n_Y) in float64; ``Y=None`` means ``Y = X``.
+
+    Cosine distances are ``1 - cos`` clipped to [0, 2] (a zero vector is at
+    distance 1 from everything), as :func:`sklearn.metrics.pairwise.cosine_distances`
+    computes them, but without its temporary copies.
+    """
+    if metric == "euclidean":
+        return euclidean_distances(X, Y)
+    X_unit = normalize(X)
+    D = X_unit @ (X_unit if Y is None else normalize(Y)).T
+    np.subtract(1.0, D, out=D)
+    np.clip(D, 0.0, 2.0, out=D)
+    if Y is None:
+        np.fill_diagonal(D, 0.0)
+    return D
 
 
-def k_medoids_select(*a, **k):
-    raise NotImplementedError
+def _rbf(D, sigma, *, out=None):
+    """``exp(-D ** 2 / sigma ** 2)``, optionally in place."""
+    K = np.square(D, out=out)
+    K *= -1.0 / sigma**2
+    return np.exp(K, out=K)
 
 
-def budget_greedy_select(*a, **k):
-    raise NotImplementedError
+def _kernel_matrix(X, metric, bandwidth):
+    """Kernel matrix of shape (n_models, n_models) and the bandwidth used.
+
+    ``X`` is validated float64: embeddings, or distances when
+    ``metric="precomputed"``. The kernel is computed in place of the distances.
+    """
+    if metric == "precomputed":
+        D = np.array(X, dtype=np.float64, copy=True)
+    else:
+        D = _distances(X, None, metric)
+    sigma = _median_bandwidth(D) if bandwidth == "median" else float(bandwidth)
+    return _rbf(D, sigma, out=D), sigma
+
+
+def _similarity_to(X, selected, metric, sigma, reference=None):
+    """Kernel similarity of each row of ``X`` to the selected models.
+
+    ``reference`` holds the selected models' embeddings; with
+    ``metric="precomputed"`` it is ignored and ``X`` holds distances to the
+    fitted models, whose ``selected`` columns are used.
+    """
+    if metric == "precomputed":
+        D = np.array(X[:, selected], dtype=np.float64)
+    else:
+        D = _distances(X, reference, metric)
+    return _rbf(D, sigma, out=D)
+
+
+def _check_n_select(n_select, n_models):
+    if n_select > n_models:
+        plural = "" if n_models == 1 else "s"
+        raise ValueError(
+            f"n_select={n_select} should be <= n_models={n_models}; X has "
+            f"{n_models} sample{plural} (one per model)."
+        )
+
+
+def _check_costs(costs, n_models, budget):
+    """Per-model costs as float64 of shape (n_models,); unit costs when None."""
+    if costs is None:
+        costs = np.ones(n_models, dtype=np.float64)
+    else:
+        try:
+            costs = np.asarray(costs, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"costs must hold numbers; {exc}.") from None
+        if costs.shape != (n_models,):
+            raise ValueError(
+                f"costs must have one cost per model, shape ({n_models},); got "
+                f"shape {costs.shape}."
+            )
+        bad = ~np.isfinite(costs) | ~(costs > 0)
+        if bad.any():
+            shown = {int(i): float(costs[i]) for i in np.flatnonzero(bad)[:5]}
+            raise ValueError(
+                f"costs must be finite and > 0; {int(bad.sum())} cost(s) are not "
+                f"(index: value) {shown}."
+            )
+    cheapest = float(costs.min())
+    if budget < cheapest:
+        raise ValueError(
+            f"budget={budget} should be >= the cheapest model's cost "
+            f"min(costs)={cheapest}; no model fits."
+        )
+    return costs
+
+
+def _check_pool(X, metric, *, name="X"):
+    X = check_array(X, dtype=np.float64, input_name=name)
+    if metric == "precomputed":
+        _check_precomputed(X, name=name)
+    return X
+
+
+# --------------------------------------------------------------------------------------
+# Algorithms on a kernel matrix (validated input). ``K[s]`` (a row) holds the
+# similarity of every model to model ``s``; K is symmetric for every metric.
+
+
+def _k_center(K, n_select):
+    """Farthest-first selection in similarity space, from the kernel medoid.
+
+    Parameters
+    ----------
+    K : ndarray of shape (n_models, n_models)
+    n_select : int, 1 <= n_select <= n_models
+
+    Returns
+    -------
+    selected : ndarray of int64, shape (n_select,), in selection order
+    """
+    n_models = K.shape[0]
+    first = int(np.argmax(K.sum(axis=1)))
+    selected = [first]
+    coverage = K[first].copy()
+    chosen = np.zeros(n_models, dtype=bool)
+    chosen[first] = True
+    for _ in range(1, n_select):
+        # argmin returns the lowest index on ties.
+        m = int(np.argmin(np.where(chosen, np.inf, coverage)))
+        selected.append(m)
+        chosen[m] = True
+        np.maximum(coverage, K[m], out=coverage)
+    return np.asarray(selected, dtype=np.int64)
+
+
+def _pam(K, selected, max_iter, method):
+    """PAM swap search from ``selected`` that maximises J; consumes ``K``.
+
+    Runs the ``kmedoids`` package on the dissimilarity ``1 - K``, whose
+    k-medoids loss is ``n_models - J``. "fasterpam" performs every improving
+    swap as soon as it finds one (Schubert & Rousseeuw, 2021), visiting
+    candidates in index order on one thread so the result is deterministic;
+    "pam" applies the best swap of each pass (FastPAM1, the classic PAM
+    result), which is also equivariant to a permutation of the models. Both
+    stop when no swap improves J.
+
+    Returns
+    -------
+    selected : ndarray of int64, shape (n_select,)
+        A swapped-in model takes the position of the model it replaced.
+    n_iter : int
+        Passes run.
+    """
+    try:
+        import kmedoids
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise ImportError(
+            "KMedoidsSelector needs the kmedoids package for its swap search; "
+            "install it with `pip install kmedoids`."
+        ) from exc
+    # 1 - K in place: the kernel matrix is not needed afterwards.
+    diss = np.subtract(1.0, K, out=K)
+    medoids = np.array(selected, dtype=np.int64)
+    if method == "fasterpam":
+        result = kmedoids.fasterpam(diss, medoids, max_iter=max_iter, n_cpu=1)
+    else:
+        result = kmedoids.fastpam1(diss, medoids, max_iter=max_iter)
+    return np.asarray(result.medoids, dtype=np.int64), int(result.n_iter)
+
+
+def _budget_greedy(K, costs, budget):
+    """Largest marginal gain of J per unit cost among models that still fit.
+
+    J is monotone submodular, so a gain computed at an earlier step bounds the
+    current one from above; this lazy evaluation (Minoux, 1978) selects
+    exactly what the plain greedy selects, ties going to the lowest index.
+
+    Returns
+    -------
+    selected : ndarray of int64, shape (n_selected,), in selection order
+    """
+    coverage = np.zeros(K.shape[0])
+    spent = []
+    selected = []
+    gains = K.sum(axis=1)
+    # Entries: (-gain per cost, model, step at which the gain was computed).
+    heap = [(-gains[m] / costs[m], m, 0) for m in range(K.shape[0])]
+    heapq.heapify(heap)
+    step = 0
+    while heap:
+        _, m, computed_at = heapq.heappop(heap)
+        # math.fsum is exactly rounded, so the budget holds for the true sum.
+        if math.fsum([*spent, costs[m]]) > budget:
+            continue  # the remaining budget only shrinks: m never fits again
+        if computed_at == step:
+            selected.append(m)
+            spent.append(costs[m])
+            np.maximum(coverage, K[m], out=coverage)
+            step += 1
+        else:
+            gain = np.maximum(K[m] - coverage, 0.0).sum()
+            heapq.heappush(heap, (-gain / costs[m], m, step))
+    return np.asarray(selected, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------
+# Public functions
+
+
+def _select_outputs(X, selected, metric, sigma, objective):
+    similarity = _similarity_to(X, selected, metric, sigma, X[selected])
+    coverage = similarity.max(axis=1)
+    value = coverage.min() if objective == "min" else coverage.sum()
+    return selected, np.argmax(similarity, axis=1), float(value)
+
+
+@validate_params(
+    {
+        "X": ["array-like"],
+        "n_select": [Interval(Integral, 1, None, closed="left")],
+        **_KERNEL_CONSTRAINTS,
+    },
+    prefer_skip_nested_validation=True,
+)
+def k_center_select(X, n_select, *, metric="cosine", bandwidth="median"):
+    """Select models by farthest-first traversal in kernel similarity space.
+
+    Starts from the kernel medoid (the model with the largest mean similarity to
+    the pool), then repeatedly adds the least-covered model: the one whose best
+    similarity to the selection is smallest (paper, eq. 9). It approximates the
+    k-center objective ``max min_i max_{s in sel} K(z_i, z_s)``; with the
+    Euclidean metric the worst covering distance is at most twice the optimal
+    one (Gonzalez, 1985).
+
+    Read more in :class:`KCenterSelector`.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_models, n_features) or (n_models, n_models)
+        Model embeddings, or a symmetric distance matrix when
+        ``metric="precomputed"``.
+    n_select : int
+        Number of models to select, at most ``n_models``.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings.
+    bandwidth : "median" or float, default="median"
+        Kernel bandwidth sigma; "median" uses the median distance between
+        distinct models.
+
+    Returns
+    -------
+    selected_indices : ndarray of int64, shape (n_select,)
+        Rows of the selected models, in selection order.
+    labels : ndarray of int64, shape (n_models,)
+        Position in ``selected_indices`` of each model's most similar
+        selected model.
+    objective : float
+        Worst coverage ``min_i max_{s in sel} K(z_i, z_s)``, in [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import k_center_select
+    >>> X = np.array([[0.0], [0.1], [5.0], [5.1], [10.0]])
+    >>> selected, labels, objective = k_center_select(X, 2, metric="euclidean")
+    >>> selected.tolist(), labels.tolist()
+    ([2, 0], [1, 1, 0, 0, 0])
+    """
+    X = _check_pool(X, metric)
+    _check_n_select(n_select, X.shape[0])
+    K, sigma = _kernel_matrix(X, metric, bandwidth)
+    return _select_outputs(X, _k_center(K, n_select), metric, sigma, "min")
+
+
+@validate_params(
+    {
+        "X": ["array-like"],
+        "n_select": [Interval(Integral, 1, None, closed="left")],
+        **_KERNEL_CONSTRAINTS,
+        "method": [StrOptions({"fasterpam", "pam"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "return_n_iter": ["boolean"],
+    },
+    prefer_skip_nested_validation=True,
+)
+def k_medoids_select(
+    X,
+    n_select,
+    *,
+    metric="cosine",
+    bandwidth="median",
+    method="fasterpam",
+    max_iter=300,
+    return_n_iter=False,
+):
+    """Select models that maximise total kernel coverage with PAM swaps.
+
+    Starts from the :func:`k_center_select` solution and swaps a selected
+    model for another while a swap improves
+    ``J = sum_i max_{s in sel} K(z_i, z_s)`` (paper, eq. 10), so the result is a
+    local optimum of J at least as good as its k-center start.
+
+    Read more in :class:`KMedoidsSelector`.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_models, n_features) or (n_models, n_models)
+        Model embeddings, or a symmetric distance matrix when
+        ``metric="precomputed"``.
+    n_select : int
+        Number of models to select, at most ``n_models``.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings.
+    bandwidth : "median" or float, default="median"
+        Kernel bandwidth sigma; "median" uses the median distance between
+        distinct models.
+    method : {"fasterpam", "pam"}, default="fasterpam"
+        Swap search: "fasterpam" applies each improving swap as soon as it is
+        found (fast, the usual choice); "pam" applies the best swap of each
+        pass (the classic PAM result, equivariant to a permutation of the
+        models, slower). Both run in the ``kmedoids`` package.
+    max_iter : int, default=300
+        Maximum number of passes over the candidate swaps.
+    return_n_iter : bool, default=False
+        Whether to return the number of passes.
+
+    Returns
+    -------
+    selected_indices : ndarray of int64, shape (n_select,)
+        Rows of the selected models; a swapped-in model takes the position of
+        the model it replaced in the k-center order.
+    labels : ndarray of int64, shape (n_models,)
+        Position in ``selected_indices`` of each model's most similar
+        selected model.
+    objective : float
+        Total coverage J, in [0, n_models].
+    n_iter : int
+        Number of passes; returned only when ``return_n_iter`` is True.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import k_medoids_select
+    >>> X = np.array([[0.0], [0.1], [0.2], [3.0], [3.1], [10.0]])
+    >>> selected, labels, objective = k_medoids_select(X, 2, metric="euclidean")
+    >>> selected.tolist(), labels.tolist()
+    ([1, 4], [0, 0, 0, 1, 1, 1])
+    """
+    X = _check_pool(X, metric)
+    _check_n_select(n_select, X.shape[0])
+    K, sigma = _kernel_matrix(X, metric, bandwidth)
+    selected, n_iter = _pam(K, _k_center(K, n_select), max_iter, method)
+    if n_iter >= max_iter:
+        _warn_max_iter(max_iter)
+    outputs = _select_outputs(X, selected, metric, sigma, "sum")
+    return (*outputs, n_iter) if return_n_iter else outputs
+
+
+@validate_params(
+    {
+        "X": ["array-like"],
+        "budget": [Interval(Real, 0, None, closed="neither")],
+        "costs": ["array-like", None],
+        **_KERNEL_CONSTRAINTS,
+    },
+    prefer_skip_nested_validation=True,
+)
+def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="median"):
+    """Select models by largest coverage gain per unit cost within a budget.
+
+    Repeatedly adds the model with the largest marginal gain of
+    ``J = sum_i max_{s in sel} K(z_i, z_s)`` per unit cost among the models
+    that still fit the remaining budget, until none fits (paper, eq. 13). The
+    total cost of the selection never exceeds ``budget``.
+
+    Read more in :class:`BudgetGreedySelector`.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_models, n_features) or (n_models, n_models)
+        Model embeddings, or a symmetric distance matrix when
+        ``metric="precomputed"``.
+    budget : float
+        Largest total cost of the selection, at least the cheapest model's cost.
+    costs : array-like of shape (n_models,), default=None
+        Cost of each model (parameters, price), finite and > 0. None gives every
+        model a cost of 1, so ``budget`` counts models.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings.
+    bandwidth : "median" or float, default="median"
+        Kernel bandwidth sigma; "median" uses the median distance between
+        distinct models.
+
+    Returns
+    -------
+    selected_indices : ndarray of int64, shape (n_selected,)
+        Rows of the selected models, in selection order.
+    labels : ndarray of int64, shape (n_models,)
+        Position in ``selected_indices`` of each model's most similar
+        selected model.
+    objective : float
+        Total coverage J, in [0, n_models].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import budget_greedy_select
+    >>> X = np.array([[0.0], [0.1], [5.0], [5.1], [10.0]])
+    >>> costs = [1.0, 3.0, 1.0, 3.0, 1.0]
+    >>> selected, _, _ = budget_greedy_select(X, 2.0, costs=costs, metric="euclidean")
+    >>> selected.tolist()
+    [2, 0]
+    """
+    X = _check_pool(X, metric)
+    costs = _check_costs(costs, X.shape[0], budget)
+    K, sigma = _kernel_matrix(X, metric, bandwidth)
+    return _select_outputs(X, _budget_greedy(K, costs, budget), metric, sigma, "sum")
+
+
+def _warn_max_iter(max_iter):
+    warnings.warn(
+        f"The swap search stopped at max_iter={max_iter} passes; the selection "
+        "may not be a local optimum of J. Increase max_iter.",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Estimators
+
+
+class _BaseSelector(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator
+):
+    """Shared fit/transform/predict of the kernel selectors.
+
+    Subclasses implement ``_select(K, costs)`` returning the selected rows
+    (and set any extra fitted attribute; ``K`` may be consumed), and set
+    ``_objective`` to "min" or "sum".
+    """
+
+    _parameter_constraints = dict(_KERNEL_CONSTRAINTS)
+    _objective = "sum"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = self.metric == "precomputed"
+        # Precomputed distances are >= 0; embeddings may take any sign.
+        tags.input_tags.positive_only = self.metric == "precomputed"
+        return tags
+
+    def _fit(self, X, costs=None):
+        X = validate_data(self, X, dtype=np.float64)
+        if self.metric == "precomputed":
+            _check_precomputed(X)
+        costs = self._check_fit_params(X.shape[0], costs)
+        K, self.bandwidth_ = _kernel_matrix(X, self.metric, self.bandwidth)
+        selected = self._select(K, costs)
+        del K
+        self.selected_indices_ = selected
+        self.selected_embeddings_ = (
+            None if self.metric == "precomputed" else X[selected].copy()
+        )
+        self._n_features_out = len(selected)
+        # labels_ and coverage_ come from the same path as predict/transform,
+        # so predict(X) == labels_ on the training data.
+        similarity = self._similarity(X)
+        self.labels_ = np.argmax(similarity, axis=1)
+        self.coverage_ = similarity.max(axis=1)
+        coverage = self.coverage_
+        self.objective_ = float(
+            coverage.min() if self._objective == "min" else coverage.sum()
+        )
+        return self
+
+    def _check_fit_params(self, n_models, costs):
+        _check_n_select(self.n_select, n_models)
+        return None
+
+    def _similarity(self, X):
+        return _similarity_to(
+            X,
+            self.selected_indices_,
+            self.metric,
+            self.bandwidth_,
+            self.selected_embeddings_,
+        )
+
+    def transform(self, X):
+        """Kernel similarity of each row to the selected models.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, n_models_fit)
+            Embeddings, or, when ``metric="precomputed"``, distances from each
+            row to every model the selector was fitted on (columns in fit
+            order).
+
+        Returns
+        -------
+        similarity : ndarray of shape (n_samples, n_selected)
+            ``K(x, z_s)`` for each selected model ``s``, columns in the order
+            of ``selected_indices_``.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        if self.metric == "precomputed":
+            _check_precomputed(X, n_columns=self.n_features_in_)
+        return self._similarity(X)
+
+    def predict(self, X):
+        """Most similar selected model of each row.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, n_models_fit)
+            As in :meth:`transform`.
+
+        Returns
+        -------
+        labels : ndarray of int64, shape (n_samples,)
+            Position in ``selected_indices_``; ties go to the earlier position.
+            On the training data this equals ``labels_``.
+        """
+        return np.argmax(self.transform(X), axis=1)
+
+
+class KCenterSelector(_BaseSelector):
+    """Select models by farthest-first traversal in kernel similarity space.
+
+    Starts from the kernel medoid, the model with the largest mean similarity
+    ``(1/n) sum_i K(z_i, z_m)``, then repeatedly adds the least-covered model,
+    the one whose best similarity to the selection is smallest (paper,
+    appendix E.4.2). It approximates the k-center objective
+    ``max min_i max_{s in sel} K(z_i, z_s)``: every model of the pool gets a
+    similar representative. Selections are nested: the first k models chosen
+    for ``n_select=k+1`` are those chosen for ``n_select=k``.
+
+    Parameters
+    ----------
+    n_select : int, default=8
+        Number of models to select, at most ``n_models``.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings. With "precomputed", X is a symmetric
+        distance matrix in :meth:`fit`, and the distances from each row to the
+        fitted models, shape (n_samples, n_models_fit), in :meth:`transform`
+        and :meth:`predict`.
+    bandwidth : "median" or float, default="median"
+        Kernel bandwidth sigma of ``K = exp(-d ** 2 / sigma ** 2)``; "median"
+        uses the median distance between distinct models.
+
+    Attributes
+    ----------
+    objective_ : float
+        Worst coverage ``min_i max_{s in sel} K(z_i, z_s)``, in [0, 1].
+    selected_indices_ : ndarray of int64, shape (n_selected,)
+        Rows of the selected models, in selection order.
+    selected_embeddings_ : ndarray of shape (n_selected, n_features) or None
+        Embeddings of the selected models (None with ``metric="precomputed"``).
+    labels_ : ndarray of int64, shape (n_models,)
+        Position in ``selected_indices_`` of each model's most similar
+        selected model, as :meth:`predict` gives on the training data.
+    coverage_ : ndarray of float64, shape (n_models,)
+        Similarity of each model to its most similar selected model.
+    bandwidth_ : float
+        Kernel bandwidth sigma used (the median distance between distinct
+        models when ``bandwidth="median"``; when more than half the pairs are
+        duplicates, the median of the non-zero distances; 1.0 when all
+        distances are zero).
+    n_features_in_ : int
+        Number of features seen during fit (``n_models`` when precomputed).
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        Names of features seen during fit, when X has string column names.
+
+    See Also
+    --------
+    KMedoidsSelector : Refines this selection with PAM swaps on total coverage.
+    BudgetGreedySelector : Selects under a cost budget.
+    k_center_select : Function twin.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import KCenterSelector
+    >>> X = np.array([[0.0], [0.1], [5.0], [5.1], [10.0]])
+    >>> selector = KCenterSelector(n_select=2, metric="euclidean").fit(X)
+    >>> selector.selected_indices_.tolist(), selector.labels_.tolist()
+    ([2, 0], [1, 1, 0, 0, 0])
+    >>> selector.transform([[0.05]]).shape
+    (1, 2)
+    """
+
+    _parameter_constraints = {
+        **_BaseSelector._parameter_constraints,
+        "n_select": [Interval(Integral, 1, None, closed="left")],
+    }
+    _objective = "min"
+
+    def __init__(self, n_select=8, *, metric="cosine", bandwidth="median"):
+        self.n_select = n_select
+        self.metric = metric
+        self.bandwidth = bandwidth
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Select ``n_select`` models.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_models, n_features) or (n_models, n_models)
+            Model embeddings, or distances when ``metric="precomputed"``.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            The fitted selector.
+        """
+        return self._fit(X)
+
+    def _select(self, K, costs):
+        return _k_center(K, self.n_select)
+
+
+class KMedoidsSelector(_BaseSelector):
+    """Select models that maximise total kernel coverage with PAM swaps.
+
+    Initialises from the :class:`KCenterSelector` solution, then swaps a
+    selected model for another while a swap improves
+    ``J = sum_i max_{s in sel} K(z_i, z_s)`` (paper, appendix E.4.2), until
+    none does. The swap search is the ``kmedoids`` package's FasterPAM (or
+    classic PAM) on the dissimilarity ``1 - K``, whose k-medoids loss is
+    ``n_models - J``. The result is deterministic, a local optimum of J under
+    single swaps, and at least as good as the k-center start.
+
+    Parameters
+    ----------
+    n_select : int, default=8
+        Number of models to select, at most ``n_models``.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings. With "precomputed", X is a symmetric
+        distance matrix in :meth:`fit`, and the distances from each row to the
+        fitted models, shape (n_samples, n_models_fit), in :meth:`transform`
+        and :meth:`predict`.
+    bandwidth : "median" or float, default="median"
+        Kernel bandwidth sigma of ``K = exp(-d ** 2 / sigma ** 2)``; "median"
+        uses the median distance between distinct models.
+    method : {"fasterpam", "pam"}, default="fasterpam"
+        Swap search: "fasterpam" applies each improving swap as soon as it is
+        found, visiting candidates in index order (fast, the usual choice);
+        "pam" applies the best swap of each pass (the classic PAM result,
+        equivariant to a permutation of the models; each pass costs
+        O(n_models ** 2) and makes one swap, so it is much slower on large
+        pools).
+    max_iter : int, default=300
+        Maximum number of passes over the candidate swaps; a
+        :class:`~sklearn.exceptions.ConvergenceWarning` is raised when reached.
+
+    Attributes
+    ----------
+    objective_ : float
+        Total coverage J, in [0, n_models].
+    initial_indices_ : ndarray of int64, shape (n_select,)
+        The k-center start.
+    n_iter_ : int
+        Number of passes over the candidate swaps, the final one that found no
+        improving swap included.
+    selected_indices_ : ndarray of int64, shape (n_selected,)
+        Rows of the selected models, in selection order.
+    selected_embeddings_ : ndarray of shape (n_selected, n_features) or None
+        Embeddings of the selected models (None with ``metric="precomputed"``).
+    labels_ : ndarray of int64, shape (n_models,)
+        Position in ``selected_indices_`` of each model's most similar
+        selected model, as :meth:`predict` gives on the training data.
+    coverage_ : ndarray of float64, shape (n_models,)
+        Similarity of each model to its most similar selected model.
+    bandwidth_ : float
+        Kernel bandwidth sigma used (the median distance between distinct
+        models when ``bandwidth="median"``; when more than half the pairs are
+        duplicates, the median of the non-zero distances; 1.0 when all
+        distances are zero).
+    n_features_in_ : int
+        Number of features seen during fit (``n_models`` when precomputed).
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        Names of features seen during fit, when X has string column names.
+
+    See Also
+    --------
+    KCenterSelector : The start of the swaps.
+    k_medoids_select : Function twin.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import KMedoidsSelector
+    >>> X = np.array([[0.0], [0.1], [0.2], [3.0], [3.1], [10.0]])
+    >>> selector = KMedoidsSelector(n_select=2, metric="euclidean").fit(X)
+    >>> selector.initial_indices_.tolist()  # k-center covers the outlier 10.0
+    [2, 5]
+    >>> selector.selected_indices_.tolist()  # swaps trade it for the pair at 3
+    [1, 4]
+    >>> selector.predict([[0.3], [9.0]]).tolist()
+    [0, 1]
+    """
+
+    _parameter_constraints = {
+        **_BaseSelector._parameter_constraints,
+        "n_select": [Interval(Integral, 1, None, closed="left")],
+        "method": [StrOptions({"fasterpam", "pam"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        n_select=8,
+        *,
+        metric="cosine",
+        bandwidth="median",
+        method="fasterpam",
+        max_iter=300,
+    ):
+        self.n_select = n_select
+        self.metric = metric
+        self.bandwidth = bandwidth
+        self.method = method
+        self.max_iter = max_iter
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Select ``n_select`` models.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_models, n_features) or (n_models, n_models)
+            Model embeddings, or distances when ``metric="precomputed"``.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            The fitted selector.
+        """
+        return self._fit(X)
+
+    def _select(self, K, costs):
+        self.initial_indices_ = _k_center(K, self.n_select)
+        selected, self.n_iter_ = _pam(
+            K, self.initial_indices_, self.max_iter, self.method
+        )
+        if self.n_iter_ >= self.max_iter:
+            _warn_max_iter(self.max_iter)
+        return selected
+
+
+class BudgetGreedySelector(_BaseSelector):
+    """Select models by largest coverage gain per unit cost within a budget.
+
+    Repeatedly adds the model with the largest marginal gain of
+    ``J = sum_i max_{s in sel} K(z_i, z_s)`` per unit cost among the models
+    that still fit the remaining budget, until none fits (paper, appendix
+    E.4.3). The total cost of the selection never exceeds ``budget``.
+
+    Parameters
+    ----------
+    budget : float, default=8.0
+        Largest total cost of the selection; at least the cheapest model's cost.
+        With unit costs (``costs=None`` in :meth:`fit`) it is a model count.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings. With "precomputed", X is a symmetric
+        distance matrix in :meth:`fit`, and the distances from each row to the
+        fitted models, shape (n_samples, n_models_fit), in :meth:`transform`
+        and :meth:`predict`.
+    bandwidth : "median" or float, default="median"
+        Kernel bandwidth sigma of ``K = exp(-d ** 2 / sigma ** 2)``; "median"
+        uses the median distance between distinct models.
+
+    Attributes
+    ----------
+    objective_ : float
+        Total coverage J, in [0, n_models].
+    total_cost_ : float
+        Total cost of the selected models, <= ``budget``.
+    selected_indices_ : ndarray of int64, shape (n_selected,)
+        Rows of the selected models, in selection order.
+    selected_embeddings_ : ndarray of shape (n_selected, n_features) or None
+        Embeddings of the selected models (None with ``metric="precomputed"``).
+    labels_ : ndarray of int64, shape (n_models,)
+        Position in ``selected_indices_`` of each model's most similar
+        selected model, as :meth:`predict` gives on the training data.
+    coverage_ : ndarray of float64, shape (n_models,)
+        Similarity of each model to its most similar selected model.
+    bandwidth_ : float
+        Kernel bandwidth sigma used (the median distance between distinct
+        models when ``bandwidth="median"``; when more than half the pairs are
+        duplicates, the median of the non-zero distances; 1.0 when all
+        distances are zero).
+    n_features_in_ : int
+        Number of features seen during fit (``n_models`` when precomputed).
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        Names of features seen during fit, when X has string column names.
+
+    See Also
+    --------
+    KMedoidsSelector : Selects a fixed number of models.
+    budget_greedy_select : Function twin.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import BudgetGreedySelector
+    >>> X = np.array([[0.0], [0.1], [5.0], [5.1], [10.0]])
+    >>> costs = [1.0, 3.0, 1.0, 3.0, 1.0]
+    >>> selector = BudgetGreedySelector(budget=2.0, metric="euclidean")
+    >>> selector.fit(X, costs=costs).selected_indices_.tolist()
+    [2, 0]
+    >>> selector.total_cost_
+    2.0
+    """
+
+    _parameter_constraints = {
+        **_BaseSelector._parameter_constraints,
+        "budget": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def __init__(self, budget=8.0, *, metric="cosine", bandwidth="median"):
+        self.budget = budget
+        self.metric = metric
+        self.bandwidth = bandwidth
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, costs=None):
+        """Select models within ``budget``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_models, n_features) or (n_models, n_models)
+            Model embeddings, or distances when ``metric="precomputed"``.
+        y : None
+            Ignored.
+        costs : array-like of shape (n_models,), default=None
+            Cost of each model (parameters, price), finite and > 0. None gives
+            every model a cost of 1.
+
+        Returns
+        -------
+        self : object
+            The fitted selector.
+        """
+        return self._fit(X, costs)
+
+    def _check_fit_params(self, n_models, costs):
+        return _check_costs(costs, n_models, self.budget)
+
+    def _select(self, K, costs):
+        selected = _budget_greedy(K, costs, self.budget)
+        self.total_cost_ = math.fsum(costs[selected])
+        return selected

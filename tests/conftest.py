@@ -31,3 +31,12 @@ def shared_data():
     if not os.path.isdir(path):
         pytest.skip("../shared/data is not present on this machine")
     return path
+
+
+# Plots are drawn off-screen in tests.
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+except ImportError:  # pragma: no cover - matplotlib is a test extra
+    pass

@@ -1,1 +1,46 @@
-"""Placeholder."""
+"""Inspect a pool through its model embeddings: neighbours, families, portfolios.
+
+- Neighbours: :func:`nearest_models`, :func:`fallback_order`,
+  :func:`fallback_routing_accuracy`.
+- Geometry: :func:`distance_disagreement_correlation`,
+  :func:`neighbor_agreement`, :func:`model_linkage`.
+- Fingerprints: :func:`calibrate_fingerprint_threshold`, :func:`match_models`.
+- Capability profiles: :func:`task_profiles`, :func:`embed_profile`,
+  :func:`profile_recall_at_k`.
+- Portfolios: :func:`portfolio_curve`.
+- Plots (need matplotlib): :func:`plot_model_dendrogram`,
+  :func:`plot_model_map`, :func:`plot_portfolio_curve`.
+
+Functions that take ``embeddings`` accept a fitted router (its
+``model_embeddings_`` and ``classes_``) or an array of shape (n_models, d) with
+optional ``names``.
+"""
+
+from ._fingerprint import calibrate_fingerprint_threshold, match_models
+from ._geometry import (
+    distance_disagreement_correlation,
+    model_linkage,
+    neighbor_agreement,
+)
+from ._neighbors import fallback_order, fallback_routing_accuracy, nearest_models
+from ._plotting import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
+from ._portfolio import portfolio_curve
+from ._profiles import embed_profile, profile_recall_at_k, task_profiles
+
+__all__ = [
+    "calibrate_fingerprint_threshold",
+    "distance_disagreement_correlation",
+    "embed_profile",
+    "fallback_order",
+    "fallback_routing_accuracy",
+    "match_models",
+    "model_linkage",
+    "nearest_models",
+    "neighbor_agreement",
+    "plot_model_dendrogram",
+    "plot_model_map",
+    "plot_portfolio_curve",
+    "portfolio_curve",
+    "profile_recall_at_k",
+    "task_profiles",
+]

@@ -1,0 +1,162 @@
+"""Helpers shared by the inspection functions (validated pools, distances, scores)."""
+
+import numpy as np
+from sklearn.metrics import pairwise_distances
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from .._evals import _preview, check_evals
+
+METRICS = ("cosine", "euclidean")
+
+
+def check_metric(metric):
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {list(METRICS)}; got {metric!r}.")
+    return metric
+
+
+def as_pool(embeddings, names=None, *, name="embeddings"):
+    """Embeddings of shape (n_models, d) as float64 and the model names.
+
+    ``embeddings`` is a fitted router (its ``model_embeddings_`` and
+    ``classes_``) or an array; an array's models are named by ``names``, or by
+    their row index when ``names`` is None.
+    """
+    if hasattr(embeddings, "fit"):
+        check_is_fitted(embeddings)
+        if not hasattr(embeddings, "model_embeddings_"):
+            raise TypeError(
+                f"{type(embeddings).__name__} has no model_embeddings_; pass the "
+                "model embeddings as an array (with names=, or embeddings= where "
+                "the function takes a router)."
+            )
+        if names is not None:
+            raise ValueError(
+                f"names must be None when {name} is a fitted router; its classes_ "
+                "name the models."
+            )
+        Z = np.asarray(embeddings.model_embeddings_, dtype=np.float64)
+        return Z, np.asarray(embeddings.classes_, dtype=object)
+    Z = check_array(embeddings, dtype=np.float64, input_name=name)
+    if names is None:
+        return Z, np.arange(len(Z))
+    return Z, check_names(names, len(Z), name=name)
+
+
+def check_names(names, n_models, *, name="embeddings"):
+    if isinstance(names, str):
+        raise TypeError(
+            f"names must be a sequence of model names, not the string {names!r}."
+        )
+    names = np.asarray(list(names), dtype=object)
+    if names.shape != (n_models,):
+        raise ValueError(
+            f"names must have one name per row of {name}, shape ({n_models},); got "
+            f"shape {names.shape}."
+        )
+    unique, counts = np.unique(names.astype(str), return_counts=True)
+    if (counts > 1).any():
+        raise ValueError(f"names has duplicates: {_preview(unique[counts > 1])}.")
+    return names
+
+
+def as_pool_for_evals(embeddings, evals, names=None):
+    """Like :func:`as_pool`, plus the validated ``evals`` table.
+
+    An array without ``names`` is matched to the models of ``evals`` in sorted
+    order (the row order of ``LocusEmbedder.transform(evals)``).
+    """
+    table = check_evals(evals)
+    if names is None and not hasattr(embeddings, "model_embeddings_"):
+        Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
+        if len(Z) != table.n_models:
+            raise ValueError(
+                f"embeddings has {len(Z)} rows but evals has {table.n_models} models; "
+                "pass names= (one model name per row) to match them."
+            )
+        return Z, table.models.copy(), table
+    Z, names = as_pool(embeddings, names)
+    return Z, names, table
+
+
+def pairwise(Z, Y=None, *, metric="cosine"):
+    """Distances of shape (n_Z, n_Y) in float64."""
+    return np.asarray(pairwise_distances(Z, Y, metric=check_metric(metric)), np.float64)
+
+
+def neighbour_order(D):
+    """Other models sorted by distance, shape (n_models, n_models - 1).
+
+    Ties go to the lowest index (a stable sort).
+    """
+    n = D.shape[0]
+    D = D.copy()
+    D[np.arange(n), np.arange(n)] = -np.inf  # self first, then dropped
+    return np.argsort(D, axis=1, kind="stable")[:, 1:]
+
+
+def lookup(names, model, *, name="model"):
+    position = {m: i for i, m in enumerate(names.tolist())}
+    try:
+        return position[model]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"{name}={model!r} is not a model of the pool; the pool is "
+            f"{_preview(names, limit=10)}."
+        ) from None
+
+
+def disagreement(Y):
+    """Disagreement rate and common-query count for every pair of models.
+
+    Parameters
+    ----------
+    Y : ndarray of shape (n_queries, n_models)
+        Scores with NaN where missing.
+
+    Returns
+    -------
+    rate : ndarray of shape (n_models, n_models)
+        Mean ``|y_a - y_b|`` over the queries both models have a score for
+        (the fraction of queries where binary correctness differs); NaN where
+        they share no query.
+    common : ndarray of int64, shape (n_models, n_models)
+    """
+    observed = ~np.isnan(Y)
+    Y0 = np.where(observed, Y, 0.0)
+    O = observed.astype(np.float64)
+    common = O.T @ O
+    if np.isin(Y0[observed], (0.0, 1.0)).all():
+        # For 0/1 scores |a - b| = a (1 - b) + (1 - a) b: two matrix products.
+        wrong = O - Y0
+        total = Y0.T @ wrong
+        total += total.T
+    else:
+        total = np.empty_like(common)
+        for a in range(Y.shape[1]):
+            both = observed[:, [a]] & observed
+            total[a] = np.where(both, np.abs(Y0[:, [a]] - Y0), 0.0).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(common > 0, total / np.maximum(common, 1), np.nan)
+    return rate, common.round().astype(np.int64)
+
+
+def router_utility(router, queries):
+    """What ``router.predict`` maximises: P(correct) minus the weighted cost."""
+    utility = np.asarray(router.predict_proba(queries), dtype=np.float64)
+    cost_weight = getattr(router, "cost_weight", 0.0) or 0.0
+    costs = getattr(router, "model_costs_", None)
+    if cost_weight > 0 and costs is not None:
+        utility = utility - cost_weight * np.asarray(costs, dtype=np.float64)
+    return utility
+
+
+def import_pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(
+            "Plotting needs matplotlib; install it with `pip install matplotlib` "
+            "(or `pip install locus_sklearn[plot]`)."
+        ) from exc
+    return plt

@@ -1,0 +1,216 @@
+"""Does the embedding geometry reflect behaviour? Correlations, agreement, families."""
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from scipy.cluster.hierarchy import linkage
+from scipy.spatial.distance import squareform
+from sklearn.utils import Bunch
+
+from ._common import as_pool, as_pool_for_evals, disagreement, neighbour_order, pairwise
+from ._neighbors import _check_k
+
+__all__ = ["distance_disagreement_correlation", "model_linkage", "neighbor_agreement"]
+
+_LINKAGE_METHODS = ("single", "complete", "average", "weighted", "ward")
+
+
+def distance_disagreement_correlation(
+    embeddings, evals, *, names=None, metric="cosine", min_common=1
+):
+    """Correlation between embedding distance and correctness disagreement.
+
+    For every pair of models, compares the distance between their embeddings
+    with their disagreement rate, the fraction of their common queries on
+    which their correctness differs (mean ``|score_a - score_b|``, which is the
+    normalised Hamming distance for 0/1 scores). The paper (section 3.4,
+    table 3) reports Pearson 0.85-0.89, Spearman 0.88 and Kendall 0.71.
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    evals : DataFrame or mapping of columns
+        Scored evaluations (``model``, ``query``, ``score``) of models of the
+        pool, typically held-out queries.
+    names : array-like of shape (n_models,), default=None
+        Model names of an array's rows. None matches the rows to the models
+        of ``evals`` in sorted order, the row order of
+        ``LocusEmbedder.transform(evals)``.
+    metric : {"cosine", "euclidean"}, default="cosine"
+        Distance between embeddings.
+    min_common : int, default=1
+        Pairs with fewer common queries are skipped (and counted).
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``pearson``, ``spearman``, ``kendall`` (floats); ``n_pairs`` (pairs
+        used); ``n_skipped`` (pairs with fewer than ``min_common`` common
+        queries); ``pairs``, a DataFrame with columns ``model_a``,
+        ``model_b``, ``distance``, ``disagreement`` and ``n_common``.
+
+    Examples
+    --------
+    >>> from locus_sklearn.inspection import distance_disagreement_correlation
+    >>> evals = {"model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+    ...          "query": ["q1", "q2", "q3", "q4"] * 3,
+    ...          "score": [1, 1, 0, 0,  1, 1, 0, 1,  0, 0, 1, 1]}
+    >>> Z = [[0.0, 0.0], [0.1, 0.0], [1.0, 0.0]]  # rows a, b, c
+    >>> result = distance_disagreement_correlation(Z, evals, metric="euclidean")
+    >>> result.pairs[["model_a", "model_b", "disagreement"]]
+      model_a model_b  disagreement
+    0       a       b          0.25
+    1       a       c          1.00
+    2       b       c          0.75
+    >>> round(result.spearman, 3)
+    1.0
+    """
+    if min_common < 1:
+        raise ValueError(f"min_common={min_common} should be >= 1.")
+    Z, names, table = as_pool_for_evals(embeddings, evals, names)
+    rate, common = disagreement(table.to_dense(names))
+    distance = pairwise(Z, metric=metric)
+    a, b = np.triu_indices(len(Z), k=1)
+    used = common[a, b] >= min_common
+    pairs = pd.DataFrame(
+        {
+            "model_a": names[a[used]],
+            "model_b": names[b[used]],
+            "distance": distance[a, b][used],
+            "disagreement": rate[a, b][used],
+            "n_common": common[a, b][used],
+        }
+    )
+    if len(pairs) < 2:
+        raise ValueError(
+            f"Only {len(pairs)} model pair(s) share at least min_common={min_common} "
+            "quer(y/ies); a correlation needs at least 2 pairs. Pass evaluations "
+            "where models are scored on common queries."
+        )
+    x, y = pairs["distance"].to_numpy(), pairs["disagreement"].to_numpy()
+    return Bunch(
+        pearson=float(stats.pearsonr(x, y).statistic),
+        spearman=float(stats.spearmanr(x, y).statistic),
+        kendall=float(stats.kendalltau(x, y).statistic),
+        n_pairs=len(pairs),
+        n_skipped=int((~used).sum()),
+        pairs=pairs,
+    )
+
+
+def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
+    """Agreement of each model with its k-th nearest neighbour vs a random model.
+
+    The agreement of two models is the fraction of their common queries on
+    which their correctness agrees (``1 - mean |score_a - score_b|``). For each
+    neighbour rank k, the agreement of every model with its k-th nearest
+    model in embedding space is averaged over models, next to the average
+    agreement with a uniformly random other model (its exact expectation: the
+    mean over all other models). The paper (section 3.5, figure 8) reports 79%
+    for the nearest neighbour, falling with k.
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    evals : DataFrame or mapping of columns
+        Scored evaluations (``model``, ``query``, ``score``) of the pool.
+    k : int or sequence of int, default=1
+        Neighbour rank(s), 1 being the nearest; at most ``n_models - 1``.
+    names : array-like of shape (n_models,), default=None
+        Model names of an array's rows. None matches the rows to the models
+        of ``evals`` in sorted order.
+    metric : {"cosine", "euclidean"}, default="cosine"
+        Distance between embeddings.
+
+    Returns
+    -------
+    result : DataFrame with one row per k
+        Columns ``k``, ``agreement`` (mean over models of the agreement with
+        the k-th neighbour), ``random_agreement`` (mean over models of the
+        mean agreement with the other models) and ``n_models`` (models whose
+        k-th neighbour shares a query with them, the ones averaged).
+
+    Examples
+    --------
+    >>> from locus_sklearn.inspection import neighbor_agreement
+    >>> evals = {"model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+    ...          "query": ["q1", "q2", "q3", "q4"] * 3,
+    ...          "score": [1, 1, 0, 0,  1, 1, 0, 1,  0, 0, 1, 1]}
+    >>> Z = [[0.0, 0.0], [0.1, 0.0], [1.0, 0.0]]
+    >>> neighbor_agreement(Z, evals, k=[1, 2], metric="euclidean")
+       k  agreement  random_agreement  n_models
+    0  1   0.583333          0.333333         3
+    1  2   0.083333          0.333333         3
+    """
+    Z, names, table = as_pool_for_evals(embeddings, evals, names)
+    ks = _check_k(k, len(Z) - 1, what="the number of other models")
+    rate, _ = disagreement(table.to_dense(names))
+    agreement = 1.0 - rate
+    np.fill_diagonal(agreement, np.nan)
+    # A model sharing no query with any other has no random agreement.
+    n_defined = (~np.isnan(agreement)).sum(axis=1)
+    per_model = np.nansum(agreement, axis=1)[n_defined > 0] / n_defined[n_defined > 0]
+    random_agreement = per_model.mean() if per_model.size else np.nan
+    order = neighbour_order(pairwise(Z, metric=metric))
+    rows = np.arange(len(Z))
+    records = []
+    for kk in ks:
+        values = agreement[rows, order[:, kk - 1]]
+        defined = ~np.isnan(values)
+        records.append(
+            {
+                "k": kk,
+                "agreement": float(values[defined].mean()) if defined.any() else np.nan,
+                "random_agreement": float(random_agreement),
+                "n_models": int(defined.sum()),
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def model_linkage(embeddings, *, method="average", metric="euclidean"):
+    """Hierarchical clustering of the models from their embedding distances.
+
+    The paper (section 3.4, figure 7) clusters models with Euclidean distances;
+    the tree recovers model families (e.g. math- and code-tuned ones). Cut it
+    with :func:`scipy.cluster.hierarchy.fcluster`, draw it with
+    :func:`plot_model_dendrogram`.
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    method : {"average", "complete", "single", "weighted", "ward"}, default="average"
+        Linkage criterion (see :func:`scipy.cluster.hierarchy.linkage`);
+        "ward" needs ``metric="euclidean"``.
+    metric : {"cosine", "euclidean"}, default="euclidean"
+        Distance between embeddings.
+
+    Returns
+    -------
+    Z : ndarray of shape (n_models - 1, 4)
+        The linkage matrix, leaves numbered as the rows of ``embeddings``.
+
+    Examples
+    --------
+    >>> from scipy.cluster.hierarchy import fcluster
+    >>> from locus_sklearn.inspection import model_linkage
+    >>> X = [[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]]
+    >>> fcluster(model_linkage(X), t=2, criterion="maxclust").tolist()
+    [2, 2, 1, 1]
+    """
+    if method not in _LINKAGE_METHODS:
+        raise ValueError(
+            f"method must be one of {list(_LINKAGE_METHODS)}; got {method!r}."
+        )
+    if method == "ward" and metric != "euclidean":
+        raise ValueError(f"method='ward' needs metric='euclidean'; got {metric!r}.")
+    Z, _ = as_pool(embeddings)
+    if len(Z) < 2:
+        raise ValueError(f"Clustering needs at least 2 models; got {len(Z)}.")
+    distance = pairwise(Z, metric=metric)
+    distance = (distance + distance.T) / 2  # exact symmetry for squareform
+    np.fill_diagonal(distance, 0.0)
+    return linkage(squareform(distance, checks=False), method=method)

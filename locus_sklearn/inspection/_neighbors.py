@@ -1,0 +1,212 @@
+"""Nearest models in embedding space: proxies, fallback orders, fallback routing."""
+
+from numbers import Integral
+
+import numpy as np
+import pandas as pd
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from .._evals import check_evals
+from ..metrics import route
+from ._common import as_pool, lookup, neighbour_order, pairwise, router_utility
+
+__all__ = ["fallback_order", "fallback_routing_accuracy", "nearest_models"]
+
+
+def _check_k(k, n_max, *, what):
+    ks = [k] if isinstance(k, Integral) else list(k)
+    if not ks or not all(
+        isinstance(v, Integral) and not isinstance(v, bool) for v in ks
+    ):
+        raise TypeError(f"k must be an int or a sequence of ints; got {k!r}.")
+    for v in ks:
+        if not 1 <= v <= n_max:
+            raise ValueError(f"k={v} should be in [1, {n_max}], {what}.")
+    return [int(v) for v in ks]
+
+
+def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
+    """The ``k`` models nearest to a model (or to any point) in embedding space.
+
+    Near models behave alike (paper, section 3.5): they are proxies when a
+    model is unavailable, and the nearest real models to a hypothetical
+    embedding (:func:`embed_profile`) are the best matches for a capability
+    profile.
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_`` (e.g. a fitted
+        :class:`~locus_sklearn.LocusRouter`), or model embeddings.
+    model : str, int or array-like of shape (d,)
+        A model of the pool (its name; its row index when ``names`` is None),
+        which is left out of its own neighbours, or an embedding.
+    k : int, default=5
+        Number of neighbours.
+    metric : {"cosine", "euclidean"}, default="cosine"
+        Distance between embeddings.
+    names : array-like of shape (n_models,), default=None
+        Model names of an array's rows; must be None for a router.
+
+    Returns
+    -------
+    neighbours : DataFrame of shape (k, 2)
+        Columns ``model`` and ``distance``, nearest first, indexed by rank
+        (1 to k). Ties go to the lowest row.
+
+    Examples
+    --------
+    >>> from locus_sklearn.inspection import nearest_models
+    >>> Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    >>> nearest_models(Z, "a", k=2, names=["a", "b", "c"])["model"].tolist()
+    ['b', 'c']
+    >>> nearest_models(Z, [0.1, 1.0], k=1, names=["a", "b", "c"])
+         model  distance
+    rank
+    1        c  0.004963
+    """
+    Z, names = as_pool(embeddings, names)
+    if np.ndim(model) == 1:
+        point = check_array([model], dtype=np.float64, input_name="model")
+        if point.shape[1] != Z.shape[1]:
+            raise ValueError(
+                f"model has {point.shape[1]} dimensions but the embeddings have "
+                f"{Z.shape[1]}."
+            )
+        distances = pairwise(point, Z, metric=metric)[0]
+        candidates = np.arange(len(Z))
+    else:
+        i = lookup(names, model)
+        distances = pairwise(Z[[i]], Z, metric=metric)[0]
+        candidates = np.delete(np.arange(len(Z)), i)
+    (k,) = _check_k(k, len(candidates), what="the number of candidate models")
+    order = candidates[np.argsort(distances[candidates], kind="stable")[:k]]
+    return pd.DataFrame(
+        {"model": names[order], "distance": distances[order]},
+        index=pd.RangeIndex(1, k + 1, name="rank"),
+    )
+
+
+def fallback_order(embeddings, *, metric="cosine", names=None):
+    """For each model, the other models from nearest to farthest.
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    metric : {"cosine", "euclidean"}, default="cosine"
+        Distance between embeddings.
+    names : array-like of shape (n_models,), default=None
+        Model names of an array's rows; must be None for a router.
+
+    Returns
+    -------
+    order : DataFrame of shape (n_models, n_models - 1)
+        Row ``m`` lists the other models, nearest first; columns are the
+        neighbour ranks 1 to n_models - 1. Ties go to the lowest row.
+
+    Examples
+    --------
+    >>> from locus_sklearn.inspection import fallback_order
+    >>> Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    >>> fallback_order(Z, names=["a", "b", "c"])
+    rank  1  2
+    a     b  c
+    b     a  c
+    c     b  a
+    """
+    Z, names = as_pool(embeddings, names)
+    order = neighbour_order(pairwise(Z, metric=metric))
+    return pd.DataFrame(
+        names[order],
+        index=pd.Index(names, name=None),
+        columns=pd.RangeIndex(1, len(Z), name="rank"),
+    )
+
+
+def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="cosine"):
+    """Routing accuracy when the routed model is down and its neighbour answers.
+
+    Each query of ``evals`` is routed as ``router.predict`` would (the
+    largest ``P(correct) - cost_weight * cost``) among the models with a score
+    for it; the routed model is then made unavailable and the query goes to
+    its ``k``-th nearest neighbour in embedding space among the remaining
+    models with a score (paper, appendix E.2). On a complete score matrix this
+    is exactly the paper's protocol; on a sparse one, a query's pool is the
+    models scored on it, as in :func:`~locus_sklearn.metrics.routing_accuracy`.
+
+    Parameters
+    ----------
+    router : fitted router
+        Any router with ``classes_`` and ``predict_proba`` (for example
+        :class:`~locus_sklearn.LocusRouter`).
+    evals : DataFrame or mapping of columns
+        Scored evaluations of models of the pool (``model``, ``query``,
+        ``score``), typically held-out queries.
+    k : int or sequence of int, default=1
+        Neighbour rank(s) of the fallback model: 1 is the nearest.
+    embeddings : array-like of shape (n_models, d), default=None
+        Embeddings of ``router.classes_``; defaults to
+        ``router.model_embeddings_``. Pass them to study a router that has no
+        embeddings of its own (a black-box router).
+    metric : {"cosine", "euclidean"}, default="cosine"
+        Distance between embeddings.
+
+    Returns
+    -------
+    result : DataFrame with one row per k
+        Columns ``k``; ``accuracy`` (mean score of the fallback model);
+        ``no_outage_accuracy`` (mean score of the routed model on the same
+        queries); ``retained`` (their ratio); ``n_queries`` (queries with at
+        least ``k`` scored models besides the routed one, the ones counted).
+
+    Examples
+    --------
+    >>> from locus_sklearn.baselines import SingleBestRouter
+    >>> from locus_sklearn.inspection import fallback_routing_accuracy
+    >>> evals = {"model": ["a", "a", "b", "b", "c", "c"],
+    ...          "query": ["q1", "q2"] * 3, "score": [1, 1, 1, 0, 0, 0]}
+    >>> router = SingleBestRouter().fit(evals)  # always routes to "a"
+    >>> Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]  # "b" is nearest to "a"
+    >>> fallback_routing_accuracy(router, evals, k=[1, 2], embeddings=Z)
+       k  accuracy  no_outage_accuracy  retained  n_queries
+    0  1       0.5                 1.0       0.5          2
+    1  2       0.0                 1.0       0.0          2
+    """
+    check_is_fitted(router)
+    classes = np.asarray(router.classes_, dtype=object)
+    if embeddings is None:
+        Z, _ = as_pool(router)
+    else:
+        Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
+        if len(Z) != len(classes):
+            raise ValueError(
+                f"embeddings has {len(Z)} rows but the router has {len(classes)} "
+                "models; pass one row per model of router.classes_."
+            )
+    ks = _check_k(k, len(classes) - 1, what="the number of other models")
+    table = check_evals(evals)
+    Y = table.to_dense(classes)
+    observed = ~np.isnan(Y)
+    routed = route(router_utility(router, table.queries), observed)
+    rows = np.arange(len(Y))
+    routed_score = Y[rows, routed]
+    order = neighbour_order(pairwise(Z, metric=metric))[routed]  # (n_queries, n - 1)
+    n_available = np.cumsum(observed[rows[:, None], order], axis=1)
+    records = []
+    for kk in ks:
+        counted = n_available[:, -1] >= kk
+        position = np.argmax(n_available >= kk, axis=1)
+        fallback = order[rows, position]
+        accuracy = float(Y[rows, fallback][counted].mean()) if counted.any() else np.nan
+        no_outage = float(routed_score[counted].mean()) if counted.any() else np.nan
+        records.append(
+            {
+                "k": kk,
+                "accuracy": accuracy,
+                "no_outage_accuracy": no_outage,
+                "retained": accuracy / no_outage if no_outage > 0 else np.nan,
+                "n_queries": int(counted.sum()),
+            }
+        )
+    return pd.DataFrame.from_records(records)

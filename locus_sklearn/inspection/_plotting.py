@@ -1,0 +1,225 @@
+"""Plots of the model space: dendrogram + distance heatmap, 2-D map, portfolio curve.
+
+matplotlib is optional: it is imported when a plot is drawn.
+"""
+
+import numpy as np
+from scipy.cluster.hierarchy import dendrogram
+from sklearn.decomposition import PCA
+from sklearn.manifold import TSNE
+from sklearn.preprocessing import normalize
+
+from ._common import as_pool, check_metric, import_pyplot, pairwise
+from ._geometry import model_linkage
+
+__all__ = ["plot_model_dendrogram", "plot_model_map", "plot_portfolio_curve"]
+
+
+def plot_model_dendrogram(
+    embeddings, *, names=None, method="average", metric="euclidean", heatmap=True
+):
+    """Dendrogram of the models, over a heatmap of their embedding distances.
+
+    Rows and columns of the heatmap follow the leaves of the dendrogram, so
+    families show as dark blocks on the diagonal (paper, figure 7).
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    names : array-like of shape (n_models,), default=None
+        Model names of an array's rows (row numbers when None); must be None
+        for a router.
+    method : {"average", "complete", "single", "weighted", "ward"}, default="average"
+        Linkage criterion (see :func:`model_linkage`).
+    metric : {"cosine", "euclidean"}, default="euclidean"
+        Distance between embeddings.
+    heatmap : bool, default=True
+        Whether to draw the distance heatmap under the dendrogram.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+        With the dendrogram axes first, then the heatmap and its colour bar.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from locus_sklearn.inspection import plot_model_dendrogram
+    >>> X = [[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]]
+    >>> fig = plot_model_dendrogram(X, names=["a1", "a2", "b1", "b2"])
+    >>> len(fig.axes)
+    3
+    """
+    plt = import_pyplot()
+    Z, names = as_pool(embeddings, names)
+    tree = model_linkage(Z, method=method, metric=metric)
+    labels = [str(n) for n in names]
+    size = max(4.0, 0.3 * len(Z) + 2.0)
+    if not heatmap:
+        fig, ax = plt.subplots(figsize=(size, 4.0), layout="constrained")
+        dendrogram(tree, labels=labels, ax=ax, leaf_rotation=90, color_threshold=None)
+        ax.set_ylabel(f"{metric} distance ({method} linkage)")
+        return fig
+    fig = plt.figure(figsize=(size + 1.0, size + 2.0), layout="constrained")
+    grid = fig.add_gridspec(2, 2, height_ratios=[1, 3], width_ratios=[30, 1])
+    ax_tree = fig.add_subplot(grid[0, 0])
+    leaves = dendrogram(tree, ax=ax_tree, no_labels=True)["leaves"]
+    ax_tree.set_ylabel(f"{metric} distance")
+    ax_tree.set_xticks([])
+    ax_map = fig.add_subplot(grid[1, 0])
+    distance = pairwise(Z, metric=metric)[np.ix_(leaves, leaves)]
+    image = ax_map.imshow(distance, cmap="viridis", aspect="auto")
+    ticks = np.arange(len(leaves))
+    ordered = [labels[i] for i in leaves]
+    ax_map.set_xticks(ticks, ordered, rotation=90)
+    ax_map.set_yticks(ticks, ordered)
+    fig.colorbar(image, cax=fig.add_subplot(grid[1, 1]), label=f"{metric} distance")
+    return fig
+
+
+def plot_model_map(
+    embeddings,
+    *,
+    names=None,
+    groups=None,
+    method="pca",
+    metric="cosine",
+    annotate=True,
+    ax=None,
+    random_state=None,
+):
+    """The models in two dimensions (PCA or t-SNE), labelled by name.
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    names : array-like of shape (n_models,), default=None
+        Model names of an array's rows (row numbers when None); must be None
+        for a router.
+    groups : array-like of shape (n_models,), default=None
+        A group per model (e.g. its family), coloured with a legend.
+    method : {"pca", "tsne"}, default="pca"
+        :class:`~sklearn.decomposition.PCA` or :class:`~sklearn.manifold.TSNE`.
+    metric : {"cosine", "euclidean"}, default="cosine"
+        Geometry to preserve: with "cosine" PCA runs on L2-normalised
+        embeddings and t-SNE on cosine distances.
+    annotate : bool, default=True
+        Whether to write each model's name next to its point.
+    ax : matplotlib Axes, default=None
+        Axes to draw on; a new figure when None.
+    random_state : int, RandomState instance or None, default=None
+        Seeds t-SNE.
+
+    Returns
+    -------
+    ax : matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from locus_sklearn.inspection import plot_model_map
+    >>> X = [[1.0, 0.0, 0.1], [0.9, 0.1, 0.0], [0.0, 1.0, 0.2], [0.1, 0.9, 0.1]]
+    >>> ax = plot_model_map(X, names=["a1", "a2", "b1", "b2"],
+    ...                     groups=["a", "a", "b", "b"])
+    >>> len(ax.texts)
+    4
+    """
+    plt = import_pyplot()
+    Z, names = as_pool(embeddings, names)
+    check_metric(metric)
+    if method == "pca":
+        points = PCA(n_components=2).fit_transform(
+            normalize(Z) if metric == "cosine" else Z
+        )
+    elif method == "tsne":
+        perplexity = float(min(30.0, max(1.0, (len(Z) - 1) / 3)))
+        points = TSNE(
+            n_components=2,
+            metric=metric,
+            perplexity=perplexity,
+            init="pca" if metric == "euclidean" else "random",
+            random_state=random_state,
+        ).fit_transform(Z)
+    else:
+        raise ValueError(f"method must be 'pca' or 'tsne'; got {method!r}.")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.0, 5.0), layout="constrained")
+    if groups is None:
+        ax.scatter(points[:, 0], points[:, 1])
+    else:
+        groups = np.asarray(groups, dtype=object)
+        if groups.shape != (len(Z),):
+            raise ValueError(
+                f"groups must have one entry per model, shape ({len(Z)},); got "
+                f"shape {groups.shape}."
+            )
+        for group in dict.fromkeys(groups.tolist()):
+            at = groups == group
+            ax.scatter(points[at, 0], points[at, 1], label=str(group))
+        ax.legend(title="group")
+    if annotate:
+        for (x, y), name in zip(points, names, strict=True):
+            ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel(f"{method.upper() if method == 'pca' else 't-SNE'} 1")
+    ax.set_ylabel(f"{method.upper() if method == 'pca' else 't-SNE'} 2")
+    return ax
+
+
+def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=True):
+    """Plot a :func:`portfolio_curve` result: accuracy against size or budget.
+
+    Parameters
+    ----------
+    curve : DataFrame
+        The output of :func:`portfolio_curve`.
+    ax : matplotlib Axes, default=None
+        Axes to draw on (e.g. to overlay several selectors); a new figure when
+        None.
+    label : str, default=None
+        Legend label of the selector's curve; "selected" when None.
+    random : bool, default=True
+        Whether to draw the random baseline (mean ± standard deviation).
+    full_pool : bool, default=True
+        Whether to draw the full pool's accuracy as a dashed line.
+
+    Returns
+    -------
+    ax : matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import pandas as pd
+    >>> from locus_sklearn.inspection import plot_portfolio_curve
+    >>> curve = pd.DataFrame({"value": [1, 2], "accuracy": [0.6, 0.8],
+    ...                       "random_mean": [0.5, 0.7], "random_std": [0.1, 0.05],
+    ...                       "full_pool_accuracy": [0.85, 0.85]})
+    >>> ax = plot_portfolio_curve(curve, label="k-medoids")
+    >>> len(ax.lines)
+    3
+    """
+    plt = import_pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.0, 4.0), layout="constrained")
+    x = curve["value"].to_numpy()
+    ax.plot(x, curve["accuracy"], marker="o", label=label or "selected")
+    if random and curve["random_mean"].notna().any():
+        mean, std = curve["random_mean"], curve["random_std"]
+        (line,) = ax.plot(x, mean, linestyle=":", color="gray", label="random")
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+    if full_pool:
+        ax.axhline(
+            curve["full_pool_accuracy"].iloc[0],
+            linestyle="--",
+            color="black",
+            label="full pool",
+        )
+    ax.set_xlabel("budget" if "cost" in curve.columns else "portfolio size")
+    ax.set_ylabel("routing accuracy")
+    ax.legend()
+    return ax

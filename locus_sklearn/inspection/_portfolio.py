@@ -1,0 +1,187 @@
+"""Routing accuracy of portfolios chosen from the embeddings, against random ones."""
+
+import math
+
+import numpy as np
+import pandas as pd
+from sklearn.base import clone
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from .._base import check_model_costs
+from .._evals import check_evals
+from .._selectors import KMedoidsSelector
+from ..metrics import route
+from ._common import as_pool, router_utility
+
+__all__ = ["portfolio_curve"]
+
+
+def _random_feasible(costs, budget, rng):
+    """A random subset that fits the budget and to which no other model fits."""
+    chosen, spent = [], []
+    for m in rng.permutation(len(costs)):
+        if math.fsum([*spent, costs[m]]) <= budget:
+            chosen.append(m)
+            spent.append(costs[m])
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def portfolio_curve(
+    router,
+    evals,
+    values,
+    *,
+    selector=None,
+    costs=None,
+    embeddings=None,
+    n_random=20,
+    random_state=None,
+):
+    """Routing accuracy restricted to selected portfolios, as the portfolio grows.
+
+    For each value (a portfolio size, or a budget for a budgeted selector),
+    the selector chooses a portfolio from the model embeddings alone, and
+    each query of ``evals`` is routed as ``router.predict(queries,
+    models=portfolio)`` would, among the portfolio's models with a score for
+    it (paper, section 3.5 and appendix E.4). Random portfolios of the same
+    size (or random budget-feasible ones that no further model fits) give the
+    baseline, as mean and standard deviation over ``n_random`` draws.
+
+    Parameters
+    ----------
+    router : fitted router
+        Any router with ``classes_`` and ``predict_proba``, with
+        ``model_embeddings_`` unless ``embeddings`` is given.
+    evals : DataFrame or mapping of columns
+        Scored evaluations of models of the pool, typically held-out queries
+        that every model has a score for. Queries where no model of a
+        portfolio has a score are not counted for it.
+    values : sequence of int or float
+        Portfolio sizes (``n_select``) for count selectors, budgets
+        (``budget``) for :class:`~locus_sklearn.BudgetGreedySelector`.
+    selector : estimator, default=None
+        An unfitted selector with an ``n_select`` or a ``budget`` parameter;
+        cloned for each value. Defaults to
+        :class:`~locus_sklearn.KMedoidsSelector` ``()``.
+    costs : mapping of str to float or array-like of shape (n_models,), default=None
+        Model costs for a budgeted selector; defaults to
+        ``router.model_costs_``.
+    embeddings : array-like of shape (n_models, d), default=None
+        Embeddings of ``router.classes_``; defaults to
+        ``router.model_embeddings_``.
+    n_random : int, default=20
+        Random portfolios per value; 0 skips the baseline.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the random portfolios.
+
+    Returns
+    -------
+    curve : DataFrame with one row per value
+        Columns ``value``; ``n_models`` (portfolio size); ``cost`` (its total
+        cost, budgeted selectors only); ``accuracy``; ``n_queries`` (queries
+        counted); ``random_mean`` and ``random_std`` (the random baseline);
+        ``full_pool_accuracy`` (routing among every model); ``models`` (the
+        portfolio, a tuple of names in selection order).
+
+    Examples
+    --------
+    >>> from locus_sklearn.baselines import KNNRouter
+    >>> from locus_sklearn.inspection import portfolio_curve
+    >>> encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
+    >>> evals = {"model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+    ...          "query": ["q1", "q2", "q3"] * 3,
+    ...          "score": [1, 1, 0,  1, 0, 0,  0, 0, 1]}
+    >>> router = KNNRouter(1, encoder=encoder).fit(evals)
+    >>> Z = [[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]]  # "b" resembles "a"
+    >>> curve = portfolio_curve(router, evals, [1, 2], embeddings=Z, random_state=0)
+    >>> curve[["value", "models", "accuracy", "random_mean"]]
+       value  models  accuracy  random_mean
+    0      1    (a,)  0.666667         0.45
+    1      2  (a, c)  1.000000         0.75
+    """
+    check_is_fitted(router)
+    classes = np.asarray(router.classes_, dtype=object)
+    if embeddings is None:
+        Z, _ = as_pool(router)
+    else:
+        Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
+        if len(Z) != len(classes):
+            raise ValueError(
+                f"embeddings has {len(Z)} rows but the router has {len(classes)} "
+                "models; pass one row per model of router.classes_."
+            )
+    selector = KMedoidsSelector() if selector is None else selector
+    params = selector.get_params(deep=False)
+    if "budget" in params:
+        parameter = "budget"
+        costs = check_model_costs(
+            getattr(router, "model_costs_", None) if costs is None else costs,
+            classes,
+            name="costs",
+        )
+        if costs is None:
+            raise ValueError(
+                "A budgeted selector needs model costs: pass costs= or fit the "
+                "router with model_costs=."
+            )
+    elif "n_select" in params:
+        parameter = "n_select"
+    else:
+        raise TypeError(
+            "selector must have an n_select or a budget parameter (a KCenterSelector, "
+            f"KMedoidsSelector or BudgetGreedySelector); got {type(selector).__name__}."
+        )
+    if n_random < 0:
+        raise ValueError(f"n_random={n_random} should be >= 0.")
+
+    table = check_evals(evals)
+    Y = table.to_dense(classes)
+    observed = ~np.isnan(Y)
+    utility = router_utility(router, table.queries)
+
+    def accuracy(portfolio):
+        available = observed.copy()
+        keep = np.zeros(len(classes), dtype=bool)
+        keep[portfolio] = True
+        available &= keep
+        counted = available.any(axis=1)
+        if not counted.any():
+            return np.nan, 0
+        routed = route(utility[counted], available[counted])
+        return float(Y[counted][np.arange(counted.sum()), routed].mean()), int(
+            counted.sum()
+        )
+
+    full_pool, _ = accuracy(np.arange(len(classes)))
+    rng = check_random_state(random_state)
+    records = []
+    for value in values:
+        fitted = clone(selector).set_params(**{parameter: value})
+        if parameter == "budget":
+            fitted.fit(Z, costs=costs)
+        else:
+            fitted.fit(Z)
+        portfolio = fitted.selected_indices_
+        score, n_queries = accuracy(portfolio)
+        if parameter == "budget":
+            draws = [_random_feasible(costs, value, rng) for _ in range(n_random)]
+        else:
+            draws = [
+                rng.choice(len(classes), len(portfolio), replace=False)
+                for _ in range(n_random)
+            ]
+        random_scores = np.array([accuracy(d)[0] for d in draws])
+        record = {"value": value, "n_models": len(portfolio)}
+        if parameter == "budget":
+            record["cost"] = math.fsum(costs[portfolio])
+        record.update(
+            accuracy=score,
+            n_queries=n_queries,
+            random_mean=float(np.mean(random_scores)) if n_random else np.nan,
+            random_std=float(np.std(random_scores)) if n_random else np.nan,
+            full_pool_accuracy=full_pool,
+            models=tuple(classes[portfolio]),
+        )
+        records.append(record)
+    return pd.DataFrame.from_records(records)

@@ -1,0 +1,318 @@
+"""Hypothetical models: embed a task-accuracy profile, find the real models near it.
+
+A hypothetical evaluation set has the per-task accuracies of a wanted profile
+(paper, appendix E.1); embedded like a real model's evaluations, it lands near
+the real models with that profile, which :func:`nearest_models` retrieves.
+"""
+
+from collections.abc import Mapping
+from numbers import Integral
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch, check_random_state
+
+from .._evals import _preview, check_evals
+from ._common import as_pool, pairwise
+from ._fingerprint import _as_embedder
+from ._neighbors import _check_k
+
+__all__ = ["embed_profile", "profile_recall_at_k", "task_profiles"]
+
+
+def task_profiles(evals):
+    """Mean score of each model on each task.
+
+    Parameters
+    ----------
+    evals : DataFrame or mapping of columns
+        Scored evaluations with a ``task`` column.
+
+    Returns
+    -------
+    profiles : DataFrame of shape (n_models, n_tasks)
+        Indexed by model (sorted), one column per task (sorted); NaN where a
+        model has no evaluation on a task.
+
+    Examples
+    --------
+    >>> from locus_sklearn.inspection import task_profiles
+    >>> evals = {"model": ["a", "a", "a", "b"], "query": ["q1", "q2", "q3", "q1"],
+    ...          "score": [1, 0, 1, 0], "task": ["math", "math", "code", "math"]}
+    >>> task_profiles(evals)
+    task  code  math
+    a      1.0   0.5
+    b      NaN   0.0
+    """
+    table = _check_tasks(evals)
+    frame = table.to_frame()
+    profiles = frame.pivot_table(index="model", columns="task", values="score")
+    profiles.index.name = None
+    return profiles.reindex(index=table.models, columns=np.unique(table.query_task))
+
+
+def _check_tasks(evals, name="evals"):
+    table = check_evals(evals, name=name)
+    if table.query_task is None:
+        raise ValueError(
+            f"{name} needs a 'task' column (the task or benchmark of each query) "
+            "to build task profiles."
+        )
+    return table
+
+
+def _queries_by_task(queries_by_task):
+    """Mapping task -> ndarray of distinct queries."""
+    is_table = isinstance(queries_by_task, pd.DataFrame) or (
+        isinstance(queries_by_task, Mapping)
+        and {"query", "task"} <= set(queries_by_task)
+    )
+    if is_table:
+        frame = pd.DataFrame(
+            {
+                "query": list(queries_by_task["query"]),
+                "task": list(queries_by_task["task"]),
+            }
+        )
+        return {
+            str(task): np.unique(group.to_numpy(dtype=object))
+            for task, group in frame.groupby("task")["query"]
+        }
+    if not isinstance(queries_by_task, Mapping):
+        raise TypeError(
+            "queries_by_task must be a mapping of task -> queries or a table with "
+            f"'query' and 'task' columns; got {type(queries_by_task).__name__}."
+        )
+    return {
+        str(task): np.unique(np.asarray(list(queries), dtype=object))
+        for task, queries in queries_by_task.items()
+    }
+
+
+def embed_profile(
+    embedder,
+    task_accuracies,
+    queries_by_task,
+    *,
+    n_evals=256,
+    scores="bernoulli",
+    random_state=None,
+):
+    """Embed hypothetical models with given per-task accuracies.
+
+    For each profile, ``n_evals`` queries are drawn without replacement from
+    the queries of the profile's tasks (so tasks weigh by their number of
+    queries), each gets a synthetic score at its task's accuracy, and the
+    resulting evaluation set is embedded (paper, appendix E.1). Find the real
+    models nearest to it with :func:`nearest_models`.
+
+    Parameters
+    ----------
+    embedder : fitted LocusEmbedder or fitted router
+        Anything with ``transform(evals)`` returning one embedding per model of
+        ``evals`` in sorted model-name order; a router's ``embedder_`` is used.
+    task_accuracies : mapping, Series or DataFrame of shape (n_profiles, n_tasks)
+        Accuracy in [0, 1] per task: one profile (a mapping or Series), or one
+        profile per row (a DataFrame such as :func:`task_profiles` returns;
+        NaN leaves a task out of that profile).
+    queries_by_task : mapping of str to sequence of str, or DataFrame
+        The queries of each task, or a table with ``query`` and ``task``
+        columns (e.g. an ``evals`` table).
+    n_evals : int, default=256
+        Evaluations per profile; at most the number of queries of its tasks,
+        all of which are used when there are fewer.
+    scores : {"bernoulli", "exact"}, default="bernoulli"
+        "bernoulli" draws each score as a 0/1 with the task's accuracy (the
+        paper's protocol, accuracies matched in expectation); "exact" scores
+        ``round(accuracy * n)`` of a task's ``n`` drawn queries as correct.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the queries and scores.
+
+    Returns
+    -------
+    embeddings : ndarray of shape (n_profiles, d)
+        One row per profile (one row for a single profile), in input order.
+
+    Examples
+    --------
+    A stand-in embedder whose embedding is the per-task accuracy; a fitted
+    :class:`~locus_sklearn.LocusEmbedder` is used the same way.
+
+    >>> from locus_sklearn.inspection import embed_profile
+    >>> class TaskAccuracy:
+    ...     def transform(self, evals):
+    ...         by_task = evals.groupby(["model", "task"])["score"].mean()
+    ...         return by_task.unstack().to_numpy()
+    >>> queries = {"math": [f"m{i}" for i in range(50)],
+    ...            "code": [f"c{i}" for i in range(50)]}
+    >>> embed_profile(TaskAccuracy(), {"math": 0.9, "code": 0.2}, queries,
+    ...               n_evals=100, scores="exact")
+    array([[0.2, 0.9]])
+    """
+    embedder = _as_embedder(embedder)
+    if not isinstance(n_evals, Integral) or n_evals < 1:
+        raise ValueError(f"n_evals={n_evals!r} should be an int >= 1.")
+    if scores not in ("bernoulli", "exact"):
+        raise ValueError(f"scores must be 'bernoulli' or 'exact'; got {scores!r}.")
+    if isinstance(task_accuracies, pd.DataFrame):
+        profiles = task_accuracies
+    else:
+        profiles = pd.DataFrame([pd.Series(task_accuracies, dtype=np.float64)])
+    values = profiles.to_numpy(dtype=np.float64)
+    given = ~np.isnan(values)
+    if ((values[given] < 0) | (values[given] > 1)).any():
+        raise ValueError("task_accuracies must lie in [0, 1].")
+    queries = _queries_by_task(queries_by_task)
+    tasks = [str(t) for t in profiles.columns]
+    unknown = [t for t in tasks if t not in queries]
+    if unknown:
+        raise ValueError(
+            f"task_accuracies has task(s) {_preview(unknown)} with no queries in "
+            f"queries_by_task (tasks: {_preview(sorted(queries))})."
+        )
+    rng = check_random_state(random_state)
+    width = len(str(len(profiles)))
+    frames = []
+    for p, row in enumerate(values):
+        used = [t for t, ok in zip(tasks, given[p], strict=True) if ok]
+        if not used:
+            raise ValueError(f"Profile {p} gives no task accuracy.")
+        pool = np.concatenate([queries[t] for t in used])
+        task_of = np.repeat(used, [len(queries[t]) for t in used])
+        picked = rng.choice(len(pool), min(n_evals, len(pool)), replace=False)
+        accuracy = dict(zip(tasks, row, strict=True))
+        score = np.empty(len(picked))
+        for t in used:
+            at = np.flatnonzero(task_of[picked] == t)
+            if scores == "bernoulli":
+                score[at] = rng.random_sample(len(at)) < accuracy[t]
+            else:
+                correct = np.zeros(len(at))
+                correct[: int(round(accuracy[t] * len(at)))] = 1.0
+                score[at] = rng.permutation(correct)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": f"profile{p:0{width}d}",
+                    "query": pool[picked],
+                    "score": score,
+                    "task": task_of[picked],
+                }
+            )
+        )
+    return np.asarray(embedder.transform(pd.concat(frames, ignore_index=True)))
+
+
+def profile_recall_at_k(
+    embedder,
+    evals,
+    *,
+    k=(1, 5, 10),
+    n_evals=256,
+    scores="bernoulli",
+    reference=None,
+    metric="cosine",
+    random_state=None,
+):
+    """How often a model's task profile retrieves the model itself.
+
+    For each model of ``evals``, its per-task accuracy profile
+    (:func:`task_profiles`) is embedded as a hypothetical model
+    (:func:`embed_profile`, with the queries of ``evals``), and the real
+    embeddings are ranked by distance to it. recall@k is the fraction of
+    models ranked within the first k (paper, appendix E.1: recall@10 of 97%
+    with 8,192 evaluations).
+
+    Parameters
+    ----------
+    embedder : fitted LocusEmbedder or fitted router
+        Anything with ``transform(evals)``; a router's ``embedder_`` is used.
+    evals : DataFrame or mapping of columns
+        Scored evaluations with a ``task`` column.
+    k : int or sequence of int, default=(1, 5, 10)
+        Ranks to report; larger ones than the pool are capped at its size.
+    n_evals : int, default=256
+        Evaluations per hypothetical model.
+    scores : {"bernoulli", "exact"}, default="bernoulli"
+        How synthetic scores are drawn (see :func:`embed_profile`).
+    reference : fitted router or array-like of shape (n_models, d), default=None
+        Real embeddings of the models of ``evals`` (sorted by name, or a
+        router whose pool holds them). Defaults to
+        ``embedder.transform(evals)``.
+    metric : {"cosine", "euclidean"}, default="cosine"
+        Distance between embeddings.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the hypothetical evaluation sets.
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``recall`` (Series indexed by k) and ``ranks`` (Series indexed by
+        model: the rank of the true model, 1 being the nearest; ties count in
+        its favour).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn.inspection import profile_recall_at_k
+    >>> class TaskAccuracy:
+    ...     def transform(self, evals):
+    ...         by_task = evals.groupby(["model", "task"])["score"].mean()
+    ...         return by_task.unstack().to_numpy()
+    >>> def scores(math, code):  # 20 math then 20 code queries
+    ...     return [1] * math + [0] * (20 - math) + [1] * code + [0] * (20 - code)
+    >>> evals = {"model": np.repeat(["a", "b", "c"], 40),
+    ...          "query": np.tile([f"q{i}" for i in range(40)], 3),
+    ...          "task": np.tile(["math"] * 20 + ["code"] * 20, 3),
+    ...          "score": scores(18, 4) + scores(4, 18) + scores(10, 10)}
+    >>> result = profile_recall_at_k(TaskAccuracy(), evals, k=[1, 2], n_evals=40,
+    ...                              scores="exact", metric="euclidean")
+    >>> result.recall.tolist()
+    [1.0, 1.0]
+    """
+    embedder = _as_embedder(embedder)
+    table = _check_tasks(evals)
+    frame = table.to_frame()
+    profiles = task_profiles(frame)
+    ks = _check_k(
+        [min(v, table.n_models) if isinstance(v, Integral) else v for v in np.ravel(k)],
+        table.n_models,
+        what="the number of models",
+    )
+    hypothetical = embed_profile(
+        embedder,
+        profiles,
+        frame[["query", "task"]],
+        n_evals=n_evals,
+        scores=scores,
+        random_state=random_state,
+    )
+    if reference is None:
+        real = np.asarray(embedder.transform(frame), dtype=np.float64)
+    else:
+        real, names = as_pool(reference)
+        if hasattr(reference, "model_embeddings_"):
+            position = {m: i for i, m in enumerate(names.tolist())}
+            missing = [m for m in table.models if m not in position]
+            if missing:
+                raise ValueError(
+                    f"reference has no embedding for {len(missing)} model(s) of "
+                    f"evals: {_preview(missing)}."
+                )
+            real = real[[position[m] for m in table.models]]
+        elif len(real) != table.n_models:
+            raise ValueError(
+                f"reference has {len(real)} rows but evals has {table.n_models} "
+                "models; pass one row per model, sorted by name."
+            )
+    distance = pairwise(hypothetical, real, metric=metric)
+    own = distance[np.arange(table.n_models), np.arange(table.n_models)]
+    ranks = 1 + (distance < own[:, None]).sum(axis=1)
+    return Bunch(
+        recall=pd.Series(
+            [float(np.mean(ranks <= kk)) for kk in ks],
+            index=pd.Index(ks, name="k"),
+            name="recall",
+        ),
+        ranks=pd.Series(ranks, index=pd.Index(table.models, name="model"), name="rank"),
+    )

@@ -1,0 +1,459 @@
+"""The inspection toolkit on synthetic pools with known families."""
+
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.cluster.hierarchy import fcluster
+from sklearn.metrics import adjusted_rand_score
+
+from locus_sklearn import (
+    BudgetGreedySelector,
+    KCenterSelector,
+    LocusEmbedder,
+    LocusRouter,
+)
+from locus_sklearn.baselines import KNNRouter
+from locus_sklearn.datasets import make_model_pool
+from locus_sklearn.inspection import (
+    calibrate_fingerprint_threshold,
+    distance_disagreement_correlation,
+    embed_profile,
+    fallback_order,
+    fallback_routing_accuracy,
+    match_models,
+    model_linkage,
+    nearest_models,
+    neighbor_agreement,
+    plot_model_dendrogram,
+    plot_model_map,
+    plot_portfolio_curve,
+    portfolio_curve,
+    profile_recall_at_k,
+    task_profiles,
+)
+from locus_sklearn.inspection._common import disagreement
+from locus_sklearn.metrics import routing_accuracy
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return make_model_pool(
+        n_models=16,
+        n_queries=240,
+        n_tasks=4,
+        n_families=4,
+        evals_per_model="all",
+        random_state=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def family_embeddings(pool):
+    """Embeddings = a random centre per family + small noise, in sorted-name order."""
+    rng = np.random.default_rng(0)
+    families = pool.models["family"].to_numpy()
+    _, family = np.unique(families, return_inverse=True)
+    centres = 3.0 * rng.standard_normal((family.max() + 1, 16))
+    Z = centres[family] + 0.05 * rng.standard_normal((len(family), 16))
+    return Z, pool.models["model"].to_numpy(dtype=object), family
+
+
+@pytest.fixture(scope="module")
+def router(pool):
+    embedder = LocusEmbedder(
+        pool.encodings,
+        embedding_dim=8,
+        n_latents=2,
+        n_blocks=1,
+        n_heads=1,
+        hidden_dim=8,
+        enc_size=(16, 64),
+        dec_size=32,
+        max_epochs=1,
+        episodes_per_epoch=16,
+        validation_fraction=0,
+        random_state=0,
+    )
+    return LocusRouter(embedder).fit(pool.evals, model_costs=pool.n_params)
+
+
+class TaskAccuracyEmbedder:
+    """A stand-in embedder with known geometry: a model's per-task mean score."""
+
+    def __init__(self, query_task):
+        self.query_task = query_task
+        self.tasks = sorted(set(query_task.values()))
+
+    def transform(self, evals):
+        frame = pd.DataFrame(evals)
+        frame["task"] = frame["query"].map(self.query_task)
+        means = frame.groupby(["model", "task"])["score"].mean().unstack()
+        return means.reindex(columns=self.tasks).fillna(0.5).to_numpy()
+
+
+@pytest.fixture(scope="module")
+def task_embedder(pool):
+    return TaskAccuracyEmbedder(
+        dict(zip(pool.queries["query"], pool.queries["task"], strict=True))
+    )
+
+
+# ---------------------------------------------------------------- neighbours
+
+
+def test_same_family_models_are_nearest(family_embeddings):
+    Z, names, family = family_embeddings
+    per_family = np.bincount(family).min()
+    for metric in ("cosine", "euclidean"):
+        for i, name in enumerate(names):
+            neighbours = nearest_models(
+                Z, name, k=per_family - 1, metric=metric, names=names
+            )
+            assert list(neighbours.index) == list(range(1, per_family))
+            assert neighbours["distance"].is_monotonic_increasing
+            assert set(family[np.searchsorted(names, neighbours["model"])]) == {
+                family[i]
+            }
+        order = fallback_order(Z, metric=metric, names=names)
+        assert order.shape == (len(Z), len(Z) - 1)
+        first = nearest_models(Z, names[0], k=1, metric=metric, names=names)
+        assert order.iloc[0, 0] == first["model"].iloc[0]
+
+
+def test_nearest_models_of_a_point_and_errors(family_embeddings, router):
+    Z, names, _ = family_embeddings
+    result = nearest_models(Z, Z[3] + 1e-3, k=2, names=names)
+    assert result["model"].iloc[0] == names[3]
+    assert nearest_models(Z, 3, k=1)["model"].iloc[0] != 3  # row index, self left out
+    with pytest.raises(ValueError, match="model='nope' is not a model of the pool"):
+        nearest_models(Z, "nope", names=names)
+    with pytest.raises(ValueError, match=r"k=16 should be in \[1, 15\]"):
+        nearest_models(Z, names[0], k=16, names=names)
+    with pytest.raises(ValueError, match="names must be None"):
+        nearest_models(router, router.classes_[0], names=router.classes_)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        nearest_models(Z, names[0], metric="manhattan", names=names)
+    result = nearest_models(router, router.classes_[0], k=3)
+    assert result.shape == (3, 2) and router.classes_[0] not in set(result["model"])
+
+
+def test_linkage_recovers_families(family_embeddings):
+    Z, _, family = family_embeddings
+    n_families = family.max() + 1
+    for method, metric in [
+        ("average", "euclidean"),
+        ("complete", "cosine"),
+        ("ward", "euclidean"),
+        ("single", "cosine"),
+    ]:
+        tree = model_linkage(Z, method=method, metric=metric)
+        assert tree.shape == (len(Z) - 1, 4)
+        clusters = fcluster(tree, t=n_families, criterion="maxclust")
+        assert adjusted_rand_score(family, clusters) == 1.0
+    with pytest.raises(ValueError, match="ward"):
+        model_linkage(Z, method="ward", metric="cosine")
+
+
+# ---------------------------------------------------------------- geometry vs behaviour
+
+
+def test_disagreement_matches_brute_force():
+    rng = np.random.default_rng(0)
+    for binary in (True, False):
+        Y = rng.integers(0, 2, (30, 5)).astype(float) if binary else rng.random((30, 5))
+        Y[rng.random(Y.shape) < 0.3] = np.nan
+        Y[:, 4] = np.nan
+        Y[0, 4] = 1.0  # model 4 has one query
+        rate, common = disagreement(Y)
+        for a in range(5):
+            for b in range(5):
+                both = ~np.isnan(Y[:, a]) & ~np.isnan(Y[:, b])
+                assert common[a, b] == both.sum()
+                expected = (
+                    np.abs(Y[both, a] - Y[both, b]).mean() if both.any() else np.nan
+                )
+                np.testing.assert_allclose(rate[a, b], expected)
+
+
+def test_distance_disagreement_correlation_counts_skipped_pairs():
+    evals = {
+        "model": ["a", "a", "b", "b", "c", "c"],
+        "query": ["q1", "q2", "q1", "q2", "q3", "q4"],
+        "score": [1, 0, 1, 1, 0, 1],
+    }
+    Z = np.array([[0.0], [1.0], [2.0]])
+    with pytest.raises(ValueError, match="Only 1 model pair"):
+        distance_disagreement_correlation(Z, evals, metric="euclidean")
+    evals["model"] += ["d", "d"]
+    evals["query"] += ["q1", "q2"]
+    evals["score"] += [0, 0]
+    Z = np.array([[0.0], [1.0], [2.0], [4.0]])
+    result = distance_disagreement_correlation(Z, evals, metric="euclidean")
+    # c shares no query with a, b or d.
+    assert result.n_skipped == 3 and result.n_pairs == 3
+    assert result.pairs["disagreement"].tolist() == [0.5, 0.5, 1.0]  # ab, ad, bd
+    assert -1 <= result.kendall <= 1
+    with pytest.raises(ValueError, match="embeddings has 2 rows but evals has 4"):
+        distance_disagreement_correlation(Z[:2], evals)
+    with pytest.raises(ValueError, match="not in models"):
+        distance_disagreement_correlation(Z, evals, names=["a", "b", "c", "x"])
+
+
+def test_distance_tracks_disagreement_on_a_pool(pool):
+    # Embeddings that encode behaviour: each model's true success probabilities.
+    Z = pool.probabilities.to_numpy().T
+    result = distance_disagreement_correlation(Z, pool.evals, metric="euclidean")
+    assert result.n_pairs == 16 * 15 // 2 and result.n_skipped == 0
+    assert result.pearson > 0.5 and result.spearman > 0.5 and result.kendall > 0.3
+    agreement = neighbor_agreement(Z, pool.evals, k=[1, 2, 15], metric="euclidean")
+    assert agreement["k"].tolist() == [1, 2, 15]
+    assert agreement["agreement"].iloc[0] > agreement["random_agreement"].iloc[0]
+    assert agreement["agreement"].iloc[0] > agreement["agreement"].iloc[-1]
+    assert (agreement["n_models"] == 16).all()
+
+
+# ---------------------------------------------------------------- fallback routing
+
+
+def test_fallback_skips_models_without_a_score():
+    evals = {
+        "model": ["a", "a", "b", "c", "c"],
+        "query": ["q1", "q2", "q1", "q1", "q2"],
+        "score": [1, 1, 0, 1, 0],
+    }
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    router = KNNRouter(1, encoder=encoder).fit(evals)  # routes both queries to a
+    Z = [[0.0, 0.0], [0.1, 0.0], [1.0, 0.0]]  # b nearest to a, then c
+    result = fallback_routing_accuracy(
+        router, evals, k=[1, 2], embeddings=Z, metric="euclidean"
+    )
+    # k=1: q1 falls back to b (0); q2 has no score for b, so c (0) answers.
+    # k=2: q1 goes to c (1); q2 has no second scored model and is not counted.
+    assert result["accuracy"].tolist() == [0.0, 1.0]
+    assert result["n_queries"].tolist() == [2, 1]
+    assert result["no_outage_accuracy"].tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match=r"k=3 should be in \[1, 2\]"):
+        fallback_routing_accuracy(router, evals, k=3, embeddings=Z)
+    with pytest.raises(ValueError, match="embeddings has 2 rows"):
+        fallback_routing_accuracy(router, evals, embeddings=Z[:2])
+
+
+def test_fallback_routing_accuracy_with_a_router(router, pool):
+    evals = pool.evals
+    result = fallback_routing_accuracy(router, evals, k=[1, 3])
+    assert list(result.columns) == [
+        "k",
+        "accuracy",
+        "no_outage_accuracy",
+        "retained",
+        "n_queries",
+    ]
+    assert (result["n_queries"] == pool.queries.shape[0]).all()
+    y_true = pd.pivot_table(evals, index="query", columns="model", values="score")
+    proba = router.predict_proba(y_true.index.to_numpy())
+    assert result["no_outage_accuracy"].iloc[0] == pytest.approx(
+        routing_accuracy(y_true[router.classes_].to_numpy(), proba)
+    )
+    assert ((0 <= result["accuracy"]) & (result["accuracy"] <= 1)).all()
+
+
+# ---------------------------------------------------------------- fingerprints
+
+
+def test_fingerprint_calibration_and_matching(pool, task_embedder):
+    result = calibrate_fingerprint_threshold(
+        task_embedder,
+        pool.evals,
+        n_resamples=4,
+        n_evals=200,
+        false_match_rate=0.05,
+        metric="euclidean",
+        random_state=0,
+    )
+    n = len(result.models)
+    assert n == 16 and result.n_skipped == 0
+    assert result.self_distances.shape == (n * 4 * 3 // 2,)
+    assert result.cross_distances.shape == (n * (n - 1) // 2 * 16,)
+    assert result.false_match_rate <= 0.05
+    assert result.false_match_rate == np.mean(
+        result.cross_distances <= result.threshold
+    )
+    # Embeddings from 200 of 240 queries move much less than models differ.
+    assert result.true_match_rate > 0.8
+
+    reference = task_embedder.transform(pool.evals)
+    probe = pool.evals.groupby("model").sample(n=200, random_state=1)
+    matches = match_models(
+        task_embedder.transform(probe),
+        reference,
+        threshold=result.threshold,
+        metric="euclidean",
+        names=pool.models["model"],
+        reference_names=pool.models["model"],
+    )
+    assert list(matches.columns) == ["nearest", "distance", "is_match"]
+    assert (matches["nearest"] == matches.index).mean() > 0.8
+    assert matches["is_match"].mean() > 0.8
+    far = match_models(
+        reference + 10.0, reference, threshold=result.threshold, metric="euclidean"
+    )
+    assert not far["is_match"].any()
+    with pytest.raises(ValueError, match="dimensions"):
+        match_models(reference[:, :2], reference, threshold=0.1)
+    with pytest.raises(ValueError, match="Only 0 model"):
+        calibrate_fingerprint_threshold(task_embedder, pool.evals, n_evals=1000)
+
+
+def test_fingerprint_calibration_with_the_real_embedder(router, pool):
+    result = calibrate_fingerprint_threshold(
+        router, pool.evals, n_resamples=2, n_evals=64, random_state=0
+    )
+    assert result.threshold >= 0
+    assert 0 <= result.true_match_rate <= 1 and 0 <= result.false_match_rate <= 1
+    with pytest.raises(TypeError, match="transform"):
+        calibrate_fingerprint_threshold(object(), pool.evals)
+
+
+# ---------------------------------------------------------------- capability profiles
+
+
+def test_embed_profile_reproduces_task_accuracies(pool, task_embedder):
+    queries = pool.queries[["query", "task"]]
+    tasks = list(pool.tasks)
+    wanted = dict(zip(tasks, [0.1, 0.5, 0.9, 1.0], strict=True))
+    exact = embed_profile(task_embedder, wanted, queries, n_evals=1000, scores="exact")
+    np.testing.assert_allclose(exact, [[0.1, 0.5, 0.9, 1.0]])
+    drawn = embed_profile(task_embedder, wanted, queries, n_evals=240, random_state=0)
+    np.testing.assert_allclose(drawn, exact, atol=0.2)
+    profiles = task_profiles(pool.evals)
+    assert profiles.shape == (16, 4) and list(profiles.columns) == tasks
+    embedded = embed_profile(
+        task_embedder, profiles, pool.evals, n_evals=240, scores="exact"
+    )
+    np.testing.assert_allclose(embedded, profiles.to_numpy(), atol=1 / 60)
+    with pytest.raises(ValueError, match="no queries in queries_by_task"):
+        embed_profile(task_embedder, {"unknown": 0.5}, queries)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        embed_profile(task_embedder, {tasks[0]: 1.5}, queries)
+    with pytest.raises(ValueError, match="needs a 'task' column"):
+        task_profiles(pool.evals.drop(columns="task"))
+
+
+def test_profile_recall_at_k(pool, task_embedder, router):
+    result = profile_recall_at_k(
+        task_embedder,
+        pool.evals,
+        k=[1, 3, 100],
+        scores="exact",
+        n_evals=240,
+        metric="euclidean",
+    )
+    assert result.recall.index.tolist() == [1, 3, 16]
+    assert result.recall.iloc[0] == 1.0
+    assert (result.ranks == 1).all()
+    # The real embedder, compared against the router's embeddings of the pool.
+    result = profile_recall_at_k(
+        router, pool.evals, k=5, n_evals=64, reference=router, random_state=0
+    )
+    assert 0 <= result.recall.loc[5] <= 1
+    assert result.ranks.between(1, 16).all()
+
+
+# ---------------------------------------------------------------- portfolios
+
+
+def test_portfolio_curve(router, pool):
+    n = len(router.classes_)
+    curve = portfolio_curve(router, pool.evals, [1, 4, n], n_random=5, random_state=0)
+    assert curve["value"].tolist() == [1, 4, n]
+    assert curve["n_models"].tolist() == [1, 4, n]
+    assert curve["accuracy"].iloc[-1] == pytest.approx(
+        curve["full_pool_accuracy"].iloc[0]
+    )
+    assert curve["random_std"].iloc[-1] == pytest.approx(0.0, abs=1e-12)
+    assert all(
+        len(models) == k for models, k in zip(curve["models"], [1, 4, n], strict=True)
+    )
+
+    costs = np.array([pool.n_params[m] for m in router.classes_])
+    budgets = [float(costs.min()), 200.0, 800.0]
+    curve = portfolio_curve(
+        router,
+        pool.evals,
+        budgets,
+        selector=BudgetGreedySelector(),
+        n_random=3,
+        random_state=0,
+    )
+    assert (curve["cost"] <= budgets).all()
+    assert "cost" in curve.columns
+    curve = portfolio_curve(
+        router, pool.evals, [2], selector=KCenterSelector(), n_random=0
+    )
+    assert np.isnan(curve["random_mean"]).all()
+    ax = plot_portfolio_curve(curve)
+    assert ax.get_ylabel() == "routing accuracy"
+    with pytest.raises(TypeError, match="n_select or a budget"):
+        portfolio_curve(router, pool.evals, [2], selector=LocusEmbedder())
+
+
+def test_budget_portfolio_needs_costs(pool):
+    router = KNNRouter(5, encoder=pool.encodings).fit(pool.evals)
+    Z = np.random.default_rng(0).standard_normal((16, 3))
+    with pytest.raises(ValueError, match="needs model costs"):
+        portfolio_curve(
+            router, pool.evals, [3.0], selector=BudgetGreedySelector(), embeddings=Z
+        )
+    curve = portfolio_curve(
+        router,
+        pool.evals,
+        [3.0],
+        selector=BudgetGreedySelector(),
+        embeddings=Z,
+        costs=np.ones(16),
+        random_state=0,
+    )
+    assert curve["n_models"].tolist() == [3]
+
+
+# ---------------------------------------------------------------- plots
+
+
+def test_plots_return_figures(family_embeddings, router):
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    Z, names, family = family_embeddings
+    fig = plot_model_dendrogram(Z, names=names)
+    assert isinstance(fig, Figure) and len(fig.axes) == 3
+    heatmap = fig.axes[1]
+    assert {t.get_text() for t in heatmap.get_xticklabels()} == set(names)
+    fig = plot_model_dendrogram(router, heatmap=False, metric="cosine")
+    assert isinstance(fig, Figure) and len(fig.axes) == 1
+    ax = plot_model_map(Z, names=names, groups=family)
+    assert isinstance(ax, Axes) and len(ax.texts) == len(Z)
+    assert len(ax.get_legend().get_texts()) == family.max() + 1
+    ax = plot_model_map(router, method="tsne", annotate=False, random_state=0)
+    assert isinstance(ax, Axes) and not ax.texts
+    with pytest.raises(ValueError, match="method must be 'pca' or 'tsne'"):
+        plot_model_map(Z, method="umap")
+
+
+def test_plots_without_matplotlib(monkeypatch, family_embeddings):
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    Z, _, _ = family_embeddings
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        plot_model_map(Z)

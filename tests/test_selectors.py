@@ -1,0 +1,442 @@
+"""Portfolio selectors: sklearn conventions, hand-computed cases, invariants."""
+
+import itertools
+import math
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import pairwise_distances
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from locus_sklearn import (
+    BudgetGreedySelector,
+    KCenterSelector,
+    KMedoidsSelector,
+    budget_greedy_select,
+    k_center_select,
+    k_medoids_select,
+)
+
+SELECTORS = [
+    KCenterSelector(n_select=3),
+    KMedoidsSelector(n_select=3),
+    KMedoidsSelector(n_select=3, method="pam"),
+    BudgetGreedySelector(budget=3.0),
+]
+PRECOMPUTED = [clone(s).set_params(metric="precomputed") for s in SELECTORS]
+
+
+def _expected_failed_checks(estimator):
+    if estimator.metric == "precomputed":
+        # check_clustering fits raw (n_samples, 2) features whatever the pairwise
+        # tag says; a precomputed selector rightly rejects a non-square matrix.
+        return {"check_clustering": "passes features, not a distance matrix"}
+    return {}
+
+
+@parametrize_with_checks(
+    SELECTORS + PRECOMPUTED, expected_failed_checks=_expected_failed_checks
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+def J(K, selected):
+    return K[:, selected].max(axis=1).sum()
+
+
+def kernel(X, metric="euclidean"):
+    D = pairwise_distances(X, metric=metric)
+    n = len(D)
+    sigma = np.median(D[~np.eye(n, dtype=bool)])
+    return np.exp(-(D**2) / sigma**2)
+
+
+def random_pool(seed, n, d=3):
+    return np.random.default_rng(seed).standard_normal((n, d))
+
+
+# ---------------------------------------------------------------- kernel, bandwidth
+
+
+def test_median_bandwidth_hand_computed():
+    # Pair distances 1, 3, 7, 2, 6, 4: the median is (3 + 4) / 2.
+    X = np.array([[0.0], [1.0], [3.0], [7.0]])
+    selector = KCenterSelector(1, metric="euclidean").fit(X)
+    assert selector.bandwidth_ == pytest.approx(3.5)
+    # K(x, z) = exp(-d^2 / sigma^2) to the selected model.
+    z = X[selector.selected_indices_[0], 0]
+    expected = np.exp(-((X[:, 0] - z) ** 2) / 3.5**2)
+    np.testing.assert_allclose(selector.transform(X)[:, 0], expected)
+
+
+def test_cosine_bandwidth_hand_computed():
+    # Cosine distances: 1 between the axes, 1 - 1/sqrt(2) to the diagonal.
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    selector = KCenterSelector(1).fit(X)
+    assert selector.bandwidth_ == pytest.approx(1 - 1 / np.sqrt(2))
+    # The diagonal is the kernel medoid.
+    assert selector.selected_indices_.tolist() == [2]
+    np.testing.assert_allclose(selector.coverage_, [np.exp(-1.0), np.exp(-1.0), 1.0])
+
+
+def test_bandwidth_fallbacks():
+    # 4 duplicates and 1 other model: 6 of 10 pairs are at distance 0, so the
+    # median of the non-zero distances (all 2.0) is used.
+    X = np.array([[0.0]] * 4 + [[2.0]])
+    assert KCenterSelector(1, metric="euclidean").fit(X).bandwidth_ == 2.0
+    assert KCenterSelector(1, metric="euclidean").fit(np.ones((3, 2))).bandwidth_ == 1
+    assert KCenterSelector(1).fit([[1.0, 2.0]]).bandwidth_ == 1.0
+
+
+def test_float_bandwidth_is_kept_and_user_parameters_untouched():
+    X = np.array([[0.0], [1.0], [3.0]])
+    selector = KCenterSelector(2, metric="euclidean", bandwidth=2.0).fit(X)
+    assert selector.bandwidth == 2.0 and selector.bandwidth_ == 2.0
+    np.testing.assert_allclose(
+        selector.transform([[1.0]]),
+        np.exp(-((1.0 - X[selector.selected_indices_, 0]) ** 2) / 4.0)[None],
+    )
+    assert selector.get_params() == clone(selector).get_params()
+
+
+def test_precomputed_matches_euclidean():
+    X = random_pool(0, 12)
+    D = pairwise_distances(X)
+    for selector in (KCenterSelector(4), KMedoidsSelector(4), BudgetGreedySelector(4)):
+        a = clone(selector).set_params(metric="euclidean").fit(X)
+        b = clone(selector).set_params(metric="precomputed").fit(D)
+        assert a.selected_indices_.tolist() == b.selected_indices_.tolist()
+        assert b.selected_embeddings_ is None
+        assert b.n_features_in_ == 12
+        # transform takes the distances from new rows to the fitted models.
+        np.testing.assert_allclose(a.transform(X[:3]), b.transform(D[:3]), atol=1e-10)
+        np.testing.assert_array_equal(b.predict(D), b.labels_)
+
+
+# ---------------------------------------------------------------- hand-computed runs
+
+
+def test_k_center_hand_computed_with_tie():
+    X = np.array([[0.0], [0.1], [5.0], [5.1], [10.0]])
+    selector = KCenterSelector(3, metric="euclidean").fit(X)
+    # Medoid 5.0; then 0.0 and 10.0 are both 5.0 away: the lowest index wins.
+    assert selector.selected_indices_.tolist() == [2, 0, 4]
+    assert selector.labels_.tolist() == [1, 1, 0, 0, 2]
+    assert selector.objective_ == pytest.approx(selector.coverage_.min())
+
+
+def test_k_medoids_improves_on_k_center():
+    X = np.array([[0.0], [0.1], [0.2], [3.0], [3.1], [10.0]])
+    for method in ("fasterpam", "pam"):
+        selector = KMedoidsSelector(2, metric="euclidean", method=method).fit(X)
+        assert selector.initial_indices_.tolist() == [2, 5]
+        assert selector.selected_indices_.tolist() == [1, 4]
+        assert selector.n_iter_ >= 1
+        K = kernel(X)
+        assert selector.objective_ == pytest.approx(J(K, [1, 4]))
+        assert selector.objective_ > J(K, [2, 5])
+
+
+def test_budget_greedy_hand_computed():
+    # Model 0 and 1 are alike; 1 is expensive; 2 is far from both.
+    D = np.array([[0.0, 0.5, 3.0], [0.5, 0.0, 3.0], [3.0, 3.0, 0.0]])
+    costs = [1.0, 10.0, 1.0]
+    fit = BudgetGreedySelector(2.0, metric="precomputed", bandwidth=1.0).fit
+    selector = fit(D, costs=costs)
+    assert selector.selected_indices_.tolist() == [0, 2]
+    assert selector.total_cost_ == 2.0
+    K = np.exp(-(D**2))
+    assert selector.objective_ == pytest.approx(J(K, [0, 2]))
+    assert fit(D, costs=[1.0, 10.0, 1.0]).selected_indices_.tolist() == [0, 2]
+    big = BudgetGreedySelector(12.0, metric="precomputed", bandwidth=1.0)
+    assert big.fit(D, costs=costs).selected_indices_.tolist() == [0, 2, 1]
+    # Unit costs by default: the budget counts models.
+    assert BudgetGreedySelector(1.0).fit(D[:, :2]).selected_indices_.shape == (1,)
+
+
+def test_functions_match_estimators():
+    X = random_pool(1, 15)
+    pairs = [
+        (k_center_select(X, 4), KCenterSelector(4).fit(X)),
+        (k_medoids_select(X, 4), KMedoidsSelector(4).fit(X)),
+        (budget_greedy_select(X, 4.0), BudgetGreedySelector(4.0).fit(X)),
+    ]
+    for (selected, labels, objective), selector in pairs:
+        np.testing.assert_array_equal(selected, selector.selected_indices_)
+        np.testing.assert_array_equal(labels, selector.labels_)
+        assert objective == pytest.approx(selector.objective_)
+    *_, n_iter = k_medoids_select(X, 4, return_n_iter=True)
+    assert n_iter == KMedoidsSelector(4).fit(X).n_iter_
+
+
+def test_max_iter_reached_warns():
+    X = random_pool(2, 60, d=2)
+    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+        KMedoidsSelector(6, max_iter=1, method="pam").fit(X)
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "selector", [KCenterSelector(8), KMedoidsSelector(8)], ids=["kcenter", "kmedoids"]
+)
+def test_n_select_above_n_models(selector):
+    with pytest.raises(ValueError, match=r"n_select=8 should be <= n_models=5"):
+        selector.fit(np.eye(5))
+    with pytest.raises(ValueError, match=r"n_select=8 should be <= n_models=5"):
+        k_center_select(np.eye(5), 8)
+
+
+@pytest.mark.parametrize(
+    "costs, message",
+    [
+        (
+            [1.0, 0.0, 1.0],
+            r"costs must be finite and > 0; 1 cost\(s\) are not .*1: 0.0",
+        ),
+        ([1.0, np.nan, 1.0], r"costs must be finite and > 0.*nan"),
+        ([1.0, -2.0, np.inf], r"2 cost\(s\)"),
+        ([1.0, 1.0], r"costs must have one cost per model, shape \(3,\); got shape"),
+    ],
+)
+def test_bad_costs(costs, message):
+    with pytest.raises(ValueError, match=message):
+        BudgetGreedySelector(5.0).fit(np.eye(3), costs=costs)
+
+
+def test_budget_below_cheapest_model():
+    message = r"budget=0.5 should be >= the cheapest model's cost min\(costs\)=1.0"
+    with pytest.raises(ValueError, match=message):
+        BudgetGreedySelector(0.5).fit(np.eye(3), costs=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match=message):
+        budget_greedy_select(np.eye(3), 0.5, costs=[1.0, 2.0, 3.0])
+
+
+def test_bad_parameters():
+    with pytest.raises(InvalidParameterError, match="n_select"):
+        KCenterSelector(0).fit(np.eye(3))
+    with pytest.raises(InvalidParameterError, match="budget"):
+        BudgetGreedySelector(-1.0).fit(np.eye(3))
+    with pytest.raises(InvalidParameterError, match="metric"):
+        KMedoidsSelector(2, metric="manhattan").fit(np.eye(3))
+    with pytest.raises(InvalidParameterError, match="bandwidth"):
+        KCenterSelector(2, bandwidth=0.0).fit(np.eye(3))
+    with pytest.raises(InvalidParameterError, match="method"):
+        KMedoidsSelector(2, method="clara").fit(np.eye(3))
+    with pytest.raises(InvalidParameterError, match="n_select"):
+        k_center_select(np.eye(3), 1.5)
+
+
+def test_bad_precomputed_matrices():
+    selector = KCenterSelector(1, metric="precomputed")
+    with pytest.raises(
+        ValueError, match=r"square distance matrix .* got shape \(3, 4\)"
+    ):
+        selector.fit(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="Negative values in data passed to X"):
+        selector.fit(-np.ones((3, 3)))
+    with pytest.raises(ValueError, match="not symmetric"):
+        selector.fit(np.array([[0.0, 1.0], [2.0, 0.0]]))
+    fitted = selector.fit(pairwise_distances(np.eye(3)))
+    with pytest.raises(ValueError, match="3 features"):
+        fitted.transform(np.ones((2, 2)))
+
+
+# ---------------------------------------------------------------- sklearn integration
+
+
+def test_pipeline_pickle_and_feature_names():
+    X = random_pool(3, 20)
+    costs = np.linspace(1, 3, 20)
+    pipe = make_pipeline(StandardScaler(), BudgetGreedySelector(5.0))
+    pipe.fit(X, budgetgreedyselector__costs=costs)
+    selector = pipe[-1]
+    assert math.fsum(costs[selector.selected_indices_]) <= 5.0
+    out = pipe.transform(X)
+    assert out.shape == (20, len(selector.selected_indices_))
+    assert pipe.get_feature_names_out()[0] == "budgetgreedyselector0"
+    restored = pickle.loads(pickle.dumps(pipe))
+    np.testing.assert_array_equal(restored.predict(X), pipe.predict(X))
+    np.testing.assert_array_equal(
+        pipe.fit_predict(X, budgetgreedyselector__costs=costs), selector.labels_
+    )
+
+
+@pytest.mark.parametrize("selector", SELECTORS, ids=lambda s: repr(s))
+def test_predict_agrees_with_labels(selector):
+    X = random_pool(4, 25).astype(np.float32)
+    fitted = clone(selector).fit(X)
+    np.testing.assert_array_equal(fitted.predict(X), fitted.labels_)
+    np.testing.assert_array_equal(clone(selector).fit_predict(X), fitted.labels_)
+    np.testing.assert_array_equal(
+        fitted.selected_embeddings_, X[fitted.selected_indices_].astype(np.float64)
+    )
+    # Each selected model is covered by itself.
+    positions = np.arange(len(fitted.selected_indices_))
+    np.testing.assert_array_equal(fitted.labels_[fitted.selected_indices_], positions)
+    np.testing.assert_allclose(fitted.coverage_[fitted.selected_indices_], 1.0)
+
+
+# ------------------------------------------------------------ invariants (hypothesis)
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, n=st.integers(1, 12), data=st.data())
+def test_selected_indices_distinct_and_valid(seed, n, data):
+    X = np.random.default_rng(seed).integers(-2, 3, size=(n, 2)).astype(float)
+    n_select = data.draw(st.integers(1, n))
+    costs = np.random.default_rng(seed).uniform(0.5, 3.0, n)
+    budget = data.draw(st.floats(float(costs.min()), 3.0 * n))
+    for metric in ("cosine", "euclidean"):
+        fitted = [
+            KCenterSelector(n_select, metric=metric).fit(X),
+            KMedoidsSelector(n_select, metric=metric).fit(X),
+            KMedoidsSelector(n_select, metric=metric, method="pam").fit(X),
+            BudgetGreedySelector(budget, metric=metric).fit(X, costs=costs),
+        ]
+        for selector in fitted:
+            selected = selector.selected_indices_
+            assert selected.dtype == np.int64
+            assert len(set(selected.tolist())) == len(selected) >= 1
+            assert ((0 <= selected) & (selected < n)).all()
+            assert ((0 <= selector.labels_) & (selector.labels_ < len(selected))).all()
+        assert all(len(s.selected_indices_) == n_select for s in fitted[:3])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=seeds, n=st.integers(2, 15))
+def test_greedy_objectives_never_decrease(seed, n):
+    X = random_pool(seed, n)
+    K = kernel(X, "cosine")
+    previous_min, previous_j, previous_sel = -np.inf, -np.inf, []
+    for k in range(1, n + 1):
+        selector = KCenterSelector(k).fit(X)
+        selected = selector.selected_indices_.tolist()
+        assert selected[:-1] == previous_sel  # nested selections
+        assert selector.objective_ >= previous_min - 1e-12
+        assert J(K, selected) >= previous_j - 1e-9
+        previous_min, previous_j, previous_sel = (
+            selector.objective_,
+            J(K, selected),
+            selected,
+        )
+    # Unit costs: the budget counts models, and the greedy J grows with it.
+    previous_j = -np.inf
+    for budget in range(1, n + 1):
+        objective = BudgetGreedySelector(float(budget)).fit(X).objective_
+        assert objective >= previous_j - 1e-9
+        previous_j = objective
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=seeds, n=st.integers(2, 15), data=st.data())
+def test_pam_never_worse_than_its_k_center_start(seed, n, data):
+    X = random_pool(seed, n)
+    k = data.draw(st.integers(1, n))
+    K = kernel(X, "cosine")
+    for method in ("fasterpam", "pam"):
+        selector = KMedoidsSelector(k, method=method).fit(X)
+        assert selector.objective_ >= J(K, selector.initial_indices_) - 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, n=st.integers(1, 15), data=st.data())
+def test_budget_is_never_exceeded_and_selection_is_maximal(seed, n, data):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3))
+    costs = rng.uniform(0.1, 10.0, n)
+    budget = data.draw(st.floats(float(costs.min()), float(costs.sum()) + 1.0))
+    selector = BudgetGreedySelector(budget).fit(X, costs=costs)
+    selected = selector.selected_indices_
+    assert math.fsum(costs[selected]) <= budget
+    assert selector.total_cost_ == math.fsum(costs[selected])
+    rest = np.setdiff1d(np.arange(n), selected)
+    assert (math.fsum(costs[selected]) + costs[rest] > budget).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=seeds, n=st.integers(3, 15), data=st.data())
+def test_equivariant_to_row_permutation(seed, n, data):
+    # n >= 3: two models are always tied (same row sums, same distance).
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 4))
+    costs = rng.uniform(0.5, 2.0, n)
+    perm = rng.permutation(n)  # row j of X[perm] is model perm[j]
+    k = data.draw(st.integers(1, n))
+    a = KCenterSelector(k).fit(X)
+    b = KCenterSelector(k).fit(X[perm])
+    assert perm[b.selected_indices_].tolist() == a.selected_indices_.tolist()
+    # Greedy gains and PAM swaps can tie exactly (two models that only cover
+    # each other gain the same), and the lowest-index rule then depends on the
+    # row order; the objective does not.
+    for make in (
+        lambda: KMedoidsSelector(k, method="pam"),
+        lambda: BudgetGreedySelector(float(k)),
+    ):
+        a, b = make().fit(X), make().fit(X[perm])
+        np.testing.assert_allclose(b.objective_, a.objective_, rtol=1e-9)
+    a = BudgetGreedySelector(2.0 * k).fit(X, costs=costs)
+    b = BudgetGreedySelector(2.0 * k).fit(X[perm], costs=costs[perm])
+    np.testing.assert_allclose(b.objective_, a.objective_, rtol=1e-9)
+    np.testing.assert_allclose(b.total_cost_, a.total_cost_, rtol=1e-9)
+
+
+# ---------------------------------------------------------------- brute force, n <= 8
+
+
+def _best(K, k, score):
+    return max(score(K, list(s)) for s in itertools.combinations(range(len(K)), k))
+
+
+def test_k_medoids_reaches_the_optimum_on_most_tiny_pools():
+    hits = {"fasterpam": 0, "pam": 0}
+    n_instances = 40
+    for seed in range(n_instances):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(4, 9))
+        k = int(rng.integers(2, n))
+        X = rng.standard_normal((n, 2))
+        K = kernel(X)
+        optimum = _best(K, k, J)
+        for method in hits:
+            selector = KMedoidsSelector(k, metric="euclidean", method=method).fit(X)
+            hits[method] += selector.objective_ >= optimum - 1e-9
+            # Whatever it reaches is a local optimum under single swaps.
+            selected = selector.selected_indices_.tolist()
+            for out, into in itertools.product(range(k), set(range(n)) - set(selected)):
+                swapped = selected[:out] + [into] + selected[out + 1 :]
+                assert J(K, swapped) <= selector.objective_ + 1e-9
+    assert hits["fasterpam"] >= 0.8 * n_instances
+    assert hits["pam"] >= 0.8 * n_instances
+
+
+def test_k_center_is_within_the_gonzalez_factor():
+    # Farthest-first is a 2-approximation of the k-center radius in a metric
+    # space, so the worst coverage is at least the optimal one to the power 4.
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(3, 9))
+        k = int(rng.integers(1, n))
+        X = rng.standard_normal((n, 2))
+        D = pairwise_distances(X)
+        selector = KCenterSelector(k, metric="euclidean").fit(X)
+        radius = D[:, selector.selected_indices_].min(axis=1).max()
+        best_radius = min(
+            D[:, list(s)].min(axis=1).max() for s in itertools.combinations(range(n), k)
+        )
+        assert radius <= 2 * best_radius + 1e-9
+        K = kernel(X)
+        optimum = _best(K, k, lambda K, s: K[:, s].max(axis=1).min())
+        assert selector.objective_ >= optimum**4 - 1e-12
