@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
@@ -89,7 +89,9 @@ def check_model_subset(models, classes, *, name="models"):
     [False, True]
     """
     if isinstance(models, str):
-        raise TypeError(f"{name} must be a list of model names; got the string {models!r}.")
+        raise TypeError(
+            f"{name} must be a list of model names; got the string {models!r}."
+        )
     models = list(models)
     if not models:
         raise ValueError(f"{name} is empty; give at least one model of the pool.")
@@ -123,17 +125,12 @@ class BaseRouter(BaseEstimator):
     }
     _uses_query_encodings = True
 
-    def _encode(self, queries, *, fitting):
+    def _encode(self, queries):
+        """Encodings of ``queries`` by the fitted encoder, shape (n, n_features)."""
         if not self._uses_query_encodings:
             return np.zeros((len(queries), 0), dtype=np.float32)
-        if fitting:
-            self.encoder_ = as_query_encoder(
-                self.encoder, memory=self.memory, device=getattr(self, "device", None)
-            )
         X = self.encoder_.transform(queries)
-        if fitting:
-            self.n_query_features_ = X.shape[1]
-        elif X.shape[1] != self.n_query_features_:
+        if X.shape[1] != self.n_query_features_:
             raise ValueError(
                 f"The encoder gives {X.shape[1]}-dimensional query encodings, but "
                 f"{type(self).__name__} was fitted on {self.n_query_features_}-"
@@ -141,6 +138,7 @@ class BaseRouter(BaseEstimator):
             )
         return X
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, evals, y=None, *, model_costs=None):
         """Fit the router on scored evaluations.
 
@@ -148,7 +146,7 @@ class BaseRouter(BaseEstimator):
         ----------
         evals : DataFrame or mapping of columns
             Long-format evaluations with columns ``model``, ``query``, ``score``
-            (see :func:`~locus_sklearn._evals.check_evals`).
+            (see :func:`~locus_sklearn.check_evals`).
         y : None
             Ignored; present for API consistency.
         model_costs : mapping of str to float or array-like of shape (n_models,), default=None
@@ -158,13 +156,23 @@ class BaseRouter(BaseEstimator):
         -------
         self : object
         """
-        self._validate_params()
         table = check_evals(evals)
         costs = check_model_costs(model_costs, table.models)
-        X_query = self._encode(table.queries, fitting=True)
+        encoder = None
+        if self._uses_query_encodings:
+            encoder = as_query_encoder(
+                self.encoder, memory=self.memory, device=getattr(self, "device", None)
+            )
+            X_query = encoder.transform(table.queries)
+        else:
+            X_query = np.zeros((table.n_queries, 0), dtype=np.float32)
+        self._fit_encoded(table, X_query)
+        # Set only once fitting succeeded, so a failed fit leaves no fitted state.
+        if encoder is not None:
+            self.encoder_ = encoder
+            self.n_query_features_ = X_query.shape[1]
         self.classes_ = table.models.copy()
         self.model_costs_ = costs
-        self._fit_encoded(table, X_query)
         return self
 
     def predict_proba(self, queries):
@@ -182,7 +190,7 @@ class BaseRouter(BaseEstimator):
         """
         check_is_fitted(self)
         queries = check_queries(queries)
-        return self._predict_proba_encoded(self._encode(queries, fitting=False))
+        return self._predict_proba_encoded(self._encode(queries))
 
     def _utility(self, proba):
         if self.cost_weight == 0:
@@ -241,7 +249,8 @@ class BaseRouter(BaseEstimator):
 
         check_is_fitted(self)
         table = check_evals(evals)
-        unknown = [m for m in table.models if m not in set(self.classes_)]
+        pool = set(self.classes_)
+        unknown = [m for m in table.models if m not in pool]
         if unknown:
             raise ValueError(
                 f"evals has {len(unknown)} model(s) that are not in the pool: "

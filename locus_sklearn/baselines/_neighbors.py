@@ -1,0 +1,217 @@
+"""The k-nearest-neighbour router: mean score on the nearest training queries."""
+
+from numbers import Integral
+
+import numpy as np
+import torch
+from sklearn.preprocessing import normalize
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+
+from .._base import BaseRouter
+
+__all__ = ["KNNRouter"]
+
+# Bound on the (queries, training queries) similarity block held at once.
+_BLOCK_ELEMENTS = 2**24
+
+
+class KNNRouter(BaseRouter):
+    """Route by each model's mean score on its k nearest training queries.
+
+    For each query and each model, the prediction is the model's mean score
+    over the ``k`` training queries nearest to the query (cosine similarity
+    of L2-normalised encodings) *among the queries that model was evaluated
+    on*, so models evaluated on different queries are each judged on their
+    own neighbours. A model with fewer than ``k`` evaluations uses all of
+    them.
+
+    Parameters
+    ----------
+    k : int, default=50
+        Number of neighbours per model.
+    encoder : None, str, object with ``encode`` or mapping, default=None
+        Query encoder (see :class:`~locus_sklearn.QueryEncoder`); None uses
+        the bundled all-MiniLM-L6-v2.
+    memory : None, str or joblib.Memory, default=None
+        Cache of query encodings across fits.
+    cost_weight : float, default=0.0
+        Weight of the model costs in :meth:`predict`.
+    weights : {"uniform", "distance"}, default="uniform"
+        "uniform" averages the neighbours' scores; "distance" weights each by
+        the inverse of its cosine distance ``1 - cos``, so an exact match
+        dominates.
+
+    Attributes
+    ----------
+    classes_ : ndarray of str, shape (n_models,)
+        Model names, sorted.
+    model_costs_ : ndarray of shape (n_models,) or None
+        Costs passed to :meth:`fit`, in ``classes_`` order.
+    encoder_ : QueryEncoder
+        The fitted query encoder.
+    n_query_features_ : int
+        Dimension of the query encodings.
+    query_encodings_ : ndarray of float32, shape (n_train_queries, n_features)
+        L2-normalised encodings of the training queries.
+    n_evals_ : ndarray of int64, shape (n_models,)
+        Number of training evaluations of each model.
+
+    Notes
+    -----
+    The search is brute force and exact. Prediction computes the cosine
+    similarities of a block of queries to all training queries once (one
+    matrix product), then: models evaluated on most training queries share
+    one list of nearest training queries, long enough that each usually
+    finds its ``k`` evaluated ones in it (a query where one does not is
+    resolved from that model's own similarities); models evaluated on few
+    queries take a top-k over their own columns. :meth:`fit` picks the split
+    that minimises the work, from the models' numbers of evaluations.
+
+    Examples
+    --------
+    >>> from locus_sklearn.baselines import KNNRouter
+    >>> encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0],
+    ...            "q4": [0.1, 0.9]}
+    >>> evals = {"model": ["a"] * 4 + ["b"] * 4, "query": ["q1", "q2", "q3", "q4"] * 2,
+    ...          "score": [1, 1, 0, 0, 0, 1, 1, 1]}
+    >>> router = KNNRouter(2, encoder=encoder).fit(evals)
+    >>> router.predict_proba(["q1", "q3"])
+    array([[1. , 0.5],
+           [0. , 1. ]])
+    >>> router.predict(["q1", "q3"]).tolist()
+    ['a', 'b']
+    """
+
+    _parameter_constraints = {
+        **BaseRouter._parameter_constraints,
+        "k": [Interval(Integral, 1, None, closed="left")],
+        "encoder": "no_validation",
+        "memory": [None, str, HasMethods(["cache"])],
+        "weights": [StrOptions({"uniform", "distance"})],
+    }
+
+    def __init__(
+        self, k=50, *, encoder=None, memory=None, cost_weight=0.0, weights="uniform"
+    ):
+        self.k = k
+        self.encoder = encoder
+        self.memory = memory
+        self.cost_weight = cost_weight
+        self.weights = weights
+
+    def _fit_encoded(self, table, X_query):
+        self.query_encodings_ = normalize(X_query).astype(np.float32)
+        self.n_evals_ = np.bincount(table.model_index, minlength=table.n_models)
+        self._indptr = table.indptr
+        self._query_index = table.query_index
+        self._score = table.score.astype(np.float64)
+        self._n_shared_neighbors, shared = self._plan_search(table.n_queries)
+        self._shared_models = np.flatnonzero(shared)
+        in_shared = shared[table.model_index]
+        column = np.cumsum(shared) - 1
+        # (models, queries): each shared model's row is contiguous.
+        shape = (len(self._shared_models), table.n_queries)
+        self._shared_evaluated = np.zeros(shape, dtype=bool)
+        self._shared_scores = np.zeros(shape, dtype=np.float32)
+        rows = (column[table.model_index[in_shared]], table.query_index[in_shared])
+        self._shared_evaluated[rows] = True
+        self._shared_scores[rows] = table.score[in_shared]
+
+    def _plan_search(self, n_queries):
+        """Number of shared neighbours and mask of the models that use them.
+
+        A shared list of n neighbours costs about n per model and query; a
+        model's own top-k costs its number of evaluations. Sharing is tried
+        for the models of largest coverage first.
+        """
+        n_evals = self.n_evals_
+        order = np.argsort(-n_evals, kind="stable")
+        own_cost = np.where(n_evals <= self.k, 0, n_evals)[order]
+        rest = np.concatenate([np.cumsum(own_cost[::-1])[::-1], [0]])
+        best = (rest[0], 0, 0)  # (cost, n_shared_models, n_neighbors)
+        for i in range(1, len(order) + 1):
+            n_min = n_evals[order[i - 1]]
+            if n_min <= self.k:
+                break
+            # About 1.5 k of the sparsest shared model's queries are expected
+            # among this many nearest training queries.
+            n_neighbors = min(
+                n_queries, int(np.ceil(1.5 * self.k * n_queries / n_min)) + 10
+            )
+            cost = i * n_neighbors + rest[i]
+            if cost < best[0]:
+                best = (cost, i, n_neighbors)
+        shared = np.zeros(len(n_evals), dtype=bool)
+        shared[order[: best[1]]] = True
+        return best[2], shared
+
+    def _weights(self, similarity):
+        if self.weights == "uniform":
+            return None
+        # Inverse cosine distance; an exact match dominates.
+        return 1.0 / np.maximum(1.0 - similarity, 1e-12)
+
+    def _predict_one_model(self, m, similarity):
+        """Prediction of model ``m`` from similarities to all training queries.
+
+        similarity : ndarray of shape (n_queries, n_train_queries)
+        Returns an ndarray of shape (n_queries,).
+        """
+        queries = self._query_index[self._indptr[m] : self._indptr[m + 1]]
+        scores = self._score[self._indptr[m] : self._indptr[m + 1]]
+        if len(queries) <= self.k and self.weights == "uniform":
+            return np.full(len(similarity), scores.mean())
+        similarity = similarity[:, queries]
+        if len(queries) > self.k:
+            top = np.argpartition(similarity, len(queries) - self.k, axis=1)
+            top = top[:, len(queries) - self.k :]
+            similarity = np.take_along_axis(similarity, top, axis=1)
+            scores = scores[top]
+        weight = self._weights(similarity)
+        if weight is None:
+            return np.broadcast_to(scores, similarity.shape).mean(1)
+        return (weight * scores).sum(1) / weight.sum(1)
+
+    def _predict_shared(self, similarity, proba):
+        """Fill ``proba``'s shared-model columns from one similarity block."""
+        n_neighbors = self._n_shared_neighbors
+        similarity_t = torch.from_numpy(similarity)
+        nearest, neighbor = torch.topk(similarity_t, n_neighbors, dim=1, sorted=True)
+        nearest, neighbor = nearest.numpy(), neighbor.numpy()
+        weight = self._weights(nearest)
+        rank_dtype = np.int16 if n_neighbors < np.iinfo(np.int16).max else np.int64
+        for j, m in enumerate(self._shared_models):
+            # Neighbours are sorted by similarity: the model's k nearest
+            # evaluated queries are its first k evaluated ones in the list.
+            evaluated = self._shared_evaluated[j][neighbor]
+            rank = np.cumsum(evaluated, axis=1, dtype=rank_dtype)
+            selected = evaluated & (rank <= self.k)
+            scores = self._shared_scores[j][neighbor]
+            if weight is None:
+                total = (scores * selected).sum(1)
+                count = np.minimum(rank[:, -1], self.k)
+            else:
+                selected = selected * weight
+                total = (scores * selected).sum(1)
+                count = selected.sum(1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                proba[:, m] = total / count
+            missed = np.flatnonzero(rank[:, -1] < self.k)
+            if len(missed):
+                proba[missed, m] = self._predict_one_model(m, similarity[missed])
+
+    def _predict_proba_encoded(self, X):
+        X = normalize(X).astype(np.float32)
+        n_models = len(self.classes_)
+        proba = np.empty((len(X), n_models), dtype=np.float64)
+        own = np.setdiff1d(np.arange(n_models), self._shared_models)
+        chunk = max(1, _BLOCK_ELEMENTS // len(self.query_encodings_))
+        for start in range(0, len(X), chunk):
+            block = slice(start, start + chunk)
+            similarity = X[block] @ self.query_encodings_.T
+            if len(self._shared_models):
+                self._predict_shared(similarity, proba[block])
+            for m in own:
+                proba[block, m] = self._predict_one_model(m, similarity)
+        # Weighted means of scores in [0, 1]; clip float rounding.
+        return np.clip(proba, 0.0, 1.0, out=proba)

@@ -1,0 +1,190 @@
+"""skorch plumbing shared by the neural peer routers (MF and IRT).
+
+The seam between the torch modules of :mod:`._nets` and the routers: a dataset
+of (model, query, score) rows that fetches whole batches at once, a
+validation split by query, and :class:`_NetRouter`, which trains a module
+with BCE on scores in [0, 1] and predicts every (query, model) pair at once.
+"""
+
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval
+from skorch import NeuralNet
+from skorch.callbacks import EarlyStopping
+from torch import nn
+
+from .._base import BaseRouter
+
+# Query batch size of predict_proba; bounds memory at (chunk, n_models) floats.
+_PREDICT_CHUNK = 8192
+
+
+class _RowDataset(torch.utils.data.Dataset):
+    """Rows (model index, query encoding, score), fetched a batch at a time.
+
+    Holds each query encoding once (shape (n_queries, n_features)) and
+    gathers rows per batch, so memory does not grow with the number of
+    models evaluated on a query. ``__getitems__`` makes ``DataLoader`` fetch a
+    whole batch with one gather instead of one Python call per row.
+    """
+
+    def __init__(self, X_query, model_index, query_index, score):
+        self.X_query = torch.as_tensor(X_query, dtype=torch.float32)
+        self.model_index = torch.as_tensor(model_index, dtype=torch.int64)
+        self.query_index = torch.as_tensor(query_index, dtype=torch.int64)
+        self.score = torch.as_tensor(score, dtype=torch.float32)
+
+    def __len__(self):
+        return len(self.score)
+
+    def __getitems__(self, rows):
+        rows = torch.as_tensor(rows, dtype=torch.int64)
+        X = {
+            "model_index": self.model_index[rows],
+            "query": self.X_query[self.query_index[rows]],
+        }
+        return X, self.score[rows]
+
+    def __getitem__(self, row):
+        X, y = self.__getitems__([row])
+        return {key: value[0] for key, value in X.items()}, y[0]
+
+    def subset(self, rows):
+        return _RowDataset(
+            self.X_query,
+            self.model_index[rows],
+            self.query_index[rows],
+            self.score[rows],
+        )
+
+
+def _batch_as_is(batch):
+    """collate_fn for batches that ``_RowDataset.__getitems__`` already built."""
+    return batch
+
+
+class _QuerySplit:
+    """skorch ``train_split``: hold out a fraction of the queries (all their rows).
+
+    Splitting by query makes early stopping measure what routing needs:
+    predictions on queries the net has not seen.
+    """
+
+    def __init__(self, fraction, seed):
+        self.fraction = fraction
+        self.seed = seed
+
+    def __call__(self, dataset, y=None, **fit_params):
+        queries = np.unique(dataset.query_index.numpy())
+        n_valid = max(1, round(self.fraction * len(queries)))
+        held_out = np.random.default_rng(self.seed).choice(
+            queries, n_valid, replace=False
+        )
+        is_valid = np.isin(dataset.query_index.numpy(), held_out)
+        return (
+            dataset.subset(np.flatnonzero(~is_valid)),
+            dataset.subset(np.flatnonzero(is_valid)),
+        )
+
+
+def _resolve_device(device):
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(torch.device(device))
+
+
+class _NetRouter(BaseRouter):
+    """A router that trains a torch module of :mod:`._nets` with skorch.
+
+    Subclasses set ``_module`` (the module class) and implement
+    ``_module_params(table, X_query)`` returning the module's keyword
+    arguments other than ``n_models`` and ``n_features``. The fitted skorch
+    ``NeuralNet`` is ``net_``; its module is trained with Adam on
+    ``BCEWithLogitsLoss`` (fractional scores are soft targets), with early
+    stopping on the loss over a held-out fraction of the queries.
+    """
+
+    _parameter_constraints = {
+        **BaseRouter._parameter_constraints,
+        "encoder": "no_validation",
+        "memory": [None, str, HasMethods(["cache"])],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "validation_fraction": [None, Interval(Real, 0, 1, closed="neither")],
+        "patience": [Interval(Integral, 1, None, closed="left")],
+        "device": [None, str, torch.device],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def _fit_encoded(self, table, X_query):
+        if self.validation_fraction is not None and table.n_queries < 2:
+            raise ValueError(
+                f"validation_fraction={self.validation_fraction} needs at least 2 "
+                f"distinct queries to hold some out; evals has n_queries="
+                f"{table.n_queries}. Set validation_fraction=None."
+            )
+        device = _resolve_device(self.device)
+        seed = int(
+            check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        )
+        dataset = _RowDataset(
+            X_query, table.model_index, table.query_index, table.score
+        )
+        train_split, callbacks = None, None
+        if self.validation_fraction is not None:
+            train_split = _QuerySplit(self.validation_fraction, seed)
+            stopper = EarlyStopping(patience=self.patience, load_best=True)
+            callbacks = [("early_stopping", stopper)]
+        module_params = {
+            f"module__{key}": value
+            for key, value in self._module_params(table, X_query).items()
+        }
+        net = NeuralNet(
+            module=self._module,
+            module__n_models=table.n_models,
+            module__n_features=X_query.shape[1],
+            **module_params,
+            criterion=nn.BCEWithLogitsLoss,
+            optimizer=torch.optim.Adam,
+            lr=self.lr,
+            optimizer__weight_decay=self.weight_decay,
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            iterator_train__shuffle=True,
+            iterator_train__collate_fn=_batch_as_is,
+            iterator_valid__collate_fn=_batch_as_is,
+            train_split=train_split,
+            callbacks=callbacks,
+            device=device,
+            verbose=self.verbose,
+        )
+        # Seed module initialisation, shuffling and noise without touching the
+        # caller's global torch RNG.
+        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            net.fit(dataset, None)
+        net.module_.eval()
+        self.net_ = net
+        self.n_epochs_ = len(net.history)
+
+    def _predict_proba_encoded(self, X):
+        module = self.net_.module_
+        module.eval()
+        proba = np.empty((len(X), len(self.classes_)), dtype=np.float64)
+        with torch.no_grad():
+            for start in range(0, len(X), _PREDICT_CHUNK):
+                chunk = torch.as_tensor(
+                    X[start : start + _PREDICT_CHUNK],
+                    dtype=torch.float32,
+                    device=self.net_.device,
+                )
+                logits = module.pairwise_logits(chunk)
+                proba[start : start + len(chunk)] = torch.sigmoid(logits).cpu().numpy()
+        return proba

@@ -1,0 +1,445 @@
+"""Tests of the peer routers in locus_sklearn.baselines."""
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.utils._param_validation import InvalidParameterError
+
+from locus_sklearn._evals import check_evals
+from locus_sklearn.baselines import (
+    IRTRouter,
+    KMeansRouter,
+    KNNRouter,
+    MatrixFactorizationRouter,
+    SingleBestRouter,
+)
+from locus_sklearn.metrics import correctness_accuracy
+
+
+def _unit(degrees):
+    angle = np.deg2rad(degrees)
+    return np.array([np.cos(angle), np.sin(angle)], dtype=np.float32)
+
+
+def make_pool(
+    n_models=4, n_queries=60, n_features=8, coverage=1.0, sharpness=3.0, seed=0
+):
+    """A tiny synthetic pool whose correctness depends on the query.
+
+    P(correct | m, x) = sigmoid(sharpness * <w_m, x>) with random unit w_m and
+    x, so the best model differs from query to query. Each model is scored on
+    a random ``coverage`` fraction of the queries (at least 5).
+
+    Returns (evals, encodings, probabilities of shape (n_queries, n_models)).
+    """
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_queries, n_features)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    W = rng.standard_normal((n_models, n_features))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    proba = 1 / (1 + np.exp(-sharpness * X @ W.T))
+    queries = np.array([f"q{i:04d}" for i in range(n_queries)], dtype=object)
+    coverages = np.broadcast_to(coverage, (n_models,))
+    frames = []
+    for m in range(n_models):
+        n = max(5, int(round(coverages[m] * n_queries)))
+        rows = np.sort(rng.choice(n_queries, n, replace=False))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": f"m{m}",
+                    "query": queries[rows],
+                    "score": (rng.random(n) < proba[rows, m]).astype(float),
+                }
+            )
+        )
+    return (
+        pd.concat(frames, ignore_index=True),
+        dict(zip(queries, X, strict=True)),
+        proba,
+    )
+
+
+POOL, ENCODINGS, _ = make_pool()
+# The test queries: unseen by the fits below (encodings added to the mapping).
+_, _EXTRA, _ = make_pool(n_queries=20, seed=1)
+ENCODINGS.update({f"new{q}": v for q, v in _EXTRA.items()})
+NEW_QUERIES = [f"new{q}" for q in _EXTRA]
+
+
+def _mf(**params):
+    params = {
+        "embedding_dim": 8,
+        "max_epochs": 3,
+        "batch_size": 64,
+        "random_state": 0,
+        **params,
+    }
+    return MatrixFactorizationRouter(encoder=ENCODINGS, **params)
+
+
+def _irt(**params):
+    params = {
+        "n_dims": 4,
+        "hidden_dim": 8,
+        "max_epochs": 3,
+        "batch_size": 64,
+        "random_state": 0,
+        **params,
+    }
+    return IRTRouter(encoder=ENCODINGS, **params)
+
+
+# Each peer with small settings, and a grid for GridSearchCV.
+ROUTERS = {
+    "single_best": (lambda **p: SingleBestRouter(**p), {"cost_weight": [0.0, 0.1]}),
+    "knn": (lambda **p: KNNRouter(5, encoder=ENCODINGS, **p), {"k": [3, 5]}),
+    "kmeans": (
+        lambda **p: KMeansRouter(3, encoder=ENCODINGS, random_state=0, **p),
+        {"n_clusters": [2, 3]},
+    ),
+    "mf": (_mf, {"embedding_dim": [4, 8]}),
+    "irt": (_irt, {"n_dims": [2, 4]}),
+}
+ALL = pytest.mark.parametrize("name", list(ROUTERS))
+
+
+def make_router(name, **params):
+    return ROUTERS[name][0](**params)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """The nets here are tiny: threads cost more than they give (and much more on
+    a busy machine)."""
+    import torch
+
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n_threads)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """Each peer fitted once on POOL (do not mutate)."""
+    return {name: make_router(name).fit(POOL) for name in ROUTERS}
+
+
+# --- hand-computed cases -----------------------------------------------------
+
+# Six training queries on the unit circle, and two test queries.
+HAND_ENCODER = {
+    "q1": _unit(0),
+    "q2": _unit(20),
+    "q3": _unit(40),
+    "q4": _unit(90),
+    "q5": _unit(110),
+    "q6": _unit(130),
+    "t": _unit(5),
+    "u": _unit(95),
+}
+HAND_EVALS = pd.DataFrame(
+    [
+        ("a", "q1", 1),
+        ("a", "q2", 1),
+        ("a", "q3", 0),
+        ("a", "q4", 0),
+        ("a", "q5", 0),
+        ("a", "q6", 1),
+        # b is evaluated on four of the six queries, c on two.
+        ("b", "q1", 0),
+        ("b", "q4", 1),
+        ("b", "q5", 1),
+        ("b", "q6", 0),
+        ("c", "q2", 1),
+        ("c", "q6", 0),
+    ],
+    columns=["model", "query", "score"],
+)
+
+
+def test_knn_hand_computed():
+    # t (5 deg) by distance: q1 5, q2 15, q3 35, q4 85, q5 105, q6 125.
+    # u (95 deg) by distance: q4 5, q5 15, q6 35, q3 55, q2 75, q1 95.
+    router = KNNRouter(2, encoder=HAND_ENCODER).fit(HAND_EVALS)
+    expected = [
+        # a: q1, q2 -> 1;  b (q1, q4, q5, q6): q1, q4 -> 0.5;  c: all -> 0.5
+        [1.0, 0.5, 0.5],
+        # a: q4, q5 -> 0;  b: q4, q5 -> 1;  c: all -> 0.5
+        [0.0, 1.0, 0.5],
+    ]
+    np.testing.assert_allclose(router.predict_proba(["t", "u"]), expected, atol=1e-6)
+    assert router.predict(["t", "u"]).tolist() == ["a", "b"]
+
+    router = KNNRouter(3, encoder=HAND_ENCODER).fit(HAND_EVALS)
+    expected = [
+        # a: q1, q2, q3 -> 2/3;  b: q1, q4, q5 -> 2/3;  c: 1/2
+        [2 / 3, 2 / 3, 0.5],
+        # a: q4, q5, q6 -> 1/3;  b: q4, q5, q6 -> 2/3;  c: 1/2
+        [1 / 3, 2 / 3, 0.5],
+    ]
+    np.testing.assert_allclose(router.predict_proba(["t", "u"]), expected, atol=1e-6)
+
+
+def test_knn_distance_weights_hand_computed():
+    router = KNNRouter(2, encoder=HAND_ENCODER, weights="distance").fit(HAND_EVALS)
+    proba = router.predict_proba(["t"])[0]
+    # b's two nearest from t: q1 (score 0, 5 deg) and q4 (score 1, 85 deg),
+    # weighted by 1 / (1 - cos).
+    w1, w4 = 1 / (1 - np.cos(np.deg2rad(5))), 1 / (1 - np.cos(np.deg2rad(85)))
+    assert proba[1] == pytest.approx(w4 / (w1 + w4), rel=1e-3)
+    # a's two nearest both scored 1; c: q2 (1, 15 deg) and q6 (0, 125 deg).
+    w2, w6 = 1 / (1 - np.cos(np.deg2rad(15))), 1 / (1 - np.cos(np.deg2rad(125)))
+    assert proba[0] == pytest.approx(1.0)
+    assert proba[2] == pytest.approx(w2 / (w2 + w6), rel=1e-3)
+    # An exact match dominates.
+    assert router.predict_proba(["q4"])[0, 1] == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+@pytest.mark.parametrize("k", [1, 7, 40])
+def test_knn_matches_brute_force(k, weights):
+    # Mixed coverage, so that both the shared neighbour list and the per-model
+    # top-k (and the shared list's misses) are exercised.
+    coverage = [1.0, 0.9, 0.5, 0.2, 0.05, 0.03]
+    evals, encoder, _ = make_pool(n_models=6, n_queries=300, coverage=coverage, seed=3)
+    _, extra, _ = make_pool(n_queries=50, seed=4)
+    encoder = {**encoder, **{f"new{q}": v for q, v in extra.items()}}
+    router = KNNRouter(k, encoder=encoder, weights=weights).fit(evals)
+    if k == 7:
+        assert 0 < len(router._shared_models) < 6
+    queries = [f"new{q}" for q in extra]
+    table = check_evals(evals)
+    X_train = np.stack([encoder[q] for q in table.queries])
+    X_test = np.stack([encoder[q] for q in queries])
+    similarity = X_test @ X_train.T
+    expected = np.empty((len(queries), table.n_models))
+    for m in range(table.n_models):
+        rows = table.model_index == m
+        order = np.argsort(-similarity[:, table.query_index[rows]], axis=1)[:, :k]
+        nearest = np.take_along_axis(similarity[:, table.query_index[rows]], order, 1)
+        w = np.ones_like(nearest) if weights == "uniform" else 1 / (1 - nearest)
+        expected[:, m] = (w * table.score[rows][order]).sum(1) / w.sum(1)
+    np.testing.assert_allclose(router.predict_proba(queries), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("prior_strength", [0.0, 1.0])
+def test_kmeans_hand_computed(prior_strength):
+    # Two clusters: q1-q3 near 0 deg (A) and q4-q6 near 90-130 deg (B).
+    router = KMeansRouter(
+        2, encoder=HAND_ENCODER, prior_strength=prior_strength, random_state=0
+    ).fit(HAND_EVALS)
+    if prior_strength == 0:
+        expected = [
+            # A: a (1, 1, 0) -> 2/3;  b (q1: 0) -> 0;  c (q2: 1) -> 1
+            [2 / 3, 0.0, 1.0],
+            # B: a (0, 0, 1) -> 1/3;  b (1, 1, 0) -> 2/3;  c (q6: 0) -> 0
+            [1 / 3, 2 / 3, 0.0],
+        ]
+    else:
+        # Overall means: a 1/2, b 2/4 = 1/2, c 1/2; one pseudo-count of each.
+        expected = [
+            [(2 + 0.5) / 4, (0 + 0.5) / 2, (1 + 0.5) / 2],
+            [(1 + 0.5) / 4, (2 + 0.5) / 4, (0 + 0.5) / 2],
+        ]
+    np.testing.assert_allclose(router.predict_proba(["t", "u"]), expected, atol=1e-6)
+
+
+def test_kmeans_empty_cluster_falls_back_to_model_mean():
+    evals = HAND_EVALS[HAND_EVALS["model"] != "c"].copy()
+    evals = pd.concat(
+        [
+            evals,
+            pd.DataFrame(
+                {"model": ["c", "c"], "query": ["q1", "q2"], "score": [1.0, 0.0]}
+            ),
+        ]
+    )
+    router = KMeansRouter(
+        2, encoder=HAND_ENCODER, prior_strength=0, random_state=0
+    ).fit(evals)
+    # c has no evaluation in cluster B: its overall mean, 0.5.
+    assert router.predict_proba(["u"])[0, 2] == pytest.approx(0.5)
+    assert router.predict_proba(["t"])[0, 2] == pytest.approx(0.5)
+
+
+def test_single_best_hand_computed():
+    router = SingleBestRouter().fit(HAND_EVALS)
+    np.testing.assert_allclose(router.mean_scores_, [0.5, 0.5, 0.5])
+    evals = HAND_EVALS.assign(score=[1, 1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 0])
+    router = SingleBestRouter().fit(evals)
+    np.testing.assert_allclose(router.predict_proba(["anything"]), [[4 / 6, 0.5, 0.5]])
+    assert router.predict(["x", "y"]).tolist() == ["a", "a"]
+    assert not hasattr(router, "encoder_")
+
+
+# --- the router API, for every peer ------------------------------------------
+
+
+@ALL
+def test_predict_proba_and_predict(name, fitted):
+    router = fitted[name]
+    assert router.classes_.tolist() == ["m0", "m1", "m2", "m3"]
+    proba = router.predict_proba(NEW_QUERIES)
+    assert proba.shape == (len(NEW_QUERIES), 4)
+    assert np.isfinite(proba).all() and (proba >= 0).all() and (proba <= 1).all()
+    routed = router.predict(NEW_QUERIES)
+    assert routed.shape == (len(NEW_QUERIES),)
+    assert set(routed) <= set(router.classes_)
+    np.testing.assert_array_equal(routed, router.classes_[proba.argmax(1)])
+    # A DataFrame with a query column works too.
+    frame = pd.DataFrame({"query": NEW_QUERIES})
+    np.testing.assert_allclose(router.predict_proba(frame), proba)
+
+
+@ALL
+def test_models_subset(name, fitted):
+    router = fitted[name]
+    assert set(router.predict(NEW_QUERIES, models=["m2"])) == {"m2"}
+    routed = router.predict(NEW_QUERIES, models=["m1", "m3"])
+    assert set(routed) <= {"m1", "m3"}
+    proba = router.predict_proba(NEW_QUERIES)[:, [1, 3]]
+    np.testing.assert_array_equal(routed, np.array(["m1", "m3"])[proba.argmax(1)])
+
+
+@ALL
+def test_cost_aware_routing(name, fitted):
+    router = fitted[name]
+    favourite = pd.Series(router.predict(NEW_QUERIES)).mode()[0]
+    costs = {m: (100.0 if m == favourite else 0.0) for m in router.classes_}
+    costly = clone(router).set_params(cost_weight=1.0).fit(POOL, model_costs=costs)
+    assert favourite not in set(costly.predict(NEW_QUERIES))
+    # cost_weight=0 ignores the costs.
+    free = clone(router).fit(POOL, model_costs=costs)
+    np.testing.assert_array_equal(
+        free.predict(NEW_QUERIES), router.predict(NEW_QUERIES)
+    )
+
+
+@ALL
+def test_score(name, fitted):
+    score = fitted[name].score(POOL)
+    assert isinstance(score, float) and 0 <= score <= 1
+
+
+@ALL
+def test_clone_get_set_params(name):
+    router = make_router(name)
+    params = router.get_params()
+    assert "cost_weight" in params
+    cloned = clone(router)
+    assert cloned.get_params().keys() == params.keys()
+    cloned.set_params(cost_weight=0.5)
+    assert cloned.cost_weight == 0.5 and router.cost_weight == 0.0
+
+
+@ALL
+def test_grid_search(name):
+    router, grid = ROUTERS[name]
+    search = GridSearchCV(router(), grid, cv=GroupKFold(2))
+    # Fit parameters reach the router's fit.
+    costs = {"m0": 0.0, "m1": 0.1, "m2": 0.2, "m3": 0.3}
+    search.fit(POOL, groups=POOL["query"], model_costs=costs)
+    assert set(search.best_params_) == set(grid)
+    assert 0 <= search.best_score_ <= 1
+    assert search.predict(NEW_QUERIES).shape == (len(NEW_QUERIES),)
+
+
+@ALL
+def test_pickle_round_trip(name, fitted):
+    router = fitted[name]
+    loaded = pickle.loads(pickle.dumps(router))
+    np.testing.assert_array_equal(
+        loaded.predict_proba(NEW_QUERIES), router.predict_proba(NEW_QUERIES)
+    )
+
+
+@ALL
+def test_errors(name, fitted):
+    with pytest.raises(NotFittedError):
+        make_router(name).predict_proba(NEW_QUERIES)
+    router = fitted[name]
+    with pytest.raises(ValueError, match="not in the pool"):
+        router.predict(NEW_QUERIES, models=["m0", "nope"])
+    with pytest.raises(ValueError, match="empty"):
+        router.predict_proba([])
+    with pytest.raises(ValueError, match="model_costs"):
+        clone(router).fit(POOL, model_costs=[1.0, np.nan, 1.0, 1.0])
+    with pytest.raises(ValueError, match="needs model costs"):
+        clone(router).set_params(cost_weight=1.0).fit(POOL).predict(NEW_QUERIES)
+    with pytest.raises(InvalidParameterError, match="cost_weight"):
+        make_router(name, cost_weight=-1.0).fit(POOL)
+
+
+@pytest.mark.parametrize(
+    "router, parameter",
+    [
+        (KNNRouter(0), "k"),
+        (KNNRouter(weights="gaussian"), "weights"),
+        (KMeansRouter(0), "n_clusters"),
+        (KMeansRouter(prior_strength=-1), "prior_strength"),
+        (MatrixFactorizationRouter(embedding_dim=0), "embedding_dim"),
+        (MatrixFactorizationRouter(lr=0.0), "lr"),
+        (MatrixFactorizationRouter(noise_std=-0.1), "noise_std"),
+        (MatrixFactorizationRouter(validation_fraction=1.0), "validation_fraction"),
+        (IRTRouter(n_dims=0), "n_dims"),
+        (IRTRouter(batch_size=0), "batch_size"),
+        (IRTRouter(max_epochs=1.5), "max_epochs"),
+    ],
+)
+def test_invalid_parameters(router, parameter):
+    with pytest.raises(InvalidParameterError, match=parameter):
+        router.fit(POOL)
+
+
+def test_data_dependent_errors():
+    with pytest.raises(ValueError, match="n_queries=6 should be >= n_clusters=20"):
+        KMeansRouter(20, encoder=HAND_ENCODER).fit(HAND_EVALS.iloc[:8])
+    one_query = {"model": ["a", "b"], "query": ["q1", "q1"], "score": [1.0, 0.0]}
+    with pytest.raises(ValueError, match="validation_fraction"):
+        MatrixFactorizationRouter(encoder=HAND_ENCODER).fit(one_query)
+    router = MatrixFactorizationRouter(
+        encoder=HAND_ENCODER, validation_fraction=None, max_epochs=2
+    ).fit(one_query)
+    assert router.predict_proba(["t"]).shape == (1, 2)
+
+
+@pytest.mark.parametrize("name", ["kmeans", "mf", "irt"])
+def test_random_state_reproducible(name, fitted):
+    refit = make_router(name).fit(POOL)
+    np.testing.assert_array_equal(
+        refit.predict_proba(NEW_QUERIES), fitted[name].predict_proba(NEW_QUERIES)
+    )
+
+
+def test_fit_leaves_global_torch_rng_alone():
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    make_router("mf").fit(POOL)
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("factory", [MatrixFactorizationRouter, IRTRouter])
+def test_nets_learn_query_dependent_structure(factory):
+    evals, encoder, _ = make_pool(n_models=5, n_queries=300, sharpness=4.0, seed=5)
+    queries = np.array(sorted(encoder))
+    test_queries = set(queries[::4])
+    is_test = evals["query"].isin(test_queries)
+    train, test = evals[~is_test], check_evals(evals[is_test])
+    router = factory(encoder=encoder, batch_size=256, lr=1e-2, random_state=0)
+    router.fit(train)
+    y_true = test.to_dense(router.classes_)
+    learned = correctness_accuracy(y_true, router.predict_proba(test.queries))
+    means = SingleBestRouter().fit(train).predict_proba(test.queries)
+    baseline = correctness_accuracy(y_true, means)
+    assert learned > baseline + 0.1, (learned, baseline)
+    assert router.n_epochs_ < 100  # early stopping ended the fit
