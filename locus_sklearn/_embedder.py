@@ -8,6 +8,7 @@ from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping, GradientNormClipping
 from skorch.helper import predefined_split
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -75,6 +76,19 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     disjoint : bool, default=True
         Whether S_dec excludes S_enc (the predictor must generalise to queries
         the encoder did not see, as at test time).
+    mix_prob : float, default=0.0
+        Probability that a training episode uses a *mixed model*: one model's
+        evaluations in a random half of the query regions and another model's
+        in the rest (augmentation for small pools).
+    n_regions : int, default=16
+        Query regions for mixing: k-means clusters of the training query
+        encodings.
+    kernel_readout : bool, default=False
+        Give the predictor, next to z_m, a kernel regression of the model's
+        own scores at queries near the target query (what a kNN router
+        knows; see :class:`~locus_sklearn._nn.KernelReadout`). Prediction
+        then needs each model's evaluations, which :class:`LocusRouter`
+        keeps; the embedding itself is unchanged.
     max_epochs : int, default=100
         Upper bound on epochs; early stopping usually ends training sooner.
     episodes_per_epoch : int, default=256
@@ -153,6 +167,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "enc_size": [tuple, list],
         "dec_size": [Interval(Integral, 1, None, closed="left")],
         "disjoint": ["boolean"],
+        "mix_prob": [Interval(Real, 0, 1, closed="both")],
+        "n_regions": [Interval(Integral, 2, None, closed="left")],
+        "kernel_readout": ["boolean"],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "episodes_per_epoch": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -184,6 +201,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         enc_size=(64, 1024),
         dec_size=256,
         disjoint=True,
+        mix_prob=0.0,
+        n_regions=16,
+        kernel_readout=False,
         max_epochs=100,
         episodes_per_epoch=256,
         batch_size=16,
@@ -211,6 +231,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.enc_size = enc_size
         self.dec_size = dec_size
         self.disjoint = disjoint
+        self.mix_prob = mix_prob
+        self.n_regions = n_regions
+        self.kernel_readout = kernel_readout
         self.max_epochs = max_epochs
         self.episodes_per_epoch = episodes_per_epoch
         self.batch_size = batch_size
@@ -256,6 +279,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             module__hidden_dim=self.hidden_dim,
             module__dropout=self.dropout,
             module__query_noise=self.query_noise,
+            module__kernel_readout=self.kernel_readout,
             criterion=MaskedBCEWithLogitsLoss,
             optimizer=torch.optim.AdamW,
             optimizer__weight_decay=self.weight_decay,
@@ -318,6 +342,13 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         features = torch.as_tensor(X_query, dtype=torch.float32)
         train_q, train_y = _per_model(table, ~is_valid)
         passes = -(-self.episodes_per_epoch // table.n_models)  # ceil
+        query_region = None
+        if self.mix_prob > 0:
+            n_regions = min(self.n_regions, table.n_queries)
+            query_region = torch.as_tensor(
+                KMeans(n_regions, n_init=1, random_state=seed).fit_predict(X_query),
+                dtype=torch.long,
+            )
         train_ds = RandomEpisodes(
             train_q,
             train_y,
@@ -325,6 +356,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             tuple(self.enc_size),
             self.dec_size,
             self.disjoint,
+            mix_prob=self.mix_prob,
+            query_region=query_region,
         )
         callbacks = []
         valid_ds = None
@@ -452,13 +485,17 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 start = stop
         return out
 
-    def predict_proba(self, embeddings, queries):
+    def predict_proba(self, embeddings, queries, *, evals=None):
         """P(correct) of models with the given embeddings on queries.
 
         Parameters
         ----------
         embeddings : array-like of shape (n_models, embedding_dim)
+            E.g. ``transform(evals)``.
         queries : sequence of str
+        evals : DataFrame or mapping of columns, default=None
+            The evaluations the embeddings were made from (same models, sorted
+            order); required when ``kernel_readout=True``.
 
         Returns
         -------
@@ -468,9 +505,15 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
 
         check_is_fitted(self)
         queries = check_queries(queries)
-        return self._predict_proba_encoded(embeddings, self._encode(queries))
+        memory = None
+        if evals is not None:
+            table = check_evals(evals)
+            memory = (self._encode(table.queries), table)
+        return self._predict_proba_encoded(embeddings, self._encode(queries), memory)
 
-    def _predict_proba_encoded(self, embeddings, X_query):
+    def _predict_proba_encoded(self, embeddings, X_query, memory=None):
+        """``memory``: (encodings of table.queries, table) of the embedded models,
+        for the kernel readout."""
         embeddings = np.asarray(embeddings, dtype=np.float32)
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
             raise ValueError(
@@ -480,17 +523,38 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         module = self.net_.module_
         module.eval()
         device = self.net_.device
+        queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
         with torch.inference_mode():
+            extra = None
+            if module.readout is not None:
+                if memory is None:
+                    raise ValueError(
+                        "kernel_readout=True needs the models' evaluations to "
+                        "predict: pass evals=."
+                    )
+                bank, table = memory
+                if table.n_models != len(embeddings):
+                    raise ValueError(
+                        f"evals has {table.n_models} models but embeddings has "
+                        f"{len(embeddings)} rows."
+                    )
+                extra = module.readout.pairwise(
+                    queries,
+                    torch.as_tensor(bank, dtype=torch.float32, device=device),
+                    torch.as_tensor(table.query_index, device=device),
+                    torch.as_tensor(table.score, device=device),
+                    table.indptr,
+                )
             logits = module.predictor.pairwise_logits(
-                torch.as_tensor(embeddings, device=device),
-                torch.as_tensor(X_query, dtype=torch.float32, device=device),
+                torch.as_tensor(embeddings, device=device), queries, extra
             )
             return torch.sigmoid(logits).cpu().numpy()
 
     # ------------------------------------------------------------- persistence
     _SAVED_PARAMS = (
         "embedding_dim", "n_latents", "n_blocks", "n_heads", "hidden_dim", "dropout",
-        "query_noise", "enc_size", "dec_size", "disjoint", "max_epochs",
+        "query_noise", "enc_size", "dec_size", "disjoint", "mix_prob", "n_regions",
+        "kernel_readout", "max_epochs",
         "episodes_per_epoch", "batch_size", "lr", "weight_decay", "gradient_clip",
         "validation_fraction", "early_stopping", "patience", "inference_dtype",
         "transform_batch_tokens",

@@ -20,6 +20,7 @@ from torch.nn import functional as F
 __all__ = [
     "CorrectnessPredictor",
     "EvaluationTokenizer",
+    "KernelReadout",
     "LocusEncoder",
     "LocusNetwork",
     "MaskedBCEWithLogitsLoss",
@@ -170,6 +171,81 @@ class LocusEncoder(nn.Module):
         return self.pool(seed, tokens, padding).squeeze(1)
 
 
+class KernelReadout(nn.Module):
+    """What kNN knows: kernel regression of a model's scores at a query.
+
+    From a model's evaluation set {(φ(x_i), y_i)}, the readout at query x is
+    ``r = Σ w_i y_i / Σ w_i`` with ``w_i = exp((cos(φ(x), φ(x_i)) − 1) / τ)``
+    and a learned bandwidth τ, and the evidence ``log(1 + Σ w_i)``. Both are
+    features of the predictor, next to the embedding: the embedding carries
+    what a model is like, the readout what it did on similar queries.
+
+    Parameters
+    ----------
+    bandwidth : float, default=0.1
+        Initial τ.
+    """
+
+    n_outputs = 2
+
+    def __init__(self, bandwidth=0.1):
+        super().__init__()
+        self.log_bandwidth = nn.Parameter(torch.tensor(float(bandwidth)).log())
+
+    def _features(self, similarity, score, mask):
+        logits = (similarity - 1) / self.log_bandwidth.exp()
+        logits = logits.masked_fill(~mask, float("-inf"))
+        mass = torch.logsumexp(logits, dim=-1, keepdim=True)
+        weights = torch.exp(logits - mass).nan_to_num(0.0)  # empty sets: all -inf
+        # No evaluations: a neutral 0.5 with zero evidence.
+        readout = torch.where(
+            torch.isfinite(mass.squeeze(-1)), (weights * score).sum(-1), 0.5
+        )
+        evidence = torch.log1p(mass.squeeze(-1).exp())
+        return torch.stack([2 * readout - 1, evidence], dim=-1)
+
+    def forward(self, query_features, set_features, set_score, set_mask):
+        """Readout features of shape (B, M, 2).
+
+        Parameters
+        ----------
+        query_features : Tensor of shape (B, M, F)
+        set_features : Tensor of shape (B, N, F)
+        set_score : Tensor of shape (B, N)
+        set_mask : BoolTensor of shape (B, N)
+        """
+        similarity = query_features @ set_features.transpose(1, 2)
+        return self._features(
+            similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1)
+        )
+
+    def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):
+        """Readout features for every (query, model) pair, shape (Q, M, 2).
+
+        Parameters
+        ----------
+        queries : Tensor of shape (Q, F)
+        bank : Tensor of shape (U, F)
+            Encodings of the queries the models were evaluated on.
+        set_index : LongTensor of shape (R,)
+            Row -> index into ``bank``; models' rows one after another.
+        set_score : Tensor of shape (R,)
+        indptr : sequence of int, length M + 1
+            Model ``m`` owns rows ``indptr[m]:indptr[m + 1]``.
+        """
+        n_models = len(indptr) - 1
+        out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
+        for start in range(0, queries.shape[0], query_chunk):
+            similarity = (queries[start : start + query_chunk] @ bank.T)[:, set_index]
+            for m in range(n_models):
+                rows = slice(int(indptr[m]), int(indptr[m + 1]))
+                sim = similarity[:, rows]
+                out[start : start + query_chunk, m] = self._features(
+                    sim, set_score[rows], torch.ones_like(sim, dtype=torch.bool)
+                )
+        return out
+
+
 class CorrectnessPredictor(nn.Module):
     """G_ψ: logit = MLP([z, u, z⊙u]) with u = Linear(φ) and one hidden layer.
 
@@ -179,16 +255,19 @@ class CorrectnessPredictor(nn.Module):
     embedding_dim : int
     hidden_dim : int, default=64
     dropout : float, default=0.0
+    n_extra : int, default=0
+        Extra per-(model, query) inputs (a :class:`KernelReadout`'s features).
     """
 
-    def __init__(self, n_features, embedding_dim, hidden_dim=64, dropout=0.0):
+    def __init__(self, n_features, embedding_dim, hidden_dim=64, dropout=0.0, n_extra=0):
         super().__init__()
         self.project = nn.Linear(n_features, embedding_dim)
         self.hidden = nn.Linear(3 * embedding_dim, hidden_dim)
+        self.extra = nn.Linear(n_extra, hidden_dim, bias=False) if n_extra else None
         self.output = nn.Linear(hidden_dim, 1)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, z, features, query_index):
+    def forward(self, z, features, query_index, extra=None):
         """Logits of shape (B, M) for B embeddings and M queries each.
 
         Parameters
@@ -196,13 +275,16 @@ class CorrectnessPredictor(nn.Module):
         z : Tensor of shape (B, d)
         features : Tensor of shape (U, F)
         query_index : LongTensor of shape (B, M)
+        extra : Tensor of shape (B, M, n_extra), default=None
         """
         u = self.project(features)[query_index]
         zb = z.unsqueeze(1).expand_as(u)
-        hidden = F.gelu(self.hidden(torch.cat([zb, u, zb * u], dim=-1)))
-        return self.output(self.dropout(hidden)).squeeze(-1)
+        hidden = self.hidden(torch.cat([zb, u, zb * u], dim=-1))
+        if self.extra is not None:
+            hidden = hidden + self.extra(extra)
+        return self.output(self.dropout(F.gelu(hidden))).squeeze(-1)
 
-    def pairwise_logits(self, z, features, query_chunk=1024):
+    def pairwise_logits(self, z, features, extra=None, query_chunk=1024):
         """Logits for every (query, model) pair, shape (Q, M).
 
         Applies the query projection once per query and the model-only terms
@@ -213,6 +295,7 @@ class CorrectnessPredictor(nn.Module):
         ----------
         z : Tensor of shape (M, d)
         features : Tensor of shape (Q, F)
+        extra : Tensor of shape (Q, M, n_extra), default=None
         query_chunk : int, default=1024
             Queries per chunk, bounding memory to Q_chunk·M·hidden floats.
         """
@@ -229,6 +312,8 @@ class CorrectnessPredictor(nn.Module):
         for start in range(0, features.shape[0], query_chunk):
             u = self.project(features[start : start + query_chunk])  # (q, d)
             hidden = (u @ flat.T).reshape(-1, m, h) + model_term
+            if self.extra is not None:
+                hidden = hidden + self.extra(extra[start : start + query_chunk])
             chunks.append(F.gelu(hidden) @ out_w)
         return torch.cat(chunks) + self.output.bias
 
@@ -248,6 +333,9 @@ class LocusNetwork(nn.Module):
     hidden_dim : int, default=64
     dropout : float, default=0.0
     query_noise : float, default=0.0
+    kernel_readout : bool, default=False
+        Also give the predictor a :class:`KernelReadout` of the encoder set at
+        each decoder query.
 
     Examples
     --------
@@ -272,13 +360,19 @@ class LocusNetwork(nn.Module):
         hidden_dim=64,
         dropout=0.0,
         query_noise=0.0,
+        kernel_readout=False,
     ):
         super().__init__()
         self.encoder = LocusEncoder(
             n_features, embedding_dim, n_latents, n_blocks, n_heads, dropout
         )
+        self.readout = KernelReadout() if kernel_readout else None
         self.predictor = CorrectnessPredictor(
-            n_features, embedding_dim, hidden_dim, dropout
+            n_features,
+            embedding_dim,
+            hidden_dim,
+            dropout,
+            n_extra=KernelReadout.n_outputs if kernel_readout else 0,
         )
         self.query_noise = query_noise
         # Encodings of every training query, shape (Q, F), set only while
@@ -310,7 +404,12 @@ class LocusNetwork(nn.Module):
         if self.training and self.query_noise > 0:
             features = features + self.query_noise * torch.randn_like(features)
         z = self.encoder(features, enc_index, enc_score, enc_mask)
-        return self.predictor(z, features, dec_index)
+        extra = None
+        if self.readout is not None:
+            extra = self.readout(
+                features[dec_index], features[enc_index], enc_score, enc_mask
+            )
+        return self.predictor(z, features, dec_index, extra)
 
 
 class MaskedBCEWithLogitsLoss(nn.Module):

@@ -1,6 +1,7 @@
 """LocusRouter: route queries with LOCUS model embeddings; onboard models."""
 
 import numpy as np
+import pandas as pd
 from sklearn.base import clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils._param_validation import HasMethods
@@ -8,7 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import BaseRouter, check_model_costs, check_model_subset
 from ._embedder import LocusEmbedder
-from ._evals import _preview, check_evals
+from ._evals import EvalTable, _preview, check_evals
 
 __all__ = ["LocusRouter"]
 
@@ -117,10 +118,18 @@ class LocusRouter(BaseRouter):
         self.classes_ = table.models.copy()
         self.model_embeddings_ = locus._embed_table(table, X_query)
         self.model_costs_ = costs
+        self._set_memory(table, X_query)
         return self
 
+    def _set_memory(self, table, X_query):
+        """Keep the pool's evaluations when the predictor reads them."""
+        if self._locus.kernel_readout:
+            self.memory_ = (X_query, table)
+        else:
+            self.memory_ = None
+
     def _predict_proba_encoded(self, X):
-        return self._locus._predict_proba_encoded(self.model_embeddings_, X)
+        return self._locus._predict_proba_encoded(self.model_embeddings_, X, self.memory_)
 
     def add_models(self, evals, *, model_costs=None):
         """Embed new models, or refresh existing ones, with no training.
@@ -156,7 +165,8 @@ class LocusRouter(BaseRouter):
                 "model_costs were given, but the router was fitted without costs; "
                 "refit with model_costs= for the whole pool."
             )
-        embeddings = self._locus._embed_table(table, self._locus._encode(table.queries))
+        X_query = self._locus._encode(table.queries)
+        embeddings = self._locus._embed_table(table, X_query)
         classes = np.union1d(self.classes_, table.models).astype(object)
         merged = np.empty((len(classes), embeddings.shape[1]), dtype=np.float32)
         merged[np.searchsorted(classes, self.classes_)] = self.model_embeddings_
@@ -168,7 +178,26 @@ class LocusRouter(BaseRouter):
             self.model_costs_ = costs
         self.classes_ = classes
         self.model_embeddings_ = merged
+        if self.memory_ is not None:
+            keep = ~np.isin(self._memory_models(), table.models)
+            self._merge_memory(keep, table, X_query)
         return self
+
+    def _memory_models(self):
+        return self.memory_[1].models
+
+    def _merge_memory(self, keep, table=None, X_table=None):
+        """Kept evaluations: the old models in ``keep``, plus ``table`` (whose
+        query encodings are ``X_table``)."""
+        bank, old = self.memory_
+        frames = [old.to_frame()[keep[old.model_index]]]
+        encoding_of = dict(zip(old.queries, bank))
+        if table is not None:
+            frames.append(table.to_frame())
+            encoding_of.update(zip(table.queries, X_table))
+        merged = check_evals(pd.concat(frames, ignore_index=True))
+        encodings = np.stack([encoding_of[q] for q in merged.queries])
+        self.memory_ = (encodings.astype(np.float32), merged)
 
     def remove_models(self, models):
         """Remove models from the pool.
@@ -189,6 +218,8 @@ class LocusRouter(BaseRouter):
                 "remove_models would remove every model of the pool; at least one "
                 "must remain."
             )
+        if self.memory_ is not None:
+            self._merge_memory(~np.isin(self._memory_models(), models))
         self.classes_ = self.classes_[~drop]
         self.model_embeddings_ = self.model_embeddings_[~drop]
         if self.model_costs_ is not None:
@@ -218,6 +249,13 @@ class LocusRouter(BaseRouter):
             cost_weight=float(self.cost_weight),
         )
         tensors["pool.embeddings"] = torch.from_numpy(self.model_embeddings_)
+        if self.memory_ is not None:
+            encodings, table = self.memory_
+            metadata["memory_queries"] = table.queries.tolist()
+            tensors["memory.encodings"] = torch.from_numpy(encodings)
+            tensors["memory.model_index"] = torch.from_numpy(table.model_index)
+            tensors["memory.query_index"] = torch.from_numpy(table.query_index)
+            tensors["memory.score"] = torch.from_numpy(table.score)
         if self.model_costs_ is not None:
             tensors["pool.costs"] = torch.from_numpy(self.model_costs_)
         write_file(path, metadata, tensors)
@@ -255,6 +293,18 @@ class LocusRouter(BaseRouter):
         router.model_costs_ = None if costs is None else costs.numpy().astype(np.float64)
         if router.model_embeddings_.shape[0] != len(router.classes_):
             raise ValueError(f"{str(path)!r} is corrupt: pool size mismatch.")
+        router.memory_ = None
+        if "memory.encodings" in tensors:
+            table = EvalTable(
+                models=router.classes_.copy(),
+                queries=np.asarray(metadata["memory_queries"], dtype=object),
+                model_index=tensors["memory.model_index"].numpy(),
+                query_index=tensors["memory.query_index"].numpy(),
+                score=tensors["memory.score"].numpy(),
+                query_task=None,
+                n_input_rows=len(tensors["memory.score"]),
+            )
+            router.memory_ = (tensors["memory.encodings"].numpy(), table)
         return router
 
     def embed(self, evals):

@@ -65,6 +65,12 @@ class RandomEpisodes(torch.utils.data.Dataset):
     ``dec_size`` rows, disjoint from S_enc when ``disjoint``. Randomness comes
     from torch's global generator, seeded by the estimator.
 
+    With probability ``mix_prob`` an item is a *mixed model* instead: the
+    model's rows in a random half of the query regions (``query_region``)
+    and a random partner model's rows in the other half. A pool of tens of
+    models gives the encoder only tens of distinct sets to learn from; mixed
+    models add sets whose skill differs by region, as real models' do.
+
     Parameters
     ----------
     queries, scores : list of Tensor
@@ -72,22 +78,58 @@ class RandomEpisodes(torch.utils.data.Dataset):
     models : ndarray of int
         Model index of each item (an epoch walks every model, possibly
         several times).
+    enc_size : tuple of (int, int)
+    dec_size : int
+    disjoint : bool
+    mix_prob : float, default=0.0
+    query_region : LongTensor of shape (n_queries,), default=None
+        Region (e.g. k-means cluster of the encodings) of every query; needed
+        when ``mix_prob > 0``.
     """
 
-    def __init__(self, queries, scores, models, enc_size, dec_size, disjoint):
+    def __init__(
+        self,
+        queries,
+        scores,
+        models,
+        enc_size,
+        dec_size,
+        disjoint,
+        mix_prob=0.0,
+        query_region=None,
+    ):
         self.queries = queries
         self.scores = scores
         self.models = models
         self.enc_low, self.enc_high = np.log(enc_size[0]), np.log(enc_size[1])
         self.dec_size = dec_size
         self.disjoint = disjoint
+        self.mix_prob = mix_prob
+        self.query_region = query_region
 
     def __len__(self):
         return len(self.models)
 
+    def _rows(self, m):
+        q, y = self.queries[m], self.scores[m]
+        n_models = len(self.queries)
+        if self.mix_prob == 0 or n_models < 2 or torch.rand(()).item() >= self.mix_prob:
+            return q, y
+        partner = int(torch.randint(n_models - 1, ()).item())
+        partner += partner >= m
+        n_regions = int(self.query_region.max()) + 1
+        from_partner = torch.rand(n_regions) < 0.5
+        keep = ~from_partner[self.query_region[q]]
+        qp, yp = self.queries[partner], self.scores[partner]
+        take = from_partner[self.query_region[qp]]
+        q_mix = torch.cat([q[keep], qp[take]])
+        if len(q_mix) < 2:
+            return q, y
+        return q_mix, torch.cat([y[keep], yp[take]])
+
     def __getitem__(self, i):
         m = int(self.models[i])
-        q, y = self.queries[m], self.scores[m]
+        q, y = self._rows(m)
         n = len(q)
         u = torch.rand(()).item()
         drawn = int(round(np.exp(self.enc_low + u * (self.enc_high - self.enc_low))))
@@ -178,6 +220,16 @@ class ValidRoutingAccuracy(Callback):
         self.y_true_ = y_true[self.keep_]
         return self
 
+    def _memory(self, device):
+        """Every model's encoder rows as (index, score, indptr) for a readout."""
+        sets = [(torch.empty(0, dtype=torch.long), torch.empty(0))] * self.n_models
+        for (qe, ye, _, _), m in self.valid_episodes.items:
+            sets[m] = (qe, ye)
+        indptr = np.concatenate([[0], np.cumsum([len(q) for q, _ in sets])])
+        index = torch.cat([q for q, _ in sets]).to(device)
+        score = torch.cat([y for _, y in sets]).to(device)
+        return index, score, indptr
+
     def on_epoch_end(self, net, **kwargs):
         if not self.keep_.any():
             return
@@ -186,20 +238,24 @@ class ValidRoutingAccuracy(Callback):
         module.eval()
         items = self.valid_episodes.items
         bank = module.query_bank
-        z = torch.zeros(self.n_models, module.encoder.seed.shape[-1], device=bank.device)
+        device = bank.device
+        z = torch.zeros(self.n_models, module.encoder.seed.shape[-1], device=device)
         with torch.inference_mode():
             for start in range(0, len(items), self.batch_size):
                 chunk = items[start : start + self.batch_size]
                 X, _ = collate_episodes(chunk)
-                models = torch.tensor([m for _, m in chunk], device=bank.device)
+                models = torch.tensor([m for _, m in chunk], device=device)
                 z[models] = module.encoder(
                     bank,
-                    X["enc_index"].to(bank.device),
-                    X["enc_score"].to(bank.device),
-                    X["enc_mask"].to(bank.device),
+                    X["enc_index"].to(device),
+                    X["enc_score"].to(device),
+                    X["enc_mask"].to(device),
                 )
-            queries = self.queries_[torch.as_tensor(self.keep_)].to(bank.device)
-            logits = module.predictor.pairwise_logits(z, bank[queries])
+            queries = bank[self.queries_[torch.as_tensor(self.keep_)].to(device)]
+            extra = None
+            if module.readout is not None:
+                extra = module.readout.pairwise(queries, bank, *self._memory(device))
+            logits = module.predictor.pairwise_logits(z, queries, extra)
         module.train(was_training)
         # Models with no held-out rows keep a zero z; they never count, since
         # routing only ranks the models observed on each query.

@@ -398,3 +398,48 @@ def test_load_rejects_corrupt_and_foreign_files(tmp_path):
     save_file({"x": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ValueError, match="not a locus_sklearn one"):
         LocusRouter.load(tmp_path / "other.safetensors")
+
+
+def test_kernel_readout_router_keeps_evaluations(pool, tmp_path):
+    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1, kernel_readout=True))
+    r.fit(pool.evals)
+    queries = QUERIES(pool)[:15]
+    before = r.predict_proba(queries)
+    assert r.memory_[1].n_models == 12 and np.isfinite(before).all()
+    names = MODELS(pool)
+    r.remove_models(names[:2])
+    assert r.memory_[1].models.tolist() == names[2:]
+    r.add_models(_rows_of(pool.evals, names[:2]))
+    np.testing.assert_allclose(r.predict_proba(queries), before, atol=1e-6)
+    r.save(tmp_path / "kr.safetensors")
+    loaded = LocusRouter.load(tmp_path / "kr.safetensors")
+    np.testing.assert_array_equal(loaded.predict_proba(queries), r.predict_proba(queries))
+    with pytest.raises(ValueError, match="pass evals="):
+        r.embedder_.predict_proba(r.model_embeddings_, queries)
+    z = r.embedder_.transform(pool.evals)
+    np.testing.assert_allclose(
+        r.embedder_.predict_proba(z, queries, evals=pool.evals), before, atol=1e-6
+    )
+
+
+def test_mixed_model_episodes_train_and_are_reproducible(pool):
+    from locus_sklearn._training import RandomEpisodes
+    import torch
+
+    queries = [torch.arange(0, 10), torch.arange(5, 15)]
+    scores = [torch.ones(10), torch.zeros(10)]
+    region = torch.tensor([0] * 8 + [1] * 8)
+    episodes = RandomEpisodes(queries, scores, np.array([0]), (2, 4), 8, True,
+                              mix_prob=1.0, query_region=region)
+    torch.manual_seed(0)
+    for _ in range(20):
+        (qe, ye, qd, yd), _ = episodes[0]
+        rows = torch.cat([qe, qd])
+        labels = torch.cat([ye, yd])
+        # Model 0 (score 1) keeps its rows in the regions not taken from model 1.
+        for q, y in zip(rows.tolist(), labels.tolist()):
+            assert y == 1.0 and q < 10 or y == 0.0 and q >= 5
+    evals = _rows_of(pool.evals, MODELS(pool)[:6])
+    a = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(evals)
+    b = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(evals)
+    np.testing.assert_array_equal(a.transform(evals), b.transform(evals))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from locus_sklearn._nn import (
     CorrectnessPredictor,
     EvaluationTokenizer,
+    KernelReadout,
     LocusEncoder,
     LocusNetwork,
     MaskedBCEWithLogitsLoss,
@@ -138,3 +139,50 @@ def test_masked_bce_ignores_nan_padding_and_takes_fractions():
     target = torch.tensor([[0.5, float("nan")], [1.0, float("nan")]])
     expected = (np.log(2) + np.log(2)) / 2  # BCE(0, .5) = BCE(0, 1) = log 2
     assert loss(logits, target).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_kernel_readout_hand_computed():
+    readout = KernelReadout(bandwidth=0.5)
+    query = torch.tensor([[[1.0, 0.0]]])  # (B=1, M=1, F=2)
+    rows = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]])
+    score = torch.tensor([[1.0, 0.0, 1.0]])
+    mask = torch.tensor([[True, True, False]])
+    # cos = 1 and 0; w = exp(0/.5) = 1 and exp(-1/.5) = e^-2; third row masked.
+    w = torch.tensor([1.0, float(np.exp(-2.0))])
+    expected_r = (w[0] * 1 + w[1] * 0) / w.sum()
+    out = readout(query, rows, score, mask)[0, 0]
+    torch.testing.assert_close(out[0], 2 * expected_r - 1)
+    torch.testing.assert_close(out[1], torch.log1p(w.sum()))
+    # The pairwise form over a bank gives the same numbers.
+    pairwise = readout.pairwise(
+        query[0], rows[0], torch.tensor([0, 1]), torch.tensor([1.0, 0.0]), [0, 2]
+    )
+    torch.testing.assert_close(pairwise[0, 0], out)
+
+
+def test_kernel_readout_empty_set_gives_zeros_not_nan():
+    readout = KernelReadout()
+    out = readout.pairwise(
+        torch.randn(3, 4), torch.randn(5, 4), torch.tensor([0, 1]), torch.ones(2), [0, 0, 2]
+    )
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[:, 0], torch.zeros(3, 2))
+
+
+def test_pairwise_logits_with_readout_match_per_pair_forward():
+    torch.manual_seed(0)
+    net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2,
+                       kernel_readout=True).eval()
+    bank = torch.nn.functional.normalize(torch.randn(12, F), dim=1)
+    enc = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 0]])
+    mask = torch.tensor([[True] * 4, [True, True, True, False]])
+    score = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
+    dec = torch.tensor([[7, 8, 9], [7, 8, 9]])
+    per_pair = net(enc, score, mask, dec, features=bank)  # (2 models, 3 queries)
+    z = net.encoder(bank, enc, score, mask)
+    extra = net.readout.pairwise(
+        bank[7:10], bank, torch.tensor([0, 1, 2, 3, 4, 5, 6]),
+        torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]), [0, 4, 7],
+    )
+    pairwise = net.predictor.pairwise_logits(z, bank[7:10], extra)
+    torch.testing.assert_close(pairwise, per_pair.T, rtol=1e-4, atol=1e-5)
