@@ -75,6 +75,12 @@ def write_file(path, metadata, tensors):
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     fd, tmp = tempfile.mkstemp(dir=path.parent or ".", suffix=".tmp")
     os.close(fd)
+    # mkstemp makes the file private (0600); give it the mode a plain open()
+    # would, or keep the mode of the file it replaces.
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask
+    os.chmod(tmp, mode)
     try:
         save_file(tensors, tmp, metadata=header)
         os.replace(tmp, path)

@@ -1,0 +1,449 @@
+"""``locus demo``: route, onboard and pick a portfolio on real data, in minutes.
+
+On the built-in MMLU-Pro subset (or a user's evaluation file) the demo splits the
+queries 80/20, trains a :class:`~locus_sklearn.LocusRouter` on all but a few
+held-out models, compares its routing accuracy on the test queries with the
+single best model, the oracle and a kNN router, onboards the held-out models
+from 128 evaluations each, picks a small portfolio, and writes figures.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["run_demo", "DEMO_SETTINGS", "QUICK_SETTINGS"]
+
+#: LocusEmbedder settings of the demo: a smaller network and shorter episodes
+#: than the defaults, so that training takes about a minute on two CPU cores.
+#: Everything else (regularisation, early stopping) is the library's default.
+DEMO_SETTINGS = dict(
+    embedding_dim=64,
+    n_latents=16,
+    n_blocks=1,
+    enc_size=(64, 512),
+    dec_size=128,
+    max_epochs=40,
+    episodes_per_epoch=256,
+)
+
+#: Tiny settings for ``locus demo --quick`` (a smoke test: seconds, not accuracy).
+QUICK_SETTINGS = dict(
+    embedding_dim=16,
+    n_latents=4,
+    n_blocks=1,
+    n_heads=2,
+    hidden_dim=16,
+    enc_size=(32, 128),
+    dec_size=32,
+    max_epochs=2,
+    episodes_per_epoch=32,
+    early_stopping=None,
+)
+
+N_ONBOARD_EVALS = 128  # evaluations per onboarded model, as in the paper
+N_HELD_OUT = 3  # models held out of training, then onboarded
+PORTFOLIO_SIZE = 5
+MIN_COMMON_QUERIES = 50  # below this, score on every test query instead
+
+
+class _Printer:
+    """Print to a stream with flushing (the demo interleaves with skorch's log)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __call__(self, *lines):
+        for line in lines:
+            print(line, file=self.stream, flush=True)
+
+
+def _table(header, rows):
+    """An aligned table (list of lines): first column left, the others right."""
+    from ._cli import format_table
+
+    aligns = ["<"] + [">"] * (len(header) - 1)
+    return format_table(header, rows, aligns=aligns, indent="  ")
+
+
+def _load(evals_path, open_weights, say):
+    """Return (evals, encoder, family, description) for the demo's data."""
+    from .datasets import load_evals, load_mmlu_pro
+
+    if evals_path is None:
+        data = load_mmlu_pro(open_weights_only=open_weights)
+        which = "27 open-weights models" if open_weights else "all 32 models"
+        description = (
+            f"MMLU-Pro subset (built in): {which}, {data.evals['query'].nunique():,} "
+            f"questions, {len(data.evals):,} evaluations"
+        )
+        # The precomputed MiniLM encodings: nothing is encoded at demo time.
+        return data.evals, data.encodings, data.family, description
+    from ._encoders import QueryEncoder
+
+    evals = load_evals(evals_path)
+    description = (
+        f"{os.fspath(evals_path)}: {evals['model'].nunique():,} models, "
+        f"{evals['query'].nunique():,} queries, {len(evals):,} evaluations"
+    )
+    queries = np.sort(evals["query"].unique())
+    say(f"Encoding {len(queries):,} queries with the bundled all-MiniLM-L6-v2 ...")
+    vectors = QueryEncoder(show_progress_bar=True).fit().transform(queries)
+    # Encode once; the router and the kNN peer share the vectors.
+    return evals, dict(zip(queries, vectors, strict=True)), None, description
+
+
+def _split(evals, rng):
+    """Seeded 80/20 split of the distinct queries; returns (train, test) frames."""
+    queries = np.sort(evals["query"].unique())
+    n_test = max(1, int(round(0.2 * len(queries))))
+    test = set(queries[rng.permutation(len(queries))[:n_test]])
+    is_test = evals["query"].isin(test).to_numpy()
+    return evals[~is_test], evals[is_test]
+
+
+def _held_out_models(train, rng, n_held_out):
+    """Models to hold out of training: random, among those with enough rows."""
+    counts = train["model"].value_counts()
+    eligible = np.sort(counts.index[counts >= N_ONBOARD_EVALS].to_numpy())
+    n_held_out = min(n_held_out, max(0, counts.size - 3))  # keep a pool to train on
+    if len(eligible) < n_held_out or n_held_out == 0:
+        return []
+    return sorted(rng.choice(eligible, n_held_out, replace=False).tolist())
+
+
+def _dense(evals, models):
+    """(queries, score matrix with NaN) of ``evals`` over ``models``."""
+    from ._evals import check_evals
+
+    table = check_evals(evals)
+    return table.queries, table.to_dense(models)
+
+
+def _common(test, models):
+    """Test rows of ``models`` on the queries that every one of them answered."""
+    part = test[test["model"].isin(models)]
+    counts = part.groupby("query")["model"].nunique()
+    common = counts.index[counts == len(models)]
+    return part[part["query"].isin(common)]
+
+
+def _route_stats(proba, Y):
+    """Routing accuracy (among the models scored per query) and models used."""
+    from .metrics import route, routing_accuracy
+
+    routed = route(proba, ~np.isnan(Y))
+    return routing_accuracy(Y, proba), len(np.unique(routed))
+
+
+def _figures(router, family, portfolio, held_out, curve, output, say):
+    """Write the model map, dendrogram and portfolio curve; return file names."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        say("  matplotlib is not installed: skipping figures (pip install matplotlib).")
+        return []
+    from .inspection import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
+
+    output.mkdir(parents=True, exist_ok=True)
+    names = router.classes_
+    written = []
+
+    groups = None if family is None else [family.get(m, "?") for m in names]
+    _, ax = plt.subplots(figsize=(9.0, 7.0), layout="constrained")
+    plot_model_map(router, groups=groups, ax=ax)
+    for i, name in enumerate(names):
+        if name in held_out or name in portfolio:
+            # Mark onboarded models (never trained on) and the portfolio.
+            xy = ax.texts[i].xy
+            marker = "s" if name in held_out else "*"
+            ax.plot(*xy, marker=marker, ms=14, mfc="none", mec="black")
+    ax.set_title(
+        "Model map (PCA of LOCUS embeddings)\n"
+        f"square: onboarded from {N_ONBOARD_EVALS} evaluations; star: portfolio"
+    )
+    ax.figure.savefig(output / "model_map.png", dpi=120)
+    written.append("model_map.png")
+
+    fig = plot_model_dendrogram(router, metric="cosine")
+    fig.suptitle("Models clustered by LOCUS embedding (cosine distance)")
+    fig.savefig(output / "model_dendrogram.png", dpi=120)
+    written.append("model_dendrogram.png")
+
+    ax = plot_portfolio_curve(curve, label="k-medoids on embeddings")
+    ax.set_title("Routing accuracy restricted to a portfolio (test questions)")
+    ax.figure.savefig(output / "portfolio_curve.png", dpi=120)
+    written.append("portfolio_curve.png")
+    plt.close("all")
+    return written
+
+
+def _run(evals, output, open_weights, epochs, seed, quick, stream):
+    """The demo's steps; see :func:`run_demo`."""
+    from . import KMedoidsSelector, LocusEmbedder, LocusRouter
+    from .baselines import KNNRouter
+    from .inspection import portfolio_curve
+    from .metrics import correctness_accuracy
+
+    say = _Printer(stream or sys.stdout)
+    start = time.perf_counter()
+    rng = np.random.RandomState(seed)
+    output = Path(output)
+    summary = {}
+
+    evals, encoder, family, description = _load(evals, open_weights, say)
+    train, test = _split(evals, rng)
+    held_out = _held_out_models(train, rng, N_HELD_OUT)
+    pool = np.sort(train.loc[~train["model"].isin(held_out), "model"].unique())
+    pool_train = train[train["model"].isin(pool)]
+    say(
+        f"LOCUS demo on {description}.",
+        f"Split (seed {seed}): {train['query'].nunique():,} training / "
+        f"{test['query'].nunique():,} test queries.",
+    )
+    if held_out:
+        say(f"Held out of training, to onboard later: {', '.join(held_out)}.")
+    say("")
+
+    # ------------------------------------------------------------------ train
+    settings = dict(QUICK_SETTINGS if quick else DEMO_SETTINGS)
+    if epochs is not None:
+        settings["max_epochs"] = epochs
+    say(
+        f"[1/4] Training a LocusRouter on {len(pool)} models "
+        f"({len(pool_train):,} evaluations; at most {settings['max_epochs']} epochs, "
+        f"{settings['episodes_per_epoch']} episodes each"
+        + (
+            ", early stopping on held-out routing accuracy"
+            if settings.get("early_stopping")
+            else ""
+        )
+        + ")"
+    )
+    embedder = LocusEmbedder(encoder, random_state=seed, verbose=1, **settings)
+    t0 = time.perf_counter()
+    router = LocusRouter(embedder).fit(pool_train)
+    fit_time = time.perf_counter() - t0
+    say(f"  trained {router.embedder_.n_epochs_} epochs in {fit_time:.0f} s", "")
+    summary["fit_seconds"] = fit_time
+
+    # ------------------------------------------------------------------ route
+    scored = _common(test, pool)
+    n_common = scored["query"].nunique()
+    where = f"the {n_common:,} test queries that all {len(pool)} models answered"
+    if scored["query"].nunique() < MIN_COMMON_QUERIES:
+        scored = test[test["model"].isin(pool)]
+        where = (
+            f"all {scored['query'].nunique():,} test queries (each routed among "
+            "the models with a score for it)"
+        )
+    queries, Y = _dense(scored, router.classes_)
+    proba = router.predict_proba(queries)
+    locus_acc, locus_used = _route_stats(proba, Y)
+
+    oracle_acc = float(np.nanmax(Y, axis=1).mean())
+    knn = KNNRouter(k=50, encoder=encoder).fit(pool_train)
+    knn_acc, knn_used = _route_stats(knn.predict_proba(queries), Y)
+    train_means = pool_train.groupby("model")["score"].mean()
+    best = train_means.idxmax()
+    best_acc = float(np.nanmean(Y[:, int(np.flatnonzero(router.classes_ == best)[0])]))
+    rows = [
+        ("oracle (best model per query)", f"{oracle_acc:.3f}", ""),
+        ("LocusRouter", f"{locus_acc:.3f}", locus_used),
+        ("KNNRouter (k=50), a peer router", f"{knn_acc:.3f}", knn_used),
+        (f"single best model ({best}, chosen on train)", f"{best_acc:.3f}", 1),
+        ("average model", f"{np.nanmean(np.nanmean(Y, axis=0)):.3f}", ""),
+    ]
+    say(
+        f"[2/4] Routing accuracy on {where}:",
+        *_table(["router", "accuracy", "models used"], rows),
+        "",
+    )
+    summary.update(
+        locus_accuracy=locus_acc,
+        knn_accuracy=knn_acc,
+        single_best_accuracy=best_acc,
+        oracle_accuracy=oracle_acc,
+    )
+
+    # -------------------------------------------------------------- onboard
+    if held_out:
+        say(
+            f"[3/4] Onboarding the {len(held_out)} held-out models from "
+            f"{N_ONBOARD_EVALS} evaluations each (no training); correctness "
+            "accuracy on their test queries:"
+        )
+        rows = []
+        onboard_rows = []
+        for name in held_out:
+            rows_m = train[train["model"] == name]
+            onboard_rows.append(
+                rows_m.iloc[
+                    np.sort(rng.choice(len(rows_m), N_ONBOARD_EVALS, replace=False))
+                ]
+            )
+        onboard = pd.concat(onboard_rows)
+        t0 = time.perf_counter()
+        router.add_models(onboard)
+        onboard_time = time.perf_counter() - t0
+        held_out_train = train[train["model"].isin(held_out)]
+        full = router.embed(held_out_train)
+        results = {}
+        for i, name in enumerate(held_out):
+            test_m = test[test["model"] == name]
+            y = test_m["score"].to_numpy()[:, None]
+            q = test_m["query"].tolist()
+            col = int(np.flatnonzero(router.classes_ == name)[0])
+            p128 = router.predict_proba(q)[:, [col]]
+            p_all = router.embedder_.predict_proba(
+                full[[i]], q, evals=held_out_train[held_out_train["model"] == name]
+            )
+            majority = float(
+                onboard.loc[onboard["model"] == name, "score"].mean() >= 0.5
+            )
+            acc128 = correctness_accuracy(y, p128)
+            acc_all = correctness_accuracy(y, p_all)
+            acc_const = float(np.mean((y >= 0.5) == bool(majority)))
+            results[name] = acc128
+            rows.append(
+                (
+                    name,
+                    f"{len(test_m):,}",
+                    f"{acc128:.3f}",
+                    f"{acc_all:.3f}",
+                    f"{acc_const:.3f}",
+                )
+            )
+        n_all = int(
+            train[train["model"].isin(held_out)].groupby("model").size().median()
+        )
+        say(
+            *_table(
+                [
+                    "model",
+                    "test queries",
+                    f"from {N_ONBOARD_EVALS} evals",
+                    f"from all ~{n_all:,}",
+                    "majority guess",
+                ],
+                rows,
+            )
+        )
+        say(f"  (embedding the {len(held_out)} models took {onboard_time:.2f} s)", "")
+        summary["onboarding_accuracy"] = results
+    else:
+        say(
+            "[3/4] Onboarding skipped: too few models or evaluations to hold some out.",
+            "",
+        )
+
+    # ------------------------------------------------------------ portfolio
+    models = router.classes_
+    scored = _common(test, models)
+    if scored["query"].nunique() < MIN_COMMON_QUERIES:
+        scored = test[test["model"].isin(models)]
+    k = min(PORTFOLIO_SIZE, len(models) - 1) if len(models) > 1 else 1
+    selector = KMedoidsSelector(n_select=k).fit(router.model_embeddings_)
+    portfolio = models[selector.selected_indices_].tolist()
+    sizes = list(range(1, min(len(models), 12) + 1))
+    curve = portfolio_curve(
+        router, scored, sizes, n_random=5 if quick else 20, random_state=seed
+    )
+    at_k = curve.loc[curve["value"] == k].iloc[0]
+    say(
+        f"[4/4] Portfolio of {k} models picked by k-medoids on the embeddings "
+        f"(pool of {len(models)}):",
+        f"  {', '.join(portfolio)}",
+        *_table(
+            ["routing among", "accuracy"],
+            [
+                (f"all {len(models)} models", f"{at_k['full_pool_accuracy']:.3f}"),
+                (f"the {k}-model portfolio", f"{at_k['accuracy']:.3f}"),
+                (
+                    f"random {k}-model portfolios (mean ± sd)",
+                    f"{at_k['random_mean']:.3f} ± {at_k['random_std']:.3f}",
+                ),
+            ],
+        ),
+        f"  (on {int(at_k['n_queries']):,} test queries)",
+        "",
+    )
+    summary.update(
+        portfolio=portfolio,
+        portfolio_accuracy=float(at_k["accuracy"]),
+        random_portfolio_accuracy=float(at_k["random_mean"]),
+    )
+
+    # --------------------------------------------------------------- figures
+    written = _figures(router, family, portfolio, held_out, curve, output, say)
+    summary["figures"] = written
+    summary["output"] = str(output)
+    total = time.perf_counter() - start
+    summary["seconds"] = total
+    say(f"Done in {total:.0f} s.")
+    if written:
+        say(f"Figures ({', '.join(written)}) written to {os.fspath(output)}")
+    else:
+        say(f"No figures written (output folder would be {os.fspath(output)})")
+    return summary
+
+
+def run_demo(
+    evals=None,
+    *,
+    output="locus_demo_output",
+    open_weights=True,
+    epochs=None,
+    seed=0,
+    quick=False,
+    stream=None,
+):
+    """Run the LOCUS demo end to end and print a summary.
+
+    Parameters
+    ----------
+    evals : str or path-like, default=None
+        A long-format evaluation file (csv, parquet or jsonl; see
+        :func:`~locus_sklearn.datasets.load_evals`), whose queries are encoded
+        with the bundled MiniLM encoder. None uses the built-in MMLU-Pro
+        subset with its precomputed encodings.
+    output : str or path-like, default="locus_demo_output"
+        Folder for the figures (created if needed).
+    open_weights : bool, default=True
+        With the built-in data, keep only the 27 open-weights models (where
+        routing has headroom); False uses all 32.
+    epochs : int, default=None
+        Maximum training epochs; None uses the demo's setting (early stopping
+        usually ends sooner).
+    seed : int, default=0
+        Seeds the query split, the held-out models and training.
+    quick : bool, default=False
+        Tiny settings that finish in seconds (a smoke test; the accuracies are
+        then meaningless).
+    stream : file-like, default=None
+        Where to print; defaults to ``sys.stdout``.
+
+    Returns
+    -------
+    summary : dict
+        The numbers printed: routing accuracies, onboarding and portfolio
+        results, the output folder and the figures written.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    if not torch.cuda.is_available():
+        # The demo's network is small: one thread costs little on an idle
+        # machine, and avoids OpenMP's spin-waiting, which makes a multi-threaded
+        # run many times slower on a busy one.
+        torch.set_num_threads(1)
+    try:
+        return _run(evals, output, open_weights, epochs, seed, quick, stream)
+    finally:
+        torch.set_num_threads(previous)
