@@ -65,6 +65,46 @@ class EvaluationTokenizer(nn.Module):
         return base[query_index] + (2 * y - 1) * signed[query_index] + y * self.score
 
 
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention over batch-first tensors with a key-padding mask.
+
+    Same maths as :class:`torch.nn.MultiheadAttention`, with separate query
+    and key/value projections so that nothing is transposed into a copy
+    before the projections; the attention itself is
+    :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+    Parameters
+    ----------
+    embedding_dim : int
+    n_heads : int
+    dropout : float, default=0.0
+        Dropout on the attention weights, in training only.
+    """
+
+    def __init__(self, embedding_dim, n_heads, dropout=0.0):
+        super().__init__()
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.query = nn.Linear(embedding_dim, embedding_dim)
+        self.key_value = nn.Linear(embedding_dim, 2 * embedding_dim)
+        self.out = nn.Linear(embedding_dim, embedding_dim)
+
+    def forward(self, query, key_value, key_padding_mask=None):
+        """Shape (B, n_q, d); ``key_padding_mask`` (B, n_k), True on padding."""
+        b, n_q, d = query.shape
+        n_k = key_value.shape[1]
+        h = self.n_heads
+        q = self.query(query).view(b, n_q, h, d // h).transpose(1, 2)
+        k, v = self.key_value(key_value).view(b, n_k, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        mask = None
+        if key_padding_mask is not None:
+            mask = ~key_padding_mask[:, None, None, :]  # True where attention may go
+        attended = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self.out(attended.transpose(1, 2).reshape(b, n_q, d))
+
+
 class TBlock(nn.Module):
     """TBlock(Q, K, V) = LN(H + FFN(H)) with H = LN(Q + MHA(Q, K, V)).
 
@@ -77,9 +117,7 @@ class TBlock(nn.Module):
 
     def __init__(self, embedding_dim, n_heads, dropout=0.0):
         super().__init__()
-        self.attention = nn.MultiheadAttention(
-            embedding_dim, n_heads, dropout=dropout, batch_first=True
-        )
+        self.attention = MultiHeadAttention(embedding_dim, n_heads, dropout)
         self.norm1 = nn.LayerNorm(embedding_dim)
         self.ffn = nn.Sequential(
             nn.Linear(embedding_dim, 2 * embedding_dim),
@@ -93,13 +131,7 @@ class TBlock(nn.Module):
     def forward(self, query, key_value, key_padding_mask=None):
         """Shape of ``query``: (B, n_q, d); ``key_value``: (B, n_k, d);
         ``key_padding_mask``: (B, n_k) bool, True where the key is padding."""
-        attended, _ = self.attention(
-            query,
-            key_value,
-            key_value,
-            key_padding_mask=key_padding_mask,
-            need_weights=False,
-        )
+        attended = self.attention(query, key_value, key_padding_mask)
         hidden = self.norm1(query + self.dropout(attended))
         return self.norm2(hidden + self.dropout(self.ffn(hidden)))
 
@@ -163,7 +195,8 @@ class LocusEncoder(nn.Module):
         mask : BoolTensor of shape (B, N)
             True for real evaluations, False for padding.
         """
-        padding = ~mask
+        # Without padding, attention can take its fastest (unmasked) kernel.
+        padding = None if bool(mask.all()) else ~mask
         tokens = self.tokenizer(features, query_index, score)
         for block in self.blocks:
             tokens = block(tokens, padding)
@@ -201,7 +234,7 @@ class KernelReadout(nn.Module):
         readout = torch.where(
             torch.isfinite(mass.squeeze(-1)), (weights * score).sum(-1), 0.5
         )
-        evidence = torch.log1p(mass.squeeze(-1).exp())
+        evidence = F.softplus(mass.squeeze(-1))  # log(1 + Σ w), without overflow
         return torch.stack([2 * readout - 1, evidence], dim=-1)
 
     def forward(self, query_features, set_features, set_score, set_mask):
@@ -214,7 +247,10 @@ class KernelReadout(nn.Module):
         set_score : Tensor of shape (B, N)
         set_mask : BoolTensor of shape (B, N)
         """
-        similarity = query_features @ set_features.transpose(1, 2)
+        # Cosine, also for the noisy encodings seen in training.
+        similarity = F.normalize(query_features, dim=-1) @ F.normalize(
+            set_features, dim=-1
+        ).transpose(1, 2)
         return self._features(
             similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1)
         )
@@ -235,6 +271,7 @@ class KernelReadout(nn.Module):
         """
         n_models = len(indptr) - 1
         out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
+        queries, bank = F.normalize(queries, dim=-1), F.normalize(bank, dim=-1)
         for start in range(0, queries.shape[0], query_chunk):
             similarity = (queries[start : start + query_chunk] @ bank.T)[:, set_index]
             for m in range(n_models):
