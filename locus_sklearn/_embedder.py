@@ -17,6 +17,7 @@ from ._encoders import as_query_encoder
 from ._evals import check_evals
 from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
 from ._training import (
+    DivergenceCheck,
     FixedEpisodes,
     RandomEpisodes,
     ValidRoutingAccuracy,
@@ -359,7 +360,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             mix_prob=self.mix_prob,
             query_region=query_region,
         )
-        callbacks = []
+        callbacks = [("divergence", DivergenceCheck())]
         valid_ds = None
         if is_valid.any():
             valid_q, valid_y = _per_model(table, is_valid)

@@ -14,6 +14,7 @@ from .metrics._routing import routing_accuracy
 
 __all__ = [
     "collate_episodes",
+    "DivergenceCheck",
     "FixedEpisodes",
     "RandomEpisodes",
     "ValidRoutingAccuracy",
@@ -195,6 +196,22 @@ def collate_episodes(batch):
         "dec_index": dec_index,
     }
     return X, target
+
+
+class DivergenceCheck(Callback):
+    """Stop with a clear error as soon as a training loss is not finite,
+    instead of training on NaN and failing later somewhere less clear."""
+
+    def on_batch_end(self, net, batch=None, training=None, **kwargs):
+        if not training:
+            return
+        loss = net.history[-1, "batches", -1, "train_loss"]
+        if not np.isfinite(loss):
+            raise FloatingPointError(
+                f"LocusEmbedder training diverged: the training loss became {loss} "
+                f"in epoch {len(net.history)}; lower lr (now {net.lr}) or set "
+                "gradient_clip."
+            )
 
 
 class ValidRoutingAccuracy(Callback):

@@ -443,3 +443,9 @@ def test_mixed_model_episodes_train_and_are_reproducible(pool):
     a = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(evals)
     b = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(evals)
     np.testing.assert_array_equal(a.transform(evals), b.transform(evals))
+
+
+def test_divergence_is_a_clear_error(pool):
+    evals = _rows_of(pool.evals, MODELS(pool)[:4])
+    with pytest.raises(FloatingPointError, match="training diverged.*lower lr"):
+        tiny_embedder(pool.encodings, lr=1e30, gradient_clip=None, max_epochs=3).fit(evals)
