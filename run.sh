@@ -17,7 +17,7 @@ VENV="${VENV:-.venv}"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 
 case "$job" in
-  demo) extras="" ;;
+  demo) extras="[plot]" ;;
   test) extras="[test]" ;;
   docs) extras="[docs,test]" ;;
   *) echo "usage: bash run.sh {demo|test|docs} [args...]" >&2; exit 2 ;;
