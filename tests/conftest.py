@@ -12,6 +12,16 @@ import pytest  # noqa: E402
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 
+try:
+    import torch
+
+    # The networks in tests are tiny: one thread avoids OpenMP start-up and
+    # spin-waiting, which slow small ops badly when other processes share the CPU.
+    torch.set_num_threads(1)
+except ImportError:  # pragma: no cover - torch is a hard dependency
+    pass
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     random.seed(0)

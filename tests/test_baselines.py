@@ -113,18 +113,6 @@ def make_router(name, **params):
     return ROUTERS[name][0](**params)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """The nets here are tiny: threads cost more than they give (and much more on
-    a busy machine)."""
-    import torch
-
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
-
-
 @pytest.fixture(scope="module")
 def fitted():
     """Each peer fitted once on POOL (do not mutate)."""
