@@ -1,0 +1,218 @@
+"""Benchmark data loaders: long-format evals + one encoding per query id.
+
+Every loader returns a :class:`BenchData`: the evaluations in the package's long
+format (``model``, ``query``, ``score``, ``task``) where ``query`` is a stable id
+(``"mmlu-pro/<question_id>"``, ``"routerbench/<query_index>"``,
+``"synthetic/<q>"``), and ``encodings``, a dict id -> float32 vector that is
+passed as ``encoder=`` to every router so that all routers see identical query
+features. Text encodings (MiniLM by default, or any sentence-transformers
+directory) are computed once through :class:`locus_sklearn.QueryEncoder` with a
+joblib cache under ``benchmarks/.cache/``.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED_DATA = os.path.abspath(os.path.join(HERE, "..", "..", "shared", "data"))
+CACHE_DIR = os.path.join(HERE, ".cache")
+
+#: Proprietary API models dropped for the "open-weights" MMLU-Pro pool.
+MMLU_CLOSED = (
+    "gemini-1.5-flash-002",
+    "gemini-1.5-pro-002",
+    "gemini-3.1-pro-preview",
+    "gpt-4o",
+    "deepseek-chat",
+)
+
+
+@dataclass
+class BenchData:
+    """One benchmark data set.
+
+    Attributes
+    ----------
+    name : str
+    evals : DataFrame
+        Long format: model, query (an id), score, task.
+    encodings : dict of str to ndarray
+        Query id -> encoding, for every query of ``evals``.
+    split : dict of str to str or None
+        Query id -> "train"/"test" when the data has its own split, else None
+        (the benchmark then makes seeded 80/20 query splits).
+    query_costs : DataFrame or None
+        Per-query realised cost, indexed by query id, one column per model
+        (NaN where unknown).
+    model_costs : dict of str to float or None
+        Mean cost per query of each model over the training split (the cost
+        the routers are given).
+    description : str
+    """
+
+    name: str
+    evals: pd.DataFrame
+    encodings: dict
+    split: dict | None = None
+    query_costs: pd.DataFrame | None = None
+    model_costs: dict | None = None
+    description: str = ""
+    info: dict = field(default_factory=dict)
+
+
+def encode_texts(texts, encoder=None, cache_dir=CACHE_DIR, chunk=4096):
+    """Encode query texts with QueryEncoder, cached on disk (joblib.Memory).
+
+    Encoded in chunks of ``chunk`` texts, each cached separately, so an
+    interrupted first run keeps the chunks it finished.
+    """
+    from locus_sklearn import QueryEncoder
+
+    os.makedirs(cache_dir, exist_ok=True)
+    qe = QueryEncoder(encoder, memory=cache_dir, device="cpu", batch_size=64).fit()
+    texts = list(texts)
+    parts = [qe.transform(texts[i : i + chunk]) for i in range(0, len(texts), chunk)]
+    return np.concatenate(parts)
+
+
+def _encodings_for(ids, texts, encoder):
+    X = encode_texts(texts, encoder)
+    return dict(zip(ids, X.astype(np.float32), strict=True))
+
+
+def load_mmlu_pro(open_only=True, encoder=None, root=None):
+    """MMLU-Pro, 32 (or 27 open-weights) models x 12,032 questions."""
+    root = root or os.path.join(SHARED_DATA, "mmlu_pro_32models")
+    data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
+    queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
+    Y, models = data["Y"], data["models"].astype(str)
+    ids = np.array([f"mmlu-pro/{q}" for q in data["question_id"]], dtype=object)
+    keep = np.ones(len(models), dtype=bool)
+    if open_only:
+        keep = ~np.isin(models, MMLU_CLOSED)
+    Y, models = Y[:, keep], models[keep]
+    qi, mi = np.nonzero(np.isfinite(Y))
+    evals = pd.DataFrame(
+        {
+            "model": models[mi].astype(object),
+            "query": ids[qi],
+            "score": Y[qi, mi].astype(np.float64),
+            "task": data["benchmark"].astype(str)[qi].astype(object),
+        }
+    )
+    assert (queries["question_id"].to_numpy() == data["question_id"]).all()
+    encodings = _encodings_for(ids, queries["prompt"].tolist(), encoder)
+    name = "mmlu-open" if open_only else "mmlu-all"
+    return BenchData(
+        name=name,
+        evals=evals,
+        encodings=encodings,
+        description=(
+            f"MMLU-Pro (TIGER-Lab model outputs), {len(models)} "
+            f"{'open-weights ' if open_only else ''}models x {len(ids)} questions; "
+            "no official split (seeded 80/20 query splits)"
+        ),
+    )
+
+
+def load_routerbench(encoder=None, root=None):
+    """RouterBench 0-shot subset (RouterDC): 11 models, own train/test split, costs."""
+    root = root or os.path.join(SHARED_DATA, "routerbench_routerdc_subset")
+    data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
+    queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
+    Y, cost, models = data["Y"], data["cost"], data["models"].astype(str)
+    ids = np.array([f"routerbench/{i}" for i in range(len(Y))], dtype=object)
+    split = data["split"].astype(str)
+    qi, mi = np.nonzero(Y >= 0)
+    evals = pd.DataFrame(
+        {
+            "model": models[mi].astype(object),
+            "query": ids[qi],
+            "score": Y[qi, mi].astype(np.float64),
+            "task": data["benchmark"].astype(str)[qi].astype(object),
+        }
+    )
+    query_costs = pd.DataFrame(cost.astype(np.float64), index=ids, columns=models)
+    train = split == "train"
+    model_costs = {m: float(np.nanmean(cost[train, j])) for j, m in enumerate(models)}
+    encodings = _encodings_for(ids, queries["prompt"].tolist(), encoder)
+    return BenchData(
+        name="routerbench",
+        evals=evals,
+        encodings=encodings,
+        split=dict(zip(ids, split, strict=True)),
+        query_costs=query_costs,
+        model_costs=model_costs,
+        description=(
+            "RouterBench 0-shot subset (RouterDC: ARC-Challenge, MBPP, Winogrande), "
+            f"{len(models)} models x {len(ids)} queries, RouterDC train/test split, "
+            "per-query USD costs"
+        ),
+    )
+
+
+def load_synthetic(n_models=112, n_queries=3000, random_state=0, **kwargs):
+    """A dense synthetic pool from make_model_pool (112 models as in the paper)."""
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(
+        n_models=n_models,
+        n_queries=n_queries,
+        evals_per_model="all",
+        random_state=random_state,
+        **kwargs,
+    )
+    evals = pool.evals.copy()
+    evals["query"] = "synthetic/" + evals["query"].astype(str)
+    encodings = {f"synthetic/{q}": v for q, v in pool.encodings.items()}
+    return BenchData(
+        name="synthetic",
+        evals=evals,
+        encodings=encodings,
+        description=(
+            f"synthetic make_model_pool: {n_models} models x {n_queries} queries, "
+            f"{pool.tasks.size} tasks, dense (SYNTHETIC, not real LLMs)"
+        ),
+    )
+
+
+def load_path(path, encoder=None):
+    """Any long-format evals file (csv/parquet/jsonl) through load_evals."""
+    from locus_sklearn.datasets import load_evals
+
+    evals = load_evals(path)
+    texts = pd.unique(evals["query"].astype(str))
+    ids = np.array([f"evals/{i}" for i in range(len(texts))], dtype=object)
+    lookup = dict(zip(texts, ids, strict=True))
+    evals = evals.assign(query=evals["query"].astype(str).map(lookup))
+    if "task" not in evals:
+        evals["task"] = "all"
+    evals = evals[["model", "query", "score", "task"]]
+    encodings = _encodings_for(ids, texts, encoder)
+    base = os.path.splitext(os.path.basename(str(path)))[0].replace(".", "_")
+    return BenchData(
+        name=f"evals-{base}",
+        evals=evals,
+        encodings=encodings,
+        description=f"long-format evals from {path}",
+    )
+
+
+def load(name, *, encoder=None, evals_path=None, tiny=False):
+    """Load a data set by benchmark name."""
+    if name == "mmlu-open":
+        return load_mmlu_pro(True, encoder)
+    if name == "mmlu-all":
+        return load_mmlu_pro(False, encoder)
+    if name == "routerbench":
+        return load_routerbench(encoder)
+    if name == "synthetic":
+        if tiny:
+            return load_synthetic(n_models=12, n_queries=300, n_tasks=4, n_families=3)
+        return load_synthetic()
+    if name == "evals":
+        return load_path(evals_path, encoder)
+    raise ValueError(f"unknown data set {name!r}")

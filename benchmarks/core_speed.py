@@ -1,0 +1,226 @@
+"""Speed of the LOCUS core on this machine: embedding, routing and fitting.
+
+Measures, with random weights and synthetic data (384-d query encodings):
+- transform: embed 112 models x 4,096 evaluations each in one call (float32 and
+  bfloat16), against the float32 FLOP floor measured with a torch matmul;
+- predict_proba: 4,096 queries x 112 models with precomputed encodings;
+- growth at 2x and 4x the evaluations and the models (should be linear);
+- fit: 112 models x 1,024 evaluations each to early stopping (``--fit``).
+Prints medians over repeats and peak memory (RSS), and writes JSON.
+
+Usage: python benchmarks/core_speed.py [--fit] [--repeats 3] [--out benchmarks/results]
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from locus_sklearn import LocusEmbedder
+from locus_sklearn._evals import check_evals
+from locus_sklearn._nn import LocusNetwork
+
+N_FEATURES = 384
+
+
+def _median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def matmul_gflops(dtype, n=2048, repeats=5):
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    a @ b
+    t = _median_time(lambda: a @ b, repeats)
+    return 2 * n**3 / t / 1e9
+
+
+def encoder_flops_per_token(d=128, r=64, n_blocks=2):
+    """Multiply-adds x2 per evaluation token, tokenizer factorised away."""
+    per_block = (
+        2 * d * d  # K, V projections of the tokens for the compress step
+        + 2 * r * d  # compress attention: scores and weighted sum against r latents
+        + d * d  # Q projection of the tokens for the broadcast step
+        + 2 * r * d  # broadcast attention
+        + d * d  # output projection
+        + 4 * d * d  # FFN d -> 2d -> d
+    )
+    pool = 2 * d * d  # K, V projections for the pooling step
+    return 2 * (n_blocks * per_block + pool)
+
+
+def fitted_random_embedder(n_features=N_FEATURES, **params):
+    """An embedder with random weights, ready to transform (no training)."""
+    embedder = LocusEmbedder(**params)
+    net = embedder._build_net(n_features)
+    torch.manual_seed(0)
+    net.initialize()
+    net.module_.eval()
+    embedder.net_ = net
+    embedder.n_query_features_ = n_features
+    embedder.classes_ = np.array([], dtype=object)
+    embedder.n_epochs_ = 0
+    return embedder
+
+
+def synthetic_table(n_models, n_evals, n_queries, seed=0):
+    rng = np.random.default_rng(seed)
+    models = np.repeat([f"m{i:05d}" for i in range(n_models)], n_evals)
+    queries = np.concatenate(
+        [rng.choice(n_queries, n_evals, replace=False) for _ in range(n_models)]
+    )
+    evals = pd.DataFrame(
+        {
+            "model": models,
+            "query": [f"q{i:06d}" for i in queries],
+            "score": rng.integers(0, 2, len(models)).astype(float),
+        }
+    )
+    table = check_evals(evals)
+    X = rng.normal(size=(table.n_queries, N_FEATURES)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return evals, table, X
+
+
+def bench_transform(repeats):
+    embedder = fitted_random_embedder()
+    rows = {}
+    for n_models, n_evals in [
+        (112, 4096),
+        (224, 4096),
+        (448, 4096),
+        (112, 8192),
+        (112, 16384),
+    ]:
+        _, table, X = synthetic_table(n_models, n_evals, max(2 * n_evals, 12000))
+        for dtype in ("float32", "bfloat16"):
+            if dtype == "bfloat16" and (n_models, n_evals) != (112, 4096):
+                continue
+            embedder.inference_dtype = dtype
+            embedder._embed_table(table, X)  # warm-up
+            t = _median_time(lambda: embedder._embed_table(table, X), repeats)
+            rows[f"{n_models}x{n_evals}/{dtype}"] = t
+            print(
+                f"transform {n_models:4d} models x {n_evals:5d} evals [{dtype}]: {t:.2f} s"
+            )
+    embedder.inference_dtype = "float32"
+    _, table, X = synthetic_table(112, 4096, 12000)
+    z32 = embedder._embed_table(table, X)
+    embedder.inference_dtype = "bfloat16"
+    z16 = embedder._embed_table(table, X)
+    rel = float(np.max(np.linalg.norm(z16 - z32, axis=1) / np.linalg.norm(z32, axis=1)))
+    print(f"bfloat16 vs float32: max relative embedding difference {rel:.4f}")
+    return rows, rel
+
+
+def bench_predict(repeats):
+    embedder = fitted_random_embedder()
+    rng = np.random.default_rng(0)
+    out = {}
+    for n_queries, n_models in [(4096, 112), (8192, 112), (4096, 224), (4096, 448)]:
+        Z = rng.normal(size=(n_models, 128)).astype(np.float32)
+        X = rng.normal(size=(n_queries, N_FEATURES)).astype(np.float32)
+        embedder._predict_proba_encoded(Z, X)
+        t = _median_time(lambda: embedder._predict_proba_encoded(Z, X), repeats)
+        out[f"{n_queries}x{n_models}"] = t
+        print(
+            f"predict_proba {n_queries} queries x {n_models} models: {t * 1000:.0f} ms"
+        )
+    # The unfactorised way: expand every (query, model) pair, then the MLP.
+    module = embedder.net_.module_
+    Z = torch.as_tensor(rng.normal(size=(112, 128)).astype(np.float32))
+    X = torch.as_tensor(rng.normal(size=(4096, N_FEATURES)).astype(np.float32))
+
+    def expanded():
+        with torch.inference_mode():
+            return module.predictor(Z, X, torch.arange(4096).expand(112, 4096))
+
+    t = _median_time(expanded, max(1, repeats // 2))
+    out["4096x112/expanded"] = t
+    print(f"predict_proba, every pair expanded: {t * 1000:.0f} ms")
+    return out
+
+
+def bench_fit():
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(
+        n_models=112,
+        n_queries=8000,
+        evals_per_model=1024,
+        n_features=384,
+        random_state=0,
+    )
+    embedder = LocusEmbedder(pool.encodings, random_state=0, verbose=1)
+    start = time.perf_counter()
+    embedder.fit(pool.evals)
+    t = time.perf_counter() - start
+    print(f"fit 112 models x 1024 evals: {t:.0f} s, {embedder.n_epochs_} epochs")
+    return {"seconds": t, "epochs": embedder.n_epochs_}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fit", action="store_true", help="also time a full fit")
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(__file__), "results")
+    )
+    args = parser.parse_args(argv)
+    torch.set_grad_enabled(False)
+    f32 = matmul_gflops(torch.float32)
+    bf16 = matmul_gflops(torch.bfloat16)
+    flop = encoder_flops_per_token() * 112 * 4096
+    print(
+        f"matmul: {f32:.0f} GFLOP/s float32, {bf16:.0f} GFLOP/s bfloat16; embedding "
+        f"112 x 4096 is {flop / 1e9:.0f} GFLOP: floor {flop / f32 / 1e9:.1f} s float32, "
+        f"{flop / bf16 / 1e9:.1f} s bfloat16"
+    )
+    transform, bf16_rel = bench_transform(args.repeats)
+    predict = bench_predict(args.repeats)
+    torch.set_grad_enabled(True)
+    fit = bench_fit() if args.fit else None
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "machine": {
+            "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        },
+        "matmul_gflops": {"float32": f32, "bfloat16": bf16},
+        "embedding_gflop_112x4096": flop / 1e9,
+        "transform_seconds": transform,
+        "bfloat16_max_relative_difference": bf16_rel,
+        "predict_proba_seconds": predict,
+        "fit": fit,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "core_speed.json")
+    with open(path, "w") as handle:
+        json.dump(result, handle, indent=2)
+    print(f"peak RSS {result['peak_rss_mb']:.0f} MB; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
