@@ -25,7 +25,6 @@ import torch
 
 from locus_sklearn import LocusEmbedder
 from locus_sklearn._evals import check_evals
-from locus_sklearn._nn import LocusNetwork
 
 N_FEATURES = 384
 
@@ -114,7 +113,7 @@ def bench_transform(repeats):
                 continue
             embedder.inference_dtype = dtype
             embedder._embed_table(table, X)  # warm-up
-            t = _median_time(lambda: embedder._embed_table(table, X), repeats)
+            t = _median_time(lambda t=table, x=X: embedder._embed_table(t, x), repeats)
             rows[f"{n_models}x{n_evals}/{dtype}"] = t
             print(
                 f"transform {n_models:4d} models x {n_evals:5d} evals [{dtype}]: {t:.2f} s"
@@ -137,7 +136,9 @@ def bench_predict(repeats):
         Z = rng.normal(size=(n_models, 128)).astype(np.float32)
         X = rng.normal(size=(n_queries, N_FEATURES)).astype(np.float32)
         embedder._predict_proba_encoded(Z, X)
-        t = _median_time(lambda: embedder._predict_proba_encoded(Z, X), repeats)
+        t = _median_time(
+            lambda z=Z, x=X: embedder._predict_proba_encoded(z, x), repeats
+        )
         out[f"{n_queries}x{n_models}"] = t
         print(
             f"predict_proba {n_queries} queries x {n_models} models: {t * 1000:.0f} ms"

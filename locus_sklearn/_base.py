@@ -74,7 +74,7 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
     if bad.any():
         raise ValueError(
             f"{name} must be finite and >= 0; {int(bad.sum())} cost(s) are not: "
-            f"{_preview(dict(zip(classes[bad], costs[bad].tolist())).items())}."
+            f"{_preview(dict(zip(classes[bad], costs[bad].tolist(), strict=True)).items())}."
         )
     return costs
 

@@ -4,14 +4,14 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from skorch import NeuralNet
-from skorch.callbacks import EarlyStopping, GradientNormClipping
-from skorch.helper import predefined_split
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
+from skorch import NeuralNet
+from skorch.callbacks import EarlyStopping, GradientNormClipping
+from skorch.helper import predefined_split
 
 from ._encoders import as_query_encoder
 from ._evals import check_evals
@@ -480,7 +480,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
                 rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
                 rows = torch.where(mask, rows + positions, 0)
-                with torch.autocast(device_type, dtype=torch.bfloat16, enabled=use_bf16):
+                with torch.autocast(
+                    device_type, dtype=torch.bfloat16, enabled=use_bf16
+                ):
                     z = module.encoder(features, query_index[rows], score[rows], mask)
                 out[chunk] = z.float().cpu().numpy()
                 start = stop
@@ -598,7 +600,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         embedder.n_epochs_ = metadata["n_epochs"]
         net = embedder._build_net(embedder.n_query_features_)
         net.initialize()
-        state = {k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")}
+        state = {
+            k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")
+        }
         try:
             net.module_.load_state_dict(state)
         except RuntimeError as exc:
@@ -648,7 +652,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
 
     def get_feature_names_out(self, input_features=None):
         """Names of the embedding dimensions: ``locus0``, ``locus1``, ..."""
-        return np.asarray([f"locus{i}" for i in range(self.embedding_dim)], dtype=object)
+        return np.asarray(
+            [f"locus{i}" for i in range(self.embedding_dim)], dtype=object
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -95,7 +95,9 @@ class MultiHeadAttention(nn.Module):
         n_k = key_value.shape[1]
         h = self.n_heads
         q = self.query(query).view(b, n_q, h, d // h).transpose(1, 2)
-        k, v = self.key_value(key_value).view(b, n_k, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        k, v = (
+            self.key_value(key_value).view(b, n_k, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        )
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # True where attention may go
@@ -251,9 +253,7 @@ class KernelReadout(nn.Module):
         similarity = F.normalize(query_features, dim=-1) @ F.normalize(
             set_features, dim=-1
         ).transpose(1, 2)
-        return self._features(
-            similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1)
-        )
+        return self._features(similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1))
 
     def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):
         """Readout features for every (query, model) pair, shape (Q, M, 2).
@@ -296,7 +296,9 @@ class CorrectnessPredictor(nn.Module):
         Extra per-(model, query) inputs (a :class:`KernelReadout`'s features).
     """
 
-    def __init__(self, n_features, embedding_dim, hidden_dim=64, dropout=0.0, n_extra=0):
+    def __init__(
+        self, n_features, embedding_dim, hidden_dim=64, dropout=0.0, n_extra=0
+    ):
         super().__init__()
         self.project = nn.Linear(n_features, embedding_dim)
         self.hidden = nn.Linear(3 * embedding_dim, hidden_dim)
@@ -341,7 +343,9 @@ class CorrectnessPredictor(nn.Module):
         w_z, w_u, w_zu = w[:, :d], w[:, d : 2 * d], w[:, 2 * d :]
         model_term = z @ w_z.T + self.hidden.bias  # (M, h)
         model_matrix = w_zu.unsqueeze(0) * z.unsqueeze(1)  # (M, h, d)
-        model_matrix = model_matrix + w_u.unsqueeze(0)  # fold W_u u in: (W_u + W_zu⊙z) u
+        model_matrix = model_matrix + w_u.unsqueeze(
+            0
+        )  # fold W_u u in: (W_u + W_zu⊙z) u
         m, h = model_term.shape
         flat = model_matrix.reshape(m * h, d)
         out_w = self.output.weight.reshape(h)

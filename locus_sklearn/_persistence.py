@@ -17,7 +17,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-__all__ = ["FORMAT_VERSION", "read_file", "write_file", "encoder_spec", "encoder_from_spec"]
+__all__ = [
+    "FORMAT_VERSION",
+    "read_file",
+    "write_file",
+    "encoder_spec",
+    "encoder_from_spec",
+]
 
 FORMAT_NAME = "locus_sklearn"
 FORMAT_VERSION = 1
@@ -53,7 +59,7 @@ def encoder_from_spec(spec, tensors, encoder):
         return spec["path"]
     if kind == "mapping":
         vectors = tensors["encoder.vectors"].numpy()
-        return dict(zip(spec["keys"], vectors))
+        return dict(zip(spec["keys"], vectors, strict=True))
     raise ValueError(
         f"The file was saved with a custom encoder object ({spec['type']}), which "
         "cannot be stored safely; pass it again with load(path, encoder=...)."
@@ -111,7 +117,9 @@ def read_file(path, kind):
             f"{str(path)!r} is not a readable locus_sklearn file ({exc})."
         ) from None
     if header.get("format") != FORMAT_NAME:
-        raise ValueError(f"{str(path)!r} is a safetensors file but not a locus_sklearn one.")
+        raise ValueError(
+            f"{str(path)!r} is a safetensors file but not a locus_sklearn one."
+        )
     version = header.get("format_version")
     if version != str(FORMAT_VERSION):
         raise ValueError(

@@ -129,7 +129,9 @@ class LocusRouter(BaseRouter):
             self.memory_ = None
 
     def _predict_proba_encoded(self, X):
-        return self._locus._predict_proba_encoded(self.model_embeddings_, X, self.memory_)
+        return self._locus._predict_proba_encoded(
+            self.model_embeddings_, X, self.memory_
+        )
 
     def add_models(self, evals, *, model_costs=None):
         """Embed new models, or refresh existing ones, with no training.
@@ -191,10 +193,10 @@ class LocusRouter(BaseRouter):
         query encodings are ``X_table``)."""
         bank, old = self.memory_
         frames = [old.to_frame()[keep[old.model_index]]]
-        encoding_of = dict(zip(old.queries, bank))
+        encoding_of = dict(zip(old.queries, bank, strict=True))
         if table is not None:
             frames.append(table.to_frame())
-            encoding_of.update(zip(table.queries, X_table))
+            encoding_of.update(zip(table.queries, X_table, strict=True))
         merged = check_evals(pd.concat(frames, ignore_index=True))
         encodings = np.stack([encoding_of[q] for q in merged.queries])
         self.memory_ = (encodings.astype(np.float32), merged)
@@ -290,7 +292,9 @@ class LocusRouter(BaseRouter):
         router.classes_ = np.asarray(metadata["pool"], dtype=object)
         router.model_embeddings_ = tensors["pool.embeddings"].numpy()
         costs = tensors.get("pool.costs")
-        router.model_costs_ = None if costs is None else costs.numpy().astype(np.float64)
+        router.model_costs_ = (
+            None if costs is None else costs.numpy().astype(np.float64)
+        )
         if router.model_embeddings_.shape[0] != len(router.classes_):
             raise ValueError(f"{str(path)!r} is corrupt: pool size mismatch.")
         router.memory_ = None

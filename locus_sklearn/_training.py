@@ -151,12 +151,14 @@ class FixedEpisodes(torch.utils.data.Dataset):
     def __init__(self, enc_queries, enc_scores, dec_queries, dec_scores, rng, max_enc):
         self.items = []
         for m, (qe, ye, qd, yd) in enumerate(
-            zip(enc_queries, enc_scores, dec_queries, dec_scores)
+            zip(enc_queries, enc_scores, dec_queries, dec_scores, strict=True)
         ):
             if len(qd) == 0 or len(qe) == 0:
                 continue
             if len(qe) > max_enc:
-                keep = torch.as_tensor(np.sort(rng.choice(len(qe), max_enc, replace=False)))
+                keep = torch.as_tensor(
+                    np.sort(rng.choice(len(qe), max_enc, replace=False))
+                )
                 qe, ye = qe[keep], ye[keep]
             self.items.append(((qe, ye, qd, yd), m))
 

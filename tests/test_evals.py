@@ -53,17 +53,32 @@ def test_mapping_of_columns_is_accepted():
     "evals, error, match",
     [
         ([1, 2, 3], TypeError, "evals must be a pandas DataFrame or a mapping"),
-        ({"model": ["a"], "query": ["q", "r"], "score": [1]}, ValueError, "same length"),
-        (pd.DataFrame({"model": ["a"], "query": ["q"]}), ValueError,
-         r"missing required column\(s\) \['score'\]"),
+        (
+            {"model": ["a"], "query": ["q", "r"], "score": [1]},
+            ValueError,
+            "same length",
+        ),
+        (
+            pd.DataFrame({"model": ["a"], "query": ["q"]}),
+            ValueError,
+            r"missing required column\(s\) \['score'\]",
+        ),
         (frame().iloc[:0], ValueError, r"empty \(0 rows\)"),
         (frame(score=[np.nan, 1.0]), ValueError, "1 NaN or infinite value"),
         (frame(score=[np.inf, -np.inf]), ValueError, "2 NaN or infinite value"),
         (frame(score=[1.5, 0.0]), ValueError, r"1 value\(s\) outside \[0, 1\]"),
         (frame(score=[True, False]), TypeError, "boolean dtype"),
         (frame(score=["1", 0.0]), TypeError, "1 of 2 rows are not numbers"),
-        (frame(model=[1, "b"]), TypeError, r"evals\['model'\] must hold strings; 1 of 2"),
-        (frame(query=[None, None]), TypeError, r"evals\['query'\] must hold strings; 2 of 2"),
+        (
+            frame(model=[1, "b"]),
+            TypeError,
+            r"evals\['model'\] must hold strings; 1 of 2",
+        ),
+        (
+            frame(query=[None, None]),
+            TypeError,
+            r"evals\['query'\] must hold strings; 2 of 2",
+        ),
         (frame(model=["", "b"]), ValueError, "1 empty string"),
         (frame(task=["t1", "t2"]), ValueError, "more than one task"),
     ],
@@ -88,9 +103,7 @@ _ids = st.sampled_from(["a", "b", "c", "q1", "q2", "long query text?"])
 
 @settings(max_examples=60, deadline=None)
 @given(
-    rows=st.lists(
-        st.tuples(_ids, _ids, st.floats(0, 1)), min_size=1, max_size=30
-    ),
+    rows=st.lists(st.tuples(_ids, _ids, st.floats(0, 1)), min_size=1, max_size=30),
     seed=st.integers(0, 1000),
 )
 def test_valid_tables_round_trip_whatever_the_row_order(rows, seed):
@@ -105,11 +118,17 @@ def test_valid_tables_round_trip_whatever_the_row_order(rows, seed):
     # Averages of duplicates, computed by pandas.
     expected = evals.groupby(["model", "query"])["score"].mean()
     got = table.to_frame().set_index(["model", "query"])["score"]
-    np.testing.assert_allclose(got.to_numpy(), expected.to_numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        got.to_numpy(), expected.to_numpy(), rtol=1e-6, atol=1e-7
+    )
 
 
 _anything = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=3),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=3),
     st.lists(st.integers(), max_size=2),
 )
 

@@ -43,7 +43,11 @@ def tiny_embedder(encoder, **kwargs):
 @pytest.fixture(scope="module")
 def pool():
     return make_model_pool(
-        n_models=12, n_queries=400, n_tasks=4, n_families=3, evals_per_model=200,
+        n_models=12,
+        n_queries=400,
+        n_tasks=4,
+        n_families=3,
+        evals_per_model=200,
         random_state=0,
     )
 
@@ -96,7 +100,9 @@ def test_batching_does_not_change_embeddings(router, pool):
     )
     embedder.transform_batch_tokens = 1
     np.testing.assert_allclose(
-        embedder.transform(pool.evals), router.embedder_.transform(pool.evals), atol=1e-5
+        embedder.transform(pool.evals),
+        router.embedder_.transform(pool.evals),
+        atol=1e-5,
     )
 
 
@@ -152,9 +158,7 @@ def test_fit_learns_better_than_pool_average(pool):
 
 
 def test_fit_rejects_models_with_one_evaluation(pool):
-    evals = pd.concat(
-        [pool.evals, pool.evals.iloc[:1].assign(model="lonely")]
-    )
+    evals = pd.concat([pool.evals, pool.evals.iloc[:1].assign(model="lonely")])
     with pytest.raises(ValueError, match="at least 2 evaluations per model.*'lonely'"):
         tiny_embedder(pool.encodings).fit(evals)
 
@@ -187,7 +191,9 @@ def test_wrong_encoder_dimension(router, pool):
     other = {q: np.ones(5, dtype=np.float32) for q in pool.encodings}
     broken = pickle.loads(pickle.dumps(router))
     broken.embedder_.encoder_ = QueryEncoder(other).fit()
-    with pytest.raises(ValueError, match="5-dimensional query encodings.*32-dimensional"):
+    with pytest.raises(
+        ValueError, match="5-dimensional query encodings.*32-dimensional"
+    ):
         broken.embedder_.transform(pool.evals)
 
 
@@ -223,7 +229,9 @@ def test_predict_restricted_to_subset(router, pool):
 
 def test_cost_aware_routing(pool):
     costs = {m: 0.0 for m in MODELS(pool)}
-    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)).fit(pool.evals, model_costs=costs)
+    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)).fit(
+        pool.evals, model_costs=costs
+    )
     queries = QUERIES(pool)[:40]
     favourite = pd.Series(r.predict(queries)).mode()[0]
     costs[favourite] = 10.0
@@ -260,11 +268,13 @@ def test_add_models_leaves_other_rows_unchanged(pool):
     held_out = ["fam1-m04", "fam2-m09"]
     train = pool.evals[~pool.evals["model"].isin(held_out)]
     r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=2)).fit(train)
-    before = dict(zip(r.classes_, r.model_embeddings_.copy()))
+    before = dict(zip(r.classes_, r.model_embeddings_.copy(), strict=True))
     r.add_models(_rows_of(pool.evals, held_out))
     assert r.classes_.tolist() == sorted(MODELS(pool))
     for name, z in before.items():
-        np.testing.assert_array_equal(r.model_embeddings_[r.classes_.tolist().index(name)], z)
+        np.testing.assert_array_equal(
+            r.model_embeddings_[r.classes_.tolist().index(name)], z
+        )
     # Refreshing an existing model from fewer evaluations changes only its row.
     rows = _rows_of(pool.evals, ["fam0-m00"]).iloc[:50]
     snapshot = r.model_embeddings_.copy()
@@ -280,7 +290,11 @@ def test_add_models_leaves_other_rows_unchanged(pool):
 
 def test_onboarded_model_from_128_evaluations_is_usable():
     pool = make_model_pool(
-        n_models=16, n_queries=600, n_tasks=4, n_families=4, evals_per_model=300,
+        n_models=16,
+        n_queries=600,
+        n_tasks=4,
+        n_families=4,
+        evals_per_model=300,
         random_state=1,
     )
     new = "fam3-m15"
@@ -329,7 +343,10 @@ def test_grid_search_with_group_kfold_on_queries(pool):
 
 def test_pipeline_with_selector(pool):
     pipe = Pipeline(
-        [("embed", tiny_embedder(pool.encodings, max_epochs=1)), ("select", KCenterSelector(3))]
+        [
+            ("embed", tiny_embedder(pool.encodings, max_epochs=1)),
+            ("select", KCenterSelector(3)),
+        ]
     )
     pipe.fit(pool.evals)
     assert len(pipe[-1].selected_indices_) == 3
@@ -348,7 +365,9 @@ def test_frozen_embedder_is_reused_without_training(router, pool):
 def test_pickle_and_joblib_round_trip(router, pool, tmp_path):
     queries = QUERIES(pool)[:20]
     expected = router.predict_proba(queries)
-    np.testing.assert_array_equal(pickle.loads(pickle.dumps(router)).predict_proba(queries), expected)
+    np.testing.assert_array_equal(
+        pickle.loads(pickle.dumps(router)).predict_proba(queries), expected
+    )
     joblib.dump(router, tmp_path / "router.joblib")
     np.testing.assert_array_equal(
         joblib.load(tmp_path / "router.joblib").predict_proba(queries), expected
@@ -361,7 +380,9 @@ def test_safe_save_load_round_trip(router, pool, tmp_path):
     router.save(path)
     loaded = LocusRouter.load(path)
     queries = QUERIES(pool)[:30]
-    np.testing.assert_array_equal(loaded.predict_proba(queries), router.predict_proba(queries))
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), router.predict_proba(queries)
+    )
     np.testing.assert_array_equal(loaded.classes_, router.classes_)
     np.testing.assert_array_equal(loaded.model_embeddings_, router.model_embeddings_)
     np.testing.assert_array_equal(
@@ -369,7 +390,9 @@ def test_safe_save_load_round_trip(router, pool, tmp_path):
     )
     router.embedder_.save(tmp_path / "embedder.safetensors")
     emb = LocusEmbedder.load(tmp_path / "embedder.safetensors")
-    np.testing.assert_array_equal(emb.transform(pool.evals), router.embedder_.transform(pool.evals))
+    np.testing.assert_array_equal(
+        emb.transform(pool.evals), router.embedder_.transform(pool.evals)
+    )
     with pytest.raises(ValueError, match="holds a LocusEmbedder, not a LocusRouter"):
         LocusRouter.load(tmp_path / "embedder.safetensors")
 
@@ -413,7 +436,9 @@ def test_kernel_readout_router_keeps_evaluations(pool, tmp_path):
     np.testing.assert_allclose(r.predict_proba(queries), before, atol=1e-6)
     r.save(tmp_path / "kr.safetensors")
     loaded = LocusRouter.load(tmp_path / "kr.safetensors")
-    np.testing.assert_array_equal(loaded.predict_proba(queries), r.predict_proba(queries))
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), r.predict_proba(queries)
+    )
     with pytest.raises(ValueError, match="pass evals="):
         r.embedder_.predict_proba(r.model_embeddings_, queries)
     z = r.embedder_.transform(pool.evals)
@@ -423,29 +448,44 @@ def test_kernel_readout_router_keeps_evaluations(pool, tmp_path):
 
 
 def test_mixed_model_episodes_train_and_are_reproducible(pool):
-    from locus_sklearn._training import RandomEpisodes
     import torch
+
+    from locus_sklearn._training import RandomEpisodes
 
     queries = [torch.arange(0, 10), torch.arange(5, 15)]
     scores = [torch.ones(10), torch.zeros(10)]
     region = torch.tensor([0] * 8 + [1] * 8)
-    episodes = RandomEpisodes(queries, scores, np.array([0]), (2, 4), 8, True,
-                              mix_prob=1.0, query_region=region)
+    episodes = RandomEpisodes(
+        queries,
+        scores,
+        np.array([0]),
+        (2, 4),
+        8,
+        True,
+        mix_prob=1.0,
+        query_region=region,
+    )
     torch.manual_seed(0)
     for _ in range(20):
         (qe, ye, qd, yd), _ = episodes[0]
         rows = torch.cat([qe, qd])
         labels = torch.cat([ye, yd])
         # Model 0 (score 1) keeps its rows in the regions not taken from model 1.
-        for q, y in zip(rows.tolist(), labels.tolist()):
+        for q, y in zip(rows.tolist(), labels.tolist(), strict=True):
             assert y == 1.0 and q < 10 or y == 0.0 and q >= 5
     evals = _rows_of(pool.evals, MODELS(pool)[:6])
-    a = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(evals)
-    b = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(evals)
+    a = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(
+        evals
+    )
+    b = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(
+        evals
+    )
     np.testing.assert_array_equal(a.transform(evals), b.transform(evals))
 
 
 def test_divergence_is_a_clear_error(pool):
     evals = _rows_of(pool.evals, MODELS(pool)[:4])
     with pytest.raises(FloatingPointError, match="training diverged.*lower lr"):
-        tiny_embedder(pool.encodings, lr=1e30, gradient_clip=None, max_epochs=3).fit(evals)
+        tiny_embedder(pool.encodings, lr=1e30, gradient_clip=None, max_epochs=3).fit(
+            evals
+        )

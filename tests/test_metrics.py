@@ -23,7 +23,9 @@ def test_route_ties_and_availability():
 
 
 def test_routing_accuracy_hand_computed():
-    scores = np.array([[0.9, 0.1, 0.0], [0.9, 0.1, 0.0], [0.1, 0.1, 0.9], [0.2, 0.9, 0.1]])
+    scores = np.array(
+        [[0.9, 0.1, 0.0], [0.9, 0.1, 0.0], [0.1, 0.1, 0.9], [0.2, 0.9, 0.1]]
+    )
     # Routed: 0 (1.0), 0 (0.0), 2 is missing for query 3 -> best observed is 0 or 1
     # (0.1 each, tie -> model 0: 0.0), 1 (0.0).
     assert routing_accuracy(Y, scores) == pytest.approx((1 + 0 + 0 + 0) / 4)

@@ -36,7 +36,7 @@ def test_tokenizer_matches_unfactorised_linear_layer():
     w = tok.query.weight  # (2d, F): base rows then signed rows
     b = tok.query.bias
     expected = []
-    for q, y in zip(index[0], score[0]):
+    for q, y in zip(index[0], score[0], strict=True):
         phi = features[q]
         base = w[:D] @ phi + b[:D]
         signed = w[D:] @ phi + b[D:]
@@ -81,7 +81,9 @@ def test_encoder_invariant_to_order_and_padding(n, extra, seed):
     score = torch.rand(1, n, generator=gen)
     alone = enc(features, index, score, torch.ones(1, n, dtype=torch.bool))
     perm = torch.randperm(n, generator=gen)
-    shuffled = enc(features, index[:, perm], score[:, perm], torch.ones(1, n, dtype=torch.bool))
+    shuffled = enc(
+        features, index[:, perm], score[:, perm], torch.ones(1, n, dtype=torch.bool)
+    )
     assert (alone - shuffled).abs().max() < 1e-5
     # Padded inside a batch with another, longer set.
     width = n + extra
@@ -123,10 +125,16 @@ def test_network_uses_query_bank_like_explicit_features():
 
 def test_query_noise_only_in_training():
     torch.manual_seed(0)
-    net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2, query_noise=1.0)
+    net = LocusNetwork(
+        F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2, query_noise=1.0
+    )
     bank = torch.randn(10, F)
-    args = (torch.tensor([[1, 2]]), torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool),
-            torch.tensor([[3]]))
+    args = (
+        torch.tensor([[1, 2]]),
+        torch.ones(1, 2),
+        torch.ones(1, 2, dtype=torch.bool),
+        torch.tensor([[3]]),
+    )
     net.eval()
     assert torch.equal(net(*args, features=bank), net(*args, features=bank))
     net.train()
@@ -163,7 +171,11 @@ def test_kernel_readout_hand_computed():
 def test_kernel_readout_empty_set_gives_zeros_not_nan():
     readout = KernelReadout()
     out = readout.pairwise(
-        torch.randn(3, 4), torch.randn(5, 4), torch.tensor([0, 1]), torch.ones(2), [0, 0, 2]
+        torch.randn(3, 4),
+        torch.randn(5, 4),
+        torch.tensor([0, 1]),
+        torch.ones(2),
+        [0, 0, 2],
     )
     assert torch.isfinite(out).all()
     assert torch.equal(out[:, 0], torch.zeros(3, 2))
@@ -171,8 +183,9 @@ def test_kernel_readout_empty_set_gives_zeros_not_nan():
 
 def test_pairwise_logits_with_readout_match_per_pair_forward():
     torch.manual_seed(0)
-    net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2,
-                       kernel_readout=True).eval()
+    net = LocusNetwork(
+        F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2, kernel_readout=True
+    ).eval()
     bank = torch.nn.functional.normalize(torch.randn(12, F), dim=1)
     enc = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 0]])
     mask = torch.tensor([[True] * 4, [True, True, True, False]])
@@ -181,8 +194,11 @@ def test_pairwise_logits_with_readout_match_per_pair_forward():
     per_pair = net(enc, score, mask, dec, features=bank)  # (2 models, 3 queries)
     z = net.encoder(bank, enc, score, mask)
     extra = net.readout.pairwise(
-        bank[7:10], bank, torch.tensor([0, 1, 2, 3, 4, 5, 6]),
-        torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]), [0, 4, 7],
+        bank[7:10],
+        bank,
+        torch.tensor([0, 1, 2, 3, 4, 5, 6]),
+        torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]),
+        [0, 4, 7],
     )
     pairwise = net.predictor.pairwise_logits(z, bank[7:10], extra)
     torch.testing.assert_close(pairwise, per_pair.T, rtol=1e-4, atol=1e-5)

@@ -59,4 +59,3 @@ def get_router_scorer(name):
         raise ValueError(
             f"Unknown router scorer {name!r}; valid names are {sorted(ROUTER_SCORERS)}."
         ) from None
-
