@@ -902,8 +902,10 @@ def main(argv=None):
             json.dump(result, f, indent=1, default=float)
         log(f"   wrote {path} ({result['wall_s'] / 60:.1f} min)")
         results[data.name] = result
-    readme = write_readme(args.out)
-    log(f"wrote {readme}")
+        readme = write_readme(
+            args.out
+        )  # after every data set: partial runs keep theirs
+        log(f"wrote {readme}")
     return results
 
 
