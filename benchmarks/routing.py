@@ -70,15 +70,16 @@ OVERLAPS = (0.0, 0.25, 0.5, 0.75, 1.0)
 ROBUST_NS = (64, 128, 256, 512, 1024)
 
 # --------------------------------------------------------------------------
-# LOCUS settings: the one place they are set. The package's paper defaults
-# (d=128, r=64, L=2, 4 heads, predictor hidden 64, enc sizes 64..1024,
+# LOCUS settings: the one place they are set. The package defaults (the
+# paper's d=128, r=64, L=2, 4 heads, predictor hidden 64, enc sizes 64..1024,
 # disjoint S_enc/S_dec, dropout 0.1, query noise 0.05, weight decay 0.01,
-# early stopping on valid_loss, patience 10), with max_epochs capped at 40
-# for CPU time. Chosen in benchmarks/results/TUNING.md (mmlu-open, seeds 0-2
-# at n=256 and seed 0 at n=all): heavier regularisation or a shorter step
-# budget is level at n=256 but collapses to routing every query to one model
-# at n=all; monitoring valid_routing_accuracy is too noisy at n=256 (about
-# 160 held-out queries with >= 2 models).
+# early stopping on valid_loss, patience 10, plus the kernel readout), with
+# max_epochs capped at 40 for CPU time. Chosen in benchmarks/results/TUNING.md
+# (mmlu-open, seeds 0-2 at n=256 and seed 0 at n=all): the kernel readout is
+# the one change that helps at both n; heavier regularisation or a shorter
+# step budget is level at n=256 but collapses to routing every query to one
+# model at n=all; monitoring valid_routing_accuracy is too noisy at n=256
+# (about 160 held-out queries with >= 2 models).
 LOCUS_PARAMS = dict(
     embedding_dim=128,
     n_latents=64,
@@ -98,6 +99,7 @@ LOCUS_PARAMS = dict(
     validation_fraction=0.1,
     early_stopping="valid_loss",
     patience=10,
+    kernel_readout=True,
 )
 TINY_LOCUS = dict(
     embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2, hidden_dim=16,
@@ -573,6 +575,16 @@ def summarise(runs):
                 for k in ("cost_to_match_single_best", "cost_ratio_to_single_best",
                           "acc_at_lambda0", "cost_at_lambda0", "best_accuracy")
             }  # fmt: skip
+            # Relaxed target: 99 % of the single best model's accuracy.
+            ratios = []
+            for c in costs:
+                match = cheapest_matching(
+                    c["routers"][name]["curve"], 0.99 * c["single_best"]["accuracy"]
+                )
+                ratios.append(
+                    None if match is None else match / c["single_best"]["cost"]
+                )
+            s["routers"][name]["cost_ratio_at_99pct_single_best"] = mean_std(ratios)
             s["routers"][name]["matched_in_seeds"] = sum(
                 c["routers"][name]["cost_to_match_single_best"] is not None
                 for c in costs
@@ -686,17 +698,32 @@ def markdown_section(result):
             f"Single best model on train: {cost['single_best_model']}, test acc "
             f"{_fmt(cost['single_best_acc'])}, mean cost/query ${_fmt(cost['single_best_cost'], 6)}.",
             "",
-            "| router | acc at λ=0 | cost at λ=0 ($/query) | best acc on curve | cost to match single best | ratio to single best cost | seeds matched |",
-            "|---|---|---|---|---|---|---|",
+            "| router | acc at λ=0 | cost at λ=0 ($/query) | best acc on curve | cost to match single best | ratio to single best cost | seeds matched | cost ratio at 99 % of single best acc |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name, r in cost["routers"].items():
             lines.append(
                 f"| {name} | {_fmt(r['acc_at_lambda0'])} | {_fmt(r['cost_at_lambda0'], 6)} | "
                 f"{_fmt(r['best_accuracy'])} | {_fmt(r['cost_to_match_single_best'], 6)} | "
-                f"{_fmt(r['cost_ratio_to_single_best'], 2)} | {r['matched_in_seeds']}/{len(result['seeds'])} |"
+                f"{_fmt(r['cost_ratio_to_single_best'], 2)} | {r['matched_in_seeds']}/{len(result['seeds'])} | "
+                f"{_fmt(r.get('cost_ratio_at_99pct_single_best'), 2)} |"
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def rebuild(out_dir):
+    """Recompute every stored result's summary from its per-seed runs (so a
+    new column in the tables needs no re-run), then rewrite the README."""
+    for path in sorted(glob.glob(os.path.join(out_dir, "*.json"))):
+        with open(path) as f:
+            result = json.load(f)
+        if "runs" not in result or "dataset" not in result:
+            continue
+        result["summary"] = summarise(result["runs"])
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1, default=float)
+    return write_readme(out_dir)
 
 
 def write_readme(out_dir):
@@ -778,6 +805,11 @@ def parse_args(argv):
         "OpenMP threads slow every process down many times)",
     )
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="re-summarise the JSON results in --out and rewrite its README; no runs",
+    )
     return p.parse_args(argv)  # fmt: skip
 
 
@@ -796,6 +828,9 @@ def parse_value(text):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.rebuild:
+        print(f"wrote {rebuild(args.out)}")
+        return {}
     set_threads(args.threads)
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     data_names = list(args.data)

@@ -30,12 +30,13 @@ import routing  # noqa: E402  (sets up paths and offline env)
 
 from locus_sklearn.metrics import correctness_accuracy, routing_accuracy  # noqa: E402
 
-# The package's paper defaults (LocusEmbedder()), with max_epochs capped at 40.
+# The paper's settings (LocusEmbedder(kernel_readout=False)), max_epochs capped at 40.
 PAPER = dict(
     embedding_dim=128, n_latents=64, n_blocks=2, n_heads=4, hidden_dim=64,
     dropout=0.1, query_noise=0.05, enc_size=(64, 1024), dec_size=256, disjoint=True,
     max_epochs=40, episodes_per_epoch=256, batch_size=16, lr=1e-3, weight_decay=0.01,
     validation_fraction=0.1, early_stopping="valid_loss", patience=10,
+    kernel_readout=False,
 )  # fmt: skip
 # name -> overrides of PAPER (the package's paper defaults, max_epochs capped)
 REG = dict(query_noise=0.15, weight_decay=0.1)
@@ -49,6 +50,7 @@ CONFIGS = {
     "reg+loss+drop.2": dict(REG, dropout=0.2),
     "reg+loss+ep64,pat15": dict(REG, episodes_per_epoch=64, patience=15),
     "reg+loss+nondisjoint": dict(REG, disjoint=False),
+    "kernel": dict(kernel_readout=True),  # the package default since 2026-11-29
 }
 
 

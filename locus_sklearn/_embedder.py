@@ -18,6 +18,7 @@ from ._evals import check_evals
 from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
 from ._training import (
     DivergenceCheck,
+    EpisodeCollator,
     FixedEpisodes,
     RandomEpisodes,
     ValidRoutingAccuracy,
@@ -70,8 +71,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         Standard deviation of Gaussian noise added to query encodings during
         training (a regulariser; none at inference).
     enc_size : tuple of (int, int), default=(64, 1024)
-        Range of |S_enc|, drawn log-uniformly per episode, so embeddings work
-        from tens to thousands of evaluations. Capped by the model's rows.
+        Range of |S_enc|, drawn log-uniformly (one size per batch, so no
+        episode is padded), so embeddings work from tens to thousands of
+        evaluations. Capped by the model's rows.
     dec_size : int, default=256
         Most rows in S_dec per episode.
     disjoint : bool, default=True
@@ -84,12 +86,17 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     n_regions : int, default=16
         Query regions for mixing: k-means clusters of the training query
         encodings.
-    kernel_readout : bool, default=False
+    kernel_readout : bool, default=True
         Give the predictor, next to z_m, a kernel regression of the model's
         own scores at queries near the target query (what a kNN router
         knows; see :class:`~locus_sklearn._nn.KernelReadout`). Prediction
         then needs each model's evaluations, which :class:`LocusRouter`
-        keeps; the embedding itself is unchanged.
+        keeps, and costs time linear in the pool's evaluations (like kNN).
+        On the MMLU-Pro open pool it lifts routing accuracy from below kNN
+        to level with it at 256 evaluations per model and above it with
+        all of them (``benchmarks/results/TUNING.md``). ``False`` is the
+        paper's predictor: P(correct) from z_m and φ(x) alone, faster to
+        route with and needing no stored evaluations.
     max_epochs : int, default=100
         Upper bound on epochs; early stopping usually ends training sooner.
     episodes_per_epoch : int, default=256
@@ -204,7 +211,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         disjoint=True,
         mix_prob=0.0,
         n_regions=16,
-        kernel_readout=False,
+        kernel_readout=True,
         max_epochs=100,
         episodes_per_epoch=256,
         batch_size=16,
@@ -288,7 +295,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             max_epochs=self.max_epochs,
             batch_size=self.batch_size,
             iterator_train__shuffle=True,
-            iterator_train__collate_fn=collate_episodes,
+            iterator_train__collate_fn=EpisodeCollator(
+                self.enc_size, self.dec_size, self.disjoint
+            ),
             iterator_valid__collate_fn=collate_episodes,
             train_split=predefined_split(valid_dataset) if valid_dataset else None,
             callbacks=list(callbacks),
@@ -354,9 +363,6 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             train_q,
             train_y,
             np.tile(np.arange(table.n_models), passes),
-            tuple(self.enc_size),
-            self.dec_size,
-            self.disjoint,
             mix_prob=self.mix_prob,
             query_region=query_region,
         )

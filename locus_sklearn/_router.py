@@ -192,10 +192,13 @@ class LocusRouter(BaseRouter):
         """Kept evaluations: the old models in ``keep``, plus ``table`` (whose
         query encodings are ``X_table``)."""
         bank, old = self.memory_
-        frames = [old.to_frame()[keep[old.model_index]]]
+        # The readout needs no task labels; one table may have them and the
+        # other not (a loaded router keeps none).
+        columns = ["model", "query", "score"]
+        frames = [old.to_frame().loc[keep[old.model_index], columns]]
         encoding_of = dict(zip(old.queries, bank, strict=True))
         if table is not None:
-            frames.append(table.to_frame())
+            frames.append(table.to_frame()[columns])
             encoding_of.update(zip(table.queries, X_table, strict=True))
         merged = check_evals(pd.concat(frames, ignore_index=True))
         encodings = np.stack([encoding_of[q] for q in merged.queries])

@@ -15,6 +15,7 @@ from .metrics._routing import routing_accuracy
 __all__ = [
     "collate_episodes",
     "DivergenceCheck",
+    "EpisodeCollator",
     "FixedEpisodes",
     "RandomEpisodes",
     "ValidRoutingAccuracy",
@@ -59,12 +60,11 @@ def _per_model(table, rows_mask):
 
 
 class RandomEpisodes(torch.utils.data.Dataset):
-    """Training episodes: each item samples S_enc and S_dec of one model.
+    """Training episodes: each item is one model's rows in a random order.
 
-    The size of S_enc is drawn log-uniformly from ``enc_size`` (capped so at
-    least a quarter of the model's rows remain for S_dec); S_dec holds up to
-    ``dec_size`` rows, disjoint from S_enc when ``disjoint``. Randomness comes
-    from torch's global generator, seeded by the estimator.
+    :class:`EpisodeCollator` then splits each item into S_enc and S_dec, with
+    one S_enc size per batch. Randomness comes from torch's global generator,
+    seeded by the estimator.
 
     With probability ``mix_prob`` an item is a *mixed model* instead: the
     model's rows in a random half of the query regions (``query_region``)
@@ -79,32 +79,16 @@ class RandomEpisodes(torch.utils.data.Dataset):
     models : ndarray of int
         Model index of each item (an epoch walks every model, possibly
         several times).
-    enc_size : tuple of (int, int)
-    dec_size : int
-    disjoint : bool
     mix_prob : float, default=0.0
     query_region : LongTensor of shape (n_queries,), default=None
         Region (e.g. k-means cluster of the encodings) of every query; needed
         when ``mix_prob > 0``.
     """
 
-    def __init__(
-        self,
-        queries,
-        scores,
-        models,
-        enc_size,
-        dec_size,
-        disjoint,
-        mix_prob=0.0,
-        query_region=None,
-    ):
+    def __init__(self, queries, scores, models, mix_prob=0.0, query_region=None):
         self.queries = queries
         self.scores = scores
         self.models = models
-        self.enc_low, self.enc_high = np.log(enc_size[0]), np.log(enc_size[1])
-        self.dec_size = dec_size
-        self.disjoint = disjoint
         self.mix_prob = mix_prob
         self.query_region = query_region
 
@@ -131,17 +115,47 @@ class RandomEpisodes(torch.utils.data.Dataset):
     def __getitem__(self, i):
         m = int(self.models[i])
         q, y = self._rows(m)
-        n = len(q)
+        order = torch.randperm(len(q))
+        return (q[order], y[order]), m
+
+
+class EpisodeCollator:
+    """Split shuffled rows (:class:`RandomEpisodes`) into S_enc and S_dec and
+    pad the batch (:func:`collate_episodes`).
+
+    One size |S_enc| is drawn log-uniformly from ``enc_size`` per *batch*
+    (each episode capped so at least a quarter of its model's rows remain
+    for S_dec): every episode of a batch then has the same length, so no
+    compute goes to padding. Each episode's size still has the log-uniform
+    law. S_dec holds up to ``dec_size`` rows, disjoint from S_enc when
+    ``disjoint``.
+
+    Parameters
+    ----------
+    enc_size : tuple of (int, int)
+    dec_size : int
+    disjoint : bool
+    """
+
+    def __init__(self, enc_size, dec_size, disjoint):
+        self.enc_size = tuple(enc_size)
+        self.dec_size = dec_size
+        self.disjoint = disjoint
+
+    def __call__(self, batch):
+        low, high = np.log(self.enc_size[0]), np.log(self.enc_size[1])
         u = torch.rand(()).item()
-        drawn = int(round(np.exp(self.enc_low + u * (self.enc_high - self.enc_low))))
-        n_enc = max(1, min(drawn, n - max(1, n // 4)))
-        order = torch.randperm(n)
-        enc = order[:n_enc]
-        if self.disjoint:
-            dec = order[n_enc : n_enc + self.dec_size]
-        else:
-            dec = torch.randperm(n)[: self.dec_size]
-        return (q[enc], y[enc], q[dec], y[dec]), m
+        drawn = int(round(np.exp(low + u * (high - low))))
+        episodes = []
+        for (q, y), m in batch:
+            n = len(q)
+            n_enc = max(1, min(drawn, n - max(1, n // 4)))
+            if self.disjoint:
+                dec = slice(n_enc, n_enc + self.dec_size)
+            else:
+                dec = torch.randperm(n)[: self.dec_size]
+            episodes.append(((q[:n_enc], y[:n_enc], q[dec], y[dec]), m))
+        return collate_episodes(episodes)
 
 
 class FixedEpisodes(torch.utils.data.Dataset):
@@ -249,7 +263,28 @@ class ValidRoutingAccuracy(Callback):
         score = torch.cat([y for _, y in sets]).to(device)
         return index, score, indptr
 
+    def on_epoch_begin(self, net, **kwargs):
+        # skorch's validation pass embeds every validation episode, in order;
+        # keep those embeddings instead of computing them a second time.
+        self._seen = []
+        self._hook = net.module_.encoder.register_forward_hook(self._record)
+
+    def _record(self, module, args, output):
+        if not module.training:
+            self._seen.append(output.detach())
+
+    def _release(self):
+        hook, self._hook = getattr(self, "_hook", None), None
+        if hook is not None:
+            hook.remove()
+        seen, self._seen = getattr(self, "_seen", None) or [], None
+        return seen
+
+    def on_train_end(self, net, **kwargs):
+        self._release()
+
     def on_epoch_end(self, net, **kwargs):
+        seen = self._release()
         if not self.keep_.any():
             return
         module = net.module_
@@ -258,18 +293,20 @@ class ValidRoutingAccuracy(Callback):
         items = self.valid_episodes.items
         bank = module.query_bank
         device = bank.device
+        models = torch.tensor([m for _, m in items], device=device)
         z = torch.zeros(self.n_models, module.encoder.seed.shape[-1], device=device)
         with torch.inference_mode():
-            for start in range(0, len(items), self.batch_size):
-                chunk = items[start : start + self.batch_size]
-                X, _ = collate_episodes(chunk)
-                models = torch.tensor([m for _, m in chunk], device=device)
-                z[models] = module.encoder(
-                    bank,
-                    X["enc_index"].to(device),
-                    X["enc_score"].to(device),
-                    X["enc_mask"].to(device),
-                )
+            if sum(len(s) for s in seen) == len(items):
+                z[models] = torch.cat(seen)
+            else:  # no validation pass this epoch: embed here
+                for start in range(0, len(items), self.batch_size):
+                    X, _ = collate_episodes(items[start : start + self.batch_size])
+                    z[models[start : start + self.batch_size]] = module.encoder(
+                        bank,
+                        X["enc_index"].to(device),
+                        X["enc_score"].to(device),
+                        X["enc_mask"].to(device),
+                    )
             queries = bank[self.queries_[torch.as_tensor(self.keep_)].to(device)]
             extra = None
             if module.readout is not None:

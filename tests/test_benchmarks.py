@@ -79,6 +79,10 @@ def test_routing_benchmark_tiny(routing, tmp_path):
     assert result["mode"] == "tiny"
     readme = (tmp_path / "README.md").read_text()
     assert "## synthetic" in readme and "| LOCUS |" in readme and "Onboarding" in readme
+    # --rebuild re-summarises the stored runs: same tables, no fitting.
+    (tmp_path / "README.md").unlink()
+    assert routing.main(["--rebuild", "--out", str(tmp_path)]) == {}
+    assert (tmp_path / "README.md").read_text() == readme
 
 
 def test_cost_curve_endpoints(routing):

@@ -456,20 +456,11 @@ def test_mixed_model_episodes_train_and_are_reproducible(pool):
     scores = [torch.ones(10), torch.zeros(10)]
     region = torch.tensor([0] * 8 + [1] * 8)
     episodes = RandomEpisodes(
-        queries,
-        scores,
-        np.array([0]),
-        (2, 4),
-        8,
-        True,
-        mix_prob=1.0,
-        query_region=region,
+        queries, scores, np.array([0]), mix_prob=1.0, query_region=region
     )
     torch.manual_seed(0)
     for _ in range(20):
-        (qe, ye, qd, yd), _ = episodes[0]
-        rows = torch.cat([qe, qd])
-        labels = torch.cat([ye, yd])
+        (rows, labels), _ = episodes[0]
         # Model 0 (score 1) keeps its rows in the regions not taken from model 1.
         for q, y in zip(rows.tolist(), labels.tolist(), strict=True):
             assert y == 1.0 and q < 10 or y == 0.0 and q >= 5
@@ -483,9 +474,65 @@ def test_mixed_model_episodes_train_and_are_reproducible(pool):
     np.testing.assert_array_equal(a.transform(evals), b.transform(evals))
 
 
+def test_episode_collator_draws_one_encoder_size_per_batch():
+    import torch
+
+    from locus_sklearn._training import EpisodeCollator, RandomEpisodes
+
+    sizes = [100, 90, 8]
+    queries = [torch.arange(n) + 1000 * m for m, n in enumerate(sizes)]
+    scores = [torch.full((n,), float(m % 2)) for m, n in enumerate(sizes)]
+    episodes = RandomEpisodes(queries, scores, np.arange(3))
+    collate = EpisodeCollator((10, 50), dec_size=20, disjoint=True)
+    torch.manual_seed(0)
+    drawn = []
+    for _ in range(50):
+        X, y = collate([episodes[i] for i in range(3)])
+        n_enc = X["enc_mask"].sum(1).tolist()
+        # One size for the batch; the 8-row model is capped at 8 - 8 // 4 = 6.
+        assert n_enc[0] == n_enc[1] and 10 <= n_enc[0] <= 50
+        assert n_enc[2] == 6
+        drawn.append(n_enc[0])
+        for b, n in enumerate(sizes):
+            enc = set(X["enc_index"][b, : n_enc[b]].tolist())
+            n_dec = int((~torch.isnan(y[b])).sum())
+            dec = set(X["dec_index"][b, :n_dec].tolist())
+            assert not enc & dec  # disjoint
+            assert n_dec == min(20, n - n_enc[b])
+            assert enc | dec <= set(queries[b].tolist())
+            # Scores travel with their queries.
+            assert torch.all(X["enc_score"][b, : n_enc[b]] == float(b % 2))
+    assert len(set(drawn)) > 10  # sizes do vary from batch to batch
+
+
 def test_divergence_is_a_clear_error(pool):
     evals = _rows_of(pool.evals, MODELS(pool)[:4])
     with pytest.raises(FloatingPointError, match="training diverged.*lower lr"):
         tiny_embedder(pool.encodings, lr=1e30, gradient_clip=None, max_epochs=3).fit(
             evals
         )
+
+
+def test_valid_routing_accuracy_reuses_the_validation_pass(pool):
+    """The callback takes its embeddings from skorch's validation pass; they
+    must give the same number as embedding the validation episodes anew."""
+    import torch
+
+    from locus_sklearn._evals import check_evals
+
+    evals = _rows_of(pool.evals, MODELS(pool)[:8])
+    embedder = tiny_embedder(
+        pool.encodings, max_epochs=2, early_stopping=None, validation_fraction=0.3
+    ).fit(evals)
+    net = embedder.net_
+    recorded = net.history[-1, "valid_routing_accuracy"]
+    callback = dict(net.callbacks_)["valid_routing"]
+    assert callback._hook is None  # released after training
+    table = check_evals(evals)
+    bank = embedder.encoder_.transform(table.queries)
+    net.module_.query_bank = torch.as_tensor(bank, dtype=torch.float32)
+    callback.on_epoch_end(net)  # no validation pass: embeds the episodes itself
+    net.module_.query_bank = None
+    assert net.history[-1, "valid_routing_accuracy"] == pytest.approx(
+        recorded, abs=1e-12
+    )
