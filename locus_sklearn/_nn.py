@@ -13,6 +13,7 @@ queries per batch, F query-encoding features, d the embedding dimension.
 - :class:`LocusNetwork`: encoder and predictor trained jointly.
 """
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -255,8 +256,16 @@ class KernelReadout(nn.Module):
         ).transpose(1, 2)
         return self._features(similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1))
 
-    def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):
+    def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=1024):
         """Readout features for every (query, model) pair, shape (Q, M, 2).
+
+        The kernel weight of an evaluation depends only on its query, so the
+        weighted sums over each model's evaluations are two matrix products:
+        the weights of each query against the bank (Q, U) times the models'
+        score sums and counts per bank query (U, M). Weights are scaled by
+        each query's best similarity, in float64 when the bandwidth is so
+        small that float32 could underflow; below a bandwidth of 0.003 the
+        per-model log-sum-exp of :meth:`pairwise_exact` is used instead.
 
         Parameters
         ----------
@@ -268,7 +277,48 @@ class KernelReadout(nn.Module):
         set_score : Tensor of shape (R,)
         indptr : sequence of int, length M + 1
             Model ``m`` owns rows ``indptr[m]:indptr[m + 1]``.
+        query_chunk : int, default=1024
+            Queries per chunk, bounding memory to Q_chunk·U floats.
         """
+        tau = float(self.log_bandwidth.detach().exp())
+        if tau < 0.003:
+            return self.pairwise_exact(queries, bank, set_index, set_score, indptr)
+        # exp(-2 / tau) is the smallest scaled weight: keep it a normal float.
+        dtype = torch.float32 if 2 / tau < 80 else torch.float64
+        n_models = len(indptr) - 1
+        out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
+        if len(set_index) == 0:  # no evaluations: readout 0.5, evidence 0
+            return out
+        device = queries.device
+        sizes = torch.as_tensor(np.diff(np.asarray(indptr)), device=device)
+        model_of_row = torch.repeat_interleave(
+            torch.arange(n_models, device=device), sizes
+        )
+        used, row_bank = torch.unique(set_index, return_inverse=True)
+        counts = torch.zeros(len(used), n_models, dtype=dtype, device=device)
+        sums = torch.zeros_like(counts)
+        counts.index_put_((row_bank, model_of_row), counts.new_ones(()).expand(len(row_bank)), accumulate=True)  # fmt: skip
+        sums.index_put_((row_bank, model_of_row), set_score.to(dtype), accumulate=True)
+        queries = F.normalize(queries, dim=-1)
+        bank = F.normalize(bank[used], dim=-1)
+        for start in range(0, queries.shape[0], query_chunk):
+            similarity = queries[start : start + query_chunk] @ bank.T  # (q, U)
+            best = similarity.max(dim=1, keepdim=True).values
+            # In place: the (q, U) buffer is the largest one here.
+            weights = similarity.sub_(best).to(dtype).mul_(1 / tau).exp_()
+            mass = weights @ counts  # (q, M); zero only for models with no rows
+            readout = torch.where(mass > 0, (weights @ sums) / mass, 0.5)
+            log_mass = torch.log(mass) + ((best - 1) / tau).to(dtype)
+            out[start : start + query_chunk] = torch.stack(
+                [2 * readout - 1, F.softplus(log_mass)], dim=-1
+            ).to(out.dtype)
+        return out
+
+    def pairwise_exact(
+        self, queries, bank, set_index, set_score, indptr, query_chunk=256
+    ):
+        """:meth:`pairwise` through each model's log-sum-exp (any bandwidth;
+        slower: it gathers a (Q, R) similarity matrix)."""
         n_models = len(indptr) - 1
         out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
         queries, bank = F.normalize(queries, dim=-1), F.normalize(bank, dim=-1)

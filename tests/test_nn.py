@@ -181,6 +181,30 @@ def test_kernel_readout_empty_set_gives_zeros_not_nan():
     assert torch.equal(out[:, 0], torch.zeros(3, 2))
 
 
+@pytest.mark.parametrize("bandwidth", [1.0, 0.1, 0.02, 0.001])
+def test_kernel_readout_pairwise_matrix_form_matches_log_sum_exp(bandwidth):
+    """The two-GEMM readout equals each model's log-sum-exp, for wide and
+    narrow bandwidths (float32, float64 and the exact fallback), models
+    without evaluations and a query evaluated twice for one model."""
+    gen = torch.Generator().manual_seed(0)
+    readout = KernelReadout(bandwidth=bandwidth)
+    queries = torch.randn(37, 6, generator=gen)
+    bank = torch.randn(20, 6, generator=gen)
+    sizes = [5, 0, 12, 1, 9]
+    set_index = torch.randint(0, 20, (sum(sizes),), generator=gen)
+    set_index[1] = set_index[0]  # a duplicated query within model 0
+    set_score = torch.rand(sum(sizes), generator=gen)
+    indptr = np.concatenate([[0], np.cumsum(sizes)])
+    with torch.no_grad():
+        fast = readout.pairwise(
+            queries, bank, set_index, set_score, indptr, query_chunk=8
+        )
+        exact = readout.pairwise_exact(queries, bank, set_index, set_score, indptr)
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, exact, rtol=1e-4, atol=1e-5)
+    assert torch.equal(fast[:, 1], torch.zeros(37, 2))  # model without rows
+
+
 def test_pairwise_logits_with_readout_match_per_pair_forward():
     torch.manual_seed(0)
     net = LocusNetwork(
