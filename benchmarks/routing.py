@@ -418,9 +418,10 @@ def run_robustness(split, router, train, ns, log):
     fresh = pool[fresh_mask]
 
     def evaluate(evals):
-        z = router.embed(evals)
-        r = copy.copy(router)
-        r.model_embeddings_ = z
+        # Refresh every model from the new set: its embedding and, with the
+        # kernel readout, the evaluations the predictor reads.
+        r = copy.deepcopy(router).add_models(evals)
+        z = r.model_embeddings_
         proba = r.predict_proba(split.test_queries)
         out = {
             "routing_acc": routing_accuracy(y, proba),
