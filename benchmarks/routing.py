@@ -4,7 +4,11 @@ Usage::
 
     python benchmarks/routing.py --data mmlu-open routerbench [--quick] \
         [--seeds 0 1 2] [--n 64 128 256 512 1024 all] [--encoder DIR] \
-        [--evals PATH] [--out benchmarks/results]
+        [--evals PATH] [--out benchmarks/results] [--jobs N] [--rebuild]
+
+Seeds run in parallel processes, one per core (``--jobs``), each fit on one
+thread (``--threads``). ``--rebuild`` re-summarises the stored JSON and rewrites
+the README without running anything.
 
 For each data set and seed: a query split (the data's own train/test split
 where it has one, else a seeded 80/20 split of the queries); for each n, every
@@ -37,6 +41,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from joblib import Parallel, delayed
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -757,6 +762,34 @@ def write_readme(out_dir):
     return path
 
 
+def run_seed(data, seed, settings, routers, experiments, threads, quiet):
+    """Every experiment on one seed's split (a unit of work for one process)."""
+    set_threads(threads)
+    log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    ns, ref_n, onboard_ks, robust_ns, which = experiments
+    split = Split(data, seed)
+    log(
+        f"  seed {seed}: {len(split.models)} models, {len(split.test_queries)} test queries"
+    )
+    run = {"seed": seed, "main": {}}
+    for n in ns:
+        base, scores, fitted, train = run_main(data, split, n, settings, routers, log)
+        run["main"][str(n)] = {"base": base, "routers": scores}
+        if n != ref_n:
+            continue
+        if "onboarding" in which and "LOCUS" in fitted:
+            run["onboarding"] = run_onboarding(
+                data, split, train, settings, fitted, onboard_ks, log
+            )
+        if "robustness" in which and "LOCUS" in fitted:
+            run["robustness"] = run_robustness(
+                split, fitted["LOCUS"][0], train, robust_ns, log
+            )
+        if "cost" in which and data.query_costs is not None:
+            run["cost"] = run_cost(data, split, fitted, base)
+    return run
+
+
 # --------------------------------------------------------------------- main
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -804,6 +837,13 @@ def parse_args(argv):
         default=1,
         help="torch threads (default 1: the machine is shared; oversubscribed "
         "OpenMP threads slow every process down many times)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="seeds run in parallel processes (default: one per core, at most "
+        "one per seed)",
     )
     p.add_argument("--quiet", action="store_true")
     p.add_argument(
@@ -878,31 +918,15 @@ def main(argv=None):
         log(f"   {data.description}; {len(data.evals)} rows")
         ref_n = 256 if 256 in ns else (32 if args.tiny and 32 in ns else next(
             (n for n in ns if n != "all"), "all"))  # fmt: skip
-        runs = []
-        for seed in args.seeds:
-            split = Split(data, seed)
-            log(
-                f"  seed {seed}: {len(split.models)} models, {len(split.test_queries)} test queries"
-            )
-            run = {"seed": seed, "main": {}}
-            for n in ns:
-                base, scores, fitted, train = run_main(
-                    data, split, n, settings, args.routers, log
-                )
-                run["main"][str(n)] = {"base": base, "routers": scores}
-                if n == ref_n:
-                    if "onboarding" in args.experiments and "LOCUS" in fitted:
-                        run["onboarding"] = run_onboarding(
-                            data, split, train, settings, fitted, onboard_ks, log
-                        )
-                    if "robustness" in args.experiments and "LOCUS" in fitted:
-                        run["robustness"] = run_robustness(
-                            split, fitted["LOCUS"][0], train, robust_ns, log
-                        )
-                    if "cost" in args.experiments and data.query_costs is not None:
-                        run["cost"] = run_cost(data, split, fitted, base)
-                del fitted
-            runs.append(run)
+        experiments = (ns, ref_n, onboard_ks, robust_ns, args.experiments)
+        jobs = min(args.jobs or os.cpu_count() or 1, len(args.seeds))
+        # One process per seed (seeds are independent and each fit uses
+        # args.threads threads): a quick run uses every core of the machine.
+        runs = Parallel(n_jobs=jobs)(
+            delayed(run_seed)(data, seed, settings, args.routers, experiments,
+                              args.threads, args.quiet)
+            for seed in args.seeds
+        )  # fmt: skip
         now = datetime.datetime.now()
         result = {
             "dataset": data.name,

@@ -25,8 +25,8 @@ def test_routing_benchmark_tiny(routing, tmp_path):
 
     threads = str(torch.get_num_threads())  # leave the session's setting as it is
     results = routing.main(
-        ["--data", "synthetic", "--tiny", "--seeds", "0", "--out", str(tmp_path),
-         "--quiet", "--threads", threads]
+        ["--data", "synthetic", "--tiny", "--seeds", "0", "1", "--jobs", "2",
+         "--out", str(tmp_path), "--quiet", "--threads", threads]
     )  # fmt: skip
     result = results["synthetic"]
     files = sorted(p.name for p in tmp_path.iterdir())
@@ -77,6 +77,9 @@ def test_routing_benchmark_tiny(routing, tmp_path):
         "mean"
     ] == pytest.approx(0, abs=1e-5)
     assert result["mode"] == "tiny"
+    # Seeds ran in two processes; each run is its own seed's, in order.
+    assert [run["seed"] for run in saved["runs"]] == [0, 1]
+    assert saved["runs"][0]["main"] != saved["runs"][1]["main"]
     readme = (tmp_path / "README.md").read_text()
     assert "## synthetic" in readme and "| LOCUS |" in readme and "Onboarding" in readme
     # --rebuild re-summarises the stored runs: same tables, no fitting.
