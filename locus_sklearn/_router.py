@@ -24,7 +24,8 @@ class LocusRouter(BaseRouter):
 
     ``fit`` trains its embedder on the pool's evaluations (or reuses a fitted
     one wrapped in :class:`sklearn.frozen.FrozenEstimator`) and embeds every
-    model. ``predict_proba`` gives each model's P(correct) from G_ψ;
+    model. ``predict_proba`` gives each model's P(correct) from G_ψ (which, by
+    default, also reads the model's own evaluations near each query);
     ``predict`` routes to the model maximising ``P(correct) - cost_weight *
     cost``, so one fitted router serves every point of the cost–quality curve.
     ``add_models`` onboards new models (or refreshes existing ones) from their
@@ -53,6 +54,10 @@ class LocusRouter(BaseRouter):
         Per-model costs, when given.
     n_query_features_ : int
         Dimension of the query encodings.
+    memory_ : tuple of (ndarray of shape (n_queries, n_features), EvalTable) or None
+        With the embedder's kernel readout (the default): the pool's
+        evaluations and their query encodings, which ``predict_proba`` reads;
+        None for the embedding-only predictor.
 
     Examples
     --------
