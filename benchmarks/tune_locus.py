@@ -30,14 +30,8 @@ import routing  # noqa: E402  (sets up paths and offline env)
 
 from locus_sklearn.metrics import correctness_accuracy, routing_accuracy  # noqa: E402
 
-# The paper's settings (LocusEmbedder(kernel_readout=False)), max_epochs capped at 40.
-PAPER = dict(
-    embedding_dim=128, n_latents=64, n_blocks=2, n_heads=4, hidden_dim=64,
-    dropout=0.1, query_noise=0.05, enc_size=(64, 1024), dec_size=256, disjoint=True,
-    max_epochs=40, episodes_per_epoch=256, batch_size=16, lr=1e-3, weight_decay=0.01,
-    validation_fraction=0.1, early_stopping="valid_loss", patience=10,
-    kernel_readout=False,
-)  # fmt: skip
+# The benchmark's LOCUS settings with the paper's embedding-only predictor.
+PAPER = dict(routing.LOCUS_PARAMS, kernel_readout=False)
 # name -> overrides of PAPER (the package's paper defaults, max_epochs capped)
 REG = dict(query_noise=0.15, weight_decay=0.1)
 CONFIGS = {

@@ -297,8 +297,11 @@ class KernelReadout(nn.Module):
         used, row_bank = torch.unique(set_index, return_inverse=True)
         counts = torch.zeros(len(used), n_models, dtype=dtype, device=device)
         sums = torch.zeros_like(counts)
-        counts.index_put_((row_bank, model_of_row), counts.new_ones(()).expand(len(row_bank)), accumulate=True)  # fmt: skip
-        sums.index_put_((row_bank, model_of_row), set_score.to(dtype), accumulate=True)
+        cells = (row_bank, model_of_row)
+        counts.index_put_(
+            cells, torch.ones_like(row_bank, dtype=dtype), accumulate=True
+        )
+        sums.index_put_(cells, set_score.to(dtype), accumulate=True)
         queries = F.normalize(queries, dim=-1)
         bank = F.normalize(bank[used], dim=-1)
         for start in range(0, queries.shape[0], query_chunk):
@@ -392,10 +395,8 @@ class CorrectnessPredictor(nn.Module):
         w = self.hidden.weight  # (h, 3d)
         w_z, w_u, w_zu = w[:, :d], w[:, d : 2 * d], w[:, 2 * d :]
         model_term = z @ w_z.T + self.hidden.bias  # (M, h)
-        model_matrix = w_zu.unsqueeze(0) * z.unsqueeze(1)  # (M, h, d)
-        model_matrix = model_matrix + w_u.unsqueeze(
-            0
-        )  # fold W_u u in: (W_u + W_zu⊙z) u
+        # Fold W_u u in: (W_u + W_zu⊙z) u, one (h, d) matrix per model.
+        model_matrix = w_u.unsqueeze(0) + w_zu.unsqueeze(0) * z.unsqueeze(1)
         m, h = model_term.shape
         flat = model_matrix.reshape(m * h, d)
         out_w = self.output.weight.reshape(h)
