@@ -182,6 +182,7 @@ def main(argv=None):
              "routing_acc": {str(s): r for s, r in per_seed.items()}},
             f, indent=1,
         )  # fmt: skip
+    return per_seed
 
 
 if __name__ == "__main__":

@@ -78,3 +78,24 @@ def test_low_rank_table_recovers_a_task_profile(headroom):
     task_of = pd.Series({f"q{i}": ["t0", "t1"][i % 2] for i in range(400)})
     table = headroom.low_rank_table(rows, task_of, ["a", "b"], ["t0", "t1"], 1, 1e-4, 0)
     np.testing.assert_allclose(table, truth, atol=0.05)
+
+
+def test_headroom_on_a_synthetic_pool(headroom, tmp_path):
+    import torch
+
+    threads = torch.get_num_threads()  # main() sets one thread; restore it
+    try:
+        per_seed = headroom.main(
+            ["--data", "synthetic", "--n", "32", "--seeds", "0", "--out", str(tmp_path)]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    result = per_seed[0]
+    oracle = result.pop("task oracle (test answers)")
+    # Choosing each task's best model on the test answers is the best any
+    # router that only sees the task can do on those answers.
+    task_rows = {k: v for k, v in result.items() if k.startswith("task")}
+    assert len(task_rows) == 3
+    assert all(v <= oracle + 1e-12 for v in task_rows.values())
+    assert (tmp_path / "headroom_synthetic_32.md").read_text().count("| task") == 4
+    assert (tmp_path / "headroom_synthetic_32.json").exists()
