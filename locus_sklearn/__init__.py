@@ -7,8 +7,9 @@ retraining, compare models and choose portfolios.
 
 from ._embedder import LocusEmbedder
 from ._encoders import QueryEncoder
-from ._evals import EvalTable, check_evals, check_queries
+from ._evals import EvalTable, check_evals, check_model_costs, check_queries
 from ._router import LocusRouter
+from ._version import __version__
 from ._selectors import (
     BudgetGreedySelector,
     KCenterSelector,
@@ -18,7 +19,6 @@ from ._selectors import (
     k_medoids_select,
 )
 
-__version__ = "0.1.0"
 
 __all__ = [
     "BudgetGreedySelector",
@@ -31,6 +31,7 @@ __all__ = [
     "__version__",
     "budget_greedy_select",
     "check_evals",
+    "check_model_costs",
     "check_queries",
     "k_center_select",
     "k_medoids_select",

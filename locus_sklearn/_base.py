@@ -6,7 +6,6 @@ model to route to (``predict``), and how well its routing does on scored
 evaluations (``score``).
 """
 
-from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
@@ -15,68 +14,10 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from ._encoders import as_query_encoder
-from ._evals import _preview, check_evals, check_queries
+from ._evals import _preview, check_evals, check_model_costs, check_queries
 from .metrics._routing import route
 
-__all__ = ["BaseRouter", "check_model_costs", "check_model_subset"]
-
-
-def check_model_costs(model_costs, classes, *, name="model_costs"):
-    """Validate per-model costs and align them with ``classes``.
-
-    Parameters
-    ----------
-    model_costs : mapping of str to float, array-like of shape (n_models,) or None
-        Cost of each model (e.g. USD per query, or billions of parameters). An
-        array is read in the order of ``classes`` (sorted model names).
-    classes : ndarray of str, shape (n_models,)
-
-    Returns
-    -------
-    costs : ndarray of float64, shape (n_models,) or None
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> check_model_costs({"b": 2.0, "a": 1.0}, np.array(["a", "b"])).tolist()
-    [1.0, 2.0]
-    """
-    if model_costs is None:
-        return None
-    classes = np.asarray(classes, dtype=object)
-    if isinstance(model_costs, Mapping):
-        known = set(classes)
-        missing = [m for m in classes if m not in model_costs]
-        extra = [m for m in model_costs if m not in known]
-        if missing:
-            raise ValueError(
-                f"{name} has no cost for {len(missing)} model(s) of the pool: "
-                f"{_preview(missing)}."
-            )
-        if extra:
-            raise ValueError(
-                f"{name} has costs for {len(extra)} model(s) that are not in the "
-                f"pool: {_preview(extra)}; pass costs for exactly the pool's models."
-            )
-        costs = [model_costs[m] for m in classes]
-    else:
-        costs = model_costs
-    try:
-        costs = np.asarray(costs, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must hold numbers; {exc}.") from None
-    if costs.shape != (len(classes),):
-        raise ValueError(
-            f"{name} must have one cost per model, shape ({len(classes)},); got "
-            f"shape {costs.shape}."
-        )
-    bad = ~np.isfinite(costs) | (costs < 0)
-    if bad.any():
-        raise ValueError(
-            f"{name} must be finite and >= 0; {int(bad.sum())} cost(s) are not: "
-            f"{_preview(dict(zip(classes[bad], costs[bad].tolist(), strict=True)).items())}."
-        )
-    return costs
+__all__ = ["BaseRouter", "check_model_subset"]
 
 
 def check_model_subset(models, classes, *, name="models"):
@@ -107,14 +48,37 @@ def check_model_subset(models, classes, *, name="models"):
     return mask
 
 
+def check_cost_weight(cost_weight, *, name="cost_weight"):
+    """Validate the cost weight λ where it is used (it can change after fit).
+
+    Examples
+    --------
+    >>> check_cost_weight(0.5)
+    0.5
+    """
+    if isinstance(cost_weight, bool) or not isinstance(cost_weight, Real):
+        raise TypeError(
+            f"{name} must be a real number >= 0; got {cost_weight!r} of type "
+            f"{type(cost_weight).__name__}."
+        )
+    cost_weight = float(cost_weight)
+    if not np.isfinite(cost_weight) or cost_weight < 0:
+        raise ValueError(f"{name} must be finite and >= 0; got {cost_weight}.")
+    return cost_weight
+
+
 class BaseRouter(BaseEstimator):
     """Base class of routers: fit on ``evals``, route queries to models.
 
-    Subclasses set ``_parameter_constraints``, implement ``_fit_encoded(table,
-    X_query)`` (``X_query`` holds the encodings of ``table.queries``, shape
+    Subclasses set ``_parameter_constraints`` and implement two hooks:
+    ``_fit_encoded(table, X_query, encoder)`` (``table`` a validated
+    :class:`~locus_sklearn.EvalTable`, ``X_query`` the encodings of
+    ``table.queries`` by the fitted query encoder ``encoder``, shape
     (n_queries, n_features)) and ``_predict_proba_encoded(X)`` returning an
-    array of shape (n_queries, n_models) of P(correct) per model. They take
-    ``encoder``, ``memory`` and ``cost_weight`` parameters.
+    array of shape (n_queries, n_models) of P(correct) per model. By default
+    the query encoder comes from ``encoder``, ``memory`` and ``device``
+    parameters; a router whose encoder lives elsewhere overrides
+    ``_query_encoder()``. Every router has a ``cost_weight`` parameter.
 
     Set ``_uses_query_encodings = False`` in a router that ignores the query
     (it then never loads an encoder).
@@ -138,7 +102,14 @@ class BaseRouter(BaseEstimator):
             )
         return X
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    def _query_encoder(self):
+        """The fitted query encoder to fit with."""
+        return as_query_encoder(
+            self.encoder, memory=self.memory, device=getattr(self, "device", None)
+        )
+
+    # Nested estimators (LocusRouter's embedder) validate their own parameters.
+    @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, evals, y=None, *, model_costs=None):
         """Fit the router on scored evaluations.
 
@@ -160,13 +131,11 @@ class BaseRouter(BaseEstimator):
         costs = check_model_costs(model_costs, table.models)
         encoder = None
         if self._uses_query_encodings:
-            encoder = as_query_encoder(
-                self.encoder, memory=self.memory, device=getattr(self, "device", None)
-            )
+            encoder = self._query_encoder()
             X_query = encoder.transform(table.queries)
         else:
             X_query = np.zeros((table.n_queries, 0), dtype=np.float32)
-        self._fit_encoded(table, X_query)
+        self._fit_encoded(table, X_query, encoder)
         # Set only once fitting succeeded, so a failed fit leaves no fitted state.
         if encoder is not None:
             self.encoder_ = encoder
@@ -193,14 +162,33 @@ class BaseRouter(BaseEstimator):
         return self._predict_proba_encoded(self._encode(queries))
 
     def _utility(self, proba):
-        if self.cost_weight == 0:
+        """P(correct) minus the weighted cost: what routing maximises."""
+        cost_weight = check_cost_weight(self.cost_weight)
+        if cost_weight == 0:
             return proba
         if self.model_costs_ is None:
             raise ValueError(
-                f"cost_weight={self.cost_weight} needs model costs; pass "
+                f"cost_weight={cost_weight} needs model costs; pass "
                 "model_costs= to fit, or set cost_weight=0."
             )
-        return proba - self.cost_weight * self.model_costs_
+        return proba - cost_weight * self.model_costs_
+
+    def decision_function(self, queries):
+        """Utility of routing each query to each model.
+
+        The utility of model m is ``P(correct) - cost_weight * cost_m``;
+        :meth:`predict` routes to the largest one.
+
+        Parameters
+        ----------
+        queries : sequence of str or DataFrame with a ``query`` column
+
+        Returns
+        -------
+        utility : ndarray of shape (n_queries, n_models)
+            Columns in ``classes_`` order.
+        """
+        return self._utility(self.predict_proba(queries))
 
     def predict(self, queries, models=None):
         """Route each query to the model with the largest utility.
@@ -222,7 +210,7 @@ class BaseRouter(BaseEstimator):
         available = None
         if models is not None:
             available = check_model_subset(models, self.classes_)
-        utility = self._utility(self.predict_proba(queries))
+        utility = self.decision_function(queries)
         if available is not None:
             available = np.broadcast_to(available, utility.shape)
         return self.classes_[route(utility, available)]
@@ -257,5 +245,5 @@ class BaseRouter(BaseEstimator):
                 f"{_preview(unknown)}; score() routes among the fitted models."
             )
         y_true = table.to_dense(self.classes_)
-        utility = self._utility(self.predict_proba(table.queries))
+        utility = self.decision_function(table.queries)
         return routing_accuracy(y_true, utility)

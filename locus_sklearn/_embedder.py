@@ -5,37 +5,17 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
-from skorch import NeuralNet
-from skorch.callbacks import EarlyStopping, GradientNormClipping
-from skorch.helper import predefined_split
 
+from ._device import resolve_device
 from ._encoders import as_query_encoder
-from ._evals import check_evals
-from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
-from ._training import (
-    DivergenceCheck,
-    EpisodeCollator,
-    FixedEpisodes,
-    RandomEpisodes,
-    ValidRoutingAccuracy,
-    _per_model,
-    collate_episodes,
-    split_rows_by_query,
-)
+from ._evals import check_evals, check_queries
+from ._persistence import load_embedder, save_embedder
+from ._training import MONITORS, embed_models, fit_network, predict_proba
 
 __all__ = ["LocusEmbedder"]
-
-_MONITORS = {"valid_loss": True, "valid_routing_accuracy": False}  # lower is better?
-
-
-def _resolve_device(device):
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 class LocusEmbedder(TransformerMixin, BaseEstimator):
@@ -150,6 +130,18 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     n_epochs_ : int
         Epochs trained.
 
+    Notes
+    -----
+    :class:`LocusRouter` (and any estimator built on this one) uses a small
+    protected interface that works on encoded queries, so queries are encoded
+    once per call: ``_query_encoder()`` (the fitted query encoder for this
+    embedder's ``encoder``, ``memory`` and ``device``),
+    ``_fit_encoded(table, X_query, encoder)``, ``_transform_encoded(table,
+    X_query)`` and ``_predict_proba_encoded(embeddings, X_query,
+    evaluations)``, where ``table`` is a validated
+    :class:`~locus_sklearn.EvalTable` and ``X_query`` the encodings of its
+    queries.
+
     Examples
     --------
     >>> from locus_sklearn import LocusEmbedder
@@ -185,7 +177,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "gradient_clip": [Interval(Real, 0, None, closed="neither"), None],
         "validation_fraction": [Interval(Real, 0, 1, closed="left")],
-        "early_stopping": [StrOptions(set(_MONITORS)), None],
+        "early_stopping": [StrOptions(set(MONITORS)), None],
         "patience": [Interval(Integral, 1, None, closed="left")],
         "memory": [None, str, HasMethods(["cache"])],
         "device": [None, str, torch.device],
@@ -258,6 +250,10 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
+    # Parameters that are not saved with a fitted embedder: how queries are
+    # encoded is saved apart, the others are run-time choices.
+    _RUN_TIME_PARAMS = ("encoder", "memory", "device", "random_state", "verbose")
+
     # ------------------------------------------------------------------ checks
     def _check_structure(self):
         if self.embedding_dim % self.n_heads:
@@ -276,34 +272,13 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 "1 <= low <= high."
             )
 
-    def _build_net(self, n_features, valid_dataset=None, callbacks=()):
-        return NeuralNet(
-            module=LocusNetwork,
-            module__n_features=n_features,
-            module__embedding_dim=self.embedding_dim,
-            module__n_latents=self.n_latents,
-            module__n_blocks=self.n_blocks,
-            module__n_heads=self.n_heads,
-            module__hidden_dim=self.hidden_dim,
-            module__dropout=self.dropout,
-            module__query_noise=self.query_noise,
-            module__kernel_readout=self.kernel_readout,
-            criterion=MaskedBCEWithLogitsLoss,
-            optimizer=torch.optim.AdamW,
-            optimizer__weight_decay=self.weight_decay,
-            lr=self.lr,
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            iterator_train__shuffle=True,
-            iterator_train__collate_fn=EpisodeCollator(
-                self.enc_size, self.dec_size, self.disjoint
-            ),
-            iterator_valid__collate_fn=collate_episodes,
-            train_split=predefined_split(valid_dataset) if valid_dataset else None,
-            callbacks=list(callbacks),
-            device=_resolve_device(self.device),
-            verbose=self.verbose,
-        )
+    def _saved_params(self):
+        """Hyper-parameters that define the fitted network and its use."""
+        params = self.get_params(deep=False)
+        for name in self._RUN_TIME_PARAMS:
+            del params[name]
+        params["enc_size"] = tuple(params["enc_size"])
+        return params
 
     # --------------------------------------------------------------------- fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -324,20 +299,34 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self : LocusEmbedder
         """
         table = check_evals(evals)
-        X_query = self._encode_fit(table)
-        self._fit_table(table, X_query)
-        return self
-
-    def _encode_fit(self, table):
         self._check_structure()
-        self.encoder_ = as_query_encoder(
-            self.encoder, memory=self.memory, device=self.device
-        )
-        X_query = self.encoder_.transform(table.queries)
-        self.n_query_features_ = X_query.shape[1]
-        return X_query
+        encoder = self._query_encoder()
+        return self._fit_encoded(table, encoder.transform(table.queries), encoder)
 
-    def _fit_table(self, table, X_query):
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_transform(self, evals, y=None):
+        """Fit, then embed the models of ``evals`` (queries encoded once).
+
+        Returns
+        -------
+        embeddings : ndarray of shape (n_models, embedding_dim)
+        """
+        table = check_evals(evals)
+        self._check_structure()
+        encoder = self._query_encoder()
+        X_query = encoder.transform(table.queries)
+        self._fit_encoded(table, X_query, encoder)
+        return self._transform_encoded(table, X_query)
+
+    def _query_encoder(self):
+        """The fitted query encoder of this embedder's parameters."""
+        return as_query_encoder(self.encoder, memory=self.memory, device=self.device)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def _fit_encoded(self, table, X_query, encoder):
+        """Fit on a validated table whose queries ``encoder`` encoded as ``X_query``."""
+        self._check_structure()
+        device = resolve_device(self.device)
         counts = np.diff(table.indptr)
         if (counts < 2).any():
             few = table.models[counts < 2]
@@ -346,82 +335,20 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 f"to encode, one to predict); {len(few)} model(s) have 1: "
                 f"{list(few[:5])}. Embed such models with transform() instead."
             )
-        rng = check_random_state(self.random_state)
-        seed = int(rng.randint(np.iinfo(np.int32).max))
-        is_valid = split_rows_by_query(table, self.validation_fraction, rng)
-        features = torch.as_tensor(X_query, dtype=torch.float32)
-        train_q, train_y = _per_model(table, ~is_valid)
-        passes = -(-self.episodes_per_epoch // table.n_models)  # ceil
-        query_region = None
-        if self.mix_prob > 0:
-            n_regions = min(self.n_regions, table.n_queries)
-            query_region = torch.as_tensor(
-                KMeans(n_regions, n_init=1, random_state=seed).fit_predict(X_query),
-                dtype=torch.long,
-            )
-        train_ds = RandomEpisodes(
-            train_q,
-            train_y,
-            np.tile(np.arange(table.n_models), passes),
-            mix_prob=self.mix_prob,
-            query_region=query_region,
+        net = fit_network(
+            self._saved_params(),
+            table,
+            X_query,
+            rng=check_random_state(self.random_state),
+            device=device,
+            verbose=self.verbose,
         )
-        callbacks = [("divergence", DivergenceCheck())]
-        valid_ds = None
-        if is_valid.any():
-            valid_q, valid_y = _per_model(table, is_valid)
-            valid_ds = FixedEpisodes(
-                train_q, train_y, valid_q, valid_y, rng, max_enc=self.enc_size[1]
-            )
-        if self.gradient_clip is not None:
-            callbacks.append(("clip", GradientNormClipping(self.gradient_clip)))
-        if valid_ds is not None:
-            callbacks.append(
-                (
-                    "valid_routing",
-                    ValidRoutingAccuracy(valid_ds, table.n_models, self.batch_size),
-                )
-            )
-            if self.early_stopping is not None:
-                callbacks.append(
-                    (
-                        "early_stopping",
-                        EarlyStopping(
-                            monitor=self.early_stopping,
-                            lower_is_better=_MONITORS[self.early_stopping],
-                            patience=self.patience,
-                            threshold=1e-4,
-                            load_best=True,
-                        ),
-                    )
-                )
-        net = self._build_net(X_query.shape[1], valid_ds, callbacks)
-        # Seed a private copy of torch's generator: reproducible, and the
-        # caller's global RNG state is left as it was.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            net.initialize()
-            net.module_.query_bank = features.to(net.device)
-            net.partial_fit(train_ds, y=None)
-        net.module_.query_bank = None  # do not keep (or pickle) training encodings
-        net.module_.eval()
+        self.encoder_ = encoder
+        self.n_query_features_ = X_query.shape[1]
         self.net_ = net
         self.classes_ = table.models.copy()
         self.n_epochs_ = len(net.history)
         return self
-
-    def fit_transform(self, evals, y=None):
-        """Fit, then embed the models of ``evals`` (queries encoded once).
-
-        Returns
-        -------
-        embeddings : ndarray of shape (n_models, embedding_dim)
-        """
-        self._validate_params()
-        table = check_evals(evals)
-        X_query = self._encode_fit(table)
-        self._fit_table(table, X_query)
-        return self._embed_table(table, X_query)
 
     # --------------------------------------------------------------- transform
     def _encode(self, queries):
@@ -451,48 +378,16 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         table = check_evals(evals)
-        return self._embed_table(table, self._encode(table.queries))
+        return self._transform_encoded(table, self._encode(table.queries))
 
-    def _embed_table(self, table, X_query):
-        module = self.net_.module_
-        module.eval()
-        device = self.net_.device
-        features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
-        indptr = table.indptr
-        counts = np.diff(indptr)
-        # Batch models of similar size together so little compute goes to padding;
-        # padding never changes an embedding, so the order does not matter.
-        order = np.argsort(counts, kind="stable")
-        query_index = torch.as_tensor(table.query_index, device=device)
-        score = torch.as_tensor(table.score, device=device)
-        out = np.empty((table.n_models, self.embedding_dim), dtype=np.float32)
-        use_bf16 = self.inference_dtype == "bfloat16"
-        device_type = torch.device(device).type
-        start = 0
-        with torch.inference_mode():
-            while start < table.n_models:
-                # Sizes ascend along ``order``: the last model sets the width.
-                stop = start + 1
-                while (
-                    stop < table.n_models
-                    and (stop + 1 - start) * counts[order[stop]]
-                    <= self.transform_batch_tokens
-                ):
-                    stop += 1
-                chunk = order[start:stop]
-                width = int(counts[chunk].max())
-                positions = torch.arange(width, device=device)
-                lengths = torch.as_tensor(counts[chunk], device=device)
-                mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
-                rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
-                rows = torch.where(mask, rows + positions, 0)
-                with torch.autocast(
-                    device_type, dtype=torch.bfloat16, enabled=use_bf16
-                ):
-                    z = module.encoder(features, query_index[rows], score[rows], mask)
-                out[chunk] = z.float().cpu().numpy()
-                start = stop
-        return out
+    def _transform_encoded(self, table, X_query):
+        return embed_models(
+            self.net_.module_,
+            table,
+            X_query,
+            batch_tokens=self.transform_batch_tokens,
+            bfloat16=self.inference_dtype == "bfloat16",
+        )
 
     def predict_proba(self, embeddings, queries, *, evals=None):
         """P(correct) of models with the given embeddings on queries.
@@ -510,113 +405,40 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_queries, n_models)
         """
-        from ._evals import check_queries
-
         check_is_fitted(self)
         queries = check_queries(queries)
-        memory = None
+        evaluations = None
         if evals is not None:
             table = check_evals(evals)
-            memory = (self._encode(table.queries), table)
-        return self._predict_proba_encoded(embeddings, self._encode(queries), memory)
+            evaluations = (self._encode(table.queries), table)
+        return self._predict_proba_encoded(
+            embeddings, self._encode(queries), evaluations
+        )
 
-    def _predict_proba_encoded(self, embeddings, X_query, memory=None):
-        """``memory``: (encodings of table.queries, table) of the embedded models,
-        for the kernel readout."""
+    def _predict_proba_encoded(self, embeddings, X_query, evaluations=None):
+        """``evaluations``: (encodings of table.queries, table) of the embedded
+        models, for the kernel readout."""
         embeddings = np.asarray(embeddings, dtype=np.float32)
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
             raise ValueError(
                 f"embeddings must have shape (n_models, {self.embedding_dim}); got "
                 f"{embeddings.shape}."
             )
-        module = self.net_.module_
-        module.eval()
-        device = self.net_.device
-        queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
-        with torch.inference_mode():
-            extra = None
-            if module.readout is not None:
-                if memory is None:
-                    raise ValueError(
-                        "kernel_readout=True needs the models' evaluations to "
-                        "predict: pass evals=."
-                    )
-                bank, table = memory
-                if table.n_models != len(embeddings):
-                    raise ValueError(
-                        f"evals has {table.n_models} models but embeddings has "
-                        f"{len(embeddings)} rows."
-                    )
-                extra = module.readout.pairwise(
-                    queries,
-                    torch.as_tensor(bank, dtype=torch.float32, device=device),
-                    torch.as_tensor(table.query_index, device=device),
-                    torch.as_tensor(table.score, device=device),
-                    table.indptr,
-                )
-            logits = module.predictor.pairwise_logits(
-                torch.as_tensor(embeddings, device=device), queries, extra
+        if not self.kernel_readout:
+            evaluations = None
+        elif evaluations is None:
+            raise ValueError(
+                "kernel_readout=True needs the models' evaluations to predict: "
+                "pass evals=."
             )
-            return torch.sigmoid(logits).cpu().numpy()
+        elif evaluations[1].n_models != len(embeddings):
+            raise ValueError(
+                f"evals has {evaluations[1].n_models} models but embeddings has "
+                f"{len(embeddings)} rows."
+            )
+        return predict_proba(self.net_.module_, embeddings, X_query, evaluations)
 
     # ------------------------------------------------------------- persistence
-    _SAVED_PARAMS = (
-        "embedding_dim", "n_latents", "n_blocks", "n_heads", "hidden_dim", "dropout",
-        "query_noise", "enc_size", "dec_size", "disjoint", "mix_prob", "n_regions",
-        "kernel_readout", "max_epochs",
-        "episodes_per_epoch", "batch_size", "lr", "weight_decay", "gradient_clip",
-        "validation_fraction", "early_stopping", "patience", "inference_dtype",
-        "transform_batch_tokens",
-    )  # fmt: skip
-
-    def _state(self):
-        """(metadata, tensors) describing this fitted embedder."""
-        from . import __version__
-        from ._persistence import encoder_spec
-
-        spec, tensors = encoder_spec(self.encoder)
-        params = {name: getattr(self, name) for name in self._SAVED_PARAMS}
-        params["enc_size"] = list(params["enc_size"])
-        metadata = {
-            "library_version": __version__,
-            "params": params,
-            "encoder": spec,
-            "n_query_features": int(self.n_query_features_),
-            "classes": self.classes_.tolist(),
-            "n_epochs": int(self.n_epochs_),
-        }
-        for name, value in self.net_.module_.state_dict().items():
-            tensors[f"net.{name}"] = value
-        return metadata, tensors
-
-    @classmethod
-    def _from_state(cls, metadata, tensors, *, encoder=None, device=None):
-        from ._persistence import encoder_from_spec
-
-        params = dict(metadata["params"])
-        params["enc_size"] = tuple(params["enc_size"])
-        embedder = cls(
-            encoder_from_spec(metadata["encoder"], tensors, encoder),
-            device=device,
-            **params,
-        )
-        embedder.encoder_ = as_query_encoder(embedder.encoder, device=device)
-        embedder.n_query_features_ = metadata["n_query_features"]
-        embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
-        embedder.n_epochs_ = metadata["n_epochs"]
-        net = embedder._build_net(embedder.n_query_features_)
-        net.initialize()
-        state = {
-            k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")
-        }
-        try:
-            net.module_.load_state_dict(state)
-        except RuntimeError as exc:
-            raise ValueError(f"The file's network weights do not fit: {exc}") from None
-        net.module_.eval()
-        embedder.net_ = net
-        return embedder
-
     def save(self, path):
         """Save the fitted embedder to one safetensors file (no pickle).
 
@@ -628,11 +450,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         ----------
         path : str or path-like
         """
-        from ._persistence import write_file
-
         check_is_fitted(self)
-        metadata, tensors = self._state()
-        write_file(path, {"kind": "LocusEmbedder", **metadata}, tensors)
+        save_embedder(self, path)
 
     @classmethod
     def load(cls, path, *, encoder=None, device=None):
@@ -651,10 +470,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         embedder : LocusEmbedder
         """
-        from ._persistence import read_file
-
-        metadata, tensors = read_file(path, "LocusEmbedder")
-        return cls._from_state(metadata, tensors, encoder=encoder, device=device)
+        return load_embedder(cls, path, encoder=encoder, device=device)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the embedding dimensions: ``locus0``, ``locus1``, ..."""

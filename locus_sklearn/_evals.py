@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["EvalTable", "check_evals", "check_queries"]
+__all__ = ["EvalTable", "check_evals", "check_model_costs", "check_queries"]
 
 REQUIRED_COLUMNS = ("model", "query", "score")
 OPTIONAL_COLUMNS = ("task",)
@@ -360,3 +360,62 @@ def check_queries(queries, *, name="queries"):
             f"(e.g. {_preview(bad[:5])})."
         )
     return values
+
+
+def check_model_costs(model_costs, classes, *, name="model_costs"):
+    """Validate per-model costs and align them with ``classes``.
+
+    Parameters
+    ----------
+    model_costs : mapping of str to float, array-like of shape (n_models,) or None
+        Cost of each model (e.g. USD per query, or billions of parameters). An
+        array is read in the order of ``classes`` (sorted model names).
+    classes : ndarray of str, shape (n_models,)
+
+    Returns
+    -------
+    costs : ndarray of float64, shape (n_models,) or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn._evals import check_model_costs
+    >>> check_model_costs({"b": 2.0, "a": 1.0}, np.array(["a", "b"])).tolist()
+    [1.0, 2.0]
+    """
+    if model_costs is None:
+        return None
+    classes = np.asarray(classes, dtype=object)
+    if isinstance(model_costs, Mapping):
+        known = set(classes)
+        missing = [m for m in classes if m not in model_costs]
+        extra = [m for m in model_costs if m not in known]
+        if missing:
+            raise ValueError(
+                f"{name} has no cost for {len(missing)} model(s) of the pool: "
+                f"{_preview(missing)}."
+            )
+        if extra:
+            raise ValueError(
+                f"{name} has costs for {len(extra)} model(s) that are not in the "
+                f"pool: {_preview(extra)}; pass costs for exactly the pool's models."
+            )
+        costs = [model_costs[m] for m in classes]
+    else:
+        costs = model_costs
+    try:
+        costs = np.asarray(costs, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must hold numbers; {exc}.") from None
+    if costs.shape != (len(classes),):
+        raise ValueError(
+            f"{name} must have one cost per model, shape ({len(classes)},); got "
+            f"shape {costs.shape}."
+        )
+    bad = ~np.isfinite(costs) | (costs < 0)
+    if bad.any():
+        raise ValueError(
+            f"{name} must be finite and >= 0; {int(bad.sum())} cost(s) are not: "
+            f"{_preview(dict(zip(classes[bad], costs[bad].tolist(), strict=True)).items())}."
+        )
+    return costs

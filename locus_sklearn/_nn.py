@@ -13,13 +13,17 @@ queries per batch, F query-encoding features, d the embedding dimension.
 - :class:`LocusNetwork`: encoder and predictor trained jointly.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 __all__ = [
+    "NETWORK_LAYOUT",
     "CorrectnessPredictor",
+    "EvaluationSets",
     "EvaluationTokenizer",
     "KernelReadout",
     "LocusEncoder",
@@ -410,13 +414,41 @@ class CorrectnessPredictor(nn.Module):
         return torch.cat(chunks) + self.output.bias
 
 
+class EvaluationSets(NamedTuple):
+    """The scored evaluations of M models, laid out for batched readouts.
+
+    Attributes
+    ----------
+    bank : Tensor of shape (U, F)
+        Encodings of the queries the models were evaluated on.
+    index : LongTensor of shape (R,)
+        Row -> index into ``bank``; the models' rows one after another.
+    score : Tensor of shape (R,)
+    indptr : sequence of int, length M + 1
+        Model ``m`` owns rows ``indptr[m]:indptr[m + 1]``.
+    """
+
+    bank: torch.Tensor
+    index: torch.Tensor
+    score: torch.Tensor
+    indptr: object
+
+
+# Version of the module layout (parameter names and shapes) that saved files
+# record: a file of another layout cannot be loaded into this network.
+NETWORK_LAYOUT = 1
+
+
 class LocusNetwork(nn.Module):
     """Encoder F_θ and predictor G_ψ, trained jointly.
 
-    ``forward`` takes one batch of episodes: for each of B models, an encoder
-    set (to build z_m) and a decoder set of queries (to predict). Gaussian
-    noise of standard deviation ``query_noise`` is added to the query
-    encodings in training mode only.
+    The rest of the package uses three methods: ``forward`` for a training
+    batch of episodes, :meth:`embed` for model embeddings and
+    :meth:`pairwise_logits` for every (query, model) pair at prediction.
+    ``forward`` takes, for each of B models, an encoder set (to build z_m)
+    and a decoder set of queries (to predict). Gaussian noise of standard
+    deviation ``query_noise`` is added to the query encodings in training
+    mode only.
 
     Parameters
     ----------
@@ -436,10 +468,13 @@ class LocusNetwork(nn.Module):
     >>> features = torch.randn(5, 8)
     >>> enc_index = torch.tensor([[0, 1, 2], [3, 4, 0]])
     >>> mask = torch.tensor([[True, True, True], [True, True, False]])
-    >>> logits = net(enc_index, torch.ones(2, 3), mask,
-    ...              torch.tensor([[3, 4], [1, 2]]), features=features)
+    >>> logits = net(features, enc_index, torch.ones(2, 3), mask,
+    ...              torch.tensor([[3, 4], [1, 2]]))
     >>> tuple(logits.shape)
     (2, 2)
+    >>> z = net.embed(features, enc_index, torch.ones(2, 3), mask)
+    >>> tuple(net.pairwise_logits(z, features).shape)
+    (5, 2)
     """
 
     def __init__(
@@ -455,6 +490,7 @@ class LocusNetwork(nn.Module):
         kernel_readout=False,
     ):
         super().__init__()
+        self.embedding_dim = embedding_dim
         self.encoder = LocusEncoder(
             n_features, embedding_dim, n_latents, n_blocks, n_heads, dropout
         )
@@ -467,41 +503,71 @@ class LocusNetwork(nn.Module):
             n_extra=KernelReadout.n_outputs if kernel_readout else 0,
         )
         self.query_noise = query_noise
-        # Encodings of every training query, shape (Q, F), set only while
-        # training so batches carry query indices instead of encodings.
-        self.query_bank = None
 
-    def _gather(self, enc_index, dec_index, features):
-        if features is not None:
-            return features, enc_index, dec_index
-        if self.query_bank is None:
-            raise RuntimeError("Pass features, or set query_bank before training.")
-        # Encode each unique query of the batch once (the tokenizer factorises).
-        flat = torch.cat([enc_index.reshape(-1), dec_index.reshape(-1)])
-        unique, inverse = torch.unique(flat, return_inverse=True)
-        n_enc = enc_index.numel()
-        return (
-            self.query_bank[unique],
-            inverse[:n_enc].view_as(enc_index),
-            inverse[n_enc:].view_as(dec_index),
-        )
+    @property
+    def reads_evaluations(self):
+        """Whether :meth:`pairwise_logits` needs the models' evaluations."""
+        return self.readout is not None
 
-    def forward(self, enc_index, enc_score, enc_mask, dec_index, features=None):
+    def embed(self, features, query_index, score, mask):
+        """Model embeddings z of shape (B, d) from padded evaluation sets.
+
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+        query_index : LongTensor of shape (B, N)
+            Index into ``features`` of each evaluation's query.
+        score : Tensor of shape (B, N)
+        mask : BoolTensor of shape (B, N)
+            True for real evaluations, False for padding.
+        """
+        return self.encoder(features, query_index, score, mask)
+
+    def pairwise_logits(self, z, queries, evaluations=None):
+        """Logits of P(correct) for every (query, model) pair, shape (Q, M).
+
+        Parameters
+        ----------
+        z : Tensor of shape (M, d)
+        queries : Tensor of shape (Q, F)
+        evaluations : EvaluationSets, default=None
+            The M models' evaluations; required with the kernel readout.
+        """
+        extra = None
+        if self.readout is not None:
+            if evaluations is None:
+                raise ValueError(
+                    "kernel_readout=True needs the models' evaluations to predict."
+                )
+            extra = self.readout.pairwise(queries, *evaluations)
+        return self.predictor.pairwise_logits(z, queries, extra)
+
+    def forward(
+        self, features, enc_index, enc_score, enc_mask, dec_index,
+        return_embedding=False,
+    ):  # fmt: skip
         """Logits of shape (B, M) for the decoder queries of each model.
 
-        Indices point into ``features`` (U, F) or, when it is None, into
-        ``query_bank``.
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+            Encodings of the batch's queries; the indices point into it.
+        enc_index, enc_score, enc_mask : Tensor of shape (B, N)
+            Encoder sets (see :meth:`embed`).
+        dec_index : LongTensor of shape (B, M)
+        return_embedding : bool, default=False
+            Also return the embeddings z, shape (B, d): ``(logits, z)``.
         """
-        features, enc_index, dec_index = self._gather(enc_index, dec_index, features)
         if self.training and self.query_noise > 0:
             features = features + self.query_noise * torch.randn_like(features)
-        z = self.encoder(features, enc_index, enc_score, enc_mask)
+        z = self.embed(features, enc_index, enc_score, enc_mask)
         extra = None
         if self.readout is not None:
             extra = self.readout(
                 features[dec_index], features[enc_index], enc_score, enc_mask
             )
-        return self.predictor(z, features, dec_index, extra)
+        logits = self.predictor(z, features, dec_index, extra)
+        return (logits, z) if return_embedding else logits
 
 
 class MaskedBCEWithLogitsLoss(nn.Module):

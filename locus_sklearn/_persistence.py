@@ -1,9 +1,14 @@
 """Safe persistence: one safetensors file with a JSON header; loading never unpickles.
 
-The file holds the network weights, the pool (names, embeddings, costs) and,
-for a precomputed-vector encoder, its vectors; the metadata holds a format
-version, the estimator kind, its hyper-parameters and how to rebuild the
-query encoder.
+The file holds the network weights, the pool (names, embeddings, costs, and
+the stored evaluations the kernel readout reads) and, for a precomputed-vector
+encoder, its vectors; the metadata holds the container's format version, the
+network layout version (:data:`~._nn.NETWORK_LAYOUT`), the estimator kind,
+its hyper-parameters and how to rebuild the query encoder.
+
+The estimators call :func:`save_embedder` / :func:`load_embedder` and
+:func:`save_router` / :func:`load_router`; this module never imports them
+(the class to build is passed in), so data flows one way.
 """
 
 import json
@@ -17,9 +22,20 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ._device import resolve_device
+from ._encoders import as_query_encoder
+from ._evals import EvalTable
+from ._nn import NETWORK_LAYOUT
+from ._training import build_net
+from ._version import __version__
+
 __all__ = [
     "FORMAT_VERSION",
+    "load_embedder",
+    "load_router",
     "read_file",
+    "save_embedder",
+    "save_router",
     "write_file",
     "encoder_spec",
     "encoder_from_spec",
@@ -139,4 +155,127 @@ def read_file(path, kind):
             f"{str(path)!r} holds a {metadata.get('kind')}, not a {kind}; load it "
             f"with {metadata.get('kind')}.load."
         )
+    # Files written before the layout was recorded hold layout 1.
+    layout = metadata.pop("network_layout", 1)
+    if layout != NETWORK_LAYOUT:
+        raise ValueError(
+            f"{str(path)!r} holds a network of layout version {layout}, but this "
+            f"locus_sklearn ({__version__}) builds layout version {NETWORK_LAYOUT}; "
+            "refit the estimator with this version and save it again."
+        )
     return metadata, tensors
+
+
+# ----------------------------------------------------------------- embedders
+def _embedder_state(embedder):
+    """(metadata, tensors) describing a fitted LocusEmbedder."""
+    spec, tensors = encoder_spec(embedder.encoder)
+    params = embedder._saved_params()
+    params["enc_size"] = list(params["enc_size"])
+    metadata = {
+        "library_version": __version__,
+        "network_layout": NETWORK_LAYOUT,
+        "params": params,
+        "encoder": spec,
+        "n_query_features": int(embedder.n_query_features_),
+        "classes": embedder.classes_.tolist(),
+        "n_epochs": int(embedder.n_epochs_),
+    }
+    for name, value in embedder.net_.module_.state_dict().items():
+        tensors[f"net.{name}"] = value
+    return metadata, tensors
+
+
+def _embedder_from_state(cls, metadata, tensors, *, encoder=None, device=None):
+    """A fitted ``cls`` (LocusEmbedder) from :func:`_embedder_state`'s output."""
+    params = dict(metadata["params"])
+    params["enc_size"] = tuple(params["enc_size"])
+    embedder = cls(
+        encoder_from_spec(metadata["encoder"], tensors, encoder),
+        device=device,
+        **params,
+    )
+    embedder.encoder_ = as_query_encoder(embedder.encoder, device=device)
+    embedder.n_query_features_ = metadata["n_query_features"]
+    embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
+    embedder.n_epochs_ = metadata["n_epochs"]
+    net = build_net(
+        embedder._saved_params(),
+        embedder.n_query_features_,
+        device=resolve_device(device),
+    )
+    net.initialize()
+    state = {k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")}
+    try:
+        net.module_.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(f"The file's network weights do not fit: {exc}") from None
+    net.module_.eval()
+    embedder.net_ = net
+    return embedder
+
+
+def save_embedder(embedder, path):
+    """Write a fitted LocusEmbedder to ``path``."""
+    metadata, tensors = _embedder_state(embedder)
+    write_file(path, {"kind": "LocusEmbedder", **metadata}, tensors)
+
+
+def load_embedder(cls, path, *, encoder=None, device=None):
+    """Read a LocusEmbedder (of class ``cls``) written by :func:`save_embedder`."""
+    metadata, tensors = read_file(path, "LocusEmbedder")
+    return _embedder_from_state(cls, metadata, tensors, encoder=encoder, device=device)
+
+
+# ------------------------------------------------------------------- routers
+def save_router(router, path):
+    """Write a fitted LocusRouter: its embedder, then the pool."""
+    metadata, tensors = _embedder_state(router._locus)
+    metadata.update(
+        kind="LocusRouter",
+        pool=router.classes_.tolist(),
+        cost_weight=float(router.cost_weight),
+    )
+    tensors["pool.embeddings"] = torch.from_numpy(router.model_embeddings_)
+    if router.pool_evals_ is not None:
+        encodings, table = router.pool_evals_
+        metadata["memory_queries"] = table.queries.tolist()
+        tensors["memory.encodings"] = torch.from_numpy(encodings)
+        tensors["memory.model_index"] = torch.from_numpy(table.model_index)
+        tensors["memory.query_index"] = torch.from_numpy(table.query_index)
+        tensors["memory.score"] = torch.from_numpy(table.score)
+    if router.model_costs_ is not None:
+        tensors["pool.costs"] = torch.from_numpy(router.model_costs_)
+    write_file(path, metadata, tensors)
+
+
+def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
+    """Read a router (of class ``cls``, with an embedder of ``embedder_cls``)
+    written by :func:`save_router`."""
+    metadata, tensors = read_file(path, "LocusRouter")
+    embedder = _embedder_from_state(
+        embedder_cls, metadata, tensors, encoder=encoder, device=device
+    )
+    router = cls(embedder, cost_weight=metadata["cost_weight"])
+    router.embedder_ = embedder
+    router.encoder_ = embedder.encoder_
+    router.n_query_features_ = embedder.n_query_features_
+    router.classes_ = np.asarray(metadata["pool"], dtype=object)
+    router.model_embeddings_ = tensors["pool.embeddings"].numpy()
+    costs = tensors.get("pool.costs")
+    router.model_costs_ = None if costs is None else costs.numpy().astype(np.float64)
+    if router.model_embeddings_.shape[0] != len(router.classes_):
+        raise ValueError(f"{str(path)!r} is corrupt: pool size mismatch.")
+    router.pool_evals_ = None
+    if "memory.encodings" in tensors:
+        table = EvalTable(
+            models=router.classes_.copy(),
+            queries=np.asarray(metadata["memory_queries"], dtype=object),
+            model_index=tensors["memory.model_index"].numpy(),
+            query_index=tensors["memory.query_index"].numpy(),
+            score=tensors["memory.score"].numpy(),
+            query_task=None,
+            n_input_rows=len(tensors["memory.score"]),
+        )
+        router.pool_evals_ = (tensors["memory.encodings"].numpy(), table)
+    return router

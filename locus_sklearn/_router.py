@@ -7,9 +7,10 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import BaseRouter, check_model_costs, check_model_subset
+from ._base import BaseRouter, check_model_subset
 from ._embedder import LocusEmbedder
-from ._evals import EvalTable, _preview, check_evals
+from ._evals import _preview, check_evals, check_model_costs
+from ._persistence import load_router, save_router
 
 __all__ = ["LocusRouter"]
 
@@ -54,8 +55,8 @@ class LocusRouter(BaseRouter):
         Per-model costs, when given.
     n_query_features_ : int
         Dimension of the query encodings.
-    memory_ : tuple of (ndarray of shape (n_queries, n_features), EvalTable) or None
-        With the embedder's kernel readout (the default): the pool's
+    pool_evals_ : tuple of (ndarray of shape (n_queries, n_features), EvalTable) or None
+        With the embedder's kernel readout (the default): the pool's stored
         evaluations and their query encodings, which ``predict_proba`` reads;
         None for the embedding-only predictor.
 
@@ -89,53 +90,26 @@ class LocusRouter(BaseRouter):
     def _locus(self):
         return _unwrap(self.embedder_)
 
-    def fit(self, evals, y=None, *, model_costs=None):
-        """Train (or reuse) the embedder and embed every model of the pool.
+    def _query_encoder(self):
+        if isinstance(self.embedder, FrozenEstimator):
+            check_is_fitted(self.embedder.estimator)
+            return self.embedder.estimator.encoder_
+        embedder = LocusEmbedder() if self.embedder is None else self.embedder
+        return embedder._query_encoder()
 
-        Parameters
-        ----------
-        evals : DataFrame or mapping of columns
-            Long-format evaluations (``model``, ``query``, ``score``).
-        y : None
-            Ignored.
-        model_costs : mapping of str to float or array-like of shape (n_models,), default=None
-            Cost of each model, for cost-aware routing.
-
-        Returns
-        -------
-        self : LocusRouter
-        """
-        self._validate_params()
-        table = check_evals(evals)
-        costs = check_model_costs(model_costs, table.models)
+    def _fit_encoded(self, table, X_query, encoder):
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
-        if isinstance(embedder, FrozenEstimator):
-            check_is_fitted(locus)
-            X_query = locus._encode(table.queries)
-        else:
-            embedder._validate_params()
-            X_query = embedder._encode_fit(table)
-            embedder._fit_table(table, X_query)
+        if not isinstance(embedder, FrozenEstimator):
+            locus._fit_encoded(table, X_query, encoder)
         self.embedder_ = embedder
-        self.encoder_ = locus.encoder_
-        self.n_query_features_ = locus.n_query_features_
-        self.classes_ = table.models.copy()
-        self.model_embeddings_ = locus._embed_table(table, X_query)
-        self.model_costs_ = costs
-        self._set_memory(table, X_query)
-        return self
-
-    def _set_memory(self, table, X_query):
-        """Keep the pool's evaluations when the predictor reads them."""
-        if self._locus.kernel_readout:
-            self.memory_ = (X_query, table)
-        else:
-            self.memory_ = None
+        self.model_embeddings_ = locus._transform_encoded(table, X_query)
+        # The kernel readout reads the pool's evaluations at prediction.
+        self.pool_evals_ = (X_query, table) if locus.kernel_readout else None
 
     def _predict_proba_encoded(self, X):
         return self._locus._predict_proba_encoded(
-            self.model_embeddings_, X, self.memory_
+            self.model_embeddings_, X, self.pool_evals_
         )
 
     def add_models(self, evals, *, model_costs=None):
@@ -172,8 +146,8 @@ class LocusRouter(BaseRouter):
                 "model_costs were given, but the router was fitted without costs; "
                 "refit with model_costs= for the whole pool."
             )
-        X_query = self._locus._encode(table.queries)
-        embeddings = self._locus._embed_table(table, X_query)
+        X_query = self._encode(table.queries)
+        embeddings = self._locus._transform_encoded(table, X_query)
         classes = np.union1d(self.classes_, table.models).astype(object)
         merged = np.empty((len(classes), embeddings.shape[1]), dtype=np.float32)
         merged[np.searchsorted(classes, self.classes_)] = self.model_embeddings_
@@ -185,18 +159,15 @@ class LocusRouter(BaseRouter):
             self.model_costs_ = costs
         self.classes_ = classes
         self.model_embeddings_ = merged
-        if self.memory_ is not None:
-            keep = ~np.isin(self._memory_models(), table.models)
-            self._merge_memory(keep, table, X_query)
+        if self.pool_evals_ is not None:
+            keep = ~np.isin(self.pool_evals_[1].models, table.models)
+            self._merge_pool_evals(keep, table, X_query)
         return self
 
-    def _memory_models(self):
-        return self.memory_[1].models
-
-    def _merge_memory(self, keep, table=None, X_table=None):
+    def _merge_pool_evals(self, keep, table=None, X_table=None):
         """Kept evaluations: the old models in ``keep``, plus ``table`` (whose
         query encodings are ``X_table``)."""
-        bank, old = self.memory_
+        bank, old = self.pool_evals_
         # The readout needs no task labels; one table may have them and the
         # other not (a loaded router keeps none).
         columns = ["model", "query", "score"]
@@ -207,7 +178,7 @@ class LocusRouter(BaseRouter):
             encoding_of.update(zip(table.queries, X_table, strict=True))
         merged = check_evals(pd.concat(frames, ignore_index=True))
         encodings = np.stack([encoding_of[q] for q in merged.queries])
-        self.memory_ = (encodings.astype(np.float32), merged)
+        self.pool_evals_ = (encodings.astype(np.float32), merged)
 
     def remove_models(self, models):
         """Remove models from the pool.
@@ -228,8 +199,8 @@ class LocusRouter(BaseRouter):
                 "remove_models would remove every model of the pool; at least one "
                 "must remain."
             )
-        if self.memory_ is not None:
-            self._merge_memory(~np.isin(self._memory_models(), models))
+        if self.pool_evals_ is not None:
+            self._merge_pool_evals(~np.isin(self.pool_evals_[1].models, models))
         self.classes_ = self.classes_[~drop]
         self.model_embeddings_ = self.model_embeddings_[~drop]
         if self.model_costs_ is not None:
@@ -241,34 +212,15 @@ class LocusRouter(BaseRouter):
 
         The file holds the embedder (weights, hyper-parameters, query encoder
         reference) and the pool: ``classes_``, ``model_embeddings_``,
-        ``model_costs_`` and ``cost_weight``.
+        ``model_costs_``, ``cost_weight`` and, with the kernel readout,
+        ``pool_evals_`` (the stored evaluations, query text included).
 
         Parameters
         ----------
         path : str or path-like
         """
-        import torch
-
-        from ._persistence import write_file
-
         check_is_fitted(self)
-        metadata, tensors = self._locus._state()
-        metadata.update(
-            kind="LocusRouter",
-            pool=self.classes_.tolist(),
-            cost_weight=float(self.cost_weight),
-        )
-        tensors["pool.embeddings"] = torch.from_numpy(self.model_embeddings_)
-        if self.memory_ is not None:
-            encodings, table = self.memory_
-            metadata["memory_queries"] = table.queries.tolist()
-            tensors["memory.encodings"] = torch.from_numpy(encodings)
-            tensors["memory.model_index"] = torch.from_numpy(table.model_index)
-            tensors["memory.query_index"] = torch.from_numpy(table.query_index)
-            tensors["memory.score"] = torch.from_numpy(table.score)
-        if self.model_costs_ is not None:
-            tensors["pool.costs"] = torch.from_numpy(self.model_costs_)
-        write_file(path, metadata, tensors)
+        save_router(self, path)
 
     @classmethod
     def load(cls, path, *, encoder=None, device=None):
@@ -287,37 +239,7 @@ class LocusRouter(BaseRouter):
         router : LocusRouter
             Its ``embedder_`` is a fitted :class:`LocusEmbedder`.
         """
-        from ._persistence import read_file
-
-        metadata, tensors = read_file(path, "LocusRouter")
-        embedder = LocusEmbedder._from_state(
-            metadata, tensors, encoder=encoder, device=device
-        )
-        router = cls(embedder, cost_weight=metadata["cost_weight"])
-        router.embedder_ = embedder
-        router.encoder_ = embedder.encoder_
-        router.n_query_features_ = embedder.n_query_features_
-        router.classes_ = np.asarray(metadata["pool"], dtype=object)
-        router.model_embeddings_ = tensors["pool.embeddings"].numpy()
-        costs = tensors.get("pool.costs")
-        router.model_costs_ = (
-            None if costs is None else costs.numpy().astype(np.float64)
-        )
-        if router.model_embeddings_.shape[0] != len(router.classes_):
-            raise ValueError(f"{str(path)!r} is corrupt: pool size mismatch.")
-        router.memory_ = None
-        if "memory.encodings" in tensors:
-            table = EvalTable(
-                models=router.classes_.copy(),
-                queries=np.asarray(metadata["memory_queries"], dtype=object),
-                model_index=tensors["memory.model_index"].numpy(),
-                query_index=tensors["memory.query_index"].numpy(),
-                score=tensors["memory.score"].numpy(),
-                query_task=None,
-                n_input_rows=len(tensors["memory.score"]),
-            )
-            router.memory_ = (tensors["memory.encodings"].numpy(), table)
-        return router
+        return load_router(cls, LocusEmbedder, path, encoder=encoder, device=device)
 
     def embed(self, evals):
         """Embeddings of the models of ``evals`` without adding them to the pool.

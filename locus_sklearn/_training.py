@@ -1,26 +1,60 @@
-"""Episodes for training LOCUS through skorch: datasets, collation, callbacks.
+"""Training and batched inference of the LOCUS network: the one home of both.
 
-An *episode* is one model's training item: an encoder set S_enc of its scored
-evaluations (to build z_m) and a decoder set S_dec of its other evaluations
-(to predict). Datasets yield per-model index arrays; :func:`collate_episodes`
-pads them into one batch and gathers the batch's unique query encodings once.
+Everything between an estimator's validated inputs (an :class:`~._evals.EvalTable`
+and the encodings of its queries) and the torch modules of :mod:`._nn` lives
+here, with skorch as the training loop:
+
+- episodes: an *episode* is one model's training item, an encoder set S_enc of
+  its scored evaluations (to build z_m) and a decoder set S_dec of its other
+  evaluations (to predict). Datasets yield per-model index arrays; collators
+  pad them into one batch and gather the batch's unique query encodings once;
+- callbacks (divergence check, validation routing accuracy) and
+  :func:`fit_network`, which builds the skorch net and trains it;
+- :func:`embed_models` and :func:`predict_proba`, batched inference for the
+  estimators.
+
+The estimators pass their hyper-parameters as one mapping (``params``) with
+the names of :class:`~._embedder.LocusEmbedder`'s parameters.
 """
 
 import numpy as np
 import torch
-from skorch.callbacks import Callback
+from sklearn.cluster import KMeans
+from skorch import NeuralNet
+from skorch.callbacks import Callback, EarlyStopping, GradientNormClipping
+from skorch.dataset import unpack_data
+from skorch.helper import predefined_split
+from skorch.utils import to_tensor
 
+from ._nn import EvaluationSets, LocusNetwork, MaskedBCEWithLogitsLoss
 from .metrics._routing import routing_accuracy
 
 __all__ = [
+    "NETWORK_PARAMS",
     "collate_episodes",
     "DivergenceCheck",
+    "embed_models",
     "EpisodeCollator",
+    "evaluation_sets",
     "FixedEpisodes",
+    "gather_queries",
+    "fit_network",
+    "LocusNet",
+    "predict_proba",
     "RandomEpisodes",
     "ValidRoutingAccuracy",
     "split_rows_by_query",
 ]
+
+# The estimator hyper-parameters that shape the network (LocusNetwork's
+# arguments); the others drive training and inference.
+NETWORK_PARAMS = (
+    "embedding_dim", "n_latents", "n_blocks", "n_heads", "hidden_dim", "dropout",
+    "query_noise", "kernel_readout",
+)  # fmt: skip
+
+# Early-stopping monitors: is lower better?
+MONITORS = {"valid_loss": True, "valid_routing_accuracy": False}
 
 
 def split_rows_by_query(table, validation_fraction, rng):
@@ -184,11 +218,16 @@ class FixedEpisodes(torch.utils.data.Dataset):
 
 
 def collate_episodes(batch):
-    """Pad a list of episodes into one batch for :class:`~._nn.LocusNetwork`.
+    """Pad a list of episodes into one batch.
+
+    Parameters
+    ----------
+    batch : list of ((enc_q, enc_y, dec_q, dec_y), model)
+        Query indices (into the training queries) and scores of each episode.
 
     Returns ``(X, y)``: ``X`` a dict of ``enc_index``, ``enc_score``,
-    ``enc_mask`` (B, N) and ``dec_index`` (B, M), indices into the network's
-    query bank; ``y`` (B, M) with NaN on padding.
+    ``enc_mask`` (B, N) and ``dec_index`` (B, M), the query indices padded
+    with 0 (see :func:`gather_queries`); ``y`` (B, M) with NaN on padding.
     """
     episodes = [item[0] for item in batch]
     n_enc = max(len(e[0]) for e in episodes)
@@ -214,6 +253,40 @@ def collate_episodes(batch):
     return X, target
 
 
+def gather_queries(bank, X):
+    """The network's inputs for a collated batch ``X``.
+
+    Gathers the encodings of the batch's U unique queries once (the
+    tokenizer then projects U rows, not B·N) and re-indexes the batch into
+    them.
+
+    Parameters
+    ----------
+    bank : Tensor of shape (n_queries, F)
+        Encodings of the queries ``X`` indexes.
+    X : dict of Tensor
+        As returned by :func:`collate_episodes`, on ``bank``'s device.
+
+    Returns
+    -------
+    inputs : dict of Tensor
+        ``features`` (U, F) and the batch's tensors, for
+        :meth:`~._nn.LocusNetwork.forward`.
+    """
+    enc_index, dec_index = X["enc_index"], X["dec_index"]
+    unique, inverse = torch.unique(
+        torch.cat([enc_index.reshape(-1), dec_index.reshape(-1)]), return_inverse=True
+    )
+    n_enc = enc_index.numel()
+    return {
+        "features": bank[unique],
+        "enc_index": inverse[:n_enc].view_as(enc_index),
+        "enc_score": X["enc_score"],
+        "enc_mask": X["enc_mask"],
+        "dec_index": inverse[n_enc:].view_as(dec_index),
+    }
+
+
 class DivergenceCheck(Callback):
     """Stop with a clear error as soon as a training loss is not finite,
     instead of training on NaN and failing later somewhere less clear."""
@@ -233,12 +306,26 @@ class DivergenceCheck(Callback):
 class ValidRoutingAccuracy(Callback):
     """Record ``valid_routing_accuracy`` each epoch: routing accuracy of the
     current network on the held-out queries that at least two models answered,
-    with each model embedded from its training rows."""
+    with each model embedded from its training rows.
 
-    def __init__(self, valid_episodes, n_models, batch_size):
+    The embeddings come from skorch's validation pass (:class:`LocusNet`
+    passes each validation batch's embeddings to ``on_batch_end``); an epoch
+    without one embeds the validation episodes here.
+
+    Parameters
+    ----------
+    valid_episodes : FixedEpisodes
+    n_models : int
+    batch_size : int
+    bank : Tensor of shape (n_queries, F)
+        Encodings of the training queries.
+    """
+
+    def __init__(self, valid_episodes, n_models, batch_size, bank):
         self.valid_episodes = valid_episodes
         self.n_models = n_models
         self.batch_size = batch_size
+        self.bank = bank
 
     def initialize(self):
         items = self.valid_episodes.items
@@ -251,67 +338,60 @@ class ValidRoutingAccuracy(Callback):
             offset += len(qd)
         self.keep_ = (~np.isnan(y_true)).sum(axis=1) >= 2
         self.y_true_ = y_true[self.keep_]
+        self.seen_ = []
         return self
 
-    def _memory(self, device):
-        """Every model's encoder rows as (index, score, indptr) for a readout."""
+    def _evaluations(self, device):
+        """Every model's encoder rows, for the kernel readout."""
         sets = [(torch.empty(0, dtype=torch.long), torch.empty(0))] * self.n_models
         for (qe, ye, _, _), m in self.valid_episodes.items:
             sets[m] = (qe, ye)
         indptr = np.concatenate([[0], np.cumsum([len(q) for q, _ in sets])])
         index = torch.cat([q for q, _ in sets]).to(device)
         score = torch.cat([y for _, y in sets]).to(device)
-        return index, score, indptr
+        return EvaluationSets(self.bank.to(device), index, score, indptr)
 
     def on_epoch_begin(self, net, **kwargs):
-        # skorch's validation pass embeds every validation episode, in order;
-        # keep those embeddings instead of computing them a second time.
-        self._seen = []
-        self._hook = net.module_.encoder.register_forward_hook(self._record)
+        self.seen_ = []
 
-    def _record(self, module, args, output):
-        if not module.training:
-            self._seen.append(output.detach())
+    def on_batch_end(self, net, training=False, embedding=None, **kwargs):
+        if not training and embedding is not None:
+            self.seen_.append(embedding)
 
-    def _release(self):
-        hook, self._hook = getattr(self, "_hook", None), None
-        if hook is not None:
-            hook.remove()
-        seen, self._seen = getattr(self, "_seen", None) or [], None
-        return seen
-
-    def on_train_end(self, net, **kwargs):
-        self._release()
+    def _embed(self, net, items):
+        """Embeddings of the validation episodes, shape (len(items), d)."""
+        if sum(len(z) for z in self.seen_) == len(items):
+            return torch.cat(self.seen_)
+        bank = self.bank.to(net.device)
+        chunks = []
+        for start in range(0, len(items), self.batch_size):
+            X, _ = collate_episodes(items[start : start + self.batch_size])
+            X = gather_queries(bank, to_tensor(X, device=net.device))
+            chunks.append(
+                net.module_.embed(
+                    X["features"], X["enc_index"], X["enc_score"], X["enc_mask"]
+                )
+            )
+        return torch.cat(chunks)
 
     def on_epoch_end(self, net, **kwargs):
-        seen = self._release()
+        seen, self.seen_ = self.seen_, []
         if not self.keep_.any():
             return
         module = net.module_
         was_training = module.training
         module.eval()
         items = self.valid_episodes.items
-        bank = module.query_bank
-        device = bank.device
+        device = net.device
         models = torch.tensor([m for _, m in items], device=device)
-        z = torch.zeros(self.n_models, module.encoder.seed.shape[-1], device=device)
+        self.seen_ = seen
         with torch.inference_mode():
-            if sum(len(s) for s in seen) == len(items):
-                z[models] = torch.cat(seen)
-            else:  # no validation pass this epoch: embed here
-                for start in range(0, len(items), self.batch_size):
-                    X, _ = collate_episodes(items[start : start + self.batch_size])
-                    z[models[start : start + self.batch_size]] = module.encoder(
-                        bank,
-                        X["enc_index"].to(device),
-                        X["enc_score"].to(device),
-                        X["enc_mask"].to(device),
-                    )
-            queries = bank[self.queries_[torch.as_tensor(self.keep_)].to(device)]
-            extra = None
-            if module.readout is not None:
-                extra = module.readout.pairwise(queries, bank, *self._memory(device))
-            logits = module.predictor.pairwise_logits(z, queries, extra)
+            z_items = self._embed(net, items)
+            z = z_items.new_zeros(self.n_models, z_items.shape[1])
+            z[models] = z_items
+            queries = self.bank[self.queries_[torch.as_tensor(self.keep_)]].to(device)
+            logits = module.pairwise_logits(z, queries, self._evaluations(device))
+        self.seen_ = []
         module.train(was_training)
         # Models with no held-out rows keep a zero z; they never count, since
         # routing only ranks the models observed on each query.
@@ -319,3 +399,268 @@ class ValidRoutingAccuracy(Callback):
             "valid_routing_accuracy",
             routing_accuracy(self.y_true_, logits.cpu().numpy()),
         )
+
+
+class LocusNet(NeuralNet):
+    """skorch's NeuralNet for LOCUS episodes.
+
+    Batches carry query indices; ``query_bank_`` (the training queries'
+    encodings, shape (n_queries, F), set only while training) supplies the
+    encodings (:func:`gather_queries`), so that no batch copies them. The
+    validation step also hands each batch's model embeddings to the
+    callbacks (``on_batch_end(..., embedding=z)``), so
+    :class:`ValidRoutingAccuracy` need not embed the validation sets again.
+    """
+
+    query_bank_ = None
+
+    def _inputs(self, x):
+        if self.query_bank_ is None:
+            raise RuntimeError("LocusNet trains only with query_bank_ set.")
+        return gather_queries(self.query_bank_, to_tensor(x, device=self.device))
+
+    def infer(self, x, **fit_params):
+        return self.module_(**self._inputs(x), **fit_params)
+
+    def validation_step(self, batch, **fit_params):
+        self._set_training(False)
+        Xi, yi = unpack_data(batch)
+        with torch.no_grad():
+            Xi = self._inputs(Xi)
+            y_pred, z = self.module_(**Xi, return_embedding=True)
+            loss = self.get_loss(y_pred, yi, X=Xi, training=False)
+        return {"loss": loss, "y_pred": y_pred, "embedding": z}
+
+
+def build_net(
+    params, n_features, *, device, valid_dataset=None, callbacks=(), verbose=0
+):
+    """The skorch net for ``params`` (the estimator's hyper-parameters).
+
+    Parameters
+    ----------
+    params : mapping
+        Hyper-parameters named as :class:`~._embedder.LocusEmbedder`'s.
+    n_features : int
+        Dimension of the query encodings.
+    device : str or torch.device
+    valid_dataset : FixedEpisodes, default=None
+    callbacks : sequence of (name, Callback), default=()
+    verbose : int, default=0
+
+    Returns
+    -------
+    net : LocusNet
+        Not initialised.
+    """
+    return LocusNet(
+        module=LocusNetwork,
+        module__n_features=n_features,
+        **{f"module__{name}": params[name] for name in NETWORK_PARAMS},
+        criterion=MaskedBCEWithLogitsLoss,
+        optimizer=torch.optim.AdamW,
+        optimizer__weight_decay=params["weight_decay"],
+        lr=params["lr"],
+        max_epochs=params["max_epochs"],
+        batch_size=params["batch_size"],
+        iterator_train__shuffle=True,
+        iterator_train__collate_fn=EpisodeCollator(
+            params["enc_size"], params["dec_size"], params["disjoint"]
+        ),
+        iterator_valid__collate_fn=collate_episodes,
+        train_split=predefined_split(valid_dataset) if valid_dataset else None,
+        callbacks=list(callbacks),
+        device=device,
+        verbose=verbose,
+    )
+
+
+def _callbacks(params, valid_ds, n_models, bank):
+    callbacks = [("divergence", DivergenceCheck())]
+    if params["gradient_clip"] is not None:
+        callbacks.append(("clip", GradientNormClipping(params["gradient_clip"])))
+    if valid_ds is None:
+        return callbacks
+    callbacks.append(
+        (
+            "valid_routing",
+            ValidRoutingAccuracy(valid_ds, n_models, params["batch_size"], bank),
+        )
+    )
+    monitor = params["early_stopping"]
+    if monitor is not None:
+        callbacks.append(
+            (
+                "early_stopping",
+                EarlyStopping(
+                    monitor=monitor,
+                    lower_is_better=MONITORS[monitor],
+                    patience=params["patience"],
+                    threshold=1e-4,
+                    load_best=True,
+                ),
+            )
+        )
+    return callbacks
+
+
+def fit_network(params, table, X_query, *, rng, device, verbose=0):
+    """Train a LOCUS network on a table of scored evaluations.
+
+    Parameters
+    ----------
+    params : mapping
+        Hyper-parameters named as :class:`~._embedder.LocusEmbedder`'s.
+    table : EvalTable
+        Every model has at least two rows.
+    X_query : ndarray of shape (table.n_queries, n_features)
+        Encodings of ``table.queries``.
+    rng : numpy.random.RandomState
+        Draws the validation split, the torch seed and the validation subsets.
+    device : str or torch.device
+    verbose : int, default=0
+
+    Returns
+    -------
+    net : LocusNet
+        Trained, in evaluation mode, holding no training encodings.
+    """
+    seed = int(rng.randint(np.iinfo(np.int32).max))
+    is_valid = split_rows_by_query(table, params["validation_fraction"], rng)
+    bank = torch.as_tensor(X_query, dtype=torch.float32)
+    train_q, train_y = _per_model(table, ~is_valid)
+    passes = -(-params["episodes_per_epoch"] // table.n_models)  # ceil
+    query_region = None
+    if params["mix_prob"] > 0:
+        n_regions = min(params["n_regions"], table.n_queries)
+        query_region = torch.as_tensor(
+            KMeans(n_regions, n_init=1, random_state=seed).fit_predict(X_query),
+            dtype=torch.long,
+        )
+    train_ds = RandomEpisodes(
+        train_q,
+        train_y,
+        np.tile(np.arange(table.n_models), passes),
+        mix_prob=params["mix_prob"],
+        query_region=query_region,
+    )
+    valid_ds = None
+    if is_valid.any():
+        valid_q, valid_y = _per_model(table, is_valid)
+        valid_ds = FixedEpisodes(
+            train_q, train_y, valid_q, valid_y, rng, max_enc=params["enc_size"][1]
+        )
+    callbacks = _callbacks(params, valid_ds, table.n_models, bank)
+    net = build_net(
+        params,
+        X_query.shape[1],
+        device=device,
+        valid_dataset=valid_ds,
+        callbacks=callbacks,
+        verbose=verbose,
+    )
+    # Seed a private copy of torch's generator: reproducible, and the
+    # caller's global RNG state is left as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net.initialize()
+        net.query_bank_ = bank.to(net.device)
+        net.partial_fit(train_ds, y=None)
+    # Do not keep (or pickle) the training encodings.
+    net.query_bank_ = None
+    for _, callback in net.callbacks_:
+        if isinstance(callback, ValidRoutingAccuracy):
+            callback.bank = None
+    net.module_.eval()
+    return net
+
+
+def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
+    """Embed every model of ``table`` from all of its rows, in batches.
+
+    Parameters
+    ----------
+    module : LocusNetwork
+    table : EvalTable
+    X_query : ndarray of shape (table.n_queries, n_features)
+    batch_tokens : int
+        Most evaluation tokens per forward pass (bounds memory).
+    bfloat16 : bool, default=False
+        Run the encoder under bfloat16 autocast.
+
+    Returns
+    -------
+    embeddings : ndarray of float32, shape (table.n_models, embedding_dim)
+    """
+    module.eval()
+    device = next(module.parameters()).device
+    features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
+    indptr = table.indptr
+    counts = np.diff(indptr)
+    # Batch models of similar size together so little compute goes to padding;
+    # padding never changes an embedding, so the order does not matter.
+    order = np.argsort(counts, kind="stable")
+    query_index = torch.as_tensor(table.query_index, device=device)
+    score = torch.as_tensor(table.score, device=device)
+    out = np.empty((table.n_models, module.embedding_dim), dtype=np.float32)
+    start = 0
+    with torch.inference_mode():
+        while start < table.n_models:
+            # Sizes ascend along ``order``: the last model sets the width.
+            stop = start + 1
+            while (
+                stop < table.n_models
+                and (stop + 1 - start) * counts[order[stop]] <= batch_tokens
+            ):
+                stop += 1
+            chunk = order[start:stop]
+            width = int(counts[chunk].max())
+            positions = torch.arange(width, device=device)
+            lengths = torch.as_tensor(counts[chunk], device=device)
+            mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
+            rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
+            rows = torch.where(mask, rows + positions, 0)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bfloat16):
+                z = module.embed(features, query_index[rows], score[rows], mask)
+            out[chunk] = z.float().cpu().numpy()
+            start = stop
+    return out
+
+
+def evaluation_sets(X_table, table, device):
+    """:class:`~._nn.EvaluationSets` of a table and its query encodings."""
+    return EvaluationSets(
+        torch.as_tensor(X_table, dtype=torch.float32, device=device),
+        torch.as_tensor(table.query_index, device=device),
+        torch.as_tensor(table.score, device=device),
+        table.indptr,
+    )
+
+
+def predict_proba(module, embeddings, X_query, evaluations=None):
+    """P(correct) of every (query, model) pair.
+
+    Parameters
+    ----------
+    module : LocusNetwork
+    embeddings : ndarray of shape (n_models, embedding_dim)
+    X_query : ndarray of shape (n_queries, n_features)
+    evaluations : tuple of (ndarray, EvalTable), default=None
+        The models' evaluations and the encodings of their queries, for a
+        network with the kernel readout.
+
+    Returns
+    -------
+    proba : ndarray of float32, shape (n_queries, n_models)
+    """
+    module.eval()
+    device = next(module.parameters()).device
+    queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
+    with torch.inference_mode():
+        sets = None
+        if evaluations is not None:
+            sets = evaluation_sets(*evaluations, device)
+        logits = module.pairwise_logits(
+            torch.as_tensor(embeddings, device=device), queries, sets
+        )
+        return torch.sigmoid(logits).cpu().numpy()

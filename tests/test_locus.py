@@ -428,10 +428,10 @@ def test_kernel_readout_router_keeps_evaluations(pool, tmp_path):
     r.fit(pool.evals)
     queries = QUERIES(pool)[:15]
     before = r.predict_proba(queries)
-    assert r.memory_[1].n_models == 12 and np.isfinite(before).all()
+    assert r.pool_evals_[1].n_models == 12 and np.isfinite(before).all()
     names = MODELS(pool)
     r.remove_models(names[:2])
-    assert r.memory_[1].models.tolist() == names[2:]
+    assert r.pool_evals_[1].models.tolist() == names[2:]
     r.add_models(_rows_of(pool.evals, names[:2]))
     np.testing.assert_allclose(r.predict_proba(queries), before, atol=1e-6)
     r.save(tmp_path / "kr.safetensors")
@@ -527,12 +527,11 @@ def test_valid_routing_accuracy_reuses_the_validation_pass(pool):
     net = embedder.net_
     recorded = net.history[-1, "valid_routing_accuracy"]
     callback = dict(net.callbacks_)["valid_routing"]
-    assert callback._hook is None  # released after training
+    assert callback.bank is None and net.query_bank_ is None  # released after fit
     table = check_evals(evals)
     bank = embedder.encoder_.transform(table.queries)
-    net.module_.query_bank = torch.as_tensor(bank, dtype=torch.float32)
+    callback.bank = torch.as_tensor(bank, dtype=torch.float32)
     callback.on_epoch_end(net)  # no validation pass: embeds the episodes itself
-    net.module_.query_bank = None
     assert net.history[-1, "valid_routing_accuracy"] == pytest.approx(
         recorded, abs=1e-12
     )

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from locus_sklearn._nn import (
     CorrectnessPredictor,
+    EvaluationSets,
     EvaluationTokenizer,
     KernelReadout,
     LocusEncoder,
@@ -110,17 +111,33 @@ def test_pairwise_logits_match_per_pair_forward():
     torch.testing.assert_close(pairwise, per_pair, rtol=1e-4, atol=1e-5)
 
 
-def test_network_uses_query_bank_like_explicit_features():
+def test_gather_queries_gives_the_same_logits_as_the_whole_bank():
+    from locus_sklearn._training import gather_queries
+
     torch.manual_seed(0)
     net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2).eval()
     bank = torch.randn(30, F)
-    enc = torch.tensor([[3, 7, 9], [20, 3, 0]])
-    dec = torch.tensor([[1, 2], [29, 3]])
-    mask = torch.tensor([[True, True, True], [True, True, False]])
-    score = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
-    explicit = net(enc, score, mask, dec, features=bank)
-    net.query_bank = bank
-    torch.testing.assert_close(net(enc, score, mask, dec), explicit)
+    X = {
+        "enc_index": torch.tensor([[3, 7, 9], [20, 3, 0]]),
+        "enc_score": torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]),
+        "enc_mask": torch.tensor([[True, True, True], [True, True, False]]),
+        "dec_index": torch.tensor([[1, 2], [29, 3]]),
+    }
+    whole = net(bank, **X)
+    inputs = gather_queries(bank, X)
+    assert len(inputs["features"]) == 8  # unique queries: 0-3, 7, 9, 20, 29
+    torch.testing.assert_close(net(**inputs), whole)
+
+
+def test_forward_can_return_the_embeddings_of_embed():
+    torch.manual_seed(0)
+    net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2).eval()
+    bank = torch.randn(6, F)
+    enc, score = torch.tensor([[0, 1, 2]]), torch.tensor([[1.0, 0.0, 1.0]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    logits, z = net(bank, enc, score, mask, torch.tensor([[4, 5]]), True)
+    assert torch.equal(z, net.embed(bank, enc, score, mask))
+    assert torch.equal(logits, net(bank, enc, score, mask, torch.tensor([[4, 5]])))
 
 
 def test_query_noise_only_in_training():
@@ -130,15 +147,16 @@ def test_query_noise_only_in_training():
     )
     bank = torch.randn(10, F)
     args = (
+        bank,
         torch.tensor([[1, 2]]),
         torch.ones(1, 2),
         torch.ones(1, 2, dtype=torch.bool),
         torch.tensor([[3]]),
     )
     net.eval()
-    assert torch.equal(net(*args, features=bank), net(*args, features=bank))
+    assert torch.equal(net(*args), net(*args))
     net.train()
-    assert not torch.equal(net(*args, features=bank), net(*args, features=bank))
+    assert not torch.equal(net(*args), net(*args))
 
 
 def test_masked_bce_ignores_nan_padding_and_takes_fractions():
@@ -215,14 +233,15 @@ def test_pairwise_logits_with_readout_match_per_pair_forward():
     mask = torch.tensor([[True] * 4, [True, True, True, False]])
     score = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
     dec = torch.tensor([[7, 8, 9], [7, 8, 9]])
-    per_pair = net(enc, score, mask, dec, features=bank)  # (2 models, 3 queries)
-    z = net.encoder(bank, enc, score, mask)
-    extra = net.readout.pairwise(
-        bank[7:10],
+    per_pair = net(bank, enc, score, mask, dec)  # (2 models, 3 queries)
+    z = net.embed(bank, enc, score, mask)
+    evaluations = EvaluationSets(
         bank,
         torch.tensor([0, 1, 2, 3, 4, 5, 6]),
         torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]),
         [0, 4, 7],
     )
-    pairwise = net.predictor.pairwise_logits(z, bank[7:10], extra)
+    pairwise = net.pairwise_logits(z, bank[7:10], evaluations)
     torch.testing.assert_close(pairwise, per_pair.T, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="needs the models' evaluations"):
+        net.pairwise_logits(z, bank[7:10])

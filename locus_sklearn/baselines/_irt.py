@@ -4,8 +4,8 @@ from numbers import Integral
 
 from sklearn.utils._param_validation import Interval
 
-from ._nets import IRTNet
-from ._training import _NetRouter
+from ._nn import IRTNet
+from ._net_router import _NetRouter
 
 __all__ = ["IRTRouter"]
 
@@ -74,7 +74,7 @@ class IRTRouter(_NetRouter):
         Dimension of the query encodings.
     net_ : skorch.NeuralNet
         The trained net; ``net_.module_`` is a
-        :class:`~locus_sklearn.baselines._nets.IRTNet` and
+        :class:`~locus_sklearn.baselines._nn.IRTNet` and
         ``net_.module_.ability.weight`` holds the abilities, shape
         (n_models, n_dims).
     n_epochs_ : int

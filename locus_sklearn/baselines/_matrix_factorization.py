@@ -4,8 +4,8 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval
 
-from ._nets import MatrixFactorizationNet
-from ._training import _NetRouter
+from ._nn import MatrixFactorizationNet
+from ._net_router import _NetRouter
 
 __all__ = ["MatrixFactorizationRouter"]
 
@@ -77,7 +77,7 @@ class MatrixFactorizationRouter(_NetRouter):
         Dimension of the query encodings.
     net_ : skorch.NeuralNet
         The trained net; ``net_.module_`` is a
-        :class:`~locus_sklearn.baselines._nets.MatrixFactorizationNet`.
+        :class:`~locus_sklearn.baselines._nn.MatrixFactorizationNet`.
     n_epochs_ : int
         Number of epochs run.
 

@@ -142,13 +142,8 @@ def disagreement(Y):
 
 
 def router_utility(router, queries):
-    """What ``router.predict`` maximises: P(correct) minus the weighted cost."""
-    utility = np.asarray(router.predict_proba(queries), dtype=np.float64)
-    cost_weight = getattr(router, "cost_weight", 0.0) or 0.0
-    costs = getattr(router, "model_costs_", None)
-    if cost_weight > 0 and costs is not None:
-        utility = utility - cost_weight * np.asarray(costs, dtype=np.float64)
-    return utility
+    """What ``router.predict`` maximises, as float64 (see ``decision_function``)."""
+    return np.asarray(router.decision_function(queries), dtype=np.float64)
 
 
 def import_pyplot():

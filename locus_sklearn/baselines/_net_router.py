@@ -1,6 +1,6 @@
 """skorch plumbing shared by the neural peer routers (MF and IRT).
 
-The seam between the torch modules of :mod:`._nets` and the routers: a dataset
+The seam between the torch modules of :mod:`._nn` and the routers: a dataset
 of (model, query, score) rows that fetches whole batches at once, a
 validation split by query, and :class:`_NetRouter`, which trains a module
 with BCE on scores in [0, 1] and predicts every (query, model) pair at once.
@@ -17,6 +17,7 @@ from skorch.callbacks import EarlyStopping
 from torch import nn
 
 from .._base import BaseRouter
+from .._device import resolve_device
 
 # Query batch size of predict_proba; bounds memory at (chunk, n_models) floats.
 _PREDICT_CHUNK = 8192
@@ -90,14 +91,8 @@ class _QuerySplit:
         )
 
 
-def _resolve_device(device):
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(torch.device(device))
-
-
 class _NetRouter(BaseRouter):
-    """A router that trains a torch module of :mod:`._nets` with skorch.
+    """A router that trains a torch module of :mod:`._nn` with skorch.
 
     Subclasses set ``_module`` (the module class) and implement
     ``_module_params(table, X_query)`` returning the module's keyword
@@ -122,14 +117,14 @@ class _NetRouter(BaseRouter):
         "verbose": ["verbose"],
     }
 
-    def _fit_encoded(self, table, X_query):
+    def _fit_encoded(self, table, X_query, encoder):
         if self.validation_fraction is not None and table.n_queries < 2:
             raise ValueError(
                 f"validation_fraction={self.validation_fraction} needs at least 2 "
                 f"distinct queries to hold some out; evals has n_queries="
                 f"{table.n_queries}. Set validation_fraction=None."
             )
-        device = _resolve_device(self.device)
+        device = resolve_device(self.device)
         seed = int(
             check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
         )

@@ -1,0 +1,49 @@
+"""One place that turns an estimator's ``device=`` parameter into a torch device."""
+
+import torch
+
+__all__ = ["resolve_device"]
+
+
+def resolve_device(device, *, name="device"):
+    """The torch device for ``device``, checked before any work is done.
+
+    Parameters
+    ----------
+    device : str, torch.device or None
+        None picks CUDA when this torch has a usable GPU, else the CPU.
+    name : str, default="device"
+        Parameter name used in error messages.
+
+    Returns
+    -------
+    device : str
+        E.g. ``"cpu"`` or ``"cuda:0"``.
+
+    Examples
+    --------
+    >>> from locus_sklearn._device import resolve_device
+    >>> resolve_device("cpu")
+    'cpu'
+    """
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"{name}={device!r} is not a torch device ({exc}); use 'cpu', 'cuda', "
+            "'cuda:N' or None."
+        ) from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"{name}={device!r} needs CUDA, but this torch "
+            f"({torch.__version__}) has no usable CUDA device; use device='cpu' "
+            "or None, or install a CUDA build of torch."
+        )
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(
+            f"{name}={device!r} needs Apple's MPS backend, which is not available "
+            "here; use device='cpu' or None."
+        )
+    return str(resolved)

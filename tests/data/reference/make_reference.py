@@ -1,0 +1,64 @@
+"""Write the fixed-seed reference that tests/test_reference.py compares against.
+
+Run once from the repository root with the code whose outputs are the reference
+(it was run on commit fd95f1c, before the training code moved into one home):
+
+    python tests/data/reference/make_reference.py
+
+It fits a tiny LocusRouter with each predictor on a synthetic pool, then stores
+the model embeddings, P(correct) on every query, the routed models and every
+tensor of the saved router file.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
+
+import torch  # noqa: E402
+
+from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
+from locus_sklearn.datasets import make_model_pool  # noqa: E402
+
+# The settings of the reference fits, shared with tests/test_reference.py.
+POOL = dict(n_models=6, n_queries=200, evals_per_model=100, random_state=0)
+TINY = dict(
+    embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2, max_epochs=3,
+    episodes_per_epoch=24, batch_size=4, random_state=0,
+)  # fmt: skip
+
+
+def reference_outputs(kernel_readout, tmp_path):
+    """Outputs of one fixed-seed fit: a dict of arrays."""
+    pool = make_model_pool(**POOL)
+    embedder = LocusEmbedder(pool.encodings, kernel_readout=kernel_readout, **TINY)
+    router = LocusRouter(embedder).fit(pool.evals)
+    queries = pool.evals["query"].unique()
+    out = {
+        "embeddings": router.model_embeddings_,
+        "transform": router.embedder_.transform(pool.evals),
+        "proba": router.predict_proba(queries),
+        "routed": router.predict(queries).astype(str),
+    }
+    path = os.path.join(tmp_path, "router.safetensors")
+    router.save(path)
+    from safetensors.numpy import load_file
+
+    for name, value in load_file(path).items():
+        out[f"file.{name}"] = value
+    return out
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    torch.set_num_threads(1)
+    for readout in (True, False):
+        with tempfile.TemporaryDirectory() as tmp:
+            arrays = reference_outputs(readout, tmp)
+        name = "readout" if readout else "embedding_only"
+        np.savez_compressed(os.path.join(HERE, f"{name}.npz"), **arrays)
+        print(name, {k: v.shape for k, v in arrays.items()})

@@ -1,0 +1,39 @@
+"""Fixed-seed outputs are bit-identical to the reference recorded before the
+training code moved into one home (tests/data/reference/make_reference.py).
+
+The reference was written on this project's CI machine type with one torch
+thread; a different CPU or torch build may round differently, so the files are
+regenerated (not loosened) when the platform changes.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+REFERENCE = os.path.join(os.path.dirname(__file__), "data", "reference")
+sys.path.insert(0, REFERENCE)
+from make_reference import POOL, reference_outputs  # noqa: E402
+
+sys.path.remove(REFERENCE)
+
+
+@pytest.mark.parametrize("kernel_readout", [True, False])
+def test_outputs_and_saved_tensors_match_the_reference(kernel_readout, tmp_path):
+    name = "readout" if kernel_readout else "embedding_only"
+    expected = np.load(os.path.join(REFERENCE, f"{name}.npz"))
+    actual = reference_outputs(kernel_readout, tmp_path)
+    assert sorted(actual) == sorted(expected.files)
+    for key in expected.files:
+        np.testing.assert_array_equal(actual[key], expected[key], err_msg=key)
+
+
+def test_file_saved_before_the_move_loads_and_predicts_the_same():
+    from locus_sklearn import LocusRouter
+    from locus_sklearn.datasets import make_model_pool
+    router = LocusRouter.load(os.path.join(REFERENCE, "router_fd95f1c.safetensors"))
+    pool = make_model_pool(**POOL)
+    queries = pool.evals["query"].unique()
+    expected = np.load(os.path.join(REFERENCE, "embedding_only.npz"))
+    np.testing.assert_array_equal(router.predict_proba(queries), expected["proba"])
