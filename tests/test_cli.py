@@ -694,3 +694,21 @@ def test_subcommands_defined_elsewhere(cli, monkeypatch):
     assert status == 0 and out == "hello world\n", err
     status, out, _ = cli("--help")
     assert "hello" in out
+
+
+def test_reader_closing_the_pipe(workdir):
+    """`locus route ... | head -1`: a quiet stop when the reader goes away."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "locus_sklearn", "route", workdir / "router.locus",
+         "-", "--tsv"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env,
+    )  # fmt: skip
+    process.stdin.write(b"q001\n" * 5000)
+    process.stdin.close()
+    assert process.stdout.readline().startswith(b"query\t")
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=300) in (0, 1), err
+    assert err == "", err  # no traceback, no "error: Broken pipe"

@@ -25,7 +25,7 @@ import os
 import sys
 import warnings
 
-from ._errors import EXIT_INTERRUPTED, exit_status, one_line
+from ._errors import EXIT_ERROR, EXIT_INTERRUPTED, exit_status, one_line
 from ._io import format_table, read_costs, read_encodings
 from ._parser import PROG, build_parser
 
@@ -92,6 +92,12 @@ def main(argv=None):
     try:
         with _one_line_warnings(where), _threads(getattr(args, "threads", None)):
             return args.func(args)
+    except BrokenPipeError:
+        # The reader of stdout went away (``locus route ... | head``): stop
+        # quietly, and keep Python from failing again when it flushes stdout.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
     except KeyboardInterrupt:
         if debug:
             raise

@@ -63,6 +63,8 @@ def _in_option_terms():
         message = str(exc)
         for parameter, option in _OPTION_OF:
             message = message.replace(parameter, option)
+        if message == str(exc) or type(exc) not in (ValueError, TypeError):
+            raise
         raise type(exc)(message) from None
 
 

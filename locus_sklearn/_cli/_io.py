@@ -534,8 +534,6 @@ def check_writable(path, what):
         problem = f"{str(folder)!r} is not a folder"
     elif not os.access(folder, os.W_OK | os.X_OK):
         problem = f"the folder {str(folder)!r} is not writable"
-    elif path.exists() and not os.access(path, os.W_OK):
-        problem = "the file is read-only"
     if problem:
         raise CommandError(
             f"cannot write {what} {str(path)!r}: {problem}", status=EXIT_IO
