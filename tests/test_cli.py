@@ -67,7 +67,7 @@ def cli(capsys, monkeypatch):
 def assert_one_line_error(result, status=1, contains=()):
     assert result.returncode == status, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 if status in (1, 3) else lines, result.stderr
+    assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     for text in contains:
         assert text in result.stderr, result.stderr
@@ -262,9 +262,8 @@ def test_errors_are_one_line(workdir, cli, args, status, message):
     assert code == status, err
     assert message in err, err
     assert "Traceback" not in err
-    if status in (1, 3):
-        assert len(err.strip().splitlines()) == 1, err
-        assert err.startswith("locus ")
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(("locus ", "locus:"))
     assert not (workdir / "x.locus").exists()
 
 

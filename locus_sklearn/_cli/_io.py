@@ -370,7 +370,7 @@ def _npz_problem(path):
         return None
     if start.startswith(b"\x93NUMPY"):
         return "it holds a single .npy array, not an npz archive"
-    return "it is not an npz archive (a text or other file?)"
+    return "it is not an npz archive; a text file, perhaps"
 
 
 def read_encodings(path):

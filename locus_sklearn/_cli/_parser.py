@@ -16,6 +16,13 @@ __all__ = ["PROG", "build_parser"]
 PROG = "locus"
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, like every error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 # ------------------------------------------------------------------ arg types
 def _positive_int(text):
     try:
@@ -415,7 +422,7 @@ def build_parser():
     from .. import __version__
 
     common, encoding, output = _shared_parents()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         parents=[common],
         description="LOCUS model embeddings: route queries to LLMs, onboard models, "
