@@ -121,8 +121,19 @@ def _load_sentence_transformer(path, device):
         model = _MODELS.get(key)
         if model is None:
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
 
-            model = SentenceTransformer(str(path), device=key[1], local_files_only=True)
+            # No "Loading weights" bar: loading a local model is not progress
+            # worth showing, and verbose=0 must print nothing.
+            shown = transformers_logging.is_progress_bar_enabled()
+            transformers_logging.disable_progress_bar()
+            try:
+                model = SentenceTransformer(
+                    str(path), device=key[1], local_files_only=True
+                )
+            finally:
+                if shown:
+                    transformers_logging.enable_progress_bar()
             _MODELS[key] = model
     return model
 

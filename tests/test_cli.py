@@ -5,6 +5,8 @@ many option and error cases run ``main()`` in process, which is the same code
 path without the cost of starting Python and importing torch each time.
 """
 
+import errno
+import json
 import os
 import subprocess
 import sys
@@ -65,7 +67,7 @@ def cli(capsys, monkeypatch):
 def assert_one_line_error(result, status=1, contains=()):
     assert result.returncode == status, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 if status == 1 else lines, result.stderr
+    assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     for text in contains:
         assert text in result.stderr, result.stderr
@@ -93,11 +95,17 @@ def workdir(tmp_path_factory):
         {"model": pool.models["model"], "cost": pool.models["n_params"]}
     ).to_csv(path / "costs.csv", index=False)
     result = locus(
-        "fit", path / "evals.csv", "-o", path / "router.locus",
+        "fit", path / "evals.csv", "-o", path / "router.locus", "--json",
         "--encodings", path / "enc.npz", "--costs", path / "costs.csv", *TINY,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "Saved a LocusRouter (6 models" in result.stderr
+    # Progress (the epoch table) went to stderr without colour codes; stdout
+    # holds only the JSON summary.
+    assert "train_loss" in result.stderr and "\x1b[" not in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["models"] == sorted(summary["costs"]) and len(summary["models"]) == 6
+    assert summary["embedding_dim"] == 8 and summary["n_epochs"] == 2
     return path
 
 
@@ -171,9 +179,9 @@ def test_route_from_stdin_in_a_pipe(workdir):
     ]  # fmt: skip
 
 
-def test_missing_file_exits_1_with_one_line():
+def test_missing_file_exits_3_with_one_line():
     result = locus("route", "no-such-router.locus", "q001")
-    assert_one_line_error(result, 1, ["No such file", "no-such-router.locus"])
+    assert_one_line_error(result, 3, ["No such file", "no-such-router.locus"])
 
 
 def test_route_from_file_and_stdin(workdir, tmp_path, cli):
@@ -224,11 +232,11 @@ FIT = ["{w}/evals.csv", "-o", "{w}/x.locus"]
         (["route", R, "q001", "--cost-weight", "-1"], 2, "number >= 0"),
         (["route", R, "q001", "--cost-weight", "x"], 2, "number >= 0"),
         (["route", R], 1, "No queries given"),
-        (["route", R, "q1", "--encodings", "{w}/missing.npz"], 1,
+        (["route", R, "q1", "--encodings", "{w}/missing.npz"], 3,
          "No such encodings file"),
         (["neighbors", R, "nope"], 1, "not a model of the pool"),
         (["neighbors", R, "fam0-m00", "--k", "99"], 1, "--k 99"),
-        (["fit", "{w}/missing.csv", "-o", "{w}/x.locus"], 1, "missing.csv"),
+        (["fit", "{w}/missing.csv", "-o", "{w}/x.locus"], 3, "missing.csv"),
         (["fit", "{w}/evals.csv"], 2, "-o/--output"),
         (["fit", *FIT, "--set", "n_latent=3"], 1,
          "did you mean n_latents"),
@@ -254,9 +262,8 @@ def test_errors_are_one_line(workdir, cli, args, status, message):
     assert code == status, err
     assert message in err, err
     assert "Traceback" not in err
-    if status == 1:
-        assert len(err.strip().splitlines()) == 1, err
-        assert err.startswith("locus ")
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(("locus ", "locus:"))
     assert not (workdir / "x.locus").exists()
 
 
@@ -332,17 +339,29 @@ def test_cost_weight_without_costs(workdir, tmp_path, cli):
 
 
 def test_demo_quick(tmp_path):
+    """The report on stdout; with --json the summary there and the report on
+    stderr; the epoch table always on stderr."""
     pytest.importorskip("matplotlib")
     result = locus("demo", "--quick", "--output", tmp_path / "out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for text in ("LocusRouter", "single best", "oracle", "Onboarding", "Portfolio"):
         assert text in out
+    assert "train_loss" not in out and "train_loss" in result.stderr
     last = out.strip().splitlines()[-1]
     assert last.endswith(str(tmp_path / "out"))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "model_dendrogram.png", "model_map.png", "portfolio_curve.png",
     ]  # fmt: skip
+    result = locus(
+        "demo", "--quick", "--json", "--output", tmp_path / "out2", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert "Portfolio" in result.stderr
+    assert summary["output"] == str(tmp_path / "out2")
+    assert 0 <= summary["locus_accuracy"] <= summary["oracle_accuracy"] <= 1
+    assert len(summary["portfolio"]) == 5
 
 
 def test_help_and_version(cli):
@@ -352,3 +371,343 @@ def test_help_and_version(cli):
         assert command in out
     status, out, _ = cli("--version")
     assert status == 0 and out.startswith("locus ")
+
+
+# ----------------------------------------------------------- hardening (issue 15)
+def copy_router(workdir, tmp_path):
+    router = tmp_path / "router.locus"
+    router.write_bytes((workdir / "router.locus").read_bytes())
+    return router
+
+
+def assert_one_line(status, err, expected_status, *contains):
+    assert status == expected_status, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    for text in contains:
+        assert text in err, err
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="needs a machine without CUDA"
+)
+@pytest.mark.parametrize("command", ["fit", "route"])
+def test_unavailable_device_is_a_usage_error(workdir, cli, command):
+    args = {
+        "fit": ["fit", workdir / "evals.csv", "-o", workdir / "x.locus"],
+        "route": ["route", workdir / "router.locus", "q001"],
+    }[command]
+    status, _, err = cli(*args, "--device", "cuda")
+    assert status == 2 and "Traceback" not in err
+    assert "--device" in err and "'cuda' is not available" in err, err
+    status, _, err = cli(*args, "--device", "tpu-please")
+    assert status == 2 and "not a torch device" in err, err
+    assert not (workdir / "x.locus").exists()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        PermissionError(errno.EACCES, "Permission denied", "/somewhere/tmpab12.tmp"),
+        "safetensors",
+    ],
+)
+def test_failed_write_during_onboard(workdir, tmp_path, cli, monkeypatch, error):
+    """A full disk (OSError or safetensors' own error) or a refused write while
+    saving: one line naming the router, exit 3, the file unchanged, no
+    temporary file left."""
+    from safetensors import SafetensorError
+
+    from locus_sklearn import _persistence
+
+    if error == "safetensors":
+        error = SafetensorError(
+            "Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+            'message: "No space left on device" })'
+        )
+
+    def fail(*args, **kwargs):
+        raise error
+
+    router = copy_router(workdir, tmp_path)
+    before = router.read_bytes()
+    monkeypatch.setattr(_persistence, "save_file", fail)
+    status, _, err = cli(
+        "onboard", router, workdir / "new.csv", "--costs", workdir / "costs.csv"
+    )
+    reason = "Permission denied" if isinstance(error, PermissionError) else "No space"
+    assert_one_line(status, err, 3, f"could not write ROUTER '{router}'", reason)
+    assert "the file is unchanged" in err and ".tmp" not in err
+    assert router.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["router.locus"]
+
+
+def test_target_folder_checked_before_work(workdir, tmp_path, cli):
+    """A missing target folder fails at once, naming the target."""
+    target = tmp_path / "no-such-folder" / "router.locus"
+    status, _, err = cli("fit", workdir / "evals.csv", "-o", target, *TINY)
+    assert_one_line(status, err, 3, f"cannot write ROUTER '{target}'", "does not exist")
+    assert "train_loss" not in err  # no training happened
+    status, _, err = cli(
+        "onboard", workdir / "router.locus", workdir / "new.csv", "-o", target
+    )
+    assert_one_line(status, err, 3, f"cannot write ROUTER '{target}'")
+    status, _, err = cli(
+        "embed", workdir / "router.locus", workdir / "new.csv", "-o", tmp_path
+    )
+    assert_one_line(status, err, 3, "cannot write EMBEDDINGS", "is a folder")
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0,
+    reason="root writes into read-only folders",
+)
+def test_read_only_target_folder(workdir, tmp_path, cli):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    router = copy_router(workdir, folder)
+    before = router.read_bytes()
+    folder.chmod(0o555)
+    try:
+        status, _, err = cli(
+            "onboard", router, workdir / "new.csv", "--costs", workdir / "costs.csv"
+        )
+    finally:
+        folder.chmod(0o755)
+    assert_one_line(status, err, 3, f"cannot write ROUTER '{router}'", "not writable")
+    assert router.read_bytes() == before
+
+
+def test_bad_evaluation_files(workdir, tmp_path, cli):
+    """Messages name the file, the column and the first bad row."""
+    fit = ["fit", "-o", tmp_path / "x.locus", *TINY]
+    good = pd.read_csv(workdir / "evals.csv")
+
+    repeated = tmp_path / "repeated.csv"
+    good.assign(extra=good["score"]).rename(columns={"extra": "score"}).to_csv(
+        repeated, index=False
+    )
+    status, _, err = cli(*fit, repeated)
+    assert_one_line(status, err, 1, str(repeated), "repeated column names", "'score'")
+
+    words = tmp_path / "words.csv"
+    bad = good.astype({"score": object})
+    bad.loc[[4, 9], "score"] = ["yes", "no"]
+    bad.to_csv(words, index=False)
+    status, _, err = cli(*fit, words)
+    assert_one_line(status, err, 1, str(words), "column 'score'", "'yes' in data row 5")
+    assert "(2 row(s) are not)" in err
+
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    status, _, err = cli(*fit, empty)
+    assert_one_line(status, err, 1, str(empty), "is empty")
+    assert not (tmp_path / "x.locus").exists()
+
+
+def test_encodings_given_a_text_file(workdir, tmp_path, cli):
+    text = tmp_path / "enc.txt"
+    text.write_text("q001 0.1 0.2\n")
+    status, _, err = cli("route", workdir / "router.locus", "q001", "--encodings", text)
+    assert_one_line(status, err, 1, str(text), "not an npz archive")
+    np.save(tmp_path / "one.npy", np.zeros((2, 3)))
+    status, _, err = cli(
+        "route", workdir / "router.locus", "q001", "--encodings", tmp_path / "one.npy"
+    )
+    assert_one_line(status, err, 1, "a single .npy array")
+
+
+def test_bad_costs_file(workdir, tmp_path, cli):
+    costs = pd.read_csv(workdir / "costs.csv")
+    costs.loc[2, "cost"] = -1.0
+    costs.to_csv(tmp_path / "costs.csv", index=False)
+    status, _, err = cli(
+        "select",
+        workdir / "router.locus",
+        "--k",
+        "2",
+        "--costs",
+        tmp_path / "costs.csv",
+    )
+    assert_one_line(status, err, 1)
+    status, _, err = cli(
+        "onboard", copy_router(workdir, tmp_path), workdir / "new.csv",
+        "--costs", tmp_path / "costs.csv",
+    )  # fmt: skip
+    assert_one_line(status, err, 1, "costs file", "finite and >= 0")
+
+
+def test_refresh_keeps_costs(workdir, tmp_path, cli):
+    """Refreshing a model of a router with costs, without --costs, keeps its
+    cost (issue 15, item 1: it used to become NaN in the saved file)."""
+    from locus_sklearn import LocusRouter
+
+    router = copy_router(workdir, tmp_path)
+    before = LocusRouter.load(router)
+    refresh = pd.read_csv(workdir / "evals.csv")
+    refresh[refresh["model"] == "fam0-m00"].to_csv(
+        tmp_path / "refresh.csv", index=False
+    )
+    status, out, err = cli("onboard", router, tmp_path / "refresh.csv", "--json")
+    assert status == 0, err
+    assert json.loads(out)["refreshed"] == ["fam0-m00"]
+    after = LocusRouter.load(router)
+    assert np.isfinite(after.model_costs_).all()
+    np.testing.assert_array_equal(after.model_costs_, before.model_costs_)
+    assert after.predict(["q001"])[0] == before.predict(["q001"])[0]
+
+
+def test_progress_on_stderr_without_colour(workdir, tmp_path, cli):
+    status, out, err = cli(
+        "fit", workdir / "evals.csv", "-o", tmp_path / "x.locus",
+        "--encodings", workdir / "enc.npz", *TINY,
+    )  # fmt: skip
+    assert status == 0, err
+    assert out == ""
+    assert "train_loss" in err and "\x1b[" not in err
+
+
+def test_verbose_0_prints_nothing(workdir, tmp_path):
+    """A router fitted with verbose=0 and the default encoder prints nothing,
+    not even the encoder's weight-loading bar on the first predict."""
+    from locus_sklearn import LocusEmbedder, LocusRouter
+
+    evals = pd.read_csv(workdir / "evals.csv")
+    embedder = LocusEmbedder(
+        embedding_dim=8, n_latents=4, n_blocks=1, n_heads=2, hidden_dim=8,
+        enc_size=(8, 32), dec_size=16, episodes_per_epoch=16, max_epochs=1,
+        early_stopping=None, verbose=0, random_state=0,
+    )  # fmt: skip
+    LocusRouter(embedder).fit(evals).save(tmp_path / "router.locus")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_HUB_DISABLE")}
+    script = (
+        "import sys; from locus_sklearn import LocusRouter; "
+        "print(LocusRouter.load(sys.argv[1]).predict(['q001'])[0])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "router.locus")],
+        capture_output=True, text=True, timeout=300,
+        env=dict(env, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.strip() in set(evals["model"])
+
+
+def test_threads_option(workdir, cli, monkeypatch):
+    import torch
+
+    calls = []
+    real = torch.set_num_threads
+
+    def spy(n):
+        calls.append(n)
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", spy)
+    before = torch.get_num_threads()
+    status, _, err = cli("--threads", "1", "route", workdir / "router.locus", "q001")
+    assert status == 0, err
+    assert calls == [1, before]  # set for the command, then restored
+    status, _, err = cli("route", workdir / "router.locus", "q001", "--threads", "2")
+    assert status == 0 and calls[2:] == [2, before], err
+    status, _, err = cli("--threads", "0", "route", workdir / "router.locus", "q001")
+    assert status == 2 and "positive integer" in err
+
+
+def test_json_output(workdir, tmp_path, cli):
+    router = copy_router(workdir, tmp_path)
+    costs = pd.read_csv(workdir / "costs.csv", index_col="model")["cost"]
+
+    status, out, err = cli("route", router, "q001", "q002", "--top", "2", "--json")
+    assert status == 0, err
+    routed = json.loads(out)
+    assert [r["query"] for r in routed] == ["q001", "q002"]
+    status, tsv, _ = cli("route", router, "q001", "q002", "--tsv")
+    assert [r["model"] for r in routed] == [
+        line.split("\t")[1] for line in tsv.splitlines()[1:]
+    ]
+    for r in routed:
+        assert len(r["ranking"]) == 2 and r["ranking"][0]["model"] == r["model"]
+        first, second = r["ranking"]
+        assert first["p_correct"] >= second["p_correct"]
+        assert first["cost"] == costs[first["model"]]
+
+    status, out, err = cli("neighbors", router, "fam0-m00", "--k", "2", "--json")
+    assert status == 0, err
+    near = json.loads(out)
+    assert [n["rank"] for n in near] == [1, 2]
+    assert near[0]["distance"] <= near[1]["distance"]
+
+    embeddings = tmp_path / "emb.csv"
+    status, out, err = cli(
+        "embed", router, workdir / "evals.csv", "-o", embeddings, "--json"
+    )
+    assert status == 0, err
+    embedded = json.loads(out)
+    frame = pd.read_csv(embeddings, index_col="model")
+    assert embedded["models"] == list(frame.index)
+    np.testing.assert_allclose(embedded["embeddings"], frame.to_numpy(), rtol=1e-6)
+
+    status, out, err = cli(
+        "select", embeddings, "--budget", "300", "--costs", workdir / "costs.csv",
+        "--json",
+    )  # fmt: skip
+    assert status == 0, err
+    chosen = json.loads(out)
+    names = [s["model"] for s in chosen["selected"]]
+    assert chosen["total_cost"] == pytest.approx(costs[names].sum())
+    assert chosen["total_cost"] <= 300
+    assert chosen["n_models"] == 6
+
+    status, out, err = cli(
+        "onboard", router, workdir / "new.csv", "--costs", workdir / "costs.csv",
+        "--json",
+    )  # fmt: skip
+    assert status == 0, err
+    assert json.loads(out)["added"] == ["fam2-m06", "fam2-m07"]
+    assert len(json.loads(out)["models"]) == 8
+
+    status, _, err = cli("route", router, "q001", "--json", "--tsv")
+    assert status == 2 and "not allowed with" in err
+
+
+def test_subcommands_defined_elsewhere(cli, monkeypatch):
+    """build_parser adds the subcommands of locus_sklearn.serve._cli when that
+    module is there, and runs them through their ``func``."""
+    import types
+
+    def add_subparsers(subparsers):
+        p = subparsers.add_parser("hello", help="say hello")
+        p.add_argument("name")
+        p.set_defaults(func=lambda args: print(f"hello {args.name}") or 0)
+
+    serve = types.ModuleType("locus_sklearn.serve")
+    serve_cli = types.ModuleType("locus_sklearn.serve._cli")
+    serve_cli.add_subparsers = add_subparsers
+    serve._cli = serve_cli
+    monkeypatch.setitem(sys.modules, "locus_sklearn.serve", serve)
+    monkeypatch.setitem(sys.modules, "locus_sklearn.serve._cli", serve_cli)
+    status, out, err = cli("hello", "world")
+    assert status == 0 and out == "hello world\n", err
+    status, out, _ = cli("--help")
+    assert "hello" in out
+
+
+def test_reader_closing_the_pipe(workdir):
+    """`locus route ... | head -1`: a quiet stop when the reader goes away."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "locus_sklearn", "route", workdir / "router.locus",
+         "-", "--tsv"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env,
+    )  # fmt: skip
+    process.stdin.write(b"q001\n" * 5000)
+    process.stdin.close()
+    assert process.stdout.readline().startswith(b"query\t")
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=300) in (0, 1), err
+    assert err == "", err  # no traceback, no "error: Broken pipe"

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ._io import format_table, progress_to_stderr
+
 __all__ = ["run_demo", "DEMO_SETTINGS", "QUICK_SETTINGS"]
 
 #: LocusEmbedder settings of the demo: a smaller network and shorter episodes
@@ -63,15 +65,13 @@ class _Printer:
 
 def _table(header, rows):
     """An aligned table (list of lines): first column left, the others right."""
-    from ._cli import format_table
-
     aligns = ["<"] + [">"] * (len(header) - 1)
     return format_table(header, rows, aligns=aligns, indent="  ")
 
 
 def _load(evals_path, open_weights, say):
     """Return (evals, encoder, family, description) for the demo's data."""
-    from .datasets import load_evals, load_mmlu_pro
+    from ..datasets import load_evals, load_mmlu_pro
 
     if evals_path is None:
         data = load_mmlu_pro(open_weights_only=open_weights)
@@ -82,7 +82,7 @@ def _load(evals_path, open_weights, say):
         )
         # The precomputed MiniLM encodings: nothing is encoded at demo time.
         return data.evals, data.encodings, data.family, description
-    from ._encoders import QueryEncoder
+    from .._encoders import QueryEncoder
 
     evals = load_evals(evals_path)
     description = (
@@ -117,7 +117,7 @@ def _held_out_models(train, rng, n_held_out):
 
 def _dense(evals, models):
     """(queries, score matrix with NaN) of ``evals`` over ``models``."""
-    from ._evals import check_evals
+    from .._evals import check_evals
 
     table = check_evals(evals)
     return table.queries, table.to_dense(models)
@@ -133,7 +133,7 @@ def _common(test, models):
 
 def _route_stats(proba, Y):
     """Routing accuracy (among the models scored per query) and models used."""
-    from .metrics import route, routing_accuracy
+    from ..metrics import route, routing_accuracy
 
     routed = route(proba, ~np.isnan(Y))
     return routing_accuracy(Y, proba), len(np.unique(routed))
@@ -149,7 +149,7 @@ def _figures(router, family, portfolio, held_out, curve, output, say):
     except ImportError:
         say("  matplotlib is not installed: skipping figures (pip install matplotlib).")
         return []
-    from .inspection import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
+    from ..inspection import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
 
     output.mkdir(parents=True, exist_ok=True)
     names = router.classes_
@@ -184,56 +184,61 @@ def _figures(router, family, portfolio, held_out, curve, output, say):
     return written
 
 
-def _run(evals, output, open_weights, epochs, seed, quick, stream):
-    """The demo's steps; see :func:`run_demo`."""
-    from . import KMedoidsSelector, LocusEmbedder, LocusRouter
-    from .baselines import KNNRouter
-    from .inspection import portfolio_curve
-    from .metrics import correctness_accuracy
+class _Demo:
+    """The data of one demo run, shared by its steps."""
 
-    say = _Printer(stream or sys.stdout)
-    start = time.perf_counter()
-    rng = np.random.RandomState(seed)
-    output = Path(output)
-    summary = {}
-
-    evals, encoder, family, description = _load(evals, open_weights, say)
-    train, test = _split(evals, rng)
-    held_out = _held_out_models(train, rng, N_HELD_OUT)
-    pool = np.sort(train.loc[~train["model"].isin(held_out), "model"].unique())
-    pool_train = train[train["model"].isin(pool)]
-    say(
-        f"LOCUS demo on {description}.",
-        f"Split (seed {seed}): {train['query'].nunique():,} training / "
-        f"{test['query'].nunique():,} test queries.",
-    )
-    if held_out:
-        say(f"Held out of training, to onboard later: {', '.join(held_out)}.")
-    say("")
-
-    # ------------------------------------------------------------------ train
-    settings = dict(QUICK_SETTINGS if quick else DEMO_SETTINGS)
-    if epochs is not None:
-        settings["max_epochs"] = epochs
-    say(
-        f"[1/4] Training a LocusRouter on {len(pool)} models "
-        f"({len(pool_train):,} evaluations; at most {settings['max_epochs']} epochs, "
-        f"{settings['episodes_per_epoch']} episodes each"
-        + (
-            ", early stopping on held-out routing accuracy"
-            if settings.get("early_stopping")
-            else ""
+    def __init__(self, evals, open_weights, seed, say):
+        self.say = say
+        self.seed = seed
+        self.rng = np.random.RandomState(seed)
+        self.evals, self.encoder, self.family, description = _load(
+            evals, open_weights, say
         )
+        self.train, self.test = _split(self.evals, self.rng)
+        self.held_out = _held_out_models(self.train, self.rng, N_HELD_OUT)
+        train = self.train
+        self.pool = np.sort(
+            train.loc[~train["model"].isin(self.held_out), "model"].unique()
+        )
+        self.pool_train = train[train["model"].isin(self.pool)]
+        say(
+            f"LOCUS demo on {description}.",
+            f"Split (seed {seed}): {train['query'].nunique():,} training / "
+            f"{self.test['query'].nunique():,} test queries.",
+        )
+        if self.held_out:
+            say(f"Held out of training, to onboard later: {', '.join(self.held_out)}.")
+        say("")
+
+
+def _train(demo, settings):
+    """Step 1: fit a LocusRouter on the pool; return (router, seconds)."""
+    from .. import LocusEmbedder, LocusRouter
+
+    early = ", early stopping on held-out routing accuracy"
+    demo.say(
+        f"[1/4] Training a LocusRouter on {len(demo.pool)} models "
+        f"({len(demo.pool_train):,} evaluations; at most {settings['max_epochs']} "
+        f"epochs, {settings['episodes_per_epoch']} episodes each"
+        + (early if settings.get("early_stopping") else "")
         + ")"
     )
-    embedder = LocusEmbedder(encoder, random_state=seed, verbose=1, **settings)
+    embedder = LocusEmbedder(
+        demo.encoder, random_state=demo.seed, verbose=1, **settings
+    )
     t0 = time.perf_counter()
-    router = LocusRouter(embedder).fit(pool_train)
+    with progress_to_stderr():  # the epoch table is progress, not the report
+        router = LocusRouter(embedder).fit(demo.pool_train)
     fit_time = time.perf_counter() - t0
-    say(f"  trained {router.embedder_.n_epochs_} epochs in {fit_time:.0f} s", "")
-    summary["fit_seconds"] = fit_time
+    demo.say(f"  trained {router.embedder_.n_epochs_} epochs in {fit_time:.0f} s", "")
+    return router, fit_time
 
-    # ------------------------------------------------------------------ route
+
+def _compare_routers(demo, router):
+    """Step 2: routing accuracy against the oracle, kNN and the single best."""
+    from ..baselines import KNNRouter
+
+    pool, test = demo.pool, demo.test
     scored = _common(test, pool)
     n_common = scored["query"].nunique()
     where = f"the {n_common:,} test queries that all {len(pool)} models answered"
@@ -244,14 +249,12 @@ def _run(evals, output, open_weights, epochs, seed, quick, stream):
             "the models with a score for it)"
         )
     queries, Y = _dense(scored, router.classes_)
-    proba = router.predict_proba(queries)
-    locus_acc, locus_used = _route_stats(proba, Y)
+    locus_acc, locus_used = _route_stats(router.predict_proba(queries), Y)
 
     oracle_acc = float(np.nanmax(Y, axis=1).mean())
-    knn = KNNRouter(k=50, encoder=encoder).fit(pool_train)
+    knn = KNNRouter(k=50, encoder=demo.encoder).fit(demo.pool_train)
     knn_acc, knn_used = _route_stats(knn.predict_proba(queries), Y)
-    train_means = pool_train.groupby("model")["score"].mean()
-    best = train_means.idxmax()
+    best = demo.pool_train.groupby("model")["score"].mean().idxmax()
     best_acc = float(np.nanmean(Y[:, int(np.flatnonzero(router.classes_ == best)[0])]))
     rows = [
         ("oracle (best model per query)", f"{oracle_acc:.3f}", ""),
@@ -260,91 +263,94 @@ def _run(evals, output, open_weights, epochs, seed, quick, stream):
         (f"single best model ({best}, chosen on train)", f"{best_acc:.3f}", 1),
         ("average model", f"{np.nanmean(np.nanmean(Y, axis=0)):.3f}", ""),
     ]
-    say(
+    demo.say(
         f"[2/4] Routing accuracy on {where}:",
         *_table(["router", "accuracy", "models used"], rows),
         "",
     )
-    summary.update(
+    return dict(
         locus_accuracy=locus_acc,
         knn_accuracy=knn_acc,
         single_best_accuracy=best_acc,
         oracle_accuracy=oracle_acc,
     )
 
-    # -------------------------------------------------------------- onboard
-    if held_out:
-        say(
-            f"[3/4] Onboarding the {len(held_out)} held-out models from "
-            f"{N_ONBOARD_EVALS} evaluations each (no training); correctness "
-            "accuracy on their test queries:"
-        )
-        rows = []
-        onboard_rows = []
-        for name in held_out:
-            rows_m = train[train["model"] == name]
-            onboard_rows.append(
-                rows_m.iloc[
-                    np.sort(rng.choice(len(rows_m), N_ONBOARD_EVALS, replace=False))
-                ]
-            )
-        onboard = pd.concat(onboard_rows)
-        t0 = time.perf_counter()
-        router.add_models(onboard)
-        onboard_time = time.perf_counter() - t0
-        held_out_train = train[train["model"].isin(held_out)]
-        full = router.embed(held_out_train)
-        results = {}
-        for i, name in enumerate(held_out):
-            test_m = test[test["model"] == name]
-            y = test_m["score"].to_numpy()[:, None]
-            q = test_m["query"].tolist()
-            col = int(np.flatnonzero(router.classes_ == name)[0])
-            p128 = router.predict_proba(q)[:, [col]]
-            p_all = router.embedder_.predict_proba(
-                full[[i]], q, evals=held_out_train[held_out_train["model"] == name]
-            )
-            majority = float(
-                onboard.loc[onboard["model"] == name, "score"].mean() >= 0.5
-            )
-            acc128 = correctness_accuracy(y, p128)
-            acc_all = correctness_accuracy(y, p_all)
-            acc_const = float(np.mean((y >= 0.5) == bool(majority)))
-            results[name] = acc128
-            rows.append(
-                (
-                    name,
-                    f"{len(test_m):,}",
-                    f"{acc128:.3f}",
-                    f"{acc_all:.3f}",
-                    f"{acc_const:.3f}",
-                )
-            )
-        n_all = int(
-            train[train["model"].isin(held_out)].groupby("model").size().median()
-        )
-        say(
-            *_table(
-                [
-                    "model",
-                    "test queries",
-                    f"from {N_ONBOARD_EVALS} evals",
-                    f"from all ~{n_all:,}",
-                    "majority guess",
-                ],
-                rows,
-            )
-        )
-        say(f"  (embedding the {len(held_out)} models took {onboard_time:.2f} s)", "")
-        summary["onboarding_accuracy"] = results
-    else:
-        say(
+
+def _onboard_rows(demo):
+    """N_ONBOARD_EVALS random training rows of each held-out model."""
+    parts = []
+    for name in demo.held_out:
+        rows_m = demo.train[demo.train["model"] == name]
+        pick = demo.rng.choice(len(rows_m), N_ONBOARD_EVALS, replace=False)
+        parts.append(rows_m.iloc[np.sort(pick)])
+    return pd.concat(parts)
+
+
+def _onboard(demo, router):
+    """Step 3: onboard the held-out models; their correctness accuracy."""
+    from ..metrics import correctness_accuracy
+
+    held_out, train, test = demo.held_out, demo.train, demo.test
+    if not held_out:
+        demo.say(
             "[3/4] Onboarding skipped: too few models or evaluations to hold some out.",
             "",
         )
+        return {}
+    demo.say(
+        f"[3/4] Onboarding the {len(held_out)} held-out models from "
+        f"{N_ONBOARD_EVALS} evaluations each (no training); correctness "
+        "accuracy on their test queries:"
+    )
+    onboard = _onboard_rows(demo)
+    t0 = time.perf_counter()
+    router.add_models(onboard)
+    onboard_time = time.perf_counter() - t0
+    held_out_train = train[train["model"].isin(held_out)]
+    full = router.embed(held_out_train)
+    rows, results = [], {}
+    for i, name in enumerate(held_out):
+        test_m = test[test["model"] == name]
+        y = test_m["score"].to_numpy()[:, None]
+        q = test_m["query"].tolist()
+        col = int(np.flatnonzero(router.classes_ == name)[0])
+        p128 = router.predict_proba(q)[:, [col]]
+        p_all = router.embedder_.predict_proba(
+            full[[i]], q, evals=held_out_train[held_out_train["model"] == name]
+        )
+        majority = onboard.loc[onboard["model"] == name, "score"].mean() >= 0.5
+        acc128 = correctness_accuracy(y, p128)
+        acc_all = correctness_accuracy(y, p_all)
+        acc_const = float(np.mean((y >= 0.5) == bool(majority)))
+        results[name] = acc128
+        rows.append(
+            (
+                name,
+                f"{len(test_m):,}",
+                f"{acc128:.3f}",
+                f"{acc_all:.3f}",
+                f"{acc_const:.3f}",
+            )
+        )
+    n_all = int(held_out_train.groupby("model").size().median())
+    header = [
+        "model",
+        "test queries",
+        f"from {N_ONBOARD_EVALS} evals",
+        f"from all ~{n_all:,}",
+        "majority guess",
+    ]
+    demo.say(*_table(header, rows))
+    demo.say(f"  (embedding the {len(held_out)} models took {onboard_time:.2f} s)", "")
+    return {"onboarding_accuracy": results}
 
-    # ------------------------------------------------------------ portfolio
-    models = router.classes_
+
+def _portfolio(demo, router, quick):
+    """Step 4: a k-medoids portfolio against random ones; (summary, curve)."""
+    from .. import KMedoidsSelector
+    from ..inspection import portfolio_curve
+
+    models, test = router.classes_, demo.test
     scored = _common(test, models)
     if scored["query"].nunique() < MIN_COMMON_QUERIES:
         scored = test[test["model"].isin(models)]
@@ -353,10 +359,10 @@ def _run(evals, output, open_weights, epochs, seed, quick, stream):
     portfolio = models[selector.selected_indices_].tolist()
     sizes = list(range(1, min(len(models), 12) + 1))
     curve = portfolio_curve(
-        router, scored, sizes, n_random=5 if quick else 20, random_state=seed
+        router, scored, sizes, n_random=5 if quick else 20, random_state=demo.seed
     )
     at_k = curve.loc[curve["value"] == k].iloc[0]
-    say(
+    demo.say(
         f"[4/4] Portfolio of {k} models picked by k-medoids on the embeddings "
         f"(pool of {len(models)}):",
         f"  {', '.join(portfolio)}",
@@ -374,14 +380,32 @@ def _run(evals, output, open_weights, epochs, seed, quick, stream):
         f"  (on {int(at_k['n_queries']):,} test queries)",
         "",
     )
-    summary.update(
+    summary = dict(
         portfolio=portfolio,
         portfolio_accuracy=float(at_k["accuracy"]),
         random_portfolio_accuracy=float(at_k["random_mean"]),
     )
+    return summary, curve
 
-    # --------------------------------------------------------------- figures
-    written = _figures(router, family, portfolio, held_out, curve, output, say)
+
+def _run(evals, output, open_weights, epochs, seed, quick, stream):
+    """The demo's steps; see :func:`run_demo`."""
+    say = _Printer(stream or sys.stdout)
+    start = time.perf_counter()
+    output = Path(output)
+    demo = _Demo(evals, open_weights, seed, say)
+    settings = dict(QUICK_SETTINGS if quick else DEMO_SETTINGS)
+    if epochs is not None:
+        settings["max_epochs"] = epochs
+    router, fit_time = _train(demo, settings)
+    summary = {"fit_seconds": fit_time}
+    summary.update(_compare_routers(demo, router))
+    summary.update(_onboard(demo, router))
+    found, curve = _portfolio(demo, router, quick)
+    summary.update(found)
+    written = _figures(
+        router, demo.family, found["portfolio"], demo.held_out, curve, output, say
+    )
     summary["figures"] = written
     summary["output"] = str(output)
     total = time.perf_counter() - start
@@ -403,6 +427,7 @@ def run_demo(
     seed=0,
     quick=False,
     stream=None,
+    threads=None,
 ):
     """Run the LOCUS demo end to end and print a summary.
 
@@ -427,7 +452,11 @@ def run_demo(
         Tiny settings that finish in seconds (a smoke test; the accuracies are
         then meaningless).
     stream : file-like, default=None
-        Where to print; defaults to ``sys.stdout``.
+        Where to print; defaults to ``sys.stdout``. Training progress (the
+        epoch table) always goes to stderr.
+    threads : int, default=None
+        Torch threads during the demo; None uses one thread on a machine
+        without CUDA (the network is small).
 
     Returns
     -------
@@ -438,7 +467,9 @@ def run_demo(
     import torch
 
     previous = torch.get_num_threads()
-    if not torch.cuda.is_available():
+    if threads is not None:
+        torch.set_num_threads(threads)
+    elif not torch.cuda.is_available():
         # The demo's network is small: one thread costs little on an idle
         # machine, and avoids OpenMP's spin-waiting, which makes a multi-threaded
         # run many times slower on a busy one.

@@ -1,0 +1,110 @@
+"""The ``locus`` command line (also ``python -m locus_sklearn``).
+
+Subcommands::
+
+    locus demo      [--evals PATH] [--output DIR] [--quick] [--json] ...
+    locus fit       EVALS -o ROUTER [--costs FILE] [--epochs N] [--set NAME=VALUE] ...
+    locus route     ROUTER QUERY... [--top K] [--cost-weight L] [--models A,B]
+    locus embed     ROUTER_OR_EMBEDDER EVALS -o EMBEDDINGS.csv
+    locus onboard   ROUTER EVALS [--costs FILE]
+    locus select    EMBEDDINGS.csv (--k N | --budget B --costs FILE)
+    locus neighbors ROUTER MODEL [--k 5]
+
+Every command takes ``--threads N`` and ``--debug``; those that print results
+take ``--json``. Errors are one line on stderr (``locus COMMAND: error: ...``)
+with exit status 1 (invalid data or values), 2 (a bad command line) or 3 (a
+file that cannot be read or written); ``--debug`` shows the traceback instead.
+
+Modules: ``_parser`` builds the parser, ``_commands`` runs the subcommands,
+``_io`` reads and writes files and formats output, ``_demo`` is ``locus
+demo``, ``_errors`` maps failures to exit statuses.
+"""
+
+import contextlib
+import os
+import sys
+import warnings
+
+from ._errors import EXIT_ERROR, EXIT_INTERRUPTED, exit_status, one_line
+from ._io import format_table, read_costs, read_encodings
+from ._parser import PROG, build_parser
+
+__all__ = ["main", "build_parser", "read_costs", "read_encodings", "format_table"]
+
+
+@contextlib.contextmanager
+def _threads(n):
+    """Run with ``n`` torch threads (None: leave torch's choice), then restore."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def _one_line_warnings(where):
+    """Show warnings as one line each, like errors."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = " ".join(str(message).split())
+        print(f"{where}: warning: {text}", file=sys.stderr if file is None else file)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+def main(argv=None):
+    """Run the ``locus`` command line.
+
+    Parameters
+    ----------
+    argv : list of str, default=None
+        Arguments without the program name; defaults to ``sys.argv[1:]``.
+
+    Returns
+    -------
+    status : int
+        0 on success; 1 for invalid data or values, 3 for a file that cannot
+        be read or written (each reported as one line on stderr); 130 when
+        interrupted. A bad command line exits with status 2 (from argparse).
+
+    Examples
+    --------
+    >>> main(["select", "no-such-file.csv", "--k", "2"])
+    3
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # No "Loading weights" bars when the query encoder loads; encoding
+    # progress (sentence-transformers' own bar) is still shown by fit.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    args = build_parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
+    where = f"{PROG} {args.command}"
+    try:
+        with _one_line_warnings(where), _threads(getattr(args, "threads", None)):
+            return args.func(args)
+    except BrokenPipeError:
+        # The reader of stdout went away (``locus route ... | head``): stop
+        # quietly, and keep Python from failing again when it flushes stdout.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{where}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # every failure is one line, unless --debug
+        if debug:
+            raise
+        print(f"{where}: error: {one_line(exc)}", file=sys.stderr)
+        return exit_status(exc)

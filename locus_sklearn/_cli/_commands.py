@@ -1,0 +1,431 @@
+"""What each ``locus`` subcommand does, given its parsed arguments.
+
+Each ``cmd_*`` function takes the ``argparse.Namespace`` of its subcommand,
+prints its results (a table, tab-separated values or, with ``--json``, one
+JSON document) on stdout and notes on stderr, and returns the exit status.
+The estimators validate everything they can; the commands only translate
+their messages into the command line's terms.
+"""
+
+import contextlib
+import difflib
+import sys
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ._io import (
+    check_writable,
+    costs_for,
+    echo,
+    emit_json,
+    format_table,
+    load_estimator,
+    note,
+    progress_to_stderr,
+    read_costs,
+    read_embeddings,
+    read_encodings,
+    read_evals,
+    read_queries,
+    write_csv,
+    write_estimator,
+)
+
+__all__ = [
+    "cmd_demo",
+    "cmd_embed",
+    "cmd_fit",
+    "cmd_neighbors",
+    "cmd_onboard",
+    "cmd_route",
+    "cmd_select",
+    "routing_scores",
+]
+
+# Estimator parameters and the options that set them, for error messages.
+_OPTION_OF = [
+    ("model_costs=", "--costs FILE"),
+    ("model_costs", "--costs"),
+    ("cost_weight=", "--cost-weight "),
+    ("cost_weight", "--cost-weight"),
+]
+
+
+@contextlib.contextmanager
+def _in_option_terms():
+    """Re-raise an estimator's ValueError/TypeError naming options, not
+    parameters ("pass model_costs=" becomes "pass --costs FILE")."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        for parameter, option in _OPTION_OF:
+            message = message.replace(parameter, option)
+        if message == str(exc) or type(exc) not in (ValueError, TypeError):
+            raise
+        raise type(exc)(message) from None
+
+
+def _encoder_arg(args):
+    """The ``encoder=`` value from ``--encoder``/``--encodings`` (None if neither)."""
+    if getattr(args, "encodings", None):
+        return read_encodings(args.encodings)
+    if getattr(args, "encoder", None):
+        return args.encoder
+    return None
+
+
+def _load(path, args, *, embedder_ok=False):
+    return load_estimator(
+        path,
+        encoder=_encoder_arg(args),
+        device=getattr(args, "device", None),
+        embedder_ok=embedder_ok,
+    )
+
+
+def routing_scores(router, queries):
+    """P(correct) and the routing utility (what ``predict`` maximises) of
+    ``router`` for ``queries``, both of shape (n_queries, n_models).
+
+    The utility comes from the router itself: its ``decision_function`` when
+    it has one, else its ``_utility`` of ``predict_proba``.
+    """
+    proba = router.predict_proba(queries)
+    if hasattr(router, "decision_function"):
+        return proba, router.decision_function(queries)
+    return proba, router._utility(proba)
+
+
+# ------------------------------------------------------------------------ demo
+def cmd_demo(args):
+    from ._demo import run_demo
+
+    summary = run_demo(
+        args.evals,
+        output=args.output,
+        open_weights=args.open_weights,
+        epochs=args.epochs,
+        seed=args.seed,
+        quick=args.quick,
+        stream=sys.stderr if args.json else None,
+        threads=getattr(args, "threads", None),
+    )
+    if args.json:
+        emit_json(summary)
+    return 0
+
+
+# ------------------------------------------------------------------------- fit
+def _embedder_params(args):
+    from .. import LocusEmbedder
+
+    valid = LocusEmbedder().get_params()
+    params = {}
+    for name, value in args.set or []:
+        if name not in valid or name in ("encoder", "memory", "device", "verbose"):
+            close = difflib.get_close_matches(name, list(valid), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ValueError(
+                f"--set {name}=...: {name!r} is not a LocusEmbedder hyper-parameter "
+                f"that --set can change{hint} (see `locus fit --help`)."
+            )
+        if name == "enc_size" and isinstance(value, list):
+            value = tuple(value)
+        params[name] = value
+    if args.epochs is not None:
+        params["max_epochs"] = args.epochs
+    if args.embedding_dim is not None:
+        params["embedding_dim"] = args.embedding_dim
+    if args.seed is not None:
+        params["random_state"] = args.seed
+    return params
+
+
+def cmd_fit(args):
+    from .. import LocusEmbedder, LocusRouter
+    from .._encoders import QueryEncoder
+
+    check_writable(args.output, "ROUTER")
+    evals = read_evals(args.evals)
+    models = sorted(evals["model"].unique())
+    model_costs = None
+    if args.costs:
+        costs = costs_for(read_costs(args.costs), models, args.costs)
+        model_costs = dict(zip(models, costs.tolist(), strict=True))
+    encoder = _encoder_arg(args)
+    if not isinstance(encoder, Mapping):
+        # Show the encoding progress of a sentence-transformers model.
+        encoder = QueryEncoder(encoder, show_progress_bar=not args.quiet)
+        encoder.fit()  # resolve the model directory now: a bad path fails at once
+    embedder = LocusEmbedder(
+        encoder,
+        memory=args.cache,
+        device=args.device,
+        verbose=0 if args.quiet else 1,
+        **_embedder_params(args),
+    )
+    embedder._validate_params()  # bad --set values fail before any work
+    if not args.quiet:
+        note(
+            f"Training LOCUS on {len(models)} models, {len(evals):,} evaluations, "
+            f"{evals['query'].nunique():,} queries ..."
+        )
+    with progress_to_stderr(), _in_option_terms():
+        router = LocusRouter(embedder).fit(evals, model_costs=model_costs)
+    write_estimator(router, args.output, "ROUTER")
+    dim = router.model_embeddings_.shape[1]
+    note(
+        f"Saved a LocusRouter ({len(router.classes_)} models, {dim}-d embeddings, "
+        f"{router.embedder_.n_epochs_} epochs"
+        f"{', with costs' if model_costs else ''}) to {args.output}"
+    )
+    if args.json:
+        emit_json(
+            {
+                "output": str(args.output),
+                "models": router.classes_.tolist(),
+                "embedding_dim": dim,
+                "n_epochs": router.embedder_.n_epochs_,
+                "costs": model_costs,
+            }
+        )
+    return 0
+
+
+# ----------------------------------------------------------------------- route
+def _shorten(text, width):
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _ranking(router, queries, args):
+    """(proba, order): P(correct) and, per query, the indices of the best
+    ``--top`` models among those ``--models`` allows, best first."""
+    from .._base import check_model_subset
+
+    if args.cost_weight is not None:
+        router.set_params(cost_weight=args.cost_weight)
+    allowed = np.arange(len(router.classes_))
+    if args.models:
+        mask = check_model_subset(args.models, router.classes_, name="--models")
+        allowed = np.flatnonzero(mask)
+    with _in_option_terms():
+        proba, utility = routing_scores(router, queries)
+    # Stable sort on -utility: ties go to the first model, as in predict().
+    best = np.argsort(-utility[:, allowed], axis=1, kind="stable")
+    return proba, allowed[best[:, : args.top]]
+
+
+def cmd_route(args):
+    router = _load(args.router, args)
+    queries = read_queries(args.queries, args.file)
+    proba, order = _ranking(router, queries, args)
+    classes, costs = router.classes_, router.model_costs_
+    if args.json:
+        emit_json(
+            [
+                {
+                    "query": query,
+                    "model": classes[order[i, 0]],
+                    "ranking": [
+                        {
+                            "model": classes[j],
+                            "p_correct": float(proba[i, j]),
+                            "cost": None if costs is None else float(costs[j]),
+                        }
+                        for j in order[i]
+                    ],
+                }
+                for i, query in enumerate(queries)
+            ]
+        )
+        return 0
+    top = order.shape[1]
+    header = ["query"] + (["rank"] if top > 1 else []) + ["model", "P(correct)"]
+    header += ["cost"] if costs is not None else []
+    rows = []
+    for i, query in enumerate(queries):
+        shown = query if args.tsv else _shorten(query, 48)
+        for rank, j in enumerate(order[i], start=1):
+            row = [shown if rank == 1 or args.tsv else ""]
+            row += [rank] if top > 1 else []
+            row += [classes[j], f"{proba[i, j]:.3f}"]
+            row += [f"{costs[j]:g}"] if costs is not None else []
+            rows.append(row)
+    echo(format_table(header, rows, tsv=args.tsv))
+    return 0
+
+
+# ----------------------------------------------------------------------- embed
+def cmd_embed(args):
+    from .. import LocusRouter
+
+    check_writable(args.output, "EMBEDDINGS")
+    estimator = _load(args.model, args, embedder_ok=True)
+    evals = read_evals(args.evals)
+    if isinstance(estimator, LocusRouter):
+        embeddings = estimator.embed(evals)
+    else:
+        embeddings = estimator.transform(evals)
+    models = sorted(evals["model"].unique())
+    frame = pd.DataFrame(
+        embeddings,
+        index=pd.Index(models, name="model"),
+        columns=[f"locus{i}" for i in range(embeddings.shape[1])],
+    )
+    write_csv(frame, args.output, "EMBEDDINGS")
+    note(
+        f"Wrote {len(frame)} embeddings of dimension {frame.shape[1]} to {args.output}"
+    )
+    if args.json:
+        emit_json(
+            {
+                "output": str(args.output),
+                "models": models,
+                "embeddings": frame.to_numpy().tolist(),
+            }
+        )
+    return 0
+
+
+# --------------------------------------------------------------------- onboard
+def _onboard_costs(router, models, path):
+    """``model_costs`` for ``add_models``: the costs file's, and for a model
+    already in the pool that the file does not list, the cost it has (a
+    refresh keeps its cost). None when there is nothing to pass, so that the
+    estimator's own rules (new models need costs) decide."""
+    given = read_costs(path) if path else {}
+    if router.model_costs_ is not None:
+        pool = dict(zip(router.classes_, router.model_costs_.tolist(), strict=True))
+        given = {**{m: pool[m] for m in models if m in pool}, **given}
+    wanted = {m: given[m] for m in models if m in given}
+    if not path and len(wanted) < len(models):
+        return None
+    costs = costs_for(wanted, models, path) if path else list(wanted.values())
+    return dict(zip(models, np.asarray(costs).tolist(), strict=True))
+
+
+def cmd_onboard(args):
+    router = _load(args.router, args)
+    evals = read_evals(args.evals)
+    output = args.output or args.router
+    check_writable(output, "ROUTER")
+    models = sorted(evals["model"].unique())
+    before = set(router.classes_)
+    with _in_option_terms():
+        router.add_models(evals, model_costs=_onboard_costs(router, models, args.costs))
+    write_estimator(router, output, "ROUTER")  # atomic: the old file or the new
+    new = [m for m in models if m not in before]
+    old = [m for m in models if m in before]
+    parts = []
+    if new:
+        parts.append(f"added {len(new)} model(s): {', '.join(new)}")
+    if old:
+        parts.append(f"refreshed {len(old)}: {', '.join(old)}")
+    note(
+        f"{'; '.join(parts).capitalize()}. The pool now has {len(router.classes_)} "
+        f"models; saved to {output}"
+    )
+    if args.json:
+        emit_json(
+            {
+                "output": str(output),
+                "added": new,
+                "refreshed": old,
+                "models": router.classes_.tolist(),
+            }
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------- select
+def _selector(args, X, costs):
+    from .. import BudgetGreedySelector, KCenterSelector, KMedoidsSelector
+
+    if args.budget is not None:
+        if args.method:
+            raise ValueError(
+                "--method applies to --k; --budget always selects greedily."
+            )
+        selector = BudgetGreedySelector(budget=args.budget, metric=args.metric)
+        return selector.fit(X, costs=costs)
+    if args.k > len(X):
+        raise ValueError(
+            f"--k {args.k} is larger than the number of models ({len(X)})."
+        )
+    cls = KCenterSelector if args.method == "kcenter" else KMedoidsSelector
+    return cls(n_select=args.k, metric=args.metric).fit(X)
+
+
+def cmd_select(args):
+    names, X = read_embeddings(args.embeddings)
+    costs = None
+    if args.costs:
+        costs = costs_for(read_costs(args.costs), names, args.costs)
+    selector = _selector(args, X, costs)
+    selected = selector.selected_indices_
+    covers = np.bincount(selector.labels_, minlength=len(selected))
+    total = None if costs is None else float(costs[selected].sum())
+    if args.json:
+        emit_json(
+            {
+                "selected": [
+                    {
+                        "model": names[i],
+                        "covers": int(n),
+                        "cost": None if costs is None else float(costs[i]),
+                    }
+                    for i, n in zip(selected, covers, strict=True)
+                ],
+                "objective": float(selector.objective_),
+                "total_cost": total,
+                "n_models": len(names),
+            }
+        )
+        return 0
+    header = ["rank", "model", "covers"] + (["cost"] if costs is not None else [])
+    rows = []
+    for rank, (i, n) in enumerate(zip(selected, covers, strict=True), start=1):
+        rows.append(
+            [rank, names[i], n] + ([f"{costs[i]:g}"] if costs is not None else [])
+        )
+    echo(format_table(header, rows, tsv=args.tsv))
+    if not args.tsv:
+        spent = f"; total cost {total:g}" if costs is not None else ""
+        note(
+            f"Selected {len(selected)} of {len(names)} models "
+            f"(coverage objective {selector.objective_:.3f}{spent}); 'covers' counts "
+            "the models nearest to each selected one."
+        )
+    return 0
+
+
+# ------------------------------------------------------------------- neighbors
+def cmd_neighbors(args):
+    from ..inspection import nearest_models
+
+    if str(args.router).lower().endswith(".csv"):
+        names, X = read_embeddings(args.router)
+        table = nearest_models(X, args.model, k=args.k, metric=args.metric, names=names)
+    else:
+        router = _load(args.router, args)
+        n_others = len(router.classes_) - 1
+        if args.model in set(router.classes_) and args.k > n_others:
+            raise ValueError(
+                f"--k {args.k} is larger than the other models ({n_others})."
+            )
+        table = nearest_models(router, args.model, k=args.k, metric=args.metric)
+    if args.json:
+        emit_json(
+            [
+                {"rank": int(rank), "model": m, "distance": float(d)}
+                for rank, (m, d) in table.iterrows()
+            ]
+        )
+        return 0
+    rows = [[rank, m, f"{d:.4f}"] for rank, (m, d) in table.iterrows()]
+    echo(format_table(["rank", "model", "distance"], rows, tsv=args.tsv))
+    return 0

@@ -1,0 +1,88 @@
+"""Exit statuses of the ``locus`` command and the one-line form of its errors.
+
+Every failure ends the command with one line on stderr and one of these
+statuses (documented in ``docs/cli.rst``); ``--debug`` re-raises instead.
+"""
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_ERROR",
+    "EXIT_USAGE",
+    "EXIT_IO",
+    "EXIT_INTERRUPTED",
+    "CommandError",
+    "exit_status",
+    "one_line",
+]
+
+EXIT_OK = 0
+#: Invalid data or values: bad file contents, unknown models or queries,
+#: hyper-parameters out of range, an unavailable device.
+EXIT_ERROR = 1
+#: A bad command line (argparse's own status).
+EXIT_USAGE = 2
+#: A file that cannot be read or written: missing, not permitted, disk full.
+EXIT_IO = 3
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """An error the command reports as it is, with its exit ``status``.
+
+    Examples
+    --------
+    >>> exit_status(CommandError("disk full", status=EXIT_IO))
+    3
+    """
+
+    def __init__(self, message, *, status=EXIT_ERROR):
+        super().__init__(message)
+        self.status = status
+
+
+def _is_safetensors_error(exc):
+    # safetensors' Rust errors (e.g. a full disk while serialising) derive
+    # from Exception only; recognise them by type name so that this module
+    # imports nothing heavy.
+    return type(exc).__name__ == "SafetensorError"
+
+
+def exit_status(exc):
+    """The exit status for an exception raised by a command.
+
+    Examples
+    --------
+    >>> exit_status(FileNotFoundError("x")), exit_status(ValueError("x"))
+    (3, 1)
+    """
+    if isinstance(exc, CommandError):
+        return exc.status
+    if isinstance(exc, OSError) or _is_safetensors_error(exc):
+        return EXIT_IO
+    return EXIT_ERROR
+
+
+#: Exceptions whose message is meant for users; anything else is reported
+#: with its type name, as it points at a bug rather than at the input.
+_EXPECTED = (CommandError, ValueError, TypeError, KeyError, OSError, ImportError)
+
+
+def one_line(exc):
+    """The message of ``exc`` on one line (whitespace runs become one space).
+
+    Examples
+    --------
+    >>> one_line(ValueError("bad\\n  value"))
+    'bad value'
+    >>> one_line(KeyError("q1"))
+    'q1'
+    >>> one_line(AssertionError())
+    'AssertionError (run with --debug for the traceback)'
+    """
+    message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    message = " ".join(str(message).split())
+    if not isinstance(exc, _EXPECTED) and not _is_safetensors_error(exc):
+        prefix = type(exc).__name__
+        message = f"{prefix}: {message}" if message else prefix
+        return f"{message} (run with --debug for the traceback)"
+    return message or type(exc).__name__

@@ -1,0 +1,576 @@
+"""Input and output of the ``locus`` command: tables, JSON, progress, files.
+
+Reading (evaluations, costs, encodings, queries, embeddings, saved
+estimators) turns every problem with a file into one clear message naming
+the file; writing checks the target before any work and reports a failed
+write against the target, never against a temporary file.
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# The package's one cost validator; the only place the CLI names it.
+from .._base import check_model_costs
+from ._errors import EXIT_IO, CommandError
+
+__all__ = [
+    "costs_for",
+    "echo",
+    "emit_json",
+    "format_table",
+    "load_estimator",
+    "note",
+    "progress_to_stderr",
+    "read_costs",
+    "read_embeddings",
+    "read_encodings",
+    "read_evals",
+    "read_queries",
+    "check_writable",
+    "write_csv",
+    "write_estimator",
+]
+
+
+# ---------------------------------------------------------------------- output
+def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
+    """Format rows as tab-separated or aligned text.
+
+    Parameters
+    ----------
+    header : sequence of str
+        Column names.
+    rows : sequence of sequences
+        Cells, converted with ``str``.
+    tsv : bool, default=False
+        Tab-separated values (tabs and newlines in cells become spaces)
+        instead of aligned columns.
+    aligns : sequence of {"<", ">"}, default=None
+        Alignment per column; text left, everything else right by default.
+    indent : str, default=""
+        Prefix of every line of an aligned table.
+
+    Returns
+    -------
+    lines : list of str
+
+    Examples
+    --------
+    >>> print("\\n".join(format_table(["model", "p"], [["a", "0.5"]])))
+    model    p
+    -----  ---
+    a      0.5
+    """
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    if tsv:
+        clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
+        return ["\t".join(cell.translate(clean) for cell in row) for row in cells]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    if aligns is None:
+        aligns = ["<" if not _is_number(rows, i) else ">" for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(cells):
+        padded = zip(row, aligns, widths, strict=True)
+        text = "  ".join(f"{c:{a}{w}}" for c, a, w in padded)
+        lines.append(indent + text.rstrip())
+        if n == 0:
+            lines.append(indent + "  ".join("-" * w for w in widths))
+    return lines
+
+
+def _is_number(rows, i):
+    values = [str(row[i]) for row in rows if str(row[i]) != ""]
+    try:
+        [float(v.replace(",", "")) for v in values]
+    except ValueError:
+        return False
+    return bool(values)
+
+
+def echo(lines, stream=None):
+    """Print a line or lines to ``stream`` (default: stdout)."""
+    stream = sys.stdout if stream is None else stream
+    for line in [lines] if isinstance(lines, str) else lines:
+        print(line, file=stream)
+
+
+def note(message):
+    """Progress and notes go to stderr, so stdout stays parseable."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _jsonable(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"cannot write a {type(value).__name__} as JSON")
+
+
+def emit_json(document):
+    """Print ``document`` as one JSON document on stdout.
+
+    NaN or infinite numbers are an error: JSON has no spelling for them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> emit_json({"model": "a", "p_correct": np.float32(0.5)})
+    {
+      "model": "a",
+      "p_correct": 0.5
+    }
+    """
+    print(json.dumps(document, indent=2, allow_nan=False, default=_jsonable))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class _ProgressStream(io.TextIOBase):
+    """A text stream writing to ``target`` with ANSI colour codes removed
+    unless ``target`` is a terminal."""
+
+    def __init__(self, target):
+        self.target = target
+        isatty = getattr(target, "isatty", None)
+        self.strip = not (isatty is not None and isatty())
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        self.target.write(_ANSI.sub("", text) if self.strip else text)
+        return len(text)
+
+    def flush(self):
+        self.target.flush()
+
+
+@contextlib.contextmanager
+def progress_to_stderr():
+    """Send what is printed to stdout meanwhile (skorch's epoch table) to stderr,
+    without colour codes unless stderr is a terminal.
+
+    Examples
+    --------
+    >>> with progress_to_stderr():
+    ...     print("epoch 1")  # written to stderr
+    """
+    with contextlib.redirect_stdout(_ProgressStream(sys.stderr)):
+        yield
+
+
+# ----------------------------------------------------------------- evaluations
+def _csv_separator(path):
+    lower = os.fspath(path).lower()
+    if lower.endswith((".csv", ".csv.gz")):
+        return ","
+    if lower.endswith((".tsv", ".tsv.gz")):
+        return "\t"
+    return None
+
+
+def _check_header(path, sep):
+    """Reject an empty csv/tsv and one with repeated column names (pandas
+    would rename the second ``score`` to ``score.1`` and read the first)."""
+    try:
+        first = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str)
+    except pd.errors.EmptyDataError:
+        raise ValueError(
+            f"The evaluations file {os.fspath(path)!r} is empty; it needs a header "
+            "line (model, query, score) and one row per evaluation."
+        ) from None
+    names = [str(n).strip() for n in first.iloc[0].tolist()]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        where = {n: [i + 1 for i, m in enumerate(names) if m == n] for n in repeated}
+        described = "; ".join(f"{n!r} (columns {where[n]})" for n in repeated)
+        raise ValueError(
+            f"The evaluations file {os.fspath(path)!r} has repeated column names: "
+            f"{described}; keep one column of each name."
+        )
+
+
+def _first_bad_score(path):
+    """(row, value, count) of the first non-numeric score of a file, or None."""
+    sep = _csv_separator(path)
+    try:
+        if sep is not None:
+            raw = pd.read_csv(
+                path, sep=sep, usecols=["score"], dtype=str, keep_default_na=False
+            )["score"]
+        elif os.fspath(path).lower().endswith((".jsonl", ".jsonl.gz")):
+            raw = pd.read_json(path, lines=True, dtype=False)["score"]
+        else:
+            raw = pd.read_parquet(path, columns=["score"])["score"]
+    except (ValueError, KeyError, OSError, ImportError):
+        return None
+    present = raw.notna() & (raw.astype(str).str.strip() != "")
+    number = pd.to_numeric(raw.where(present), errors="coerce")
+    bad = np.flatnonzero(present.to_numpy() & number.isna().to_numpy())
+    if not len(bad):
+        return None
+    return int(bad[0]) + 1, raw.iloc[bad[0]], len(bad)
+
+
+def read_evals(path):
+    """Read an evaluation file with :func:`~locus_sklearn.datasets.load_evals`,
+    with messages naming the file (and the row) for the common mistakes.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    evals : DataFrame
+    """
+    from ..datasets import load_evals
+
+    sep = _csv_separator(path)
+    if sep is not None and os.path.isfile(path):
+        _check_header(path, sep)
+    try:
+        return load_evals(path)
+    except ValueError:
+        found = _first_bad_score(path)
+        if found is None:
+            raise
+        row, value, count = found
+        raise ValueError(
+            f"The evaluations file {os.fspath(path)!r}, column 'score': {value!r} in "
+            f"data row {row} is not a number ({count} row(s) are not); scores are "
+            "numbers in [0, 1]."
+        ) from None
+
+
+def read_queries(arguments, file=None):
+    """Queries from the command line (``-`` reads stdin) and ``file``; blank
+    lines are skipped.
+
+    Examples
+    --------
+    >>> read_queries(["What is 2+2?", "  "])
+    ['What is 2+2?']
+    """
+    queries = []
+    for query in arguments:
+        if query == "-":
+            queries.extend(line.rstrip("\r\n") for line in sys.stdin)
+        else:
+            queries.append(query)
+    if file:
+        with open(file, encoding="utf-8") as handle:
+            queries.extend(line.rstrip("\r\n") for line in handle)
+    queries = [q for q in queries if q.strip()]
+    if not queries:
+        raise ValueError(
+            "No queries given: pass them as arguments, '-' to read one per line "
+            "from stdin, or --file FILE."
+        )
+    return queries
+
+
+# ----------------------------------------------------------------------- costs
+def read_costs(path):
+    """Read per-model costs from a csv file with columns ``model`` and ``cost``.
+
+    Costs are validated by the estimators' own validator
+    (:func:`~locus_sklearn._base.check_model_costs`).
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    costs : dict of str to float
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist.
+    ValueError
+        For missing columns, duplicate models, or costs that are not finite
+        numbers >= 0.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "costs.csv")
+    >>> _ = open(path, "w").write("model,cost\\na,1.5\\nb,0\\n")
+    >>> read_costs(path)
+    {'a': 1.5, 'b': 0.0}
+    """
+    try:
+        frame = pd.read_csv(path, dtype={"model": str})
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No such costs file: {str(path)!r}.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"Could not read the costs file {str(path)!r}: {exc}"
+        ) from None
+    missing = [c for c in ("model", "cost") if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"The costs file {str(path)!r} must be a csv with columns model,cost; it "
+            f"has {list(frame.columns)}."
+        )
+    duplicated = frame["model"][frame["model"].duplicated()].unique().tolist()
+    if duplicated:
+        raise ValueError(
+            f"The costs file {str(path)!r} lists {len(duplicated)} model(s) more "
+            f"than once: {duplicated[:5]}."
+        )
+    models = frame["model"].to_numpy(dtype=object)
+    raw = dict(zip(models, frame["cost"].tolist(), strict=True))
+    costs = check_model_costs(raw, models, name=f"The costs file {str(path)!r}")
+    return dict(zip(models.tolist(), costs.tolist(), strict=True))
+
+
+def costs_for(costs, models, path):
+    """Costs of ``models`` (in that order) from a costs file's ``costs``;
+    models of the file that are not asked for are ignored.
+
+    Returns
+    -------
+    costs : ndarray of float64, shape (len(models),)
+
+    Examples
+    --------
+    >>> costs_for({"a": 1.0, "b": 2.0, "c": 3.0}, ["c", "a"], "costs.csv").tolist()
+    [3.0, 1.0]
+    """
+    models = np.asarray(models, dtype=object)
+    wanted = {m: costs[m] for m in models if m in costs}
+    return check_model_costs(wanted, models, name=f"The costs file {str(path)!r}")
+
+
+# ------------------------------------------------------------------- encodings
+_NPZ_MAGIC = b"PK\x03\x04"  # an npz file is a zip archive
+
+
+def _npz_problem(path):
+    """Why ``path`` is not an npz archive, or None if it looks like one."""
+    with open(path, "rb") as handle:
+        start = handle.read(6)
+    if start.startswith(_NPZ_MAGIC):
+        return None
+    if start.startswith(b"\x93NUMPY"):
+        return "it holds a single .npy array, not an npz archive"
+    return "it is not an npz archive; a text file, perhaps"
+
+
+def read_encodings(path):
+    """Read precomputed query encodings from an ``.npz`` file.
+
+    The file holds two arrays: ``queries`` (strings, shape (n,)) and
+    ``vectors`` (numbers, shape (n, d)), as written by
+    ``numpy.savez(path, queries=np.array(texts, dtype=str), vectors=X)``.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    encodings : dict of str to ndarray of shape (d,)
+        Usable as ``encoder=`` of any estimator.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist.
+    ValueError
+        If it is not an npz file with those two arrays of matching length.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such encodings file: {str(path)!r}.")
+    how = (
+        "Write one with numpy.savez(path, queries=np.array(texts, dtype=str), "
+        "vectors=X)."
+    )
+    reason = _npz_problem(path)
+    if reason is not None:
+        raise ValueError(
+            f"{str(path)!r} is not a valid encodings file ({reason}). {how}"
+        )
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            missing = [k for k in ("queries", "vectors") if k not in data.files]
+            if missing:
+                raise ValueError(
+                    f"it has arrays {data.files}; it needs 'queries' and 'vectors'"
+                )
+            queries, vectors = data["queries"], data["vectors"]
+    except (ValueError, OSError, EOFError) as exc:
+        reason = str(exc)
+        if "allow_pickle" in reason:
+            reason = (
+                "'queries' is an object array; save it as np.array(texts, dtype=str)"
+            )
+        raise ValueError(
+            f"{str(path)!r} is not a valid encodings file ({reason}). {how}"
+        ) from None
+    if queries.ndim != 1 or queries.dtype.kind not in "US":
+        raise ValueError(
+            f"{str(path)!r}: 'queries' must be a 1-d array of strings; got dtype "
+            f"{queries.dtype} and shape {queries.shape}."
+        )
+    if (
+        vectors.ndim != 2
+        or len(vectors) != len(queries)
+        or vectors.dtype.kind not in "fiu"
+    ):
+        raise ValueError(
+            f"{str(path)!r}: 'vectors' must be numbers of shape ({len(queries)}, d), "
+            f"one row per query; got dtype {vectors.dtype} and shape {vectors.shape}."
+        )
+    queries = queries.astype(str).tolist()
+    if len(set(queries)) != len(queries):
+        raise ValueError(f"{str(path)!r}: 'queries' has duplicates.")
+    return dict(zip(queries, vectors.astype(np.float32), strict=True))
+
+
+# ------------------------------------------------------------------ embeddings
+def read_embeddings(path):
+    """Model names and embeddings from a csv written by ``locus embed``.
+
+    Returns
+    -------
+    names : ndarray of object, shape (n_models,)
+    X : ndarray of float64, shape (n_models, n_dims)
+    """
+    try:
+        frame = pd.read_csv(path, index_col=0)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No such embeddings file: {str(path)!r}.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"Could not read the embeddings file {str(path)!r}: {exc}"
+        ) from None
+    values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    if frame.shape[1] == 0 or len(frame) == 0 or not np.isfinite(values).all():
+        raise ValueError(
+            f"{str(path)!r} is not an embeddings csv: expected a model column followed "
+            "by numeric columns (as written by locus embed)."
+        )
+    names = frame.index.astype(str).to_numpy(dtype=object)
+    if len(set(names)) != len(names):
+        raise ValueError(f"{str(path)!r} lists some models more than once.")
+    return names, values
+
+
+# ---------------------------------------------------------- saved estimators
+def _file_kind(path):
+    """The estimator kind stored in a locus_sklearn file, or None if unreadable."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            kind = (handle.metadata() or {}).get("kind")
+        return json.loads(kind) if kind else None
+    except Exception:  # any unreadable file: let load() give its own message
+        return None
+
+
+def load_estimator(path, *, encoder=None, device=None, embedder_ok=False):
+    """Load a saved router (or, with ``embedder_ok``, an embedder).
+
+    Precomputed encodings (a mapping ``encoder``) are added to those saved in
+    a file fitted with precomputed encodings (the new vectors win).
+    """
+    from .. import LocusEmbedder, LocusRouter
+
+    cls = LocusRouter
+    if embedder_ok and _file_kind(path) == "LocusEmbedder":
+        cls = LocusEmbedder
+    if encoder is None:
+        return cls.load(path, device=device)
+    if isinstance(encoder, Mapping):
+        try:
+            saved = cls.load(path, device=device)
+        except ValueError:  # e.g. saved with a custom encoder object
+            saved = None
+        if saved is not None:
+            saved = (saved.embedder_ if cls is LocusRouter else saved).encoder
+        if isinstance(saved, Mapping):
+            encoder = {**saved, **encoder}
+    return cls.load(path, encoder=encoder, device=device)
+
+
+# --------------------------------------------------------------------- writing
+def check_writable(path, what):
+    """Fail now, before any work, if ``what`` cannot be written to ``path``.
+
+    Examples
+    --------
+    >>> check_writable("/no/such/folder/router.locus", "ROUTER")
+    Traceback (most recent call last):
+    ...
+    locus_sklearn._cli._errors.CommandError: cannot write ROUTER '/no/such/folder/router.locus': the folder '/no/such/folder' does not exist
+    """
+    path = Path(path)
+    folder = path.parent
+    problem = None
+    if path.is_dir():
+        problem = "it is a folder; give a file name"
+    elif not folder.exists():
+        problem = f"the folder {str(folder)!r} does not exist"
+    elif not folder.is_dir():
+        problem = f"{str(folder)!r} is not a folder"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"the folder {str(folder)!r} is not writable"
+    if problem:
+        raise CommandError(
+            f"cannot write {what} {str(path)!r}: {problem}", status=EXIT_IO
+        )
+
+
+def _write_failure(exc):
+    """The reason of a failed write, without the temporary file's name."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    # safetensors reports e.g. IoError(Os { code: 28, ..., message: "No space
+    # left on device" }): keep the OS's message when there is one.
+    found = re.search(r'message: "([^"]*)"', str(exc))
+    return found.group(1) if found else " ".join(str(exc).split())
+
+
+def write_estimator(estimator, path, what):
+    """``estimator.save(path)``, with a failed write reported against ``path``."""
+    existed = Path(path).exists()
+    try:
+        estimator.save(path)
+    except Exception as exc:
+        if not isinstance(exc, OSError) and type(exc).__name__ != "SafetensorError":
+            raise
+        left = "the file is unchanged" if existed else "nothing was written"
+        raise CommandError(
+            f"could not write {what} {str(path)!r}: {_write_failure(exc)} ({left})",
+            status=EXIT_IO,
+        ) from exc
+
+
+def write_csv(frame, path, what):
+    """``frame.to_csv(path)``, with a failed write reported against ``path``."""
+    try:
+        frame.to_csv(path)
+    except OSError as exc:
+        raise CommandError(
+            f"could not write {what} {str(path)!r}: {_write_failure(exc)}",
+            status=EXIT_IO,
+        ) from exc

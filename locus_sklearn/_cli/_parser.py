@@ -1,0 +1,447 @@
+"""The argument parser of the ``locus`` command: one builder per subcommand.
+
+Each ``_add_*`` function adds one subcommand and sets its ``func`` (the
+function of :mod:`._commands` that runs it). Subcommands defined elsewhere
+(``locus serve``) are added by ``locus_sklearn.serve._cli.add_subparsers``
+when that module is installed.
+"""
+
+import argparse
+import ast
+
+from . import _commands
+
+__all__ = ["PROG", "build_parser"]
+
+PROG = "locus"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, like every error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+# ------------------------------------------------------------------ arg types
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _nonnegative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 0, got {text!r}"
+        ) from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text):
+    value = _nonnegative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _model_list(text):
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise argparse.ArgumentTypeError("expected comma-separated model names")
+    return models
+
+
+def _assignment(text):
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        parsed = value  # a bare word, e.g. early_stopping=valid_loss
+    if value in ("None", "none", "null"):
+        parsed = None
+    return name.strip().replace("-", "_"), parsed
+
+
+def _device(text):
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ...)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a torch device; use e.g. cpu or cuda"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "has no CUDA" if torch.version.cuda is None else "sees no GPU"
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not available: this torch ({torch.__version__}) "
+                f"{build}; use --device cpu"
+            )
+        n = torch.cuda.device_count()
+        if device.index is not None and device.index >= n:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not available: this machine has {n} CUDA device(s)"
+            )
+    return text
+
+
+# -------------------------------------------------------------- shared options
+def _shared_parents():
+    """Parent parsers: ``common`` (every subcommand), ``encoding`` (commands
+    that encode queries), ``output`` (commands that print a table)."""
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: the value given before the subcommand is kept when the
+    # option is not repeated after it.
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the full traceback on errors",
+    )
+    common.add_argument(
+        "--threads",
+        type=_positive_int,
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help="number of CPU threads torch uses (default: torch's own choice)",
+    )
+    encoding = argparse.ArgumentParser(add_help=False)
+    exclusive = encoding.add_mutually_exclusive_group()
+    exclusive.add_argument(
+        "--encoder",
+        metavar="DIR",
+        help="a local sentence-transformers model directory (default: the bundled "
+        "all-MiniLM-L6-v2, or what the router was fitted with)",
+    )
+    exclusive.add_argument(
+        "--encodings",
+        metavar="FILE.npz",
+        help="precomputed query vectors: an npz file with arrays 'queries' (strings) "
+        "and 'vectors' (n, d); added to those saved in a router fitted with them",
+    )
+    encoding.add_argument(
+        "--device",
+        type=_device,
+        help="torch device, e.g. cpu or cuda (default: CUDA if available)",
+    )
+    output = argparse.ArgumentParser(add_help=False)
+    how = output.add_mutually_exclusive_group()
+    how.add_argument(
+        "--tsv", action="store_true", help="tab-separated output instead of a table"
+    )
+    how.add_argument("--json", action="store_true", help="output as JSON")
+    return common, encoding, output
+
+
+def _json_option(parser, what):
+    parser.add_argument(
+        "--json", action="store_true", help=f"print {what} as JSON on stdout"
+    )
+
+
+# ----------------------------------------------------------------- subcommands
+def _add_demo(sub, common):
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="route, onboard and pick a portfolio on built-in real data",
+        description="Train a LocusRouter on the built-in MMLU-Pro subset (or your "
+        "own evaluations) and compare it with the single best model, the oracle "
+        "and a kNN router; onboard held-out models; pick a portfolio; write figures.",
+    )
+    p.add_argument(
+        "--evals",
+        metavar="PATH",
+        help="your own long-format evaluations "
+        "(csv/parquet/jsonl with columns model, query, score) instead of "
+        "the built-in data; queries are encoded with MiniLM",
+    )
+    p.add_argument(
+        "--output",
+        metavar="DIR",
+        default="locus_demo_output",
+        help="folder for the figures (default: %(default)s)",
+    )
+    weights = p.add_mutually_exclusive_group()
+    weights.add_argument(
+        "--open-weights",
+        dest="open_weights",
+        action="store_true",
+        default=True,
+        help="the 27 open-weights models (default)",
+    )
+    weights.add_argument(
+        "--all-models",
+        dest="open_weights",
+        action="store_false",
+        help="all 32 models, API models included",
+    )
+    p.add_argument(
+        "--epochs",
+        type=_positive_int,
+        metavar="N",
+        help="maximum training epochs (default: 40, with early stopping)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument(
+        "--quick", action="store_true", help="tiny settings that run in seconds"
+    )
+    _json_option(p, "the summary (the report then goes to stderr)")
+    p.set_defaults(func=_commands.cmd_demo)
+
+
+def _add_fit(sub, common, encoding):
+    p = sub.add_parser(
+        "fit",
+        parents=[common, encoding],
+        help="train a router on evaluations and save it",
+        description="Train a LocusRouter on long-format evaluations (csv, parquet or "
+        "jsonl with columns model, query, score) and save it in the safe format. "
+        "Progress goes to stderr.",
+    )
+    p.add_argument("evals", metavar="EVALS", help="evaluation file")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="ROUTER",
+        help="where to save the router (e.g. router.safetensors)",
+    )
+    p.add_argument("--costs", metavar="FILE", help="csv with columns model,cost")
+    p.add_argument(
+        "--epochs",
+        type=_positive_int,
+        metavar="N",
+        help="maximum epochs (default 100; early stopping usually ends sooner)",
+    )
+    p.add_argument(
+        "--embedding-dim",
+        type=_positive_int,
+        metavar="D",
+        help="size of a model embedding (default 128)",
+    )
+    p.add_argument("--seed", type=int, metavar="S", help="random seed")
+    p.add_argument(
+        "--set",
+        type=_assignment,
+        action="append",
+        metavar="NAME=VALUE",
+        help="any other LocusEmbedder hyper-parameter, e.g. --set "
+        "n_latents=16 --set 'enc_size=(32, 512)'; repeatable",
+    )
+    p.add_argument("--cache", metavar="DIR", help="cache query encodings in DIR")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    _json_option(p, "a summary of the saved router")
+    p.set_defaults(func=_commands.cmd_fit)
+
+
+def _add_route(sub, common, encoding, output):
+    p = sub.add_parser(
+        "route",
+        parents=[common, encoding, output],
+        help="route queries to the best model of a saved router",
+        description="Print the model each query is routed to, with its P(correct) "
+        "(or the top K models).",
+    )
+    p.add_argument("router", metavar="ROUTER", help="a router saved by locus fit")
+    p.add_argument(
+        "queries",
+        metavar="QUERY",
+        nargs="*",
+        help="query texts; '-' reads one query per line from stdin",
+    )
+    p.add_argument("--file", metavar="FILE", help="read one query per line from FILE")
+    p.add_argument(
+        "--top",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="show the K best models per query (default: 1)",
+    )
+    p.add_argument(
+        "--cost-weight",
+        type=_nonnegative_float,
+        metavar="L",
+        help="route on P(correct) - L * cost (needs a router fitted "
+        "with --costs; default: the router's own, usually 0)",
+    )
+    p.add_argument(
+        "--models",
+        type=_model_list,
+        metavar="A,B,...",
+        help="route only among these models (an outage, a portfolio)",
+    )
+    p.set_defaults(func=_commands.cmd_route)
+
+
+def _add_embed(sub, common, encoding):
+    p = sub.add_parser(
+        "embed",
+        parents=[common, encoding],
+        help="embed models from their evaluations into a csv",
+        description="Embed every model of EVALS (no training) with a saved router "
+        "or embedder; write a csv with a model column and one column per dimension.",
+    )
+    p.add_argument("model", metavar="ROUTER_OR_EMBEDDER")
+    p.add_argument("evals", metavar="EVALS", help="evaluation file")
+    p.add_argument("-o", "--output", required=True, metavar="EMBEDDINGS.csv")
+    _json_option(p, "the embeddings (as well as writing the csv)")
+    p.set_defaults(func=_commands.cmd_embed)
+
+
+def _add_onboard(sub, common, encoding):
+    p = sub.add_parser(
+        "onboard",
+        parents=[common, encoding],
+        help="add (or refresh) models in a saved router, no training",
+        description="Embed the models of EVALS and add them to the router's pool "
+        "(or refresh models it has; a refreshed model keeps its cost unless the "
+        "costs file gives a new one). The file is replaced atomically: a failed "
+        "run leaves it as it was.",
+    )
+    p.add_argument("router", metavar="ROUTER")
+    p.add_argument("evals", metavar="EVALS", help="evaluations of the models to add")
+    p.add_argument(
+        "--costs",
+        metavar="FILE",
+        help="csv with columns model,cost (required for new models when the "
+        "router has costs)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="ROUTER",
+        help="write the updated router here instead of in place",
+    )
+    _json_option(p, "a summary (models added and refreshed)")
+    p.set_defaults(func=_commands.cmd_onboard)
+
+
+def _add_select(sub, common, output):
+    p = sub.add_parser(
+        "select",
+        parents=[common, output],
+        help="choose a portfolio of models from their embeddings",
+        description="Choose K models that cover the pool (k-medoids or k-center on "
+        "the embeddings), or the models that cover it best within a cost budget.",
+    )
+    p.add_argument(
+        "embeddings", metavar="EMBEDDINGS.csv", help="as written by locus embed"
+    )
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--k", type=_positive_int, metavar="N", help="number of models")
+    how.add_argument(
+        "--budget",
+        type=_positive_float,
+        metavar="B",
+        help="largest total cost (with --costs; without, a model count)",
+    )
+    p.add_argument("--costs", metavar="FILE", help="csv with columns model,cost")
+    p.add_argument(
+        "--method",
+        choices=["kcenter", "kmedoids"],
+        help="for --k: k-medoids (default; best total coverage) or "
+        "k-center (no model left far from the portfolio)",
+    )
+    _metric_option(p)
+    p.set_defaults(func=_commands.cmd_select)
+
+
+def _add_neighbors(sub, common, encoding, output):
+    p = sub.add_parser(
+        "neighbors",
+        parents=[common, encoding, output],
+        help="the models nearest to a model (proxies, fallbacks)",
+        description="List the K models nearest to MODEL in embedding space.",
+    )
+    p.add_argument(
+        "router", metavar="ROUTER", help="a saved router, or an embeddings csv"
+    )
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument(
+        "--k",
+        type=_positive_int,
+        default=5,
+        metavar="N",
+        help="number of neighbours (default: %(default)s)",
+    )
+    _metric_option(p)
+    p.set_defaults(func=_commands.cmd_neighbors)
+
+
+def _metric_option(parser):
+    parser.add_argument(
+        "--metric",
+        choices=["cosine", "euclidean"],
+        default="cosine",
+        help="distance between embeddings (default: %(default)s)",
+    )
+
+
+def _add_external(sub):
+    """Subcommands of optional parts of the package (``locus serve``)."""
+    try:
+        from ..serve._cli import add_subparsers
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("locus_sklearn.serve", "locus_sklearn.serve._cli"):
+            raise  # the module is there but something it needs is not
+        return
+    add_subparsers(sub)
+
+
+def build_parser():
+    """The argument parser of the ``locus`` command.
+
+    Returns
+    -------
+    parser : argparse.ArgumentParser
+        Parsed arguments carry ``func``, the function that runs the
+        subcommand.
+
+    Examples
+    --------
+    >>> args = build_parser().parse_args(["neighbors", "router.locus", "gpt-4o"])
+    >>> args.k, args.func.__name__
+    (5, 'cmd_neighbors')
+    """
+    from .. import __version__
+
+    common, encoding, output = _shared_parents()
+    parser = _Parser(
+        prog=PROG,
+        parents=[common],
+        description="LOCUS model embeddings: route queries to LLMs, onboard models, "
+        "compare them and choose portfolios.",
+        epilog="Run `locus COMMAND --help` for a command's options. Exit status: "
+        "0 success, 1 invalid data or values, 2 bad command line, 3 a file that "
+        "cannot be read or written, 130 interrupted.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    _add_demo(sub, common)
+    _add_fit(sub, common, encoding)
+    _add_route(sub, common, encoding, output)
+    _add_embed(sub, common, encoding)
+    _add_onboard(sub, common, encoding)
+    _add_select(sub, common, output)
+    _add_neighbors(sub, common, encoding, output)
+    _add_external(sub)
+    return parser
