@@ -26,9 +26,11 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
 
     Parameters
     ----------
-    model_costs : mapping of str to float, array-like of shape (n_models,) or None
-        Cost of each model (e.g. USD per query, or billions of parameters). An
-        array is read in the order of ``classes`` (sorted model names).
+    model_costs : mapping of str to float, pandas Series, array-like of shape (n_models,) or None
+        Cost of each model (e.g. USD per query, or billions of parameters). A
+        mapping or a Series is read by model name (a Series by its index) and
+        must name exactly the models of ``classes``; an array is read in the
+        order of ``classes`` (sorted model names).
     classes : ndarray of str, shape (n_models,)
 
     Returns
@@ -41,9 +43,30 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
     >>> check_model_costs({"b": 2.0, "a": 1.0}, np.array(["a", "b"])).tolist()
     [1.0, 2.0]
     """
+    import pandas as pd
+
     if model_costs is None:
         return None
     classes = np.asarray(classes, dtype=object)
+    if isinstance(model_costs, pd.Series):
+        # A Series names its models in its index; reading it by position would
+        # silently give each model another one's cost.
+        index = model_costs.index
+        not_names = [m for m in index if not isinstance(m, str)]
+        if not_names:
+            raise ValueError(
+                f"{name} is a pandas Series, which is read by its index of model "
+                f"names, but {len(not_names)} index label(s) are not model names: "
+                f"{_preview(not_names)}. Index it by model name, or pass "
+                f"{name}.to_numpy() for costs in sorted model-name order."
+            )
+        repeated = index[index.duplicated()].unique().tolist()
+        if repeated:
+            raise ValueError(
+                f"{name} is a pandas Series whose index repeats {len(repeated)} "
+                f"model name(s): {_preview(repeated)}; give each model one cost."
+            )
+        model_costs = model_costs.to_dict()
     if isinstance(model_costs, Mapping):
         known = set(classes)
         missing = [m for m in classes if m not in model_costs]

@@ -163,3 +163,30 @@ def test_check_queries():
         check_queries(pd.DataFrame({"text": ["x"]}))
     with pytest.raises(TypeError, match="got int"):
         check_queries(5)
+
+
+# ------------------------------------------------------------- check_model_costs
+
+
+def test_model_costs_series_is_read_by_index_not_position():
+    from locus_sklearn._base import check_model_costs
+
+    classes = np.array(["a", "b", "c"], dtype=object)
+    # Index in another order than the sorted pool: values follow the names.
+    costs = pd.Series({"c": 3.0, "a": 1.0, "b": 2.0})
+    assert check_model_costs(costs, classes).tolist() == [1.0, 2.0, 3.0]
+    # Arrays and lists stay positional, in sorted pool order.
+    assert check_model_costs(np.array([3.0, 1.0, 2.0]), classes).tolist() == [
+        3.0,
+        1.0,
+        2.0,
+    ]
+    with pytest.raises(ValueError, match=r"no cost for 1 model.*\['c'\]"):
+        check_model_costs(pd.Series({"a": 1.0, "b": 2.0}), classes)
+    with pytest.raises(ValueError, match=r"not in the pool: \['zz'\]"):
+        check_model_costs(pd.Series({"a": 1.0, "b": 2.0, "c": 3.0, "zz": 4.0}), classes)
+    # A default RangeIndex is not a set of model names: refused, with the fix.
+    with pytest.raises(ValueError, match=r"index.*to_numpy\(\)"):
+        check_model_costs(pd.Series([1.0, 2.0, 3.0]), classes)
+    with pytest.raises(ValueError, match=r"repeats.*\['a'\]"):
+        check_model_costs(pd.Series([1.0, 2.0, 3.0], index=["a", "a", "b"]), classes)
