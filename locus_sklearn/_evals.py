@@ -176,6 +176,13 @@ def _check_score_column(values, name):
             f"{name}['score'] has boolean dtype; scores must be numbers in [0, 1]. "
             "Convert explicitly, e.g. evals['score'].astype(float)."
         )
+    if pd.api.types.is_complex_dtype(series.dtype):
+        # Converting to float would silently drop the imaginary part.
+        raise TypeError(
+            f"{name}['score'] has complex dtype {series.dtype}; scores must be real "
+            "numbers in [0, 1]. Convert explicitly if the imaginary parts are zero, "
+            "e.g. evals['score'].to_numpy().real."
+        )
     if not pd.api.types.is_numeric_dtype(series.dtype):
         items = series.to_numpy(dtype=object)
         is_number = np.fromiter(
@@ -234,7 +241,9 @@ def check_evals(evals, *, name="evals"):
     ------
     TypeError
         If ``evals`` is not a table, ids are not strings, or scores are not
-        numbers (booleans included).
+        real numbers: booleans (a flag is not a score; convert with
+        ``astype(float)`` if 0/1 is meant) and complex numbers are refused
+        rather than converted.
     ValueError
         If a column is missing, the table is empty, a score is NaN, infinite or
         outside [0, 1], or a query has conflicting tasks.

@@ -88,6 +88,24 @@ def test_bad_tables_raise_clear_errors(evals, error, match):
         check_evals(evals)
 
 
+@pytest.mark.parametrize(
+    "score",
+    [
+        np.array([1 + 0.5j, 0j]),
+        np.array([1 + 0j, 0j]),  # complex dtype even with no imaginary part
+        np.array([1 + 0.5j, 0.0], dtype=object),
+        pd.array([True, False], dtype="boolean"),
+        np.array([True, False], dtype=object),
+    ],
+    ids=["complex", "complex-real-valued", "complex-object", "boolean", "bool-object"],
+)
+def test_complex_and_boolean_scores_are_refused_naming_the_column(score):
+    # Complex scores would lose their imaginary part and booleans would pass as
+    # 0/1: both are refused (convert explicitly if that is what is meant).
+    with pytest.raises(TypeError, match=r"evals\['score'\]"):
+        check_evals(frame(score=score))
+
+
 def test_object_scores_that_are_numbers_are_accepted():
     table = check_evals(frame(score=np.array([1, 0.25], dtype=object)))
     assert sorted(table.score.tolist()) == [0.25, 1.0]
