@@ -84,10 +84,32 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
         costs = [model_costs[m] for m in classes]
     else:
         costs = model_costs
+    # Only real numbers: numpy would turn "1.5" into 1.5, True into 1.0 and
+    # drop the imaginary part of a complex number, silently.
     try:
-        costs = np.asarray(costs, dtype=np.float64)
+        raw = np.asarray(
+            costs, dtype=object if isinstance(costs, (list, tuple)) else None
+        )
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must hold numbers; {exc}.") from None
+    if raw.dtype == object:
+        items = raw.ravel().tolist()
+        bad = [
+            v
+            for v in items
+            if not isinstance(v, Real) or isinstance(v, np.bool_ | bool)
+        ]
+    else:
+        bad = [] if raw.dtype.kind in "iuf" else raw.ravel()[:5].tolist()
+    if bad:
+        raise TypeError(
+            f"{name} must hold real numbers; got {len(bad)} value(s) that are "
+            f"not (e.g. {_preview(bad[:5])}, dtype {raw.dtype})."
+        )
+    try:
+        costs = raw.astype(np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{name} must hold real numbers; {exc}.") from None
     if costs.shape != (len(classes),):
         raise ValueError(
             f"{name} must have one cost per model, shape ({len(classes)},); got "

@@ -132,7 +132,11 @@ def _as_frame(evals, name):
     if isinstance(evals, Mapping):
         lengths = {}
         for key, column in evals.items():
-            if np.ndim(column) != 1:
+            try:
+                ndim = np.ndim(column)
+            except ValueError:  # a ragged list: one (bad) entry per row
+                ndim = 1
+            if ndim != 1:
                 raise ValueError(
                     f"{name}[{key!r}] must be one-dimensional; got a value of "
                     f"shape {np.shape(column)}."
@@ -142,7 +146,13 @@ def _as_frame(evals, name):
             raise ValueError(
                 f"{name} columns must all have the same length; got lengths {lengths}."
             )
-        return pd.DataFrame({key: list(column) for key, column in evals.items()})
+        try:
+            return pd.DataFrame({key: list(column) for key, column in evals.items()})
+        except (TypeError, ValueError, OverflowError) as exc:
+            # pandas refuses some values outright (e.g. timedeltas in years).
+            raise TypeError(
+                f"{name} could not be read as a table of columns: {exc}"
+            ) from None
     raise TypeError(
         f"{name} must be a pandas DataFrame or a mapping of equal-length columns "
         f"'model', 'query', 'score' (optionally 'task'); got {type(evals).__name__}."
