@@ -8,8 +8,10 @@ embedder's hyper-parameters are reachable as ``embedder__<name>``, and
 :class:`~sklearn.model_selection.GridSearchCV` searches them. Splitting with
 :class:`~sklearn.model_selection.GroupKFold` on the query keeps every
 evaluation of a validation query out of training -- the paper's protocol
-(routing unseen queries). Grouping on the model instead would test
-onboarding of unseen models.
+(routing unseen queries). To test onboarding of unseen models instead,
+:class:`~locus_sklearn.model_selection.ModelGroupSplit` holds whole models
+out and :func:`~locus_sklearn.model_selection.make_onboarding_scorer`
+onboards them with ``add_models`` before scoring them (last section).
 """
 
 # %%
@@ -85,3 +87,28 @@ plt.show()
 # ``search.best_estimator_`` is the router refitted on all evaluations with
 # the best setting, ready to route.
 search.best_estimator_.predict(evals["query"].unique()[:3])
+
+# %%
+# Searching for the best onboarding
+# ----------------------------------
+# ``GroupKFold`` on ``evals["model"]`` would score each fold with a router
+# that has never seen the held-out models: every score is NaN. Instead,
+# :class:`~locus_sklearn.model_selection.ModelGroupSplit` holds out whole
+# models, and its scorer onboards each of them from ``n_onboard`` of its
+# evaluations through ``add_models`` (no training), then scores the
+# onboarded models on their other evaluations: here, correctness accuracy
+# of their predicted P(correct).
+from locus_sklearn.model_selection import ModelGroupSplit, make_onboarding_scorer
+
+cv = ModelGroupSplit(n_splits=3, n_onboard=64, random_state=0)
+onboarding_search = GridSearchCV(
+    router,
+    {"embedder__enc_size": [(32, 128), (64, 128)]},
+    cv=cv,
+    scoring=make_onboarding_scorer(cv),
+    refit=False,  # only the scores are wanted here
+)
+onboarding_search.fit(evals)
+pd.DataFrame(onboarding_search.cv_results_)[
+    ["param_embedder__enc_size", "mean_test_score", "std_test_score"]
+]

@@ -17,7 +17,7 @@ from ._encoders import as_query_encoder
 from ._evals import _preview, check_evals, check_model_costs, check_queries
 from .metrics._routing import route
 
-__all__ = ["BaseRouter", "check_model_subset"]
+__all__ = ["BaseRouter", "check_cost_weight", "check_model_subset"]
 
 
 def check_model_subset(models, classes, *, name="models"):

@@ -190,7 +190,9 @@ def _encode_unique(encoder_key, queries, encode):
 
 def _mapping_vector(key, value):
     try:
-        vector = np.asarray(value, dtype=np.float32)
+        # Overflow to inf is reported as a non-finite vector, not as a warning.
+        with np.errstate(over="ignore"):
+            vector = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"encoder[{key!r}] must be a vector of numbers; got a value of type "
@@ -200,20 +202,55 @@ def _mapping_vector(key, value):
 
 
 def _check_mapping(mapping):
-    """Validate a mapping encoder at fit time; return its dimension."""
+    """Validate a mapping encoder at fit time; return its dimension.
+
+    Every entry is checked, used or not: a saved router stores all of them, so
+    a bad one would make ``save`` fail or write a file that cannot be loaded.
+    """
     if len(mapping) == 0:
         raise ValueError(
             "encoder is an empty mapping; a mapping encoder must hold one vector "
             "per query id, {query_id: vector}."
         )
-    key, value = next(iter(mapping.items()))
-    vector = _mapping_vector(key, value)
+    not_str = [k for k in mapping if not isinstance(k, str)]
+    if not_str:
+        raise TypeError(
+            "encoder (a mapping of precomputed encodings) must have str keys, the "
+            f"query ids; {len(not_str)} of its {len(mapping)} keys are not "
+            f"strings, e.g. {_preview(not_str)} (of type "
+            f"{type(not_str[0]).__name__}). Convert them, e.g. "
+            "{str(k): v for k, v in encoder.items()}."
+        )
+    first, value = next(iter(mapping.items()))
+    vector = _mapping_vector(first, value)
     if vector.ndim != 1 or vector.size == 0:
         raise ValueError(
-            f"encoder[{key!r}] has shape {vector.shape}; a mapping encoder must map "
-            "each query id to a non-empty one-dimensional vector."
+            f"encoder[{first!r}] has shape {vector.shape}; a mapping encoder must "
+            "map each query id to a non-empty one-dimensional vector."
         )
-    return vector.size
+    n_features = vector.size
+    wrong, not_finite = [], []
+    for key, value in mapping.items():
+        vector = _mapping_vector(key, value)
+        if vector.shape != (n_features,):
+            wrong.append((key, vector.shape))
+        elif not np.isfinite(vector).all():
+            not_finite.append(key)
+    if wrong:
+        shown = ", ".join(f"{k!r}: {shape}" for k, shape in wrong[:5])
+        raise ValueError(
+            "encoder (a mapping of precomputed encodings) holds vectors of "
+            f"inconsistent dimension: {len(wrong)} of its {len(mapping)} vectors "
+            f"do not have shape ({n_features},) like encoder[{first!r}] "
+            f"({shown}{', ...' if len(wrong) > 5 else ''})."
+        )
+    if not_finite:
+        raise ValueError(
+            "encoder (a mapping of precomputed encodings) has NaN or infinite "
+            f"values in {len(not_finite)} of its {len(mapping)} vectors (as "
+            f"float32), e.g. {_preview(not_finite)}; encodings must be finite."
+        )
+    return n_features
 
 
 def _lookup_mapping(mapping, queries, n_features):
@@ -269,7 +306,8 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
           as is (a ``SentenceTransformer`` instance also gets ``batch_size`` and
           ``show_progress_bar``);
         - a mapping ``{query_id: vector}`` of precomputed encodings; every query
-          passed to :meth:`transform` must be a key.
+          passed to :meth:`transform` must be a key. :meth:`fit` checks every
+          entry: str keys, one-dimensional finite vectors of one length.
     memory : None, str or joblib.Memory, default=None
         Where to cache encodings across calls and fits, as in
         :class:`sklearn.pipeline.Pipeline`: a directory path or a

@@ -8,6 +8,7 @@ validates the queries given at prediction time.
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -132,7 +133,11 @@ def _as_frame(evals, name):
     if isinstance(evals, Mapping):
         lengths = {}
         for key, column in evals.items():
-            if np.ndim(column) != 1:
+            try:
+                ndim = np.ndim(column)
+            except ValueError:  # a ragged list: one (bad) entry per row
+                ndim = 1
+            if ndim != 1:
                 raise ValueError(
                     f"{name}[{key!r}] must be one-dimensional; got a value of "
                     f"shape {np.shape(column)}."
@@ -142,7 +147,13 @@ def _as_frame(evals, name):
             raise ValueError(
                 f"{name} columns must all have the same length; got lengths {lengths}."
             )
-        return pd.DataFrame({key: list(column) for key, column in evals.items()})
+        try:
+            return pd.DataFrame({key: list(column) for key, column in evals.items()})
+        except (TypeError, ValueError, OverflowError) as exc:
+            # pandas refuses some values outright (e.g. timedeltas in years).
+            raise TypeError(
+                f"{name} could not be read as a table of columns: {exc}"
+            ) from None
     raise TypeError(
         f"{name} must be a pandas DataFrame or a mapping of equal-length columns "
         f"'model', 'query', 'score' (optionally 'task'); got {type(evals).__name__}."
@@ -175,6 +186,13 @@ def _check_score_column(values, name):
         raise TypeError(
             f"{name}['score'] has boolean dtype; scores must be numbers in [0, 1]. "
             "Convert explicitly, e.g. evals['score'].astype(float)."
+        )
+    if pd.api.types.is_complex_dtype(series.dtype):
+        # Converting to float would silently drop the imaginary part.
+        raise TypeError(
+            f"{name}['score'] has complex dtype {series.dtype}; scores must be real "
+            "numbers in [0, 1]. Convert explicitly if the imaginary parts are zero, "
+            "e.g. evals['score'].to_numpy().real."
         )
     if not pd.api.types.is_numeric_dtype(series.dtype):
         items = series.to_numpy(dtype=object)
@@ -234,7 +252,9 @@ def check_evals(evals, *, name="evals"):
     ------
     TypeError
         If ``evals`` is not a table, ids are not strings, or scores are not
-        numbers (booleans included).
+        real numbers: booleans (a flag is not a score; convert with
+        ``astype(float)`` if 0/1 is meant) and complex numbers are refused
+        rather than converted.
     ValueError
         If a column is missing, the table is empty, a score is NaN, infinite or
         outside [0, 1], or a query has conflicting tasks.
@@ -367,9 +387,11 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
 
     Parameters
     ----------
-    model_costs : mapping of str to float, array-like of shape (n_models,) or None
-        Cost of each model (e.g. USD per query, or billions of parameters). An
-        array is read in the order of ``classes`` (sorted model names).
+    model_costs : mapping of str to float, pandas Series, array-like of shape (n_models,) or None
+        Cost of each model (e.g. USD per query, or billions of parameters). A
+        mapping or a Series is read by model name (a Series by its index) and
+        must name exactly the models of ``classes``; an array is read in the
+        order of ``classes`` (sorted model names).
     classes : ndarray of str, shape (n_models,)
 
     Returns
@@ -379,13 +401,32 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
     Examples
     --------
     >>> import numpy as np
-    >>> from locus_sklearn._evals import check_model_costs
+    >>> from locus_sklearn import check_model_costs
     >>> check_model_costs({"b": 2.0, "a": 1.0}, np.array(["a", "b"])).tolist()
     [1.0, 2.0]
     """
     if model_costs is None:
         return None
     classes = np.asarray(classes, dtype=object)
+    if isinstance(model_costs, pd.Series):
+        # A Series names its models in its index; reading it by position would
+        # silently give each model another one's cost.
+        index = model_costs.index
+        not_names = [m for m in index if not isinstance(m, str)]
+        if not_names:
+            raise ValueError(
+                f"{name} is a pandas Series, which is read by its index of model "
+                f"names, but {len(not_names)} index label(s) are not model names: "
+                f"{_preview(not_names)}. Index it by model name, or pass "
+                f"{name}.to_numpy() for costs in sorted model-name order."
+            )
+        repeated = index[index.duplicated()].unique().tolist()
+        if repeated:
+            raise ValueError(
+                f"{name} is a pandas Series whose index repeats {len(repeated)} "
+                f"model name(s): {_preview(repeated)}; give each model one cost."
+            )
+        model_costs = model_costs.to_dict()
     if isinstance(model_costs, Mapping):
         known = set(classes)
         missing = [m for m in classes if m not in model_costs]
@@ -403,10 +444,32 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
         costs = [model_costs[m] for m in classes]
     else:
         costs = model_costs
+    # Only real numbers: numpy would turn "1.5" into 1.5, True into 1.0 and
+    # drop the imaginary part of a complex number, silently.
     try:
-        costs = np.asarray(costs, dtype=np.float64)
+        raw = np.asarray(
+            costs, dtype=object if isinstance(costs, (list, tuple)) else None
+        )
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must hold numbers; {exc}.") from None
+    if raw.dtype == object:
+        items = raw.ravel().tolist()
+        bad = [
+            v
+            for v in items
+            if not isinstance(v, Real) or isinstance(v, np.bool_ | bool)
+        ]
+    else:
+        bad = [] if raw.dtype.kind in "iuf" else raw.ravel()[:5].tolist()
+    if bad:
+        raise TypeError(
+            f"{name} must hold real numbers; got {len(bad)} value(s) that are "
+            f"not (e.g. {_preview(bad[:5])}, dtype {raw.dtype})."
+        )
+    try:
+        costs = raw.astype(np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{name} must hold real numbers; {exc}.") from None
     if costs.shape != (len(classes),):
         raise ValueError(
             f"{name} must have one cost per model, shape ({len(classes)},); got "

@@ -11,16 +11,23 @@ The estimators call :func:`save_embedder` / :func:`load_embedder` and
 (the class to build is passed in), so data flows one way.
 """
 
+import errno
+import glob
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks, stale temporary files stay
+    fcntl = None
 
 from ._device import resolve_device
 from ._encoders import as_query_encoder
@@ -82,34 +89,109 @@ def encoder_from_spec(spec, tensors, encoder):
     )
 
 
+def _temp_name(target):
+    """A fresh temporary name beside ``target``: ``.<name>.<random>.tmp``."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+
+
+def _write_error(kind, code, path, what):
+    """An OSError of type ``kind`` naming the file the user asked for (never a
+    temporary file), with the error number ``code``."""
+    error = kind(f"Cannot save {str(path)!r}: {what}.")
+    error.errno = code  # kept for callers that map errors to exit codes
+    return error
+
+
+def _remove_stale_temp_files(target):
+    """Delete temporary files that killed saves of ``target`` left behind.
+
+    A writer holds an exclusive lock on its temporary file until it has been
+    renamed, and the kernel drops the lock when a process dies: a temporary
+    file whose lock can be taken belongs to no live writer.
+    """
+    if fcntl is None:
+        return
+    pattern = os.path.join(
+        glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp"
+    )
+    for stale in glob.glob(pattern):
+        try:
+            fd = os.open(stale, os.O_RDONLY)
+        except OSError:
+            continue  # renamed or removed meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(stale)
+        except OSError:
+            pass  # a save in progress holds it, or it is already gone
+        finally:
+            os.close(fd)
+
+
 def write_file(path, metadata, tensors):
     """Write ``tensors`` and JSON ``metadata`` atomically to ``path``.
 
-    A temporary file in the same folder is renamed over ``path`` only once
-    complete, so a failure never leaves a half-written file behind.
+    A temporary file ``.<name>.<random>.tmp`` in the same folder is renamed
+    over the target only once complete and flushed to disk, so a failure never
+    leaves a half-written file. A new file gets the mode ``open()`` would give
+    it (``0o666`` less the umask); an existing one keeps its mode. A symbolic
+    link is followed: the file it points to is replaced, the link stays.
+    Temporary files left by killed saves of the same target are removed after
+    a successful save. Errors name ``path``, never the temporary file.
     """
-    path = Path(path)
+    target = Path(os.path.realpath(path))
     header = {
         "format": FORMAT_NAME,
         "format_version": str(FORMAT_VERSION),
         **{key: json.dumps(value) for key, value in metadata.items()},
     }
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", suffix=".tmp")
-    os.close(fd)
-    # mkstemp makes the file private (0600); give it the mode a plain open()
-    # would, or keep the mode of the file it replaces.
-    umask = os.umask(0)
-    os.umask(umask)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask
-    os.chmod(tmp, mode)
+    # Serialised in memory and written through our own descriptor: save_file
+    # creates its file itself, which would drop the mode and the lock below.
+    data = save(tensors, metadata=header)
+    if target.is_dir():
+        raise _write_error(IsADirectoryError, errno.EISDIR, path, "it is a directory")
+    if not target.parent.is_dir():
+        raise _write_error(
+            FileNotFoundError,
+            errno.ENOENT,
+            path,
+            f"its folder {str(target.parent)!r} does not exist",
+        )
+    mode = target.stat().st_mode & 0o777 if target.exists() else None
+    tmp = _temp_name(target)
     try:
-        save_file(tensors, tmp, metadata=header)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        # 0o666 here lets the kernel apply the umask, as a plain open() would.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise _write_error(
+            type(exc),
+            exc.errno,
+            path,
+            f"cannot create a file in {str(target.parent)!r} ({exc.strerror})",
+        ) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            if mode is not None:
+                os.chmod(tmp, mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+            # Renamed while still locked, so no other save takes it for stale.
+            os.replace(tmp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise _write_error(
+                type(exc), exc.errno, path, exc.strerror or str(exc)
+            ) from None
         raise
+    _remove_stale_temp_files(target)
 
 
 def read_file(path, kind):

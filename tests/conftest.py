@@ -8,8 +8,21 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+# Bad-input campaigns (tests marked ``campaign``) take their example count from
+# the environment: small by default so the suite stays fast, bounded in CI, as
+# long as wanted in a dedicated run (LOCUS_CAMPAIGN_EXAMPLES=5000 pytest -m
+# campaign). Tests use it as @settings(settings.get_profile("campaign")).
+settings.register_profile(
+    "campaign",
+    max_examples=int(os.environ.get("LOCUS_CAMPAIGN_EXAMPLES", "100")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 try:

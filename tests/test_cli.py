@@ -432,7 +432,7 @@ def test_failed_write_during_onboard(workdir, tmp_path, cli, monkeypatch, error)
 
     router = copy_router(workdir, tmp_path)
     before = router.read_bytes()
-    monkeypatch.setattr(_persistence, "save_file", fail)
+    monkeypatch.setattr(_persistence, "save", fail)
     status, _, err = cli(
         "onboard", router, workdir / "new.csv", "--costs", workdir / "costs.csv"
     )

@@ -232,7 +232,7 @@ def test_load_evals_errors(tmp_path):
 
 
 def test_from_lm_eval_fixture_exact_rows():
-    evals = from_lm_eval(LM_EVAL)
+    evals = from_lm_eval(LM_EVAL, query_text=None)
     small, large = "EleutherAI/pythia-160m", "EleutherAI/pythia-410m"
     arc, algebra = "arc_easy", "mmlu_abstract_algebra"
     expected = pd.DataFrame(
@@ -254,6 +254,60 @@ def test_from_lm_eval_fixture_exact_rows():
     )
     pd.testing.assert_frame_equal(evals, expected, check_dtype=False)
     assert evals["score"].dtype == np.float64
+
+
+def test_from_lm_eval_gives_the_prompt_text_by_default():
+    # Ids such as "arc_easy/0" would be embedded as text by a text encoder,
+    # silently: the default is the prompt the harness sent to the model.
+    evals = from_lm_eval(LM_EVAL)
+    ids = from_lm_eval(LM_EVAL, query_text=None)
+    assert evals[["model", "score", "task"]].equals(ids[["model", "score", "task"]])
+    arc = evals.loc[evals["task"] == "arc_easy", "query"].tolist()
+    assert arc[0] == (
+        "Question: An astronomer observes that a planet rotates faster after a "
+        "meteorite impact. Which is the most likely effect of this increase in "
+        "rotation?\nAnswer:"
+    )
+    algebra = evals.loc[evals["task"] == "mmlu_abstract_algebra", "query"].iloc[0]
+    assert algebra.startswith("The following are multiple choice questions")
+    assert "Find all c in Z_3" in algebra
+    # Both models saw the same prompts: one query per document.
+    assert evals["query"].nunique() == ids["query"].nunique() == 6
+
+
+def test_from_lm_eval_prompt_layouts_and_errors(tmp_path):
+    # Older lm-eval writes a list of argument lists, newer a dict of dicts.
+    old_layout = {"doc_id": 0, "doc": {}, "acc": 1.0, "arguments": [["Q: 1+1?", " 2"]]}
+    new_layout = {
+        "doc_id": 1,
+        "doc": {},
+        "acc": 0.0,
+        "arguments": {"gen_args_0": {"arg_0": "Q: 2+2?", "arg_1": {"until": ["\n"]}}},
+    }
+    path = _write_samples(tmp_path / "a", "t", [old_layout, new_layout])
+    assert from_lm_eval(path, model="m")["query"].tolist() == ["Q: 1+1?", "Q: 2+2?"]
+    bare = _write_samples(
+        tmp_path / "b", "t", [{"doc_id": 0, "doc": {"q": "x"}, "acc": 1}]
+    )
+    with pytest.raises(ValueError, match=r"t/0 .* no prompt text.*query_text=None"):
+        from_lm_eval(bare, model="m")
+    assert from_lm_eval(bare, model="m", query_text=None)["query"].tolist() == ["t/0"]
+
+
+def test_from_lm_eval_prompts_that_differ_between_models_are_refused(tmp_path):
+    # E.g. one model run with a chat template or few-shot examples: the same
+    # document would become two unrelated queries.
+    for model, prompt in [("m1", "Q: 1+1?"), ("m2", "<|user|>Q: 1+1?")]:
+        _write_samples(
+            tmp_path / model,
+            "t",
+            [{"doc_id": 0, "doc": {"q": "1+1?"}, "acc": 1.0, "arguments": [[prompt]]}],
+        )
+        results = tmp_path / model / "results_2024-01-02T03-04-05.000006.json"
+        results.write_text(json.dumps({"model_name": model}))
+    with pytest.raises(ValueError, match=r"1 document\(s\).*different prompts.*t/0"):
+        from_lm_eval(tmp_path)
+    assert from_lm_eval(tmp_path, query_text="q")["query"].tolist() == ["1+1?"] * 2
 
 
 def test_from_lm_eval_metric_and_query_text():
@@ -310,7 +364,11 @@ def test_from_lm_eval_filters(tmp_path):
     with pytest.raises(ValueError, match="filter_name='none' is not in"):
         from_lm_eval(path, model="m", metric="exact_match", filter_name="none")
     evals = from_lm_eval(
-        path, model="m", metric="exact_match", filter_name="strict-match"
+        path,
+        model="m",
+        metric="exact_match",
+        filter_name="strict-match",
+        query_text=None,
     )
     assert evals["query"].tolist() == ["gsm8k/0", "gsm8k/1"]
     assert evals["score"].tolist() == [1.0, 0.0]

@@ -233,13 +233,14 @@ def test_mapping_unknown_ids_error():
     assert "it has 3 keys" in message and "'q0'" in message
 
 
-def test_mapping_inconsistent_dimension_error():
+def test_mapping_inconsistent_dimension_error_at_fit():
+    # Checked at fit, unused keys included: a saved router stores every vector.
     mapping = {"a": [1.0, 0.0], "b": [1.0, 2.0, 3.0], "c": [1.0]}
-    encoder = QueryEncoder(mapping).fit()
-    np.testing.assert_allclose(encoder.transform(["a"]), [[1.0, 0.0]])
     with pytest.raises(ValueError, match="inconsistent dimension") as info:
-        encoder.transform(["a", "b", "c"])
-    assert "2 of the 3" in str(info.value) and "'b': (3,)" in str(info.value)
+        QueryEncoder(mapping).fit()
+    message = str(info.value)
+    assert "2 of its 3 vectors" in message and "'b': (3,)" in message
+    assert "encoder['a']" in message
 
 
 @pytest.mark.parametrize(
@@ -249,6 +250,19 @@ def test_mapping_inconsistent_dimension_error():
         ({"a": [[1.0, 2.0]]}, ValueError, r"encoder\['a'\] has shape \(1, 2\)"),
         ({"a": []}, ValueError, "non-empty one-dimensional"),
         ({"a": "text"}, TypeError, r"encoder\['a'\] must be a vector of numbers"),
+        (
+            {"a": [1.0, 0.0], 7: [0.0, 1.0]},
+            TypeError,
+            r"str keys.*1 of its 2 keys are not strings.*\[7\] \(of type int\)",
+        ),
+        ({"a": [1.0, 0.0], "b": [1.0, "x"]}, TypeError, r"encoder\['b'\] must be"),
+        (
+            {"a": [1.0, 0.0], "b": [0.0, np.inf], "c": [np.nan, 1.0]},
+            ValueError,
+            r"NaN or infinite values in 2 of its 3 vectors.*\['b', 'c'\]",
+        ),
+        # float32 overflow is caught too: encodings are stored as float32.
+        ({"a": [1.0, 0.0], "big": [1e300, 0.0]}, ValueError, r"\['big'\]"),
     ],
 )
 def test_mapping_bad_values(mapping, error, match):
@@ -256,10 +270,40 @@ def test_mapping_bad_values(mapping, error, match):
         QueryEncoder(mapping).fit()
 
 
-def test_mapping_with_nan_raises():
-    encoder = QueryEncoder({"a": [1.0, np.nan], "b": [1.0, 1.0]}).fit()
-    with pytest.raises(ValueError, match="NaN or infinite values for 1 of 2"):
-        encoder.transform(["a", "b"])
+def test_mapping_checked_by_as_query_encoder_naming_the_key():
+    from locus_sklearn._encoders import as_query_encoder
+
+    # The bad vector is not needed by any query: it is still refused at fit,
+    # before it can reach a saved file.
+    mapping = {"q1": [1.0, 0.0], "q2": [0.0, 1.0], "unused": [0.5, 0.5, 0.5]}
+    with pytest.raises(ValueError, match=r"'unused': \(3,\)"):
+        as_query_encoder(mapping)
+    with pytest.raises(TypeError, match=r"\[\(1, 2\)\]"):
+        as_query_encoder({"q1": [1.0, 0.0], (1, 2): [0.0, 1.0]})
+
+
+def test_mapping_encoder_saves_and_loads(tmp_path):
+    from locus_sklearn import LocusEmbedder
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    encodings = dict(pool.encodings)
+    encodings["never used"] = np.ones(len(next(iter(encodings.values()))))
+    embedder = LocusEmbedder(
+        encodings,
+        embedding_dim=8,
+        n_latents=2,
+        n_blocks=1,
+        n_heads=2,
+        max_epochs=1,
+        random_state=0,
+    ).fit(pool.evals)
+    embedder.save(tmp_path / "e.locus")
+    loaded = LocusEmbedder.load(tmp_path / "e.locus")
+    np.testing.assert_array_equal(
+        loaded.transform(pool.evals), embedder.transform(pool.evals)
+    )
+    assert set(loaded.encoder) == set(encodings)
 
 
 # --- custom objects --------------------------------------------------------------

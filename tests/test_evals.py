@@ -88,6 +88,24 @@ def test_bad_tables_raise_clear_errors(evals, error, match):
         check_evals(evals)
 
 
+@pytest.mark.parametrize(
+    "score",
+    [
+        np.array([1 + 0.5j, 0j]),
+        np.array([1 + 0j, 0j]),  # complex dtype even with no imaginary part
+        np.array([1 + 0.5j, 0.0], dtype=object),
+        pd.array([True, False], dtype="boolean"),
+        np.array([True, False], dtype=object),
+    ],
+    ids=["complex", "complex-real-valued", "complex-object", "boolean", "bool-object"],
+)
+def test_complex_and_boolean_scores_are_refused_naming_the_column(score):
+    # Complex scores would lose their imaginary part and booleans would pass as
+    # 0/1: both are refused (convert explicitly if that is what is meant).
+    with pytest.raises(TypeError, match=r"evals\['score'\]"):
+        check_evals(frame(score=score))
+
+
 def test_object_scores_that_are_numbers_are_accepted():
     table = check_evals(frame(score=np.array([1, 0.25], dtype=object)))
     assert sorted(table.score.tolist()) == [0.25, 1.0]
@@ -163,3 +181,251 @@ def test_check_queries():
         check_queries(pd.DataFrame({"text": ["x"]}))
     with pytest.raises(TypeError, match="got int"):
         check_queries(5)
+
+
+# ------------------------------------------------------------- check_model_costs
+
+
+def test_model_costs_series_is_read_by_index_not_position():
+    from locus_sklearn._evals import check_model_costs
+
+    classes = np.array(["a", "b", "c"], dtype=object)
+    # Index in another order than the sorted pool: values follow the names.
+    costs = pd.Series({"c": 3.0, "a": 1.0, "b": 2.0})
+    assert check_model_costs(costs, classes).tolist() == [1.0, 2.0, 3.0]
+    # Arrays and lists stay positional, in sorted pool order.
+    assert check_model_costs(np.array([3.0, 1.0, 2.0]), classes).tolist() == [
+        3.0,
+        1.0,
+        2.0,
+    ]
+    with pytest.raises(ValueError, match=r"no cost for 1 model.*\['c'\]"):
+        check_model_costs(pd.Series({"a": 1.0, "b": 2.0}), classes)
+    with pytest.raises(ValueError, match=r"not in the pool: \['zz'\]"):
+        check_model_costs(pd.Series({"a": 1.0, "b": 2.0, "c": 3.0, "zz": 4.0}), classes)
+    # A default RangeIndex is not a set of model names: refused, with the fix.
+    with pytest.raises(ValueError, match=r"index.*to_numpy\(\)"):
+        check_model_costs(pd.Series([1.0, 2.0, 3.0]), classes)
+    with pytest.raises(ValueError, match=r"repeats.*\['a'\]"):
+        check_model_costs(pd.Series([1.0, 2.0, 3.0], index=["a", "a", "b"]), classes)
+
+
+# Found by the campaign below; each raised a bare numpy/pandas error (or
+# warned and changed the value) before.
+@pytest.mark.parametrize(
+    "evals, match",
+    [
+        ({"model": [], "query": [], "score": [None, []]}, "same length"),
+        ({"model": ["a"], "query": ["q"], "score": [[1.0, [0.0]]]}, "score"),
+        ({"model": np.array(["NaT"], dtype="timedelta64[Y]")}, "could not be read"),
+    ],
+)
+def test_campaign_findings_check_evals(evals, match):
+    with pytest.raises((TypeError, ValueError), match=match) as info:
+        check_evals(evals, name="found")
+    assert "found" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "costs",
+    [
+        np.array([1 + 0j, 2, 3], dtype=np.complex64),
+        [1 + 1j, 2.0, 3.0],
+        np.array([True, False, True]),
+        [True, 2.0, 3.0],
+        {"a": True, "b": 2.0, "c": 3.0},
+        ["1.5", "2", "3"],
+        (1.0, None, 3.0),
+    ],
+    ids=["complex", "complex-list", "bool", "bool-list", "bool-dict", "str", "none"],
+)
+def test_model_costs_must_be_real_numbers(costs):
+    from locus_sklearn._evals import check_model_costs
+
+    with pytest.raises(TypeError, match="model_costs must hold real numbers"):
+        check_model_costs(costs, np.array(["a", "b", "c"], dtype=object))
+
+
+# --------------------------------------------------- bad-input campaign (marked)
+# Any input to check_evals or check_model_costs gives either a valid result or
+# a TypeError / ValueError naming the parameter; never another exception,
+# never a warning (a warning means a value was silently changed: a complex
+# number cast to float, an overflow). Example counts come from the "campaign"
+# hypothesis profile (tests/conftest.py, LOCUS_CAMPAIGN_EXAMPLES).
+
+import warnings  # noqa: E402
+from datetime import datetime, timedelta  # noqa: E402
+
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+_atoms = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(0, 1),
+    st.complex_numbers(allow_nan=True),
+    st.text(max_size=4),
+    st.sampled_from(["a", "b", "q1", "q2", "", " "]),
+    st.binary(max_size=3),
+    st.decimals(allow_nan=True),
+    st.fractions(),
+    st.just(pd.NA),
+    st.just(pd.NaT),
+    st.just(np.float16(0.5)),
+    st.just(np.int64(1)),
+    st.just(np.bool_(True)),
+    st.just(datetime(2024, 1, 1)),
+    st.just(timedelta(seconds=1)),
+    st.lists(st.integers(0, 1), max_size=2),
+    st.tuples(st.integers(0, 1)),
+    st.dictionaries(st.text(max_size=1), st.integers(), max_size=1),
+)
+_dtypes = st.one_of(
+    hnp.floating_dtypes(),
+    hnp.integer_dtypes(),
+    hnp.unsigned_integer_dtypes(),
+    hnp.complex_number_dtypes(),
+    hnp.boolean_dtypes(),
+    hnp.datetime64_dtypes(),
+    hnp.timedelta64_dtypes(),
+    hnp.unicode_string_dtypes(max_len=3),
+    hnp.byte_string_dtypes(max_len=3),
+)
+_extension_dtypes = st.sampled_from(
+    ["Int64", "UInt8", "Float64", "Float32", "boolean", "string", "category"]
+)
+
+
+@st.composite
+def _column(draw, n):
+    kind = draw(st.sampled_from(["atoms", "numpy", "extension", "names", "scores"]))
+    if kind == "atoms":
+        return draw(st.lists(_atoms, min_size=n, max_size=n))
+    if kind == "numpy":
+        return draw(hnp.arrays(draw(_dtypes), n))
+    if kind == "names":
+        return draw(
+            st.lists(st.sampled_from(["a", "b", "q1", "q2"]), min_size=n, max_size=n)
+        )
+    if kind == "scores":
+        return draw(st.lists(st.floats(0, 1), min_size=n, max_size=n))
+    values = draw(
+        st.lists(
+            st.one_of(st.none(), st.integers(0, 1), st.floats(0, 1)),
+            min_size=n,
+            max_size=n,
+        )
+    )
+    dtype = draw(_extension_dtypes)
+    try:
+        return pd.array(values, dtype=dtype)
+    except (TypeError, ValueError):
+        return pd.array([str(v) for v in values], dtype="string")
+
+
+@st.composite
+def _evals_inputs(draw):
+    shape = draw(st.sampled_from(["frame", "mapping", "ragged", "other"]))
+    if shape == "other":
+        return draw(
+            st.one_of(
+                _atoms, st.lists(_atoms, max_size=3), hnp.arrays(np.float64, (2, 3))
+            )
+        )
+    n = draw(st.integers(0, 5))
+    names = draw(
+        st.lists(
+            st.sampled_from(["model", "query", "score", "task", "other", 0, None]),
+            unique=True,
+            max_size=5,
+        )
+    )
+    if draw(st.booleans()):
+        names = list(dict.fromkeys(["model", "query", "score", *names]))
+    if shape == "ragged":
+        return {k: draw(st.lists(_atoms, max_size=4)) for k in names}
+    columns = {k: draw(_column(n)) for k in names}
+    if shape == "mapping":
+        return columns
+    try:
+        return pd.DataFrame(columns, index=range(n)) if columns else pd.DataFrame()
+    except (TypeError, ValueError, OverflowError):
+        return columns  # pandas refused these columns; check_evals gets them raw
+
+
+def _call_checked(function, name, *args, **kwargs):
+    """``function(*args)``, or None after a TypeError/ValueError naming ``name``;
+    any other exception or any warning fails the test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            return function(*args, name=name, **kwargs)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, Warning):
+                raise
+            assert name in str(exc), f"message does not name {name!r}: {exc}"
+            return None
+
+
+@pytest.mark.campaign
+@settings(settings.get_profile("campaign"))
+@given(evals=_evals_inputs())
+def test_campaign_check_evals_any_input(evals):
+    table = _call_checked(check_evals, "fuzzed_evals", evals)
+    if table is None:
+        return
+    for ids in (table.models, table.queries):
+        assert all(isinstance(v, str) and v for v in ids)
+        assert list(ids) == sorted(set(ids))
+    assert table.score.dtype == np.float32
+    assert np.isfinite(table.score).all()
+    assert ((table.score >= 0) & (table.score <= 1)).all()
+    assert (0 <= table.model_index).all() and (table.model_index < table.n_models).all()
+    assert (0 <= table.query_index).all() and (
+        table.query_index < table.n_queries
+    ).all()
+    key = table.model_index * table.n_queries + table.query_index
+    assert (np.diff(key) > 0).all()  # sorted, no duplicate (model, query) rows
+    assert table.n_input_rows >= table.n_rows >= 1
+
+
+_CLASSES = np.array(["a", "b", "c"], dtype=object)
+_cost_values = st.one_of(_atoms, st.floats(0, 1e6))
+
+
+@st.composite
+def _cost_inputs(draw):
+    kind = draw(st.sampled_from(["mapping", "series", "list", "numpy", "other"]))
+    keys = st.one_of(
+        st.sampled_from(["a", "b", "c", "d", ""]), st.integers(0, 3), st.none()
+    )
+    if kind == "mapping":
+        return draw(st.dictionaries(keys, _cost_values, max_size=5))
+    if kind == "series":
+        index = draw(st.lists(keys, max_size=5))
+        values = draw(st.lists(_cost_values, min_size=len(index), max_size=len(index)))
+        return pd.Series(values, index=index, dtype=object if values else float)
+    if kind == "list":
+        return draw(st.lists(_cost_values, max_size=5))
+    if kind == "numpy":
+        return draw(
+            hnp.arrays(draw(_dtypes), draw(st.sampled_from([(3,), (2,), (3, 1)])))
+        )
+    return draw(_atoms)
+
+
+@pytest.mark.campaign
+@settings(settings.get_profile("campaign"))
+@given(costs=_cost_inputs())
+def test_campaign_check_model_costs_any_input(costs):
+    from locus_sklearn._evals import check_model_costs
+
+    result = _call_checked(check_model_costs, "fuzzed_costs", costs, _CLASSES)
+    if result is None:
+        return
+    assert result.dtype == np.float64 and result.shape == (3,)
+    assert np.isfinite(result).all() and (result >= 0).all()
+    if isinstance(costs, (dict, pd.Series)):
+        expected = [float(costs[m]) for m in _CLASSES]
+        np.testing.assert_array_equal(result, expected)

@@ -90,12 +90,10 @@ def routing_scores(router, queries):
     """P(correct) and the routing utility (what ``predict`` maximises) of
     ``router`` for ``queries``, both of shape (n_queries, n_models).
 
-    The utility comes from the router itself: its ``decision_function`` when
-    it has one, else its ``_utility`` of ``predict_proba``.
+    The utility comes from the router's own rule (``BaseRouter._utility``,
+    which its ``decision_function`` applies), computed from one prediction.
     """
     proba = router.predict_proba(queries)
-    if hasattr(router, "decision_function"):
-        return proba, router.decision_function(queries)
     return proba, router._utility(proba)
 
 

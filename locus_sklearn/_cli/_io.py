@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 # The package's one cost validator; the only place the CLI names it.
-from .._base import check_model_costs
+from .._evals import check_model_costs
 from ._errors import EXIT_IO, CommandError
 
 __all__ = [
@@ -288,7 +288,7 @@ def read_costs(path):
     """Read per-model costs from a csv file with columns ``model`` and ``cost``.
 
     Costs are validated by the estimators' own validator
-    (:func:`~locus_sklearn._base.check_model_costs`).
+    (:func:`~locus_sklearn.check_model_costs`).
 
     Parameters
     ----------

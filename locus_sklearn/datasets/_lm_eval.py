@@ -86,6 +86,53 @@ def _query_texts(records, query_text, task, file):
     return texts
 
 
+def _prompt(record):
+    """The prompt lm-eval sent for ``record`` (its first request's context)."""
+    arguments = record.get("arguments")
+    if isinstance(arguments, dict):  # {"gen_args_0": {"arg_0": context, ...}, ...}
+        first = arguments.get("gen_args_0")
+        return first.get("arg_0") if isinstance(first, dict) else None
+    if isinstance(arguments, list) and arguments:  # [[context, ...], ...]
+        first = arguments[0]
+        return first[0] if isinstance(first, list) and first else None
+    return None
+
+
+def _prompt_texts(records, task, file):
+    texts = []
+    for record in records:
+        text = _prompt(record)
+        if not isinstance(text, str) or not text:
+            doc = record.get("doc")
+            keys = sorted(doc) if isinstance(doc, dict) else []
+            raise ValueError(
+                f"{task}/{record.get('doc_id')} in {str(file)!r} has no prompt text "
+                "in its 'arguments' (lm-eval writes it with --log_samples). Pass "
+                f"query_text= a key of its doc (its keys are {keys}) or a "
+                "callable to read the text from the doc, or query_text=None for "
+                "ids '<task>/<doc_id>' with an encoder that knows them."
+            )
+        texts.append(text)
+    return texts
+
+
+def _check_same_prompts(ids, queries, path):
+    """Refuse documents whose prompt differs between runs (chat templates,
+    another number of few-shot examples): they would become unrelated queries."""
+    texts = {}
+    for doc, text in zip(ids, queries, strict=True):
+        texts.setdefault(doc, set()).add(text)
+    differing = [doc for doc, seen in texts.items() if len(seen) > 1]
+    if differing:
+        raise ValueError(
+            f"{len(differing)} document(s) of {str(path)!r} were sent to models with "
+            f"different prompts (e.g. {_preview(differing)}), as happens with "
+            "chat templates or another number of few-shot examples; the same "
+            "question would become unrelated queries. Pass query_text= a key of "
+            "the doc (e.g. 'question') or a callable, or query_text=None for ids."
+        )
+
+
 def _read_samples(file, task, metric, filter_name):
     with open(file, encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle if line.strip()]
@@ -133,7 +180,9 @@ def _read_samples(file, task, metric, filter_name):
     return records, score
 
 
-def from_lm_eval(path, *, model=None, metric="acc", query_text=None, filter_name=None):
+def from_lm_eval(
+    path, *, model=None, metric="acc", query_text="prompt", filter_name=None
+):
     """Read lm-evaluation-harness per-sample logs as an evaluation table.
 
     ``lm_eval --output_path OUT --log_samples`` writes, per model, a folder
@@ -146,8 +195,10 @@ def from_lm_eval(path, *, model=None, metric="acc", query_text=None, filter_name
     - ``model``: ``model`` if given, else the ``model_name`` (or the
       ``pretrained=``/``model=`` entry of ``config.model_args``) of the
       results file of the same run in the same folder;
-    - ``query``: ``"<task>/<doc_id>"``, or a text taken from ``doc`` with
-      ``query_text``;
+    - ``query``: the prompt the harness sent to the model (the context of the
+      document's first request, from the record's ``arguments``), a text taken
+      from ``doc`` with ``query_text``, or the id ``"<task>/<doc_id>"``
+      (``query_text=None``);
     - ``score``: the value of ``metric``, which must lie in [0, 1];
     - ``task``: the task name from the file name.
 
@@ -166,10 +217,21 @@ def from_lm_eval(path, *, model=None, metric="acc", query_text=None, filter_name
     metric : str, default="acc"
         The per-sample metric to use as the score (``"acc"``,
         ``"acc_norm"``, ``"exact_match"``, ...). Booleans count as 0/1.
-    query_text : str or callable, default=None
-        If None, queries are ids ``"<task>/<doc_id>"``. A str takes the query
-        text from that key of each ``doc`` (e.g. ``"question"``); a callable
-        maps a ``doc`` dict to the text.
+    query_text : "prompt", str, callable or None, default="prompt"
+        Where the query text comes from. ``"prompt"``: the prompt the model
+        was given, so that a text encoder embeds what the model saw (a doc key
+        named ``"prompt"`` is read with a callable,
+        ``lambda doc: doc["prompt"]``). Another str takes the text from that
+        key of each ``doc`` (e.g. ``"question"``); a callable maps a ``doc``
+        dict to the text. None gives ids ``"<task>/<doc_id>"``, for an
+        encoder that knows them (a mapping of precomputed encodings): a text
+        encoder would embed the id itself.
+
+        Prompts must be the same for every model: runs with chat templates or
+        different few-shot settings raise an error, and then a doc key is the
+        way to go. In few-shot runs the prompt starts with the examples, and
+        encoders truncate long texts (all-MiniLM-L6-v2 at 256 tokens), so a
+        doc key holding the question alone is better there too.
     filter_name : str, default=None
         Filter to keep in files that hold several (e.g. ``"strict-match"``
         for gsm8k); required there. Files with a single filter use it.
@@ -185,14 +247,17 @@ def from_lm_eval(path, *, model=None, metric="acc", query_text=None, filter_name
     >>> import json, os, tempfile
     >>> from locus_sklearn.datasets import from_lm_eval
     >>> folder = tempfile.mkdtemp()
-    >>> lines = [{"doc_id": 0, "doc": {"question": "2+2?"}, "filter": "none",
-    ...           "metrics": ["acc"], "acc": 1.0},
-    ...          {"doc_id": 1, "doc": {"question": "3+3?"}, "filter": "none",
-    ...           "metrics": ["acc"], "acc": 0.0}]
+    >>> lines = [{"doc_id": i, "doc": {"question": q}, "filter": "none",
+    ...           "arguments": {"gen_args_0": {"arg_0": f"Q: {q}\\nA:",
+    ...                                        "arg_1": " 4"}},
+    ...           "metrics": ["acc"], "acc": acc}
+    ...          for i, (q, acc) in enumerate([("2+2?", 1.0), ("3+3?", 0.0)])]
     >>> file = os.path.join(folder, "samples_arith_2024-06-01T10-00-00.5.jsonl")
     >>> with open(file, "w") as handle:
     ...     _ = handle.write("\\n".join(json.dumps(line) for line in lines))
-    >>> from_lm_eval(file, model="my-model")
+    >>> from_lm_eval(file, model="my-model")["query"].tolist()
+    ['Q: 2+2?\\nA:', 'Q: 3+3?\\nA:']
+    >>> from_lm_eval(file, model="my-model", query_text=None)
           model    query  score   task
     0  my-model  arith/0    1.0  arith
     1  my-model  arith/1    0.0  arith
@@ -247,17 +312,24 @@ def from_lm_eval(path, *, model=None, metric="acc", query_text=None, filter_name
 
     order = sorted(range(len(runs)), key=lambda i: (names[i], runs[i][1], runs[i][2]))
     columns = {"model": [], "query": [], "score": [], "task": []}
+    ids = []
     for i in order:
         file, task, _ = runs[i]
         records, score = _read_samples(file, task, metric, filter_name)
+        doc_ids = [f"{task}/{r.get('doc_id')}" for r in records]
         if query_text is None:
-            queries = [f"{task}/{r.get('doc_id')}" for r in records]
+            queries = doc_ids
+        elif isinstance(query_text, str) and query_text == "prompt":
+            queries = _prompt_texts(records, task, file)
+            ids += doc_ids
         else:
             queries = _query_texts(records, query_text, task, file)
         columns["model"] += [names[i]] * len(score)
         columns["query"] += queries
         columns["score"] += score.tolist()
         columns["task"] += [task] * len(score)
+    if ids:
+        _check_same_prompts(ids, columns["query"], path)
     evals = _long_frame(columns)
     check_evals(evals, name=f"evals read from {str(path)!r}")
     return evals

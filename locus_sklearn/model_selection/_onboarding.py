@@ -1,0 +1,280 @@
+"""Folds of whole models, and a scorer that onboards the held-out ones."""
+
+import copy
+import zlib
+from numbers import Integral
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import BaseCrossValidator
+
+from .._evals import _as_frame, _preview, check_evals
+from ..metrics._scorers import ROUTER_SCORERS
+
+__all__ = ["ModelGroupSplit", "make_onboarding_scorer"]
+
+
+def _check_int(value, name, low):
+    if not isinstance(value, Integral) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}; got {value!r}.")
+    return int(value)
+
+
+def _columns(X, name="X"):
+    """The ``model`` and ``query`` columns of an evaluation table, row-aligned."""
+    check_evals(X, name=name)  # one validation path, with its messages
+    frame = _as_frame(X, name)
+    return (
+        frame["model"].to_numpy(dtype=object),
+        frame["query"].to_numpy(dtype=object),
+    )
+
+
+class ModelGroupSplit(BaseCrossValidator):
+    """K folds of whole models, for cross-validating the onboarding of new models.
+
+    Each fold holds out a group of models: the training set is every row of
+    the other models, the test set every row of the held-out ones. Within a
+    held-out model, :meth:`onboarding_split` picks ``n_onboard`` of its
+    queries to onboard it from (through ``add_models``); its other rows score
+    it. :func:`make_onboarding_scorer` does both for
+    :func:`~sklearn.model_selection.cross_val_score` and
+    :class:`~sklearn.model_selection.GridSearchCV`.
+
+    Grouping a router's own ``score`` by model instead (``GroupKFold`` on
+    ``evals["model"]``) cannot work: a fitted router knows nothing of models
+    it was not fitted on, so every fold scores NaN.
+
+    Parameters
+    ----------
+    n_splits : int, default=5
+        Number of folds, at least 2 and at most the number of models.
+    n_onboard : int, default=128
+        Distinct queries of each held-out model used to onboard it (the
+        paper's protocol uses 128). Every model needs more than this, so that
+        rows remain to score it.
+    random_state : int, default=0
+        Seeds the assignment of models to folds and the choice of onboarding
+        queries. An int, not None: the scorer must pick the same onboarding
+        rows as every other call, and every candidate of a grid search must
+        be scored on the same rows.
+
+    See Also
+    --------
+    make_onboarding_scorer : The scorer that onboards and scores a fold.
+
+    Notes
+    -----
+    The onboarding queries of a model depend only on its name, its queries
+    and ``random_state``: not on row order, nor on which other models share
+    its fold. All rows of a chosen (model, query) pair, duplicates included,
+    are onboarding rows.
+
+    Examples
+    --------
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> from locus_sklearn.model_selection import ModelGroupSplit
+    >>> evals = make_model_pool(n_models=6, n_queries=100, evals_per_model=50,
+    ...                         random_state=0).evals
+    >>> cv = ModelGroupSplit(n_splits=3, n_onboard=20)
+    >>> train, test = next(cv.split(evals))
+    >>> sorted(set(evals["model"].iloc[train]) & set(evals["model"].iloc[test]))
+    []
+    >>> onboard, score = cv.onboarding_split(evals.iloc[test])
+    >>> evals.iloc[test].iloc[onboard].groupby("model")["query"].nunique().unique()
+    array([20])
+    """
+
+    def __init__(self, n_splits=5, *, n_onboard=128, random_state=0):
+        self.n_splits = _check_int(n_splits, "n_splits", 2)
+        self.n_onboard = _check_int(n_onboard, "n_onboard", 1)
+        self.random_state = _check_int(random_state, "random_state", 0)
+
+    def get_n_splits(self, X=None, y=None, groups=None):
+        """Number of folds.
+
+        Parameters
+        ----------
+        X, y, groups : ignored
+
+        Returns
+        -------
+        n_splits : int
+        """
+        return self.n_splits
+
+    def split(self, X, y=None, groups=None):
+        """Rows of the training models and rows of the held-out models, per fold.
+
+        Parameters
+        ----------
+        X : DataFrame
+            Long-format evaluations (``model``, ``query``, ``score``).
+        y : None
+            Ignored.
+        groups : None
+            Ignored: the models are the groups.
+
+        Yields
+        ------
+        train : ndarray of int
+            Positions of every row of the training models.
+        test : ndarray of int
+            Positions of every row of the held-out models (onboarding and
+            scoring rows; see :meth:`onboarding_split`).
+        """
+        models, queries = _columns(X)
+        names = np.unique(models)
+        if len(names) < self.n_splits:
+            raise ValueError(
+                f"n_splits={self.n_splits} should be <= the number of models, "
+                f"{len(names)}; each fold holds out at least one model."
+            )
+        counts = pd.Series(queries).groupby(models).nunique()
+        short = counts[counts <= self.n_onboard]
+        if len(short):
+            shown = _preview(f"{m}: {n}" for m, n in short.items())
+            raise ValueError(
+                f"n_onboard={self.n_onboard} leaves no rows to score "
+                f"{len(short)} model(s), which have at most that many distinct "
+                f"queries ({shown}); lower n_onboard or drop those models."
+            )
+        order = np.random.default_rng(self.random_state).permutation(names)
+        for held_out in np.array_split(order, self.n_splits):
+            test = np.isin(models, held_out)
+            yield np.flatnonzero(~test), np.flatnonzero(test)
+
+    def onboarding_split(self, X):
+        """Onboarding rows and scoring rows of the models of ``X``.
+
+        Parameters
+        ----------
+        X : DataFrame
+            Evaluations of held-out models (a fold's test rows).
+
+        Returns
+        -------
+        onboard : ndarray of int
+            Positions of the rows of ``n_onboard`` distinct queries per model.
+        score : ndarray of int
+            Positions of every other row.
+        """
+        models, queries = _columns(X)
+        onboard = np.zeros(len(models), dtype=bool)
+        for name in np.unique(models):
+            rows = np.flatnonzero(models == name)
+            distinct = np.unique(queries[rows])
+            if len(distinct) <= self.n_onboard:
+                raise ValueError(
+                    f"Model {name!r} has {len(distinct)} distinct queries; "
+                    f"n_onboard={self.n_onboard} leaves none to score it."
+                )
+            # Seeded by the model's name, so its choice does not depend on
+            # the other models of the fold or on the order of rows.
+            rng = np.random.default_rng([self.random_state, zlib.crc32(name.encode())])
+            chosen = distinct[rng.permutation(len(distinct))[: self.n_onboard]]
+            onboard[rows] = np.isin(queries[rows], chosen)
+        return np.flatnonzero(onboard), np.flatnonzero(~onboard)
+
+
+class _OnboardingScorer:
+    """``scorer(router, X, y=None)``: onboard the models of ``X``, score them."""
+
+    def __init__(self, cv, metric, model_costs):
+        self.cv = cv
+        self.metric = metric
+        self.model_costs = model_costs
+
+    def __call__(self, estimator, X, y=None):
+        if not callable(getattr(estimator, "add_models", None)):
+            raise TypeError(
+                f"The onboarding scorer needs a router with add_models (such as "
+                f"LocusRouter); got {type(estimator).__name__}."
+            )
+        frame = _as_frame(X, "X")
+        onboard, score = self.cv.onboarding_split(frame)
+        held_out = np.unique(frame["model"].to_numpy(dtype=object))
+        known = held_out[np.isin(held_out, estimator.classes_)]
+        if len(known):
+            raise ValueError(
+                f"The onboarding scorer scores models the router was not fitted "
+                f"on, but {len(known)} model(s) of this fold are in its pool: "
+                f"{_preview(known)}. Split with ModelGroupSplit."
+            )
+        costs = None
+        if self.model_costs is not None:
+            missing = [m for m in held_out if m not in self.model_costs]
+            if missing:
+                raise ValueError(
+                    f"model_costs of the onboarding scorer has no cost for "
+                    f"{len(missing)} held-out model(s): {_preview(missing)}."
+                )
+            costs = {m: self.model_costs[m] for m in held_out}
+        # A copy: the fitted estimator is reused for the other scorers.
+        router = copy.deepcopy(estimator)
+        router.add_models(frame.iloc[onboard], model_costs=costs)
+        return ROUTER_SCORERS[self.metric](router, frame.iloc[score])
+
+    def __repr__(self):
+        return f"make_onboarding_scorer({self.cv!r}, metric={self.metric!r})"
+
+
+def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=None):
+    """A scorer that onboards a fold's held-out models and scores them.
+
+    Called as ``scorer(router, X, y=None)`` with a router fitted on the
+    training models of a fold and ``X`` the rows of its held-out models (as
+    :func:`~sklearn.model_selection.cross_val_score` and
+    :class:`~sklearn.model_selection.GridSearchCV` do with ``cv=cv``): it
+    onboards each held-out model from its onboarding rows
+    (:meth:`ModelGroupSplit.onboarding_split`) with ``add_models`` on a copy
+    of the router, then scores that copy on the other rows. The fitted
+    router is left as it was.
+
+    Parameters
+    ----------
+    cv : ModelGroupSplit
+        The splitter of the search; it chooses the onboarding rows.
+    metric : str, default="correctness_accuracy"
+        A name of :func:`~locus_sklearn.metrics.get_router_scorer`:
+        ``"correctness_accuracy"`` (are the onboarded models' P(correct)
+        right on their scoring rows?), ``"neg_log_loss"``,
+        ``"routing_accuracy"`` or ``"routing_accuracy_no_cost"`` (routing
+        among the held-out models, on the queries they were scored on).
+    model_costs : mapping of str to float, default=None
+        Costs of the models, needed when the router was fitted with costs.
+
+    Returns
+    -------
+    scorer : callable
+        ``scorer(router, X, y=None) -> float``, larger is better.
+
+    Examples
+    --------
+    >>> from sklearn.model_selection import cross_val_score
+    >>> from locus_sklearn import LocusEmbedder, LocusRouter
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> from locus_sklearn.model_selection import (ModelGroupSplit,
+    ...                                            make_onboarding_scorer)
+    >>> pool = make_model_pool(n_models=6, n_queries=100, evals_per_model=60,
+    ...                        random_state=0)
+    >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=8,
+    ...                                    n_latents=2, n_blocks=1, n_heads=2,
+    ...                                    max_epochs=1, random_state=0))
+    >>> cv = ModelGroupSplit(n_splits=2, n_onboard=30)
+    >>> scores = cross_val_score(router, pool.evals, cv=cv,
+    ...                          scoring=make_onboarding_scorer(cv))
+    >>> bool(((scores >= 0) & (scores <= 1)).all())
+    True
+    """
+    if not isinstance(cv, ModelGroupSplit):
+        raise TypeError(
+            f"cv must be a ModelGroupSplit (it chooses the onboarding rows); got "
+            f"{type(cv).__name__}."
+        )
+    if metric not in ROUTER_SCORERS:
+        raise ValueError(
+            f"metric={metric!r} is not a router scorer; valid names are "
+            f"{sorted(ROUTER_SCORERS)}."
+        )
+    return _OnboardingScorer(cv, metric, model_costs)
