@@ -171,7 +171,9 @@ class BaseRouter(BaseEstimator):
                 f"cost_weight={cost_weight} needs model costs; pass "
                 "model_costs= to fit, or set cost_weight=0."
             )
-        return proba - cost_weight * self.model_costs_
+        # A huge weight may overflow to -inf; route() still picks an allowed model.
+        with np.errstate(over="ignore"):
+            return proba - cost_weight * self.model_costs_
 
     def decision_function(self, queries):
         """Utility of routing each query to each model.

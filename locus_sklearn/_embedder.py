@@ -1,12 +1,15 @@
 """LocusEmbedder: learn F_θ and G_ψ from scored evaluations; embed models."""
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted
 
 from ._device import resolve_device
@@ -15,7 +18,17 @@ from ._evals import check_evals, check_queries
 from ._persistence import load_embedder, save_embedder
 from ._training import MONITORS, embed_models, fit_network, predict_proba
 
-__all__ = ["LocusEmbedder"]
+__all__ = ["FewEvaluationsWarning", "LocusEmbedder"]
+
+
+class FewEvaluationsWarning(UserWarning):
+    """A model is embedded from fewer evaluations than training ever used.
+
+    The encoder saw sets of ``enc_size[0]`` evaluations or more; an embedding
+    from fewer is an extrapolation, and two such embeddings of one model
+    differ more (see ``benchmarks/results/`` for self-identification by
+    number of evaluations).
+    """
 
 
 class LocusEmbedder(TransformerMixin, BaseEstimator):
@@ -316,7 +329,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         encoder = self._query_encoder()
         X_query = encoder.transform(table.queries)
         self._fit_encoded(table, X_query, encoder)
-        return self._transform_encoded(table, X_query)
+        return self._as_output(self._transform_encoded(table, X_query), table)
 
     def _query_encoder(self):
         """The fitted query encoder of this embedder's parameters."""
@@ -378,7 +391,35 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         table = check_evals(evals)
-        return self._transform_encoded(table, self._encode(table.queries))
+        self._warn_few_evaluations(table)
+        embeddings = self._transform_encoded(table, self._encode(table.queries))
+        return self._as_output(embeddings, table)
+
+    def _as_output(self, embeddings, table):
+        """Rows are models, not evaluation rows: a pandas output (``set_output``)
+        is indexed by model name, which sklearn's wrapper then keeps."""
+        if _get_output_config("transform", self)["dense"] != "pandas":
+            return embeddings
+        return pd.DataFrame(
+            embeddings,
+            index=pd.Index(table.models, name="model"),
+            columns=self.get_feature_names_out(),
+        )
+
+    def _warn_few_evaluations(self, table):
+        low = int(self.enc_size[0])
+        counts = np.diff(table.indptr)
+        few = table.models[counts < low]
+        if len(few):
+            warnings.warn(
+                f"{len(few)} model(s) have fewer than enc_size[0]={low} evaluations "
+                f"(the smallest set the encoder trained on), e.g. {list(few[:3])} "
+                f"with {int(counts[counts < low].min())}: their embeddings are "
+                "extrapolated and less reliable; give each model at least "
+                f"{low} scored queries.",
+                FewEvaluationsWarning,
+                stacklevel=3,
+            )
 
     def _transform_encoded(self, table, X_query):
         return embed_models(

@@ -1,61 +1,62 @@
-"""Safe persistence: one safetensors file with a JSON header; loading never unpickles.
+"""Save and load fitted estimators; a loaded file is checked whole first.
 
-The file holds the network weights, the pool (names, embeddings, costs, and
-the stored evaluations the kernel readout reads) and, for a precomputed-vector
-encoder, its vectors; the metadata holds the container's format version, the
-network layout version (:data:`~._nn.NETWORK_LAYOUT`), the estimator kind,
-its hyper-parameters and how to rebuild the query encoder.
+A saved estimator is one file (:mod:`._files`): the network weights, the pool
+(names, embeddings, costs, and the stored evaluations the kernel readout
+reads) and, for a precomputed-vector encoder, its vectors; the JSON header
+holds the network layout version (:data:`~._nn.NETWORK_LAYOUT`), the
+estimator kind, its hyper-parameters and how to rebuild the query encoder.
+
+Loading validates every field — header schema and types, hyper-parameters
+against the estimator's own constraints, tensor names, shapes, dtypes and
+finiteness, pool names, indices and scores — before anything is built, and
+refuses a file whose checksum does not match. Every failure is a ValueError
+naming the file and the field.
 
 The estimators call :func:`save_embedder` / :func:`load_embedder` and
 :func:`save_router` / :func:`load_router`; this module never imports them
 (the class to build is passed in), so data flows one way.
 """
 
-import errno
-import glob
-import json
+import hashlib
 import os
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
-from safetensors.torch import save
 
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks, stale temporary files stay
-    fcntl = None
-
+from ._base import check_cost_weight
 from ._device import resolve_device
-from ._encoders import as_query_encoder
-from ._evals import EvalTable
-from ._nn import NETWORK_LAYOUT
-from ._training import build_net
+from ._encoders import QueryEncoder, as_query_encoder
+from ._evals import EvalTable, check_model_costs
+from ._files import read_file, write_file
+from ._nn import NETWORK_LAYOUT, LocusNetwork
+from ._training import NETWORK_PARAMS, build_net
 from ._version import __version__
 
 __all__ = [
-    "FORMAT_VERSION",
+    "encoder_from_spec",
+    "encoder_spec",
     "load_embedder",
     "load_router",
-    "read_file",
     "save_embedder",
     "save_router",
-    "write_file",
-    "encoder_spec",
-    "encoder_from_spec",
 ]
 
-FORMAT_NAME = "locus_sklearn"
-FORMAT_VERSION = 1
+_ENCODER_KINDS = ("default", "path", "mapping", "hashed_mapping", "object")
 
 
-def encoder_spec(encoder):
-    """JSON spec and tensors describing an ``encoder=`` value."""
-    from ._encoders import QueryEncoder
+def _hash(text):
+    return hashlib.sha256(text.encode()).hexdigest()
 
+
+def encoder_spec(encoder, *, include_query_text=True):
+    """JSON spec and tensors describing an ``encoder=`` value.
+
+    With ``include_query_text=False`` a mapping encoder's keys (query texts)
+    are not stored: its spec is ``hashed_mapping`` and loading needs the
+    mapping again (``encoder=``).
+    """
     if isinstance(encoder, QueryEncoder):
         encoder = encoder.encoder
     if encoder is None or (isinstance(encoder, str) and encoder == "default"):
@@ -63,6 +64,8 @@ def encoder_spec(encoder):
     if isinstance(encoder, (str, os.PathLike)):
         return {"kind": "path", "path": str(Path(encoder).resolve())}, {}
     if isinstance(encoder, Mapping):
+        if not include_query_text:
+            return {"kind": "hashed_mapping"}, {}
         keys = list(encoder)
         vectors = np.stack([np.asarray(encoder[k], dtype=np.float32) for k in keys])
         return {"kind": "mapping", "keys": keys}, {
@@ -83,175 +86,194 @@ def encoder_from_spec(spec, tensors, encoder):
     if kind == "mapping":
         vectors = tensors["encoder.vectors"].numpy()
         return dict(zip(spec["keys"], vectors, strict=True))
+    if kind == "hashed_mapping":
+        raise ValueError(
+            "The file was saved without query text, so its mapping encoder was not "
+            "stored; pass the mapping again with load(path, encoder=...)."
+        )
     raise ValueError(
         f"The file was saved with a custom encoder object ({spec['type']}), which "
         "cannot be stored safely; pass it again with load(path, encoder=...)."
     )
 
 
-def _temp_name(target):
-    """A fresh temporary name beside ``target``: ``.<name>.<random>.tmp``."""
-    return target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+# ------------------------------------------------------------------ checking
+class _Checker:
+    """Checks of one file's fields; every error names the file and the field."""
+
+    def __init__(self, path, metadata, tensors):
+        self.path = str(path)
+        self.metadata = metadata
+        self.tensors = tensors
+
+    def fail(self, field, problem):
+        raise ValueError(
+            f"{self.path!r} is not a valid locus_sklearn file: {field} {problem}."
+        )
+
+    def field(self, name, kind):
+        """Header field ``name``, checked to be of JSON type ``kind``."""
+        if name not in self.metadata:
+            self.fail(f"header field {name!r}", "is missing")
+        value = self.metadata[name]
+        valid = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "dict": isinstance(value, dict),
+            "names": isinstance(value, list) and all(isinstance(v, str) for v in value),
+        }[kind]
+        if not valid:
+            self.fail(f"header field {name!r}", f"must be of type {kind}")
+        if kind == "names" and len(set(value)) != len(value):
+            self.fail(f"header field {name!r}", "repeats a name")
+        return value
+
+    def tensor(self, name, shape, dtypes, *, finite=True):
+        """Tensor ``name`` with ``shape`` (None: any size on that axis)."""
+        if name not in self.tensors:
+            self.fail(f"tensor {name!r}", "is missing")
+        value = self.tensors[name]
+        if value.dtype not in dtypes:
+            self.fail(f"tensor {name!r}", f"has dtype {value.dtype}")
+        if len(value.shape) != len(shape) or any(
+            want is not None and got != want
+            for got, want in zip(value.shape, shape, strict=True)
+        ):
+            self.fail(f"tensor {name!r}", f"has shape {tuple(value.shape)}")
+        if finite and value.is_floating_point() and not torch.isfinite(value).all():
+            self.fail(f"tensor {name!r}", "holds NaN or infinite values")
+        return value
+
+    def only(self, names):
+        extra = sorted(set(self.tensors) - set(names))
+        if extra:
+            self.fail(f"tensor {extra[0]!r}", "is not part of a saved estimator")
 
 
-def _write_error(kind, code, path, what):
-    """An OSError of type ``kind`` naming the file the user asked for (never a
-    temporary file), with the error number ``code``."""
-    error = kind(f"Cannot save {str(path)!r}: {what}.")
-    error.errno = code  # kept for callers that map errors to exit codes
-    return error
+def _check_embedder(check, cls):
+    """Check an embedder's fields; return the tensor names it owns."""
+    params = dict(check.field("params", "dict"))
+    spec = check.field("encoder", "dict")
+    n_features = check.field("n_query_features", "int")
+    check.field("classes", "names")
+    if check.field("n_epochs", "int") < 0 or n_features < 1:
+        check.fail("header fields 'n_epochs' / 'n_query_features'", "are out of range")
+    defaults = cls().get_params(deep=False)
+    unknown = sorted(set(params) - set(defaults))
+    if unknown or set(params) != set(cls()._saved_params()):
+        check.fail("header field 'params'", f"has unexpected names {unknown}")
+    if isinstance(params.get("enc_size"), list):
+        params["enc_size"] = tuple(params["enc_size"])
+    try:
+        probe = cls(**params)
+        probe._validate_params()
+        probe._check_structure()
+    except (TypeError, ValueError) as exc:
+        check.fail("header field 'params'", f"is invalid ({exc})")
+    kind = spec.get("kind")
+    if kind not in _ENCODER_KINDS:
+        check.fail("header field 'encoder'", f"has an unknown kind {kind!r}")
+    expected = _expected_state(params, n_features)
+    names = [f"net.{k}" for k in expected]
+    if kind == "mapping":
+        keys = spec.get("keys")
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            check.fail("header field 'encoder'", "must list its keys as strings")
+        check.tensor("encoder.vectors", (len(keys), n_features), (torch.float32,))
+        names.append("encoder.vectors")
+    elif kind in ("path", "object") and not isinstance(
+        spec.get("path" if kind == "path" else "type"), str
+    ):
+        check.fail("header field 'encoder'", "is incomplete")
+    for name, (shape, dtype) in expected.items():
+        check.tensor(f"net.{name}", shape, (dtype,))
+    return names
 
 
-def _remove_stale_temp_files(target):
-    """Delete temporary files that killed saves of ``target`` left behind.
-
-    A writer holds an exclusive lock on its temporary file until it has been
-    renamed, and the kernel drops the lock when a process dies: a temporary
-    file whose lock can be taken belongs to no live writer.
-    """
-    if fcntl is None:
-        return
-    pattern = os.path.join(
-        glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp"
-    )
-    for stale in glob.glob(pattern):
-        try:
-            fd = os.open(stale, os.O_RDONLY)
-        except OSError:
-            continue  # renamed or removed meanwhile
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.unlink(stale)
-        except OSError:
-            pass  # a save in progress holds it, or it is already gone
-        finally:
-            os.close(fd)
-
-
-def write_file(path, metadata, tensors):
-    """Write ``tensors`` and JSON ``metadata`` atomically to ``path``.
-
-    A temporary file ``.<name>.<random>.tmp`` in the same folder is renamed
-    over the target only once complete and flushed to disk, so a failure never
-    leaves a half-written file. A new file gets the mode ``open()`` would give
-    it (``0o666`` less the umask); an existing one keeps its mode. A symbolic
-    link is followed: the file it points to is replaced, the link stays.
-    Temporary files left by killed saves of the same target are removed after
-    a successful save. Errors name ``path``, never the temporary file.
-    """
-    target = Path(os.path.realpath(path))
-    header = {
-        "format": FORMAT_NAME,
-        "format_version": str(FORMAT_VERSION),
-        **{key: json.dumps(value) for key, value in metadata.items()},
+def _expected_state(params, n_features):
+    """Names, shapes and dtypes of the network's state for ``params``."""
+    # On the meta device nothing is allocated, whatever sizes the file names.
+    with torch.device("meta"):
+        module = LocusNetwork(
+            n_features, **{name: params[name] for name in NETWORK_PARAMS}
+        )
+    return {
+        name: (tuple(value.shape), value.dtype)
+        for name, value in module.state_dict().items()
     }
-    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-    # Serialised in memory and written through our own descriptor: save_file
-    # creates its file itself, which would drop the mode and the lock below.
-    data = save(tensors, metadata=header)
-    if target.is_dir():
-        raise _write_error(IsADirectoryError, errno.EISDIR, path, "it is a directory")
-    if not target.parent.is_dir():
-        raise _write_error(
-            FileNotFoundError,
-            errno.ENOENT,
-            path,
-            f"its folder {str(target.parent)!r} does not exist",
-        )
-    mode = target.stat().st_mode & 0o777 if target.exists() else None
-    tmp = _temp_name(target)
+
+
+def _check_router(check):
+    """Check a router's fields beyond its embedder's; return its tensor names."""
+    pool = check.field("pool", "names")
     try:
-        # 0o666 here lets the kernel apply the umask, as a plain open() would.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as exc:
-        raise _write_error(
-            type(exc),
-            exc.errno,
-            path,
-            f"cannot create a file in {str(target.parent)!r} ({exc.strerror})",
-        ) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            if fcntl is not None:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            if mode is not None:
-                os.chmod(tmp, mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            # Renamed while still locked, so no other save takes it for stale.
-            os.replace(tmp, target)
-    except BaseException as exc:
+        check_cost_weight(check.field("cost_weight", "number"))
+    except (TypeError, ValueError) as exc:
+        check.fail("header field 'cost_weight'", f"is invalid ({exc})")
+    n_pool = len(pool)
+    if n_pool == 0:
+        check.fail("header field 'pool'", "is empty")
+    params = check.metadata["params"]
+    names = ["pool.embeddings"]
+    check.tensor("pool.embeddings", (n_pool, params["embedding_dim"]), (torch.float32,))
+    if "pool.costs" in check.tensors:
+        costs = check.tensor("pool.costs", (n_pool,), (torch.float64,))
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError) and exc.errno is not None:
-            raise _write_error(
-                type(exc), exc.errno, path, exc.strerror or str(exc)
-            ) from None
-        raise
-    _remove_stale_temp_files(target)
+            check_model_costs(costs.numpy(), np.asarray(pool, dtype=object))
+        except ValueError as exc:
+            check.fail("tensor 'pool.costs'", f"is invalid ({exc})")
+        names.append("pool.costs")
+    memory = ["memory.encodings", "memory.model_index", "memory.query_index"]
+    memory.append("memory.score")
+    if any(name in check.tensors for name in memory) or "memory_queries" in (
+        check.metadata
+    ):
+        _check_pool_evals(check, n_pool)
+        names += memory
+    elif params.get("kernel_readout"):
+        check.fail("tensor 'memory.encodings'", "is missing (kernel_readout=True)")
+    return names
 
 
-def read_file(path, kind):
-    """Read a file written by :func:`write_file`; check format and ``kind``.
+def _check_pool_evals(check, n_pool):
+    queries = check.field("memory_queries", "names")
+    n_features = check.metadata["n_query_features"]
+    check.tensor("memory.encodings", (len(queries), n_features), (torch.float32,))
+    model = check.tensor("memory.model_index", (None,), (torch.int64,)).numpy()
+    n_rows = len(model)
+    query = check.tensor("memory.query_index", (n_rows,), (torch.int64,)).numpy()
+    score = check.tensor("memory.score", (n_rows,), (torch.float32,)).numpy()
+    if n_rows and (model.min() < 0 or model.max() >= n_pool):
+        check.fail("tensor 'memory.model_index'", f"is outside [0, {n_pool})")
+    if (np.diff(model) < 0).any():
+        check.fail("tensor 'memory.model_index'", "is not sorted by model")
+    if n_rows and (query.min() < 0 or query.max() >= len(queries)):
+        check.fail("tensor 'memory.query_index'", f"is outside [0, {len(queries)})")
+    if ((score < 0) | (score > 1)).any():
+        check.fail("tensor 'memory.score'", "is outside [0, 1]")
 
-    Returns
-    -------
-    metadata : dict
-        The decoded JSON metadata (``format`` and ``format_version`` removed).
-    tensors : dict of str to Tensor
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No such file: {str(path)!r}.")
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            header = handle.metadata() or {}
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-    except Exception as exc:  # safetensors raises several types for bad files
-        raise ValueError(
-            f"{str(path)!r} is not a readable locus_sklearn file ({exc})."
-        ) from None
-    if header.get("format") != FORMAT_NAME:
-        raise ValueError(
-            f"{str(path)!r} is a safetensors file but not a locus_sklearn one."
-        )
-    version = header.get("format_version")
-    if version != str(FORMAT_VERSION):
-        raise ValueError(
-            f"{str(path)!r} has format version {version}; this locus_sklearn reads "
-            f"version {FORMAT_VERSION}."
-        )
-    try:
-        metadata = {
-            key: json.loads(value)
-            for key, value in header.items()
-            if key not in ("format", "format_version")
-        }
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{str(path)!r} has a corrupt header ({exc}).") from None
-    if metadata.get("kind") != kind:
-        raise ValueError(
-            f"{str(path)!r} holds a {metadata.get('kind')}, not a {kind}; load it "
-            f"with {metadata.get('kind')}.load."
-        )
-    # Files written before the layout was recorded hold layout 1.
-    layout = metadata.pop("network_layout", 1)
-    if layout != NETWORK_LAYOUT:
-        raise ValueError(
-            f"{str(path)!r} holds a network of layout version {layout}, but this "
-            f"locus_sklearn ({__version__}) builds layout version {NETWORK_LAYOUT}; "
-            "refit the estimator with this version and save it again."
-        )
+
+def _checked(path, kind, embedder_cls):
+    """Read ``path`` and check every field; return (metadata, tensors)."""
+    metadata, tensors, intact = read_file(path, kind)
+    check = _Checker(path, metadata, tensors)
+    check.field("library_version", "str")
+    names = _check_embedder(check, embedder_cls)
+    if kind == "LocusRouter":
+        names += _check_router(check)
+    check.only(names)
+    if not intact:
+        check.fail("checksum", "does not match the contents (modified or damaged)")
     return metadata, tensors
 
 
 # ----------------------------------------------------------------- embedders
-def _embedder_state(embedder):
+def _embedder_state(embedder, *, include_query_text=True):
     """(metadata, tensors) describing a fitted LocusEmbedder."""
-    spec, tensors = encoder_spec(embedder.encoder)
+    spec, tensors = encoder_spec(
+        embedder.encoder, include_query_text=include_query_text
+    )
     params = embedder._saved_params()
     params["enc_size"] = list(params["enc_size"])
     metadata = {
@@ -269,9 +291,10 @@ def _embedder_state(embedder):
 
 
 def _embedder_from_state(cls, metadata, tensors, *, encoder=None, device=None):
-    """A fitted ``cls`` (LocusEmbedder) from :func:`_embedder_state`'s output."""
+    """A fitted ``cls`` (LocusEmbedder) from checked metadata and tensors."""
     params = dict(metadata["params"])
     params["enc_size"] = tuple(params["enc_size"])
+    device = resolve_device(device)
     embedder = cls(
         encoder_from_spec(metadata["encoder"], tensors, encoder),
         device=device,
@@ -281,17 +304,10 @@ def _embedder_from_state(cls, metadata, tensors, *, encoder=None, device=None):
     embedder.n_query_features_ = metadata["n_query_features"]
     embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
     embedder.n_epochs_ = metadata["n_epochs"]
-    net = build_net(
-        embedder._saved_params(),
-        embedder.n_query_features_,
-        device=resolve_device(device),
-    )
+    net = build_net(embedder._saved_params(), embedder.n_query_features_, device=device)
     net.initialize()
     state = {k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")}
-    try:
-        net.module_.load_state_dict(state)
-    except RuntimeError as exc:
-        raise ValueError(f"The file's network weights do not fit: {exc}") from None
+    net.module_.load_state_dict(state)
     net.module_.eval()
     embedder.net_ = net
     return embedder
@@ -305,14 +321,21 @@ def save_embedder(embedder, path):
 
 def load_embedder(cls, path, *, encoder=None, device=None):
     """Read a LocusEmbedder (of class ``cls``) written by :func:`save_embedder`."""
-    metadata, tensors = read_file(path, "LocusEmbedder")
+    metadata, tensors = _checked(path, "LocusEmbedder", cls)
     return _embedder_from_state(cls, metadata, tensors, encoder=encoder, device=device)
 
 
 # ------------------------------------------------------------------- routers
-def save_router(router, path):
-    """Write a fitted LocusRouter: its embedder, then the pool."""
-    metadata, tensors = _embedder_state(router._locus)
+def save_router(router, path, *, include_query_text=True):
+    """Write a fitted LocusRouter: its embedder, then the pool.
+
+    With ``include_query_text=False`` the stored evaluations keep a SHA-256
+    hash of each query instead of its text (their encodings are kept), and a
+    mapping encoder is not stored.
+    """
+    metadata, tensors = _embedder_state(
+        router._locus, include_query_text=include_query_text
+    )
     metadata.update(
         kind="LocusRouter",
         pool=router.classes_.tolist(),
@@ -321,7 +344,10 @@ def save_router(router, path):
     tensors["pool.embeddings"] = torch.from_numpy(router.model_embeddings_)
     if router.pool_evals_ is not None:
         encodings, table = router.pool_evals_
-        metadata["memory_queries"] = table.queries.tolist()
+        queries = table.queries.tolist()
+        if not include_query_text:
+            queries = [_hash(q) for q in queries]
+        metadata["memory_queries"] = queries
         tensors["memory.encodings"] = torch.from_numpy(encodings)
         tensors["memory.model_index"] = torch.from_numpy(table.model_index)
         tensors["memory.query_index"] = torch.from_numpy(table.query_index)
@@ -334,7 +360,7 @@ def save_router(router, path):
 def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     """Read a router (of class ``cls``, with an embedder of ``embedder_cls``)
     written by :func:`save_router`."""
-    metadata, tensors = read_file(path, "LocusRouter")
+    metadata, tensors = _checked(path, "LocusRouter", embedder_cls)
     embedder = _embedder_from_state(
         embedder_cls, metadata, tensors, encoder=encoder, device=device
     )
@@ -345,9 +371,7 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     router.classes_ = np.asarray(metadata["pool"], dtype=object)
     router.model_embeddings_ = tensors["pool.embeddings"].numpy()
     costs = tensors.get("pool.costs")
-    router.model_costs_ = None if costs is None else costs.numpy().astype(np.float64)
-    if router.model_embeddings_.shape[0] != len(router.classes_):
-        raise ValueError(f"{str(path)!r} is corrupt: pool size mismatch.")
+    router.model_costs_ = None if costs is None else costs.numpy()
     router.pool_evals_ = None
     if "memory.encodings" in tensors:
         table = EvalTable(

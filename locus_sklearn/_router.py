@@ -126,7 +126,8 @@ class LocusRouter(BaseRouter):
             Evaluations of the models to add or refresh.
         model_costs : mapping of str to float, default=None
             Costs of the models in ``evals``; required for new models when the
-            router has costs, and replaces the cost of existing ones.
+            router has costs. Given, it replaces the cost of existing ones;
+            omitted, a refreshed model keeps its cost.
 
         Returns
         -------
@@ -146,6 +147,7 @@ class LocusRouter(BaseRouter):
                 "model_costs were given, but the router was fitted without costs; "
                 "refit with model_costs= for the whole pool."
             )
+        self._locus._warn_few_evaluations(table)
         X_query = self._encode(table.queries)
         embeddings = self._locus._transform_encoded(table, X_query)
         classes = np.union1d(self.classes_, table.models).astype(object)
@@ -155,7 +157,9 @@ class LocusRouter(BaseRouter):
         if self.model_costs_ is not None:
             costs = np.empty(len(classes))
             costs[np.searchsorted(classes, self.classes_)] = self.model_costs_
-            costs[np.searchsorted(classes, table.models)] = new_costs
+            # A refresh without model_costs keeps the models' costs.
+            if new_costs is not None:
+                costs[np.searchsorted(classes, table.models)] = new_costs
             self.model_costs_ = costs
         self.classes_ = classes
         self.model_embeddings_ = merged
@@ -207,20 +211,31 @@ class LocusRouter(BaseRouter):
             self.model_costs_ = self.model_costs_[~drop]
         return self
 
-    def save(self, path):
+    def save(self, path, *, include_query_text=True):
         """Save the fitted router to one safetensors file (no pickle).
 
         The file holds the embedder (weights, hyper-parameters, query encoder
         reference) and the pool: ``classes_``, ``model_embeddings_``,
         ``model_costs_``, ``cost_weight`` and, with the kernel readout,
-        ``pool_evals_`` (the stored evaluations, query text included).
+        ``pool_evals_``: every stored evaluation with its query's encoding
+        and, by default, the query's text. A precomputed-vector (mapping)
+        encoder is stored with its keys, which are query texts too.
 
         Parameters
         ----------
         path : str or path-like
+        include_query_text : bool, default=True
+            False stores a SHA-256 hash of each query in place of its text
+            (routing reads only the encodings, so predictions are unchanged)
+            and leaves a mapping encoder out of the file: pass it again to
+            :meth:`load` (``encoder=``). Use it when prompts must not ship.
         """
         check_is_fitted(self)
-        save_router(self, path)
+        if not isinstance(include_query_text, bool):
+            raise TypeError(
+                f"include_query_text must be True or False; got {include_query_text!r}."
+            )
+        save_router(self, path, include_query_text=include_query_text)
 
     @classmethod
     def load(cls, path, *, encoder=None, device=None):

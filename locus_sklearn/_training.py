@@ -17,6 +17,9 @@ The estimators pass their hyper-parameters as one mapping (``params``) with
 the names of :class:`~._embedder.LocusEmbedder`'s parameters.
 """
 
+import re
+import sys
+
 import numpy as np
 import torch
 from sklearn.cluster import KMeans
@@ -41,6 +44,7 @@ __all__ = [
     "fit_network",
     "LocusNet",
     "predict_proba",
+    "progress_sink",
     "RandomEpisodes",
     "ValidRoutingAccuracy",
     "split_rows_by_query",
@@ -401,6 +405,21 @@ class ValidRoutingAccuracy(Callback):
         )
 
 
+def progress_sink(text):
+    """Where the epoch table goes: standard error (standard output carries
+    results), without colour codes unless standard error is a terminal."""
+    stream = sys.stderr
+    if not stream.isatty():
+        text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    print(text, file=stream)
+
+
+def progress_params(verbose):
+    """skorch parameters that send the epoch table to :func:`progress_sink`."""
+    # skorch calls any sink but print even when verbose=0: set it only when used.
+    return {"callbacks__print_log__sink": progress_sink} if verbose else {}
+
+
 class LocusNet(NeuralNet):
     """skorch's NeuralNet for LOCUS episodes.
 
@@ -472,6 +491,7 @@ def build_net(
         callbacks=list(callbacks),
         device=device,
         verbose=verbose,
+        **progress_params(verbose),
     )
 
 

@@ -419,7 +419,7 @@ def test_failed_write_during_onboard(workdir, tmp_path, cli, monkeypatch, error)
     temporary file left."""
     from safetensors import SafetensorError
 
-    from locus_sklearn import _persistence
+    from locus_sklearn import _files as _persistence
 
     if error == "safetensors":
         error = SafetensorError(

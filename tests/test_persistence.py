@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from locus_sklearn._persistence import read_file, write_file
+from locus_sklearn._files import read_file, write_file
 
 TENSORS = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
 
@@ -44,7 +44,7 @@ def test_new_files_follow_the_umask(tmp_path, umask, mask, expected):
     path = tmp_path / "router.locus"
     _write(path)
     assert _mode(path) == expected
-    metadata, tensors = read_file(path, "Test")
+    metadata, tensors, _ = read_file(path, "Test")
     assert metadata["value"] == 0.0
     torch.testing.assert_close(tensors["w"], TENSORS["w"])
 
@@ -79,7 +79,7 @@ def _crash_during_save(path):
     script = textwrap.dedent(
         f"""
         import os, torch
-        from locus_sklearn import _persistence
+        from locus_sklearn import _files as _persistence
         os.replace = lambda *args: os._exit(9)
         _persistence.write_file({str(path)!r}, {{"kind": "Test", "value": 9.0}},
                                 {{"w": torch.zeros(2)}})

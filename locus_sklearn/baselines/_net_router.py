@@ -18,6 +18,7 @@ from torch import nn
 
 from .._base import BaseRouter
 from .._device import resolve_device
+from .._training import progress_params
 
 # Query batch size of predict_proba; bounds memory at (chunk, n_models) floats.
 _PREDICT_CHUNK = 8192
@@ -158,6 +159,7 @@ class _NetRouter(BaseRouter):
             callbacks=callbacks,
             device=device,
             verbose=self.verbose,
+            **progress_params(self.verbose),
         )
         # Seed module initialisation, shuffling and noise without touching the
         # caller's global torch RNG.

@@ -59,7 +59,9 @@ def route(y_score, available=None):
     Returns
     -------
     routed : ndarray of int64, shape (n_queries,)
-        Ties go to the lowest model index.
+        Always an available model. Ties go to the lowest model index; a NaN
+        score never wins, and where every available score is -inf or NaN
+        the first available model is chosen.
 
     Examples
     --------
@@ -69,10 +71,19 @@ def route(y_score, available=None):
     [0]
     """
     y_score = np.asarray(y_score, dtype=np.float64)
-    if available is not None:
-        available = np.asarray(available, dtype=bool)
-        y_score = np.where(available, y_score, -np.inf)
-    return np.argmax(y_score, axis=1).astype(np.int64)
+    if available is None:
+        available = np.ones(y_score.shape, dtype=bool)
+    else:
+        available = np.broadcast_to(np.asarray(available, dtype=bool), y_score.shape)
+    if y_score.ndim == 2 and y_score.shape[1] and not available.any(axis=1).all():
+        raise ValueError("available must allow at least one model for every query.")
+    masked = np.where(available & ~np.isnan(y_score), y_score, -np.inf)
+    routed = np.argmax(masked, axis=1).astype(np.int64)
+    # A row of -inf (e.g. a huge cost weight) makes argmax return column 0,
+    # which may be unavailable: take the first available model instead.
+    stuck = ~available[np.arange(len(routed)), routed]
+    routed[stuck] = np.argmax(available[stuck], axis=1)
+    return routed
 
 
 def routing_accuracy(y_true, y_score):

@@ -1,0 +1,216 @@
+"""The saved-file container: one safetensors file with a JSON header.
+
+Writing is atomic and keeps file modes (:func:`write_file`); reading checks
+the container (format, version, kind, network layout) and whether the file
+is intact (:func:`read_file`). Loading never unpickles: safetensors holds
+only arrays, and the header only JSON.
+"""
+
+import errno
+import glob
+import hashlib
+import json
+import os
+import secrets
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save
+
+from ._nn import NETWORK_LAYOUT
+from ._version import __version__
+
+try:  # advisory locks mark a save in progress (POSIX only)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+__all__ = ["FORMAT_VERSION", "read_file", "write_file"]
+
+FORMAT_NAME = "locus_sklearn"
+FORMAT_VERSION = 1
+
+
+def _digest(header, tensors):
+    """SHA-256 of the header (but its checksum) and of every tensor's bytes."""
+    h = hashlib.sha256()
+    fields = sorted((k, v) for k, v in header.items() if k != "checksum")
+    h.update(json.dumps(fields).encode())
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        h.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _temp_name(target):
+    """A fresh temporary name beside ``target``: ``.<name>.<random>.tmp``."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+
+
+def _write_error(kind, code, path, what):
+    """An OSError of type ``kind`` naming the file the user asked for (never a
+    temporary file), with the error number ``code``."""
+    error = kind(f"Cannot save {str(path)!r}: {what}.")
+    error.errno = code  # kept for callers that map errors to exit codes
+    return error
+
+
+def _remove_stale_temp_files(target):
+    """Delete temporary files that killed saves of ``target`` left behind.
+
+    A writer holds an exclusive lock on its temporary file until it has been
+    renamed, and the kernel drops the lock when a process dies: a temporary
+    file whose lock can be taken belongs to no live writer.
+    """
+    if fcntl is None:
+        return
+    pattern = os.path.join(
+        glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp"
+    )
+    for stale in glob.glob(pattern):
+        try:
+            fd = os.open(stale, os.O_RDONLY)
+        except OSError:
+            continue  # renamed or removed meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(stale)
+        except OSError:
+            pass  # a save in progress holds it, or it is already gone
+        finally:
+            os.close(fd)
+
+
+def write_file(path, metadata, tensors):
+    """Write ``tensors`` and JSON ``metadata`` atomically to ``path``.
+
+    A temporary file ``.<name>.<random>.tmp`` in the same folder is renamed
+    over the target only once complete and flushed to disk, so a failure never
+    leaves a half-written file. A new file gets the mode ``open()`` would give
+    it (``0o666`` less the umask); an existing one keeps its mode. A symbolic
+    link is followed: the file it points to is replaced, the link stays.
+    Temporary files left by killed saves of the same target are removed after
+    a successful save. Errors name ``path``, never the temporary file.
+    """
+    target = Path(os.path.realpath(path))
+    header = {
+        "format": FORMAT_NAME,
+        "format_version": str(FORMAT_VERSION),
+        **{key: json.dumps(value) for key, value in metadata.items()},
+    }
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    header["checksum"] = _digest(header, tensors)
+    # Serialised in memory and written through our own descriptor: save_file
+    # creates its file itself, which would drop the mode and the lock below.
+    data = save(tensors, metadata=header)
+    if target.is_dir():
+        raise _write_error(IsADirectoryError, errno.EISDIR, path, "it is a directory")
+    if not target.parent.is_dir():
+        raise _write_error(
+            FileNotFoundError,
+            errno.ENOENT,
+            path,
+            f"its folder {str(target.parent)!r} does not exist",
+        )
+    mode = target.stat().st_mode & 0o777 if target.exists() else None
+    tmp = _temp_name(target)
+    try:
+        # 0o666 here lets the kernel apply the umask, as a plain open() would.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise _write_error(
+            type(exc),
+            exc.errno,
+            path,
+            f"cannot create a file in {str(target.parent)!r} ({exc.strerror})",
+        ) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            if mode is not None:
+                os.chmod(tmp, mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+            # Renamed while still locked, so no other save takes it for stale.
+            os.replace(tmp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise _write_error(
+                type(exc), exc.errno, path, exc.strerror or str(exc)
+            ) from None
+        raise
+    _remove_stale_temp_files(target)
+
+
+def read_file(path, kind):
+    """Read a file written by :func:`write_file`; check format and ``kind``.
+
+    Returns
+    -------
+    metadata : dict
+        The decoded JSON metadata (``format``, ``format_version``,
+        ``network_layout`` and ``checksum`` removed).
+    tensors : dict of str to Tensor
+    intact : bool
+        Whether the file's checksum matches its contents (True for files
+        written before checksums were recorded). The caller checks every field
+        first, so that a corrupt field is named, and refuses a file that is
+        not intact last.
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"path must be a str or path-like naming a saved file; got {path!r}."
+        )
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such file: {str(path)!r}.")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            header = handle.metadata() or {}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    except Exception as exc:  # safetensors raises several types for bad files
+        raise ValueError(
+            f"{str(path)!r} is not a readable locus_sklearn file ({exc})."
+        ) from None
+    if header.get("format") != FORMAT_NAME:
+        raise ValueError(
+            f"{str(path)!r} is a safetensors file but not a locus_sklearn one."
+        )
+    version = header.get("format_version")
+    if version != str(FORMAT_VERSION):
+        raise ValueError(
+            f"{str(path)!r} has format version {version}; this locus_sklearn reads "
+            f"version {FORMAT_VERSION}."
+        )
+    checksum = header.get("checksum")
+    intact = checksum is None or checksum == _digest(header, tensors)
+    try:
+        metadata = {
+            key: json.loads(value)
+            for key, value in header.items()
+            if key not in ("format", "format_version", "checksum")
+        }
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{str(path)!r} has a corrupt header ({exc}).") from None
+    if metadata.get("kind") != kind:
+        raise ValueError(
+            f"{str(path)!r} holds a {metadata.get('kind')}, not a {kind}; load it "
+            f"with {metadata.get('kind')}.load."
+        )
+    # Files written before the layout was recorded hold layout 1.
+    layout = metadata.pop("network_layout", 1)
+    if layout != NETWORK_LAYOUT:
+        raise ValueError(
+            f"{str(path)!r} holds a network of layout version {layout}, but this "
+            f"locus_sklearn ({__version__}) builds layout version {NETWORK_LAYOUT}; "
+            "refit the estimator with this version and save it again."
+        )
+    return metadata, tensors, intact
