@@ -125,20 +125,24 @@ class BodyLimit:
 
         async def tracked_send(message):
             nonlocal started
+            if exceeded:
+                # The app turned the aborted read into its own error (FastAPI
+                # answers 400 to any body it cannot read); answer 413 instead.
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await too_big(scope, receive, send)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
         try:
             await self.app(scope, limited_receive, tracked_send)
-        except _BodyTooLarge:
+        except Exception:
+            if not exceeded:
+                raise
             if not started:
                 await too_big(scope, receive, send)
-        except Exception:
-            if exceeded and not started:
-                await too_big(scope, receive, send)
-            else:
-                raise
 
 
 class _BodyTooLarge(Exception):
@@ -409,13 +413,14 @@ def _add_routing_endpoints(app, service, admin_token_env):
     async def route_queries(body: RouteRequest):
         """Routed model, P(correct) of every model and the top k, per query."""
         queries = [body.query] if body.query is not None else body.queries
-        service.check_queries(queries, param="query" if body.query else "queries")
+        param = "query" if body.query is not None else "queries"
+        service.check_queries(queries, param=param)
         # Checked against the current router first, so a bad subset is a 422
         # before any work; re-read on the snapshot that answers.
         state = service.holder.current
         _allowed_mask(state, body.models)
         _cost_weight(state, body.cost_weight, service.default_cost_weight)
-        state, proba = await service.proba(queries)
+        state, proba = await service.proba(queries, param=param)
         allowed = _allowed_mask(state, body.models)
         weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
         utility = _utility(proba, state.router.model_costs_, weight)

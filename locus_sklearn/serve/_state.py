@@ -8,6 +8,7 @@ routers in one answer and never drops a request in flight.
 import asyncio
 import datetime
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +74,17 @@ class RouterHolder:
         from ..inspection import fallback_order
 
         stamp = _stamp(self.path)
-        router = LocusRouter.load(self.path, encoder=self._encoder, device=self._device)
+        # Load from a private copy: safetensors maps the file into memory, so
+        # a file later overwritten in place (cp, not an atomic save) would
+        # pull the weights from under the served router and crash the
+        # process. The copy is unlinked at once; its mapping stays valid.
+        data = self.path.read_bytes()
+        with tempfile.TemporaryDirectory(prefix="locus-serve-") as folder:
+            private = Path(folder) / "router.safetensors"
+            private.write_bytes(data)
+            router = LocusRouter.load(
+                private, encoder=self._encoder, device=self._device
+            )
         if len(router.classes_) == 0:
             raise ValueError(f"{str(self.path)!r} holds an empty pool.")
         if self._gateway is not None:
