@@ -157,6 +157,10 @@ def _cmd_serve(args):
     from ._deps import require
 
     uvicorn = require("uvicorn")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     from ._app import create_app
 
     app = create_app(
