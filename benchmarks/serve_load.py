@@ -117,12 +117,17 @@ def _start_server(router_path, port, encoder):
     if encoder:
         command += ["--encoder", encoder]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    # The server's log goes to a file: a pipe nobody reads could fill and
+    # block it.
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    process = subprocess.Popen(command, env=env, stderr=log, stdout=log, text=True)
+    process.log_path = log.name
     import httpx
 
     for _ in range(1200):
         if process.poll() is not None:
-            raise RuntimeError(f"server exited: {process.stderr.read()[-2000:]}")
+            with open(log.name) as f:
+                raise RuntimeError(f"server exited: {f.read()[-2000:]}")
         try:
             if (
                 httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
@@ -152,7 +157,7 @@ async def _load(url, queries, n_requests, concurrency):
                 try:
                     r = await client.post("/route", json=body)
                     if r.status_code != 200:
-                        failures.append(r.status_code)
+                        failures.append(f"HTTP {r.status_code}: {r.text[:200]}")
                 except httpx.HTTPError as exc:
                     failures.append(type(exc).__name__)
                 latencies.append(time.perf_counter() - start)
@@ -165,6 +170,7 @@ async def _load(url, queries, n_requests, concurrency):
         "clients": concurrency,
         "requests": n_requests,
         "failed": len(failures),
+        "failures": sorted(set(map(str, failures)))[:5],
         "qps": n_requests / wall,
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
@@ -191,12 +197,17 @@ def _run_mode(router_path, queries, encoder, counts, clients=CLIENTS):
             print(
                 f"  {n_clients:>2} clients: {row['qps']:7.1f} q/s  p50 {row['p50_ms']:6.1f} ms"
                 f"  p99 {row['p99_ms']:6.1f} ms  batch {row['mean_batch']:4.1f}"
-                f"  failed {row['failed']}",
+                f"  failed {row['failed']} {row['failures']}",
                 flush=True,
             )
     finally:
         process.terminate()
         process.wait(30)
+        with open(process.log_path) as f:
+            errors = [line for line in f if "Error" in line or "error" in line]
+        if errors:
+            print("  server log:", *errors[-10:], sep="\n    ", flush=True)
+        os.remove(process.log_path)
     return rows
 
 

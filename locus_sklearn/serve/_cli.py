@@ -310,6 +310,13 @@ def add_subparsers(subparsers):
         "then requires as 'Authorization: Bearer TOKEN'",
     )
     p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch threads for encoding and scoring (default: torch's; 1 is "
+        "faster on a CPU shared with other processes)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["critical", "error", "warning", "info", "debug"],
