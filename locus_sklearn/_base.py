@@ -17,7 +17,7 @@ from ._encoders import as_query_encoder
 from ._evals import _preview, check_evals, check_model_costs, check_queries
 from .metrics._routing import route
 
-__all__ = ["BaseRouter", "check_cost_weight", "check_model_subset"]
+__all__ = ["BaseRouter", "check_cost_weight", "check_model_subset", "routing_utility"]
 
 
 def check_model_subset(models, classes, *, name="models"):
@@ -65,6 +65,42 @@ def check_cost_weight(cost_weight, *, name="cost_weight"):
     if not np.isfinite(cost_weight) or cost_weight < 0:
         raise ValueError(f"{name} must be finite and >= 0; got {cost_weight}.")
     return cost_weight
+
+
+def routing_utility(proba, model_costs, cost_weight):
+    """What routing maximises: ``P(correct) - cost_weight * cost``.
+
+    The one place the utility is computed (routers, inspection, calibration,
+    the CLI and the routing service all use it).
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_queries, n_models)
+    model_costs : ndarray of shape (n_models,) or None
+    cost_weight : float
+        Checked here, since it can change after fit.
+
+    Returns
+    -------
+    utility : ndarray of shape (n_queries, n_models)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> routing_utility(np.array([[0.9, 0.8]]), np.array([1.0, 0.0]), 0.2)
+    array([[0.7, 0.8]])
+    """
+    cost_weight = check_cost_weight(cost_weight)
+    if cost_weight == 0:
+        return proba
+    if model_costs is None:
+        raise ValueError(
+            f"cost_weight={cost_weight} needs model costs; pass model_costs= to "
+            "fit, or set cost_weight=0."
+        )
+    # A huge weight may overflow to -inf; route() still picks an allowed model.
+    with np.errstate(over="ignore"):
+        return proba - cost_weight * model_costs
 
 
 class BaseRouter(BaseEstimator):
@@ -162,18 +198,7 @@ class BaseRouter(BaseEstimator):
         return self._predict_proba_encoded(self._encode(queries))
 
     def _utility(self, proba):
-        """P(correct) minus the weighted cost: what routing maximises."""
-        cost_weight = check_cost_weight(self.cost_weight)
-        if cost_weight == 0:
-            return proba
-        if self.model_costs_ is None:
-            raise ValueError(
-                f"cost_weight={cost_weight} needs model costs; pass "
-                "model_costs= to fit, or set cost_weight=0."
-            )
-        # A huge weight may overflow to -inf; route() still picks an allowed model.
-        with np.errstate(over="ignore"):
-            return proba - cost_weight * self.model_costs_
+        return routing_utility(proba, self.model_costs_, self.cost_weight)
 
     def decision_function(self, queries):
         """Utility of routing each query to each model.

@@ -12,11 +12,11 @@ import hashlib
 import json
 import os
 import secrets
+import struct
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save
+from safetensors.torch import load, save
 
 from ._nn import NETWORK_LAYOUT
 from ._version import __version__
@@ -172,10 +172,15 @@ def read_file(path, kind):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No such file: {str(path)!r}.")
+    # Read into memory, not mapped: a file overwritten in place while a
+    # loaded router is in use must not pull memory from under it.
+    data = path.read_bytes()
     try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            header = handle.metadata() or {}
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        (n_header,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8 : 8 + n_header]).get("__metadata__") or {}
+        if not isinstance(header, dict):
+            raise ValueError("the metadata is not a mapping")
+        tensors = load(data)
     except Exception as exc:  # safetensors raises several types for bad files
         raise ValueError(
             f"{str(path)!r} is not a readable locus_sklearn file ({exc})."

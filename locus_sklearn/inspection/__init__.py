@@ -8,6 +8,7 @@
 - Capability profiles: :func:`task_profiles`, :func:`embed_profile`,
   :func:`profile_recall_at_k`.
 - Portfolios: :func:`portfolio_curve`.
+- The cost knob: :func:`cost_quality_curve`, :func:`calibrate_cost_weight`.
 - Plots (need matplotlib): :func:`plot_model_dendrogram`,
   :func:`plot_model_map`, :func:`plot_portfolio_curve`.
 
@@ -16,6 +17,7 @@ Functions that take ``embeddings`` accept a fitted router (its
 optional ``names``.
 """
 
+from ._cost import calibrate_cost_weight, cost_quality_curve
 from ._fingerprint import calibrate_fingerprint_threshold, match_models
 from ._geometry import (
     distance_disagreement_correlation,
@@ -28,7 +30,9 @@ from ._portfolio import portfolio_curve
 from ._profiles import embed_profile, profile_recall_at_k, task_profiles
 
 __all__ = [
+    "calibrate_cost_weight",
     "calibrate_fingerprint_threshold",
+    "cost_quality_curve",
     "distance_disagreement_correlation",
     "embed_profile",
     "fallback_order",

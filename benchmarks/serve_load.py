@@ -1,0 +1,346 @@
+"""Bounded load test of ``locus serve`` on loopback.
+
+Fits a small LocusRouter on the built-in MMLU-Pro subset (32 models), saves it
+and serves it with ``python -m locus_sklearn.serve serve`` in a subprocess,
+twice: with precomputed query encodings (each query is looked up, so the
+encoder costs nothing) and with the default MiniLM encoder on the query text.
+For each, a fixed number of single-query ``POST /route`` requests is sent by
+1, 8 and 64 concurrent clients (asyncio + httpx in this process); the run
+stops by itself. Reported: sustained routed queries per second, p50 / p99
+latency, failed requests, the mean micro-batch size (from ``/healthz``), and,
+measured in the same run, the encoder alone (MiniLM ``transform`` at batch 1,
+8 and 64) and the whole in-process router (``predict_proba`` on text), whose
+throughput bounds the service's. Writes ``results/serve_load.md`` and
+``results/serve_load.json``.
+
+Run: ``HF_HUB_OFFLINE=1 python benchmarks/serve_load.py`` (about 3-5 minutes
+on 2 cores; ``--quick`` for a smoke run).
+"""
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+CLIENTS = (1, 8, 64)
+CHARS = 300
+# One torch thread in the server and the in-process bounds: on a CPU shared
+# with other processes, OpenMP spin-waiting makes two threads slower than one.
+THREADS = 1
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _fit_router(path):
+    from locus_sklearn import LocusEmbedder, LocusRouter
+    from locus_sklearn.datasets import load_mmlu_pro
+
+    data = load_mmlu_pro()
+    router = LocusRouter(
+        LocusEmbedder(
+            data.encodings,
+            embedding_dim=32,
+            n_latents=8,
+            n_blocks=1,
+            max_epochs=2,
+            episodes_per_epoch=64,
+            random_state=0,
+        )
+    ).fit(data.evals)
+    router.save(path)
+    return router, list(data.evals["query"].unique())
+
+
+def _time_calls(fn, batches, repeat=1):
+    """Queries per second and seconds per call of ``fn`` over ``batches``."""
+    fn(batches[0])  # warm up
+    start = time.perf_counter()
+    for _ in range(repeat):
+        for batch in batches:
+            fn(batch)
+    elapsed = time.perf_counter() - start
+    n = repeat * sum(len(b) for b in batches)
+    return n / elapsed, elapsed / (repeat * len(batches))
+
+
+def _bounds(router_path, texts, quick):
+    """In-process throughput of the encoder alone and of the whole router."""
+    from locus_sklearn import LocusRouter, QueryEncoder
+    from locus_sklearn._encoders import _default_model_path
+
+    encoder = QueryEncoder(_default_model_path(), device="cpu").fit()
+    router = LocusRouter.load(router_path, encoder=_default_model_path(), device="cpu")
+    out = {}
+    for size in (1, 8, 64):
+        n_batches = {1: 12, 8: 4, 64: 2}[size] // (2 if quick else 1)
+        batches = [
+            texts[(i * size) % len(texts) : (i * size) % len(texts) + size]
+            for i in range(1, n_batches + 1)
+        ]
+        qps, per_call = _time_calls(encoder.transform, batches)
+        out[f"encoder_b{size}"] = {"qps": qps, "ms_per_call": per_call * 1000}
+        qps, per_call = _time_calls(router.predict_proba, batches)
+        out[f"router_b{size}"] = {"qps": qps, "ms_per_call": per_call * 1000}
+    return out
+
+
+def _start_server(router_path, port, encoder):
+    command = [
+        sys.executable,
+        "-m",
+        "locus_sklearn.serve",
+        "serve",
+        router_path,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--device",
+        "cpu",
+    ]
+    if encoder:
+        command += ["--encoder", encoder]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
+    # The server's log goes to a file: a pipe nobody reads could fill and
+    # block it.
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    process = subprocess.Popen(command, env=env, stderr=log, stdout=log, text=True)
+    process.log_path = log.name
+    import httpx
+
+    for _ in range(1200):
+        if process.poll() is not None:
+            with open(log.name) as f:
+                raise RuntimeError(f"server exited: {f.read()[-2000:]}")
+        try:
+            if (
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
+                == 200
+            ):
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.terminate()
+    raise RuntimeError("server did not start within 120 s")
+
+
+async def _load(url, queries, n_requests, concurrency):
+    import httpx
+
+    latencies, failures = [], []
+    counter = iter(range(n_requests))
+    limits = httpx.Limits(
+        max_connections=concurrency, max_keepalive_connections=concurrency
+    )
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+
+        async def worker():
+            for i in counter:
+                body = {"query": queries[i % len(queries)], "return_proba": False}
+                start = time.perf_counter()
+                try:
+                    r = await client.post("/route", json=body)
+                    if r.status_code != 200:
+                        failures.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                except httpx.HTTPError as exc:
+                    failures.append(type(exc).__name__)
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    lat = np.array(latencies) * 1000
+    return {
+        "clients": concurrency,
+        "requests": n_requests,
+        "failed": len(failures),
+        "failures": sorted(set(map(str, failures)))[:5],
+        "qps": n_requests / wall,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "wall_s": wall,
+    }
+
+
+def _run_mode(router_path, queries, encoder, counts, clients=CLIENTS):
+    import httpx
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = _start_server(router_path, port, encoder)
+    rows = []
+    try:
+        asyncio.run(_load(url, queries, 10, 1))  # warm up
+        for n_clients in clients:
+            before = httpx.get(f"{url}/healthz").json()["batching"]
+            row = asyncio.run(_load(url, queries, counts[n_clients], n_clients))
+            after = httpx.get(f"{url}/healthz").json()["batching"]
+            batches = after["batches"] - before["batches"]
+            row["mean_batch"] = (after["queries"] - before["queries"]) / max(batches, 1)
+            rows.append(row)
+            print(
+                f"  {n_clients:>2} clients: {row['qps']:7.1f} q/s  p50 {row['p50_ms']:6.1f} ms"
+                f"  p99 {row['p99_ms']:6.1f} ms  batch {row['mean_batch']:4.1f}"
+                f"  failed {row['failed']} {row['failures']}",
+                flush=True,
+            )
+    finally:
+        process.terminate()
+        process.wait(30)
+        with open(process.log_path) as f:
+            errors = [line for line in f if "Error" in line or "error" in line]
+        if errors:
+            print("  server log:", *errors[-10:], sep="\n    ", flush=True)
+        os.remove(process.log_path)
+    return rows
+
+
+def _commit():
+    try:
+        return subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _markdown(result):
+    b = result["bounds"]
+    lines = [
+        "# `locus serve` load test (benchmarks/serve_load.py)",
+        "",
+        f"Date {result['date']}, commit `{result['commit']}`, {result['machine']}; "
+        f"load average before the run {result['load_average']}.",
+        "",
+        "Single-query `POST /route` requests on 127.0.0.1 from asyncio + httpx clients "
+        "in the same machine (they share its CPUs with the server). Router: LocusRouter "
+        "on the built-in MMLU-Pro subset (32 models), kernel readout. `id`: queries "
+        "resolved from precomputed encodings; `text`: MiniLM encodes each query, "
+        f"the first {result['text_chars']} characters of an MMLU-Pro question (a "
+        "chat-length query); `text_full`: the whole question with its ten options "
+        "(median 480, 90th percentile 1,300 characters; MiniLM reads 256 tokens).",
+        "",
+        "| queries | clients | requests | failed | routed q/s | p50 ms | p99 ms | mean batch "
+        "| ratio to bound |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in ("id", "text", "text_full"):
+        for row in result[mode]:
+            ratio = ""
+            if mode == "text":
+                ratio = f"{row['ratio_to_encoder']:.2f}"
+            lines.append(
+                f"| {mode} | {row['clients']} | {row['requests']} | {row['failed']} | "
+                f"{row['qps']:.1f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | "
+                f"{row['mean_batch']:.1f} | {ratio} |"
+            )
+    lines += [
+        "",
+        "In-process bounds, same run (queries per second; ms per call):",
+        "",
+        "| batch | MiniLM encoder alone | whole router (encode + predict_proba) |",
+        "|---|---|---|",
+    ]
+    for size in (1, 8, 64):
+        e, r = b[f"encoder_b{size}"], b[f"router_b{size}"]
+        lines.append(
+            f"| {size} | {e['qps']:.1f} q/s; {e['ms_per_call']:.1f} ms | "
+            f"{r['qps']:.1f} q/s; {r['ms_per_call']:.1f} ms |"
+        )
+    lines += [
+        "",
+        "Ratio to bound: served text q/s divided by the encoder-alone q/s at the "
+        "batch size the service reached (1 client: batch 1; 8 clients: batch 8; "
+        "64 clients: batch 64).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, ROOT)
+    import torch
+
+    torch.set_num_threads(THREADS)
+    from locus_sklearn._encoders import _default_model_path
+
+    load_average = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    scale = 0.25 if args.quick else 1.0
+    id_counts = {c: int(n * scale) for c, n in {1: 300, 8: 600, 64: 1200}.items()}
+    text_counts = {c: int(n * scale) for c, n in {1: 60, 8: 160, 64: 384}.items()}
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "router.safetensors")
+        start = time.perf_counter()
+        _, queries = _fit_router(path)
+        print(f"fitted the router in {time.perf_counter() - start:.0f} s", flush=True)
+        rng = np.random.default_rng(0)
+        queries = [queries[i] for i in rng.permutation(len(queries))]
+        # Chat-length text queries: MMLU-Pro questions with their ten options
+        # run to 480 characters at the median and 1,300 at the 90th
+        # percentile; the text runs use their first CHARS characters.
+        texts = [q[:CHARS] for q in queries]
+        bounds = _bounds(path, texts, args.quick)
+        print("bounds:", json.dumps(bounds), flush=True)
+        print("id queries:", flush=True)
+        id_rows = _run_mode(path, queries, None, id_counts)
+        print("text queries:", flush=True)
+        text_rows = _run_mode(path, texts, _default_model_path(), text_counts)
+        print("full-length text queries, 1 client:", flush=True)
+        full_rows = _run_mode(
+            path, queries, _default_model_path(), {1: text_counts[1] // 2}, clients=(1,)
+        )
+    for row in text_rows:
+        size = {1: 1, 8: 8, 64: 64}[row["clients"]]
+        row["ratio_to_encoder"] = row["qps"] / bounds[f"encoder_b{size}"]["qps"]
+    import torch
+
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads)",
+        "load_average": load_average,
+        "bounds": bounds,
+        "id": id_rows,
+        "text": text_rows,
+        "text_full": full_rows,
+        "text_chars": CHARS,
+    }
+    text = _markdown(result)
+    print(text)
+    if not args.no_write and not args.quick:
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(os.path.join(RESULTS, "serve_load.json"), "w") as f:
+            json.dump(result, f, indent=2)
+        with open(os.path.join(RESULTS, "serve_load.md"), "w") as f:
+            f.write(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

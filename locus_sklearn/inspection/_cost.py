@@ -1,0 +1,478 @@
+"""The cost knob: accuracy and cost over the cost weight, and λ tuned to a target.
+
+A cost-aware router sends query x to ``argmax_m P_m(x) - λ·c_m``. As λ grows,
+each query's routed model can only get cheaper (if a beats b at λ1 and b beats
+a at λ2 > λ1, adding the two inequalities gives c_a >= c_b), so mean cost is a
+non-increasing step function of λ. Its steps are where two models' utility
+lines cross on some query; :func:`_breakpoints` finds them all exactly (the
+upper envelope of the lines ``P_m - λ·c_m`` per query), so the curve and the
+calibration need no grid and miss no step.
+"""
+
+from collections.abc import Mapping
+from numbers import Real
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch
+from sklearn.utils.validation import check_is_fitted
+
+from .._base import check_model_subset, routing_utility
+from .._evals import check_evals, check_queries
+from ..metrics import route
+
+__all__ = ["calibrate_cost_weight", "cost_quality_curve"]
+
+
+def _utility(proba, costs, cost_weight):
+    """:func:`~locus_sklearn._base.routing_utility` in float64."""
+    return routing_utility(np.asarray(proba, dtype=np.float64), costs, cost_weight)
+
+
+def _router_costs(router):
+    check_is_fitted(router)
+    costs = getattr(router, "model_costs_", None)
+    if costs is None:
+        raise ValueError(
+            f"{type(router).__name__} was fitted without model costs; the cost "
+            "weight only matters with costs: fit it with model_costs=."
+        )
+    return np.asarray(costs, dtype=np.float64)
+
+
+def _read_queries_or_evals(router, evals):
+    """Queries, their dense scores (or None) and the candidate mask."""
+    classes = np.asarray(router.classes_, dtype=object)
+    if isinstance(evals, (pd.DataFrame, Mapping)) and (
+        not isinstance(evals, pd.DataFrame) or "score" in evals.columns
+    ):
+        table = check_evals(evals)
+        pool = set(classes)
+        unknown = [m for m in table.models if m not in pool]
+        if unknown:
+            raise ValueError(
+                f"evals has {len(unknown)} model(s) that are not in the router's "
+                f"pool: {unknown[:5]}."
+            )
+        Y = table.to_dense(classes)
+        return table.queries, Y, ~np.isnan(Y)
+    queries = check_queries(evals, name="evals")
+    if len(queries) == 0:
+        raise ValueError("evals holds no queries; give at least one.")
+    return queries, None, np.ones((len(queries), len(classes)), dtype=bool)
+
+
+def _breakpoints(proba, costs, candidates):
+    """Every λ > 0 where some query's routed model changes, and the change.
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_queries, n_models)
+    costs : ndarray of shape (n_models,)
+    candidates : ndarray of bool, shape (n_queries, n_models)
+        Models a query may go to; at least one per query.
+
+    Returns
+    -------
+    start : ndarray of int64, shape (n_queries,)
+        Routed model at λ = 0 (ties to the lowest index, as ``route``).
+    events : tuple of ndarrays (lam, query, old, new), each of shape (n_events,)
+        Sorted by ``lam``: just above ``lam``, ``query`` moves from model
+        ``old`` to the cheaper model ``new``.
+    """
+    n = len(proba)
+    rows = np.arange(n)
+    current = route(proba, candidates)
+    start = current.copy()
+    lam = np.zeros(n)
+    events = []
+    active = rows
+    # Each step moves a query to a strictly cheaper model, so at most n_models
+    # steps; the loop runs over the queries still moving.
+    while len(active):
+        cur = current[active]
+        c_cur = costs[cur]
+        cheaper = candidates[active] & (costs[None, :] < c_cur[:, None])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = (proba[active, cur][:, None] - proba[active]) / (
+                c_cur[:, None] - costs[None, :]
+            )
+        cross = np.where(cheaper, np.maximum(cross, lam[active][:, None]), np.inf)
+        t = cross.min(axis=1)
+        moving = np.isfinite(t)
+        active, cur, cross, t = active[moving], cur[moving], cross[moving], t[moving]
+        if not len(active):
+            break
+        # Among models crossing at the same λ, the cheapest wins just above it
+        # (lowest index on equal cost).
+        tied = cross <= t[:, None]
+        new = np.argmin(np.where(tied, costs[None, :], np.inf), axis=1)
+        events.append((t, active, cur, new))
+        current[active] = new
+        lam[active] = t
+    if not events:
+        empty = np.zeros(0)
+        return start, (
+            empty,
+            empty.astype(np.int64),
+            empty.astype(np.int64),
+            empty.astype(np.int64),
+        )
+    lam_e, query, old, new = (
+        np.concatenate(parts) for parts in zip(*events, strict=True)
+    )
+    order = np.argsort(lam_e, kind="stable")
+    return start, (lam_e[order], query[order], old[order], new[order])
+
+
+def _intervals(proba, costs, candidates, Y, share_mask):
+    """Metrics on every interval of λ where no routing decision changes.
+
+    Returns a DataFrame with columns ``lower``, ``upper`` (the interval, upper
+    inf for the last), ``cost_weight`` (a λ inside it), ``mean_cost``,
+    ``share`` (or NaN) and ``accuracy`` (or NaN), in increasing λ.
+    """
+    n = len(proba)
+    start, (lam, query, old, new) = _breakpoints(proba, costs, candidates)
+    steps, first = np.unique(lam, return_index=True)
+    # Metric changes of every event, summed per distinct λ.
+    group = np.searchsorted(steps, lam)
+
+    def walk(value_start, delta):
+        total = np.bincount(group, weights=delta, minlength=len(steps))
+        return np.concatenate([[value_start], value_start + np.cumsum(total)]) / n
+
+    mean_cost = walk(costs[start].sum(), costs[new] - costs[old])
+    share = np.full(len(steps) + 1, np.nan)
+    if share_mask is not None:
+        s = share_mask.astype(np.float64)
+        share = walk(s[start].sum(), s[new] - s[old])
+    accuracy = np.full(len(steps) + 1, np.nan)
+    if Y is not None:
+        y = Y
+        accuracy = walk(y[np.arange(n), start].sum(), y[query, new] - y[query, old])
+    lower = np.concatenate([[0.0], steps])
+    upper = np.concatenate([steps, [np.inf]])
+    # A λ strictly inside each interval: decisions there are unambiguous.
+    last = steps[-1] * 2 if len(steps) and steps[-1] > 0 else 1.0
+    inside = np.where(np.isinf(upper), last, (lower + upper) / 2)
+    # λ = 0 itself (the default) is always a point, even when ties at 0 make
+    # its interval empty: just above 0 ties break towards the cheaper model.
+    inside[0] = 0.0
+    return pd.DataFrame(
+        {
+            "lower": lower,
+            "upper": upper,
+            "cost_weight": inside,
+            "mean_cost": mean_cost,
+            "share": share,
+            "accuracy": accuracy,
+        }
+    )
+
+
+def _pareto(cost, accuracy):
+    """Points no other point beats on both cost (lower) and accuracy (higher)."""
+    order = np.lexsort((-accuracy, cost))
+    best = -np.inf
+    keep = np.zeros(len(cost), dtype=bool)
+    for i in order:
+        if accuracy[i] > best:
+            keep[i] = True
+            best = accuracy[i]
+    return keep
+
+
+def _aiq(cost, accuracy):
+    """Area under the non-decreasing upper convex hull over the cost span,
+    divided by the span (RouterBench's AIQ): the mean accuracy reachable by
+    mixing two routing points, over the costs the curve covers."""
+    points = sorted(set(zip(cost.tolist(), accuracy.tolist(), strict=True)))
+    if len(points) == 1 or points[0][0] == points[-1][0]:
+        return float(max(a for _, a in points))
+    hull = []
+    for p in points:
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) >= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    x = np.array([h[0] for h in hull])
+    y = np.maximum.accumulate(np.array([h[1] for h in hull]))
+    return float(np.trapezoid(y, x) / (x[-1] - x[0]))
+
+
+def cost_quality_curve(router, evals, cost_weights=None, *, models=None):
+    """Accuracy and mean cost of a router's routing as the cost weight varies.
+
+    Each query of ``evals`` is routed as :meth:`~locus_sklearn.LocusRouter.score`
+    routes it (among the pool's models with a score for it), to the model
+    with the largest ``P(correct) - λ·cost``, for each λ. With
+    ``cost_weights=None`` the curve is exact: one point per interval of λ in
+    which no routing decision changes, found from the crossings of the
+    models' utility lines (no grid, no missed step). The router is not
+    changed.
+
+    Parameters
+    ----------
+    router : fitted router
+        Any router with ``classes_``, ``predict_proba`` and ``model_costs_``
+        (for example :class:`~locus_sklearn.LocusRouter` fitted with
+        ``model_costs=``).
+    evals : DataFrame or mapping of columns
+        Scored evaluations of models of the pool (``model``, ``query``,
+        ``score``), typically held-out queries.
+    cost_weights : array-like of float >= 0, default=None
+        The λ values to evaluate; None gives the exact curve.
+    models : sequence of str, default=None
+        Also report the share of queries routed to these models (e.g. the
+        most expensive ones).
+
+    Returns
+    -------
+    curve : Bunch
+        ``points``: DataFrame with one row per λ, columns ``cost_weight``,
+        ``mean_cost`` (mean cost of the routed models, from
+        ``router.model_costs_``), ``accuracy`` (mean score of the routed
+        models), ``share`` (of calls to ``models``; NaN without them) and
+        ``pareto`` (True where no other point is both cheaper and more
+        accurate), in increasing λ. With the exact curve, also ``lower`` and
+        ``upper``, the interval of λ each point stands for.
+        ``pareto``: the Pareto points only, cheapest first.
+        ``auc``: area under the curve, as RouterBench's AIQ: the area under
+        the non-decreasing upper convex hull of the points divided by the
+        cost span, i.e. the mean accuracy reachable over the costs covered.
+
+    Examples
+    --------
+    >>> from locus_sklearn.baselines import KNNRouter
+    >>> from locus_sklearn.inspection import cost_quality_curve
+    >>> encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    >>> evals = {"model": ["big", "big", "small", "small"],
+    ...          "query": ["q1", "q2", "q1", "q2"], "score": [1, 1, 1, 0]}
+    >>> router = KNNRouter(1, encoder=encoder).fit(
+    ...     evals, model_costs={"big": 11.0, "small": 1.0})
+    >>> curve = cost_quality_curve(router, evals)
+    >>> curve.points[["lower", "upper", "mean_cost", "accuracy"]]
+       lower  upper  mean_cost  accuracy
+    0    0.0    0.0       11.0       1.0
+    1    0.0    0.1        6.0       1.0
+    2    0.1    inf        1.0       0.5
+    >>> round(curve.auc, 3)
+    0.875
+    """
+    costs = _router_costs(router)
+    queries, Y, candidates = _read_queries_or_evals(router, evals)
+    if Y is None:
+        raise TypeError(
+            "evals must be a table of scored evaluations (model, query, score) "
+            "to measure accuracy; got queries only."
+        )
+    share_mask = None
+    if models is not None:
+        share_mask = check_model_subset(models, router.classes_)
+    proba = np.asarray(router.predict_proba(queries), dtype=np.float64)
+    if cost_weights is None:
+        points = _intervals(proba, costs, candidates, Y, share_mask)
+    else:
+        weights = _check_cost_weights(cost_weights)
+        rows = np.arange(len(queries))
+        records = []
+        for weight in weights:
+            routed = route(_utility(proba, costs, weight), candidates)
+            records.append(
+                {
+                    "cost_weight": weight,
+                    "mean_cost": costs[routed].mean(),
+                    "share": share_mask[routed].mean()
+                    if share_mask is not None
+                    else np.nan,
+                    "accuracy": Y[rows, routed].mean(),
+                }
+            )
+        points = pd.DataFrame.from_records(records)
+    cost = points["mean_cost"].to_numpy()
+    accuracy = points["accuracy"].to_numpy()
+    points["pareto"] = _pareto(cost, accuracy)
+    pareto = points[points["pareto"]].sort_values("mean_cost").reset_index(drop=True)
+    return Bunch(points=points, pareto=pareto, auc=_aiq(cost, accuracy))
+
+
+def _check_cost_weights(cost_weights):
+    weights = np.atleast_1d(np.asarray(cost_weights, dtype=object))
+    try:
+        weights = weights.astype(np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"cost_weights must be numbers >= 0; got {cost_weights!r}."
+        ) from None
+    if weights.ndim != 1 or not len(weights):
+        raise ValueError("cost_weights must be a non-empty 1-d sequence of numbers.")
+    bad = ~np.isfinite(weights) | (weights < 0)
+    if bad.any():
+        raise ValueError(
+            f"cost_weights must be finite and >= 0; got {weights[bad].tolist()}."
+        )
+    return np.sort(weights)
+
+
+def _check_target(value, name, *, upper=None):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number; got {value!r}.")
+    value = float(value)
+    if not np.isfinite(value) or value < 0 or (upper is not None and value > upper):
+        valid = f"in [0, {upper}]" if upper is not None else "finite and >= 0"
+        raise ValueError(f"{name} must be {valid}; got {value!r}.")
+    return value
+
+
+def calibrate_cost_weight(
+    router,
+    evals,
+    *,
+    target_cost=None,
+    target_share=None,
+    models=None,
+    min_accuracy=None,
+):
+    """The cost weight λ that meets a target on a set of calibration queries.
+
+    Give exactly one target:
+
+    - ``target_cost``: the smallest λ (the most accurate routing) whose mean
+      cost per query is at most ``target_cost``;
+    - ``target_share`` with ``models``: the smallest λ that sends at most
+      that fraction of queries to ``models`` (RouteLLM's "at most 20 % of
+      calls to the strong model");
+    - ``min_accuracy``: the largest λ (the cheapest routing) whose accuracy
+      is at least ``min_accuracy``; needs scored ``evals``.
+
+    The search is exact: routing changes only where two models' utility lines
+    ``P(correct) - λ·cost`` cross on some query, so every λ between two
+    crossings routes the calibration queries alike; the λ returned lies
+    inside its interval (its midpoint; twice the last crossing for the last
+    interval), never on a crossing. The router is not changed: set the
+    result with ``router.set_params(cost_weight=result.cost_weight)``.
+
+    Cost and share targets need only the queries, so unlabelled traffic (a
+    log of real queries) calibrates them; calibrate on queries the router
+    did not read at fit (its kernel readout has their answers), or the
+    targets will be off on new traffic.
+
+    Parameters
+    ----------
+    router : fitted router
+        Any router with ``classes_``, ``predict_proba`` and ``model_costs_``.
+    evals : DataFrame, mapping of columns, or sequence of str
+        Scored evaluations (``model``, ``query``, ``score``): each query is
+        routed among the pool's models with a score for it, as
+        :meth:`~locus_sklearn.LocusRouter.score` does. Or plain queries
+        (texts or ids), routed among the whole pool as
+        :meth:`~locus_sklearn.LocusRouter.predict` does.
+    target_cost : float >= 0, default=None
+        Largest acceptable mean cost per query, in the units of
+        ``router.model_costs_``.
+    target_share : float in [0, 1], default=None
+        Largest acceptable fraction of queries routed to ``models``.
+    models : sequence of str, default=None
+        The models ``target_share`` caps (e.g. ``["gpt-4"]``); also reported
+        in the result's ``share`` for the other targets.
+    min_accuracy : float in [0, 1], default=None
+        Smallest acceptable routing accuracy.
+
+    Returns
+    -------
+    result : Bunch
+        ``cost_weight`` (λ), and at that λ on the calibration queries:
+        ``mean_cost``, ``share`` (NaN without ``models``), ``accuracy``
+        (NaN without scores), ``n_queries``; ``lower`` and ``upper``, the
+        interval of λ that routes the calibration queries identically.
+
+    Raises
+    ------
+    ValueError
+        If no λ meets the target (the message gives the reachable range).
+
+    Examples
+    --------
+    >>> from locus_sklearn.baselines import KNNRouter
+    >>> from locus_sklearn.inspection import calibrate_cost_weight
+    >>> encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    >>> evals = {"model": ["big", "big", "small", "small"],
+    ...          "query": ["q1", "q2", "q1", "q2"], "score": [1, 1, 1, 0]}
+    >>> router = KNNRouter(1, encoder=encoder).fit(
+    ...     evals, model_costs={"big": 11.0, "small": 1.0})
+    >>> result = calibrate_cost_weight(router, evals, target_cost=6)
+    >>> result.cost_weight, result.mean_cost, result.accuracy
+    (0.05, 6.0, 1.0)
+    >>> calibrate_cost_weight(router, evals, target_share=0.0,
+    ...                       models=["big"]).cost_weight
+    0.2
+    """
+    target_cost = _check_target(target_cost, "target_cost")
+    target_share = _check_target(target_share, "target_share", upper=1)
+    min_accuracy = _check_target(min_accuracy, "min_accuracy", upper=1)
+    given = [
+        name
+        for name, value in [
+            ("target_cost", target_cost),
+            ("target_share", target_share),
+            ("min_accuracy", min_accuracy),
+        ]
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(
+            "Give exactly one of target_cost, target_share and min_accuracy; got "
+            f"{given or 'none'}."
+        )
+    if target_share is not None and models is None:
+        raise ValueError(
+            "target_share needs models=, the models whose share of calls it caps."
+        )
+    costs = _router_costs(router)
+    queries, Y, candidates = _read_queries_or_evals(router, evals)
+    if min_accuracy is not None and Y is None:
+        raise TypeError(
+            "min_accuracy needs scored evaluations (model, query, score); got "
+            "queries only."
+        )
+    share_mask = None
+    if models is not None:
+        share_mask = check_model_subset(models, router.classes_)
+    proba = np.asarray(router.predict_proba(queries), dtype=np.float64)
+    points = _intervals(proba, costs, candidates, Y, share_mask)
+    # Round-off in the running sums must not turn an exact hit into a miss.
+    tol = 1e-9
+    if target_cost is not None:
+        value, ok = points["mean_cost"], points["mean_cost"] <= target_cost * (1 + tol)
+        what, target = "mean cost", target_cost
+    elif target_share is not None:
+        value, ok = points["share"], points["share"] <= target_share + tol
+        what, target = f"share of calls to {list(models)}", target_share
+    else:
+        value, ok = points["accuracy"], points["accuracy"] >= min_accuracy - tol
+        what, target = "accuracy", min_accuracy
+    if not ok.any():
+        raise ValueError(
+            f"No cost weight meets the target {what} {target:g} on these "
+            f"{len(queries)} queries; over all cost weights it ranges from "
+            f"{value.min():.6g} to {value.max():.6g}."
+        )
+    # Cost and share: the most accurate λ that meets the cap; accuracy floor:
+    # the cheapest λ that keeps it.
+    i = int(np.flatnonzero(ok)[-1 if min_accuracy is not None else 0])
+    row = points.iloc[i]
+    return Bunch(
+        cost_weight=float(row["cost_weight"]),
+        mean_cost=float(row["mean_cost"]),
+        share=float(row["share"]),
+        accuracy=float(row["accuracy"]),
+        n_queries=len(queries),
+        lower=float(row["lower"]),
+        upper=float(row["upper"]),
+    )

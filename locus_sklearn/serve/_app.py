@@ -1,0 +1,527 @@
+"""The routing service: ``POST /route``, ``GET /models``, ``GET /healthz``, reload.
+
+Built on FastAPI: requests are validated by pydantic models (a bad field gets
+a 4xx JSON error naming it) and the OpenAPI schema is served at ``/docs``.
+"""
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+
+import numpy as np
+
+from ._deps import require
+
+require("fastapi")
+require("httpx")
+
+import httpx  # noqa: E402
+from fastapi import FastAPI, Query, Request  # noqa: E402
+from fastapi.exceptions import RequestValidationError  # noqa: E402
+from fastapi.responses import JSONResponse  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field, model_validator  # noqa: E402
+from starlette.exceptions import HTTPException  # noqa: E402
+
+from ..inspection._cost import _utility  # noqa: E402
+from ..metrics import route  # noqa: E402
+from ._batching import MicroBatcher  # noqa: E402
+from ._config import load_gateway_config  # noqa: E402
+from ._state import RouterHolder  # noqa: E402
+
+__all__ = ["create_app", "APIError"]
+
+logger = logging.getLogger("locus_sklearn.serve")
+
+
+class APIError(Exception):
+    """An error answered as ``{"error": {"message", "type", "param"}}``."""
+
+    def __init__(self, status, message, *, param=None, kind="invalid_request_error"):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.kind = kind
+
+
+def error_response(
+    status, message, *, param=None, kind="invalid_request_error", **extra
+):
+    """The OpenAI error shape, so OpenAI clients show the message."""
+    body = {"error": {"message": message, "type": kind, "param": param, **extra}}
+    return JSONResponse(body, status_code=status)
+
+
+class RouteRequest(BaseModel):
+    """Body of ``POST /route``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str | None = Field(default=None, min_length=1, description="One query.")
+    queries: list[str] | None = Field(
+        default=None, min_length=1, description="Several queries (texts or ids)."
+    )
+    models: list[str] | None = Field(
+        default=None, min_length=1, description="Route among these models only."
+    )
+    cost_weight: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="λ for this request."
+    )
+    top_k: int = Field(default=3, ge=1, le=1000)
+    return_proba: bool = True
+
+    @model_validator(mode="after")
+    def _one_of(self):
+        if (self.query is None) == (self.queries is None):
+            raise ValueError("give exactly one of 'query' and 'queries'")
+        return self
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over ``max_bytes`` with 413.
+
+    Checks ``Content-Length`` first and counts chunked bodies as they arrive,
+    so a huge body is never read into memory.
+    """
+
+    def __init__(self, app, max_bytes):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        too_big = error_response(
+            413,
+            f"The request body is larger than the limit of {self.max_bytes} bytes.",
+            param="body",
+        )
+        if length is not None:
+            try:
+                if int(length) > self.max_bytes:
+                    return await too_big(scope, receive, send)
+            except ValueError:
+                return await error_response(
+                    400, "Content-Length is not an integer.", param="body"
+                )(scope, receive, send)
+        received = 0
+        exceeded = False
+
+        async def limited_receive():
+            nonlocal received, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    exceeded = True
+                    raise _BodyTooLarge()
+            return message
+
+        started = False
+
+        async def tracked_send(message):
+            nonlocal started
+            if exceeded:
+                # The app turned the aborted read into its own error (FastAPI
+                # answers 400 to any body it cannot read); answer 413 instead.
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await too_big(scope, receive, send)
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracked_send)
+        except Exception:
+            if not exceeded:
+                raise
+            if not started:
+                await too_big(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _param(loc):
+    parts = [str(p) for p in loc if p != "body"]
+    return ".".join(parts) or "body"
+
+
+def _install_error_handlers(app):
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc):
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            return error_response(
+                400,
+                f"The body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(
+                    ": "
+                ),
+                param="body",
+            )
+        message = "; ".join(f"{_param(e['loc'])}: {e['msg']}" for e in errors)
+        return error_response(422, message, param=_param(first["loc"]))
+
+    @app.exception_handler(APIError)
+    async def _api_error(request, exc):
+        return error_response(exc.status, exc.message, param=exc.param, kind=exc.kind)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request, exc):
+        return error_response(exc.status_code, str(exc.detail), kind="http_error")
+
+    @app.exception_handler(Exception)
+    async def _internal(request, exc):
+        logger.exception("Unhandled error on %s", request.url.path)
+        return error_response(
+            500, f"Internal error: {type(exc).__name__}", kind="server_error"
+        )
+
+
+def _allowed_mask(state, models, *, param="models"):
+    """Boolean mask over the pool for ``models`` (None: every model)."""
+    classes = state.classes
+    if models is None:
+        return np.ones(len(classes), dtype=bool)
+    position = {m: i for i, m in enumerate(classes)}
+    unknown = [m for m in models if m not in position]
+    if unknown:
+        raise APIError(
+            422,
+            f"{param} has model(s) that are not in the pool: {unknown[:5]}; the pool "
+            f"is {list(classes)[:20]}.",
+            param=param,
+        )
+    mask = np.zeros(len(classes), dtype=bool)
+    mask[[position[m] for m in models]] = True
+    return mask
+
+
+def _cost_weight(state, requested, default, *, param="cost_weight"):
+    router = state.router
+    weight = requested if requested is not None else default
+    if weight is None:
+        weight = float(router.cost_weight)
+    if weight > 0 and router.model_costs_ is None:
+        raise APIError(
+            422,
+            f"cost_weight={weight} needs model costs, but the served router has "
+            "none; send cost_weight=0 or serve a router fitted with model_costs=.",
+            param=param,
+        )
+    return float(weight)
+
+
+class Service:
+    """State shared by the endpoints: the router holder, the batcher, the client."""
+
+    def __init__(
+        self,
+        holder,
+        *,
+        gateway,
+        max_batch,
+        batch_window,
+        max_queries,
+        max_query_chars,
+        default_cost_weight,
+    ):
+        self.holder = holder
+        self.gateway = gateway
+        self.max_queries = max_queries
+        self.max_query_chars = max_query_chars
+        self.default_cost_weight = default_cost_weight
+        self.batcher = MicroBatcher(
+            self._predict, max_batch=max_batch, window=batch_window
+        )
+        self.client = None
+        self.n_reloads = 0
+
+    def _predict(self, queries):
+        """One encoder + predictor call for a whole batch (worker thread)."""
+        state = self.holder.current
+        return state, np.asarray(state.router.predict_proba(queries), np.float64)
+
+    def check_queries(self, queries, *, param="queries"):
+        if len(queries) > self.max_queries:
+            raise APIError(
+                413 if len(queries) > 10 * self.max_queries else 422,
+                f"{param} has {len(queries)} queries; at most {self.max_queries} per "
+                "request.",
+                param=param,
+            )
+        for i, q in enumerate(queries):
+            if not q.strip():
+                raise APIError(422, f"{param}[{i}] is empty.", param=f"{param}.{i}")
+            if len(q) > self.max_query_chars:
+                raise APIError(
+                    422,
+                    f"{param}[{i}] has {len(q)} characters; at most "
+                    f"{self.max_query_chars}.",
+                    param=f"{param}.{i}",
+                )
+
+    async def proba(self, queries, *, param="queries"):
+        """The router snapshot that answered and P(correct), (n_queries, n_models)."""
+        try:
+            return await self.batcher.submit(queries)
+        except (ValueError, TypeError, KeyError) as exc:
+            # The encoder rejects what it cannot resolve (unknown ids, ...).
+            raise APIError(422, f"{param}: {exc}", param=param) from None
+
+
+def create_app(
+    router,
+    *,
+    gateway=None,
+    encoder=None,
+    device=None,
+    max_batch=64,
+    batch_window_ms=2.0,
+    max_queries=256,
+    max_query_chars=100_000,
+    max_body_bytes=1_000_000,
+    watch_interval=None,
+    admin_token_env=None,
+):
+    """The routing service (and, with ``gateway``, the OpenAI-compatible gateway).
+
+    Parameters
+    ----------
+    router : str or path-like
+        A router file written by :meth:`~locus_sklearn.LocusRouter.save`. It
+        is the only file the service ever loads; ``POST /admin/reload`` (and
+        the watcher) reload this path and nothing a client sends can name
+        another.
+    gateway : str, path-like, mapping or GatewayConfig, default=None
+        Backends for ``/v1/chat/completions`` (see
+        :func:`load_gateway_config`); None serves routing only.
+    encoder : default=None
+        Overrides the router's saved query encoder (see
+        :meth:`~locus_sklearn.LocusRouter.load`).
+    device : str, default=None
+        Torch device; None uses CUDA when available.
+    max_batch : int, default=64
+        Queries per micro-batch, at most (one larger request goes whole).
+    batch_window_ms : float, default=2.0
+        How long a batch waits for more requests after its first one.
+    max_queries : int, default=256
+        Queries per ``/route`` request, at most.
+    max_query_chars : int, default=100000
+        Characters per query, at most.
+    max_body_bytes : int, default=1000000
+        Request bodies above this size get 413 without being read.
+    watch_interval : float, default=None
+        Seconds between checks of the router file's modification time; a
+        changed file is reloaded. None: reload only on ``POST /admin/reload``.
+    admin_token_env : str, default=None
+        Name of an environment variable holding a token that
+        ``POST /admin/reload`` then requires (``Authorization: Bearer ...``).
+
+    Returns
+    -------
+    app : fastapi.FastAPI
+        Run it with uvicorn (``locus serve`` does).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from fastapi.testclient import TestClient
+    >>> from locus_sklearn import LocusEmbedder, LocusRouter
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> from locus_sklearn.serve import create_app
+    >>> pool = make_model_pool(n_models=5, n_queries=60, evals_per_model=40,
+    ...                        random_state=0)
+    >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=8,
+    ...     n_latents=2, n_blocks=1, n_heads=2, max_epochs=1, random_state=0)
+    ... ).fit(pool.evals)
+    >>> path = os.path.join(tempfile.mkdtemp(), "router.safetensors")
+    >>> router.save(path)
+    >>> query = pool.evals["query"].iloc[0]
+    >>> with TestClient(create_app(path)) as client:
+    ...     answer = client.post("/route", json={"query": query}).json()
+    >>> answer["results"][0]["model"] == router.predict([query])[0]
+    True
+    """
+    fastapi_app = FastAPI(
+        title="locus_sklearn router",
+        description="Route queries to the language model most likely to answer them.",
+    )
+    gateway = None if gateway is None else load_gateway_config(gateway)
+    holder = RouterHolder(router, encoder=encoder, device=device, gateway=gateway)
+    service = Service(
+        holder,
+        gateway=gateway,
+        max_batch=max_batch,
+        batch_window=batch_window_ms / 1000,
+        max_queries=max_queries,
+        max_query_chars=max_query_chars,
+        default_cost_weight=None if gateway is None else gateway.cost_weight,
+    )
+    fastapi_app.state.service = service
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await service.batcher.start()
+        service.client = httpx.AsyncClient(timeout=None, follow_redirects=False)
+        watcher = None
+        if watch_interval:
+            watcher = asyncio.create_task(_watch(service, watch_interval))
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            await service.client.aclose()
+            await service.batcher.stop()
+
+    fastapi_app.router.lifespan_context = lifespan
+    _install_error_handlers(fastapi_app)
+    _add_routing_endpoints(fastapi_app, service, admin_token_env)
+    if gateway is not None:
+        from ._gateway import add_gateway_endpoints
+
+        add_gateway_endpoints(fastapi_app, service)
+    return BodyLimit(fastapi_app, max_body_bytes) if max_body_bytes else fastapi_app
+
+
+async def _watch(service, interval):
+    """Reload the router file when its modification time (or size) changes."""
+    while True:
+        await asyncio.sleep(interval)
+        if service.holder.changed():
+            try:
+                old, new = await service.holder.reload()
+                service.n_reloads += 1
+                logger.info("Reloaded %s: version %d", service.holder.path, new.version)
+            except Exception as exc:  # keep serving the old router
+                logger.error("Reload of %s failed: %s", service.holder.path, exc)
+
+
+def _add_routing_endpoints(app, service, admin_token_env):
+    @app.post("/route", summary="Route queries to models")
+    async def route_queries(body: RouteRequest):
+        """Routed model, P(correct) of every model and the top k, per query."""
+        queries = [body.query] if body.query is not None else body.queries
+        param = "query" if body.query is not None else "queries"
+        service.check_queries(queries, param=param)
+        # Checked against the current router first, so a bad subset is a 422
+        # before any work; re-read on the snapshot that answers.
+        state = service.holder.current
+        _allowed_mask(state, body.models)
+        _cost_weight(state, body.cost_weight, service.default_cost_weight)
+        state, proba = await service.proba(queries, param=param)
+        allowed = _allowed_mask(state, body.models)
+        weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
+        utility = _utility(proba, state.router.model_costs_, weight)
+        routed = route(utility, np.broadcast_to(allowed, utility.shape))
+        classes = state.classes
+        k = min(body.top_k, int(allowed.sum()))
+        masked = np.where(allowed, utility, -np.inf)
+        results = []
+        for i, j in enumerate(routed):
+            top = np.argsort(-masked[i], kind="stable")[:k]
+            result = {
+                "model": str(classes[j]),
+                "proba_routed": float(proba[i, j]),
+                "top": [
+                    {
+                        "model": str(classes[t]),
+                        "proba": float(proba[i, t]),
+                        "utility": float(utility[i, t]),
+                    }
+                    for t in top
+                ],
+            }
+            if body.return_proba:
+                result["proba"] = dict(
+                    zip(map(str, classes), proba[i].tolist(), strict=True)
+                )
+            results.append(result)
+        return {
+            "results": results,
+            "cost_weight": weight,
+            "router_version": state.version,
+        }
+
+    @app.get("/models", summary="The pool")
+    async def models(
+        embeddings: bool = Query(False, description="Include embeddings."),
+    ):
+        state = service.holder.current
+        router = state.router
+        costs = router.model_costs_
+        backends = service.gateway.backends if service.gateway else {}
+        data = []
+        for i, name in enumerate(state.classes):
+            entry = {
+                "name": str(name),
+                "cost": None if costs is None else float(costs[i]),
+                "backend": name in backends,
+            }
+            if embeddings:
+                entry["embedding"] = router.model_embeddings_[i].tolist()
+            data.append(entry)
+        return {"models": data, **state.describe()}
+
+    @app.get("/healthz", summary="Liveness and the served router")
+    async def healthz():
+        state = service.holder.current
+        batcher = service.batcher
+        return {
+            "status": "ok",
+            "router": {"path": str(service.holder.path), **state.describe()},
+            "batching": {
+                "batches": batcher.n_batches,
+                "queries": batcher.n_items,
+                "requests": batcher.n_calls,
+                "max_batch": batcher.max_batch,
+                "window_ms": batcher.window * 1000,
+            },
+            "reloads": service.n_reloads,
+            "last_reload_error": service.holder.last_error,
+        }
+
+    @app.post("/admin/reload", summary="Reload the configured router file")
+    async def reload(request: Request):
+        """Load the configured file again and swap it in between requests.
+
+        Takes no parameters: only the file the service was started with is
+        ever loaded. A file that does not load or validate leaves the old
+        router serving and answers 409 with the reason.
+        """
+        if admin_token_env:
+            token = os.environ.get(admin_token_env, "")
+            given = request.headers.get("authorization", "")
+            if not token or not hmac.compare_digest(given, f"Bearer {token}"):
+                raise APIError(
+                    401, "Reloading needs the admin token.", kind="auth_error"
+                )
+        try:
+            old, new = await service.holder.reload()
+        except Exception as exc:
+            return error_response(
+                409,
+                f"Reload failed; still serving version {service.holder.current.version}:"
+                f" {type(exc).__name__}: {exc}",
+                kind="reload_failed",
+            )
+        service.n_reloads += 1
+        before, after = set(old.classes), set(new.classes)
+        return {
+            "status": "reloaded",
+            "previous_version": old.version,
+            **new.describe(),
+            "added": sorted(after - before),
+            "removed": sorted(before - after),
+        }

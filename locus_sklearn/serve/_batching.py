@@ -1,0 +1,123 @@
+"""Micro-batching: concurrent requests share one encoder and predictor call.
+
+Encoding a query and scoring it against the pool cost little more for 64
+queries than for one (one matrix product, one transformer forward pass), so
+the service gathers the requests that arrive within a short window, or while
+the previous batch is computing, and answers them with one call. The call runs
+in a worker thread, so the event loop keeps accepting requests meanwhile.
+"""
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["MicroBatcher"]
+
+
+class MicroBatcher:
+    """Gather concurrent calls of ``fn(items)`` into one.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(list) -> (context, array)``: computes one row of ``array`` per
+        item; ``context`` (e.g. the router that answered) goes to every
+        caller of the batch.
+    max_batch : int
+        A batch closes once it holds this many items (a single larger request
+        still goes through whole).
+    window : float
+        Seconds a batch waits for more requests after its first one. While a
+        batch computes, the next one fills up with whatever arrives, so under
+        load batches grow without any wait.
+    """
+
+    def __init__(self, fn, *, max_batch=64, window=0.002):
+        self._fn = fn
+        self.max_batch = max_batch
+        self.window = window
+        self.n_batches = 0
+        self.n_items = 0
+        self.n_calls = 0
+        self._queue = None
+        self._task = None
+        self._executor = None
+
+    async def start(self):
+        self._queue = asyncio.Queue()
+        # One worker: the predictor is not run concurrently with itself, and
+        # batches are what gives throughput.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="locus-route")
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self):
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    async def submit(self, items):
+        """The context and the rows of ``fn``'s array for ``items``."""
+        future = asyncio.get_running_loop().create_future()
+        self.n_calls += 1
+        await self._queue.put((list(items), future))
+        return await future
+
+    async def _run(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            size = len(batch[0][0])
+            closes = time.monotonic() + self.window
+            while size < self.max_batch:
+                wait = closes - time.monotonic()
+                try:
+                    if wait <= 0:
+                        entry = self._queue.get_nowait()
+                    else:
+                        entry = await asyncio.wait_for(self._queue.get(), wait)
+                except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                    break
+                batch.append(entry)
+                size += len(entry[0])
+            batch = [(items, f) for items, f in batch if not f.cancelled()]
+            if batch:
+                await self._process(loop, batch)
+
+    async def _process(self, loop, batch):
+        items = [item for part, _ in batch for item in part]
+        self.n_batches += 1
+        self.n_items += len(items)
+        try:
+            context, rows = await loop.run_in_executor(self._executor, self._fn, items)
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], exception=exc)
+                return
+            # One bad request (say an unknown query id) must not fail the
+            # others: answer each on its own.
+            for part, future in batch:
+                try:
+                    result = await loop.run_in_executor(self._executor, self._fn, part)
+                except Exception as own:
+                    _settle(future, exception=own)
+                else:
+                    _settle(future, result=result)
+            return
+        start = 0
+        for part, future in batch:
+            _settle(future, result=(context, rows[start : start + len(part)]))
+            start += len(part)
+
+
+def _settle(future, *, result=None, exception=None):
+    if future.done():  # the client went away
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result)

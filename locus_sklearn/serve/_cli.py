@@ -1,0 +1,443 @@
+"""Command-line commands for deploying a router (also ``python -m locus_sklearn.serve``).
+
+::
+
+    locus serve          ROUTER [--config gateway.yaml] [--host 127.0.0.1] [--port 8000]
+    locus calibrate      ROUTER EVALS (--target-cost C | --target-share S --models A,B
+                         | --min-accuracy A) [-o ROUTER_OUT]
+    locus litellm-config ROUTER --config gateway.yaml [-o litellm.yaml]
+
+:func:`add_subparsers` registers them on the ``locus`` parser; each parser's
+``func`` (also ``handler``) runs its command and returns the exit status.
+Only ``serve`` and ``litellm-config`` need the serving extra; nothing heavy is
+imported until a command runs.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["add_subparsers", "build_parser", "main"]
+
+PROG = "locus"
+
+
+def _nonnegative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 0, got {text!r}"
+        ) from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _fraction(text):
+    value = _nonnegative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _port(text):
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in [1, 65535], got {text!r}")
+    return value
+
+
+def _model_list(text):
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise argparse.ArgumentTypeError("expected comma-separated model names")
+    return models
+
+
+def _encoder(args):
+    """The ``encoder=`` override from ``--encoder``/``--encodings`` (or None)."""
+    if getattr(args, "encodings", None):
+        import numpy as np
+
+        with np.load(args.encodings, allow_pickle=False) as data:
+            if "queries" not in data or "vectors" not in data:
+                raise ValueError(
+                    f"{args.encodings!r} must hold arrays 'queries' and 'vectors'."
+                )
+            queries = data["queries"].astype(str).tolist()
+            vectors = data["vectors"].astype(np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(queries):
+            raise ValueError(
+                f"{args.encodings!r}: 'vectors' must have shape ({len(queries)}, d)."
+            )
+        return dict(zip(queries, vectors, strict=True))
+    return getattr(args, "encoder", None)
+
+
+def _load_router(args):
+    from .._router import LocusRouter
+
+    return LocusRouter.load(args.router, encoder=_encoder(args), device=args.device)
+
+
+def _read_calibration_set(path):
+    """Scored evaluations (csv/parquet/jsonl), or queries, one per line (.txt)."""
+    path = Path(path)
+    if path.suffix.lower() == ".txt":
+        if not path.is_file():
+            raise FileNotFoundError(f"No such file: {str(path)!r}.")
+        queries = [
+            line
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+        if not queries:
+            raise ValueError(f"{str(path)!r} holds no queries.")
+        return queries
+    from ..datasets import load_evals
+
+    return load_evals(path)
+
+
+# -------------------------------------------------------------------- commands
+def _cmd_calibrate(args):
+    from ..inspection import calibrate_cost_weight
+
+    router = _load_router(args)
+    evals = _read_calibration_set(args.evals)
+    result = calibrate_cost_weight(
+        router,
+        evals,
+        target_cost=args.target_cost,
+        target_share=args.target_share,
+        models=args.models,
+        min_accuracy=args.min_accuracy,
+    )
+    if args.output:
+        router.set_params(cost_weight=result.cost_weight)
+        router.save(args.output)
+    record = {key: (None if value != value else value) for key, value in result.items()}
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(f"cost_weight  {result.cost_weight:.6g}")
+        print(f"interval     [{result.lower:.6g}, {result.upper:.6g})")
+        print(f"mean_cost    {result.mean_cost:.6g}")
+        if args.models:
+            print(
+                f"share        {result.share:.4f}  (of calls to {','.join(args.models)})"
+            )
+        if result.accuracy == result.accuracy:
+            print(f"accuracy     {result.accuracy:.4f}")
+        print(f"n_queries    {result.n_queries}")
+    if args.output:
+        print(
+            f"{PROG}: wrote {args.output} with cost_weight={result.cost_weight:.6g}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _cmd_serve(args):
+    from ._deps import require
+
+    uvicorn = require("uvicorn")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from ._app import create_app
+
+    app = create_app(
+        args.router,
+        gateway=args.config,
+        encoder=_encoder(args),
+        device=args.device,
+        max_batch=args.max_batch,
+        batch_window_ms=args.batch_window_ms,
+        max_queries=args.max_queries,
+        max_body_bytes=args.max_body_bytes,
+        watch_interval=args.watch,
+        admin_token_env=args.admin_token_env,
+    )
+    print(
+        f"{PROG}: serving {args.router} on http://{args.host}:{args.port} "
+        f"(API docs at /docs)",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _cmd_litellm(args):
+    from ._deps import require
+    from ._litellm import litellm_config
+
+    router = _load_router(args)
+    config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
+    yaml = require("yaml")
+    text = yaml.safe_dump(config, sort_keys=False)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"{PROG}: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+def _router_options(p):
+    p.add_argument("router", metavar="ROUTER", help="a router file (locus fit -o)")
+    exclusive = p.add_mutually_exclusive_group()
+    exclusive.add_argument(
+        "--encoder",
+        metavar="DIR",
+        help="a local sentence-transformers model directory (default: what the "
+        "router was fitted with)",
+    )
+    exclusive.add_argument(
+        "--encodings",
+        metavar="FILE.npz",
+        help="precomputed query vectors: npz with arrays 'queries' and 'vectors'",
+    )
+    p.add_argument("--device", help="torch device (default: CUDA if available)")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the full traceback on errors",
+    )
+
+
+def add_subparsers(subparsers):
+    """Register ``serve``, ``calibrate`` and ``litellm-config``.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The ``locus`` parser's subcommands (``parser.add_subparsers()``).
+
+    Returns
+    -------
+    parsers : dict of str to argparse.ArgumentParser
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from locus_sklearn.serve._cli import add_subparsers
+    >>> parser = argparse.ArgumentParser(prog="locus")
+    >>> parsers = add_subparsers(parser.add_subparsers(dest="command"))
+    >>> args = parser.parse_args(["calibrate", "r.safetensors", "evals.csv",
+    ...                           "--target-cost", "0.5"])
+    >>> args.target_cost, args.func.__name__
+    (0.5, '_cmd_calibrate')
+    """
+    parsers = {}
+    p = subparsers.add_parser(
+        "serve",
+        help="serve a router over HTTP (routing service and OpenAI-compatible gateway)",
+        description="Serve ROUTER with FastAPI/uvicorn: POST /route, GET /models, "
+        "GET /healthz, POST /admin/reload; with --config also the OpenAI-compatible "
+        "POST /v1/chat/completions and GET /v1/models. Needs "
+        "`pip install locus_sklearn[serve]`.",
+    )
+    _router_options(p)
+    p.add_argument(
+        "--config",
+        metavar="GATEWAY.yaml",
+        help="backends of the pool's models (YAML or JSON); enables the gateway",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default: %(default)s)",
+    )
+    p.add_argument(
+        "--port", type=_port, default=8000, help="port (default: %(default)s)"
+    )
+    p.add_argument(
+        "--max-batch",
+        type=_positive_int,
+        default=64,
+        help="queries per micro-batch (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-window-ms",
+        type=_nonnegative_float,
+        default=2.0,
+        help="how long a batch waits for more requests (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-queries",
+        type=_positive_int,
+        default=256,
+        help="queries per /route request (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=1_000_000,
+        help="largest request body (default: %(default)s)",
+    )
+    p.add_argument(
+        "--watch",
+        type=_nonnegative_float,
+        default=None,
+        metavar="SECONDS",
+        help="reload ROUTER when its file changes, checking every SECONDS "
+        "(default: reload only on POST /admin/reload)",
+    )
+    p.add_argument(
+        "--admin-token-env",
+        metavar="VAR",
+        help="environment variable holding a token that POST /admin/reload "
+        "then requires as 'Authorization: Bearer TOKEN'",
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch threads for encoding and scoring (default: torch's; 1 is "
+        "faster on a CPU shared with other processes)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+    )
+    p.set_defaults(func=_cmd_serve, handler=_cmd_serve)
+    parsers["serve"] = p
+
+    p = subparsers.add_parser(
+        "calibrate",
+        help="tune the cost weight to a target mean cost, call share or accuracy",
+        description="Find the cost weight λ that meets one target on the queries of "
+        "EVALS: the most accurate λ with mean cost <= --target-cost, or with at most "
+        "--target-share of calls to --models, or the cheapest λ with accuracy >= "
+        "--min-accuracy (needs scores). EVALS is a long-format evaluations file "
+        "(csv/parquet/jsonl) or, for cost and share targets, a .txt file of queries, "
+        "one per line. Use queries the router was not fitted on.",
+    )
+    _router_options(p)
+    p.add_argument("evals", metavar="EVALS", help="calibration evaluations or queries")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--target-cost",
+        type=_nonnegative_float,
+        metavar="C",
+        help="largest mean cost per query (units of the router's costs)",
+    )
+    target.add_argument(
+        "--target-share",
+        type=_fraction,
+        metavar="S",
+        help="largest fraction of calls to --models",
+    )
+    target.add_argument(
+        "--min-accuracy", type=_fraction, metavar="A", help="smallest routing accuracy"
+    )
+    p.add_argument(
+        "--models",
+        type=_model_list,
+        metavar="A,B",
+        help="the models --target-share caps (comma-separated)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="ROUTER_OUT",
+        help="write the router with this cost weight (serve that file)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_calibrate, handler=_cmd_calibrate)
+    parsers["calibrate"] = p
+
+    p = subparsers.add_parser(
+        "litellm-config",
+        help="export the fallback order as a LiteLLM proxy configuration",
+        description="Write a LiteLLM configuration (model_list and "
+        "router_settings.fallbacks) for the pool models with a backend in --config, "
+        "each falling back along the capability-based fallback order.",
+    )
+    _router_options(p)
+    p.add_argument(
+        "--config",
+        metavar="GATEWAY.yaml",
+        required=True,
+        help="the gateway configuration (backends)",
+    )
+    p.add_argument(
+        "--fallbacks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fallbacks per model (default: fallback.max_attempts - 1)",
+    )
+    p.add_argument(
+        "-o", "--output", metavar="FILE.yaml", help="write here instead of stdout"
+    )
+    p.set_defaults(func=_cmd_litellm, handler=_cmd_litellm)
+    parsers["litellm-config"] = p
+    return parsers
+
+
+def build_parser():
+    """A stand-alone parser with these commands (``python -m locus_sklearn.serve``)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Deploy a locus_sklearn router."
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks on errors"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    add_subparsers(sub)
+    return parser
+
+
+def main(argv=None):
+    """Run ``serve``, ``calibrate`` or ``litellm-config``.
+
+    Returns
+    -------
+    status : int
+        0 on success, 1 on an error (one line on stderr), 2 for a bad
+        command line (from argparse).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (
+        args.command == "calibrate"
+        and args.target_share is not None
+        and not args.models
+    ):
+        parser.error("calibrate: --target-share needs --models")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, TypeError, KeyError, OSError, ImportError, RuntimeError) as exc:
+        if getattr(args, "debug", False):
+            raise
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        return 1

@@ -1,0 +1,178 @@
+"""The gateway's configuration: one backend per pool model, and the fallback policy.
+
+A small YAML or JSON file::
+
+    backends:
+      gpt-4-1106-preview:              # a model of the router's pool
+        base_url: https://api.openai.com/v1
+        model: gpt-4-1106-preview      # the backend's name for it (default: the key)
+        api_key_env: OPENAI_API_KEY    # environment variable holding the key
+        timeout: 30                    # seconds per attempt
+      mixtral-8x7b-chat:
+        base_url: http://127.0.0.1:8000/v1
+    fallback:
+      max_attempts: 3                  # models tried per request, at most
+      deadline: 60                     # seconds per request, all attempts
+      metric: cosine                   # distance of the fallback order
+    cost_weight: 0.0005                # default λ (else the router's own)
+
+Keys are never written in the file, only the name of the variable that holds
+one, so the file can be committed.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from ._deps import require
+
+require("pydantic")
+
+from pydantic import (  # noqa: E402
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    ValidationError,
+    field_validator,
+)
+
+__all__ = [
+    "BackendConfig",
+    "FallbackConfig",
+    "GatewayConfig",
+    "load_gateway_config",
+    "format_validation_error",
+]
+
+
+class BackendConfig(BaseModel):
+    """Where and how to call one model of the pool (an OpenAI-compatible API)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: HttpUrl
+    model: str | None = Field(default=None, min_length=1)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout: float = Field(default=60.0, gt=0, le=3600)
+
+    @property
+    def chat_url(self):
+        return str(self.base_url).rstrip("/") + "/chat/completions"
+
+    def api_key(self):
+        """The key from its environment variable, or None (no Authorization)."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class FallbackConfig(BaseModel):
+    """How far the gateway goes down the fallback order when backends fail."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    deadline: float = Field(default=60.0, gt=0, le=3600)
+    metric: str = Field(default="cosine", pattern="^(cosine|euclidean)$")
+
+
+class GatewayConfig(BaseModel):
+    """The gateway's backends and fallback policy.
+
+    Examples
+    --------
+    >>> from locus_sklearn.serve import load_gateway_config
+    >>> config = load_gateway_config(
+    ...     {"backends": {"m1": {"base_url": "http://127.0.0.1:9001/v1"}}})
+    >>> config.backends["m1"].chat_url
+    'http://127.0.0.1:9001/v1/chat/completions'
+    >>> config.fallback.max_attempts
+    3
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backends: dict[str, BackendConfig] = Field(min_length=1)
+    fallback: FallbackConfig = FallbackConfig()
+    cost_weight: float | None = Field(default=None, ge=0)
+
+    @field_validator("backends")
+    @classmethod
+    def _names(cls, backends):
+        for name in backends:
+            if not name:
+                raise ValueError("a backend has an empty model name")
+        return backends
+
+    def backend_model(self, name):
+        """The name the backend knows pool model ``name`` by."""
+        return self.backends[name].model or name
+
+
+def format_validation_error(exc, *, prefix=""):
+    """One line per problem, each naming the field: ``backends.m1.timeout: ...``."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        lines.append(f"{prefix}{where}: {error['msg']}")
+    return "; ".join(lines)
+
+
+def load_gateway_config(config):
+    """Read and validate a gateway configuration.
+
+    Parameters
+    ----------
+    config : str, path-like, mapping or GatewayConfig
+        A YAML (``.yaml``/``.yml``) or JSON file, or its content as a mapping.
+
+    Returns
+    -------
+    config : GatewayConfig
+
+    Raises
+    ------
+    ValueError
+        Naming every bad field (``backends.m1.base_url: ...``) and the file.
+
+    Examples
+    --------
+    >>> from locus_sklearn.serve import load_gateway_config
+    >>> load_gateway_config({"backends": {"m1": {"base_url": "ftp://x"}}})
+    Traceback (most recent call last):
+    ...
+    ValueError: Invalid gateway configuration: backends.m1.base_url: URL scheme should be 'http' or 'https'
+    """
+    if isinstance(config, GatewayConfig):
+        return config
+    source = "gateway configuration"
+    if isinstance(config, (str, os.PathLike)):
+        path = Path(config)
+        source = f"gateway configuration {str(path)!r}"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"No such gateway configuration file: {str(path)!r}."
+            )
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() in (".yaml", ".yml"):
+            yaml = require("yaml")
+            try:
+                config = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ValueError(f"{source} is not valid YAML: {exc}") from None
+        else:
+            try:
+                config = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"{source} is not valid JSON ({exc}); use a .yaml or .yml "
+                    "suffix for YAML."
+                ) from None
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"The {source} must be a mapping with a 'backends' key; got "
+            f"{type(config).__name__}."
+        )
+    try:
+        return GatewayConfig.model_validate(config)
+    except ValidationError as exc:
+        raise ValueError(f"Invalid {source}: {format_validation_error(exc)}") from None

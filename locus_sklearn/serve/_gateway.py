@@ -1,0 +1,286 @@
+"""OpenAI-compatible gateway: route each chat request, forward it, fall back.
+
+``POST /v1/chat/completions`` routes a request by its last user message among
+the pool models that have a backend, forwards it there (with the backend's
+own model name and key) and returns the backend's answer, streamed or not,
+with the model that answered in the ``x-locus-model`` header (and, for JSON
+answers, in a ``locus`` field). When a backend fails (connection refused,
+timeout, 5xx, 429, 408) the request goes to the next model of the routed
+model's capability-based fallback order (nearest model embeddings first),
+each model at most once, within ``fallback.max_attempts`` attempts and
+``fallback.deadline`` seconds. Other 4xx answers are the client's problem and
+pass through unchanged. A stream that has begun is not retried.
+"""
+
+import asyncio
+import time
+
+import numpy as np
+
+from ._deps import require
+
+require("httpx")
+
+import httpx  # noqa: E402
+from fastapi import Request  # noqa: E402
+from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+
+from ..inspection._cost import _utility  # noqa: E402
+from ..metrics import route  # noqa: E402
+from ._app import APIError, _allowed_mask, _cost_weight, error_response  # noqa: E402
+
+__all__ = ["add_gateway_endpoints", "RETRYABLE_STATUS"]
+
+#: Backend answers that send the request to the next model.
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+ROUTER_MODEL = "locus"
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: str = Field(min_length=1)
+    content: str | list[dict] | None = None
+
+
+class ChatRequest(BaseModel):
+    """An OpenAI chat request; unknown fields are forwarded as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    # locus extensions (removed before forwarding), e.g. the OpenAI client's
+    # extra_body={"cost_weight": 0.001}
+    cost_weight: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    models: list[str] | None = Field(default=None, min_length=1)
+
+
+def _last_user_text(messages):
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if message.role != "user":
+            continue
+        content = message.content
+        if isinstance(content, str):
+            text = content
+        elif isinstance(content, list):
+            text = "\n".join(
+                part.get("text", "")
+                for part in content
+                if isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            )
+        else:
+            text = ""
+        if text.strip():
+            return text, i
+        raise APIError(
+            400,
+            f"messages[{i}] (the last user message) has no text to route by.",
+            param=f"messages.{i}.content",
+        )
+    raise APIError(400, "messages has no user message to route by.", param="messages")
+
+
+def _attempt_order(state, routed, allowed, max_attempts):
+    """The routed model, then its fallback order among allowed models."""
+    allowed_names = set(state.classes[allowed])
+    order = [routed] + [m for m in state.fallback[routed] if m in allowed_names]
+    return order[:max_attempts]
+
+
+def add_gateway_endpoints(app, service):
+    """Add ``/v1/chat/completions`` and ``/v1/models`` to the service's app."""
+    config = service.gateway
+
+    @app.get("/v1/models", summary="OpenAI-compatible model list")
+    async def list_models():
+        state = service.holder.current
+        pool = set(state.classes)
+        created = int(time.time())
+        data = [
+            {
+                "id": ROUTER_MODEL,
+                "object": "model",
+                "created": created,
+                "owned_by": "locus_sklearn",
+            }
+        ]
+        data += [
+            {"id": name, "object": "model", "created": created, "owned_by": "backend"}
+            for name in config.backends
+            if name in pool
+        ]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions", summary="OpenAI-compatible chat, routed")
+    async def chat(body: ChatRequest, request: Request):
+        state = service.holder.current
+        served = [m for m in config.backends if m in set(state.classes)]
+        if body.model == ROUTER_MODEL:
+            requested = body.models
+        elif body.model in served:
+            if body.models is not None:
+                raise APIError(400, "models is only for model='locus'.", param="models")
+            requested = [body.model]  # a pinned model still falls back
+        else:
+            raise APIError(
+                404,
+                f"model={body.model!r} is neither {ROUTER_MODEL!r} (route the request) "
+                f"nor a served model: {served[:20]}.",
+                param="model",
+                kind="model_not_found",
+            )
+        if requested is not None:
+            _allowed_mask(state, requested)
+            no_backend = [m for m in requested if m not in config.backends]
+            if no_backend:
+                raise APIError(
+                    422,
+                    f"models has model(s) without a backend: {no_backend[:5]}.",
+                    param="models",
+                )
+        text, _ = _last_user_text(body.messages)
+        service.check_queries([text], param="messages")
+        _cost_weight(state, body.cost_weight, service.default_cost_weight)
+        state, proba = await service.proba([text], param="messages")
+        served = [m for m in config.backends if m in set(state.classes)]
+        allowed = _allowed_mask(state, requested if requested is not None else served)
+        allowed &= np.isin(state.classes, served)
+        if not allowed.any():
+            raise APIError(
+                503,
+                "No requested model has a backend now.",
+                param="models",
+                kind="server_error",
+            )
+        if body.model == ROUTER_MODEL:
+            weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
+            utility = _utility(proba, state.router.model_costs_, weight)
+            routed = str(state.classes[route(utility, allowed[None, :])[0]])
+        else:
+            routed = body.model
+        # Every served model may be a fallback, not just the requested subset
+        # of a pinned model (a pinned model falls back to its neighbours).
+        fallback_pool = (
+            allowed if body.model == ROUTER_MODEL else np.isin(state.classes, served)
+        )
+        order = _attempt_order(
+            state, routed, fallback_pool, config.fallback.max_attempts
+        )
+        # Forward what the client sent, as sent, less the locus extensions.
+        payload = await request.json()
+        payload.pop("cost_weight", None)
+        payload.pop("models", None)
+        return await _forward(service, payload, order, routed, stream=body.stream)
+
+
+async def _forward(service, payload, order, routed, *, stream):
+    config = service.gateway
+    client = service.client
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.fallback.deadline
+    attempts = []
+    for model in order:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        backend = config.backends[model]
+        timeout = min(backend.timeout, remaining)
+        headers = {"content-type": "application/json"}
+        key = backend.api_key()
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        body = {**payload, "model": config.backend_model(model)}
+        request = client.build_request(
+            "POST",
+            backend.chat_url,
+            json=body,
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+        )
+        try:
+            # The deadline also bounds a backend that accepts the connection
+            # and then stalls before its headers.
+            response = await asyncio.wait_for(
+                client.send(request, stream=True), timeout=remaining
+            )
+        except (httpx.TimeoutException, asyncio.TimeoutError):
+            attempts.append({"model": model, "error": "timeout"})
+            continue
+        except httpx.TransportError as exc:
+            attempts.append({"model": model, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        if response.status_code in RETRYABLE_STATUS:
+            await response.aclose()
+            attempts.append({"model": model, "error": f"HTTP {response.status_code}"})
+            continue
+        locus_headers = {
+            "x-locus-model": model,
+            "x-locus-routed-model": routed,
+            "x-locus-attempts": str(len(attempts) + 1),
+        }
+        if stream and response.status_code == 200:
+            return StreamingResponse(
+                _relay(response),
+                status_code=200,
+                media_type=response.headers.get("content-type", "text/event-stream"),
+                headers=locus_headers,
+            )
+        try:
+            content = await asyncio.wait_for(
+                response.aread(), timeout=max(deadline - loop.time(), 0.001)
+            )
+        except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+            await response.aclose()
+            attempts.append({"model": model, "error": f"{type(exc).__name__}"})
+            continue
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.status_code == 200 and not isinstance(data, dict):
+            attempts.append({"model": model, "error": "invalid JSON answer"})
+            continue
+        if not isinstance(data, dict):
+            # A client error that is not JSON: pass it on as it is.
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": content.decode(errors="replace")[:2000],
+                        "type": "backend_error",
+                        "param": None,
+                    }
+                },
+                status_code=response.status_code,
+                headers=locus_headers,
+            )
+        data["locus"] = {"model": model, "routed_model": routed, "failed": attempts}
+        return JSONResponse(
+            data, status_code=response.status_code, headers=locus_headers
+        )
+    timed_out = deadline - loop.time() <= 0
+    return error_response(
+        504 if timed_out else 502,
+        f"No backend answered: tried {len(attempts)} model(s) in fallback order"
+        + (" before the deadline" if timed_out else "")
+        + ": "
+        + "; ".join(f"{a['model']} ({a['error']})" for a in attempts),
+        kind="backend_error",
+        attempts=attempts,
+        routed_model=routed,
+    )
+
+
+async def _relay(response):
+    """Pass the backend's stream through chunk by chunk."""
+    try:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    finally:
+        await response.aclose()

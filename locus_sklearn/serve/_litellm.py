@@ -1,0 +1,94 @@
+"""Export the capability-based fallback order as a LiteLLM router configuration."""
+
+from .._evals import _preview
+
+__all__ = ["litellm_config"]
+
+
+def litellm_config(router, gateway, *, n_fallbacks=None):
+    """A LiteLLM proxy configuration with ``model_list`` and ``fallbacks``.
+
+    Each pool model with a backend in ``gateway`` becomes a LiteLLM model
+    (an ``openai/`` model at the backend's ``base_url``, its key read from
+    the same environment variable), and falls back to the other such models
+    in their fallback order (nearest model embeddings first, see
+    :func:`~locus_sklearn.inspection.fallback_order`), the order
+    ``locus serve``'s gateway uses. Write it with ``yaml.safe_dump`` and pass
+    it to ``litellm --config``; ``router_settings["fallbacks"]`` is also the
+    ``fallbacks=`` argument of ``litellm.Router``.
+
+    Parameters
+    ----------
+    router : fitted router
+        A router with ``classes_`` and ``model_embeddings_``.
+    gateway : str, path-like, mapping or GatewayConfig
+        The gateway configuration (see :func:`load_gateway_config`).
+    n_fallbacks : int, default=None
+        Fallbacks per model; None uses ``fallback.max_attempts - 1``.
+
+    Returns
+    -------
+    config : dict
+        ``{"model_list": [...], "router_settings": {"fallbacks": [...]}}``.
+
+    Examples
+    --------
+    >>> from locus_sklearn import LocusEmbedder, LocusRouter
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> from locus_sklearn.serve import litellm_config
+    >>> pool = make_model_pool(n_models=5, n_queries=40, evals_per_model=30,
+    ...                        random_state=0)
+    >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=8,
+    ...     n_latents=2, n_blocks=1, n_heads=2, max_epochs=1, random_state=0)
+    ... ).fit(pool.evals)
+    >>> names = list(router.classes_)
+    >>> gateway = {"backends": {
+    ...     name: {"base_url": f"http://127.0.0.1:{9001 + i}/v1",
+    ...            "api_key_env": "MY_KEY"} for i, name in enumerate(names)}}
+    >>> config = litellm_config(router, gateway, n_fallbacks=1)
+    >>> config["model_list"][0]["litellm_params"]["api_key"]
+    'os.environ/MY_KEY'
+    >>> [len(fallback[name]) for fallback, name in zip(
+    ...     config["router_settings"]["fallbacks"], names)]
+    [1, 1, 1, 1, 1]
+    """
+    from ..inspection import fallback_order
+    from ._config import load_gateway_config
+
+    gateway = load_gateway_config(gateway)
+    pool = [str(m) for m in router.classes_]
+    missing = [m for m in gateway.backends if m not in set(pool)]
+    if missing:
+        raise ValueError(
+            f"The gateway configuration has backends for {len(missing)} model(s) "
+            f"that are not in the router's pool: {_preview(missing)}."
+        )
+    if n_fallbacks is None:
+        n_fallbacks = gateway.fallback.max_attempts - 1
+    if (
+        isinstance(n_fallbacks, bool)
+        or not isinstance(n_fallbacks, int)
+        or (n_fallbacks < 0)
+    ):
+        raise ValueError(f"n_fallbacks must be an int >= 0; got {n_fallbacks!r}.")
+    served = [m for m in pool if m in gateway.backends]
+    model_list = []
+    for name in served:
+        backend = gateway.backends[name]
+        params = {
+            "model": f"openai/{gateway.backend_model(name)}",
+            "api_base": str(backend.base_url).rstrip("/"),
+            "timeout": backend.timeout,
+        }
+        if backend.api_key_env:
+            params["api_key"] = f"os.environ/{backend.api_key_env}"
+        model_list.append({"model_name": name, "litellm_params": params})
+    fallbacks = []
+    if len(pool) > 1:
+        order = fallback_order(router, metric=gateway.fallback.metric)
+        for name in served:
+            others = [m for m in order.loc[name] if m in gateway.backends]
+            fallbacks.append({name: others[:n_fallbacks]})
+    else:
+        fallbacks = [{name: []} for name in served]
+    return {"model_list": model_list, "router_settings": {"fallbacks": fallbacks}}

@@ -1,0 +1,215 @@
+"""cost_quality_curve and calibrate_cost_weight: the exact λ sweep and its targets."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn.baselines import KNNRouter, SingleBestRouter
+from locus_sklearn.datasets import make_model_pool
+from locus_sklearn.inspection import calibrate_cost_weight, cost_quality_curve
+from locus_sklearn.inspection._cost import _aiq, _intervals, _pareto
+from locus_sklearn.metrics import route
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    pool = make_model_pool(
+        n_models=6, n_queries=200, evals_per_model="all", random_state=0
+    )
+    queries = np.sort(pool.evals["query"].unique())
+    train = pool.evals[pool.evals["query"].isin(queries[:120])]
+    test = pool.evals[~pool.evals["query"].isin(queries[:120])]
+    router = LocusRouter(
+        LocusEmbedder(
+            pool.encodings,
+            embedding_dim=16,
+            n_latents=4,
+            n_blocks=1,
+            n_heads=2,
+            max_epochs=2,
+            random_state=0,
+        )
+    ).fit(train, model_costs=pool.n_params)
+    return router, test
+
+
+def _realised(router, evals, weight):
+    """Mean cost and accuracy of router.predict at ``weight``, by brute force."""
+    router.set_params(cost_weight=weight)
+    try:
+        queries = np.sort(evals["query"].unique())
+        routed = router.predict(queries)
+    finally:
+        router.set_params(cost_weight=0.0)
+    Y = evals.pivot(index="query", columns="model", values="score").loc[queries]
+    idx = np.searchsorted(router.classes_, routed)
+    accuracy = Y.to_numpy()[np.arange(len(Y)), idx].mean()
+    return router.model_costs_[idx].mean(), accuracy, routed
+
+
+def test_exact_curve_matches_predict_inside_every_interval(fitted):
+    router, test = fitted
+    curve = cost_quality_curve(router, test)
+    points = curve.points
+    assert points["cost_weight"].iloc[0] == 0.0
+    assert np.all(np.diff(points["lower"]) >= 0)
+    # Mean cost never rises with λ (each query's routed model only gets cheaper).
+    assert np.all(np.diff(points["mean_cost"]) <= 1e-9)
+    for _, row in points.iloc[:: max(1, len(points) // 15)].iterrows():
+        cost, accuracy, _ = _realised(router, test, row["cost_weight"])
+        assert cost == pytest.approx(row["mean_cost"])
+        assert accuracy == pytest.approx(row["accuracy"])
+    # The last point routes every query to its cheapest model.
+    assert points["mean_cost"].iloc[-1] == pytest.approx(router.model_costs_.min())
+
+
+def test_grid_curve_equals_router_score(fitted):
+    router, test = fitted
+    weights = [0.0, 1e-4, 1e-3, 1e-2]
+    curve = cost_quality_curve(router, test, weights, models=[router.classes_[0]])
+    for weight, row in zip(weights, curve.points.itertuples(), strict=True):
+        router.set_params(cost_weight=weight)
+        assert row.accuracy == pytest.approx(router.score(test))
+        cost, _, routed = _realised(router, test, weight)
+        assert row.mean_cost == pytest.approx(cost)
+        assert row.share == pytest.approx(np.mean(routed == router.classes_[0]))
+    router.set_params(cost_weight=0.0)
+    assert curve.pareto["mean_cost"].is_monotonic_increasing
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 30),
+    st.integers(1, 6),
+    st.integers(0, 2**31 - 1),
+    st.booleans(),
+)
+def test_intervals_match_brute_force(n_queries, n_models, seed, coarse):
+    rng = np.random.default_rng(seed)
+    # Coarse values make ties (equal P, equal costs) common.
+    if coarse:
+        proba = rng.integers(0, 4, (n_queries, n_models)) / 4
+        costs = rng.integers(0, 3, n_models).astype(float)
+    else:
+        proba = rng.random((n_queries, n_models))
+        costs = rng.random(n_models) * 10
+    candidates = rng.random((n_queries, n_models)) < 0.7
+    candidates[np.arange(n_queries), rng.integers(0, n_models, n_queries)] = True
+    Y = np.where(candidates, rng.integers(0, 2, (n_queries, n_models)), np.nan)
+    share = rng.random(n_models) < 0.5
+    points = _intervals(proba, costs, candidates, Y, share)
+    rows = np.arange(n_queries)
+    for row in points.itertuples():
+        routed = route(proba - row.cost_weight * costs, candidates)
+        assert row.mean_cost == pytest.approx(costs[routed].mean())
+        assert row.accuracy == pytest.approx(Y[rows, routed].mean())
+        assert row.share == pytest.approx(share[routed].mean())
+        assert row.lower <= row.cost_weight <= row.upper
+    # Between two representatives nothing else happens: a random λ routes
+    # like the representative of its interval.
+    for lam in rng.random(10) * (points["lower"].max() * 2 + 1):
+        i = np.searchsorted(points["lower"].to_numpy(), lam, side="right") - 1
+        if lam in points["lower"].to_numpy():
+            continue
+        routed = route(proba - lam * costs, candidates)
+        assert costs[routed].mean() == pytest.approx(points["mean_cost"].iloc[i])
+
+
+def test_pareto_and_aiq_by_hand():
+    cost = np.array([1.0, 2.0, 3.0, 2.0])
+    accuracy = np.array([0.5, 0.6, 0.9, 0.55])
+    assert _pareto(cost, accuracy).tolist() == [True, True, True, False]
+    # Hull of (1, .5), (3, .9): (2, .6) lies below the chord (.7), so it is
+    # skipped; area (0.5 + 0.9) / 2 * 2 = 1.4 over a span of 2.
+    assert _aiq(cost, accuracy) == pytest.approx(0.7)
+    # A point beyond the best: the hull stays flat (non-decreasing).
+    assert _aiq(np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 0.8])) == 0.875
+    assert _aiq(np.array([2.0]), np.array([0.4])) == 0.4
+
+
+def test_calibrate_target_cost_is_the_most_accurate_under_the_cap(fitted):
+    router, test = fitted
+    points = cost_quality_curve(router, test).points
+    costs = points["mean_cost"].to_numpy()
+    target = (costs[0] + costs[-1]) / 2
+    result = calibrate_cost_weight(router, test, target_cost=target)
+    assert result.mean_cost <= target
+    i = int(np.flatnonzero(points["cost_weight"] == result.cost_weight)[0])
+    assert i > 0 and costs[i - 1] > target  # one step less λ misses the cap
+    cost, accuracy, _ = _realised(router, test, result.cost_weight)
+    assert (cost, accuracy) == pytest.approx((result.mean_cost, result.accuracy))
+    assert result.lower < result.cost_weight < result.upper
+    assert result.n_queries == test["query"].nunique()
+    assert router.cost_weight == 0.0  # not changed
+
+
+def test_calibrate_target_share_and_queries_only(fitted):
+    router, test = fitted
+    strong = [router.classes_[np.argmax(router.model_costs_)]]
+    queries = test["query"].unique()
+    result = calibrate_cost_weight(router, queries, target_share=0.2, models=strong)
+    assert result.share <= 0.2
+    assert np.isnan(result.accuracy)
+    _, _, routed = _realised(router, test, result.cost_weight)
+    assert np.mean(routed == strong[0]) == pytest.approx(result.share)
+    at_zero = np.mean(router.predict(queries) == strong[0])
+    if at_zero <= 0.2:
+        assert result.cost_weight == 0.0
+
+
+def test_calibrate_min_accuracy_is_the_cheapest_above_the_floor(fitted):
+    router, test = fitted
+    points = cost_quality_curve(router, test).points
+    floor = points["accuracy"].max() - 0.05
+    result = calibrate_cost_weight(router, test, min_accuracy=floor)
+    assert result.accuracy >= floor
+    later = points[points["lower"] > result.lower]
+    assert (later["accuracy"] < floor).all()
+
+
+def test_calibrate_errors(fitted):
+    router, test = fitted
+    with pytest.raises(ValueError, match="exactly one of"):
+        calibrate_cost_weight(router, test)
+    with pytest.raises(ValueError, match="exactly one of"):
+        calibrate_cost_weight(router, test, target_cost=1, min_accuracy=0.5)
+    with pytest.raises(ValueError, match="needs models="):
+        calibrate_cost_weight(router, test, target_share=0.2)
+    with pytest.raises(ValueError, match="target_share must be in"):
+        calibrate_cost_weight(router, test, target_share=1.5, models=["m00"])
+    with pytest.raises(TypeError, match="target_cost must be a number"):
+        calibrate_cost_weight(router, test, target_cost="10")
+    with pytest.raises(ValueError, match="not in the pool"):
+        calibrate_cost_weight(router, test, target_share=0.2, models=["nope"])
+    with pytest.raises(ValueError, match=r"No cost weight meets .* ranges from"):
+        calibrate_cost_weight(router, test, target_cost=0.0001)
+    with pytest.raises(TypeError, match="min_accuracy needs scored"):
+        calibrate_cost_weight(router, ["a"], min_accuracy=0.5)
+    with pytest.raises(ValueError, match="cost_weights must be finite"):
+        cost_quality_curve(router, test, [0.1, -1])
+    evals = pd.DataFrame({"model": ["a", "b"], "query": ["q", "q"], "score": [1, 0]})
+    no_costs = SingleBestRouter().fit(evals)
+    with pytest.raises(ValueError, match="fitted without model costs"):
+        calibrate_cost_weight(no_costs, evals, target_cost=1)
+
+
+def test_sparse_evals_route_among_scored_models():
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    evals = pd.DataFrame(
+        {
+            "model": ["big", "big", "small"],
+            "query": ["q1", "q2", "q1"],
+            "score": [1.0, 1.0, 0.0],
+        }
+    )
+    router = KNNRouter(1, encoder=encoder).fit(
+        evals, model_costs={"big": 4.0, "small": 1.0}
+    )
+    points = cost_quality_curve(router, evals).points
+    # q2 has only "big": its cost stays 4 at every λ; q1 moves to "small" at λ = 1/3.
+    assert points["mean_cost"].tolist() == [4.0, 2.5]
+    assert points["accuracy"].tolist() == [1.0, 0.5]
+    assert points["upper"].iloc[0] == pytest.approx(1 / 3)
