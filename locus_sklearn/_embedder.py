@@ -90,6 +90,16 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         all of them (``benchmarks/results/TUNING.md``). ``False`` is the
         paper's predictor: P(correct) from z_m and φ(x) alone, faster to
         route with and needing no stored evaluations.
+    n_profile_regions : int, default=0
+        R > 0 adds the profile objective: a linear head from z_m predicts the
+        model's mean score in each of R regions of the query space (k-means
+        clusters of the training query encodings) on its decoder set, so
+        that the embedding carries *what* a model is good at and not only
+        how good it is. 0 trains on correctness alone (the paper's
+        objective).
+    profile_weight : float, default=1.0
+        Weight of the profile objective next to the correctness BCE (used
+        when ``n_profile_regions > 0``).
     max_epochs : int, default=100
         Upper bound on epochs; early stopping usually ends training sooner.
     episodes_per_epoch : int, default=256
@@ -183,6 +193,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "mix_prob": [Interval(Real, 0, 1, closed="both")],
         "n_regions": [Interval(Integral, 2, None, closed="left")],
         "kernel_readout": ["boolean"],
+        "n_profile_regions": [Interval(Integral, 0, None, closed="left")],
+        "profile_weight": [Interval(Real, 0, None, closed="left")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "episodes_per_epoch": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -217,6 +229,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         mix_prob=0.0,
         n_regions=16,
         kernel_readout=True,
+        n_profile_regions=0,
+        profile_weight=1.0,
         max_epochs=100,
         episodes_per_epoch=256,
         batch_size=16,
@@ -247,6 +261,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.mix_prob = mix_prob
         self.n_regions = n_regions
         self.kernel_readout = kernel_readout
+        self.n_profile_regions = n_profile_regions
+        self.profile_weight = profile_weight
         self.max_epochs = max_epochs
         self.episodes_per_epoch = episodes_per_epoch
         self.batch_size = batch_size

@@ -460,6 +460,12 @@ class LocusNetwork(nn.Module):
     kernel_readout : bool, default=False
         Also give the predictor a :class:`KernelReadout` of the encoder set at
         each decoder query.
+    n_profile_regions : int, default=0
+        With R > 0, a linear *profile head* maps z to R logits: the model's
+        P(correct) in each of R query regions. Training fits it to the
+        decoder set's mean score per region (an auxiliary objective that
+        makes z carry what a model is good at, not only how good); routing
+        does not use it.
 
     Examples
     --------
@@ -488,6 +494,7 @@ class LocusNetwork(nn.Module):
         dropout=0.0,
         query_noise=0.0,
         kernel_readout=False,
+        n_profile_regions=0,
     ):
         super().__init__()
         self.embedding_dim = embedding_dim
@@ -503,6 +510,9 @@ class LocusNetwork(nn.Module):
             n_extra=KernelReadout.n_outputs if kernel_readout else 0,
         )
         self.query_noise = query_noise
+        self.profile = (
+            nn.Linear(embedding_dim, n_profile_regions) if n_profile_regions else None
+        )
 
     @property
     def reads_evaluations(self):

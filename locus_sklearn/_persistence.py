@@ -43,6 +43,10 @@ __all__ = [
     "save_router",
 ]
 
+# Hyper-parameters added since files were first written, with the values that
+# reproduce what older files hold (a file without them predates them).
+_ADDED_PARAMS = {"n_profile_regions": 0, "profile_weight": 1.0}
+
 _ENCODER_KINDS = ("default", "path", "mapping", "hashed_mapping", "object")
 
 
@@ -153,7 +157,8 @@ class _Checker:
 
 def _check_embedder(check, cls):
     """Check an embedder's fields; return the tensor names it owns."""
-    params = dict(check.field("params", "dict"))
+    params = {**_ADDED_PARAMS, **check.field("params", "dict")}
+    check.metadata["params"] = params
     spec = check.field("encoder", "dict")
     n_features = check.field("n_query_features", "int")
     check.field("classes", "names")

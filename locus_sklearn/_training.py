@@ -17,6 +17,7 @@ The estimators pass their hyper-parameters as one mapping (``params``) with
 the names of :class:`~._embedder.LocusEmbedder`'s parameters.
 """
 
+import functools
 import re
 import sys
 
@@ -54,7 +55,7 @@ __all__ = [
 # arguments); the others drive training and inference.
 NETWORK_PARAMS = (
     "embedding_dim", "n_latents", "n_blocks", "n_heads", "hidden_dim", "dropout",
-    "query_noise", "kernel_readout",
+    "query_noise", "kernel_readout", "n_profile_regions",
 )  # fmt: skip
 
 # Early-stopping monitors: is lower better?
@@ -175,10 +176,11 @@ class EpisodeCollator:
     disjoint : bool
     """
 
-    def __init__(self, enc_size, dec_size, disjoint):
+    def __init__(self, enc_size, dec_size, disjoint, profile_regions=None):
         self.enc_size = tuple(enc_size)
         self.dec_size = dec_size
         self.disjoint = disjoint
+        self.profile_regions = profile_regions
 
     def __call__(self, batch):
         low, high = np.log(self.enc_size[0]), np.log(self.enc_size[1])
@@ -193,7 +195,7 @@ class EpisodeCollator:
             else:
                 dec = torch.randperm(n)[: self.dec_size]
             episodes.append(((q[:n_enc], y[:n_enc], q[dec], y[dec]), m))
-        return collate_episodes(episodes)
+        return collate_episodes(episodes, self.profile_regions)
 
 
 class FixedEpisodes(torch.utils.data.Dataset):
@@ -221,13 +223,17 @@ class FixedEpisodes(torch.utils.data.Dataset):
         return self.items[i]
 
 
-def collate_episodes(batch):
+def collate_episodes(batch, profile_regions=None):
     """Pad a list of episodes into one batch.
 
     Parameters
     ----------
     batch : list of ((enc_q, enc_y, dec_q, dec_y), model)
         Query indices (into the training queries) and scores of each episode.
+    profile_regions : tuple of (LongTensor of shape (n_queries,), int), default=None
+        Region of every query and the number R of regions: adds each
+        episode's decoder-set mean score and row count per region,
+        ``profile`` and ``profile_count`` (B, R), the profile head's targets.
 
     Returns ``(X, y)``: ``X`` a dict of ``enc_index``, ``enc_score``,
     ``enc_mask`` (B, N) and ``dec_index`` (B, M), the query indices padded
@@ -254,6 +260,16 @@ def collate_episodes(batch):
         "enc_mask": enc_mask,
         "dec_index": dec_index,
     }
+    if profile_regions is not None:
+        query_region, n_regions = profile_regions
+        count = torch.zeros(b, n_regions)
+        total = torch.zeros(b, n_regions)
+        for i, (_, _, qd, yd) in enumerate(episodes):
+            region = query_region[qd]
+            count[i].index_add_(0, region, torch.ones(len(qd)))
+            total[i].index_add_(0, region, yd.float())
+        X["profile"] = total / count.clamp(min=1)
+        X["profile_count"] = count
     return X, target
 
 
@@ -433,27 +449,47 @@ class LocusNet(NeuralNet):
 
     query_bank_ = None
 
+    def __init__(self, *args, profile_weight=0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.profile_weight = profile_weight
+
     def _inputs(self, x):
         if self.query_bank_ is None:
             raise RuntimeError("LocusNet trains only with query_bank_ set.")
         return gather_queries(self.query_bank_, to_tensor(x, device=self.device))
 
     def infer(self, x, **fit_params):
-        return self.module_(**self._inputs(x), **fit_params)
+        """(logits, embeddings) of a batch."""
+        return self.module_(**self._inputs(x), return_embedding=True, **fit_params)
+
+    def get_loss(self, y_pred, y_true, X=None, training=False):
+        """BCE of the logits, plus ``profile_weight`` times the profile head's
+        BCE against each episode's mean score per region (weighted by rows)."""
+        logits, z = y_pred
+        loss = super().get_loss(logits, y_true, X=X, training=training)
+        profile = self.module_.profile
+        if profile is None or not self.profile_weight or "profile" not in X:
+            return loss
+        target = to_tensor(X["profile"], device=self.device)
+        count = to_tensor(X["profile_count"], device=self.device)
+        fit = torch.nn.functional.binary_cross_entropy_with_logits(
+            profile(z), target, weight=count, reduction="sum"
+        ) / count.sum().clamp(min=1)
+        return loss + self.profile_weight * fit
 
     def validation_step(self, batch, **fit_params):
         self._set_training(False)
         Xi, yi = unpack_data(batch)
         with torch.no_grad():
-            Xi = self._inputs(Xi)
-            y_pred, z = self.module_(**Xi, return_embedding=True)
+            y_pred = self.infer(Xi, **fit_params)
             loss = self.get_loss(y_pred, yi, X=Xi, training=False)
-        return {"loss": loss, "y_pred": y_pred, "embedding": z}
+        return {"loss": loss, "y_pred": y_pred[0], "embedding": y_pred[1]}
 
 
 def build_net(
-    params, n_features, *, device, valid_dataset=None, callbacks=(), verbose=0
-):
+    params, n_features, *, device, valid_dataset=None, callbacks=(), verbose=0,
+    profile_region=None,
+):  # fmt: skip
     """The skorch net for ``params`` (the estimator's hyper-parameters).
 
     Parameters
@@ -466,12 +502,17 @@ def build_net(
     valid_dataset : FixedEpisodes, default=None
     callbacks : sequence of (name, Callback), default=()
     verbose : int, default=0
+    profile_region : LongTensor of shape (n_queries,), default=None
+        Region of each training query, for the profile head's targets.
 
     Returns
     -------
     net : LocusNet
         Not initialised.
     """
+    profile = None
+    if params["n_profile_regions"] and profile_region is not None:
+        profile = (profile_region, params["n_profile_regions"])
     return LocusNet(
         module=LocusNetwork,
         module__n_features=n_features,
@@ -484,9 +525,12 @@ def build_net(
         batch_size=params["batch_size"],
         iterator_train__shuffle=True,
         iterator_train__collate_fn=EpisodeCollator(
-            params["enc_size"], params["dec_size"], params["disjoint"]
+            params["enc_size"], params["dec_size"], params["disjoint"], profile
         ),
-        iterator_valid__collate_fn=collate_episodes,
+        iterator_valid__collate_fn=functools.partial(
+            collate_episodes, profile_regions=profile
+        ),
+        profile_weight=params["profile_weight"],
         train_split=predefined_split(valid_dataset) if valid_dataset else None,
         callbacks=list(callbacks),
         device=device,
@@ -524,6 +568,13 @@ def _callbacks(params, valid_ds, n_models, bank):
     return callbacks
 
 
+def _regions(X_query, n_regions, seed):
+    """k-means regions of the query encodings, LongTensor of shape (n_queries,)."""
+    n_regions = min(n_regions, len(X_query))
+    labels = KMeans(n_regions, n_init=1, random_state=seed).fit_predict(X_query)
+    return torch.as_tensor(labels, dtype=torch.long)
+
+
 def fit_network(params, table, X_query, *, rng, device, verbose=0):
     """Train a LOCUS network on a table of scored evaluations.
 
@@ -550,13 +601,11 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0):
     bank = torch.as_tensor(X_query, dtype=torch.float32)
     train_q, train_y = _per_model(table, ~is_valid)
     passes = -(-params["episodes_per_epoch"] // table.n_models)  # ceil
-    query_region = None
+    query_region = profile_region = None
     if params["mix_prob"] > 0:
-        n_regions = min(params["n_regions"], table.n_queries)
-        query_region = torch.as_tensor(
-            KMeans(n_regions, n_init=1, random_state=seed).fit_predict(X_query),
-            dtype=torch.long,
-        )
+        query_region = _regions(X_query, params["n_regions"], seed)
+    if params["n_profile_regions"]:
+        profile_region = _regions(X_query, params["n_profile_regions"], seed)
     train_ds = RandomEpisodes(
         train_q,
         train_y,
@@ -578,6 +627,7 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0):
         valid_dataset=valid_ds,
         callbacks=callbacks,
         verbose=verbose,
+        profile_region=profile_region,
     )
     # Seed a private copy of torch's generator: reproducible, and the
     # caller's global RNG state is left as it was.
