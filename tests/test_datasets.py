@@ -535,9 +535,9 @@ def test_make_model_pool_planted_specialists_hand_checked_skills():
     expected = np.array([[2.0, 2.0, -2.0, -2.0], [-2.0, -2.0, 2.0, 2.0]] * 3)
     np.testing.assert_allclose(pool.skills, expected)
     np.testing.assert_allclose(pool.models["ability"], 0.0)
-    task_spec = dict(zip(pool.queries["task"], pool.queries["specialty"]))
+    task_spec = dict(zip(pool.queries["task"], pool.queries["specialty"], strict=True))
     assert task_spec == {"task0": 0, "task1": 0, "task2": 1, "task3": 1}
-    assert pool.specialty == dict(zip(pool.models["model"], [0, 1] * 3))
+    assert pool.specialty == dict(zip(pool.models["model"], [0, 1] * 3, strict=True))
 
 
 def test_make_model_pool_specialists_have_equal_overall_accuracy():
