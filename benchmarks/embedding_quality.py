@@ -250,27 +250,39 @@ def pair_sets(split, n, rng):
 
 
 def guard_proba(router, train, seed, proba_test, grid=(0.0, 0.25, 0.5, 0.75, 1.0)):
-    """Safeguard prototype: blend P(correct) toward each model's mean score,
-    alpha chosen on held-out validation queries of the *training* rows
-    (re-split inside, refit LOCUS on the rest), ties to the larger alpha."""
-    rng = np.random.default_rng([seed, 4242])
-    queries = train["query"].unique()
-    held = set(rng.choice(queries, int(round(0.2 * len(queries))), replace=False))
-    is_val = train["query"].isin(held).to_numpy()
-    fit_rows, val_rows = train[~is_val], train[is_val]
-    sub = LocusRouter(copy.deepcopy(router.embedder)).fit(fit_rows)
+    """Safeguard prototype: blend P(correct) toward each model's mean score.
+
+    ``alpha`` is chosen on the embedder's own validation queries (the 10 % of
+    the *training* queries held out for early stopping, re-derived from its
+    ``random_state`` exactly as ``LocusEmbedder._fit_table`` draws them): each
+    model embedded from its other rows, the held-out rows predicted, routing
+    accuracy among the models that answered each held-out query (>= 2), ties
+    to the larger alpha. No test query is read; no extra fit.
+    """
+    from sklearn.utils import check_random_state
+
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn._training import split_rows_by_query
+
+    emb = router._locus
+    table = check_evals(train)
+    rng = check_random_state(emb.random_state)
+    rng.randint(np.iinfo(np.int32).max)
+    is_valid = split_rows_by_query(table, emb.validation_fraction, rng)
+    frame = table.to_frame()
+    fit_rows, val_rows = frame[~is_valid], frame[is_valid]
+    Z = emb.transform(fit_rows)
     y = val_rows.pivot_table(index="query", columns="model", values="score")
-    y = y.reindex(columns=sub.classes_)
-    keep = y.notna().sum(axis=1) >= 2
-    y = y[keep]
-    p = sub.predict_proba(y.index.to_numpy())
-    mean = fit_rows.groupby("model")["score"].mean().reindex(sub.classes_).to_numpy()
+    y = y.reindex(columns=router.classes_)
+    y = y[y.notna().sum(axis=1) >= 2]
+    p = emb.predict_proba(Z, y.index.to_numpy(), evals=fit_rows)
+    mean = fit_rows.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
+    answered = y.notna().to_numpy()
     scores = {}
     for a in grid:
-        blended = (1 - a) * p + a * mean[None, :]
-        blended = np.where(y.notna().to_numpy(), blended, -np.inf)
+        blended = np.where(answered, (1 - a) * p + a * mean[None, :], -np.inf)
         pick = blended.argmax(1)
-        scores[a] = float(np.nanmean(y.to_numpy()[np.arange(len(y)), pick]))
+        scores[a] = float(y.to_numpy()[np.arange(len(y)), pick].mean())
     best = max(scores.values())
     alpha = max(a for a, s in scores.items() if s >= best - 1e-12)
     full_mean = train.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
