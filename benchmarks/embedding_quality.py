@@ -90,10 +90,35 @@ def load_pool(name, seed=0):
             "24 models, 6 tasks, equal overall accuracy; SYNTHETIC)",
             info={"groups": groups},
         )
+    if name in ("mmlu-open", "mmlu-all"):
+        # The package's built-in 3,000-question subset: its MiniLM encodings
+        # ship with it (encoding the shared 12,032 questions takes an hour on
+        # this machine's shared cores).
+        from locus_sklearn.datasets import load_mmlu_pro
+
+        b = load_mmlu_pro(open_weights_only=name == "mmlu-open")
+        evals = b.evals.copy()
+        if "task" not in evals:
+            evals["task"] = evals["category"]
+        return _data.BenchData(
+            name=name,
+            evals=evals[["model", "query", "score", "task"]],
+            encodings=b.encodings,
+            description=f"built-in MMLU-Pro subset ({name}): "
+            f"{evals['model'].nunique()} models x {evals['query'].nunique()} questions",
+            info={"groups": _family_groups(b.family, evals["model"].unique())},
+        )
     data = _data.load(name)
     if "groups" not in data.info:
         data.info["groups"] = {}
     return data
+
+
+def _family_groups(family, models):
+    groups = {}
+    for m in models:
+        groups.setdefault(family[m], []).append(m)
+    return {k: sorted(v) for k, v in groups.items() if len(v) >= 2}
 
 
 # ----------------------------------------------------------- geometry
