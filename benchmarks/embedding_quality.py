@@ -496,7 +496,7 @@ def main(argv=None):
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--n", nargs="+", default=None)
     p.add_argument("--quick", action="store_true", help="n = 256 only; max_epochs 20")
-    p.add_argument("--variants", nargs="+", default=["baseline"], choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="*", default=["baseline"], choices=list(VARIANTS))
     p.add_argument("--guard", action="store_true", help="also the safeguard prototype")
     p.add_argument("--locus", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--threads", type=int, default=1)
