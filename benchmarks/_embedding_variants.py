@@ -32,7 +32,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from locus_sklearn import LocusEmbedder
-from locus_sklearn._nn import CorrectnessPredictor, LocusNetwork, MaskedBCEWithLogitsLoss
+from locus_sklearn._nn import (
+    CorrectnessPredictor,
+    LocusNetwork,
+    MaskedBCEWithLogitsLoss,
+)
 from locus_sklearn._training import EpisodeCollator, collate_episodes
 
 __all__ = ["VariantEmbedder", "VariantNetwork"]

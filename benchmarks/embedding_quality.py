@@ -42,7 +42,6 @@ import sys
 import time
 
 import numpy as np
-import pandas as pd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -490,7 +489,63 @@ def markdown(results):
     return "\n".join(lines) + "\n"
 
 
+def merge(paths, out_dir):
+    """Join the runs of several result files (one seed's methods may come from
+    different processes: each process runs every listed seed of its variants
+    on identical rows) into one table per pool; rewrites the summaries."""
+    merged = {}
+    for path in paths:
+        with open(path) as f:
+            results = json.load(f)
+        for pool, res in results.items():
+            into = merged.setdefault(pool, {**res, "runs": [], "sources": []})
+            into["sources"].append(os.path.basename(path))
+            into["variants"] = into.get("variants", {}) | res.get("variants", {})
+            into["wall_s"] = max(into["wall_s"], res["wall_s"])
+            by_seed = {r["seed"]: r for r in into["runs"]}
+            for run in res["runs"]:
+                if run["seed"] not in by_seed:
+                    by_seed[run["seed"]] = copy.deepcopy(run)
+                    continue
+                for n, block in run["by_n"].items():
+                    tgt = by_seed[run["seed"]]["by_n"].setdefault(n, block)
+                    for part in ("routing", "embeddings"):
+                        for k, v in block[part].items():
+                            tgt[part].setdefault(k, v)
+            into["runs"] = [by_seed[k] for k in sorted(by_seed)]
+            into["seeds"] = sorted(by_seed)
+    for res in merged.values():
+        # Summaries over the seeds where each method ran (the n column says how many).
+        res["summary"] = summarise_union(res["runs"])
+    with open(os.path.join(out_dir, "embedding_quality.json"), "w") as f:
+        json.dump(merged, f, indent=1, default=float)
+    with open(os.path.join(out_dir, "embedding_quality.md"), "w") as f:
+        f.write(markdown(merged))
+    return merged
+
+
+def summarise_union(runs):
+    """summarise() over runs whose methods differ: each method over the seeds
+    where it ran."""
+    out = {}
+    ns = dict.fromkeys(n for r in runs for n in r["by_n"])
+    for n in ns:
+        blocks = [r["by_n"][n] for r in runs if n in r["by_n"]]
+        routing_keys = dict.fromkeys(k for b in blocks for k in b["routing"])
+        emb_keys = dict.fromkeys(k for b in blocks for k in b["embeddings"])
+        s = {"routing": {k: _ms([b["routing"].get(k) for b in blocks]) for k in routing_keys}}
+        s["embeddings"] = {}
+        for k in emb_keys:
+            one = [{"by_n": {n: {"routing": {}, "embeddings": {k: b["embeddings"][k]}}}}
+                   for b in blocks if k in b["embeddings"]]  # fmt: skip
+            s["embeddings"][k] = summarise(one)[n]["embeddings"][k]
+        out[n] = s
+    return out
+
+
 def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--merge":
+        return merge(sys.argv[2:], os.path.join(HERE, "results"))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pools", nargs="+", default=list(POOLS), choices=POOLS)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
