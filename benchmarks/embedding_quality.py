@@ -64,6 +64,8 @@ VARIANTS = {
     "strength+identity": ({"strength": True, "identity_weight": 0.1}, {}),
     "vicreg": ({"vicreg_weight": 0.1}, {}),
     "strength+vicreg": ({"strength": True, "vicreg_weight": 0.1}, {}),
+    "embedding-only+strength": ({"strength": True}, {"kernel_readout": False}),
+    "embedding-only+identity": ({"identity_weight": 1.0}, {"kernel_readout": False}),
 }
 
 
