@@ -442,7 +442,10 @@ def summarise(runs):
 def fmt(x, d=3):
     if x is None:
         return "–"
-    return f"{x['mean']:.{d}f} ± {x['std']:.{d}f}"
+    if x["n"] == 1:
+        return f"{x['mean']:.{d}f} (1 seed)"
+    text = f"{x['mean']:.{d}f} ± {x['std']:.{d}f}"
+    return text if x["n"] >= 3 else f"{text} ({x['n']} seeds)"
 
 
 def markdown(results):
