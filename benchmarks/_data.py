@@ -213,6 +213,151 @@ def load(name, *, encoder=None, evals_path=None, tiny=False):
         if tiny:
             return load_synthetic(n_models=12, n_queries=300, n_tasks=4, n_families=3)
         return load_synthetic()
+    if name == "bfcl":
+        return load_bfcl(encoder)
+    if name == "shaberi":
+        return load_shaberi(encoder)
     if name == "evals":
         return load_path(evals_path, encoder)
     raise ValueError(f"unknown data set {name!r}")
+
+
+# ----------------------------------------------------------------- BFCL
+def _bfcl_text(text, functions):
+    """Question plus the signatures of the functions shown to the model.
+
+    The BFCL category is often visible only in the function specs (an
+    irrelevant function, several functions, Java / JavaScript signatures), so
+    the encoded text is the question followed by ``name(param, ...)`` for each
+    function (names and parameter names from the ``functions`` JSON).
+    """
+    import json
+
+    try:
+        specs = json.loads(functions) if functions else []
+    except (TypeError, json.JSONDecodeError):
+        specs = []
+    if isinstance(specs, dict):
+        specs = [specs]
+    sigs = []
+    for spec in specs:
+        if not isinstance(spec, dict):
+            continue
+        params = spec.get("parameters") or {}
+        props = params.get("properties") if isinstance(params, dict) else None
+        names = list(props) if isinstance(props, dict) else []
+        sigs.append(f"{spec.get('name', '?')}({', '.join(names)})")
+    return f"{text}\nFunctions: {'; '.join(sigs)}" if sigs else str(text)
+
+
+#: BFCL twins: a prompt-mode column and its native function-calling variants.
+def bfcl_twin_groups(models):
+    """Groups of BFCL columns of one LLM: ``X``, ``X-FC``, ``X-FC-Any``,
+    ``X-FC-Auto`` (the ``-FC...`` suffix stripped); groups of >= 2 only."""
+    import re
+
+    groups = {}
+    for m in models:
+        groups.setdefault(re.sub(r"-FC(-Any|-Auto)?$", "", m), []).append(m)
+    return {k: sorted(v) for k, v in groups.items() if len(v) >= 2}
+
+
+def load_bfcl(encoder=None, root=None):
+    """BFCL v2 (non-live): 71 models x 1,700 function-calling queries, 12 tasks."""
+    root = root or os.path.join(SHARED_DATA, "bfcl_71models")
+    data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
+    queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
+    Y, models = data["Y"], data["models"].astype(str)
+    assert (queries["qid"].astype(str).to_numpy() == data["qid"].astype(str)).all()
+    ids = np.array([f"bfcl/{q}" for q in data["qid"].astype(str)], dtype=object)
+    qi, mi = np.nonzero(np.isfinite(Y))
+    evals = pd.DataFrame(
+        {
+            "model": models[mi].astype(object),
+            "query": ids[qi],
+            "score": Y[qi, mi].astype(np.float64),
+            "task": data["task"].astype(str)[qi].astype(object),
+        }
+    )
+    texts = [
+        _bfcl_text(t, f)
+        for t, f in zip(queries["text"], queries["functions"], strict=True)
+    ]
+    return BenchData(
+        name="bfcl",
+        evals=evals,
+        encodings=_encodings_for(ids, texts, encoder),
+        description=(
+            f"BFCL v2 non-live, {len(models)} models x {len(ids)} queries, 12 "
+            "categories; question + function signatures encoded; seeded 80/20 "
+            "query splits"
+        ),
+        info={"groups": bfcl_twin_groups(models)},
+    )
+
+
+# -------------------------------------------------------------- Shaberi
+_SHABERI_VARIANT = (
+    r"(-nothink|-FP8(-block)?|-W8A8-INT8(-smooth|-spin)?|-W4A16-gs128"
+    r"|-W8A8-ascend|[.-]run2|-default-prompt|-noprompt)$"
+)
+
+
+def shaberi_base_name(model):
+    """The base a Shaberi column serves, by a fixed rule on its name.
+
+    Lower-cased, the ``org__`` prefix and a leading run number (``011-``)
+    removed, then variant suffixes stripped repeatedly: thinking switched off
+    (``-nothink``), quantised weights (``-FP8``, ``-FP8-block``,
+    ``-W8A8-INT8[-smooth|-spin]``, ``-W4A16-gs128``, ``-W8A8-ascend``), a
+    re-run (``-run2``, ``.run2``) and prompt variants (``-default-prompt``,
+    ``-noprompt``). Columns with one base are the same weights (or a
+    quantisation of them) served differently: siblings. Fine-tunes and merges
+    are *not* grouped (their names share a base but not the weights).
+    """
+    import re
+
+    name = model.split("__", 1)[-1]
+    name = re.sub(r"^\d{3}-", "", name)
+    while True:
+        stripped = re.sub(_SHABERI_VARIANT, "", name, flags=re.IGNORECASE)
+        if stripped == name:
+            return name.lower()
+        name = stripped
+
+
+def shaberi_sibling_groups(models):
+    """Groups (>= 2 columns) of Shaberi models with one :func:`shaberi_base_name`."""
+    groups = {}
+    for m in models:
+        groups.setdefault(shaberi_base_name(m), []).append(m)
+    return {k: sorted(v) for k, v in groups.items() if len(v) >= 2}
+
+
+def load_shaberi(encoder=None, root=None):
+    """Shaberi: 169 models x 320 Japanese chat prompts, graded 0-1 judge scores."""
+    root = root or os.path.join(SHARED_DATA, "shaberi_169models")
+    data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
+    queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
+    Y, models = data["Y"], data["models"].astype(str)
+    assert (queries["qid"].astype(str).to_numpy() == data["qid"].astype(str)).all()
+    ids = np.array([f"shaberi/{q}" for q in data["qid"].astype(str)], dtype=object)
+    qi, mi = np.nonzero(np.isfinite(Y))
+    evals = pd.DataFrame(
+        {
+            "model": models[mi].astype(object),
+            "query": ids[qi],
+            "score": Y[qi, mi].astype(np.float64),
+            "task": data["task"].astype(str)[qi].astype(object),
+        }
+    )
+    return BenchData(
+        name="shaberi",
+        evals=evals,
+        encodings=_encodings_for(ids, queries["text"].tolist(), encoder),
+        description=(
+            f"Shaberi (GPT-4.1 judge), {len(models)} models x {len(ids)} Japanese "
+            "prompts, graded scores in [0, 1]; seeded 80/20 query splits"
+        ),
+        info={"groups": shaberi_sibling_groups(models)},
+    )

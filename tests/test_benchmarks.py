@@ -190,3 +190,105 @@ def test_headroom_on_a_synthetic_pool(headroom, tmp_path):
     assert all(v <= oracle + 1e-12 for v in task_rows.values())
     assert (tmp_path / "headroom_synthetic_32.md").read_text().count("| task") == 4
     assert (tmp_path / "headroom_synthetic_32.json").exists()
+
+
+@pytest.fixture(scope="module")
+def quality():
+    return _load_script("embedding_quality")
+
+
+def test_geometry_hand_computed(quality):
+    # Rank one: every model on one line -> participation ratio 1, first share 1.
+    strength = np.array([0.1, 0.2, 0.3, 0.4])
+    Z = np.outer(strength, [1.0, 2.0, 0.0])
+    g = quality.geometry(Z, strength)
+    assert g["participation_ratio"] == pytest.approx(1.0)
+    assert g["first_share"] == pytest.approx(1.0)
+    assert g["abs_corr_strength"] == pytest.approx(1.0)
+    # Two orthogonal directions of equal variance -> participation ratio 2.
+    Z = np.array([[1.0, 0], [-1, 0], [0, 1], [0, -1]])
+    g = quality.geometry(Z, np.arange(4.0))
+    assert g["participation_ratio"] == pytest.approx(2.0)
+    assert g["first_share"] == pytest.approx(0.5)
+
+
+def test_group_recall_and_self_identification(quality):
+    Z = np.array([[1.0, 0.0], [0.9, 0.1], [-1.0, 0.0], [0.0, 1.0]])
+    models = ["a", "a2", "b", "c"]
+    # a and a2 are each other's nearest (cosine after centring).
+    r = quality.group_recall(Z, models, {"a": ["a", "a2"]})
+    assert r == {"recall@1": 1.0, "recall@3": 1.0, "n_queries": 2}
+    r = quality.group_recall(Z, models, {"x": ["a", "b"]})
+    assert r["recall@1"] == 0.0 and r["recall@3"] == 1.0
+    assert quality.self_identification(Z, Z + 0.01) == 1.0
+    assert quality.self_identification(Z, Z[::-1]) == 0.0
+
+
+def test_bench_group_rules():
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import _data
+
+    assert _data.shaberi_base_name("Qwen__Qwen3-30B-A3B-FP8") == "qwen3-30b-a3b"
+    assert _data.shaberi_base_name("011-qwen3-8b-v2-sft-nothink") == "qwen3-8b-v2-sft"
+    assert _data.shaberi_base_name(
+        "shisa-ai__chotto-14b-20250922-W8A8-INT8-smooth"
+    ) == "chotto-14b-20250922"
+    assert _data.shaberi_base_name("augmxnt__shisa-7b-v1-run2") == "shisa-7b-v1"
+    groups = _data.bfcl_twin_groups(["x", "x-FC", "y-FC-Any", "y", "y-FC-Auto", "z"])
+    assert groups == {"x": ["x", "x-FC"], "y": ["y", "y-FC-Any", "y-FC-Auto"]}
+
+
+def test_embedding_quality_tiny(quality, tmp_path):
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        results = quality.main(
+            ["--pools", "specialists", "--seeds", "0", "--n", "64",
+             "--variants", "baseline", "strength", "identity", "vicreg", "--guard",
+             "--out", str(tmp_path), "--threads", str(threads), "--locus",
+             "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
+             "hidden_dim=8", "max_epochs=1", "episodes_per_epoch=16",
+             "enc_size=[8,32]", "dec_size=16"]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+        quality.SETTINGS.clear()
+        quality.SETTINGS.update(quality.routing.LOCUS_PARAMS)
+    s = results["specialists"]["summary"]["64"]
+    r = s["routing"]
+    assert r["oracle"]["mean"] >= r["task oracle"]["mean"] >= r["per-task best"]["mean"]
+    for name in ("baseline", "strength", "identity", "vicreg"):
+        assert 0 <= r[f"LOCUS {name}"]["mean"] <= r["oracle"]["mean"]
+        e = s["embeddings"][f"LOCUS {name}"]
+        assert 1 <= e["participation_ratio"]["mean"] <= 8
+        assert 0 <= r[f"LOCUS {name} +guard"]["mean"] <= 1
+    # Strength variant: z's last coordinate is the logit of the smoothed mean.
+    assert "profile PR" in s["embeddings"]["LOCUS strength"]
+    assert (tmp_path / "embedding_quality.md").read_text().startswith("# Embedding")
+
+
+def test_strength_coordinate_is_the_smoothed_logit():
+    import sys
+
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from _embedding_variants import VariantNetwork
+
+    net = VariantNetwork(
+        4, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2, strength=True
+    ).eval()
+    features = torch.randn(5, 4)
+    enc_index = torch.tensor([[0, 1, 2], [3, 4, 0]])
+    score = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    z = net.encoder(features, enc_index, score, mask)
+    # (2 + 1) / (3 + 2) = 0.6 and (1 + 1) / (2 + 2) = 0.5 (padding ignored).
+    expected = torch.logit(torch.tensor([0.6, 0.5]))
+    torch.testing.assert_close(z[:, -1], expected)
+    logits = net(enc_index, score, mask, torch.tensor([[3, 4], [1, 2]]), features)
+    pair = net.predictor.pairwise_logits(z, features[[3, 4]])
+    torch.testing.assert_close(logits[0], pair[:, 0])

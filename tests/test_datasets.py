@@ -581,3 +581,63 @@ def test_mmlu_pro_matches_shared_data(mmlu, shared_data):
     assert (
         queries["category"].to_numpy()[rows] == mmlu.queries["task"].to_numpy()
     ).all()
+
+
+def test_make_model_pool_planted_specialists_hand_checked_skills():
+    pool = make_model_pool(
+        n_models=6, n_queries=60, n_tasks=4, n_families=2, n_specialties=2,
+        specialist_boost=2.0, evals_per_model="all", random_state=0,
+    )  # fmt: skip
+    # Tasks {0, 1} are specialty 0 and {2, 3} specialty 1; model i has i % 2.
+    assert pool.models["specialty"].tolist() == [0, 1, 0, 1, 0, 1]
+    expected = np.array([[2.0, 2.0, -2.0, -2.0], [-2.0, -2.0, 2.0, 2.0]] * 3)
+    np.testing.assert_allclose(pool.skills, expected)
+    np.testing.assert_allclose(pool.models["ability"], 0.0)
+    task_spec = dict(zip(pool.queries["task"], pool.queries["specialty"], strict=True))
+    assert task_spec == {"task0": 0, "task1": 0, "task2": 1, "task3": 1}
+    assert pool.specialty == dict(zip(pool.models["model"], [0, 1] * 3, strict=True))
+
+
+def test_make_model_pool_specialists_have_equal_overall_accuracy():
+    pool = make_model_pool(
+        n_models=8, n_queries=4000, n_tasks=4, n_specialties=4, noise=0.0,
+        evals_per_model="all", binary=False, random_state=1,
+    )  # fmt: skip
+    p = pool.probabilities
+    overall = p.mean(axis=0).to_numpy()
+    # Same ability, skills averaging 0 over balanced tasks: nearly equal means.
+    assert np.ptp(overall) < 0.02
+    # ...but each model is clearly best on its own specialty's queries.
+    spec = pool.queries.set_index("query")["specialty"]
+    by_spec = p.groupby(spec.reindex(p.index).to_numpy()).mean()
+    for model, s in pool.specialty.items():
+        assert by_spec[model].idxmax() == s
+        assert by_spec[model].max() - by_spec[model].drop(s).max() > 0.3
+
+
+def test_make_model_pool_default_output_unchanged_by_new_options():
+    a = make_model_pool(n_models=5, n_queries=40, evals_per_model=10, random_state=4)
+    b = make_model_pool(
+        n_models=5, n_queries=40, evals_per_model=10, random_state=4,
+        specialist_boost=9.0,  # ignored without n_specialties
+    )  # fmt: skip
+    pd.testing.assert_frame_equal(a.evals, b.evals)
+    pd.testing.assert_frame_equal(a.probabilities, b.probabilities)
+    assert "specialty" not in a and "specialty" not in a.models
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(n_specialties=1), ValueError, "n_specialties=1 should be >= 2"),
+        (dict(n_specialties=9), ValueError, "n_specialties=9 should be <= n_tasks=8"),
+        (dict(n_specialties=2.0), TypeError, "n_specialties must be an int"),
+        (dict(n_specialties=2, specialist_boost=-1), ValueError, "specialist_boost"),
+        (dict(n_specialties=2, specialist_boost=np.nan), ValueError, "finite"),
+    ],
+)
+def test_make_model_pool_specialist_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        make_model_pool(
+            n_models=4, n_queries=40, n_families=2, evals_per_model=10, **kwargs
+        )

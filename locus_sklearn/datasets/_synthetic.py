@@ -50,6 +50,8 @@ def make_model_pool(
     n_features=32,
     noise=0.5,
     binary=True,
+    n_specialties=None,
+    specialist_boost=1.5,
     random_state=None,
 ):
     """Generate a synthetic pool of models with known families and task skills.
@@ -80,6 +82,18 @@ def make_model_pool(
     Different families are best on different tasks and the encoding tells the
     task, so routing on the encoding beats the best single model.
 
+    With ``n_specialties`` set, the pool is one of *planted specialists of
+    equal overall accuracy* instead: the tasks are split into
+    ``n_specialties`` contiguous groups (a specialty each), model ``i`` (in
+    name order) has specialty ``i % n_specialties``, and every model has the
+    same general ability (0) and no direction term; its skill is
+    ``+specialist_boost`` on the tasks of its specialty and
+    ``-specialist_boost * k / (n_tasks - k)`` on the other tasks (``k`` tasks in
+    its specialty), so each model's skills average 0 over tasks. Models then
+    differ only in *what* they are good at, not in how good they are; the
+    nearest model of a specialist should be one of the same specialty, and
+    routing by task reaches the task oracle.
+
     Parameters
     ----------
     n_models : int, default=40
@@ -102,6 +116,14 @@ def make_model_pool(
     binary : bool, default=True
         If True, scores are 0/1 draws; if False, scores are the true
         probabilities (no sampling noise).
+    n_specialties : int or None, default=None
+        None for the family model above; an int in [2, n_tasks] plants
+        specialists of equal overall accuracy (see above). Families are still
+        drawn (names and ``family`` keep their meaning) but do not change the
+        probabilities.
+    specialist_boost : float, default=1.5
+        Logit gained on the tasks of a model's specialty (>= 0); only used
+        with ``n_specialties``.
     random_state : int, RandomState instance or None, default=None
         Seed for reproducible pools.
 
@@ -134,6 +156,10 @@ def make_model_pool(
             Model -> family name.
         n_params : dict of str to float
             Model -> billions of parameters.
+        specialty : dict of str to int
+            Only with ``n_specialties``: model -> its specialty (also a
+            ``specialty`` column of ``models``, and ``queries`` gets the
+            ``specialty`` its task belongs to).
 
     Examples
     --------
@@ -187,6 +213,23 @@ def make_model_pool(
         raise ValueError(f"noise must be a finite number >= 0; got {noise!r}.")
     if not isinstance(binary, (bool, np.bool_)):
         raise TypeError(f"binary must be a bool; got {binary!r}.")
+    if n_specialties is not None:
+        n_specialties = _check_int(n_specialties, "n_specialties", 2)
+        if n_specialties > n_tasks:
+            raise ValueError(
+                f"n_specialties={n_specialties} should be <= n_tasks={n_tasks}; "
+                "every specialty needs at least one task."
+            )
+        if (
+            not isinstance(specialist_boost, numbers.Real)
+            or isinstance(specialist_boost, bool)
+            or not np.isfinite(specialist_boost)
+            or specialist_boost < 0
+        ):
+            raise ValueError(
+                "specialist_boost must be a finite number >= 0; got "
+                f"{specialist_boost!r}."
+            )
     # A Generator seeded from the sklearn-style random_state: its normals are
     # several times faster than RandomState's on large pools.
     seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
@@ -219,6 +262,22 @@ def make_model_pool(
         + _FAMILY_ABILITY * rng.standard_normal(n_families)[model_family]
         + _MODEL_ABILITY * rng.standard_normal(n_models)
     )
+
+    if n_specialties is not None:
+        # Same draws as the default pool above (so the queries are the same),
+        # then every model's ability and direction are levelled and its skills
+        # replaced by a zero-mean specialty profile.
+        task_specialty = np.arange(n_tasks) * n_specialties // n_tasks
+        model_specialty = np.arange(n_models) % n_specialties
+        in_specialty = task_specialty[None, :] == model_specialty[:, None]
+        k = in_specialty.sum(axis=1, keepdims=True)
+        skills = np.where(
+            in_specialty,
+            float(specialist_boost),
+            -float(specialist_boost) * k / np.maximum(n_tasks - k, 1),
+        )
+        directions = np.zeros_like(directions)
+        ability = np.zeros_like(ability)
 
     logits = encodings @ directions.T  # (n_queries, n_models)
     logits += ability
@@ -254,6 +313,22 @@ def make_model_pool(
     )
     encodings = encodings.astype(np.float32)
     n_params = np.round(10.0**log_size, 2)
+    model_frame = pd.DataFrame(
+        {
+            "model": models,
+            "family": families[model_family],
+            "n_params": n_params,
+            "ability": ability,
+        }
+    )
+    query_frame = pd.DataFrame(
+        {"query": queries, "task": tasks[query_task], "difficulty": difficulty}
+    )
+    extra = {}
+    if n_specialties is not None:
+        model_frame["specialty"] = model_specialty
+        query_frame["specialty"] = task_specialty[query_task]
+        extra["specialty"] = dict(zip(models, model_specialty.tolist(), strict=True))
     return Bunch(
         evals=evals,
         encodings=dict(zip(queries, encodings, strict=True)),
@@ -262,19 +337,11 @@ def make_model_pool(
             index=pd.Index(queries, name="query"),
             columns=pd.Index(models, name="model"),
         ),
-        models=pd.DataFrame(
-            {
-                "model": models,
-                "family": families[model_family],
-                "n_params": n_params,
-                "ability": ability,
-            }
-        ),
-        queries=pd.DataFrame(
-            {"query": queries, "task": tasks[query_task], "difficulty": difficulty}
-        ),
+        models=model_frame,
+        queries=query_frame,
         tasks=tasks,
         skills=skills,
         family=dict(zip(models, families[model_family], strict=True)),
         n_params=dict(zip(models, n_params.tolist(), strict=True)),
+        **extra,
     )

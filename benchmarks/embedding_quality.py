@@ -1,0 +1,607 @@
+"""Does the model embedding carry *what* a model is good at? One run, all pools.
+
+For LOCUS (``LocusRouter`` / ``LocusEmbedder`` public API, ``routing.py``'s
+quick settings, plus the prototypes of ``_embedding_variants.py``) and for
+simple fingerprints computed from the same training rows:
+
+- geometry: participation ratio ``(Σσ²)² / Σσ⁴`` of the centred embeddings,
+  the first principal component's share of the variance, and |corr| of that
+  component with each model's mean training score;
+- retrieval: twins (BFCL prompt-mode vs ``-FC`` columns of one LLM), siblings
+  (Shaberi, ``_data.shaberi_base_name``) and same-specialty models (planted
+  specialists): recall@1 / @3 of the other group members (cosine of the
+  centred vectors);
+- self-identification: every model embedded twice from disjoint random sets
+  of n of its training-split rows, n in {64, 128, 256, 1024} where it has 2n;
+  share of models whose nearest second embedding is their own;
+- routing on the test queries every model answered, same rows for every
+  method: LOCUS (and variants), kNN (k=50), MF, single best and per-task best
+  (chosen on the training rows; the per-task best reads the task labels), the
+  task oracle (each task's best model on the test answers) and the oracle.
+
+Fingerprints: ``task-profile`` (per-task mean score, needs labels),
+``probe-profile`` (task-free: each model's kernel-smoothed score at 16 k-means
+centres of the training queries' encodings, bandwidth 0.1, shrunk toward its
+mean with one pseudo-row), ``raw-scores`` (score vectors on the training
+queries, only with all rows of a dense pool; not for self-identification).
+
+Usage::
+
+    python benchmarks/embedding_quality.py [--pools bfcl shaberi ...] [--seeds 0 1 2]
+        [--n 256 all] [--quick] [--variants baseline strength ...] [--tag T]
+"""
+
+# ruff: noqa: E501
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import _data  # noqa: E402
+import routing  # noqa: E402  (paths, offline env, LOCUS settings)
+from _embedding_variants import VariantEmbedder  # noqa: E402
+
+from locus_sklearn import LocusRouter  # noqa: E402
+from locus_sklearn.metrics import oracle_accuracy, routing_accuracy  # noqa: E402
+
+POOLS = ("bfcl", "shaberi", "mmlu-open", "mmlu-all", "routerbench", "specialists")
+SELF_NS = (64, 128, 256, 1024)
+#: Prototype settings (``VariantEmbedder(variant=...)``) and LOCUS overrides.
+VARIANTS = {
+    "baseline": ({}, {}),
+    "embedding-only": ({}, {"kernel_readout": False}),
+    "strength": ({"strength": True}, {}),
+    "identity": ({"identity_weight": 0.1}, {}),
+    "strength+identity": ({"strength": True, "identity_weight": 0.1}, {}),
+    "vicreg": ({"vicreg_weight": 0.1}, {}),
+    "strength+vicreg": ({"strength": True, "vicreg_weight": 0.1}, {}),
+    "embedding-only+strength": ({"strength": True}, {"kernel_readout": False}),
+    "embedding-only+identity": ({"identity_weight": 1.0}, {"kernel_readout": False}),
+}
+
+
+# --------------------------------------------------------------- data
+def load_pool(name, seed=0):
+    if name == "specialists":
+        from locus_sklearn.datasets import make_model_pool
+
+        pool = make_model_pool(
+            n_models=24, n_queries=2000, n_tasks=6, n_families=4, n_specialties=3,
+            specialist_boost=1.5, evals_per_model="all", random_state=0,
+        )  # fmt: skip
+        evals = pool.evals.copy()
+        evals["query"] = "syn/" + evals["query"].astype(str)
+        groups = {}
+        for m, s in pool.specialty.items():
+            groups.setdefault(f"specialty{s}", []).append(m)
+        return _data.BenchData(
+            name="specialists",
+            evals=evals,
+            encodings={f"syn/{q}": v for q, v in pool.encodings.items()},
+            description="planted specialists (make_model_pool n_specialties=3, "
+            "24 models, 6 tasks, equal overall accuracy; SYNTHETIC)",
+            info={"groups": groups},
+        )
+    if name in ("mmlu-open", "mmlu-all"):
+        # The package's built-in 3,000-question subset: its MiniLM encodings
+        # ship with it (encoding the shared 12,032 questions takes an hour on
+        # this machine's shared cores).
+        from locus_sklearn.datasets import load_mmlu_pro
+
+        b = load_mmlu_pro(open_weights_only=name == "mmlu-open")
+        evals = b.evals.copy()
+        if "task" not in evals:
+            evals["task"] = evals["category"]
+        return _data.BenchData(
+            name=name,
+            evals=evals[["model", "query", "score", "task"]],
+            encodings=b.encodings,
+            description=f"built-in MMLU-Pro subset ({name}): "
+            f"{evals['model'].nunique()} models x {evals['query'].nunique()} questions",
+            info={"groups": _family_groups(b.family, evals["model"].unique())},
+        )
+    data = _data.load(name)
+    if "groups" not in data.info:
+        data.info["groups"] = {}
+    return data
+
+
+def _family_groups(family, models):
+    groups = {}
+    for m in models:
+        groups.setdefault(family[m], []).append(m)
+    return {k: sorted(v) for k, v in groups.items() if len(v) >= 2}
+
+
+# ----------------------------------------------------------- geometry
+def centred(Z):
+    Z = np.asarray(Z, dtype=np.float64)
+    return Z - Z.mean(0)
+
+
+def geometry(Z, strength):
+    C = centred(Z)
+    s = np.linalg.svd(C, compute_uv=False)
+    lam = s**2
+    pr = float(lam.sum() ** 2 / (lam**2).sum()) if lam.sum() > 0 else 0.0
+    u = np.linalg.svd(C, full_matrices=False)[0][:, 0]
+    corr = np.corrcoef(u, strength)[0, 1] if np.std(u) > 0 else 0.0
+    return {
+        "participation_ratio": pr,
+        "first_share": float(lam[0] / lam.sum()) if lam.sum() > 0 else 1.0,
+        "abs_corr_strength": float(abs(corr)),
+    }
+
+
+def cosine_matrix(A, B=None, centre=None):
+    centre = A.mean(0) if centre is None else centre
+    A = A - centre
+    B = A if B is None else B - centre
+    A = A / np.maximum(np.linalg.norm(A, axis=1, keepdims=True), 1e-12)
+    B = B / np.maximum(np.linalg.norm(B, axis=1, keepdims=True), 1e-12)
+    return A @ B.T
+
+
+def group_recall(Z, models, groups):
+    """recall@1/@3: is another member of a model's group among its k nearest?"""
+    if not groups:
+        return None
+    index = {m: i for i, m in enumerate(models)}
+    S = cosine_matrix(np.asarray(Z, dtype=np.float64))
+    np.fill_diagonal(S, -np.inf)
+    hits = {1: [], 3: []}
+    for members in groups.values():
+        ids = [index[m] for m in members if m in index]
+        for i in ids:
+            order = np.argsort(-S[i])
+            others = set(ids) - {i}
+            for k in hits:
+                hits[k].append(bool(others & set(order[:k].tolist())))
+    return {f"recall@{k}": float(np.mean(v)) for k, v in hits.items()} | {
+        "n_queries": len(hits[1])
+    }
+
+
+def self_identification(Z1, Z2):
+    centre = np.concatenate([Z1, Z2]).mean(0)
+    S = cosine_matrix(np.asarray(Z1, float), np.asarray(Z2, float), centre)
+    return float((S.argmax(1) == np.arange(len(Z1))).mean())
+
+
+# -------------------------------------------------------- fingerprints
+class Fingerprints:
+    """Simple fingerprints of models from their rows (same rows as LOCUS)."""
+
+    def __init__(self, data, split, n_probes=16, bandwidth=0.1, seed=0):
+        from sklearn.cluster import KMeans
+
+        self.task_of = data.evals.drop_duplicates("query").set_index("query")["task"]
+        self.tasks = np.array(sorted(self.task_of.unique()), dtype=object)
+        train_q = split.train_rows["query"].unique()
+        X = np.stack([data.encodings[q] for q in train_q]).astype(np.float64)
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        km = KMeans(n_probes, n_init=1, random_state=seed).fit(X)
+        c = km.cluster_centers_
+        self.probes = c / np.linalg.norm(c, axis=1, keepdims=True)
+        self.encodings = data.encodings
+        self.bandwidth = bandwidth
+        self.models = split.models
+
+    def task_profile(self, rows):
+        from locus_sklearn.inspection import task_profiles
+
+        P = task_profiles(rows).reindex(index=self.models, columns=self.tasks)
+        means = rows.groupby("model")["score"].mean().reindex(self.models)
+        return P.apply(lambda col: col.fillna(means)).to_numpy(dtype=float)
+
+    def probe_profile(self, rows):
+        out = np.zeros((len(self.models), len(self.probes)))
+        for i, (m, g) in enumerate(rows.groupby("model")):
+            assert m == self.models[i]
+            X = np.stack([self.encodings[q] for q in g["query"]]).astype(float)
+            X /= np.linalg.norm(X, axis=1, keepdims=True)
+            y = g["score"].to_numpy(float)
+            w = np.exp((self.probes @ X.T - 1) / self.bandwidth)  # (P, n)
+            out[i] = (w @ y + y.mean()) / (w.sum(1) + 1)
+        return out
+
+    def raw_scores(self, rows):
+        wide = rows.pivot_table(index="model", columns="query", values="score")
+        wide = wide.reindex(self.models)
+        if wide.isna().mean().mean() > 0.05:
+            return None  # models do not share queries
+        return wide.T.fillna(wide.mean(1)).T.to_numpy(float)
+
+
+# ------------------------------------------------------------ routers
+def per_task_best(train, task_of, models, tasks, test_queries):
+    t = task_of.reindex(train["query"]).to_numpy()
+    table = train.assign(task=t).pivot_table(
+        index="task", columns="model", values="score"
+    )
+    table = table.reindex(index=tasks, columns=models)
+    overall = train.groupby("model")["score"].mean().reindex(models)
+    table = table.apply(lambda row: row.fillna(overall), axis=1)
+    pick = table.to_numpy().argmax(1)
+    tq = task_of.reindex(test_queries).to_numpy()
+    rows = np.searchsorted(tasks, tq)
+    proba = np.zeros((len(test_queries), len(models)))
+    proba[np.arange(len(tq)), pick[rows]] = 1.0
+    return proba
+
+
+def task_oracle(y_test, test_tasks):
+    total = 0.0
+    for t in np.unique(test_tasks):
+        sel = test_tasks == t
+        total += y_test[sel].mean(0).max() * sel.sum()
+    return total / len(y_test)
+
+
+def fit_locus(data, seed, variant, train):
+    options, overrides = VARIANTS[variant]
+    params = dict(SETTINGS) | overrides
+    embedder = VariantEmbedder(
+        data.encodings, variant=options or None, random_state=seed, **params
+    )
+    router = LocusRouter(embedder)
+    router.fit(train)
+    return router
+
+
+def pair_sets(split, n, rng):
+    """Two disjoint random sets of n training rows per model (None if too few)."""
+    a, b = [], []
+    for m in split.models:
+        rows = split.model_rows[m]
+        if len(rows) < 2 * n:
+            return None
+        pick = rng.permutation(rows)[: 2 * n]
+        a.append(np.sort(pick[:n]))
+        b.append(np.sort(pick[n:]))
+    tr = split.train_rows
+    return (
+        tr.iloc[np.concatenate(a)].reset_index(drop=True),
+        tr.iloc[np.concatenate(b)].reset_index(drop=True),
+    )
+
+
+def guard_proba(router, train, seed, proba_test, grid=(0.0, 0.25, 0.5, 0.75, 1.0)):
+    """Safeguard prototype: blend P(correct) toward each model's mean score.
+
+    ``alpha`` is chosen on the embedder's own validation queries (the 10 % of
+    the *training* queries held out for early stopping, re-derived from its
+    ``random_state`` exactly as ``LocusEmbedder._fit_table`` draws them): each
+    model embedded from its other rows, the held-out rows predicted, routing
+    accuracy among the models that answered each held-out query (>= 2), ties
+    to the larger alpha. No test query is read; no extra fit.
+    """
+    from sklearn.utils import check_random_state
+
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn._training import split_rows_by_query
+
+    emb = router._locus
+    table = check_evals(train)
+    rng = check_random_state(emb.random_state)
+    rng.randint(np.iinfo(np.int32).max)
+    is_valid = split_rows_by_query(table, emb.validation_fraction, rng)
+    frame = table.to_frame()
+    fit_rows, val_rows = frame[~is_valid], frame[is_valid]
+    Z = emb.transform(fit_rows)
+    y = val_rows.pivot_table(index="query", columns="model", values="score")
+    y = y.reindex(columns=router.classes_)
+    y = y[y.notna().sum(axis=1) >= 2]
+    p = emb.predict_proba(Z, y.index.to_numpy(), evals=fit_rows)
+    mean = fit_rows.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
+    answered = y.notna().to_numpy()
+    scores = {}
+    for a in grid:
+        blended = np.where(answered, (1 - a) * p + a * mean[None, :], -np.inf)
+        pick = blended.argmax(1)
+        scores[a] = float(y.to_numpy()[np.arange(len(y)), pick].mean())
+    best = max(scores.values())
+    alpha = max(a for a, s in scores.items() if s >= best - 1e-12)
+    full_mean = train.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
+    return (1 - alpha) * proba_test + alpha * full_mean[None, :], alpha, scores
+
+
+# ----------------------------------------------------------------- run
+def run_one(data, seed, ns, variants, log, guard):
+    split = routing.Split(data, seed)
+    fp = Fingerprints(data, split, seed=seed)
+    y = split.y_test
+    test_tasks = fp.task_of.reindex(split.test_queries).to_numpy()
+    groups = data.info.get("groups", {})
+    out = {"seed": seed, "n_test": len(y), "by_n": {}}
+    for n in ns:
+        t0 = time.perf_counter()
+        train = split.sample(n, key=routing.n_key(n) % 10**6)
+        strength = train.groupby("model")["score"].mean().reindex(split.models).to_numpy()
+        res = {"routing": {}, "embeddings": {}}
+        sb = int(np.argmax(strength))
+        res["routing"]["single best"] = float(y[:, sb].mean())
+        res["routing"]["per-task best"] = routing_accuracy(
+            y, per_task_best(train, fp.task_of, split.models, fp.tasks, split.test_queries)
+        )
+        res["routing"]["task oracle"] = task_oracle(y, test_tasks)
+        res["routing"]["oracle"] = oracle_accuracy(y)
+        for name in ("kNN", "MF"):
+            r = routing.make_router(name, data.encodings, seed, routing_settings())
+            res["routing"][name] = routing_accuracy(
+                y, r.fit(train).predict_proba(split.test_queries)
+            )
+        # Fingerprints from the same rows.
+        fps = {
+            "task-profile": fp.task_profile(train),
+            "probe-profile": fp.probe_profile(train),
+        }
+        raw = fp.raw_scores(train) if n == "all" else None
+        if raw is not None:
+            fps["raw-scores"] = raw
+        for name, Z in fps.items():
+            res["embeddings"][name] = geometry(Z, strength) | {
+                "groups": group_recall(Z, split.models, groups)
+            }
+        pairs = {k: pair_sets(split, k, np.random.default_rng([seed, 31, k])) for k in SELF_NS}
+        for name in ("task-profile", "probe-profile"):
+            f = getattr(fp, name.replace("-", "_"))
+            res["embeddings"][name]["self_id"] = {
+                str(k): self_identification(f(a), f(b))
+                for k, ab in pairs.items() if ab is not None for a, b in [ab]
+            }  # fmt: skip
+        for variant in variants:
+            tv = time.perf_counter()
+            router = fit_locus(data, seed, variant, train)
+            fit_s = time.perf_counter() - tv
+            proba = router.predict_proba(split.test_queries)
+            res["routing"][f"LOCUS {variant}"] = routing_accuracy(y, proba)
+            Z = router.model_embeddings_
+            emb = geometry(Z, strength) | {"groups": group_recall(Z, split.models, groups)}
+            if Z.shape[1] > 1 and VARIANTS[variant][0].get("strength"):
+                emb["profile_only"] = geometry(Z[:, :-1], strength)
+            emb["self_id"] = {
+                str(k): self_identification(router.embed(a), router.embed(b))
+                for k, ab in pairs.items() if ab is not None for a, b in [ab]
+            }  # fmt: skip
+            emb["fit_s"] = fit_s
+            emb["n_epochs"] = int(router.embedder_.n_epochs_)
+            emb["distinct_routed"] = int(len(np.unique(proba.argmax(1))))
+            res["embeddings"][f"LOCUS {variant}"] = emb
+            if guard:
+                gp, alpha, scores = guard_proba(router, train, seed, proba)
+                res["routing"][f"LOCUS {variant} +guard"] = routing_accuracy(y, gp)
+                emb["guard_alpha"] = alpha
+                emb["guard_valid"] = scores
+            log(
+                f"  {data.name} seed {seed} n={n} {variant}: route "
+                f"{res['routing'][f'LOCUS {variant}']:.4f} PR {emb['participation_ratio']:.2f} "
+                f"groups {emb['groups']} self-id {emb['self_id']} fit {fit_s:.0f}s"
+                + (f" guard a={emb['guard_alpha']} -> {res['routing'][f'LOCUS {variant} +guard']:.4f}" if guard else "")
+            )
+        log(
+            f"  {data.name} seed {seed} n={n}: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in res["routing"].items())
+            + f" ({time.perf_counter() - t0:.0f}s)"
+        )
+        out["by_n"][str(n)] = res
+    return out
+
+
+SETTINGS = dict(routing.LOCUS_PARAMS)
+
+
+def routing_settings():
+    return {"locus": SETTINGS, "peers": copy.deepcopy(routing.PEER_PARAMS)}
+
+
+# ------------------------------------------------------------- summary
+def _ms(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
+
+
+def summarise(runs):
+    out = {}
+    for n in runs[0]["by_n"]:
+        blocks = [r["by_n"][n] for r in runs if n in r["by_n"]]
+        s = {"routing": {}, "embeddings": {}}
+        for k in blocks[0]["routing"]:
+            s["routing"][k] = _ms([b["routing"].get(k) for b in blocks])
+        for k, e in blocks[0]["embeddings"].items():
+            es = [b["embeddings"][k] for b in blocks if k in b["embeddings"]]
+            row = {
+                m: _ms([x[m] for x in es])
+                for m in ("participation_ratio", "first_share", "abs_corr_strength")
+            }
+            if e.get("groups"):
+                row["recall@1"] = _ms([x["groups"]["recall@1"] for x in es])
+                row["recall@3"] = _ms([x["groups"]["recall@3"] for x in es])
+            for key in e.get("self_id", {}):
+                row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
+            if "profile_only" in e:
+                row["profile PR"] = _ms([x["profile_only"]["participation_ratio"] for x in es])
+            if "guard_alpha" in e:
+                row["guard alpha"] = _ms([x["guard_alpha"] for x in es])
+            s["embeddings"][k] = row
+        out[n] = s
+    return out
+
+
+def fmt(x, d=3):
+    if x is None:
+        return "–"
+    if x["n"] == 1:
+        return f"{x['mean']:.{d}f} (1 seed)"
+    text = f"{x['mean']:.{d}f} ± {x['std']:.{d}f}"
+    return text if x["n"] >= 3 else f"{text} ({x['n']} seeds)"
+
+
+def markdown(results):
+    lines = [
+        "# Embedding quality: does the embedding carry the capability profile?",
+        "",
+        "Generated by `python benchmarks/embedding_quality.py` (raw numbers in "
+        "`embedding_quality.json`). Mean ± std over seeds; every method on the same "
+        "training rows of each seed; routing on the test queries every model answered. "
+        "PR = participation ratio of the centred embeddings; 1st = share of the first "
+        "principal component; |r| = |corr| of that component with the model's mean "
+        "training score; recall@k = twins (BFCL), siblings (Shaberi) or same-specialty "
+        "models (specialists) among the k nearest (cosine, centred); self-id@n = share of "
+        "models whose nearest embedding from a disjoint set of n rows is its own.",
+        "",
+    ]
+    for pool, res in results.items():
+        lines += [
+            f"## {pool}",
+            "",
+            f"{res['description']}. Seeds {res['seeds']}; date {res['date']}, commit "
+            f"`{res['commit']}`; {res['wall_s'] / 60:.1f} min.",
+            "",
+        ]
+        if res.get("groups"):
+            lines += [
+                "Groups: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in res["groups"].items()),
+                "",
+            ]
+        for n, s in res["summary"].items():
+            lines += [f"**n = {n} training evaluations per model**", "", "| router | routing acc |", "|---|---|"]
+            for k, v in s["routing"].items():
+                lines.append(f"| {k} | {fmt(v)} |")
+            lines.append("")
+            cols = ["participation_ratio", "first_share", "abs_corr_strength", "recall@1", "recall@3"]
+            cols += [f"self-id@{k}" for k in SELF_NS] + ["profile PR", "guard alpha"]
+            present = [c for c in cols if any(c in r for r in s["embeddings"].values())]
+            names = {"participation_ratio": "PR", "first_share": "1st", "abs_corr_strength": "abs r"}
+            lines += [
+                "| embedding | " + " | ".join(names.get(c, c) for c in present) + " |",
+                "|---|" + "---|" * len(present),
+            ]
+            for k, r in s["embeddings"].items():
+                lines.append(f"| {k} | " + " | ".join(fmt(r.get(c), 2) for c in present) + " |")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def merge(paths, out_dir):
+    """Join the runs of several result files (one seed's methods may come from
+    different processes: each process runs every listed seed of its variants
+    on identical rows) into one table per pool; rewrites the summaries."""
+    merged = {}
+    for path in paths:
+        with open(path) as f:
+            results = json.load(f)
+        for pool, res in results.items():
+            into = merged.setdefault(pool, {**res, "runs": [], "sources": []})
+            into["sources"].append(os.path.basename(path))
+            into["variants"] = into.get("variants", {}) | res.get("variants", {})
+            into["wall_s"] = max(into["wall_s"], res["wall_s"])
+            by_seed = {r["seed"]: r for r in into["runs"]}
+            for run in res["runs"]:
+                if run["seed"] not in by_seed:
+                    by_seed[run["seed"]] = copy.deepcopy(run)
+                    continue
+                for n, block in run["by_n"].items():
+                    tgt = by_seed[run["seed"]]["by_n"].setdefault(n, block)
+                    for part in ("routing", "embeddings"):
+                        for k, v in block[part].items():
+                            tgt[part].setdefault(k, v)
+            into["runs"] = [by_seed[k] for k in sorted(by_seed)]
+            into["seeds"] = sorted(by_seed)
+    for res in merged.values():
+        # Summaries over the seeds where each method ran (the n column says how many).
+        res["summary"] = summarise_union(res["runs"])
+    with open(os.path.join(out_dir, "embedding_quality.json"), "w") as f:
+        json.dump(merged, f, indent=1, default=float)
+    with open(os.path.join(out_dir, "embedding_quality.md"), "w") as f:
+        f.write(markdown(merged))
+    return merged
+
+
+def summarise_union(runs):
+    """summarise() over runs whose methods differ: each method over the seeds
+    where it ran."""
+    out = {}
+    ns = dict.fromkeys(n for r in runs for n in r["by_n"])
+    for n in ns:
+        blocks = [r["by_n"][n] for r in runs if n in r["by_n"]]
+        routing_keys = dict.fromkeys(k for b in blocks for k in b["routing"])
+        emb_keys = dict.fromkeys(k for b in blocks for k in b["embeddings"])
+        s = {"routing": {k: _ms([b["routing"].get(k) for b in blocks]) for k in routing_keys}}
+        s["embeddings"] = {}
+        for k in emb_keys:
+            one = [{"by_n": {n: {"routing": {}, "embeddings": {k: b["embeddings"][k]}}}}
+                   for b in blocks if k in b["embeddings"]]  # fmt: skip
+            s["embeddings"][k] = summarise(one)[n]["embeddings"][k]
+        out[n] = s
+    return out
+
+
+def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--merge":
+        return merge(sys.argv[2:], os.path.join(HERE, "results"))
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pools", nargs="+", default=list(POOLS), choices=POOLS)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--n", nargs="+", default=None)
+    p.add_argument("--quick", action="store_true", help="n = 256 only; max_epochs 20")
+    p.add_argument("--variants", nargs="*", default=["baseline"], choices=list(VARIANTS))
+    p.add_argument("--guard", action="store_true", help="also the safeguard prototype")
+    p.add_argument("--locus", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tag", default="")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        SETTINGS["max_epochs"] = 20
+    for item in args.locus:
+        key, _, value = item.partition("=")
+        value = routing.parse_value(value)
+        SETTINGS[key] = tuple(value) if isinstance(value, list) else value
+    ns = [n if n == "all" else int(n) for n in (args.n or (["256"] if args.quick else ["256", "all"]))]
+    log = lambda *a: print(*a, flush=True)  # noqa: E731
+    results = {}
+    for pool in args.pools:
+        t0 = time.perf_counter()
+        data = load_pool(pool)
+        pool_ns = ns
+        if pool == "shaberi":  # 256 training queries: n = 256 is every row
+            pool_ns = sorted({256 if n == "all" else n for n in ns}, key=str)
+        runs = [run_one(data, s, pool_ns, args.variants, log, args.guard) for s in args.seeds]
+        results[pool] = {
+            "description": data.description,
+            "seeds": args.seeds,
+            "date": datetime.date.today().isoformat(),
+            "commit": routing.git_commit(),
+            "dirty": routing.git_dirty(),
+            "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in SETTINGS.items()},
+            "variants": {v: VARIANTS[v] for v in args.variants},
+            "groups": data.info.get("groups", {}),
+            "runs": runs,
+            "summary": summarise(runs),
+            "wall_s": time.perf_counter() - t0,
+        }
+        suffix = f"_{args.tag}" if args.tag else ""
+        with open(os.path.join(args.out, f"embedding_quality{suffix}.json"), "w") as f:
+            json.dump(results, f, indent=1, default=float)
+        with open(os.path.join(args.out, f"embedding_quality{suffix}.md"), "w") as f:
+            f.write(markdown(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()
