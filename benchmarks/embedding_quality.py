@@ -28,7 +28,7 @@ queries, only with all rows of a dense pool; not for self-identification).
 Usage::
 
     python benchmarks/embedding_quality.py [--pools bfcl shaberi ...] [--seeds 0 1 2]
-        [--n 256 all] [--quick] [--variants baseline strength ...] [--tag T]
+        [--n 256 all] [--quick] [--variants baseline profile ...] [--tag T]
 """
 
 # ruff: noqa: E501
@@ -48,24 +48,21 @@ sys.path.insert(0, HERE)
 
 import _data  # noqa: E402
 import routing  # noqa: E402  (paths, offline env, LOCUS settings)
-from _embedding_variants import VariantEmbedder  # noqa: E402
 
-from locus_sklearn import LocusRouter  # noqa: E402
+from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.metrics import oracle_accuracy, routing_accuracy  # noqa: E402
 
 POOLS = ("bfcl", "shaberi", "mmlu-open", "mmlu-all", "routerbench", "specialists")
 SELF_NS = (64, 128, 256, 1024)
-#: Prototype settings (``VariantEmbedder(variant=...)``) and LOCUS overrides.
+#: LOCUS variants: LocusEmbedder parameters over the benchmark's settings. The
+#: training prototypes of session 4 (strength coordinate, identity InfoNCE,
+#: VICReg) ran from benchmarks/_embedding_variants.py at commit f1e152f; their
+#: results are in results/TUNING.md.
 VARIANTS = {
-    "baseline": ({}, {}),
-    "embedding-only": ({}, {"kernel_readout": False}),
-    "strength": ({"strength": True}, {}),
-    "identity": ({"identity_weight": 0.1}, {}),
-    "strength+identity": ({"strength": True, "identity_weight": 0.1}, {}),
-    "vicreg": ({"vicreg_weight": 0.1}, {}),
-    "strength+vicreg": ({"strength": True, "vicreg_weight": 0.1}, {}),
-    "embedding-only+strength": ({"strength": True}, {"kernel_readout": False}),
-    "embedding-only+identity": ({"identity_weight": 1.0}, {"kernel_readout": False}),
+    "baseline": {},
+    "embedding-only": {"kernel_readout": False},
+    "profile": {"n_profile_regions": 16},
+    "embedding-only+profile": {"kernel_readout": False, "n_profile_regions": 16},
 }
 
 
@@ -248,11 +245,8 @@ def task_oracle(y_test, test_tasks):
 
 
 def fit_locus(data, seed, variant, train):
-    options, overrides = VARIANTS[variant]
-    params = dict(SETTINGS) | overrides
-    embedder = VariantEmbedder(
-        data.encodings, variant=options or None, random_state=seed, **params
-    )
+    params = dict(SETTINGS) | VARIANTS[variant]
+    embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
     router = LocusRouter(embedder)
     router.fit(train)
     return router
@@ -367,8 +361,6 @@ def run_one(data, seed, ns, variants, log, guard):
             res["routing"][f"LOCUS {variant}"] = routing_accuracy(y, proba)
             Z = router.model_embeddings_
             emb = geometry(Z, strength) | {"groups": group_recall(Z, split.models, groups)}
-            if Z.shape[1] > 1 and VARIANTS[variant][0].get("strength"):
-                emb["profile_only"] = geometry(Z[:, :-1], strength)
             emb["self_id"] = {
                 str(k): self_identification(router.embed(a), router.embed(b))
                 for k, ab in pairs.items() if ab is not None for a, b in [ab]
@@ -430,8 +422,6 @@ def summarise(runs):
                 row["recall@3"] = _ms([x["groups"]["recall@3"] for x in es])
             for key in e.get("self_id", {}):
                 row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
-            if "profile_only" in e:
-                row["profile PR"] = _ms([x["profile_only"]["participation_ratio"] for x in es])
             if "guard_alpha" in e:
                 row["guard alpha"] = _ms([x["guard_alpha"] for x in es])
             s["embeddings"][k] = row
@@ -481,7 +471,7 @@ def markdown(results):
                 lines.append(f"| {k} | {fmt(v)} |")
             lines.append("")
             cols = ["participation_ratio", "first_share", "abs_corr_strength", "recall@1", "recall@3"]
-            cols += [f"self-id@{k}" for k in SELF_NS] + ["profile PR", "guard alpha"]
+            cols += [f"self-id@{k}" for k in SELF_NS] + ["guard alpha"]
             present = [c for c in cols if any(c in r for r in s["embeddings"].values())]
             names = {"participation_ratio": "PR", "first_share": "1st", "abs_corr_strength": "abs r"}
             lines += [

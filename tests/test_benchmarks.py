@@ -247,7 +247,7 @@ def test_embedding_quality_tiny(quality, tmp_path):
     try:
         results = quality.main(
             ["--pools", "specialists", "--seeds", "0", "--n", "64",
-             "--variants", "baseline", "strength", "identity", "vicreg", "--guard",
+             "--variants", "baseline", "profile", "--guard",
              "--out", str(tmp_path), "--threads", str(threads), "--locus",
              "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
              "hidden_dim=8", "max_epochs=1", "episodes_per_epoch=16",
@@ -260,35 +260,9 @@ def test_embedding_quality_tiny(quality, tmp_path):
     s = results["specialists"]["summary"]["64"]
     r = s["routing"]
     assert r["oracle"]["mean"] >= r["task oracle"]["mean"] >= r["per-task best"]["mean"]
-    for name in ("baseline", "strength", "identity", "vicreg"):
+    for name in ("baseline", "profile"):
         assert 0 <= r[f"LOCUS {name}"]["mean"] <= r["oracle"]["mean"]
         e = s["embeddings"][f"LOCUS {name}"]
         assert 1 <= e["participation_ratio"]["mean"] <= 8
         assert 0 <= r[f"LOCUS {name} +guard"]["mean"] <= 1
-    # Strength variant: z's last coordinate is the logit of the smoothed mean.
-    assert "profile PR" in s["embeddings"]["LOCUS strength"]
     assert (tmp_path / "embedding_quality.md").read_text().startswith("# Embedding")
-
-
-def test_strength_coordinate_is_the_smoothed_logit():
-    import sys
-
-    import torch
-
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from _embedding_variants import VariantNetwork
-
-    net = VariantNetwork(
-        4, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2, strength=True
-    ).eval()
-    features = torch.randn(5, 4)
-    enc_index = torch.tensor([[0, 1, 2], [3, 4, 0]])
-    score = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    mask = torch.tensor([[True, True, True], [True, True, False]])
-    z = net.encoder(features, enc_index, score, mask)
-    # (2 + 1) / (3 + 2) = 0.6 and (1 + 1) / (2 + 2) = 0.5 (padding ignored).
-    expected = torch.logit(torch.tensor([0.6, 0.5]))
-    torch.testing.assert_close(z[:, -1], expected)
-    logits = net(enc_index, score, mask, torch.tensor([[3, 4], [1, 2]]), features)
-    pair = net.predictor.pairwise_logits(z, features[[3, 4]])
-    torch.testing.assert_close(logits[0], pair[:, 0])
