@@ -5,7 +5,7 @@ route queries to the model most likely to answer them, onboard new models withou
 retraining, compare models and choose portfolios.
 """
 
-from ._embedder import LocusEmbedder
+from ._embedder import FewEvaluationsWarning, LocusEmbedder
 from ._encoders import QueryEncoder
 from ._evals import EvalTable, check_evals, check_model_costs, check_queries
 from ._router import LocusRouter
@@ -22,6 +22,7 @@ from ._version import __version__
 __all__ = [
     "BudgetGreedySelector",
     "EvalTable",
+    "FewEvaluationsWarning",
     "KCenterSelector",
     "KMedoidsSelector",
     "LocusEmbedder",

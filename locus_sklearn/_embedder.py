@@ -28,6 +28,13 @@ class FewEvaluationsWarning(UserWarning):
     from fewer is an extrapolation, and two such embeddings of one model
     differ more (see ``benchmarks/results/`` for self-identification by
     number of evaluations).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from locus_sklearn import FewEvaluationsWarning
+    >>> warnings.simplefilter("error", FewEvaluationsWarning)  # make it an error
+    >>> warnings.resetwarnings()
     """
 
 
