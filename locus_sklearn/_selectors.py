@@ -37,6 +37,8 @@ from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from ._evals import check_model_costs
+
 __all__ = [
     "BudgetGreedySelector",
     "KCenterSelector",
@@ -163,20 +165,17 @@ def _check_n_select(n_select, n_models):
 
 
 def _check_costs(costs, n_models, budget):
-    """Per-model costs as float64 of shape (n_models,); unit costs when None."""
+    """Per-model costs as float64 of shape (n_models,); unit costs when None.
+
+    Costs follow the rows of ``X`` (like ``sample_weight``), so they are read by
+    position; :func:`check_model_costs` does the shared validation, the budget
+    rules (costs > 0, some model fits) are the selector's own.
+    """
     if costs is None:
         costs = np.ones(n_models, dtype=np.float64)
     else:
-        try:
-            costs = np.asarray(costs, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"costs must hold numbers; {exc}.") from None
-        if costs.shape != (n_models,):
-            raise ValueError(
-                f"costs must have one cost per model, shape ({n_models},); got "
-                f"shape {costs.shape}."
-            )
-        bad = ~np.isfinite(costs) | ~(costs > 0)
+        costs = check_model_costs(costs, np.arange(n_models), name="costs")
+        bad = ~(costs > 0)
         if bad.any():
             shown = {int(i): float(costs[i]) for i in np.flatnonzero(bad)[:5]}
             raise ValueError(

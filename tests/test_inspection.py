@@ -111,7 +111,7 @@ def task_embedder(pool):
     )
 
 
-# ---------------------------------------------------------------- neighbours
+# ---------------------------------------------------------------- neighbors
 
 
 def test_same_family_models_are_nearest(family_embeddings):
@@ -119,12 +119,12 @@ def test_same_family_models_are_nearest(family_embeddings):
     per_family = np.bincount(family).min()
     for metric in ("cosine", "euclidean"):
         for i, name in enumerate(names):
-            neighbours = nearest_models(
+            neighbors = nearest_models(
                 Z, name, k=per_family - 1, metric=metric, names=names
             )
-            assert list(neighbours.index) == list(range(1, per_family))
-            assert neighbours["distance"].is_monotonic_increasing
-            assert set(family[np.searchsorted(names, neighbours["model"])]) == {
+            assert list(neighbors.index) == list(range(1, per_family))
+            assert neighbors["distance"].is_monotonic_increasing
+            assert set(family[np.searchsorted(names, neighbors["model"])]) == {
                 family[i]
             }
         order = fallback_order(Z, metric=metric, names=names)

@@ -204,7 +204,7 @@ def test_n_select_above_n_models(selector):
             [1.0, 0.0, 1.0],
             r"costs must be finite and > 0; 1 cost\(s\) are not .*1: 0.0",
         ),
-        ([1.0, np.nan, 1.0], r"costs must be finite and > 0.*nan"),
+        ([1.0, np.nan, 1.0], r"costs must be finite and >= 0.*nan"),
         ([1.0, -2.0, np.inf], r"2 cost\(s\)"),
         ([1.0, 1.0], r"costs must have one cost per model, shape \(3,\); got shape"),
     ],

@@ -84,7 +84,7 @@ def pairwise(Z, Y=None, *, metric="cosine"):
     return np.asarray(pairwise_distances(Z, Y, metric=check_metric(metric)), np.float64)
 
 
-def neighbour_order(D):
+def neighbor_order(D):
     """Other models sorted by distance, shape (n_models, n_models - 1).
 
     Ties go to the lowest index (a stable sort).
