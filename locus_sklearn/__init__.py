@@ -9,7 +9,6 @@ from ._embedder import LocusEmbedder
 from ._encoders import QueryEncoder
 from ._evals import EvalTable, check_evals, check_model_costs, check_queries
 from ._router import LocusRouter
-from ._version import __version__
 from ._selectors import (
     BudgetGreedySelector,
     KCenterSelector,
@@ -18,7 +17,7 @@ from ._selectors import (
     k_center_select,
     k_medoids_select,
 )
-
+from ._version import __version__
 
 __all__ = [
     "BudgetGreedySelector",

@@ -4,8 +4,8 @@ from numbers import Integral
 
 from sklearn.utils._param_validation import Interval
 
-from ._nn import IRTNet
 from ._net_router import _NetRouter
+from ._nn import IRTNet
 
 __all__ = ["IRTRouter"]
 

@@ -4,8 +4,8 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval
 
-from ._nn import MatrixFactorizationNet
 from ._net_router import _NetRouter
+from ._nn import MatrixFactorizationNet
 
 __all__ = ["MatrixFactorizationRouter"]
 

@@ -8,8 +8,7 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._evals import check_model_costs
-from .._evals import check_evals
+from .._evals import check_evals, check_model_costs
 from .._selectors import KMedoidsSelector
 from ..metrics import route
 from ._common import as_pool, router_utility
