@@ -358,9 +358,7 @@ def main(argv=None):
                 "euclidean/average": family_ari(E, names, family, seed),
                 "cosine/average": family_ari(E, names, family, seed, metric="cosine"),
             },
-            neighbors=records(
-                neighbor_agreement(E, test, k=NEIGHBOR_KS, names=names)
-            ),
+            neighbors=records(neighbor_agreement(E, test, k=NEIGHBOR_KS, names=names)),
         )
     results["geometry"] = geometry
     tagged = [f"{m} [{family[m]}]" for m in names]
