@@ -72,20 +72,9 @@ def family_embeddings(pool):
 
 
 @pytest.fixture(scope="module")
-def router(pool):
-    embedder = LocusEmbedder(
-        pool.encodings,
-        embedding_dim=8,
-        n_latents=2,
-        n_blocks=1,
-        n_heads=1,
-        hidden_dim=8,
-        enc_size=(16, 64),
-        dec_size=32,
-        max_epochs=1,
-        episodes_per_epoch=16,
-        validation_fraction=0,
-        random_state=0,
+def router(pool, tiny_embedder):
+    embedder = tiny_embedder(
+        pool.encodings, max_epochs=1, episodes_per_epoch=16, validation_fraction=0
     )
     return LocusRouter(embedder).fit(pool.evals, model_costs=pool.n_params)
 
