@@ -534,7 +534,8 @@ class _BaseSelector(
 
     Subclasses implement ``_select(K, costs)`` returning the selected rows
     (and set any extra fitted attribute; ``K`` may be consumed), and set
-    ``_objective`` to "min" or "sum".
+    ``_objective`` to "min" or "sum". ``fit`` selects ``n_select`` models; a
+    selector with fit parameters (``costs``) overrides it.
     """
 
     _parameter_constraints = dict(_KERNEL_CONSTRAINTS)
@@ -546,6 +547,24 @@ class _BaseSelector(
         # Precomputed distances are >= 0; embeddings may take any sign.
         tags.input_tags.positive_only = self.metric == "precomputed"
         return tags
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Select ``n_select`` models.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_models, n_features) or (n_models, n_models)
+            Model embeddings, or distances when ``metric="precomputed"``.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            The fitted selector.
+        """
+        return self._fit(X)
 
     def _fit(self, X, costs=None):
         X = validate_data(self, X, dtype=np.float64)
@@ -699,24 +718,6 @@ class KCenterSelector(_BaseSelector):
         self.metric = metric
         self.bandwidth = bandwidth
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Select ``n_select`` models.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_models, n_features) or (n_models, n_models)
-            Model embeddings, or distances when ``metric="precomputed"``.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : object
-            The fitted selector.
-        """
-        return self._fit(X)
-
     def _select(self, K, costs):
         return _k_center(K, self.n_select)
 
@@ -823,24 +824,6 @@ class KMedoidsSelector(_BaseSelector):
         self.bandwidth = bandwidth
         self.method = method
         self.max_iter = max_iter
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Select ``n_select`` models.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_models, n_features) or (n_models, n_models)
-            Model embeddings, or distances when ``metric="precomputed"``.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : object
-            The fitted selector.
-        """
-        return self._fit(X)
 
     def _select(self, K, costs):
         self.initial_indices_ = _k_center(K, self.n_select)

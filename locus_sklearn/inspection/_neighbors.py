@@ -4,11 +4,18 @@ from numbers import Integral
 
 import numpy as np
 import pandas as pd
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_array
 
 from .._evals import check_evals
 from ..metrics import route
-from ._common import as_pool, lookup, neighbor_order, pairwise, router_utility
+from ._common import (
+    as_pool,
+    lookup,
+    neighbor_order,
+    pairwise,
+    router_embeddings,
+    router_utility,
+)
 
 __all__ = ["fallback_order", "fallback_routing_accuracy", "nearest_models"]
 
@@ -173,17 +180,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     0  1       0.5                 1.0       0.5          2
     1  2       0.0                 1.0       0.0          2
     """
-    check_is_fitted(router)
-    classes = np.asarray(router.classes_, dtype=object)
-    if embeddings is None:
-        Z, _ = as_pool(router)
-    else:
-        Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
-        if len(Z) != len(classes):
-            raise ValueError(
-                f"embeddings has {len(Z)} rows but the router has {len(classes)} "
-                "models; pass one row per model of router.classes_."
-            )
+    Z, classes = router_embeddings(router, embeddings)
     ks = _check_k(k, len(classes) - 1, what="the number of other models")
     table = check_evals(evals)
     Y = table.to_dense(classes)
