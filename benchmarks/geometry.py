@@ -13,7 +13,7 @@ queries (paper sections 3.4-3.5 and appendix E):
   correctness disagreement over all model pairs (paper table 3);
 - adjusted Rand index of the dendrogram cut at the true number of families
   against the hand-written ``family`` table, plus a dendrogram figure;
-- k-th nearest-neighbour correctness agreement (k = 1..5) vs a random model;
+- k-th nearest-neighbor correctness agreement (k = 1..5) vs a random model;
 - count-constrained portfolio curves (k-center, k-medoids, budget greedy with
   unit costs) vs random portfolios, routing accuracy restricted to the
   portfolio, k = 1..10;
@@ -127,7 +127,7 @@ QUICK_LOCUS = dict(
     patience=2,
 )
 COUNT_KS = list(range(1, 11))
-NEIGHBOUR_KS = [1, 2, 3, 4, 5]
+NEIGHBOR_KS = [1, 2, 3, 4, 5]
 FALLBACK_KS = [1, 2, 3]
 BUDGETS = [10, 20, 40, 60, 80, 100, 150, 200, 300, 400, 600, 800, 1200]
 TEST_FRACTION = 0.2
@@ -349,7 +349,7 @@ def main(argv=None):
     ).value_counts()
     results["routed_models_test"] = {str(k): int(v) for k, v in routed.items()}
 
-    # --- 1. distance vs disagreement, 2. families, 3. neighbours
+    # --- 1. distance vs disagreement, 2. families, 3. neighbors
     geometry = {}
     for label, E in embeddings.items():
         geometry[label] = dict(
@@ -358,9 +358,7 @@ def main(argv=None):
                 "euclidean/average": family_ari(E, names, family, seed),
                 "cosine/average": family_ari(E, names, family, seed, metric="cosine"),
             },
-            neighbours=records(
-                neighbor_agreement(E, test, k=NEIGHBOUR_KS, names=names)
-            ),
+            neighbors=records(neighbor_agreement(E, test, k=NEIGHBOR_KS, names=names)),
         )
     results["geometry"] = geometry
     tagged = [f"{m} [{family[m]}]" for m in names]
@@ -593,7 +591,7 @@ def markdown(report):
         f"{m['n_train_queries']} train / {m['n_test_queries']} test queries "
         f"({m['n_test_queries_complete']} test queries scored for all "
         f"{m['n_models']} models; used for routing, portfolio and fallback numbers; "
-        "correlations and neighbour agreement use every test query, pairwise)\n"
+        "correlations and neighbor agreement use every test query, pairwise)\n"
         f"- LOCUS: `LocusRouter(LocusEmbedder(encodings, random_state={m['seed']}, "
         + ", ".join(f"{k}={v!r}" for k, v in m["locus_params"].items())
         + f"))` fitted on the {m['n_train_evals']} training evaluations; trained "
@@ -630,7 +628,7 @@ def markdown(report):
             "test accuracy of one of their own members, i.e. the router sends every "
             "query of the portfolio to a single model. Where that holds, the "
             "portfolio and fallback numbers measure whether the selection (or "
-            "neighbour) holds the model the router ranks first, not complementary "
+            "neighbor) holds the model the router ranks first, not complementary "
             "routing.\n"
         )
     out.append(
@@ -705,16 +703,16 @@ def markdown(report):
         "`geometry_dendrogram_baseline.png` (baseline).\n"
     )
 
-    out.append("\n## 3. Nearest-neighbour correctness agreement (cosine)\n\n")
+    out.append("\n## 3. Nearest-neighbor correctness agreement (cosine)\n\n")
     rows = []
-    for i, k in enumerate(NEIGHBOUR_KS):
-        row = [k] + [f3(g[lab]["neighbours"][i]["agreement"]) for lab in labels]
-        rows.append(row + [f3(g["LOCUS"]["neighbours"][i]["random_agreement"])])
+    for i, k in enumerate(NEIGHBOR_KS):
+        row = [k] + [f3(g[lab]["neighbors"][i]["agreement"]) for lab in labels]
+        rows.append(row + [f3(g["LOCUS"]["neighbors"][i]["random_agreement"])])
     out.append(
         _t(
             rows,
             ["k"]
-            + [f"k-th neighbour, {lab}" for lab in labels]
+            + [f"k-th neighbor, {lab}" for lab in labels]
             + ["random other model"],
         )
     )
@@ -764,7 +762,7 @@ def markdown(report):
     )
 
     out.append(
-        "\n## 6. Fallback routing (routed model down → its k-th neighbour, cosine)\n\n"
+        "\n## 6. Fallback routing (routed model down → its k-th neighbor, cosine)\n\n"
     )
     fb = r["fallback"]
     rows = []
@@ -775,7 +773,7 @@ def markdown(report):
         rows.append(row + [f3(fb["LOCUS"][i]["no_outage_accuracy"])])
     header = ["k"]
     for lab in fb:
-        header += [f"accuracy ({lab} neighbours)", "retained"]
+        header += [f"accuracy ({lab} neighbors)", "retained"]
     out.append(_t(rows, header + ["no-outage accuracy"]))
 
     fp = r["fingerprint"]

@@ -4,7 +4,7 @@ When the routed model is down: fallback
 =======================================
 
 Endpoints fail. When the model a query is routed to is unavailable, its
-nearest neighbour in embedding space is a natural stand-in: near models
+nearest neighbor in embedding space is a natural stand-in: near models
 answer alike. :func:`~locus_sklearn.inspection.fallback_routing_accuracy`
 measures how much accuracy that keeps, against a random stand-in; and
 ``predict(queries, models=...)`` re-routes among the models still up.
@@ -48,7 +48,7 @@ from locus_sklearn.inspection import fallback_order
 fallback_order(router).iloc[:5, :4]
 
 # %%
-# Fallback to the k-th nearest neighbour
+# Fallback to the k-th nearest neighbor
 # --------------------------------------
 # Each test query is routed as usual; the routed model is then taken down
 # and the query goes to its k-th nearest model. The baseline falls back in
@@ -75,7 +75,7 @@ ax.plot(ks, random_fallback, "s--", color="C7", label="random other model")
 ax.axhline(nearest["no_outage_accuracy"].iloc[0], color="k", ls=":", label="no outage")
 ax.set_xscale("log")
 ax.set_xticks(ks, [str(k) for k in ks])
-ax.set_xlabel("fallback model: neighbour rank k")
+ax.set_xlabel("fallback model: neighbor rank k")
 ax.set_ylabel("accuracy on test queries")
 ax.legend()
 

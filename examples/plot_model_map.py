@@ -1,6 +1,6 @@
 """
 =====================================
-Map the pool: neighbours and families
+Map the pool: neighbors and families
 =====================================
 
 Models that answer the same queries correctly sit close together in LOCUS
@@ -74,7 +74,7 @@ print(f"adjusted Rand index: {adjusted_rand_score(family, clusters):.2f}")
 # Nearest models, and whether nearness means agreement
 # ----------------------------------------------------
 # :func:`~locus_sklearn.inspection.nearest_models` lists a model's proxies.
-# :func:`~locus_sklearn.inspection.neighbor_agreement` checks that neighbours
+# :func:`~locus_sklearn.inspection.neighbor_agreement` checks that neighbors
 # in the space agree on queries more often than random pairs do.
 from locus_sklearn.inspection import nearest_models, neighbor_agreement
 

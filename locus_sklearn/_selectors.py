@@ -37,6 +37,8 @@ from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from ._evals import check_model_costs
+
 __all__ = [
     "BudgetGreedySelector",
     "KCenterSelector",
@@ -163,20 +165,17 @@ def _check_n_select(n_select, n_models):
 
 
 def _check_costs(costs, n_models, budget):
-    """Per-model costs as float64 of shape (n_models,); unit costs when None."""
+    """Per-model costs as float64 of shape (n_models,); unit costs when None.
+
+    Costs follow the rows of ``X`` (like ``sample_weight``), so they are read by
+    position; :func:`check_model_costs` does the shared validation, the budget
+    rules (costs > 0, some model fits) are the selector's own.
+    """
     if costs is None:
         costs = np.ones(n_models, dtype=np.float64)
     else:
-        try:
-            costs = np.asarray(costs, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"costs must hold numbers; {exc}.") from None
-        if costs.shape != (n_models,):
-            raise ValueError(
-                f"costs must have one cost per model, shape ({n_models},); got "
-                f"shape {costs.shape}."
-            )
-        bad = ~np.isfinite(costs) | ~(costs > 0)
+        costs = check_model_costs(costs, np.arange(n_models), name="costs")
+        bad = ~(costs > 0)
         if bad.any():
             shown = {int(i): float(costs[i]) for i in np.flatnonzero(bad)[:5]}
             raise ValueError(
@@ -535,7 +534,8 @@ class _BaseSelector(
 
     Subclasses implement ``_select(K, costs)`` returning the selected rows
     (and set any extra fitted attribute; ``K`` may be consumed), and set
-    ``_objective`` to "min" or "sum".
+    ``_objective`` to "min" or "sum". ``fit`` selects ``n_select`` models; a
+    selector with fit parameters (``costs``) overrides it.
     """
 
     _parameter_constraints = dict(_KERNEL_CONSTRAINTS)
@@ -547,6 +547,24 @@ class _BaseSelector(
         # Precomputed distances are >= 0; embeddings may take any sign.
         tags.input_tags.positive_only = self.metric == "precomputed"
         return tags
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Select ``n_select`` models.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_models, n_features) or (n_models, n_models)
+            Model embeddings, or distances when ``metric="precomputed"``.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            The fitted selector.
+        """
+        return self._fit(X)
 
     def _fit(self, X, costs=None):
         X = validate_data(self, X, dtype=np.float64)
@@ -700,24 +718,6 @@ class KCenterSelector(_BaseSelector):
         self.metric = metric
         self.bandwidth = bandwidth
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Select ``n_select`` models.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_models, n_features) or (n_models, n_models)
-            Model embeddings, or distances when ``metric="precomputed"``.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : object
-            The fitted selector.
-        """
-        return self._fit(X)
-
     def _select(self, K, costs):
         return _k_center(K, self.n_select)
 
@@ -824,24 +824,6 @@ class KMedoidsSelector(_BaseSelector):
         self.bandwidth = bandwidth
         self.method = method
         self.max_iter = max_iter
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Select ``n_select`` models.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_models, n_features) or (n_models, n_models)
-            Model embeddings, or distances when ``metric="precomputed"``.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : object
-            The fitted selector.
-        """
-        return self._fit(X)
 
     def _select(self, K, costs):
         self.initial_indices_ = _k_center(K, self.n_select)

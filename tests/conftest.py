@@ -63,3 +63,101 @@ try:
     matplotlib.use("Agg")
 except ImportError:  # pragma: no cover - matplotlib is a test extra
     pass
+
+
+# ---------------------------------------------------------------------------
+# Tiny LOCUS settings, shared by every test that fits a LocusEmbedder or a
+# LocusRouter: small enough that a fit takes a second or two on a busy CPU,
+# large enough that training still learns the synthetic pools' structure.
+TINY = dict(
+    embedding_dim=16,
+    n_latents=4,
+    n_blocks=1,
+    n_heads=2,
+    hidden_dim=16,
+    enc_size=(16, 128),
+    dec_size=64,
+    episodes_per_epoch=32,
+    batch_size=8,
+    lr=3e-3,
+)
+
+
+def _tiny_embedder(encoder=None, **params):
+    from locus_sklearn import LocusEmbedder
+
+    return LocusEmbedder(
+        encoder, **{**TINY, "max_epochs": 3, "random_state": 0, **params}
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_embedder():
+    """Factory of tiny embedders: ``tiny_embedder(encoder, **overrides)``.
+
+    The TINY settings with ``max_epochs=3`` and ``random_state=0``; keyword
+    arguments override any of them.
+    """
+    return _tiny_embedder
+
+
+@pytest.fixture(scope="session")
+def tiny_settings():
+    """A copy of the TINY hyper-parameters (dict)."""
+    return dict(TINY)
+
+
+@pytest.fixture(scope="session")
+def tiny_cli_args():
+    """The TINY settings as ``locus fit`` options (two epochs, seed 0)."""
+    args = ["--embedding-dim", str(TINY["embedding_dim"]), "--epochs", "2"]
+    args += ["--seed", "0"]
+    for name, value in TINY.items():
+        if name != "embedding_dim":
+            args += ["--set", f"{name}={value!r}"]
+    return args
+
+
+@pytest.fixture(scope="session")
+def pool():
+    """A synthetic pool of 12 models (3 families, 4 tasks), 200 evaluations each."""
+    from locus_sklearn.datasets import make_model_pool
+
+    return make_model_pool(
+        n_models=12,
+        n_queries=400,
+        n_tasks=4,
+        n_families=3,
+        evals_per_model=200,
+        random_state=0,
+    )
+
+
+@pytest.fixture(scope="session")
+def router(pool, tiny_embedder):
+    """A LocusRouter fitted on ``pool`` (4 epochs); tests must not modify it."""
+    from locus_sklearn import LocusRouter
+
+    return LocusRouter(tiny_embedder(pool.encodings, max_epochs=4)).fit(pool.evals)
+
+
+@pytest.fixture(scope="session")
+def model_names(pool):
+    """The pool's model names, in sorted order (list of str)."""
+    return pool.models["model"].tolist()
+
+
+@pytest.fixture(scope="session")
+def query_texts(pool):
+    """The pool's query ids, in sorted order (ndarray of str)."""
+    return pool.queries["query"].to_numpy()
+
+
+def _rows_of(evals, models):
+    return evals[evals["model"].isin(models)]
+
+
+@pytest.fixture(scope="session")
+def rows_of():
+    """``rows_of(evals, models)``: the rows of ``evals`` of the given models."""
+    return _rows_of

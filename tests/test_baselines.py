@@ -193,7 +193,7 @@ def test_knn_distance_weights_hand_computed():
 @pytest.mark.parametrize("weights", ["uniform", "distance"])
 @pytest.mark.parametrize("k", [1, 7, 40])
 def test_knn_matches_brute_force(k, weights):
-    # Mixed coverage, so that both the shared neighbour list and the per-model
+    # Mixed coverage, so that both the shared neighbor list and the per-model
     # top-k (and the shared list's misses) are exercised.
     coverage = [1.0, 0.9, 0.5, 0.2, 0.05, 0.03]
     evals, encoder, _ = make_pool(n_models=6, n_queries=300, coverage=coverage, seed=3)

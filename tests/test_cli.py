@@ -17,13 +17,6 @@ import pytest
 
 from locus_sklearn.datasets import make_model_pool
 
-TINY = [
-    "--embedding-dim", "8", "--epochs", "2", "--seed", "0",
-    "--set", "n_latents=4", "--set", "n_blocks=1", "--set", "n_heads=2",
-    "--set", "hidden_dim=8", "--set", "enc_size=(8, 32)", "--set", "dec_size=16",
-    "--set", "episodes_per_epoch=16", "--set", "early_stopping=None",
-]  # fmt: skip
-
 
 def locus(*args, stdin=None, cwd=None):
     """Run ``python -m locus_sklearn ARGS``; return the CompletedProcess."""
@@ -74,7 +67,7 @@ def assert_one_line_error(result, status=1, contains=()):
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def workdir(tmp_path_factory, tiny_cli_args, tiny_settings):
     """Evaluations of 8 models (2 kept apart as new), encodings, costs, a router."""
     path = tmp_path_factory.mktemp("cli")
     pool = make_model_pool(
@@ -96,7 +89,7 @@ def workdir(tmp_path_factory):
     ).to_csv(path / "costs.csv", index=False)
     result = locus(
         "fit", path / "evals.csv", "-o", path / "router.locus", "--json",
-        "--encodings", path / "enc.npz", "--costs", path / "costs.csv", *TINY,
+        "--encodings", path / "enc.npz", "--costs", path / "costs.csv", *tiny_cli_args,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "Saved a LocusRouter (6 models" in result.stderr
@@ -105,11 +98,12 @@ def workdir(tmp_path_factory):
     assert "train_loss" in result.stderr and "\x1b[" not in result.stderr
     summary = json.loads(result.stdout)
     assert summary["models"] == sorted(summary["costs"]) and len(summary["models"]) == 6
-    assert summary["embedding_dim"] == 8 and summary["n_epochs"] == 2
+    assert summary["embedding_dim"] == tiny_settings["embedding_dim"]
+    assert summary["n_epochs"] == 2
     return path
 
 
-def test_round_trip(workdir, tmp_path, cli):
+def test_round_trip(workdir, tmp_path, cli, tiny_settings):
     """fit -> route -> onboard -> neighbors -> embed -> select, as a user runs them."""
     router = tmp_path / "router.locus"
     router.write_bytes((workdir / "router.locus").read_bytes())
@@ -138,7 +132,7 @@ def test_round_trip(workdir, tmp_path, cli):
     embedded = locus("embed", router, workdir / "evals.csv", "-o", embeddings)
     assert embedded.returncode == 0, embedded.stderr
     frame = pd.read_csv(embeddings, index_col="model")
-    assert frame.shape == (6, 8)
+    assert frame.shape == (6, tiny_settings["embedding_dim"])
     assert list(frame.index) == sorted(frame.index)
 
     selected = locus("select", embeddings, "--k", "2", "--tsv")
@@ -199,7 +193,7 @@ def test_route_from_file_and_stdin(workdir, tmp_path, cli):
     assert len(lines) == 2 + 2 * 2
 
 
-def test_embedder_file_and_debug(workdir, tmp_path, cli):
+def test_embedder_file_and_debug(workdir, tmp_path, cli, tiny_settings):
     """`embed` also takes a saved LocusEmbedder; --debug raises the exception."""
     from locus_sklearn import LocusRouter
 
@@ -210,7 +204,10 @@ def test_embedder_file_and_debug(workdir, tmp_path, cli):
         "embed", tmp_path / "embedder.locus", workdir / "new.csv", "-o", out
     )
     assert status == 0, err
-    assert pd.read_csv(out, index_col="model").shape == (2, 8)
+    assert pd.read_csv(out, index_col="model").shape == (
+        2,
+        tiny_settings["embedding_dim"],
+    )
     with pytest.raises(FileNotFoundError):
         cli("route", workdir / "missing.locus", "q1", "--debug")
     with pytest.raises(FileNotFoundError):
@@ -443,10 +440,10 @@ def test_failed_write_during_onboard(workdir, tmp_path, cli, monkeypatch, error)
     assert [p.name for p in tmp_path.iterdir()] == ["router.locus"]
 
 
-def test_target_folder_checked_before_work(workdir, tmp_path, cli):
+def test_target_folder_checked_before_work(workdir, tmp_path, cli, tiny_cli_args):
     """A missing target folder fails at once, naming the target."""
     target = tmp_path / "no-such-folder" / "router.locus"
-    status, _, err = cli("fit", workdir / "evals.csv", "-o", target, *TINY)
+    status, _, err = cli("fit", workdir / "evals.csv", "-o", target, *tiny_cli_args)
     assert_one_line(status, err, 3, f"cannot write ROUTER '{target}'", "does not exist")
     assert "train_loss" not in err  # no training happened
     status, _, err = cli(
@@ -479,9 +476,9 @@ def test_read_only_target_folder(workdir, tmp_path, cli):
     assert router.read_bytes() == before
 
 
-def test_bad_evaluation_files(workdir, tmp_path, cli):
+def test_bad_evaluation_files(workdir, tmp_path, cli, tiny_cli_args):
     """Messages name the file, the column and the first bad row."""
-    fit = ["fit", "-o", tmp_path / "x.locus", *TINY]
+    fit = ["fit", "-o", tmp_path / "x.locus", *tiny_cli_args]
     good = pd.read_csv(workdir / "evals.csv")
 
     repeated = tmp_path / "repeated.csv"
@@ -558,27 +555,23 @@ def test_refresh_keeps_costs(workdir, tmp_path, cli):
     assert after.predict(["q001"])[0] == before.predict(["q001"])[0]
 
 
-def test_progress_on_stderr_without_colour(workdir, tmp_path, cli):
+def test_progress_on_stderr_without_colour(workdir, tmp_path, cli, tiny_cli_args):
     status, out, err = cli(
         "fit", workdir / "evals.csv", "-o", tmp_path / "x.locus",
-        "--encodings", workdir / "enc.npz", *TINY,
+        "--encodings", workdir / "enc.npz", *tiny_cli_args,
     )  # fmt: skip
     assert status == 0, err
     assert out == ""
     assert "train_loss" in err and "\x1b[" not in err
 
 
-def test_verbose_0_prints_nothing(workdir, tmp_path):
+def test_verbose_0_prints_nothing(workdir, tmp_path, tiny_embedder):
     """A router fitted with verbose=0 and the default encoder prints nothing,
     not even the encoder's weight-loading bar on the first predict."""
-    from locus_sklearn import LocusEmbedder, LocusRouter
+    from locus_sklearn import LocusRouter
 
     evals = pd.read_csv(workdir / "evals.csv")
-    embedder = LocusEmbedder(
-        embedding_dim=8, n_latents=4, n_blocks=1, n_heads=2, hidden_dim=8,
-        enc_size=(8, 32), dec_size=16, episodes_per_epoch=16, max_epochs=1,
-        early_stopping=None, verbose=0, random_state=0,
-    )  # fmt: skip
+    embedder = tiny_embedder(None, max_epochs=1, early_stopping=None, verbose=0)
     LocusRouter(embedder).fit(evals).save(tmp_path / "router.locus")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_HUB_DISABLE")}
     script = (

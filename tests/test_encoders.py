@@ -282,30 +282,6 @@ def test_mapping_checked_by_as_query_encoder_naming_the_key():
         as_query_encoder({"q1": [1.0, 0.0], (1, 2): [0.0, 1.0]})
 
 
-def test_mapping_encoder_saves_and_loads(tmp_path):
-    from locus_sklearn import LocusEmbedder
-    from locus_sklearn.datasets import make_model_pool
-
-    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
-    encodings = dict(pool.encodings)
-    encodings["never used"] = np.ones(len(next(iter(encodings.values()))))
-    embedder = LocusEmbedder(
-        encodings,
-        embedding_dim=8,
-        n_latents=2,
-        n_blocks=1,
-        n_heads=2,
-        max_epochs=1,
-        random_state=0,
-    ).fit(pool.evals)
-    embedder.save(tmp_path / "e.locus")
-    loaded = LocusEmbedder.load(tmp_path / "e.locus")
-    np.testing.assert_array_equal(
-        loaded.transform(pool.evals), embedder.transform(pool.evals)
-    )
-    assert set(loaded.encoder) == set(encodings)
-
-
 # --- custom objects --------------------------------------------------------------
 
 

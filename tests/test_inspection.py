@@ -72,20 +72,9 @@ def family_embeddings(pool):
 
 
 @pytest.fixture(scope="module")
-def router(pool):
-    embedder = LocusEmbedder(
-        pool.encodings,
-        embedding_dim=8,
-        n_latents=2,
-        n_blocks=1,
-        n_heads=1,
-        hidden_dim=8,
-        enc_size=(16, 64),
-        dec_size=32,
-        max_epochs=1,
-        episodes_per_epoch=16,
-        validation_fraction=0,
-        random_state=0,
+def router(pool, tiny_embedder):
+    embedder = tiny_embedder(
+        pool.encodings, max_epochs=1, episodes_per_epoch=16, validation_fraction=0
     )
     return LocusRouter(embedder).fit(pool.evals, model_costs=pool.n_params)
 
@@ -111,7 +100,7 @@ def task_embedder(pool):
     )
 
 
-# ---------------------------------------------------------------- neighbours
+# ---------------------------------------------------------------- neighbors
 
 
 def test_same_family_models_are_nearest(family_embeddings):
@@ -119,12 +108,12 @@ def test_same_family_models_are_nearest(family_embeddings):
     per_family = np.bincount(family).min()
     for metric in ("cosine", "euclidean"):
         for i, name in enumerate(names):
-            neighbours = nearest_models(
+            neighbors = nearest_models(
                 Z, name, k=per_family - 1, metric=metric, names=names
             )
-            assert list(neighbours.index) == list(range(1, per_family))
-            assert neighbours["distance"].is_monotonic_increasing
-            assert set(family[np.searchsorted(names, neighbours["model"])]) == {
+            assert list(neighbors.index) == list(range(1, per_family))
+            assert neighbors["distance"].is_monotonic_increasing
+            assert set(family[np.searchsorted(names, neighbors["model"])]) == {
                 family[i]
             }
         order = fallback_order(Z, metric=metric, names=names)

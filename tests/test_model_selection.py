@@ -6,7 +6,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, GroupKFold, cross_val_score
 
-from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn import LocusRouter
 from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.metrics import correctness_accuracy
 from locus_sklearn.model_selection import ModelGroupSplit, make_onboarding_scorer
@@ -15,17 +15,15 @@ POOL = make_model_pool(n_models=8, n_queries=200, evals_per_model=100, random_st
 EVALS = POOL.evals
 
 
-def tiny_router(**params):
-    embedder = LocusEmbedder(
-        POOL.encodings,
-        embedding_dim=16,
-        n_latents=4,
-        n_blocks=1,
-        n_heads=2,
-        max_epochs=2,
-        random_state=0,
-    )
-    return LocusRouter(embedder).set_params(**params)
+@pytest.fixture
+def tiny_router(tiny_embedder):
+    """Factory of unfitted routers on POOL: ``tiny_router(**router_params)``."""
+
+    def make(**params):
+        embedder = tiny_embedder(POOL.encodings, max_epochs=2)
+        return LocusRouter(embedder).set_params(**params)
+
+    return make
 
 
 def test_folds_partition_the_models():
@@ -69,7 +67,7 @@ def test_onboarding_rows_are_n_onboard_queries_per_model_whatever_the_order():
     assert set(zip(on_other["model"], on_other["query"], strict=True)) != pairs
 
 
-def test_scores_equal_a_hand_rolled_onboarding_loop():
+def test_scores_equal_a_hand_rolled_onboarding_loop(tiny_router):
     router = tiny_router()
     cv = ModelGroupSplit(n_splits=3, n_onboard=40, random_state=0)
     scores = cross_val_score(router, EVALS, cv=cv, scoring=make_onboarding_scorer(cv))
@@ -98,7 +96,7 @@ def test_scores_equal_a_hand_rolled_onboarding_loop():
     assert np.isnan(nan_scores).all()
 
 
-def test_grid_search_with_onboarding_scorer_leaves_routers_untouched():
+def test_grid_search_with_onboarding_scorer_leaves_routers_untouched(tiny_router):
     cv = ModelGroupSplit(n_splits=2, n_onboard=40, random_state=0)
     search = GridSearchCV(
         tiny_router(),
@@ -119,7 +117,7 @@ def test_grid_search_with_onboarding_scorer_leaves_routers_untouched():
     assert search.best_estimator_.classes_.tolist() == sorted(EVALS["model"].unique())
 
 
-def test_scorer_does_not_modify_the_router():
+def test_scorer_does_not_modify_the_router(tiny_router):
     cv = ModelGroupSplit(n_splits=2, n_onboard=40, random_state=0)
     train, test = next(cv.split(EVALS))
     router = tiny_router().fit(EVALS.iloc[train])
@@ -130,7 +128,7 @@ def test_scorer_does_not_modify_the_router():
     assert len(router.classes_) == len(set(EVALS["model"].iloc[train]))
 
 
-def test_costs_reach_add_models():
+def test_costs_reach_add_models(tiny_router):
     cv = ModelGroupSplit(n_splits=2, n_onboard=40, random_state=0)
     train, test = next(cv.split(EVALS))
     train_evals = EVALS.iloc[train]
@@ -145,7 +143,7 @@ def test_costs_reach_add_models():
     assert 0 <= scorer(router, EVALS.iloc[test]) <= 1
 
 
-def test_errors():
+def test_errors(tiny_router):
     with pytest.raises(ValueError, match="n_splits must be an int >= 2"):
         ModelGroupSplit(n_splits=1)
     with pytest.raises(ValueError, match="n_onboard must be an int >= 1"):

@@ -111,24 +111,6 @@ def test_pairwise_logits_match_per_pair_forward():
     torch.testing.assert_close(pairwise, per_pair, rtol=1e-4, atol=1e-5)
 
 
-def test_gather_queries_gives_the_same_logits_as_the_whole_bank():
-    from locus_sklearn._training import gather_queries
-
-    torch.manual_seed(0)
-    net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2).eval()
-    bank = torch.randn(30, F)
-    X = {
-        "enc_index": torch.tensor([[3, 7, 9], [20, 3, 0]]),
-        "enc_score": torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]),
-        "enc_mask": torch.tensor([[True, True, True], [True, True, False]]),
-        "dec_index": torch.tensor([[1, 2], [29, 3]]),
-    }
-    whole = net(bank, **X)
-    inputs = gather_queries(bank, X)
-    assert len(inputs["features"]) == 8  # unique queries: 0-3, 7, 9, 20, 29
-    torch.testing.assert_close(net(**inputs), whole)
-
-
 def test_forward_can_return_the_embeddings_of_embed():
     torch.manual_seed(0)
     net = LocusNetwork(F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2).eval()

@@ -1,7 +1,9 @@
-"""Saved files: permissions, symlinks, temporary files and clear write errors.
+"""Saved files (``_persistence``): save / load round trips of LocusEmbedder and
+LocusRouter, corrupt and foreign files, permissions, symlinks, temporary files
+and clear write errors.
 
 ``write_file`` is the one writer behind every ``save`` and ``locus onboard``;
-these tests call it directly with tiny tensors, and once through a router.
+the file-system tests call it directly with tiny tensors.
 """
 
 import os
@@ -14,7 +16,9 @@ import numpy as np
 import pytest
 import torch
 
+from locus_sklearn import LocusEmbedder, LocusRouter
 from locus_sklearn._files import read_file, write_file
+from locus_sklearn.datasets import make_model_pool
 
 TENSORS = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
 
@@ -180,23 +184,73 @@ def test_saving_onto_a_folder_names_it(tmp_path):
         _write(tmp_path)
 
 
-def test_router_save_follows_the_umask_and_loads(tmp_path, umask):
-    from locus_sklearn import LocusEmbedder, LocusRouter
-    from locus_sklearn.datasets import make_model_pool
-
+def test_router_save_follows_the_umask_and_loads(tmp_path, umask, tiny_embedder):
     pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
-    embedder = LocusEmbedder(
-        pool.encodings,
-        embedding_dim=8,
-        n_latents=2,
-        n_blocks=1,
-        n_heads=2,
-        max_epochs=1,
-        random_state=0,
-    )
+    embedder = tiny_embedder(pool.encodings, max_epochs=1)
     router = LocusRouter(embedder).fit(pool.evals)
     umask(0o027)
     router.save(tmp_path / "r.locus")
     assert _mode(tmp_path / "r.locus") == 0o640
     loaded = LocusRouter.load(tmp_path / "r.locus")
     np.testing.assert_array_equal(loaded.model_embeddings_, router.model_embeddings_)
+
+
+def test_mapping_encoder_saves_and_loads(tmp_path, tiny_embedder):
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    encodings = dict(pool.encodings)
+    encodings["never used"] = np.ones(len(next(iter(encodings.values()))))
+    embedder = tiny_embedder(encodings, max_epochs=1).fit(pool.evals)
+    embedder.save(tmp_path / "e.locus")
+    loaded = LocusEmbedder.load(tmp_path / "e.locus")
+    np.testing.assert_array_equal(
+        loaded.transform(pool.evals), embedder.transform(pool.evals)
+    )
+    assert set(loaded.encoder) == set(encodings)
+
+
+def test_safe_save_load_round_trip(router, pool, tmp_path, query_texts):
+    path = tmp_path / "router.safetensors"
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    queries = query_texts[:30]
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), router.predict_proba(queries)
+    )
+    np.testing.assert_array_equal(loaded.classes_, router.classes_)
+    np.testing.assert_array_equal(loaded.model_embeddings_, router.model_embeddings_)
+    np.testing.assert_array_equal(
+        loaded.embedder_.transform(pool.evals), router.embedder_.transform(pool.evals)
+    )
+    router.embedder_.save(tmp_path / "embedder.safetensors")
+    emb = LocusEmbedder.load(tmp_path / "embedder.safetensors")
+    np.testing.assert_array_equal(
+        emb.transform(pool.evals), router.embedder_.transform(pool.evals)
+    )
+    with pytest.raises(ValueError, match="holds a LocusEmbedder, not a LocusRouter"):
+        LocusRouter.load(tmp_path / "embedder.safetensors")
+
+
+def test_save_load_keeps_costs(pool, tmp_path, tiny_embedder, model_names):
+    costs = {m: float(i) for i, m in enumerate(model_names)}
+    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), cost_weight=0.1).fit(
+        pool.evals, model_costs=costs
+    )
+    r.save(tmp_path / "r.safetensors")
+    loaded = LocusRouter.load(tmp_path / "r.safetensors")
+    np.testing.assert_array_equal(loaded.model_costs_, r.model_costs_)
+    assert loaded.cost_weight == 0.1
+
+
+def test_load_rejects_corrupt_and_foreign_files(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x00\x01not a safetensors file")
+    with pytest.raises(ValueError, match="not a readable locus_sklearn file"):
+        LocusRouter.load(bad)
+    with pytest.raises(FileNotFoundError):
+        LocusRouter.load(tmp_path / "missing.safetensors")
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match="not a locus_sklearn one"):
+        LocusRouter.load(tmp_path / "other.safetensors")

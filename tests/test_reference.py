@@ -32,6 +32,7 @@ def test_outputs_and_saved_tensors_match_the_reference(kernel_readout, tmp_path)
 def test_file_saved_before_the_move_loads_and_predicts_the_same():
     from locus_sklearn import LocusRouter
     from locus_sklearn.datasets import make_model_pool
+
     router = LocusRouter.load(os.path.join(REFERENCE, "router_fd95f1c.safetensors"))
     pool = make_model_pool(**POOL)
     queries = pool.evals["query"].unique()

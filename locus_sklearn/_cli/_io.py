@@ -284,6 +284,18 @@ def read_queries(arguments, file=None):
 
 
 # ----------------------------------------------------------------------- costs
+def _read_csv(path, what, **options):
+    """``pd.read_csv`` with one-line errors naming the ``what`` file."""
+    try:
+        return pd.read_csv(path, **options)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No such {what} file: {str(path)!r}.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"Could not read the {what} file {str(path)!r}: {exc}"
+        ) from None
+
+
 def read_costs(path):
     """Read per-model costs from a csv file with columns ``model`` and ``cost``.
 
@@ -314,14 +326,7 @@ def read_costs(path):
     >>> read_costs(path)
     {'a': 1.5, 'b': 0.0}
     """
-    try:
-        frame = pd.read_csv(path, dtype={"model": str})
-    except FileNotFoundError:
-        raise FileNotFoundError(f"No such costs file: {str(path)!r}.") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ValueError(
-            f"Could not read the costs file {str(path)!r}: {exc}"
-        ) from None
+    frame = _read_csv(path, "costs", dtype={"model": str})
     missing = [c for c in ("model", "cost") if c not in frame.columns]
     if missing:
         raise ValueError(
@@ -454,14 +459,7 @@ def read_embeddings(path):
     names : ndarray of object, shape (n_models,)
     X : ndarray of float64, shape (n_models, n_dims)
     """
-    try:
-        frame = pd.read_csv(path, index_col=0)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"No such embeddings file: {str(path)!r}.") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ValueError(
-            f"Could not read the embeddings file {str(path)!r}: {exc}"
-        ) from None
+    frame = _read_csv(path, "embeddings", index_col=0)
     values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     if frame.shape[1] == 0 or len(frame) == 0 or not np.isfinite(values).all():
         raise ValueError(

@@ -378,7 +378,7 @@ def _add_neighbors(sub, common, encoding, output):
         type=_positive_int,
         default=5,
         metavar="N",
-        help="number of neighbours (default: %(default)s)",
+        help="number of neighbors (default: %(default)s)",
     )
     _metric_option(p)
     p.set_defaults(func=_commands.cmd_neighbors)

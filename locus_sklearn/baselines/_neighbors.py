@@ -1,4 +1,4 @@
-"""The k-nearest-neighbour router: mean score on the nearest training queries."""
+"""The k-nearest-neighbor router: mean score on the nearest training queries."""
 
 from numbers import Integral
 
@@ -22,13 +22,13 @@ class KNNRouter(BaseRouter):
     over the ``k`` training queries nearest to the query (cosine similarity
     of L2-normalised encodings) *among the queries that model was evaluated
     on*, so models evaluated on different queries are each judged on their
-    own neighbours. A model with fewer than ``k`` evaluations uses all of
+    own neighbors. A model with fewer than ``k`` evaluations uses all of
     them.
 
     Parameters
     ----------
     k : int, default=50
-        Number of neighbours per model.
+        Number of neighbors per model.
     encoder : None, str, object with ``encode`` or mapping, default=None
         Query encoder (see :class:`~locus_sklearn.QueryEncoder`); None uses
         the bundled all-MiniLM-L6-v2.
@@ -37,7 +37,7 @@ class KNNRouter(BaseRouter):
     cost_weight : float, default=0.0
         Weight of the model costs in :meth:`predict`.
     weights : {"uniform", "distance"}, default="uniform"
-        "uniform" averages the neighbours' scores; "distance" weights each by
+        "uniform" averages the neighbors' scores; "distance" weights each by
         the inverse of its cosine distance ``1 - cos``, so an exact match
         dominates.
 
@@ -118,9 +118,9 @@ class KNNRouter(BaseRouter):
         self._shared_scores[rows] = table.score[in_shared]
 
     def _plan_search(self, n_queries):
-        """Number of shared neighbours and mask of the models that use them.
+        """Number of shared neighbors and mask of the models that use them.
 
-        A shared list of n neighbours costs about n per model and query; a
+        A shared list of n neighbors costs about n per model and query; a
         model's own top-k costs its number of evaluations. Sharing is tried
         for the models of largest coverage first.
         """
@@ -181,7 +181,7 @@ class KNNRouter(BaseRouter):
         weight = self._weights(nearest)
         rank_dtype = np.int16 if n_neighbors < np.iinfo(np.int16).max else np.int64
         for j, m in enumerate(self._shared_models):
-            # Neighbours are sorted by similarity: the model's k nearest
+            # Neighbors are sorted by similarity: the model's k nearest
             # evaluated queries are its first k evaluated ones in the list.
             evaluated = self._shared_evaluated[j][neighbor]
             rank = np.cumsum(evaluated, axis=1, dtype=rank_dtype)

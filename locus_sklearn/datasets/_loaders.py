@@ -89,6 +89,32 @@ def _require(frame, columns, name):
         )
 
 
+def _match_query_ids(ids, query_table, query_id_column):
+    """Row of ``query_table`` holding each evaluation's query id.
+
+    Every id must appear exactly once in the query table; no row is dropped.
+    """
+    table_ids = query_table[query_id_column]
+    repeated = table_ids[table_ids.duplicated()]
+    if len(repeated):
+        raise ValueError(
+            f"queries has {len(repeated)} repeated id(s) in column "
+            f"{query_id_column!r} (e.g. {_preview(repeated.unique()[:5])}); "
+            "each id must name one query."
+        )
+    position = pd.Index(table_ids).get_indexer(ids)
+    unmatched = position < 0
+    if unmatched.any():
+        bad = ids.to_numpy()[unmatched]
+        raise ValueError(
+            f"{int(unmatched.sum())} of {len(ids)} rows of path have a "
+            f"{query_id_column!r} that is not in queries "
+            f"({len(pd.unique(bad))} distinct id(s), e.g. "
+            f"{_preview(pd.unique(bad)[:5])}); every evaluated id needs a query."
+        )
+    return position
+
+
 def load_evals(
     path,
     *,
@@ -220,25 +246,9 @@ def load_evals(
         )
 
     if joined:
-        ids = query_table[query_id_column]
-        repeated = ids[ids.duplicated()]
-        if len(repeated):
-            raise ValueError(
-                f"queries has {len(repeated)} repeated id(s) in column "
-                f"{query_id_column!r} (e.g. {_preview(repeated.unique()[:5])}); "
-                "each id must name one query."
-            )
-        lookup = pd.Index(ids)
-        position = lookup.get_indexer(frame[query_id_column])
-        unmatched = position < 0
-        if unmatched.any():
-            bad = frame[query_id_column].to_numpy()[unmatched]
-            raise ValueError(
-                f"{int(unmatched.sum())} of {len(frame)} rows of path have a "
-                f"{query_id_column!r} that is not in queries "
-                f"({len(pd.unique(bad))} distinct id(s), e.g. "
-                f"{_preview(pd.unique(bad)[:5])}); every evaluated id needs a query."
-            )
+        position = _match_query_ids(
+            frame[query_id_column], query_table, query_id_column
+        )
         texts = query_table[query_column].to_numpy(dtype=object)[position]
         if task_in == "queries":
             tasks = query_table[task_name].to_numpy(dtype=object)[position]

@@ -40,6 +40,73 @@ def _labels(prefix, n, min_width=1):
     return np.array([f"{prefix}{i:0{width}d}" for i in range(n)], dtype=object)
 
 
+def _check_pool(
+    n_models, n_queries, n_tasks, n_families, n_features, evals_per_model, noise
+):
+    """Validated sizes of :func:`make_model_pool`, with evaluations per model."""
+    n_models = _check_int(n_models, "n_models", 1)
+    n_queries = _check_int(n_queries, "n_queries", 1)
+    n_tasks = _check_int(n_tasks, "n_tasks", 1)
+    n_families = _check_int(n_families, "n_families", 1)
+    n_features = _check_int(n_features, "n_features", 2)
+    if n_families > n_models:
+        raise ValueError(
+            f"n_families={n_families} should be <= n_models={n_models}; every "
+            "family needs at least one model."
+        )
+    if n_tasks > n_queries:
+        raise ValueError(
+            f"n_tasks={n_tasks} should be <= n_queries={n_queries}; every task "
+            "needs at least one query."
+        )
+    if isinstance(evals_per_model, str):
+        if evals_per_model != "all":
+            raise ValueError(
+                f"evals_per_model must be an int in [1, n_queries] or 'all'; got "
+                f"{evals_per_model!r}."
+            )
+        n_evals = n_queries
+    else:
+        n_evals = _check_int(evals_per_model, "evals_per_model", 1)
+        if n_evals > n_queries:
+            raise ValueError(
+                f"evals_per_model={n_evals} should be <= n_queries={n_queries} "
+                "(a model is scored at most once per query), or 'all'."
+            )
+    if (
+        not isinstance(noise, numbers.Real)
+        or isinstance(noise, bool)
+        or not np.isfinite(noise)
+        or noise < 0
+    ):
+        raise ValueError(f"noise must be a finite number >= 0; got {noise!r}.")
+    return n_models, n_queries, n_tasks, n_families, n_features, n_evals
+
+
+def _draw_models(rng, n_models, n_families, n_tasks, n_features):
+    """Families, task skills, directions, sizes and abilities of the models.
+
+    Families are contiguous blocks, so sorted names keep family order.
+    """
+    model_family = np.sort(np.arange(n_models) % n_families)
+    profiles = _FAMILY_SKILL * rng.standard_normal((n_families, n_tasks))
+    skills = profiles[model_family]
+    skills = skills + _MODEL_SKILL * rng.standard_normal((n_models, n_tasks))
+    directions = _FAMILY_DIRECTION * rng.standard_normal((n_families, n_features))
+    directions = directions[model_family]
+    directions = directions + _MODEL_DIRECTION * rng.standard_normal(
+        (n_models, n_features)
+    )
+    log_size = rng.uniform(*_LOG10_PARAMS, size=n_models)
+    middle, half = np.mean(_LOG10_PARAMS), np.ptp(_LOG10_PARAMS) / 2
+    ability = (
+        _SIZE_EFFECT * (log_size - middle) / half
+        + _FAMILY_ABILITY * rng.standard_normal(n_families)[model_family]
+        + _MODEL_ABILITY * rng.standard_normal(n_models)
+    )
+    return model_family, skills, directions, log_size, ability
+
+
 def make_model_pool(
     n_models=40,
     n_queries=2000,
@@ -175,42 +242,9 @@ def make_model_pool(
     >>> data.encodings["q00"].shape
     (8,)
     """
-    n_models = _check_int(n_models, "n_models", 1)
-    n_queries = _check_int(n_queries, "n_queries", 1)
-    n_tasks = _check_int(n_tasks, "n_tasks", 1)
-    n_families = _check_int(n_families, "n_families", 1)
-    n_features = _check_int(n_features, "n_features", 2)
-    if n_families > n_models:
-        raise ValueError(
-            f"n_families={n_families} should be <= n_models={n_models}; every "
-            "family needs at least one model."
-        )
-    if n_tasks > n_queries:
-        raise ValueError(
-            f"n_tasks={n_tasks} should be <= n_queries={n_queries}; every task "
-            "needs at least one query."
-        )
-    if isinstance(evals_per_model, str):
-        if evals_per_model != "all":
-            raise ValueError(
-                f"evals_per_model must be an int in [1, n_queries] or 'all'; got "
-                f"{evals_per_model!r}."
-            )
-        n_evals = n_queries
-    else:
-        n_evals = _check_int(evals_per_model, "evals_per_model", 1)
-        if n_evals > n_queries:
-            raise ValueError(
-                f"evals_per_model={n_evals} should be <= n_queries={n_queries} "
-                "(a model is scored at most once per query), or 'all'."
-            )
-    if (
-        not isinstance(noise, numbers.Real)
-        or isinstance(noise, bool)
-        or not np.isfinite(noise)
-        or noise < 0
-    ):
-        raise ValueError(f"noise must be a finite number >= 0; got {noise!r}.")
+    n_models, n_queries, n_tasks, n_families, n_features, n_evals = _check_pool(
+        n_models, n_queries, n_tasks, n_families, n_features, evals_per_model, noise
+    )
     if not isinstance(binary, (bool, np.bool_)):
         raise TypeError(f"binary must be a bool; got {binary!r}.")
     if n_specialties is not None:
@@ -245,22 +279,8 @@ def make_model_pool(
     encodings /= np.linalg.norm(encodings, axis=1, keepdims=True)
     difficulty = _DIFFICULTY * rng.standard_normal(n_queries)
 
-    # Models: contiguous family blocks, so sorted names keep family order.
-    model_family = np.sort(np.arange(n_models) % n_families)
-    profiles = _FAMILY_SKILL * rng.standard_normal((n_families, n_tasks))
-    skills = profiles[model_family]
-    skills = skills + _MODEL_SKILL * rng.standard_normal((n_models, n_tasks))
-    directions = _FAMILY_DIRECTION * rng.standard_normal((n_families, n_features))
-    directions = directions[model_family]
-    directions = directions + _MODEL_DIRECTION * rng.standard_normal(
-        (n_models, n_features)
-    )
-    log_size = rng.uniform(*_LOG10_PARAMS, size=n_models)
-    middle, half = np.mean(_LOG10_PARAMS), np.ptp(_LOG10_PARAMS) / 2
-    ability = (
-        _SIZE_EFFECT * (log_size - middle) / half
-        + _FAMILY_ABILITY * rng.standard_normal(n_families)[model_family]
-        + _MODEL_ABILITY * rng.standard_normal(n_models)
+    model_family, skills, directions, log_size, ability = _draw_models(
+        rng, n_models, n_families, n_tasks, n_features
     )
 
     if n_specialties is not None:

@@ -1,6 +1,6 @@
-"""Inspect a pool through its model embeddings: neighbours, families, portfolios.
+"""Inspect a pool through its model embeddings: neighbors, families, portfolios.
 
-- Neighbours: :func:`nearest_models`, :func:`fallback_order`,
+- Neighbors: :func:`nearest_models`, :func:`fallback_order`,
   :func:`fallback_routing_accuracy`.
 - Geometry: :func:`distance_disagreement_correlation`,
   :func:`neighbor_agreement`, :func:`model_linkage`.

@@ -43,6 +43,31 @@ def as_pool(embeddings, names=None, *, name="embeddings"):
     return Z, check_names(names, len(Z), name=name)
 
 
+def router_embeddings(router, embeddings=None):
+    """The embeddings to judge a fitted router's pool by, and its model names.
+
+    ``embeddings`` (array-like of shape (n_models, d), one row per model of
+    ``router.classes_``) replaces the router's own ``model_embeddings_``.
+
+    Returns
+    -------
+    Z : ndarray of float64, shape (n_models, d)
+    classes : ndarray of object, shape (n_models,)
+    """
+    check_is_fitted(router)
+    classes = np.asarray(router.classes_, dtype=object)
+    if embeddings is None:
+        Z, _ = as_pool(router)
+        return Z, classes
+    Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
+    if len(Z) != len(classes):
+        raise ValueError(
+            f"embeddings has {len(Z)} rows but the router has {len(classes)} "
+            "models; pass one row per model of router.classes_."
+        )
+    return Z, classes
+
+
 def check_names(names, n_models, *, name="embeddings"):
     if isinstance(names, str):
         raise TypeError(
@@ -84,7 +109,7 @@ def pairwise(Z, Y=None, *, metric="cosine"):
     return np.asarray(pairwise_distances(Z, Y, metric=check_metric(metric)), np.float64)
 
 
-def neighbour_order(D):
+def neighbor_order(D):
     """Other models sorted by distance, shape (n_models, n_models - 1).
 
     Ties go to the lowest index (a stable sort).

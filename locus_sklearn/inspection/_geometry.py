@@ -7,7 +7,7 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
-from ._common import as_pool, as_pool_for_evals, disagreement, neighbour_order, pairwise
+from ._common import as_pool, as_pool_for_evals, disagreement, neighbor_order, pairwise
 from ._neighbors import _check_k
 
 __all__ = ["distance_disagreement_correlation", "model_linkage", "neighbor_agreement"]
@@ -100,15 +100,15 @@ def distance_disagreement_correlation(
 
 
 def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
-    """Agreement of each model with its k-th nearest neighbour vs a random model.
+    """Agreement of each model with its k-th nearest neighbor vs a random model.
 
     The agreement of two models is the fraction of their common queries on
     which their correctness agrees (``1 - mean |score_a - score_b|``). For each
-    neighbour rank k, the agreement of every model with its k-th nearest
+    neighbor rank k, the agreement of every model with its k-th nearest
     model in embedding space is averaged over models, next to the average
     agreement with a uniformly random other model (its exact expectation: the
     mean over all other models). The paper (section 3.5, figure 8) reports 79%
-    for the nearest neighbour, falling with k.
+    for the nearest neighbor, falling with k.
 
     Parameters
     ----------
@@ -117,7 +117,7 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     evals : DataFrame or mapping of columns
         Scored evaluations (``model``, ``query``, ``score``) of the pool.
     k : int or sequence of int, default=1
-        Neighbour rank(s), 1 being the nearest; at most ``n_models - 1``.
+        Neighbor rank(s), 1 being the nearest; at most ``n_models - 1``.
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows. None matches the rows to the models
         of ``evals`` in sorted order.
@@ -128,9 +128,9 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     -------
     result : DataFrame with one row per k
         Columns ``k``, ``agreement`` (mean over models of the agreement with
-        the k-th neighbour), ``random_agreement`` (mean over models of the
+        the k-th neighbor), ``random_agreement`` (mean over models of the
         mean agreement with the other models) and ``n_models`` (models whose
-        k-th neighbour shares a query with them, the ones averaged).
+        k-th neighbor shares a query with them, the ones averaged).
 
     Examples
     --------
@@ -153,7 +153,7 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     n_defined = (~np.isnan(agreement)).sum(axis=1)
     per_model = np.nansum(agreement, axis=1)[n_defined > 0] / n_defined[n_defined > 0]
     random_agreement = per_model.mean() if per_model.size else np.nan
-    order = neighbour_order(pairwise(Z, metric=metric))
+    order = neighbor_order(pairwise(Z, metric=metric))
     rows = np.arange(len(Z))
     records = []
     for kk in ks:

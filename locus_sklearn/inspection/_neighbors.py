@@ -4,11 +4,18 @@ from numbers import Integral
 
 import numpy as np
 import pandas as pd
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_array
 
 from .._evals import check_evals
 from ..metrics import route
-from ._common import as_pool, lookup, neighbour_order, pairwise, router_utility
+from ._common import (
+    as_pool,
+    lookup,
+    neighbor_order,
+    pairwise,
+    router_embeddings,
+    router_utility,
+)
 
 __all__ = ["fallback_order", "fallback_routing_accuracy", "nearest_models"]
 
@@ -40,9 +47,9 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
         :class:`~locus_sklearn.LocusRouter`), or model embeddings.
     model : str, int or array-like of shape (d,)
         A model of the pool (its name; its row index when ``names`` is None),
-        which is left out of its own neighbours, or an embedding.
+        which is left out of its own neighbors, or an embedding.
     k : int, default=5
-        Number of neighbours.
+        Number of neighbors.
     metric : {"cosine", "euclidean"}, default="cosine"
         Distance between embeddings.
     names : array-like of shape (n_models,), default=None
@@ -50,7 +57,7 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
 
     Returns
     -------
-    neighbours : DataFrame of shape (k, 2)
+    neighbors : DataFrame of shape (k, 2)
         Columns ``model`` and ``distance``, nearest first, indexed by rank
         (1 to k). Ties go to the lowest row.
 
@@ -103,7 +110,7 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
     -------
     order : DataFrame of shape (n_models, n_models - 1)
         Row ``m`` lists the other models, nearest first; columns are the
-        neighbour ranks 1 to n_models - 1. Ties go to the lowest row.
+        neighbor ranks 1 to n_models - 1. Ties go to the lowest row.
 
     Examples
     --------
@@ -116,7 +123,7 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
     c     b  a
     """
     Z, names = as_pool(embeddings, names)
-    order = neighbour_order(pairwise(Z, metric=metric))
+    order = neighbor_order(pairwise(Z, metric=metric))
     return pd.DataFrame(
         names[order],
         index=pd.Index(names, name=None),
@@ -125,12 +132,12 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
 
 
 def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="cosine"):
-    """Routing accuracy when the routed model is down and its neighbour answers.
+    """Routing accuracy when the routed model is down and its neighbor answers.
 
     Each query of ``evals`` is routed as ``router.predict`` would (the
     largest ``P(correct) - cost_weight * cost``) among the models with a score
     for it; the routed model is then made unavailable and the query goes to
-    its ``k``-th nearest neighbour in embedding space among the remaining
+    its ``k``-th nearest neighbor in embedding space among the remaining
     models with a score (paper, appendix E.2). On a complete score matrix this
     is exactly the paper's protocol; on a sparse one, a query's pool is the
     models scored on it, as in :func:`~locus_sklearn.metrics.routing_accuracy`.
@@ -144,7 +151,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
         Scored evaluations of models of the pool (``model``, ``query``,
         ``score``), typically held-out queries.
     k : int or sequence of int, default=1
-        Neighbour rank(s) of the fallback model: 1 is the nearest.
+        Neighbor rank(s) of the fallback model: 1 is the nearest.
     embeddings : array-like of shape (n_models, d), default=None
         Embeddings of ``router.classes_``; defaults to
         ``router.model_embeddings_``. Pass them to study a router that has no
@@ -173,17 +180,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     0  1       0.5                 1.0       0.5          2
     1  2       0.0                 1.0       0.0          2
     """
-    check_is_fitted(router)
-    classes = np.asarray(router.classes_, dtype=object)
-    if embeddings is None:
-        Z, _ = as_pool(router)
-    else:
-        Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
-        if len(Z) != len(classes):
-            raise ValueError(
-                f"embeddings has {len(Z)} rows but the router has {len(classes)} "
-                "models; pass one row per model of router.classes_."
-            )
+    Z, classes = router_embeddings(router, embeddings)
     ks = _check_k(k, len(classes) - 1, what="the number of other models")
     table = check_evals(evals)
     Y = table.to_dense(classes)
@@ -191,7 +188,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     routed = route(router_utility(router, table.queries), observed)
     rows = np.arange(len(Y))
     routed_score = Y[rows, routed]
-    order = neighbour_order(pairwise(Z, metric=metric))[routed]  # (n_queries, n - 1)
+    order = neighbor_order(pairwise(Z, metric=metric))[routed]  # (n_queries, n - 1)
     n_available = np.cumsum(observed[rows[:, None], order], axis=1)
     records = []
     for kk in ks:

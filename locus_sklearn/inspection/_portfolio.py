@@ -6,12 +6,11 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._evals import check_evals, check_model_costs
 from .._selectors import KMedoidsSelector
 from ..metrics import route
-from ._common import as_pool, router_utility
+from ._common import router_embeddings, router_utility
 
 __all__ = ["portfolio_curve"]
 
@@ -99,17 +98,7 @@ def portfolio_curve(
     0      1    (a,)  0.666667         0.45
     1      2  (a, c)  1.000000         0.75
     """
-    check_is_fitted(router)
-    classes = np.asarray(router.classes_, dtype=object)
-    if embeddings is None:
-        Z, _ = as_pool(router)
-    else:
-        Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
-        if len(Z) != len(classes):
-            raise ValueError(
-                f"embeddings has {len(Z)} rows but the router has {len(classes)} "
-                "models; pass one row per model of router.classes_."
-            )
+    Z, classes = router_embeddings(router, embeddings)
     selector = KMedoidsSelector() if selector is None else selector
     params = selector.get_params(deep=False)
     if "budget" in params:

@@ -1,0 +1,87 @@
+"""scikit-learn's estimator checks for every estimator that takes array input.
+
+The selectors take an embedding matrix (or a precomputed distance matrix) and
+run the whole suite. ``QueryEncoder`` takes text: its tags say so
+(``two_d_array=False, string=True``), and ``parametrize_with_checks`` then
+yields only ``check_estimator_cloneable``, because every other check fits on
+numeric matrices. The API checks that do not depend on the input type run on
+it explicitly below. The routers and ``LocusEmbedder`` fit evaluation tables,
+not arrays; their sklearn integration (clone, GridSearchCV, Pipeline, pickle)
+is tested in test_router.py, test_embedder.py and test_baselines.py.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.utils import estimator_checks
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from locus_sklearn import (
+    BudgetGreedySelector,
+    KCenterSelector,
+    KMedoidsSelector,
+    QueryEncoder,
+)
+
+SELECTORS = [
+    KCenterSelector(n_select=3),
+    KMedoidsSelector(n_select=3),
+    KMedoidsSelector(n_select=3, method="pam"),
+    BudgetGreedySelector(budget=3.0),
+]
+PRECOMPUTED = [clone(s).set_params(metric="precomputed") for s in SELECTORS]
+MAPPING_ENCODER = QueryEncoder({"q1": np.array([1.0, 0.0]), "q2": np.array([0.6, 0.8])})
+
+
+def _expected_failed_checks(estimator):
+    if getattr(estimator, "metric", None) == "precomputed":
+        # check_clustering fits raw (n_samples, 2) features whatever the pairwise
+        # tag says; a precomputed selector rightly rejects a non-square matrix.
+        return {"check_clustering": "passes features, not a distance matrix"}
+    return {}
+
+
+with warnings.catch_warnings():
+    # The SkipTestWarning says what the module docstring says: text input.
+    warnings.filterwarnings("ignore", "Can't test estimator QueryEncoder")
+    _ESTIMATOR_CHECKS = parametrize_with_checks(
+        [*SELECTORS, *PRECOMPUTED, MAPPING_ENCODER],
+        expected_failed_checks=_expected_failed_checks,
+    )
+
+
+@_ESTIMATOR_CHECKS
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+# Checks of the estimator API that never fit on numeric matrices, so they apply
+# to a transformer of text.
+TEXT_INPUT_API_CHECKS = [
+    "check_estimator_tags_renamed",
+    "check_valid_tag_types",
+    "check_estimator_repr",
+    "check_no_attributes_set_in_init",
+    "check_do_not_raise_errors_in_init_or_set_params",
+    "check_mixin_order",
+    "check_get_params_invariance",
+    "check_set_params",
+    "check_parameters_default_constructible",
+    "check_estimators_unfitted",
+    "check_transformers_unfitted",
+    "check_get_feature_names_out_error",
+]
+
+
+@pytest.mark.parametrize("check", TEXT_INPUT_API_CHECKS)
+def test_query_encoder_api(check):
+    getattr(estimator_checks, check)("QueryEncoder", clone(MAPPING_ENCODER))
+
+
+def test_query_encoder_is_tagged_as_a_text_transformer():
+    tags = MAPPING_ENCODER.__sklearn_tags__()
+    assert tags.input_tags.string and not tags.input_tags.two_d_array
+    encoded = clone(MAPPING_ENCODER).fit().transform(["q2", "q1", "q2"])
+    np.testing.assert_allclose(encoded, [[0.6, 0.8], [1.0, 0.0], [0.6, 0.8]])

@@ -1,0 +1,136 @@
+"""LocusEmbedder: embeddings (shape, order, determinism), hyper-parameter and
+input errors, inference precision, and use as a Pipeline step.
+
+The tiny settings and the fitted ``pool`` / ``router`` fixtures are in conftest.py.
+"""
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import Pipeline
+from sklearn.utils._param_validation import InvalidParameterError
+
+from locus_sklearn import KCenterSelector
+
+
+def test_embedder_transform_shape_order_and_determinism(router, pool, rows_of):
+    embedder = router.embedder_
+    z = embedder.transform(pool.evals)
+    assert z.shape == (12, 16) and z.dtype == np.float32
+    assert np.isfinite(z).all()
+    shuffled = pool.evals.sample(frac=1.0, random_state=3)
+    np.testing.assert_array_equal(embedder.transform(shuffled), z)
+    # One row per model, in sorted model-name order, whatever the input order.
+    sub = rows_of(pool.evals, ["fam2-m11", "fam0-m00"])
+    z_sub = embedder.transform(sub)
+    np.testing.assert_allclose(z_sub, z[[0, 11]], atol=1e-5)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_embedding_invariant_to_row_order_hypothesis(router, pool, seed, rows_of):
+    rows = rows_of(pool.evals, ["fam1-m05"])
+    z = router.embedder_.transform(rows)
+    perm = rows.sample(frac=1.0, random_state=seed)
+    assert np.abs(router.embedder_.transform(perm) - z).max() < 1e-5
+
+
+def test_batching_does_not_change_embeddings(router, pool):
+    # Tiny token budget -> one model per forward pass; must equal the batched run.
+    embedder = clone(router.embedder_)
+    embedder.__dict__.update(
+        {k: v for k, v in router.embedder_.__dict__.items() if k.endswith("_")}
+    )
+    embedder.transform_batch_tokens = 1
+    np.testing.assert_allclose(
+        embedder.transform(pool.evals),
+        router.embedder_.transform(pool.evals),
+        atol=1e-5,
+    )
+
+
+def test_same_random_state_gives_identical_fit(
+    pool, tiny_embedder, model_names, rows_of
+):
+    evals = rows_of(pool.evals, model_names[:6])
+    a = tiny_embedder(pool.encodings, max_epochs=2).fit(evals).transform(evals)
+    b = tiny_embedder(pool.encodings, max_epochs=2).fit(evals).transform(evals)
+    np.testing.assert_array_equal(a, b)
+    c = tiny_embedder(pool.encodings, max_epochs=2, random_state=1).fit(evals)
+    assert not np.array_equal(a, c.transform(evals))
+
+
+def test_fit_leaves_global_torch_rng_alone(pool, tiny_embedder, model_names, rows_of):
+    import torch
+
+    evals = rows_of(pool.evals, model_names[:4])
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    tiny_embedder(pool.encodings, max_epochs=1).fit(evals)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_fit_rejects_models_with_one_evaluation(pool, tiny_embedder):
+    evals = pd.concat([pool.evals, pool.evals.iloc[:1].assign(model="lonely")])
+    with pytest.raises(ValueError, match="at least 2 evaluations per model.*'lonely'"):
+        tiny_embedder(pool.encodings).fit(evals)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"embedding_dim": 0}, "embedding_dim"),
+        ({"n_heads": 3}, "n_heads=3 must divide embedding_dim=16"),
+        ({"enc_size": (10, 5)}, "enc_size"),
+        ({"early_stopping": "valid_acc"}, "early_stopping"),
+        ({"inference_dtype": "float16"}, "inference_dtype"),
+    ],
+)
+def test_invalid_hyper_parameters(pool, params, match, tiny_embedder):
+    with pytest.raises((ValueError, InvalidParameterError), match=match):
+        tiny_embedder(pool.encodings, **params).fit(pool.evals)
+
+
+def test_wrong_encoder_dimension(router, pool):
+    from locus_sklearn import QueryEncoder
+
+    other = {q: np.ones(5, dtype=np.float32) for q in pool.encodings}
+    broken = pickle.loads(pickle.dumps(router))
+    broken.embedder_.encoder_ = QueryEncoder(other).fit()
+    with pytest.raises(
+        ValueError, match="5-dimensional query encodings.*32-dimensional"
+    ):
+        broken.embedder_.transform(pool.evals)
+
+
+def test_bfloat16_inference_close_to_float32(router, pool):
+    z32 = router.embedder_.transform(pool.evals)
+    emb = pickle.loads(pickle.dumps(router.embedder_))
+    emb.inference_dtype = "bfloat16"
+    z16 = emb.transform(pool.evals)
+    rel = np.linalg.norm(z16 - z32, axis=1) / np.linalg.norm(z32, axis=1)
+    assert rel.max() < 0.05
+
+
+def test_pipeline_with_selector(pool, tiny_embedder):
+    pipe = Pipeline(
+        [
+            ("embed", tiny_embedder(pool.encodings, max_epochs=1)),
+            ("select", KCenterSelector(3)),
+        ]
+    )
+    pipe.fit(pool.evals)
+    assert len(pipe[-1].selected_indices_) == 3
+    assert pipe.transform(pool.evals).shape == (12, 3)
+
+
+def test_unfitted_embedder_raises(pool, tiny_embedder):
+    with pytest.raises(NotFittedError):
+        tiny_embedder(pool.encodings).transform(pool.evals)

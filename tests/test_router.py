@@ -1,0 +1,207 @@
+"""LocusRouter: routing, cost-aware routing, scoring, onboarding and removing
+models, and sklearn integration (clone, GridSearchCV, FrozenEstimator, pickle).
+
+The tiny settings and the fitted ``pool`` / ``router`` fixtures are in conftest.py.
+"""
+
+import pickle
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import GridSearchCV, GroupKFold
+
+from locus_sklearn import LocusRouter
+from locus_sklearn.datasets import make_model_pool
+from locus_sklearn.metrics import correctness_accuracy
+
+
+def test_router_shapes_and_probabilities(router, model_names, query_texts):
+    queries = query_texts[:7]
+    proba = router.predict_proba(queries)
+    assert proba.shape == (7, 12)
+    assert np.isfinite(proba).all() and (proba >= 0).all() and (proba <= 1).all()
+    assert router.classes_.tolist() == sorted(model_names)
+    routed = router.predict(queries)
+    np.testing.assert_array_equal(routed, router.classes_[proba.argmax(axis=1)])
+    frame = pd.DataFrame({"query": queries})
+    np.testing.assert_array_equal(router.predict(frame), routed)
+
+
+def test_predict_restricted_to_subset(router, pool, query_texts):
+    subset = ["fam0-m01", "fam2-m10"]
+    routed = router.predict(query_texts[:50], models=subset)
+    assert set(routed) <= set(subset)
+    with pytest.raises(ValueError, match="not in the pool: \\['nope'\\]"):
+        router.predict(query_texts[:2], models=["nope"])
+
+
+def test_cost_aware_routing(pool, tiny_embedder, model_names, query_texts):
+    costs = {m: 0.0 for m in model_names}
+    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)).fit(
+        pool.evals, model_costs=costs
+    )
+    queries = query_texts[:40]
+    favourite = pd.Series(r.predict(queries)).mode()[0]
+    costs[favourite] = 10.0
+    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), cost_weight=1.0).fit(
+        pool.evals, model_costs=costs
+    )
+    assert favourite not in set(r.predict(queries))
+    with pytest.raises(ValueError, match="needs model costs"):
+        LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), cost_weight=1.0).fit(
+            pool.evals
+        ).predict(queries)
+
+
+def test_nan_costs_rejected(pool, tiny_embedder, model_names):
+    costs = {m: 1.0 for m in model_names}
+    costs[model_names[0]] = float("nan")
+    with pytest.raises(ValueError, match="model_costs must be finite"):
+        LocusRouter(tiny_embedder(pool.encodings)).fit(pool.evals, model_costs=costs)
+
+
+def test_score_is_routing_accuracy(router, pool):
+    accuracy = router.score(pool.evals)
+    assert 0.0 <= accuracy <= 1.0
+    with pytest.raises(ValueError, match="not in the pool"):
+        router.score(pool.evals.assign(model="stranger"))
+
+
+def test_empty_queries_rejected(router):
+    with pytest.raises(ValueError, match="queries is empty"):
+        router.predict_proba([])
+
+
+def test_add_models_leaves_other_rows_unchanged(
+    pool, tiny_embedder, model_names, rows_of
+):
+    held_out = ["fam1-m04", "fam2-m09"]
+    train = pool.evals[~pool.evals["model"].isin(held_out)]
+    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=2)).fit(train)
+    before = dict(zip(r.classes_, r.model_embeddings_.copy(), strict=True))
+    r.add_models(rows_of(pool.evals, held_out))
+    assert r.classes_.tolist() == sorted(model_names)
+    for name, z in before.items():
+        np.testing.assert_array_equal(
+            r.model_embeddings_[r.classes_.tolist().index(name)], z
+        )
+    # Refreshing an existing model from fewer evaluations changes only its row.
+    rows = rows_of(pool.evals, ["fam0-m00"]).iloc[:50]
+    snapshot = r.model_embeddings_.copy()
+    r.add_models(rows)
+    changed = np.any(r.model_embeddings_ != snapshot, axis=1)
+    assert changed.tolist() == [name == "fam0-m00" for name in r.classes_]
+    r.remove_models(held_out)
+    assert set(held_out).isdisjoint(r.classes_)
+    assert r.model_embeddings_.shape[0] == 10
+    with pytest.raises(ValueError, match="every model"):
+        r.remove_models(list(r.classes_))
+
+
+def test_onboarded_model_from_128_evaluations_is_usable(tiny_embedder, rows_of):
+    pool = make_model_pool(
+        n_models=16,
+        n_queries=600,
+        n_tasks=4,
+        n_families=4,
+        evals_per_model=300,
+        random_state=1,
+    )
+    new = "fam3-m15"
+    train = pool.evals[pool.evals["model"] != new]
+    queries = np.array(sorted(pool.evals["query"].unique()))
+    rng = np.random.default_rng(0)
+    new_rows = rows_of(pool.evals, [new])
+    onboard = new_rows.sample(128, random_state=0)
+    test = new_rows.drop(onboard.index)
+    r = LocusRouter(
+        tiny_embedder(pool.encodings, max_epochs=30, patience=5, episodes_per_epoch=64)
+    ).fit(train)
+    r.add_models(onboard)
+    from locus_sklearn._evals import check_evals
+
+    table = check_evals(test)
+    y_true = table.to_dense([new])
+    proba = r.predict_proba(table.queries)[:, [r.classes_.tolist().index(new)]]
+    # Pool-average predictor: the mean score of the training pool.
+    pool_mean = np.full_like(y_true, train["score"].mean())
+    assert correctness_accuracy(y_true, proba) > correctness_accuracy(y_true, pool_mean)
+    del queries, rng
+
+
+def test_kernel_readout_router_keeps_evaluations(
+    pool, tmp_path, tiny_embedder, model_names, query_texts, rows_of
+):
+    r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1, kernel_readout=True))
+    r.fit(pool.evals)
+    queries = query_texts[:15]
+    before = r.predict_proba(queries)
+    assert r.pool_evals_[1].n_models == 12 and np.isfinite(before).all()
+    names = model_names
+    r.remove_models(names[:2])
+    assert r.pool_evals_[1].models.tolist() == names[2:]
+    r.add_models(rows_of(pool.evals, names[:2]))
+    np.testing.assert_allclose(r.predict_proba(queries), before, atol=1e-6)
+    r.save(tmp_path / "kr.safetensors")
+    loaded = LocusRouter.load(tmp_path / "kr.safetensors")
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), r.predict_proba(queries)
+    )
+    with pytest.raises(ValueError, match="pass evals="):
+        r.embedder_.predict_proba(r.model_embeddings_, queries)
+    z = r.embedder_.transform(pool.evals)
+    np.testing.assert_allclose(
+        r.embedder_.predict_proba(z, queries, evals=pool.evals), before, atol=1e-6
+    )
+
+
+def test_clone_and_params(pool, tiny_embedder):
+    router = LocusRouter(tiny_embedder(pool.encodings), cost_weight=0.5)
+    params = router.get_params()
+    assert params["embedder__embedding_dim"] == 16 and params["cost_weight"] == 0.5
+    cloned = clone(router)
+    assert cloned.get_params()["embedder__embedding_dim"] == 16
+    cloned.set_params(embedder__embedding_dim=8)
+    assert router.embedder.embedding_dim == 16
+
+
+def test_grid_search_with_group_kfold_on_queries(pool, tiny_embedder):
+    search = GridSearchCV(
+        LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)),
+        {"embedder__embedding_dim": [8, 16]},
+        cv=GroupKFold(2),
+    )
+    search.fit(pool.evals, groups=pool.evals["query"])
+    assert search.best_params_["embedder__embedding_dim"] in (8, 16)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+
+
+def test_frozen_embedder_is_reused_without_training(router, pool, query_texts):
+    frozen = FrozenEstimator(router.embedder_)
+    reused = LocusRouter(frozen).fit(pool.evals)
+    np.testing.assert_array_equal(reused.model_embeddings_, router.model_embeddings_)
+    np.testing.assert_array_equal(
+        reused.predict_proba(query_texts[:5]), router.predict_proba(query_texts[:5])
+    )
+
+
+def test_pickle_and_joblib_round_trip(router, tmp_path, query_texts):
+    queries = query_texts[:20]
+    expected = router.predict_proba(queries)
+    np.testing.assert_array_equal(
+        pickle.loads(pickle.dumps(router)).predict_proba(queries), expected
+    )
+    joblib.dump(router, tmp_path / "router.joblib")
+    np.testing.assert_array_equal(
+        joblib.load(tmp_path / "router.joblib").predict_proba(queries), expected
+    )
+
+
+def test_unfitted_router_raises():
+    with pytest.raises(NotFittedError):
+        LocusRouter().predict(["2+2?"])

@@ -1,0 +1,193 @@
+"""LOCUS training (``_training``): episodes, collators, callbacks and
+``fit_network``, through LocusEmbedder.fit and directly.
+
+The tiny settings and the ``pool`` fixture are in conftest.py.
+"""
+
+import numpy as np
+import pytest
+
+from locus_sklearn import LocusRouter
+from locus_sklearn.metrics import correctness_accuracy
+
+
+def test_training_history_and_early_stopping(pool, tiny_embedder):
+    emb = tiny_embedder(pool.encodings, max_epochs=30, patience=2, lr=0.05)
+    emb.fit(pool.evals)
+    history = emb.net_.history
+    assert {"train_loss", "valid_loss", "valid_routing_accuracy"} <= set(history[-1])
+    assert emb.n_epochs_ == len(history) <= 30
+    no_valid = tiny_embedder(pool.encodings, max_epochs=2, validation_fraction=0.0)
+    no_valid.fit(pool.evals)
+    assert "valid_loss" not in no_valid.net_.history[-1]
+
+
+def test_fit_learns_better_than_pool_average(pool, tiny_embedder):
+    """Trained predictions beat a per-model-mean predictor on held-out queries."""
+    queries = np.array(sorted(pool.evals["query"].unique()))
+    rng = np.random.default_rng(0)
+    test_q = set(rng.choice(queries, size=80, replace=False))
+    is_test = pool.evals["query"].isin(test_q)
+    train, test = pool.evals[~is_test], pool.evals[is_test]
+    router = LocusRouter(
+        tiny_embedder(pool.encodings, max_epochs=25, patience=5, episodes_per_epoch=64)
+    ).fit(train)
+    from locus_sklearn._evals import check_evals
+
+    table = check_evals(test)
+    y_true = table.to_dense(router.classes_)
+    proba = router.predict_proba(table.queries)
+    means = train.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
+    baseline = correctness_accuracy(y_true, np.broadcast_to(means, y_true.shape))
+    assert correctness_accuracy(y_true, proba) > baseline
+
+
+def test_mixed_model_episodes_train_and_are_reproducible(
+    pool, tiny_embedder, model_names, rows_of
+):
+    import torch
+
+    from locus_sklearn._training import RandomEpisodes
+
+    queries = [torch.arange(0, 10), torch.arange(5, 15)]
+    scores = [torch.ones(10), torch.zeros(10)]
+    region = torch.tensor([0] * 8 + [1] * 8)
+    episodes = RandomEpisodes(
+        queries, scores, np.array([0]), mix_prob=1.0, query_region=region
+    )
+    torch.manual_seed(0)
+    for _ in range(20):
+        (rows, labels), _ = episodes[0]
+        # Model 0 (score 1) keeps its rows in the regions not taken from model 1.
+        for q, y in zip(rows.tolist(), labels.tolist(), strict=True):
+            assert y == 1.0 and q < 10 or y == 0.0 and q >= 5
+    evals = rows_of(pool.evals, model_names[:6])
+    a = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(
+        evals
+    )
+    b = tiny_embedder(pool.encodings, max_epochs=2, mix_prob=0.5, n_regions=4).fit(
+        evals
+    )
+    np.testing.assert_array_equal(a.transform(evals), b.transform(evals))
+
+
+def test_episode_collator_draws_one_encoder_size_per_batch():
+    import torch
+
+    from locus_sklearn._training import EpisodeCollator, RandomEpisodes
+
+    sizes = [100, 90, 8]
+    queries = [torch.arange(n) + 1000 * m for m, n in enumerate(sizes)]
+    scores = [torch.full((n,), float(m % 2)) for m, n in enumerate(sizes)]
+    episodes = RandomEpisodes(queries, scores, np.arange(3))
+    collate = EpisodeCollator((10, 50), dec_size=20, disjoint=True)
+    torch.manual_seed(0)
+    drawn = []
+    for _ in range(50):
+        X, y = collate([episodes[i] for i in range(3)])
+        n_enc = X["enc_mask"].sum(1).tolist()
+        # One size for the batch; the 8-row model is capped at 8 - 8 // 4 = 6.
+        assert n_enc[0] == n_enc[1] and 10 <= n_enc[0] <= 50
+        assert n_enc[2] == 6
+        drawn.append(n_enc[0])
+        for b, n in enumerate(sizes):
+            enc = set(X["enc_index"][b, : n_enc[b]].tolist())
+            n_dec = int((~torch.isnan(y[b])).sum())
+            dec = set(X["dec_index"][b, :n_dec].tolist())
+            assert not enc & dec  # disjoint
+            assert n_dec == min(20, n - n_enc[b])
+            assert enc | dec <= set(queries[b].tolist())
+            # Scores travel with their queries.
+            assert torch.all(X["enc_score"][b, : n_enc[b]] == float(b % 2))
+    assert len(set(drawn)) > 10  # sizes do vary from batch to batch
+
+
+def test_divergence_is_a_clear_error(pool, tiny_embedder, model_names, rows_of):
+    evals = rows_of(pool.evals, model_names[:4])
+    with pytest.raises(FloatingPointError, match="training diverged.*lower lr"):
+        tiny_embedder(pool.encodings, lr=1e30, gradient_clip=None, max_epochs=3).fit(
+            evals
+        )
+
+
+def test_valid_routing_accuracy_reuses_the_validation_pass(
+    pool, tiny_embedder, model_names, rows_of
+):
+    """The callback takes its embeddings from skorch's validation pass; they
+    must give the same number as embedding the validation episodes anew."""
+    import torch
+
+    from locus_sklearn._evals import check_evals
+
+    evals = rows_of(pool.evals, model_names[:8])
+    embedder = tiny_embedder(
+        pool.encodings, max_epochs=2, early_stopping=None, validation_fraction=0.3
+    ).fit(evals)
+    net = embedder.net_
+    recorded = net.history[-1, "valid_routing_accuracy"]
+    callback = dict(net.callbacks_)["valid_routing"]
+    assert callback.bank is None and net.query_bank_ is None  # released after fit
+    table = check_evals(evals)
+    bank = embedder.encoder_.transform(table.queries)
+    callback.bank = torch.as_tensor(bank, dtype=torch.float32)
+    callback.on_epoch_end(net)  # no validation pass: embeds the episodes itself
+    assert net.history[-1, "valid_routing_accuracy"] == pytest.approx(
+        recorded, abs=1e-12
+    )
+
+
+def test_gather_queries_gives_the_same_logits_as_the_whole_bank():
+    import torch
+
+    from locus_sklearn._nn import LocusNetwork
+    from locus_sklearn._training import gather_queries
+
+    torch.manual_seed(0)
+    net = LocusNetwork(12, embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2).eval()
+    bank = torch.randn(30, 12)
+    X = {
+        "enc_index": torch.tensor([[3, 7, 9], [20, 3, 0]]),
+        "enc_score": torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]),
+        "enc_mask": torch.tensor([[True, True, True], [True, True, False]]),
+        "dec_index": torch.tensor([[1, 2], [29, 3]]),
+    }
+    whole = net(bank, **X)
+    inputs = gather_queries(bank, X)
+    assert len(inputs["features"]) == 8  # unique queries: 0-3, 7, 9, 20, 29
+    torch.testing.assert_close(net(**inputs), whole)
+
+
+# ------------------------------------------------------------ profile objective
+def test_collate_episodes_gives_each_episodes_mean_score_per_region():
+    import torch
+
+    from locus_sklearn._training import collate_episodes
+
+    region = torch.tensor([0, 0, 1, 2, 2, 1])
+    episodes = [
+        ((torch.tensor([0]), torch.tensor([1.0]),
+          torch.tensor([1, 2, 3, 4]), torch.tensor([1.0, 0.0, 1.0, 0.0])), 0),
+        ((torch.tensor([5]), torch.tensor([0.0]),
+          torch.tensor([0, 1]), torch.tensor([0.0, 1.0])), 1),
+    ]  # fmt: skip
+    X, _ = collate_episodes(episodes, (region, 4))
+    # Episode 0: region 0 has query 1 (1.0), region 1 query 2 (0.0), region 2
+    # queries 3 and 4 (mean 0.5); episode 1: region 0, queries 0 and 1 (0.5).
+    expected = torch.tensor([[1.0, 0.0, 0.5, 0.0], [0.5, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(X["profile"], expected)
+    torch.testing.assert_close(
+        X["profile_count"], torch.tensor([[1.0, 1.0, 2.0, 0.0], [2.0, 0, 0, 0]])
+    )
+    assert "profile" not in collate_episodes(episodes)[0]
+
+
+def test_profile_objective_trains_a_head_and_changes_the_embeddings(
+    pool, tiny_embedder
+):
+    plain = tiny_embedder(pool.encodings, max_epochs=2).fit(pool.evals)
+    profiled = tiny_embedder(
+        pool.encodings, max_epochs=2, n_profile_regions=4, profile_weight=1.0
+    ).fit(pool.evals)
+    assert profiled.net_.module_.profile.out_features == 4
+    assert plain.net_.module_.profile is None
+    assert not np.allclose(plain.transform(pool.evals), profiled.transform(pool.evals))
