@@ -262,14 +262,17 @@ def bfcl_twin_groups(models):
     return {k: sorted(v) for k, v in groups.items() if len(v) >= 2}
 
 
-def load_bfcl(encoder=None, root=None):
-    """BFCL v2 (non-live): 71 models x 1,700 function-calling queries, 12 tasks."""
-    root = root or os.path.join(SHARED_DATA, "bfcl_71models")
+def _dense_pool(root, prefix):
+    """A shared pool's queries x models score matrix as a long evals table.
+
+    Returns (evals, queries frame, model names, query ids ``prefix/qid``);
+    missing (NaN) scores are left out.
+    """
     data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
     queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
     Y, models = data["Y"], data["models"].astype(str)
     assert (queries["qid"].astype(str).to_numpy() == data["qid"].astype(str)).all()
-    ids = np.array([f"bfcl/{q}" for q in data["qid"].astype(str)], dtype=object)
+    ids = np.array([f"{prefix}/{q}" for q in data["qid"].astype(str)], dtype=object)
     qi, mi = np.nonzero(np.isfinite(Y))
     evals = pd.DataFrame(
         {
@@ -279,6 +282,13 @@ def load_bfcl(encoder=None, root=None):
             "task": data["task"].astype(str)[qi].astype(object),
         }
     )
+    return evals, queries, models, ids
+
+
+def load_bfcl(encoder=None, root=None):
+    """BFCL v2 (non-live): 71 models x 1,700 function-calling queries, 12 tasks."""
+    root = root or os.path.join(SHARED_DATA, "bfcl_71models")
+    evals, queries, models, ids = _dense_pool(root, "bfcl")
     texts = [
         _bfcl_text(t, f)
         for t, f in zip(queries["text"], queries["functions"], strict=True)
@@ -337,20 +347,7 @@ def shaberi_sibling_groups(models):
 def load_shaberi(encoder=None, root=None):
     """Shaberi: 169 models x 320 Japanese chat prompts, graded 0-1 judge scores."""
     root = root or os.path.join(SHARED_DATA, "shaberi_169models")
-    data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
-    queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
-    Y, models = data["Y"], data["models"].astype(str)
-    assert (queries["qid"].astype(str).to_numpy() == data["qid"].astype(str)).all()
-    ids = np.array([f"shaberi/{q}" for q in data["qid"].astype(str)], dtype=object)
-    qi, mi = np.nonzero(np.isfinite(Y))
-    evals = pd.DataFrame(
-        {
-            "model": models[mi].astype(object),
-            "query": ids[qi],
-            "score": Y[qi, mi].astype(np.float64),
-            "task": data["task"].astype(str)[qi].astype(object),
-        }
-    )
+    evals, queries, models, ids = _dense_pool(root, "shaberi")
     return BenchData(
         name="shaberi",
         evals=evals,

@@ -27,6 +27,7 @@ import torch
 
 from locus_sklearn import LocusEmbedder
 from locus_sklearn._evals import check_evals
+from locus_sklearn._training import build_net
 
 N_FEATURES = 384
 
@@ -69,7 +70,7 @@ def encoder_flops_per_token(d=128, r=64, n_blocks=2):
 def fitted_random_embedder(n_features=N_FEATURES, **params):
     """An embedder with random weights, ready to transform (no training)."""
     embedder = LocusEmbedder(**params)
-    net = embedder._build_net(n_features)
+    net = build_net(embedder._saved_params(), n_features, device="cpu")
     torch.manual_seed(0)
     net.initialize()
     net.module_.eval()
@@ -114,17 +115,17 @@ def bench_transform(repeats):
             if dtype == "bfloat16" and (n_models, n_evals) != (112, 4096):
                 continue
             embedder.inference_dtype = dtype
-            embedder._embed_table(table, X)  # warm-up
-            t = _median_time(lambda t=table, x=X: embedder._embed_table(t, x), repeats)
+            embedder._transform_encoded(table, X)  # warm-up
+            t = _median_time(lambda t=table, x=X: embedder._transform_encoded(t, x), repeats)
             rows[f"{n_models}x{n_evals}/{dtype}"] = t
             print(
                 f"transform {n_models:4d} models x {n_evals:5d} evals [{dtype}]: {t:.2f} s"
             )
     embedder.inference_dtype = "float32"
     _, table, X = synthetic_table(112, 4096, 12000)
-    z32 = embedder._embed_table(table, X)
+    z32 = embedder._transform_encoded(table, X)
     embedder.inference_dtype = "bfloat16"
-    z16 = embedder._embed_table(table, X)
+    z16 = embedder._transform_encoded(table, X)
     rel = float(np.max(np.linalg.norm(z16 - z32, axis=1) / np.linalg.norm(z32, axis=1)))
     print(f"bfloat16 vs float32: max relative embedding difference {rel:.4f}")
     return rows, rel
@@ -153,6 +154,7 @@ def bench_predict(repeats):
 
     def expanded():
         with torch.inference_mode():
+            # The network's per-pair forward path (training's), on all pairs.
             return module.predictor(Z, X, torch.arange(4096).expand(112, 4096))
 
     t = _median_time(expanded, max(1, repeats // 2))

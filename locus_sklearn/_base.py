@@ -13,7 +13,7 @@ from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from ._encoders import as_query_encoder
+from ._encoders import as_query_encoder, encode_as_fitted
 from ._evals import _preview, check_evals, check_model_costs, check_queries
 from .metrics._routing import route
 
@@ -129,14 +129,7 @@ class BaseRouter(BaseEstimator):
         """Encodings of ``queries`` by the fitted encoder, shape (n, n_features)."""
         if not self._uses_query_encodings:
             return np.zeros((len(queries), 0), dtype=np.float32)
-        X = self.encoder_.transform(queries)
-        if X.shape[1] != self.n_query_features_:
-            raise ValueError(
-                f"The encoder gives {X.shape[1]}-dimensional query encodings, but "
-                f"{type(self).__name__} was fitted on {self.n_query_features_}-"
-                "dimensional ones; use the encoder it was fitted with."
-            )
-        return X
+        return encode_as_fitted(self, queries)
 
     def _query_encoder(self):
         """The fitted query encoder to fit with."""

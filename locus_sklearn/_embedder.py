@@ -13,7 +13,7 @@ from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted
 
 from ._device import resolve_device
-from ._encoders import as_query_encoder
+from ._encoders import as_query_encoder, encode_as_fitted
 from ._evals import check_evals, check_queries
 from ._persistence import load_embedder, save_embedder
 from ._training import MONITORS, embed_models, fit_network, predict_proba
@@ -388,14 +388,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
 
     # --------------------------------------------------------------- transform
     def _encode(self, queries):
-        X = self.encoder_.transform(queries)
-        if X.shape[1] != self.n_query_features_:
-            raise ValueError(
-                f"The encoder gives {X.shape[1]}-dimensional query encodings, but "
-                f"the embedder was fitted on {self.n_query_features_}-dimensional "
-                "ones."
-            )
-        return X
+        return encode_as_fitted(self, queries)
 
     def transform(self, evals):
         """Embed each model of ``evals`` from its evaluations (no training).

@@ -576,3 +576,22 @@ def as_query_encoder(encoder, memory=None, device=None):
             query_encoder.set_params(device=device)
         return query_encoder.fit()
     return QueryEncoder(encoder, memory=memory, device=device).fit()
+
+
+def encode_as_fitted(estimator, queries):
+    """Encodings of ``queries`` by ``estimator.encoder_``, checked to have the
+    ``estimator.n_query_features_`` columns it was fitted on.
+
+    Returns
+    -------
+    X : ndarray of shape (n_queries, n_query_features_)
+    """
+    X = estimator.encoder_.transform(queries)
+    if X.shape[1] != estimator.n_query_features_:
+        raise ValueError(
+            f"The encoder gives {X.shape[1]}-dimensional query encodings, but "
+            f"{type(estimator).__name__} was fitted on "
+            f"{estimator.n_query_features_}-dimensional ones; use the encoder it "
+            "was fitted with."
+        )
+    return X

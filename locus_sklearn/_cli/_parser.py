@@ -10,6 +10,7 @@ import argparse
 import ast
 
 from . import _commands
+from ._types import model_list, nonnegative_float, positive_float, positive_int
 
 __all__ = ["PROG", "build_parser"]
 
@@ -24,44 +25,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ------------------------------------------------------------------ arg types
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive integer, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _nonnegative_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number >= 0, got {text!r}"
-        ) from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
-def _positive_float(text):
-    value = _nonnegative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def _model_list(text):
-    models = [m.strip() for m in text.split(",") if m.strip()]
-    if not models:
-        raise argparse.ArgumentTypeError("expected comma-separated model names")
-    return models
-
-
 def _assignment(text):
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
@@ -115,7 +78,7 @@ def _shared_parents():
     )
     common.add_argument(
         "--threads",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         default=argparse.SUPPRESS,
         help="number of CPU threads torch uses (default: torch's own choice)",
@@ -193,7 +156,7 @@ def _add_demo(sub, common):
     )
     p.add_argument(
         "--epochs",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="maximum training epochs (default: 40, with early stopping)",
     )
@@ -225,13 +188,13 @@ def _add_fit(sub, common, encoding):
     p.add_argument("--costs", metavar="FILE", help="csv with columns model,cost")
     p.add_argument(
         "--epochs",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="maximum epochs (default 100; early stopping usually ends sooner)",
     )
     p.add_argument(
         "--embedding-dim",
-        type=_positive_int,
+        type=positive_int,
         metavar="D",
         help="size of a model embedding (default 128)",
     )
@@ -268,21 +231,21 @@ def _add_route(sub, common, encoding, output):
     p.add_argument("--file", metavar="FILE", help="read one query per line from FILE")
     p.add_argument(
         "--top",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="show the K best models per query (default: 1)",
     )
     p.add_argument(
         "--cost-weight",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         metavar="L",
         help="route on P(correct) - L * cost (needs a router fitted "
         "with --costs; default: the router's own, usually 0)",
     )
     p.add_argument(
         "--models",
-        type=_model_list,
+        type=model_list,
         metavar="A,B,...",
         help="route only among these models (an outage, a portfolio)",
     )
@@ -344,10 +307,10 @@ def _add_select(sub, common, output):
         "embeddings", metavar="EMBEDDINGS.csv", help="as written by locus embed"
     )
     how = p.add_mutually_exclusive_group(required=True)
-    how.add_argument("--k", type=_positive_int, metavar="N", help="number of models")
+    how.add_argument("--k", type=positive_int, metavar="N", help="number of models")
     how.add_argument(
         "--budget",
-        type=_positive_float,
+        type=positive_float,
         metavar="B",
         help="largest total cost (with --costs; without, a model count)",
     )
@@ -375,7 +338,7 @@ def _add_neighbors(sub, common, encoding, output):
     p.add_argument("model", metavar="MODEL")
     p.add_argument(
         "--k",
-        type=_positive_int,
+        type=positive_int,
         default=5,
         metavar="N",
         help="number of neighbors (default: %(default)s)",

@@ -19,54 +19,25 @@ import os
 import sys
 from pathlib import Path
 
+from .._cli._types import model_list, nonnegative_float, positive_int
+
 __all__ = ["add_subparsers", "build_parser", "main"]
 
 PROG = "locus"
 
 
-def _nonnegative_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number >= 0, got {text!r}"
-        ) from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
 def _fraction(text):
-    value = _nonnegative_float(text)
+    value = nonnegative_float(text)
     if value > 1:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
     return value
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive integer, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _port(text):
-    value = _positive_int(text)
+    value = positive_int(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"expected a port in [1, 65535], got {text!r}")
     return value
-
-
-def _model_list(text):
-    models = [m.strip() for m in text.split(",") if m.strip()]
-    if not models:
-        raise argparse.ArgumentTypeError("expected comma-separated model names")
-    return models
 
 
 def _encoder(args):
@@ -273,31 +244,31 @@ def add_subparsers(subparsers):
     )
     p.add_argument(
         "--max-batch",
-        type=_positive_int,
+        type=positive_int,
         default=64,
         help="queries per micro-batch (default: %(default)s)",
     )
     p.add_argument(
         "--batch-window-ms",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         default=2.0,
         help="how long a batch waits for more requests (default: %(default)s)",
     )
     p.add_argument(
         "--max-queries",
-        type=_positive_int,
+        type=positive_int,
         default=256,
         help="queries per /route request (default: %(default)s)",
     )
     p.add_argument(
         "--max-body-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=1_000_000,
         help="largest request body (default: %(default)s)",
     )
     p.add_argument(
         "--watch",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         default=None,
         metavar="SECONDS",
         help="reload ROUTER when its file changes, checking every SECONDS "
@@ -311,7 +282,7 @@ def add_subparsers(subparsers):
     )
     p.add_argument(
         "--threads",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="torch threads for encoding and scoring (default: torch's; 1 is "
         "faster on a CPU shared with other processes)",
@@ -339,7 +310,7 @@ def add_subparsers(subparsers):
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument(
         "--target-cost",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         metavar="C",
         help="largest mean cost per query (units of the router's costs)",
     )
@@ -354,7 +325,7 @@ def add_subparsers(subparsers):
     )
     p.add_argument(
         "--models",
-        type=_model_list,
+        type=model_list,
         metavar="A,B",
         help="the models --target-share caps (comma-separated)",
     )
