@@ -103,7 +103,10 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         clusters of the training query encodings) on its decoder set, so
         that the embedding carries *what* a model is good at and not only
         how good it is. 0 trains on correctness alone (the paper's
-        objective).
+        objective). On BFCL at 256 evaluations per model, R = 16 changed
+        neither routing nor the embeddings' spread beyond the seed spread
+        (``benchmarks/results/TUNING.md``), since k-means regions of the
+        query encodings carry little besides strength there.
     profile_weight : float, default=1.0
         Weight of the profile objective next to the correctness BCE (used
         when ``n_profile_regions > 0``).
