@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from .._cli._types import model_list, nonnegative_float, positive_int
+from .._cli._types import model_list, nonnegative_float, positive_float, positive_int
 
 __all__ = ["add_subparsers", "build_parser", "main"]
 
@@ -152,7 +152,13 @@ def _cmd_serve(args):
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_keep_alive=args.keep_alive,
+    )
     return 0
 
 
@@ -265,6 +271,15 @@ def add_subparsers(subparsers):
         type=positive_int,
         default=1_000_000,
         help="largest request body (default: %(default)s)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        type=positive_float,
+        default=65.0,
+        metavar="SECONDS",
+        help="how long an idle client connection stays open; longer than the "
+        "clients' own pool timeout, so that a client never reuses a connection "
+        "the server is closing (default: %(default)s)",
     )
     p.add_argument(
         "--watch",
