@@ -378,10 +378,11 @@ class ValidRoutingAccuracy(Callback):
         if not training and embedding is not None:
             self.seen_.append(embedding)
 
-    def _embed(self, net, items):
-        """Embeddings of the validation episodes, shape (len(items), d)."""
-        if sum(len(z) for z in self.seen_) == len(items):
-            return torch.cat(self.seen_)
+    def _embed(self, net, items, seen):
+        """Embeddings of the validation episodes, shape (len(items), d): those
+        ``seen`` in the validation pass, or computed here."""
+        if sum(len(z) for z in seen) == len(items):
+            return torch.cat(seen)
         bank = self.bank.to(net.device)
         chunks = []
         for start in range(0, len(items), self.batch_size):
@@ -404,14 +405,12 @@ class ValidRoutingAccuracy(Callback):
         items = self.valid_episodes.items
         device = net.device
         models = torch.tensor([m for _, m in items], device=device)
-        self.seen_ = seen
         with torch.inference_mode():
-            z_items = self._embed(net, items)
+            z_items = self._embed(net, items, seen)
             z = z_items.new_zeros(self.n_models, z_items.shape[1])
             z[models] = z_items
             queries = self.bank[self.queries_[torch.as_tensor(self.keep_)]].to(device)
             logits = module.pairwise_logits(z, queries, self._evaluations(device))
-        self.seen_ = []
         module.train(was_training)
         # Models with no held-out rows keep a zero z; they never count, since
         # routing only ranks the models observed on each query.
