@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TINY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,15 +24,7 @@ def fitted():
     train = pool.evals[pool.evals["query"].isin(queries[:120])]
     test = pool.evals[~pool.evals["query"].isin(queries[:120])]
     router = LocusRouter(
-        LocusEmbedder(
-            pool.encodings,
-            embedding_dim=16,
-            n_latents=4,
-            n_blocks=1,
-            n_heads=2,
-            max_epochs=2,
-            random_state=0,
-        )
+        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 2, "random_state": 0})
     ).fit(train, model_costs=pool.n_params)
     return router, test
 

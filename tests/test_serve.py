@@ -21,6 +21,7 @@ httpx = pytest.importorskip("httpx")
 yaml = pytest.importorskip("yaml")
 
 import uvicorn  # noqa: E402
+from conftest import TINY  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.datasets import make_model_pool  # noqa: E402
@@ -43,15 +44,7 @@ def pool():
 
 def _fit(pool, evals, seed=0):
     return LocusRouter(
-        LocusEmbedder(
-            pool.encodings,
-            embedding_dim=16,
-            n_latents=4,
-            n_blocks=1,
-            n_heads=2,
-            max_epochs=2,
-            random_state=seed,
-        )
+        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 2, "random_state": seed})
     ).fit(evals, model_costs={m: pool.n_params[m] for m in evals["model"].unique()})
 
 
