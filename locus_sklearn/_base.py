@@ -149,8 +149,11 @@ class BaseRouter(BaseEstimator):
             (see :func:`~locus_sklearn.check_evals`).
         y : None
             Ignored; present for API consistency.
-        model_costs : mapping of str to float or array-like of shape (n_models,), default=None
+        model_costs : mapping of str to float, pandas Series or array-like of shape (n_models,), default=None
             Cost of each model, used by :meth:`predict` when ``cost_weight > 0``.
+            A mapping or Series is read by model name (a Series by its index);
+            an array in sorted model-name order (see
+            :func:`~locus_sklearn.check_model_costs`).
 
         Returns
         -------
