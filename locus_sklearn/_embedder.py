@@ -410,7 +410,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         table = check_evals(evals)
-        self._warn_few_evaluations(table)
+        # 4: this line, transform, scikit-learn's set_output wrapper, the caller.
+        self._warn_few_evaluations(table, stacklevel=4)
         embeddings = self._transform_encoded(table, self._encode(table.queries))
         return self._as_output(embeddings, table)
 
@@ -425,7 +426,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             columns=self.get_feature_names_out(),
         )
 
-    def _warn_few_evaluations(self, table):
+    def _warn_few_evaluations(self, table, stacklevel):
         low = int(self.enc_size[0])
         counts = np.diff(table.indptr)
         few = table.models[counts < low]
@@ -437,7 +438,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 "extrapolated and less reliable; give each model at least "
                 f"{low} scored queries.",
                 FewEvaluationsWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
 
     def _transform_encoded(self, table, X_query):

@@ -147,7 +147,7 @@ class LocusRouter(BaseRouter):
                 "model_costs were given, but the router was fitted without costs; "
                 "refit with model_costs= for the whole pool."
             )
-        self._locus._warn_few_evaluations(table)
+        self._locus._warn_few_evaluations(table, stacklevel=3)
         X_query = self._encode(table.queries)
         embeddings = self._locus._transform_encoded(table, X_query)
         classes = np.union1d(self.classes_, table.models).astype(object)
@@ -264,4 +264,6 @@ class LocusRouter(BaseRouter):
         embeddings : ndarray of shape (n_models, embedding_dim)
         """
         check_is_fitted(self)
-        return self._locus.transform(evals)
+        table = check_evals(evals)
+        self._locus._warn_few_evaluations(table, stacklevel=3)
+        return self._locus._transform_encoded(table, self._encode(table.queries))
