@@ -202,30 +202,8 @@ def _router_options(p):
     )
 
 
-def add_subparsers(subparsers):
-    """Register ``serve``, ``calibrate`` and ``litellm-config``.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        The ``locus`` parser's subcommands (``parser.add_subparsers()``).
-
-    Returns
-    -------
-    parsers : dict of str to argparse.ArgumentParser
-
-    Examples
-    --------
-    >>> import argparse
-    >>> from locus_sklearn.serve._cli import add_subparsers
-    >>> parser = argparse.ArgumentParser(prog="locus")
-    >>> parsers = add_subparsers(parser.add_subparsers(dest="command"))
-    >>> args = parser.parse_args(["calibrate", "r.safetensors", "evals.csv",
-    ...                           "--target-cost", "0.5"])
-    >>> args.target_cost, args.func.__name__
-    (0.5, '_cmd_calibrate')
-    """
-    parsers = {}
+def _add_serve(subparsers):
+    """The ``serve`` subcommand's parser."""
     p = subparsers.add_parser(
         "serve",
         help="serve a router over HTTP (routing service and OpenAI-compatible gateway)",
@@ -308,8 +286,11 @@ def add_subparsers(subparsers):
         choices=["critical", "error", "warning", "info", "debug"],
     )
     p.set_defaults(func=_cmd_serve, handler=_cmd_serve)
-    parsers["serve"] = p
+    return p
 
+
+def _add_calibrate(subparsers):
+    """The ``calibrate`` subcommand's parser."""
     p = subparsers.add_parser(
         "calibrate",
         help="tune the cost weight to a target mean cost, call share or accuracy",
@@ -352,8 +333,11 @@ def add_subparsers(subparsers):
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_calibrate, handler=_cmd_calibrate)
-    parsers["calibrate"] = p
+    return p
 
+
+def _add_litellm_config(subparsers):
+    """The ``litellm-config`` subcommand's parser."""
     p = subparsers.add_parser(
         "litellm-config",
         help="export the fallback order as a LiteLLM proxy configuration",
@@ -379,8 +363,37 @@ def add_subparsers(subparsers):
         "-o", "--output", metavar="FILE.yaml", help="write here instead of stdout"
     )
     p.set_defaults(func=_cmd_litellm, handler=_cmd_litellm)
-    parsers["litellm-config"] = p
-    return parsers
+    return p
+
+
+def add_subparsers(subparsers):
+    """Register ``serve``, ``calibrate`` and ``litellm-config``.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The ``locus`` parser's subcommands (``parser.add_subparsers()``).
+
+    Returns
+    -------
+    parsers : dict of str to argparse.ArgumentParser
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from locus_sklearn.serve._cli import add_subparsers
+    >>> parser = argparse.ArgumentParser(prog="locus")
+    >>> parsers = add_subparsers(parser.add_subparsers(dest="command"))
+    >>> args = parser.parse_args(["calibrate", "r.safetensors", "evals.csv",
+    ...                           "--target-cost", "0.5"])
+    >>> args.target_cost, args.func.__name__
+    (0.5, '_cmd_calibrate')
+    """
+    return {
+        "serve": _add_serve(subparsers),
+        "calibrate": _add_calibrate(subparsers),
+        "litellm-config": _add_litellm_config(subparsers),
+    }
 
 
 def build_parser():
