@@ -107,6 +107,39 @@ def _draw_models(rng, n_models, n_families, n_tasks, n_features):
     return model_family, skills, directions, log_size, ability
 
 
+def _check_specialties(n_specialties, specialist_boost, n_tasks):
+    """Validated ``n_specialties`` (``specialist_boost`` is checked too)."""
+    n_specialties = _check_int(n_specialties, "n_specialties", 2)
+    if n_specialties > n_tasks:
+        raise ValueError(
+            f"n_specialties={n_specialties} should be <= n_tasks={n_tasks}; "
+            "every specialty needs at least one task."
+        )
+    if (
+        not isinstance(specialist_boost, numbers.Real)
+        or isinstance(specialist_boost, bool)
+        or not np.isfinite(specialist_boost)
+        or specialist_boost < 0
+    ):
+        raise ValueError(
+            f"specialist_boost must be a finite number >= 0; got {specialist_boost!r}."
+        )
+    return n_specialties
+
+
+def _specialist_skills(n_models, n_tasks, n_specialties, boost):
+    """Zero-mean specialty skill profiles, shape (n_models, n_tasks), with the
+    specialty of each task and of each model."""
+    task_specialty = np.arange(n_tasks) * n_specialties // n_tasks
+    model_specialty = np.arange(n_models) % n_specialties
+    in_specialty = task_specialty[None, :] == model_specialty[:, None]
+    k = in_specialty.sum(axis=1, keepdims=True)
+    skills = np.where(
+        in_specialty, float(boost), -float(boost) * k / np.maximum(n_tasks - k, 1)
+    )
+    return skills, task_specialty, model_specialty
+
+
 def make_model_pool(
     n_models=40,
     n_queries=2000,
@@ -248,22 +281,7 @@ def make_model_pool(
     if not isinstance(binary, (bool, np.bool_)):
         raise TypeError(f"binary must be a bool; got {binary!r}.")
     if n_specialties is not None:
-        n_specialties = _check_int(n_specialties, "n_specialties", 2)
-        if n_specialties > n_tasks:
-            raise ValueError(
-                f"n_specialties={n_specialties} should be <= n_tasks={n_tasks}; "
-                "every specialty needs at least one task."
-            )
-        if (
-            not isinstance(specialist_boost, numbers.Real)
-            or isinstance(specialist_boost, bool)
-            or not np.isfinite(specialist_boost)
-            or specialist_boost < 0
-        ):
-            raise ValueError(
-                "specialist_boost must be a finite number >= 0; got "
-                f"{specialist_boost!r}."
-            )
+        n_specialties = _check_specialties(n_specialties, specialist_boost, n_tasks)
     # A Generator seeded from the sklearn-style random_state: its normals are
     # several times faster than RandomState's on large pools.
     seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
@@ -287,14 +305,8 @@ def make_model_pool(
         # Same draws as the default pool above (so the queries are the same),
         # then every model's ability and direction are levelled and its skills
         # replaced by a zero-mean specialty profile.
-        task_specialty = np.arange(n_tasks) * n_specialties // n_tasks
-        model_specialty = np.arange(n_models) % n_specialties
-        in_specialty = task_specialty[None, :] == model_specialty[:, None]
-        k = in_specialty.sum(axis=1, keepdims=True)
-        skills = np.where(
-            in_specialty,
-            float(specialist_boost),
-            -float(specialist_boost) * k / np.maximum(n_tasks - k, 1),
+        skills, task_specialty, model_specialty = _specialist_skills(
+            n_models, n_tasks, n_specialties, specialist_boost
         )
         directions = np.zeros_like(directions)
         ability = np.zeros_like(ability)
