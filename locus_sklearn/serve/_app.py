@@ -387,7 +387,8 @@ def create_app(
 
     fastapi_app.router.lifespan_context = lifespan
     _install_error_handlers(fastapi_app)
-    _add_routing_endpoints(fastapi_app, service, admin_token_env)
+    _add_route_endpoint(fastapi_app, service)
+    _add_pool_endpoints(fastapi_app, service, admin_token_env)
     if gateway is not None:
         from ._gateway import add_gateway_endpoints
 
@@ -408,7 +409,7 @@ async def _watch(service, interval):
                 logger.error("Reload of %s failed: %s", service.holder.path, exc)
 
 
-def _add_routing_endpoints(app, service, admin_token_env):
+def _add_route_endpoint(app, service):
     @app.post("/route", summary="Route queries to models")
     async def route_queries(body: RouteRequest):
         """Routed model, P(correct) of every model and the top k, per query."""
@@ -454,6 +455,8 @@ def _add_routing_endpoints(app, service, admin_token_env):
             "router_version": state.version,
         }
 
+
+def _add_pool_endpoints(app, service, admin_token_env):
     @app.get("/models", summary="The pool")
     async def models(
         embeddings: bool = Query(False, description="Include embeddings."),
