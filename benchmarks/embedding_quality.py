@@ -274,7 +274,7 @@ def guard_proba(router, train, seed, proba_test, grid=(0.0, 0.25, 0.5, 0.75, 1.0
 
     ``alpha`` is chosen on the embedder's own validation queries (the 10 % of
     the *training* queries held out for early stopping, re-derived from its
-    ``random_state`` exactly as ``LocusEmbedder._fit_table`` draws them): each
+    ``random_state`` exactly as ``_training.fit_network`` draws them): each
     model embedded from its other rows, the held-out rows predicted, routing
     accuracy among the models that answered each held-out query (>= 2), ties
     to the larger alpha. No test query is read; no extra fit.

@@ -32,9 +32,18 @@ class FewEvaluationsWarning(UserWarning):
     Examples
     --------
     >>> import warnings
-    >>> from locus_sklearn import FewEvaluationsWarning
-    >>> warnings.simplefilter("error", FewEvaluationsWarning)  # make it an error
-    >>> warnings.resetwarnings()
+    >>> from locus_sklearn import FewEvaluationsWarning, LocusEmbedder
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> pool = make_model_pool(n_models=4, n_families=2, n_queries=100,
+    ...                        evals_per_model=80, random_state=0)
+    >>> embedder = LocusEmbedder(pool.encodings, embedding_dim=8, n_latents=2,
+    ...                          n_blocks=1, n_heads=2, max_epochs=1,
+    ...                          enc_size=(16, 64), random_state=0).fit(pool.evals)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = embedder.transform(pool.evals.groupby("model").head(5))
+    >>> caught[0].category is FewEvaluationsWarning
+    True
     """
 
 
@@ -337,10 +346,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         self : LocusEmbedder
         """
-        table = check_evals(evals)
-        self._check_structure()
-        encoder = self._query_encoder()
-        return self._fit_encoded(table, encoder.transform(table.queries), encoder)
+        self._fit_evals(evals)
+        return self
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_transform(self, evals, y=None):
@@ -350,12 +357,17 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         embeddings : ndarray of shape (n_models, embedding_dim)
         """
+        table, X_query = self._fit_evals(evals)
+        return self._as_output(self._transform_encoded(table, X_query), table)
+
+    def _fit_evals(self, evals):
+        """Validate, encode the queries once, fit; return (table, X_query)."""
         table = check_evals(evals)
-        self._check_structure()
+        self._check_structure()  # before the encoder loads: fail fast
         encoder = self._query_encoder()
         X_query = encoder.transform(table.queries)
         self._fit_encoded(table, X_query, encoder)
-        return self._as_output(self._transform_encoded(table, X_query), table)
+        return table, X_query
 
     def _query_encoder(self):
         """The fitted query encoder of this embedder's parameters."""
@@ -410,7 +422,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         table = check_evals(evals)
-        # 4: this line, transform, scikit-learn's set_output wrapper, the caller.
+        # Frames: _warn_few_evaluations, transform, set_output's wrapper, caller.
         self._warn_few_evaluations(table, stacklevel=4)
         embeddings = self._transform_encoded(table, self._encode(table.queries))
         return self._as_output(embeddings, table)

@@ -514,11 +514,6 @@ class LocusNetwork(nn.Module):
             nn.Linear(embedding_dim, n_profile_regions) if n_profile_regions else None
         )
 
-    @property
-    def reads_evaluations(self):
-        """Whether :meth:`pairwise_logits` needs the models' evaluations."""
-        return self.readout is not None
-
     def embed(self, features, query_index, score, mask):
         """Model embeddings z of shape (B, d) from padded evaluation sets.
 

@@ -158,16 +158,19 @@ class _Checker:
 def _check_embedder(check, cls):
     """Check an embedder's fields; return the tensor names it owns."""
     params = {**_ADDED_PARAMS, **check.field("params", "dict")}
+    # Later steps (the router's checks, building the embedder) read them too.
     check.metadata["params"] = params
     spec = check.field("encoder", "dict")
     n_features = check.field("n_query_features", "int")
     check.field("classes", "names")
     if check.field("n_epochs", "int") < 0 or n_features < 1:
         check.fail("header fields 'n_epochs' / 'n_query_features'", "are out of range")
-    defaults = cls().get_params(deep=False)
-    unknown = sorted(set(params) - set(defaults))
-    if unknown or set(params) != set(cls()._saved_params()):
-        check.fail("header field 'params'", f"has unexpected names {unknown}")
+    names = set(cls()._saved_params())
+    unknown, missing = sorted(set(params) - names), sorted(names - set(params))
+    if unknown or missing:
+        check.fail(
+            "header field 'params'", f"has unknown names {unknown}, lacks {missing}"
+        )
     if isinstance(params.get("enc_size"), list):
         params["enc_size"] = tuple(params["enc_size"])
     try:
@@ -229,11 +232,10 @@ def _check_router(check):
         except ValueError as exc:
             check.fail("tensor 'pool.costs'", f"is invalid ({exc})")
         names.append("pool.costs")
-    memory = ["memory.encodings", "memory.model_index", "memory.query_index"]
-    memory.append("memory.score")
-    if any(name in check.tensors for name in memory) or "memory_queries" in (
-        check.metadata
-    ):
+    memory = ("memory.encodings", "memory.model_index", "memory.query_index")
+    memory += ("memory.score",)
+    stored = any(name in check.tensors for name in memory)
+    if stored or "memory_queries" in check.metadata:
         _check_pool_evals(check, n_pool)
         names += memory
     elif params.get("kernel_readout"):

@@ -147,9 +147,7 @@ class LocusRouter(BaseRouter):
                 "model_costs were given, but the router was fitted without costs; "
                 "refit with model_costs= for the whole pool."
             )
-        self._locus._warn_few_evaluations(table, stacklevel=3)
-        X_query = self._encode(table.queries)
-        embeddings = self._locus._transform_encoded(table, X_query)
+        X_query, embeddings = self._embed_table(table)
         classes = np.union1d(self.classes_, table.models).astype(object)
         merged = np.empty((len(classes), embeddings.shape[1]), dtype=np.float32)
         merged[np.searchsorted(classes, self.classes_)] = self.model_embeddings_
@@ -264,6 +262,11 @@ class LocusRouter(BaseRouter):
         embeddings : ndarray of shape (n_models, embedding_dim)
         """
         check_is_fitted(self)
-        table = check_evals(evals)
-        self._locus._warn_few_evaluations(table, stacklevel=3)
-        return self._locus._transform_encoded(table, self._encode(table.queries))
+        return self._embed_table(check_evals(evals))[1]
+
+    def _embed_table(self, table):
+        """(query encodings, embeddings) of the models of ``table``."""
+        # Frames: _warn_few_evaluations, _embed_table, add_models or embed, caller.
+        self._locus._warn_few_evaluations(table, stacklevel=4)
+        X_query = self._encode(table.queries)
+        return X_query, self._locus._transform_encoded(table, X_query)

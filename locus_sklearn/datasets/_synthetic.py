@@ -34,6 +34,16 @@ def _check_int(value, name, low):
     return int(value)
 
 
+def _check_nonnegative(value, name):
+    if (
+        not isinstance(value, numbers.Real)
+        or isinstance(value, bool)
+        or not np.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}.")
+
+
 def _labels(prefix, n, min_width=1):
     """Zero-padded labels, so that sorting them keeps their index order."""
     width = max(min_width, len(str(n - 1)))
@@ -73,13 +83,7 @@ def _check_pool(
                 f"evals_per_model={n_evals} should be <= n_queries={n_queries} "
                 "(a model is scored at most once per query), or 'all'."
             )
-    if (
-        not isinstance(noise, numbers.Real)
-        or isinstance(noise, bool)
-        or not np.isfinite(noise)
-        or noise < 0
-    ):
-        raise ValueError(f"noise must be a finite number >= 0; got {noise!r}.")
+    _check_nonnegative(noise, "noise")
     return n_models, n_queries, n_tasks, n_families, n_features, n_evals
 
 
@@ -115,15 +119,7 @@ def _check_specialties(n_specialties, specialist_boost, n_tasks):
             f"n_specialties={n_specialties} should be <= n_tasks={n_tasks}; "
             "every specialty needs at least one task."
         )
-    if (
-        not isinstance(specialist_boost, numbers.Real)
-        or isinstance(specialist_boost, bool)
-        or not np.isfinite(specialist_boost)
-        or specialist_boost < 0
-    ):
-        raise ValueError(
-            f"specialist_boost must be a finite number >= 0; got {specialist_boost!r}."
-        )
+    _check_nonnegative(specialist_boost, "specialist_boost")
     return n_specialties
 
 

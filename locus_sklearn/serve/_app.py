@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field, model_validator  # noqa: E402
 from starlette.exceptions import HTTPException  # noqa: E402
 
+from .._base import check_model_subset  # noqa: E402
 from ..inspection._cost import _utility  # noqa: E402
 from ..metrics import route  # noqa: E402
 from ._batching import MicroBatcher  # noqa: E402
@@ -188,21 +189,12 @@ def _install_error_handlers(app):
 
 def _allowed_mask(state, models, *, param="models"):
     """Boolean mask over the pool for ``models`` (None: every model)."""
-    classes = state.classes
     if models is None:
-        return np.ones(len(classes), dtype=bool)
-    position = {m: i for i, m in enumerate(classes)}
-    unknown = [m for m in models if m not in position]
-    if unknown:
-        raise APIError(
-            422,
-            f"{param} has model(s) that are not in the pool: {unknown[:5]}; the pool "
-            f"is {list(classes)[:20]}.",
-            param=param,
-        )
-    mask = np.zeros(len(classes), dtype=bool)
-    mask[[position[m] for m in models]] = True
-    return mask
+        return np.ones(len(state.classes), dtype=bool)
+    try:
+        return check_model_subset(models, state.classes, name=param)
+    except (TypeError, ValueError) as exc:
+        raise APIError(422, str(exc), param=param) from None
 
 
 def _cost_weight(state, requested, default, *, param="cost_weight"):
