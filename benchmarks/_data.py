@@ -10,6 +10,7 @@ directory) are computed once through :class:`locus_sklearn.QueryEncoder` with a
 joblib cache under ``benchmarks/.cache/``.
 """
 
+import ast
 import os
 from dataclasses import dataclass, field
 
@@ -118,6 +119,21 @@ def load_mmlu_pro(open_only=True, encoder=None, root=None):
     )
 
 
+def routerbench_question(prompt):
+    """The question a RouterBench prompt asks, without its few-shot exemplars.
+
+    The prompts are stored as Python list literals of strings. ARC-Challenge
+    and Winogrande prompts open with the same five answered exemplars, which
+    fill MiniLM's 256-token window by themselves: encoded whole, all the
+    queries of a benchmark get one encoding. The question is the last
+    blank-line-separated block.
+    """
+    parts = ast.literal_eval(prompt)
+    if not (isinstance(parts, list) and all(isinstance(s, str) for s in parts)):
+        raise ValueError(f"not a list of strings: {prompt[:80]!r}")
+    return "\n\n".join(parts).strip().split("\n\n")[-1]
+
+
 def load_routerbench(encoder=None, root=None):
     """RouterBench 0-shot subset (RouterDC): 11 models, own train/test split, costs."""
     root = root or os.path.join(SHARED_DATA, "routerbench_routerdc_subset")
@@ -138,7 +154,8 @@ def load_routerbench(encoder=None, root=None):
     query_costs = pd.DataFrame(cost.astype(np.float64), index=ids, columns=models)
     train = split == "train"
     model_costs = {m: float(np.nanmean(cost[train, j])) for j, m in enumerate(models)}
-    encodings = _encodings_for(ids, queries["prompt"].tolist(), encoder)
+    questions = [routerbench_question(p) for p in queries["prompt"]]
+    encodings = _encodings_for(ids, questions, encoder)
     return BenchData(
         name="routerbench",
         evals=evals,

@@ -6,7 +6,7 @@ retraining, compare models and choose portfolios.
 """
 
 from ._embedder import FewEvaluationsWarning, LocusEmbedder
-from ._encoders import QueryEncoder
+from ._encoders import QueryEncoder, SharedEncodingsWarning
 from ._evals import EvalTable, check_evals, check_model_costs, check_queries
 from ._router import LocusRouter
 from ._selectors import (
@@ -28,6 +28,7 @@ __all__ = [
     "LocusEmbedder",
     "LocusRouter",
     "QueryEncoder",
+    "SharedEncodingsWarning",
     "__version__",
     "budget_greedy_select",
     "check_evals",

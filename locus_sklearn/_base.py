@@ -13,7 +13,7 @@ from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from ._encoders import as_query_encoder, encode_as_fitted
+from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
 from ._evals import _preview, check_evals, check_model_costs, check_queries
 from .metrics._routing import route
 
@@ -165,6 +165,8 @@ class BaseRouter(BaseEstimator):
         if self._uses_query_encodings:
             encoder = self._query_encoder()
             X_query = encoder.transform(table.queries)
+            # warn_shared_encodings <- fit <- _fit_context's wrapper <- caller
+            warn_shared_encodings(X_query, table.queries, stacklevel=4)
         else:
             X_query = np.zeros((table.n_queries, 0), dtype=np.float32)
         self._fit_encoded(table, X_query, encoder)

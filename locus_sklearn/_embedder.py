@@ -13,7 +13,7 @@ from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted
 
 from ._device import resolve_device
-from ._encoders import as_query_encoder, encode_as_fitted
+from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
 from ._evals import check_evals, check_queries
 from ._persistence import load_embedder, save_embedder
 from ._training import MONITORS, embed_models, fit_network, predict_proba
@@ -366,6 +366,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self._check_structure()  # before the encoder loads: fail fast
         encoder = self._query_encoder()
         X_query = encoder.transform(table.queries)
+        # <- _fit_evals <- fit or fit_transform <- _fit_context's wrapper <- caller
+        warn_shared_encodings(X_query, table.queries, stacklevel=5)
         self._fit_encoded(table, X_query, encoder)
         return table, X_query
 

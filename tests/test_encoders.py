@@ -498,3 +498,60 @@ def test_transform_before_fit():
         QueryEncoder({"a": [1.0]}).transform(["a"])
     with pytest.raises(NotFittedError, match="first transform"):
         QueryEncoder(CountingEncoder(_fake_vectors)).fit().get_feature_names_out()
+
+
+# ---------------------------------------------------------------- shared encodings
+def _shared_pool(n_distinct, n_copies):
+    """Two models on ``n_distinct`` queries with their own encodings, plus
+    ``n_copies`` queries whose encoding is the first query's."""
+    rng = np.random.default_rng(0)
+    encodings = {f"q{i}": rng.normal(size=4) for i in range(n_distinct)}
+    encodings.update({f"copy{i}": encodings["q0"] for i in range(n_copies)})
+    queries = list(encodings)
+    evals = pd.DataFrame(
+        {
+            "model": ["a"] * len(queries) + ["b"] * len(queries),
+            "query": queries * 2,
+            "score": rng.integers(0, 2, 2 * len(queries)).astype(float),
+        }
+    )
+    return encodings, evals
+
+
+def test_shared_encodings_warning_counts_the_queries():
+    from locus_sklearn import SharedEncodingsWarning
+    from locus_sklearn.baselines import KNNRouter
+
+    # 3 copies of q0: 4 of the 20 queries (20 %) share one encoding.
+    encodings, evals = _shared_pool(16, 3)
+    with pytest.warns(SharedEncodingsWarning) as record:
+        KNNRouter(1, encoder=encodings).fit(evals)
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "4 of the 19 training queries" in message
+    assert "the largest group has 4 queries" in message
+    # The warning points at the caller, not at library internals.
+    assert record[0].filename == __file__
+
+
+def test_shared_encodings_below_five_percent_are_quiet(recwarn):
+    from locus_sklearn.baselines import KNNRouter
+
+    # One copy: 2 of 41 queries (4.9 %) share an encoding, a prompt asked twice.
+    encodings, evals = _shared_pool(40, 1)
+    KNNRouter(1, encoder=encodings).fit(evals)
+    assert not [w for w in recwarn if "share their" in str(w.message)]
+
+
+@pytest.mark.parametrize("estimator", ["embedder", "router"])
+def test_locus_fit_warns_shared_encodings_once(estimator, tiny_settings):
+    from locus_sklearn import LocusEmbedder, LocusRouter, SharedEncodingsWarning
+
+    encodings, evals = _shared_pool(8, 4)
+    embedder = LocusEmbedder(encodings, **tiny_settings)
+    model = embedder if estimator == "embedder" else LocusRouter(embedder)
+    with pytest.warns(SharedEncodingsWarning) as record:
+        model.fit(evals)
+    shared = [w for w in record if w.category is SharedEncodingsWarning]
+    assert len(shared) == 1
+    assert shared[0].filename == __file__
