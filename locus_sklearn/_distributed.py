@@ -29,6 +29,7 @@ from numbers import Integral
 
 import numpy as np
 import torch
+from sklearn.utils import check_random_state
 from skorch.hf import AccelerateMixin
 
 from ._training import LocusNet, progress_sink
@@ -38,6 +39,7 @@ __all__ = [
     "accelerated_net_kwargs",
     "check_accelerator",
     "shared_random_state",
+    "training_device",
 ]
 
 
@@ -65,6 +67,13 @@ class AcceleratedLocusNet(AccelerateMixin, LocusNet):
             self.optimizer_ = self.accelerator.prepare(self.optimizer_)
         self._wrapped_with_accelerator = True
         return self
+
+    def __getstate__(self):
+        # The accelerator is a handle on this process group: a pickled (or
+        # copied) net is a trained one, for inference, without it.
+        state = super().__getstate__()
+        state["accelerator"] = None
+        return state
 
     def _network(self):
         return self.accelerator.unwrap_model(self.module_)
@@ -124,11 +133,19 @@ def accelerated_net_kwargs(accelerator, verbose):
     verbose = verbose if accelerator.is_main_process else 0
     return {
         "accelerator": accelerator,
-        "device": accelerator.device,
+        "device": training_device(accelerator),
         "unwrap_after_train": False,
         "verbose": verbose,
         "callbacks__print_log__sink": progress_sink if verbose else print,
     }
+
+
+def training_device(accelerator):
+    """The accelerator's device, ``cpu`` for any CPU: accelerate names it
+    ``cpu:0`` in multi-process runs, which torch (and so a pickled net)
+    cannot map back when loading."""
+    device = torch.device(accelerator.device)
+    return torch.device("cpu") if device.type == "cpu" else device
 
 
 def check_accelerator(accelerator, device, batch_size):
@@ -142,13 +159,17 @@ def check_accelerator(accelerator, device, batch_size):
             f"training processes ({n_processes}): it counts the episodes of one "
             "optimisation step over all of them."
         )
-    if device is not None and torch.device(device) != accelerator.device:
+    expected = training_device(accelerator)
+    if device is not None and torch.device(device) not in (
+        expected,
+        accelerator.device,
+    ):
         raise ValueError(
             f"device={device!r} conflicts with the accelerator's device "
             f"{accelerator.device}; with an accelerator leave device=None (each "
             "process trains on the device accelerate assigns it)."
         )
-    return accelerator.device
+    return expected
 
 
 def shared_random_state(accelerator, random_state):
@@ -158,8 +179,8 @@ def shared_random_state(accelerator, random_state):
     collective calls stop matching. An int already is; anything else (None,
     a RandomState) is replaced by a seed drawn on the main process.
     """
-    if isinstance(random_state, Integral):
-        return np.random.RandomState(random_state)
+    if isinstance(random_state, Integral) or accelerator.num_processes == 1:
+        return check_random_state(random_state)
     from accelerate.utils import broadcast_object_list
 
     seed = [int(np.random.default_rng().integers(np.iinfo(np.int32).max))]

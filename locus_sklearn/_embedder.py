@@ -152,7 +152,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         process; each epoch's training episodes are sharded across the
         processes and gradients averaged (see the user guide's
         :ref:`distributed` page). ``device`` must then be None. A run-time
-        choice: never saved, and shared, not copied, by ``clone``.
+        choice: never saved nor pickled, and shared, not copied, by ``clone``.
     inference_dtype : {"float32", "bfloat16"}, default="float32"
         Precision of ``transform``. bfloat16 is faster on CPUs and GPUs with
         bfloat16 matrix units; embeddings then differ from float32 by about 1e-2
@@ -314,6 +314,13 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     _RUN_TIME_PARAMS = (
         "encoder", "memory", "device", "accelerator", "random_state", "verbose",
     )  # fmt: skip
+
+    def __getstate__(self):
+        # As in save(): the accelerator (this process group's handle) is not
+        # carried; the unpickled embedder trains in one process until given one.
+        state = dict(super().__getstate__())
+        state["accelerator"] = None
+        return state
 
     def __sklearn_clone__(self):
         # The accelerator is a handle on the process's distributed state (and

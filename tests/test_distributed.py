@@ -32,7 +32,7 @@ TINY = dict(
 )  # fmt: skip
 
 WORKER = """
-import json, sys
+import json, pickle, sys
 import numpy as np
 import torch
 from accelerate import Accelerator
@@ -58,6 +58,8 @@ with open(f"{out}/run{rank}.json", "w") as f:
     }, f)
 if accelerator.is_main_process:
     embedder.save(f"{out}/embedder.safetensors")
+    with open(f"{out}/embedder.pkl", "wb") as f:
+        pickle.dump(embedder, f)
 """
 
 
@@ -117,6 +119,14 @@ def test_two_processes_train_as_one(tmp_path):
     embedder = LocusEmbedder.load(tmp_path / "embedder.safetensors")
     assert embedder.accelerator is None
     assert _correlation(embedder, pool) > 0.3
+    # A pickle made in the process group unpickles here, without its accelerator.
+    with open(tmp_path / "embedder.pkl", "rb") as f:
+        unpickled = pickle.load(f)
+    assert unpickled.accelerator is None
+    assert unpickled.net_.accelerator is None
+    np.testing.assert_array_equal(
+        unpickled.transform(pool.evals), embedder.transform(pool.evals)
+    )
 
 
 def test_accelerator_is_a_parameter_shared_by_clone(accelerator):
@@ -166,8 +176,9 @@ def test_saved_files_hold_no_accelerator(pool, accelerator, tmp_path):
     np.testing.assert_array_equal(
         loaded.transform(pool.evals), embedder.transform(pool.evals)
     )
-    # A fitted accelerated embedder also survives a pickle round trip.
+    # Nor do pickles; the fitted network survives the round trip.
     again = pickle.loads(pickle.dumps(embedder))
+    assert again.accelerator is None and embedder.accelerator is accelerator
     np.testing.assert_array_equal(
         again.transform(pool.evals), embedder.transform(pool.evals)
     )
