@@ -110,8 +110,8 @@ class AcceleratedLocusNet(AccelerateMixin, LocusNet):
 
     def on_train_begin(self, net, X=None, y=None, **kwargs):
         super().on_train_begin(net, X=X, y=y, **kwargs)
-        # Distinct episodes, dropout and noise per process; rank 0 keeps the
-        # stream a one-process fit with the same seed would use.
+        # Distinct episodes, dropout and noise per process (rank 0 keeps the
+        # seed); accelerate keeps the loader's shuffle in step on its own.
         rank = self.accelerator.process_index
         if rank:
             torch.manual_seed(torch.initial_seed() + rank)
