@@ -13,6 +13,7 @@ from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted
 
 from ._device import resolve_device
+from ._distributed import check_accelerator, shared_random_state
 from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
 from ._evals import check_evals, check_queries
 from ._persistence import load_embedder, save_embedder
@@ -145,6 +146,13 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         Caches query encodings across fits (as in sklearn's Pipeline).
     device : str or None, default=None
         Torch device; None uses CUDA when available, else CPU.
+    accelerator : accelerate.Accelerator or None, default=None
+        Train data-parallel: run the script with ``accelerate launch`` (one
+        process per device) and pass the same ``Accelerator()`` in every
+        process; each epoch's training episodes are sharded across the
+        processes and gradients averaged (see the user guide's
+        :ref:`distributed` page). ``device`` must then be None. A run-time
+        choice: never saved nor pickled, and shared, not copied, by ``clone``.
     inference_dtype : {"float32", "bfloat16"}, default="float32"
         Precision of ``transform``. bfloat16 is faster on CPUs and GPUs with
         bfloat16 matrix units; embeddings then differ from float32 by about 1e-2
@@ -225,6 +233,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "patience": [Interval(Integral, 1, None, closed="left")],
         "memory": [None, str, HasMethods(["cache"])],
         "device": [None, str, torch.device],
+        "accelerator": [None, HasMethods(["prepare", "reduce"])],
         "inference_dtype": [StrOptions({"float32", "bfloat16"})],
         "transform_batch_tokens": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
@@ -261,6 +270,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         patience=10,
         memory=None,
         device=None,
+        accelerator=None,
         inference_dtype="float32",
         transform_batch_tokens=262144,
         random_state=None,
@@ -293,6 +303,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.patience = patience
         self.memory = memory
         self.device = device
+        self.accelerator = accelerator
         self.inference_dtype = inference_dtype
         self.transform_batch_tokens = transform_batch_tokens
         self.random_state = random_state
@@ -300,7 +311,30 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
 
     # Parameters that are not saved with a fitted embedder: how queries are
     # encoded is saved apart, the others are run-time choices.
-    _RUN_TIME_PARAMS = ("encoder", "memory", "device", "random_state", "verbose")
+    _RUN_TIME_PARAMS = (
+        "encoder", "memory", "device", "accelerator", "random_state", "verbose",
+    )  # fmt: skip
+
+    def __getstate__(self):
+        # As in save(): the accelerator (this process group's handle) is not
+        # carried; the unpickled embedder trains in one process until given one.
+        state = dict(super().__getstate__())
+        state["accelerator"] = None
+        return state
+
+    def __sklearn_clone__(self):
+        # The accelerator is a handle on the process's distributed state (and
+        # holds what it prepared): the clone shares it, as processes must.
+        accelerator = self.accelerator
+        if accelerator is None:
+            return super().__sklearn_clone__()
+        try:
+            self.accelerator = None
+            cloned = super().__sklearn_clone__()
+        finally:
+            self.accelerator = accelerator
+        cloned.accelerator = accelerator
+        return cloned
 
     # ------------------------------------------------------------------ checks
     def _check_structure(self):
@@ -379,7 +413,12 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     def _fit_encoded(self, table, X_query, encoder):
         """Fit on a validated table whose queries ``encoder`` encoded as ``X_query``."""
         self._check_structure()
-        device = resolve_device(self.device)
+        rng = check_random_state(self.random_state)
+        if self.accelerator is None:
+            device = resolve_device(self.device)
+        else:
+            device = check_accelerator(self.accelerator, self.device, self.batch_size)
+            rng = shared_random_state(self.accelerator, self.random_state)
         counts = np.diff(table.indptr)
         if (counts < 2).any():
             few = table.models[counts < 2]
@@ -392,9 +431,10 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             self._saved_params(),
             table,
             X_query,
-            rng=check_random_state(self.random_state),
+            rng=rng,
             device=device,
             verbose=self.verbose,
+            accelerator=self.accelerator,
         )
         self.encoder_ = encoder
         self.n_query_features_ = X_query.shape[1]

@@ -389,7 +389,7 @@ class ValidRoutingAccuracy(Callback):
             X, _ = collate_episodes(items[start : start + self.batch_size])
             X = gather_queries(bank, to_tensor(X, device=net.device))
             chunks.append(
-                net.module_.embed(
+                net._network().embed(
                     X["features"], X["enc_index"], X["enc_score"], X["enc_mask"]
                 )
             )
@@ -399,7 +399,7 @@ class ValidRoutingAccuracy(Callback):
         seen, self.seen_ = self.seen_, []
         if not self.keep_.any():
             return
-        module = net.module_
+        module = net._network()
         was_training = module.training
         module.eval()
         items = self.valid_episodes.items
@@ -414,10 +414,8 @@ class ValidRoutingAccuracy(Callback):
         module.train(was_training)
         # Models with no held-out rows keep a zero z; they never count, since
         # routing only ranks the models observed on each query.
-        net.history.record(
-            "valid_routing_accuracy",
-            routing_accuracy(self.y_true_, logits.cpu().numpy()),
-        )
+        accuracy = routing_accuracy(self.y_true_, logits.cpu().numpy())
+        net.history.record("valid_routing_accuracy", net._mean_over_processes(accuracy))
 
 
 def progress_sink(text):
@@ -452,6 +450,14 @@ class LocusNet(NeuralNet):
         super().__init__(*args, **kwargs)
         self.profile_weight = profile_weight
 
+    def _network(self):
+        """The LocusNetwork, unwrapped from any data-parallel wrapper."""
+        return self.module_
+
+    def _mean_over_processes(self, value):
+        """A score's mean over the training processes (one process here)."""
+        return value
+
     def _inputs(self, x):
         if self.query_bank_ is None:
             raise RuntimeError("LocusNet trains only with query_bank_ set.")
@@ -466,7 +472,7 @@ class LocusNet(NeuralNet):
         BCE against each episode's mean score per region (weighted by rows)."""
         logits, z = y_pred
         loss = super().get_loss(logits, y_true, X=X, training=training)
-        profile = self.module_.profile
+        profile = self._network().profile
         if profile is None or not self.profile_weight or "profile" not in X:
             return loss
         target = to_tensor(X["profile"], device=self.device)
@@ -487,7 +493,7 @@ class LocusNet(NeuralNet):
 
 def build_net(
     params, n_features, *, device, valid_dataset=None, callbacks=(), verbose=0,
-    profile_region=None,
+    profile_region=None, accelerator=None,
 ):  # fmt: skip
     """The skorch net for ``params`` (the estimator's hyper-parameters).
 
@@ -503,16 +509,26 @@ def build_net(
     verbose : int, default=0
     profile_region : LongTensor of shape (n_queries,), default=None
         Region of each training query, for the profile head's targets.
+    accelerator : accelerate.Accelerator, default=None
+        Train data-parallel (:mod:`._distributed`); ``device`` is then ignored.
 
     Returns
     -------
     net : LocusNet
         Not initialised.
     """
+    net_class = LocusNet
+    extra = {"device": device, "verbose": verbose, **progress_params(verbose)}
+    if accelerator is not None:
+        # Imported here: _distributed builds on LocusNet.
+        from ._distributed import AcceleratedLocusNet, accelerated_net_kwargs
+
+        net_class = AcceleratedLocusNet
+        extra = accelerated_net_kwargs(accelerator, verbose)
     profile = None
     if params["n_profile_regions"] and profile_region is not None:
         profile = (profile_region, params["n_profile_regions"])
-    return LocusNet(
+    return net_class(
         module=LocusNetwork,
         module__n_features=n_features,
         **{f"module__{name}": params[name] for name in NETWORK_PARAMS},
@@ -532,9 +548,7 @@ def build_net(
         profile_weight=params["profile_weight"],
         train_split=predefined_split(valid_dataset) if valid_dataset else None,
         callbacks=list(callbacks),
-        device=device,
-        verbose=verbose,
-        **progress_params(verbose),
+        **extra,
     )
 
 
@@ -574,7 +588,7 @@ def _regions(X_query, n_regions, seed):
     return torch.as_tensor(labels, dtype=torch.long)
 
 
-def fit_network(params, table, X_query, *, rng, device, verbose=0):
+def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=None):
     """Train a LOCUS network on a table of scored evaluations.
 
     Parameters
@@ -589,6 +603,9 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0):
         Draws the validation split, the torch seed and the validation subsets.
     device : str or torch.device
     verbose : int, default=0
+    accelerator : accelerate.Accelerator, default=None
+        Train data-parallel over the accelerator's processes; ``rng`` must
+        then draw the same on every process.
 
     Returns
     -------
@@ -627,6 +644,7 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0):
         callbacks=callbacks,
         verbose=verbose,
         profile_region=profile_region,
+        accelerator=accelerator,
     )
     # Seed a private copy of torch's generator: reproducible, and the
     # caller's global RNG state is left as it was.

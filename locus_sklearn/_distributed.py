@@ -1,0 +1,190 @@
+"""Data-parallel training of the LOCUS network through Hugging Face accelerate.
+
+A :class:`LocusEmbedder` given ``accelerator=Accelerator()`` trains an
+:class:`AcceleratedLocusNet`: skorch's :class:`~skorch.hf.AccelerateMixin`
+over :class:`~._training.LocusNet`. Under ``accelerate launch`` (or
+``torchrun``) with N processes, accelerate wraps the network in PyTorch's
+DistributedDataParallel and shards each epoch's training episodes (models)
+across the processes; gradients are averaged at every step. What this module
+adds to the mixin, so that N processes train as one:
+
+- validation is *not* sharded: every process scores the whole (small)
+  validation set, and the validation loss, routing accuracy and training
+  loss are averaged over processes, so early stopping and the divergence
+  check take the same decision everywhere (a process that stopped alone
+  would leave the others waiting forever);
+- the network is unwrapped only after the callbacks' ``on_train_end``, so
+  that early stopping restores its best weights into the module it saved
+  them from;
+- each process draws its own episodes, dropout and noise (the sampler's
+  shuffling is kept in step by accelerate); the initial weights are rank 0's,
+  which DistributedDataParallel broadcasts;
+- only the main process prints the epoch table.
+
+accelerate itself is imported only by the caller who builds the Accelerator;
+this module needs skorch alone.
+"""
+
+from numbers import Integral
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from skorch.hf import AccelerateMixin
+
+from ._training import LocusNet, progress_sink
+
+__all__ = [
+    "AcceleratedLocusNet",
+    "accelerated_net_kwargs",
+    "check_accelerator",
+    "shared_random_state",
+    "training_device",
+]
+
+
+class AcceleratedLocusNet(AccelerateMixin, LocusNet):
+    """:class:`~._training.LocusNet` trained data-parallel by an
+    ``accelerate.Accelerator`` (one process per device).
+
+    Build it with :func:`accelerated_net_kwargs`; ``device`` is the
+    accelerator's device, which skorch and accelerate then agree on.
+    """
+
+    def _validate_params(self):
+        # AccelerateMixin refuses any device when accelerate places tensors;
+        # build_net passes the accelerator's own device, so both agree.
+        LocusNet._validate_params(self)
+
+    def _initialize_accelerator(self):
+        # As AccelerateMixin's, but only modules with parameters are prepared:
+        # DistributedDataParallel refuses to wrap the (parameter-free) loss.
+        if self._wrapped_with_accelerator:
+            return self
+        with self._current_init_context("module"):
+            self.module_ = self.accelerator.prepare(self.module_)
+        with self._current_init_context("optimizer"):
+            self.optimizer_ = self.accelerator.prepare(self.optimizer_)
+        self._wrapped_with_accelerator = True
+        return self
+
+    def __getstate__(self):
+        # The accelerator is a handle on this process group: a pickled (or
+        # copied) net is a trained one, for inference, without it.
+        state = super().__getstate__()
+        state["accelerator"] = None
+        return state
+
+    def _network(self):
+        return self.accelerator.unwrap_model(self.module_)
+
+    def _mean_over_processes(self, value):
+        """Mean of a scalar over processes (the same result on every one)."""
+        tensor = torch.as_tensor(value, dtype=torch.float32, device=self.device)
+        mean = self.accelerator.reduce(tensor.detach(), reduction="mean")
+        return mean if isinstance(value, torch.Tensor) else float(mean)
+
+    def get_iterator(self, dataset, training=False):
+        if not training:
+            # Every process validates on the whole set (see the module docstring).
+            return LocusNet.get_iterator(self, dataset, training=False)
+        if self.accelerator.split_batches:
+            return super().get_iterator(dataset, training=True)
+        # batch_size counts a step's episodes over all processes, as in one
+        # process (accelerate's default would give each process batch_size):
+        # the same hyper-parameters then train the same way on any count.
+        kwargs = self.get_params_for("iterator_train")
+        kwargs["batch_size"] = self.batch_size // self.accelerator.num_processes
+        # accelerate shards the batches and keeps the shuffle in step.
+        return self.accelerator.prepare(self.iterator_train(dataset, **kwargs))
+
+    def train_step(self, batch, **fit_params):
+        step = super().train_step(batch, **fit_params)
+        step["loss"] = self._mean_over_processes(step["loss"])
+        return step
+
+    def validation_step(self, batch, **fit_params):
+        step = super().validation_step(batch, **fit_params)
+        step["loss"] = self._mean_over_processes(step["loss"])
+        return step
+
+    def on_train_begin(self, net, X=None, y=None, **kwargs):
+        super().on_train_begin(net, X=X, y=y, **kwargs)
+        # Distinct episodes, dropout and noise per process (rank 0 keeps the
+        # seed); accelerate keeps the loader's shuffle in step on its own.
+        rank = self.accelerator.process_index
+        if rank:
+            torch.manual_seed(torch.initial_seed() + rank)
+
+    def notify(self, method_name, **cb_kwargs):
+        super().notify(method_name, **cb_kwargs)
+        if method_name == "on_train_end":
+            # After the callbacks: early stopping has restored its best
+            # weights (saved from the wrapped module) by now.
+            self._unwrap_accelerator()
+
+
+def accelerated_net_kwargs(accelerator, verbose):
+    """Keyword arguments of :class:`AcceleratedLocusNet` beyond build_net's own.
+
+    Only the main process prints; skorch prints to any sink but ``print``
+    even when ``verbose=0``, so the silent case passes ``print``.
+    """
+    verbose = verbose if accelerator.is_main_process else 0
+    return {
+        "accelerator": accelerator,
+        "device": training_device(accelerator),
+        "unwrap_after_train": False,
+        "verbose": verbose,
+        "callbacks__print_log__sink": progress_sink if verbose else print,
+    }
+
+
+def training_device(accelerator):
+    """The accelerator's device, ``cpu`` for any CPU: accelerate names it
+    ``cpu:0`` in multi-process runs, which torch (and so a pickled net)
+    cannot map back when loading."""
+    device = torch.device(accelerator.device)
+    return torch.device("cpu") if device.type == "cpu" else device
+
+
+def check_accelerator(accelerator, device, batch_size):
+    """The training device: the accelerator's. ``device`` must be None or it,
+    and ``batch_size`` (episodes per step over all processes) a multiple of
+    the number of processes."""
+    n_processes = accelerator.num_processes
+    if batch_size % n_processes:
+        raise ValueError(
+            f"batch_size={batch_size} must be a multiple of the number of "
+            f"training processes ({n_processes}): it counts the episodes of one "
+            "optimisation step over all of them."
+        )
+    expected = training_device(accelerator)
+    if device is not None and torch.device(device) not in (
+        expected,
+        accelerator.device,
+    ):
+        raise ValueError(
+            f"device={device!r} conflicts with the accelerator's device "
+            f"{accelerator.device}; with an accelerator leave device=None (each "
+            "process trains on the device accelerate assigns it)."
+        )
+    return expected
+
+
+def shared_random_state(accelerator, random_state):
+    """A random state that is the same on every process.
+
+    Every process must draw the same validation split and sizes, or their
+    collective calls stop matching. An int already is; anything else (None,
+    a RandomState) is replaced by a seed drawn on the main process.
+    """
+    if isinstance(random_state, Integral) or accelerator.num_processes == 1:
+        return check_random_state(random_state)
+    from accelerate.utils import broadcast_object_list
+
+    seed = [int(np.random.default_rng().integers(np.iinfo(np.int32).max))]
+    if isinstance(random_state, np.random.RandomState):
+        seed = [int(random_state.randint(np.iinfo(np.int32).max))]
+    broadcast_object_list(seed, from_process=0)
+    return np.random.RandomState(seed[0])

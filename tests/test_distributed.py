@@ -1,0 +1,207 @@
+"""Data-parallel training through accelerate (locus_sklearn._distributed).
+
+The two-process test really runs two processes (torch.distributed.run, gloo on
+127.0.0.1) and checks that they end with the same weights and history and
+that the network learned; the others run in this process.
+"""
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.metrics import roc_auc_score
+
+from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn.datasets import make_model_pool
+
+accelerate = pytest.importorskip("accelerate")
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(
+    embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2, hidden_dim=16,
+    enc_size=(16, 64), dec_size=32, episodes_per_epoch=32, batch_size=4,
+    max_epochs=4, patience=2,
+)  # fmt: skip
+
+WORKER = """
+import json, pickle, sys
+import numpy as np
+import torch
+from accelerate import Accelerator
+from locus_sklearn import LocusEmbedder
+from locus_sklearn.datasets import make_model_pool
+
+torch.set_num_threads(1)
+out, tiny = sys.argv[1], json.loads(sys.argv[2])
+tiny["enc_size"] = tuple(tiny["enc_size"])
+accelerator = Accelerator(cpu=True)
+pool = make_model_pool(n_models=12, n_queries=300, evals_per_model=120,
+                       random_state=0)
+embedder = LocusEmbedder(pool.encodings, accelerator=accelerator, verbose=1,
+                         random_state=0, **tiny).fit(pool.evals)
+rank = accelerator.process_index
+torch.save(embedder.net_.module_.state_dict(), f"{out}/weights{rank}.pt")
+with open(f"{out}/run{rank}.json", "w") as f:
+    json.dump({
+        "n_processes": accelerator.num_processes,
+        "valid_loss": embedder.net_.history[:, "valid_loss"],
+        "train_loss": embedder.net_.history[:, "train_loss"],
+        "module": type(embedder.net_.module_).__name__,
+    }, f)
+if accelerator.is_main_process:
+    embedder.save(f"{out}/embedder.safetensors")
+    with open(f"{out}/embedder.pkl", "wb") as f:
+        pickle.dump(embedder, f)
+"""
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def accelerator():
+    # One per test process: accelerate's state is process-wide.
+    return accelerate.Accelerator(cpu=True)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return make_model_pool(n_models=6, n_queries=200, evals_per_model=100,
+                           random_state=0)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_processes_train_as_one(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        str(script), str(tmp_path), json.dumps(TINY),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    runs = [json.loads((tmp_path / f"run{r}.json").read_text()) for r in (0, 1)]
+    assert [run["n_processes"] for run in runs] == [2, 2]
+    # Unwrapped after training: the plain network, not the DDP wrapper.
+    assert [run["module"] for run in runs] == ["LocusNetwork"] * 2
+    # Losses averaged over processes: every process took the same decisions.
+    assert runs[0]["valid_loss"] == runs[1]["valid_loss"]
+    assert runs[0]["train_loss"] == runs[1]["train_loss"]
+    w0, w1 = (torch.load(tmp_path / f"weights{r}.pt") for r in (0, 1))
+    assert w0.keys() == w1.keys()
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    # Only the main process printed the epoch table.
+    assert (done.stdout + done.stderr).count("train_loss") == 1
+
+    # The saved network learned: its P(correct) ranks the true outcomes.
+    pool = make_model_pool(n_models=12, n_queries=300, evals_per_model=120,
+                           random_state=0)  # fmt: skip
+    embedder = LocusEmbedder.load(tmp_path / "embedder.safetensors")
+    assert embedder.accelerator is None
+    assert _correlation(embedder, pool) > 0.3
+    # A pickle made in the process group unpickles here, without its accelerator.
+    with open(tmp_path / "embedder.pkl", "rb") as f:
+        unpickled = pickle.load(f)
+    assert unpickled.accelerator is None
+    assert unpickled.net_.accelerator is None
+    np.testing.assert_array_equal(
+        unpickled.transform(pool.evals), embedder.transform(pool.evals)
+    )
+
+
+def test_accelerator_is_a_parameter_shared_by_clone(accelerator):
+    embedder = LocusEmbedder(accelerator=accelerator)
+    assert embedder.get_params()["accelerator"] is accelerator
+    assert clone(embedder).accelerator is accelerator
+    assert embedder.accelerator is accelerator  # clone left it in place
+    router = LocusRouter(embedder)
+    assert router.get_params()["embedder__accelerator"] is accelerator
+    assert clone(router).embedder.accelerator is accelerator
+    assert clone(LocusEmbedder()).accelerator is None
+
+
+def _correlation(embedder, pool):
+    """Correlation of predicted and true P(correct) over the pool's queries."""
+    queries = pool.queries["query"].to_numpy()
+    proba = embedder.predict_proba(
+        embedder.transform(pool.evals), queries, evals=pool.evals
+    )
+    truth = pool.probabilities.loc[queries, embedder.classes_].to_numpy()
+    assert np.isfinite(proba).all()
+    return np.corrcoef(proba.ravel(), truth.ravel())[0, 1]
+
+
+def test_one_process_accelerator_trains_like_no_accelerator(pool, accelerator):
+    plain = LocusEmbedder(pool.encodings, random_state=0, **TINY).fit(pool.evals)
+    accelerated = LocusEmbedder(
+        pool.encodings, random_state=0, accelerator=accelerator, **TINY
+    ).fit(pool.evals)
+    # Not bit for bit: accelerate's loader fetches one batch ahead, which
+    # reorders the draws from torch's generator; the same steps, though.
+    assert type(accelerated.net_.module_) is type(plain.net_.module_)
+    history, expected = accelerated.net_.history, plain.net_.history
+    assert history[:, "train_batch_count"] == expected[:, "train_batch_count"]
+    assert abs(_correlation(accelerated, pool) - _correlation(plain, pool)) < 0.1
+
+
+def test_saved_files_hold_no_accelerator(pool, accelerator, tmp_path):
+    embedder = LocusEmbedder(
+        pool.encodings, random_state=0, accelerator=accelerator, **TINY
+    ).fit(pool.evals)
+    path = tmp_path / "embedder.safetensors"
+    embedder.save(path)
+    assert b"accelerator" not in path.read_bytes()[:100_000]
+    loaded = LocusEmbedder.load(path)
+    assert loaded.accelerator is None
+    np.testing.assert_array_equal(
+        loaded.transform(pool.evals), embedder.transform(pool.evals)
+    )
+    # Nor do pickles; the fitted network survives the round trip.
+    again = pickle.loads(pickle.dumps(embedder))
+    assert again.accelerator is None and embedder.accelerator is accelerator
+    np.testing.assert_array_equal(
+        again.transform(pool.evals), embedder.transform(pool.evals)
+    )
+
+
+def test_router_trains_through_the_accelerator(pool, accelerator):
+    router = LocusRouter(
+        LocusEmbedder(pool.encodings, random_state=0, accelerator=accelerator, **TINY)
+    ).fit(pool.evals)
+    queries = pool.queries["query"].to_numpy()
+    proba = router.predict_proba(queries)
+    truth = pool.probabilities.loc[queries, router.classes_].to_numpy()
+    assert roc_auc_score(truth.ravel() > 0.5, proba.ravel()) > 0.5
+
+
+def test_device_must_be_the_accelerators(pool, accelerator):
+    embedder = LocusEmbedder(
+        pool.encodings, device="cuda:7", accelerator=accelerator, **TINY
+    )
+    with pytest.raises(ValueError, match=r"device='cuda:7' conflicts"):
+        embedder.fit(pool.evals)
+
+
+def test_accelerator_must_look_like_one(pool):
+    with pytest.raises(ValueError, match="accelerator"):
+        LocusEmbedder(pool.encodings, accelerator="gpu", **TINY).fit(pool.evals)
