@@ -16,7 +16,14 @@ from ._device import resolve_device
 from ._encoders import as_query_encoder, encode_as_fitted
 from ._evals import check_evals, check_queries
 from ._persistence import load_embedder, save_embedder
-from ._training import MONITORS, embed_models, fit_network, predict_proba
+from ._nn import ReadoutPool
+from ._training import (
+    MONITORS,
+    embed_models,
+    fit_network,
+    predict_proba,
+    readout_pool,
+)
 
 __all__ = ["FewEvaluationsWarning", "LocusEmbedder"]
 
@@ -490,7 +497,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
 
     def _predict_proba_encoded(self, embeddings, X_query, evaluations=None):
         """``evaluations``: (encodings of table.queries, table) of the embedded
-        models, for the kernel readout."""
+        models, for the kernel readout, or their :meth:`_readout_pool` (built
+        once, for many calls)."""
         embeddings = np.asarray(embeddings, dtype=np.float32)
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
             raise ValueError(
@@ -504,12 +512,23 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 "kernel_readout=True needs the models' evaluations to predict: "
                 "pass evals=."
             )
-        elif evaluations[1].n_models != len(embeddings):
-            raise ValueError(
-                f"evals has {evaluations[1].n_models} models but embeddings has "
-                f"{len(embeddings)} rows."
+        else:
+            n_models = (
+                evaluations.n_models
+                if isinstance(evaluations, ReadoutPool)
+                else evaluations[1].n_models
             )
+            if n_models != len(embeddings):
+                raise ValueError(
+                    f"evals has {n_models} models but embeddings has "
+                    f"{len(embeddings)} rows."
+                )
         return predict_proba(self.net_.module_, embeddings, X_query, evaluations)
+
+    def _readout_pool(self, X_table, table):
+        """What the kernel readout reads from the evaluations of ``table``
+        (query encodings ``X_table``), for :meth:`_predict_proba_encoded`."""
+        return readout_pool(self.net_.module_, X_table, table)
 
     # ------------------------------------------------------------- persistence
     def save(self, path):

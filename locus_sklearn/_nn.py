@@ -13,6 +13,7 @@ queries per batch, F query-encoding features, d the embedding dimension.
 - :class:`LocusNetwork`: encoder and predictor trained jointly.
 """
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "LocusEncoder",
     "LocusNetwork",
     "MaskedBCEWithLogitsLoss",
+    "ReadoutPool",
     "TBlock",
 ]
 
@@ -260,16 +262,11 @@ class KernelReadout(nn.Module):
         ).transpose(1, 2)
         return self._features(similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1))
 
-    def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=1024):
+    def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):
         """Readout features for every (query, model) pair, shape (Q, M, 2).
 
-        The kernel weight of an evaluation depends only on its query, so the
-        weighted sums over each model's evaluations are two matrix products:
-        the weights of each query against the bank (Q, U) times the models'
-        score sums and counts per bank query (U, M). Weights are scaled by
-        each query's best similarity, in float64 when the bandwidth is so
-        small that float32 could underflow; below a bandwidth of 0.003 the
-        per-model log-sum-exp of :meth:`pairwise_exact` is used instead.
+        Builds the pool's :class:`ReadoutPool` and calls :meth:`pairwise_pool`;
+        to score many query batches against one pool, build the pool once.
 
         Parameters
         ----------
@@ -281,43 +278,57 @@ class KernelReadout(nn.Module):
         set_score : Tensor of shape (R,)
         indptr : sequence of int, length M + 1
             Model ``m`` owns rows ``indptr[m]:indptr[m + 1]``.
-        query_chunk : int, default=1024
+        query_chunk : int, default=256
             Queries per chunk, bounding memory to Q_chunk·U floats.
+        """
+        pool = ReadoutPool(EvaluationSets(bank, set_index, set_score, indptr))
+        return self.pairwise_pool(queries, pool, query_chunk=query_chunk)
+
+    def pairwise_pool(self, queries, pool, query_chunk=256):
+        """Readout features of every (query, model) pair of a prepared pool.
+
+        The kernel weight of an evaluation depends only on its query, so the
+        weighted sums over each model's evaluations are one matrix product:
+        the weights of the used bank queries against each query (U, Q) times
+        the pool's counts and score sums per bank query (2M, U) — dense, or
+        sparse when the pool is (:class:`ReadoutPool`). The weights are
+        ``exp((cos − 1) / τ)`` themselves, in [exp(−2/τ), 1]: float32 while
+        exp(−2/τ) is far from float32's smallest normal number, float64 for
+        narrower bandwidths, and below τ = 0.003 the per-model log-sum-exp
+        of :meth:`pairwise_exact`. No (Q, R) matrix of evaluations is formed:
+        memory is Q_chunk·U floats plus the pool.
+
+        Parameters
+        ----------
+        queries : Tensor of shape (Q, F)
+        pool : ReadoutPool
+        query_chunk : int, default=256
+            Queries per chunk: small enough that the (U, Q_chunk) weights stay
+            in cache between the two products.
         """
         tau = float(self.log_bandwidth.detach().exp())
         if tau < 0.003:
-            return self.pairwise_exact(queries, bank, set_index, set_score, indptr)
-        # exp(-2 / tau) is the smallest scaled weight: keep it a normal float.
-        dtype = torch.float32 if 2 / tau < 80 else torch.float64
-        n_models = len(indptr) - 1
+            return self.pairwise_exact(queries, *pool.evaluations)
+        n_models = pool.n_models
         out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
-        if len(set_index) == 0:  # no evaluations: readout 0.5, evidence 0
+        if pool.n_rows == 0:  # no evaluations: readout 0.5, evidence 0
             return out
-        device = queries.device
-        sizes = torch.as_tensor(np.diff(np.asarray(indptr)), device=device)
-        model_of_row = torch.repeat_interleave(
-            torch.arange(n_models, device=device), sizes
-        )
-        used, row_bank = torch.unique(set_index, return_inverse=True)
-        counts = torch.zeros(len(used), n_models, dtype=dtype, device=device)
-        sums = torch.zeros_like(counts)
-        cells = (row_bank, model_of_row)
-        counts.index_put_(
-            cells, torch.ones_like(row_bank, dtype=dtype), accumulate=True
-        )
-        sums.index_put_(cells, set_score.to(dtype), accumulate=True)
-        queries = F.normalize(queries, dim=-1)
-        bank = F.normalize(bank[used], dim=-1)
+        # exp(-2 / tau) is the smallest weight: keep it well inside the normal
+        # floats, so that no model's weights underflow to an empty set.
+        dtype = torch.float32 if 2 / tau < 60 else torch.float64
+        table = pool.table(dtype)  # (2M, U)
+        bank = pool.bank  # (U, F), unit rows
+        # Scale and shift folded into the product: (cos - 1) / tau.
+        scaled = F.normalize(queries.to(bank.dtype), dim=-1) * (1 / tau)
+        shift = torch.tensor(-1 / tau, dtype=bank.dtype, device=bank.device)
         for start in range(0, queries.shape[0], query_chunk):
-            similarity = queries[start : start + query_chunk] @ bank.T  # (q, U)
-            best = similarity.max(dim=1, keepdim=True).values
-            # In place: the (q, U) buffer is the largest one here.
-            weights = similarity.sub_(best).to(dtype).mul_(1 / tau).exp_()
-            mass = weights @ counts  # (q, M); zero only for models with no rows
-            readout = torch.where(mass > 0, (weights @ sums) / mass, 0.5)
-            log_mass = torch.log(mass) + ((best - 1) / tau).to(dtype)
+            chunk = scaled[start : start + query_chunk]
+            weights = torch.addmm(shift, bank, chunk.T).to(dtype).exp_()  # (U, q)
+            sums = table @ weights  # (2M, q)
+            mass, total = sums[:n_models].T, sums[n_models:].T
+            readout = torch.where(mass > 0, total / mass, 0.5)
             out[start : start + query_chunk] = torch.stack(
-                [2 * readout - 1, F.softplus(log_mass)], dim=-1
+                [2 * readout - 1, torch.log1p(mass)], dim=-1
             ).to(out.dtype)
         return out
 
@@ -380,7 +391,7 @@ class CorrectnessPredictor(nn.Module):
             hidden = hidden + self.extra(extra)
         return self.output(self.dropout(F.gelu(hidden))).squeeze(-1)
 
-    def pairwise_logits(self, z, features, extra=None, query_chunk=1024):
+    def pairwise_logits(self, z, features, extra=None, query_chunk=256):
         """Logits for every (query, model) pair, shape (Q, M).
 
         Applies the query projection once per query and the model-only terms
@@ -392,7 +403,7 @@ class CorrectnessPredictor(nn.Module):
         z : Tensor of shape (M, d)
         features : Tensor of shape (Q, F)
         extra : Tensor of shape (Q, M, n_extra), default=None
-        query_chunk : int, default=1024
+        query_chunk : int, default=256
             Queries per chunk, bounding memory to Q_chunk·M·hidden floats.
         """
         d = z.shape[1]
@@ -402,15 +413,18 @@ class CorrectnessPredictor(nn.Module):
         # Fold W_u u in: (W_u + W_zu⊙z) u, one (h, d) matrix per model.
         model_matrix = w_u.unsqueeze(0) + w_zu.unsqueeze(0) * z.unsqueeze(1)
         m, h = model_term.shape
-        flat = model_matrix.reshape(m * h, d)
+        flat_t = model_matrix.reshape(m * h, d).T
+        bias = model_term.reshape(m * h)
         out_w = self.output.weight.reshape(h)
         chunks = []
         for start in range(0, features.shape[0], query_chunk):
             u = self.project(features[start : start + query_chunk])  # (q, d)
-            hidden = (u @ flat.T).reshape(-1, m, h) + model_term
+            # The model terms ride in the product's epilogue: no extra pass.
+            hidden = torch.addmm(bias, u, flat_t)  # (q, M·h)
             if self.extra is not None:
-                hidden = hidden + self.extra(extra[start : start + query_chunk])
-            chunks.append(F.gelu(hidden) @ out_w)
+                pairs = extra[start : start + query_chunk].reshape(-1, extra.shape[-1])
+                hidden.view(-1, h).addmm_(pairs.to(hidden.dtype), self.extra.weight.T)
+            chunks.append(F.gelu(hidden).view(-1, m, h) @ out_w)
         return torch.cat(chunks) + self.output.bias
 
 
@@ -432,6 +446,120 @@ class EvaluationSets(NamedTuple):
     index: torch.Tensor
     score: torch.Tensor
     indptr: object
+
+
+class ReadoutPool:
+    """What :meth:`KernelReadout.pairwise_pool` reads from a pool, built once.
+
+    Depends only on the pool's evaluations, so an estimator keeps it between
+    calls and rebuilds it when the pool changes. Bank queries that no model
+    was evaluated on are dropped and those with identical encodings merged
+    (they weigh the same at every query, so the readout is unchanged).
+
+    Parameters
+    ----------
+    evaluations : EvaluationSets
+    sparse : bool or None, default=None
+        Store the (2M, U) counts and sums as a sparse CSR matrix: memory and
+        time in the number of evaluations rather than U·M. None chooses
+        sparse when fewer than a twentieth of the cells are filled or the
+        dense matrix would exceed 256 MB.
+
+    Attributes
+    ----------
+    bank : Tensor of shape (U, F)
+        Unit-norm encodings of the used, distinct bank queries.
+    evaluations : EvaluationSets
+    n_models : int
+    n_rows : int
+        Stored evaluations R.
+    is_sparse : bool
+
+    Examples
+    --------
+    >>> import torch
+    >>> sets = EvaluationSets(torch.eye(3), torch.tensor([0, 1, 1]),
+    ...                       torch.tensor([1.0, 0.0, 1.0]), [0, 2, 3])
+    >>> pool = ReadoutPool(sets)
+    >>> tuple(pool.bank.shape), pool.n_models
+    ((2, 3), 2)
+    >>> pool.table(torch.float32)  # counts of models 0 and 1, then score sums
+    tensor([[1., 1.],
+            [0., 1.],
+            [1., 0.],
+            [0., 1.]])
+    """
+
+    # Sparse below this fill of the (2M, U) matrix, or above this many bytes.
+    SPARSE_DENSITY = 0.05
+    DENSE_BYTES = 256 * 2**20
+
+    def __init__(self, evaluations, sparse=None):
+        bank, index, score, indptr = evaluations
+        self.evaluations = evaluations
+        device = bank.device
+        self.n_models = n_models = len(indptr) - 1
+        self.n_rows = len(index)
+        sizes = torch.as_tensor(np.diff(np.asarray(indptr)), device=device)
+        model = torch.repeat_interleave(torch.arange(n_models, device=device), sizes)
+        used, row_bank = torch.unique(index, return_inverse=True)
+        encodings = F.normalize(bank[used].float(), dim=-1)
+        encodings, merged = torch.unique(encodings, dim=0, return_inverse=True)
+        self.bank = encodings
+        n_bank = len(encodings)
+        row_bank = merged[row_bank]
+        cells = torch.stack(
+            [torch.cat([model, model + n_models]), torch.cat([row_bank, row_bank])]
+        )
+        values = torch.cat([torch.ones_like(score, dtype=torch.float64), score.double()])
+        # Summed in float64, so duplicates add up the same in either layout.
+        table = torch.sparse_coo_tensor(
+            cells, values, (2 * n_models, n_bank), check_invariants=False
+        ).coalesce()
+        dense_bytes = 2 * n_models * n_bank * 4
+        if sparse is None:
+            sparse = (
+                table.values().numel() < self.SPARSE_DENSITY * 2 * n_models * n_bank
+                or dense_bytes > self.DENSE_BYTES
+            )
+        self.is_sparse = bool(sparse)
+        table = table.to(torch.float32)
+        if self.is_sparse:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                csr = table.to_sparse_csr()
+            # int32 indices: 12 bytes per stored cell instead of 16.
+            int32 = n_bank < 2**31 and csr.values().numel() < 2**31
+            index_dtype = torch.int32 if int32 else torch.int64
+            table = torch.sparse_csr_tensor(
+                csr.crow_indices().to(index_dtype),
+                csr.col_indices().to(index_dtype),
+                csr.values(),
+                csr.shape,
+                check_invariants=False,
+            )
+        else:
+            table = table.to_dense()
+        self._tables = {torch.float32: table}
+
+    def table(self, dtype):
+        """Counts (rows 0..M-1) and score sums (rows M..2M-1) per bank query,
+        shape (2M, U), in ``dtype``: sparse CSR when :attr:`is_sparse`."""
+        if dtype not in self._tables:
+            self._tables[dtype] = self._tables[torch.float32].to(dtype)
+        return self._tables[dtype]
+
+    def nbytes(self):
+        """Bytes held: the bank and the tables built so far."""
+        tensors = [self.bank, *self._tables.values()]
+        total = 0
+        for t in tensors:
+            if t.layout == torch.sparse_csr:
+                parts = (t.crow_indices(), t.col_indices(), t.values())
+                total += sum(p.numel() * p.element_size() for p in parts)
+            else:
+                total += t.numel() * t.element_size()
+        return total
 
 
 # Version of the module layout (parameter names and shapes) that saved files
@@ -535,8 +663,9 @@ class LocusNetwork(nn.Module):
         ----------
         z : Tensor of shape (M, d)
         queries : Tensor of shape (Q, F)
-        evaluations : EvaluationSets, default=None
+        evaluations : EvaluationSets or ReadoutPool, default=None
             The M models' evaluations; required with the kernel readout.
+            A :class:`ReadoutPool` built once serves many calls.
         """
         extra = None
         if self.readout is not None:
@@ -544,7 +673,9 @@ class LocusNetwork(nn.Module):
                 raise ValueError(
                     "kernel_readout=True needs the models' evaluations to predict."
                 )
-            extra = self.readout.pairwise(queries, *evaluations)
+            if not isinstance(evaluations, ReadoutPool):
+                evaluations = ReadoutPool(evaluations)
+            extra = self.readout.pairwise_pool(queries, evaluations)
         return self.predictor.pairwise_logits(z, queries, extra)
 
     def forward(
