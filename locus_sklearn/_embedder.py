@@ -8,15 +8,20 @@ import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import (
+    HasMethods,
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
 from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted
 
 from ._device import resolve_device
 from ._encoders import as_query_encoder, encode_as_fitted
 from ._evals import check_evals, check_queries
-from ._persistence import load_embedder, save_embedder
 from ._nn import ReadoutPool
+from ._persistence import load_embedder, save_embedder
 from ._training import (
     MONITORS,
     embed_models,
@@ -26,6 +31,9 @@ from ._training import (
 )
 
 __all__ = ["FewEvaluationsWarning", "LocusEmbedder"]
+
+# Parameters of the kernel readout's search, read at prediction only.
+_READOUT_PARAMS = ("readout_neighbors", "readout_index")
 
 
 class FewEvaluationsWarning(UserWarning):
@@ -113,6 +121,18 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         all of them (``benchmarks/results/TUNING.md``). ``False`` is the
         paper's predictor: P(correct) from z_m and φ(x) alone, faster to
         route with and needing no stored evaluations.
+    readout_neighbors : int or None, default=None
+        With the kernel readout, an approximation for large pools: only the
+        ``readout_neighbors`` stored queries nearest each query (by cosine)
+        enter its readout, and a model evaluated on none of them reads as
+        having no evaluations. None (exact) reads every stored evaluation.
+        ``benchmarks/results/readout_scale.json`` gives the speed and the
+        agreement with the exact readout.
+    readout_index : {"exact", "hnsw"}, default="exact"
+        How ``readout_neighbors`` are found: every similarity and a top-k
+        ("exact"), or an HNSW graph of the stored queries from hnswlib
+        ("hnsw": approximate, sublinear in the number of stored queries;
+        install the ``ann`` extra). "hnsw" needs ``readout_neighbors``.
     n_profile_regions : int, default=0
         R > 0 adds the profile objective: a linear head from z_m predicts the
         model's mean score in each of R regions of the query space (k-means
@@ -219,6 +239,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "mix_prob": [Interval(Real, 0, 1, closed="both")],
         "n_regions": [Interval(Integral, 2, None, closed="left")],
         "kernel_readout": ["boolean"],
+        "readout_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        "readout_index": [StrOptions({"exact", "hnsw"})],
         "n_profile_regions": [Interval(Integral, 0, None, closed="left")],
         "profile_weight": [Interval(Real, 0, None, closed="left")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
@@ -255,6 +277,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         mix_prob=0.0,
         n_regions=16,
         kernel_readout=True,
+        readout_neighbors=None,
+        readout_index="exact",
         n_profile_regions=0,
         profile_weight=1.0,
         max_epochs=100,
@@ -287,6 +311,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.mix_prob = mix_prob
         self.n_regions = n_regions
         self.kernel_readout = kernel_readout
+        self.readout_neighbors = readout_neighbors
+        self.readout_index = readout_index
         self.n_profile_regions = n_profile_regions
         self.profile_weight = profile_weight
         self.max_epochs = max_epochs
@@ -310,7 +336,23 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     _RUN_TIME_PARAMS = ("encoder", "memory", "device", "random_state", "verbose")
 
     # ------------------------------------------------------------------ checks
+    def _check_readout(self):
+        """The readout's run-time parameters, also when set after ``fit``."""
+        validate_parameter_constraints(
+            {k: self._parameter_constraints[k] for k in _READOUT_PARAMS},
+            {k: getattr(self, k) for k in _READOUT_PARAMS},
+            caller_name=type(self).__name__,
+        )
+        if self.readout_index != "exact" and self.readout_neighbors is None:
+            raise ValueError(
+                f"readout_index={self.readout_index!r} searches for the "
+                "readout_neighbors nearest stored queries, but readout_neighbors="
+                "None (read every evaluation); set readout_neighbors to an int "
+                "such as 32, or readout_index='exact'."
+            )
+
     def _check_structure(self):
+        self._check_readout()
         if self.embedding_dim % self.n_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} must divide embedding_dim="
@@ -505,6 +547,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 f"embeddings must have shape (n_models, {self.embedding_dim}); got "
                 f"{embeddings.shape}."
             )
+        self._check_readout()
         if not self.kernel_readout:
             evaluations = None
         elif evaluations is None:
@@ -523,7 +566,14 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                     f"evals has {n_models} models but embeddings has "
                     f"{len(embeddings)} rows."
                 )
-        return predict_proba(self.net_.module_, embeddings, X_query, evaluations)
+        return predict_proba(
+            self.net_.module_,
+            embeddings,
+            X_query,
+            evaluations,
+            readout_neighbors=self.readout_neighbors,
+            readout_index=self.readout_index,
+        )
 
     def _readout_pool(self, X_table, table):
         """What the kernel readout reads from the evaluations of ``table``

@@ -284,7 +284,9 @@ class KernelReadout(nn.Module):
         pool = ReadoutPool(EvaluationSets(bank, set_index, set_score, indptr))
         return self.pairwise_pool(queries, pool, query_chunk=query_chunk)
 
-    def pairwise_pool(self, queries, pool, query_chunk=256):
+    def pairwise_pool(
+        self, queries, pool, query_chunk=256, neighbors=None, index="exact"
+    ):
         """Readout features of every (query, model) pair of a prepared pool.
 
         The kernel weight of an evaluation depends only on its query, so the
@@ -303,11 +305,20 @@ class KernelReadout(nn.Module):
         queries : Tensor of shape (Q, F)
         pool : ReadoutPool
         query_chunk : int, default=256
-            Queries per chunk: small enough that the (U, Q_chunk) weights stay
-            in cache between the two products.
+            Most queries per chunk; fewer when U is large, so that the
+            (U, Q_chunk) weights stay within 32 MB.
+        neighbors : int or None, default=None
+            An approximation: only the ``neighbors`` bank queries nearest each
+            query (by cosine) enter its readout; a model with no evaluation
+            among them reads 0.5 with zero evidence. None reads every stored
+            evaluation (exact).
+        index : {"exact", "hnsw"}, default="exact"
+            How the nearest bank queries are found: every similarity and a
+            top-k, or the pool's hnswlib graph (:meth:`ReadoutPool.nearest`;
+            approximate, and faster when U is large).
         """
         tau = float(self.log_bandwidth.detach().exp())
-        if tau < 0.003:
+        if tau < 0.003 and neighbors is None:
             return self.pairwise_exact(queries, *pool.evaluations)
         n_models = pool.n_models
         out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
@@ -316,20 +327,37 @@ class KernelReadout(nn.Module):
         # exp(-2 / tau) is the smallest weight: keep it well inside the normal
         # floats, so that no model's weights underflow to an empty set.
         dtype = torch.float32 if 2 / tau < 60 else torch.float64
-        table = pool.table(dtype)  # (2M, U)
         bank = pool.bank  # (U, F), unit rows
+        unit = F.normalize(queries.to(bank.dtype), dim=-1)
+        if neighbors is not None:
+            similarity, nearest = pool.nearest(unit, neighbors, index)
+            weights = ((similarity.to(dtype) - 1) / tau).exp_()
+            # About 4M gathered cells per step.
+            per_query = nearest.shape[1] * max(1, 2 * pool.n_rows // len(bank))
+            step = max(1, 2**22 // per_query)
+            for start in range(0, queries.shape[0], step):
+                part = slice(start, start + step)
+                sums = pool.gather(nearest[part], weights[part])
+                self._readout(sums, n_models, out[part])
+            return out
+        table = pool.table(dtype)  # (2M, U)
         # Scale and shift folded into the product: (cos - 1) / tau.
-        scaled = F.normalize(queries.to(bank.dtype), dim=-1) * (1 / tau)
+        scaled = unit * (1 / tau)
         shift = torch.tensor(-1 / tau, dtype=bank.dtype, device=bank.device)
-        for start in range(0, queries.shape[0], query_chunk):
-            chunk = scaled[start : start + query_chunk]
+        step = max(1, min(query_chunk, 2**23 // len(bank)))
+        for start in range(0, queries.shape[0], step):
+            chunk = scaled[start : start + step]
             weights = torch.addmm(shift, bank, chunk.T).to(dtype).exp_()  # (U, q)
-            sums = table @ weights  # (2M, q)
-            mass, total = sums[:n_models].T, sums[n_models:].T
-            readout = torch.where(mass > 0, total / mass, 0.5)
-            out[start : start + query_chunk] = torch.stack(
-                [2 * readout - 1, torch.log1p(mass)], dim=-1
-            ).to(out.dtype)
+            self._readout((table @ weights).T, n_models, out[start : start + step])
+        return out
+
+    @staticmethod
+    def _readout(sums, n_models, out):
+        """Write features of weighted counts|sums (q, 2M) into ``out`` (q, M, 2)."""
+        mass, total = sums[:, :n_models], sums[:, n_models:]
+        readout = torch.where(mass > 0, total / mass, 0.5)
+        out[:, :, 0] = 2 * readout - 1
+        out[:, :, 1] = torch.log1p(mass)
         return out
 
     def pairwise_exact(
@@ -511,7 +539,9 @@ class ReadoutPool:
         cells = torch.stack(
             [torch.cat([model, model + n_models]), torch.cat([row_bank, row_bank])]
         )
-        values = torch.cat([torch.ones_like(score, dtype=torch.float64), score.double()])
+        values = torch.cat(
+            [torch.ones_like(score, dtype=torch.float64), score.double()]
+        )
         # Summed in float64, so duplicates add up the same in either layout.
         table = torch.sparse_coo_tensor(
             cells, values, (2 * n_models, n_bank), check_invariants=False
@@ -541,6 +571,8 @@ class ReadoutPool:
         else:
             table = table.to_dense()
         self._tables = {torch.float32: table}
+        self._by_bank = None  # (U, 2M) CSR arrays, for the neighbour readout
+        self._graph = None  # hnswlib graph of the bank
 
     def table(self, dtype):
         """Counts (rows 0..M-1) and score sums (rows M..2M-1) per bank query,
@@ -548,6 +580,113 @@ class ReadoutPool:
         if dtype not in self._tables:
             self._tables[dtype] = self._tables[torch.float32].to(dtype)
         return self._tables[dtype]
+
+    def nearest(self, queries, k, index="exact", query_chunk=256):
+        """The ``k`` bank queries nearest each query, by cosine.
+
+        Parameters
+        ----------
+        queries : Tensor of shape (Q, F)
+            Unit rows.
+        k : int
+            Capped at U.
+        index : {"exact", "hnsw"}, default="exact"
+            "exact" computes every similarity (chunked) and takes a top-k;
+            "hnsw" searches an hnswlib graph of the bank (built on first use
+            and kept with the pool; needs the ``ann`` extra), approximate
+            but sublinear in U.
+
+        Returns
+        -------
+        similarity : Tensor of shape (Q, k)
+        nearest : LongTensor of shape (Q, k)
+            Rows of :attr:`bank`.
+        """
+        k = min(int(k), len(self.bank))
+        if index == "hnsw":
+            graph = self._hnsw(k)
+            found, distance = graph.knn_query(
+                queries.float().cpu().numpy(), k=k, num_threads=torch.get_num_threads()
+            )
+            device = self.bank.device
+            nearest = torch.as_tensor(found.astype(np.int64), device=device)
+            # hnswlib's inner-product distance is 1 - <q, b>.
+            return 1 - torch.as_tensor(distance, device=device), nearest
+        similarity, nearest = [], []
+        step = max(1, min(query_chunk, 2**23 // len(self.bank)))
+        for start in range(0, len(queries), step):
+            values, rows = torch.topk(
+                queries[start : start + step] @ self.bank.T, k, dim=1
+            )
+            similarity.append(values)
+            nearest.append(rows)
+        return torch.cat(similarity), torch.cat(nearest)
+
+    # hnswlib graph settings: links per node, and candidate lists in building
+    # and in search (at least k); larger is more accurate and slower.
+    HNSW_M = 32
+    HNSW_EF_CONSTRUCTION = 200
+    HNSW_EF = 128
+
+    def _hnsw(self, k):
+        try:
+            import hnswlib
+        except ImportError as error:
+            raise ImportError(
+                "readout_index='hnsw' needs hnswlib: pip install "
+                "'locus-sklearn[ann]' (or hnswlib)."
+            ) from error
+        if self._graph is None:
+            n_bank, n_features = self.bank.shape
+            graph = hnswlib.Index(space="ip", dim=n_features)
+            graph.init_index(
+                max_elements=n_bank,
+                ef_construction=self.HNSW_EF_CONSTRUCTION,
+                M=self.HNSW_M,
+                random_seed=0,
+            )
+            graph.add_items(
+                self.bank.cpu().numpy(),
+                np.arange(n_bank),
+                num_threads=torch.get_num_threads(),
+            )
+            self._graph = graph
+        self._graph.set_ef(max(self.HNSW_EF, k))
+        return self._graph
+
+    def gather(self, nearest, weights):
+        """Weighted counts|sums of a few bank queries per query, shape (Q, 2M):
+        ``out[q] = Σ_j weights[q, j] · table[:, nearest[q, j]]``, reading only
+        the stored cells of those bank queries."""
+        if self._by_bank is None:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                table = self._tables[torch.float32]
+                coo = table.to_sparse_coo() if self.is_sparse else table.to_sparse()
+                csr = coo.t().coalesce().to_sparse_csr()  # (U, 2M)
+            self._by_bank = (
+                csr.crow_indices().long(),
+                csr.col_indices().long(),
+                csr.values(),
+            )
+        crow, col, value = self._by_bank
+        n_queries, k = nearest.shape
+        width = 2 * self.n_models
+        start = crow[nearest].reshape(-1)
+        length = crow[nearest + 1].reshape(-1) - start
+        pair = torch.repeat_interleave(
+            torch.arange(len(start), device=start.device), length
+        )
+        # Position of each gathered cell within its bank query's row.
+        offset = torch.cumsum(length, 0) - length
+        cell = torch.arange(len(pair), device=start.device) - offset[pair] + start[pair]
+        out = weights.new_zeros(n_queries * width)
+        out.index_add_(
+            0,
+            torch.div(pair, k, rounding_mode="floor") * width + col[cell],
+            weights.reshape(-1)[pair] * value[cell].to(weights.dtype),
+        )
+        return out.view(n_queries, width)
 
     def nbytes(self):
         """Bytes held: the bank and the tables built so far."""
@@ -656,7 +795,10 @@ class LocusNetwork(nn.Module):
         """
         return self.encoder(features, query_index, score, mask)
 
-    def pairwise_logits(self, z, queries, evaluations=None):
+    def pairwise_logits(
+        self, z, queries, evaluations=None, *, readout_neighbors=None,
+        readout_index="exact",
+    ):  # fmt: skip
         """Logits of P(correct) for every (query, model) pair, shape (Q, M).
 
         Parameters
@@ -666,6 +808,10 @@ class LocusNetwork(nn.Module):
         evaluations : EvaluationSets or ReadoutPool, default=None
             The M models' evaluations; required with the kernel readout.
             A :class:`ReadoutPool` built once serves many calls.
+        readout_neighbors : int or None, default=None
+        readout_index : {"exact", "hnsw"}, default="exact"
+            The readout's approximation (``neighbors`` and ``index`` of
+            :meth:`KernelReadout.pairwise_pool`); None reads every evaluation.
         """
         extra = None
         if self.readout is not None:
@@ -675,7 +821,9 @@ class LocusNetwork(nn.Module):
                 )
             if not isinstance(evaluations, ReadoutPool):
                 evaluations = ReadoutPool(evaluations)
-            extra = self.readout.pairwise_pool(queries, evaluations)
+            extra = self.readout.pairwise_pool(
+                queries, evaluations, neighbors=readout_neighbors, index=readout_index
+            )
         return self.predictor.pairwise_logits(z, queries, extra)
 
     def forward(

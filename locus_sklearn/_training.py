@@ -715,7 +715,10 @@ def readout_pool(module, X_table, table):
         return ReadoutPool(evaluation_sets(X_table, table, device))
 
 
-def predict_proba(module, embeddings, X_query, evaluations=None):
+def predict_proba(
+    module, embeddings, X_query, evaluations=None, *, readout_neighbors=None,
+    readout_index="exact",
+):  # fmt: skip
     """P(correct) of every (query, model) pair.
 
     Parameters
@@ -726,6 +729,9 @@ def predict_proba(module, embeddings, X_query, evaluations=None):
     evaluations : tuple of (ndarray, EvalTable) or ReadoutPool, default=None
         The models' evaluations and the encodings of their queries (or their
         :func:`readout_pool`), for a network with the kernel readout.
+    readout_neighbors : int or None, default=None
+    readout_index : {"exact", "hnsw"}, default="exact"
+        The readout's approximation; see :class:`~._embedder.LocusEmbedder`.
 
     Returns
     -------
@@ -738,6 +744,10 @@ def predict_proba(module, embeddings, X_query, evaluations=None):
         if evaluations is not None and not isinstance(evaluations, ReadoutPool):
             evaluations = ReadoutPool(evaluation_sets(*evaluations, device))
         logits = module.pairwise_logits(
-            torch.as_tensor(embeddings, device=device), queries, evaluations
+            torch.as_tensor(embeddings, device=device),
+            queries,
+            evaluations,
+            readout_neighbors=readout_neighbors,
+            readout_index=readout_index,
         )
         return torch.sigmoid(logits).cpu().numpy()

@@ -53,4 +53,6 @@ def test_file_saved_before_the_move_loads_and_predicts_the_same():
     expected = np.load(os.path.join(REFERENCE, "embedding_only.npz"))
     proba = router.predict_proba(queries)
     np.testing.assert_allclose(proba, expected["proba"], rtol=0, atol=1e-6)
-    np.testing.assert_array_equal(proba.argmax(axis=1), expected["proba"].argmax(axis=1))
+    np.testing.assert_array_equal(
+        proba.argmax(axis=1), expected["proba"].argmax(axis=1)
+    )
