@@ -125,7 +125,10 @@ def test_hnsw_index_agrees_with_exact_top_k_on_separated_clusters():
     _, exact = pool.nearest(unit, 10)
     _, approx = pool.nearest(unit, 10, "hnsw")
     recall = np.mean(
-        [len(set(a.tolist()) & set(e.tolist())) / 10 for a, e in zip(approx, exact)]
+        [
+            len(set(a.tolist()) & set(e.tolist())) / 10
+            for a, e in zip(approx, exact, strict=True)
+        ]
     )
     assert recall >= 0.95
     readout = KernelReadout(0.1)
