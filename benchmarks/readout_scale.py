@@ -165,7 +165,7 @@ def bench_mmlu(seed=0):
     start = time.perf_counter()
     router = LocusRouter(embedder).fit(train)
     fit_s = time.perf_counter() - start
-    tau = float(router._locus.net_.module_.readout.log_bandwidth.exp())
+    tau = float(router._locus.net_.module_.readout.log_bandwidth.detach().exp())
     scores = data.scores.loc[test, router.classes_].to_numpy()
     answered = ~np.isnan(scores).all(axis=1)
     test, scores = test[answered], scores[answered]
@@ -205,7 +205,23 @@ def bench_mmlu(seed=0):
                 f"same model as exact on {100 * row['routing_agreement']:.1f}%, max "
                 f"|dP| {row['max_abs_proba_diff']:.4f}"
             )
-    router.embedder_.set_params(readout_neighbors=None, readout_index="exact")
+    router.embedder_.set_params(
+        readout_neighbors=None, readout_index="exact", readout_dtype="bfloat16"
+    )
+    t, proba = _timed(lambda: router.predict_proba(test), repeats=2)
+    acc, routed = accuracy(proba)
+    out["bfloat16"] = {
+        "routing_accuracy": acc,
+        "routing_agreement": float((routed == exact_routed).mean()),
+        "max_abs_proba_diff": float(np.abs(proba - exact).max()),
+        "seconds": t,
+    }
+    print(
+        f"  readout_dtype='bfloat16': routing accuracy {acc:.4f}, same model as "
+        f"exact on {100 * out['bfloat16']['routing_agreement']:.1f}%, max |dP| "
+        f"{out['bfloat16']['max_abs_proba_diff']:.4f}"
+    )
+    router.embedder_.set_params(readout_dtype="float32")
     return out
 
 

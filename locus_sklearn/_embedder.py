@@ -33,7 +33,7 @@ from ._training import (
 __all__ = ["FewEvaluationsWarning", "LocusEmbedder"]
 
 # Parameters of the kernel readout's search, read at prediction only.
-_READOUT_PARAMS = ("readout_neighbors", "readout_index")
+_READOUT_PARAMS = ("readout_neighbors", "readout_index", "readout_dtype")
 
 
 class FewEvaluationsWarning(UserWarning):
@@ -133,6 +133,11 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         ("exact"), or an HNSW graph of the stored queries from hnswlib
         ("hnsw": approximate, sublinear in the number of stored queries;
         install the ``ann`` extra). "hnsw" needs ``readout_neighbors``.
+    readout_dtype : {"float32", "bfloat16"}, default="float32"
+        Precision of the readout's largest product, the cosines between the
+        queries and every stored query. "bfloat16" is an approximation
+        (cosines to about 1e-2) that pays off only on hardware with bfloat16
+        matrix units; the weighted sums stay float32.
     n_profile_regions : int, default=0
         R > 0 adds the profile objective: a linear head from z_m predicts the
         model's mean score in each of R regions of the query space (k-means
@@ -241,6 +246,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "kernel_readout": ["boolean"],
         "readout_neighbors": [Interval(Integral, 1, None, closed="left"), None],
         "readout_index": [StrOptions({"exact", "hnsw"})],
+        "readout_dtype": [StrOptions({"float32", "bfloat16"})],
         "n_profile_regions": [Interval(Integral, 0, None, closed="left")],
         "profile_weight": [Interval(Real, 0, None, closed="left")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
@@ -279,6 +285,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         kernel_readout=True,
         readout_neighbors=None,
         readout_index="exact",
+        readout_dtype="float32",
         n_profile_regions=0,
         profile_weight=1.0,
         max_epochs=100,
@@ -313,6 +320,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.kernel_readout = kernel_readout
         self.readout_neighbors = readout_neighbors
         self.readout_index = readout_index
+        self.readout_dtype = readout_dtype
         self.n_profile_regions = n_profile_regions
         self.profile_weight = profile_weight
         self.max_epochs = max_epochs
@@ -573,6 +581,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             evaluations,
             readout_neighbors=self.readout_neighbors,
             readout_index=self.readout_index,
+            readout_dtype=self.readout_dtype,
         )
 
     def _readout_pool(self, X_table, table):

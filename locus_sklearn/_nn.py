@@ -285,8 +285,9 @@ class KernelReadout(nn.Module):
         return self.pairwise_pool(queries, pool, query_chunk=query_chunk)
 
     def pairwise_pool(
-        self, queries, pool, query_chunk=256, neighbors=None, index="exact"
-    ):
+        self, queries, pool, query_chunk=256, neighbors=None, index="exact",
+        similarity_dtype=torch.float32,
+    ):  # fmt: skip
         """Readout features of every (query, model) pair of a prepared pool.
 
         The kernel weight of an evaluation depends only on its query, so the
@@ -316,6 +317,11 @@ class KernelReadout(nn.Module):
             How the nearest bank queries are found: every similarity and a
             top-k, or the pool's hnswlib graph (:meth:`ReadoutPool.nearest`;
             approximate, and faster when U is large).
+        similarity_dtype : torch.dtype, default=torch.float32
+            Precision of the (U, F) x (F, Q) similarity product, the largest;
+            ``torch.bfloat16`` is an approximation (cosines to about 1e-2)
+            for hardware with bfloat16 matrix units. Weights and sums stay
+            float32 or float64.
         """
         tau = float(self.log_bandwidth.detach().exp())
         if tau < 0.003 and neighbors is None:
@@ -341,8 +347,9 @@ class KernelReadout(nn.Module):
                 self._readout(sums, n_models, out[part])
             return out
         table = pool.table(dtype)  # (2M, U)
+        bank = pool.bank_in(similarity_dtype)
         # Scale and shift folded into the product: (cos - 1) / tau.
-        scaled = unit * (1 / tau)
+        scaled = (unit * (1 / tau)).to(similarity_dtype)
         shift = torch.tensor(-1 / tau, dtype=bank.dtype, device=bank.device)
         step = max(1, min(query_chunk, 2**23 // len(bank)))
         for start in range(0, queries.shape[0], step):
@@ -573,6 +580,7 @@ class ReadoutPool:
         self._tables = {torch.float32: table}
         self._by_bank = None  # (U, 2M) CSR arrays, for the neighbour readout
         self._graph = None  # hnswlib graph of the bank
+        self._banks = {}  # the bank in other dtypes
 
     def table(self, dtype):
         """Counts (rows 0..M-1) and score sums (rows M..2M-1) per bank query,
@@ -580,6 +588,14 @@ class ReadoutPool:
         if dtype not in self._tables:
             self._tables[dtype] = self._tables[torch.float32].to(dtype)
         return self._tables[dtype]
+
+    def bank_in(self, dtype):
+        """:attr:`bank` in ``dtype`` (kept once made)."""
+        if dtype == self.bank.dtype:
+            return self.bank
+        if dtype not in self._banks:
+            self._banks[dtype] = self.bank.to(dtype)
+        return self._banks[dtype]
 
     def nearest(self, queries, k, index="exact", query_chunk=256):
         """The ``k`` bank queries nearest each query, by cosine.
@@ -690,7 +706,7 @@ class ReadoutPool:
 
     def nbytes(self):
         """Bytes held: the bank and the tables built so far."""
-        tensors = [self.bank, *self._tables.values()]
+        tensors = [self.bank, *self._banks.values(), *self._tables.values()]
         total = 0
         for t in tensors:
             if t.layout == torch.sparse_csr:
@@ -797,7 +813,7 @@ class LocusNetwork(nn.Module):
 
     def pairwise_logits(
         self, z, queries, evaluations=None, *, readout_neighbors=None,
-        readout_index="exact",
+        readout_index="exact", readout_dtype=torch.float32,
     ):  # fmt: skip
         """Logits of P(correct) for every (query, model) pair, shape (Q, M).
 
@@ -810,8 +826,10 @@ class LocusNetwork(nn.Module):
             A :class:`ReadoutPool` built once serves many calls.
         readout_neighbors : int or None, default=None
         readout_index : {"exact", "hnsw"}, default="exact"
-            The readout's approximation (``neighbors`` and ``index`` of
-            :meth:`KernelReadout.pairwise_pool`); None reads every evaluation.
+        readout_dtype : torch.dtype, default=torch.float32
+            The readout's approximations (``neighbors``, ``index`` and
+            ``similarity_dtype`` of :meth:`KernelReadout.pairwise_pool`); the
+            defaults read every evaluation in float32.
         """
         extra = None
         if self.readout is not None:
@@ -822,7 +840,11 @@ class LocusNetwork(nn.Module):
             if not isinstance(evaluations, ReadoutPool):
                 evaluations = ReadoutPool(evaluations)
             extra = self.readout.pairwise_pool(
-                queries, evaluations, neighbors=readout_neighbors, index=readout_index
+                queries,
+                evaluations,
+                neighbors=readout_neighbors,
+                index=readout_index,
+                similarity_dtype=readout_dtype,
             )
         return self.predictor.pairwise_logits(z, queries, extra)
 

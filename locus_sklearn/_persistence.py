@@ -50,6 +50,7 @@ _ADDED_PARAMS = {
     "profile_weight": 1.0,
     "readout_neighbors": None,
     "readout_index": "exact",
+    "readout_dtype": "float32",
 }
 
 _ENCODER_KINDS = ("default", "path", "mapping", "hashed_mapping", "object")

@@ -717,7 +717,7 @@ def readout_pool(module, X_table, table):
 
 def predict_proba(
     module, embeddings, X_query, evaluations=None, *, readout_neighbors=None,
-    readout_index="exact",
+    readout_index="exact", readout_dtype="float32",
 ):  # fmt: skip
     """P(correct) of every (query, model) pair.
 
@@ -731,7 +731,8 @@ def predict_proba(
         :func:`readout_pool`), for a network with the kernel readout.
     readout_neighbors : int or None, default=None
     readout_index : {"exact", "hnsw"}, default="exact"
-        The readout's approximation; see :class:`~._embedder.LocusEmbedder`.
+    readout_dtype : {"float32", "bfloat16"}, default="float32"
+        The readout's approximations; see :class:`~._embedder.LocusEmbedder`.
 
     Returns
     -------
@@ -749,5 +750,6 @@ def predict_proba(
             evaluations,
             readout_neighbors=readout_neighbors,
             readout_index=readout_index,
+            readout_dtype=getattr(torch, readout_dtype),
         )
         return torch.sigmoid(logits).cpu().numpy()

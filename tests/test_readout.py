@@ -216,6 +216,7 @@ def test_neighbour_options_predict_saved_and_loaded(
         ({"readout_neighbors": 0}, "readout_neighbors"),
         ({"readout_neighbors": 2.5}, "readout_neighbors"),
         ({"readout_index": "faiss"}, "readout_index"),
+        ({"readout_dtype": "float16"}, "readout_dtype"),
         ({"readout_index": "hnsw"}, "needs|readout_neighbors=None"),
     ],
 )
@@ -229,3 +230,17 @@ def test_readout_parameters_are_validated(
     r.embedder_.set_params(**params)
     with pytest.raises(ValueError, match=message):
         r.predict_proba(query_texts[:3])
+
+
+def test_bfloat16_similarity_is_close_to_float32():
+    sets = _random_sets(5, 200, 32, [40, 0, 80, 10])
+    queries = torch.randn(30, 32)
+    readout = KernelReadout(0.1)
+    pool = ReadoutPool(sets)
+    with torch.no_grad():
+        full = readout.pairwise_pool(queries, pool)
+        low = readout.pairwise_pool(queries, pool, similarity_dtype=torch.bfloat16)
+    # Cosines to ~1e-2 move each weight by exp(1e-2 / 0.1): about 10%.
+    torch.testing.assert_close(low, full, rtol=0.1, atol=0.05)
+    assert not torch.equal(low, full)
+    assert torch.equal(low[:, 1], full[:, 1])  # the model without rows
