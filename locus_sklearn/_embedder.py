@@ -126,8 +126,11 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         ``readout_neighbors`` stored queries nearest each query (by cosine)
         enter its readout, and a model evaluated on none of them reads as
         having no evaluations. None (exact) reads every stored evaluation.
-        ``benchmarks/results/readout_scale.json`` gives the speed and the
-        agreement with the exact readout.
+        On MMLU-Pro, 32 neighbours kept routing accuracy within 0.01 of the
+        exact readout but changed the routed model on a quarter of the
+        questions (near ties; P(correct) moved by up to 0.19); at 10,000
+        models x 1,024 evaluations they read 14x faster
+        (``benchmarks/results/readout_scale.md``).
     readout_index : {"exact", "hnsw"}, default="exact"
         How ``readout_neighbors`` are found: every similarity and a top-k
         ("exact"), or an HNSW graph of the stored queries from hnswlib
@@ -137,7 +140,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         Precision of the readout's largest product, the cosines between the
         queries and every stored query. "bfloat16" is an approximation
         (cosines to about 1e-2) that pays off only on hardware with bfloat16
-        matrix units; the weighted sums stay float32.
+        matrix units; the weighted sums stay float32. On MMLU-Pro it moved
+        P(correct) by at most 1e-3 and the routed model on 0.2% of questions.
     n_profile_regions : int, default=0
         R > 0 adds the profile objective: a linear head from z_m predicts the
         model's mean score in each of R regions of the query space (k-means
