@@ -344,7 +344,7 @@ class KernelReadout(nn.Module):
             for start in range(0, queries.shape[0], step):
                 part = slice(start, start + step)
                 sums = pool.gather(nearest[part], weights[part])
-                self._readout(sums, n_models, out[part])
+                self._readout(sums, pool, out[part])
             return out
         table = pool.table(dtype)  # (2M, U)
         bank = pool.bank_in(similarity_dtype)
@@ -367,13 +367,16 @@ class KernelReadout(nn.Module):
                         for j in range(0, len(weights), block)
                     ]
                 )
-            self._readout(sums, n_models, out[start : start + step])
+            self._readout(sums, pool, out[start : start + step])
         return out
 
     @staticmethod
-    def _readout(sums, n_models, out):
-        """Write features of weighted counts|sums (q, 2M) into ``out`` (q, M, 2)."""
-        mass, total = sums[:, :n_models], sums[:, n_models:]
+    def _readout(sums, pool, out):
+        """Write features of weighted counts|sums (q, K + M) into ``out`` (q, M, 2)."""
+        n_counts = pool.n_count_rows
+        mass, total = sums[:, :n_counts], sums[:, n_counts:]
+        if pool.count_row is not None:
+            mass = mass[:, pool.count_row]
         readout = torch.where(mass > 0, total / mass, 0.5)
         out[:, :, 0] = 2 * readout - 1
         out[:, :, 1] = torch.log1p(mass)
@@ -521,6 +524,11 @@ class ReadoutPool:
     n_rows : int
         Stored evaluations R.
     is_sparse : bool
+    n_count_rows : int
+        K, the distinct rows of counts (models evaluated on the same queries
+        share one; dense layout only).
+    count_row : LongTensor of shape (M,) or None
+        Each model's row of counts; None when K = M.
 
     Examples
     --------
@@ -589,14 +597,26 @@ class ReadoutPool:
             )
         else:
             table = table.to_dense()
+        # Models evaluated on the same queries share one row of counts (all of
+        # them, when every model answered the whole bank): exact, and up to
+        # half the second product saved.
+        self.count_row, self.n_count_rows = None, n_models
+        if not self.is_sparse and n_models > 1 and n_bank:
+            counts, sums = table[:n_models], table[n_models:]
+            patterns, count_row = torch.unique(counts, dim=0, return_inverse=True)
+            if len(patterns) < n_models:
+                table = torch.cat([patterns, sums])
+                self.count_row, self.n_count_rows = count_row, len(patterns)
         self._tables = {torch.float32: table}
         self._by_bank = None  # (U, 2M) CSR arrays, for the neighbour readout
         self._graph = None  # hnswlib graph of the bank
         self._banks = {}  # the bank in other dtypes
 
     def table(self, dtype):
-        """Counts (rows 0..M-1) and score sums (rows M..2M-1) per bank query,
-        shape (2M, U), in ``dtype``: sparse CSR when :attr:`is_sparse`."""
+        """Counts (rows 0..K-1) and score sums (rows K..K+M-1) per bank query,
+        shape (K + M, U), in ``dtype``: sparse CSR when :attr:`is_sparse`.
+        K = M, or fewer when models share a row of counts: model ``m``'s
+        counts are row ``count_row[m]`` (None: row ``m``)."""
         if dtype not in self._tables:
             self._tables[dtype] = self._tables[torch.float32].to(dtype)
         return self._tables[dtype]
@@ -699,7 +719,7 @@ class ReadoutPool:
             )
         crow, col, value = self._by_bank
         n_queries, k = nearest.shape
-        width = 2 * self.n_models
+        width = self.n_count_rows + self.n_models
         start = crow[nearest].reshape(-1)
         length = crow[nearest + 1].reshape(-1) - start
         pair = torch.repeat_interleave(

@@ -244,3 +244,23 @@ def test_bfloat16_similarity_is_close_to_float32():
     torch.testing.assert_close(low, full, rtol=0.1, atol=0.05)
     assert not torch.equal(low, full)
     assert torch.equal(low[:, 1], full[:, 1])  # the model without rows
+
+
+def test_models_on_the_same_queries_share_one_row_of_counts():
+    """Every model evaluated on the whole bank: one row of counts, same readout."""
+    gen = torch.Generator().manual_seed(0)
+    bank = torch.randn(15, 6, generator=gen)
+    index = torch.arange(15).repeat(4)
+    sets = EvaluationSets(bank, index, torch.rand(60, generator=gen), np.arange(5) * 15)
+    pool = ReadoutPool(sets)
+    assert pool.n_count_rows == 1 and pool.table(torch.float32).shape == (5, 15)
+    queries = torch.randn(7, 6, generator=gen)
+    readout = KernelReadout(0.1)
+    with torch.no_grad():
+        shared = readout.pairwise_pool(queries, pool)
+        sparse = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=True))
+        top = readout.pairwise_pool(queries, pool, neighbors=15)
+        exact = readout.pairwise_exact(queries, *sets)
+    torch.testing.assert_close(shared, exact, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(shared, sparse, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(top, shared, rtol=1e-5, atol=1e-6)
