@@ -5,7 +5,9 @@ Measures, with random weights and synthetic data (384-d query encodings):
   bfloat16), against the float32 FLOP floor measured with a torch matmul;
 - predict_proba: 4,096 queries x 112 models with precomputed encodings, with
   the paper's embedding-only predictor and with the default kernel readout
-  (which reads every stored evaluation);
+  (which reads every stored evaluation), with the pool's readout data kept
+  (as LocusRouter does) and rebuilt per call; the readout at 10,000 models
+  is in ``benchmarks/readout_scale.py``;
 - growth at 2x and 4x the evaluations and the models (should be linear);
 - fit: 112 models x 1,024 evaluations each to early stopping (``--fit``).
 Prints medians over repeats and peak memory (RSS), and writes JSON.
@@ -116,7 +118,9 @@ def bench_transform(repeats):
                 continue
             embedder.inference_dtype = dtype
             embedder._transform_encoded(table, X)  # warm-up
-            t = _median_time(lambda t=table, x=X: embedder._transform_encoded(t, x), repeats)
+            t = _median_time(
+                lambda t=table, x=X: embedder._transform_encoded(t, x), repeats
+            )
             rows[f"{n_models}x{n_evals}/{dtype}"] = t
             print(
                 f"transform {n_models:4d} models x {n_evals:5d} evals [{dtype}]: {t:.2f} s"
@@ -161,21 +165,33 @@ def bench_predict(repeats):
     out["4096x112/expanded"] = t
     print(f"predict_proba, every pair expanded: {t * 1000:.0f} ms")
     # The default predictor also reads a kernel readout of every stored
-    # evaluation: linear in the pool's evaluations, like a kNN router.
+    # evaluation: linear in the pool's evaluations, like a kNN router. A
+    # router builds what the readout reads from the pool once (its
+    # ReadoutPool, kept until the pool changes); "uncached" rebuilds it per
+    # call, as the embedder's predict_proba(..., evals=) does.
     readout = fitted_random_embedder()
     Z = rng.normal(size=(112, 128)).astype(np.float32)
     X = rng.normal(size=(4096, N_FEATURES)).astype(np.float32)
     for n_evals in (256, 1024, 4096):
         _, table, bank = synthetic_table(112, n_evals, 12000)
-        memory = (bank, table)
+        start = time.perf_counter()
+        pool = readout._readout_pool(bank, table)
+        out[f"readout_pool_build/{n_evals}evals"] = time.perf_counter() - start
         t = _median_time(
+            lambda p=pool: readout._predict_proba_encoded(Z, X, p), repeats
+        )
+        out[f"4096x112/readout/{n_evals}evals"] = t
+        memory = (bank, table)
+        t_uncached = _median_time(
             lambda m=memory: readout._predict_proba_encoded(Z, X, m),
             max(1, repeats // 2),
         )
-        out[f"4096x112/readout/{n_evals}evals"] = t
+        out[f"4096x112/readout_uncached/{n_evals}evals"] = t_uncached
         print(
             f"predict_proba 4096 queries x 112 models, kernel readout over "
-            f"{n_evals} evals per model: {t * 1000:.0f} ms"
+            f"{n_evals} evals per model: {t * 1000:.0f} ms with the pool kept "
+            f"({'sparse' if pool.is_sparse else 'dense'}), "
+            f"{t_uncached * 1000:.0f} ms rebuilding it"
         )
     return out
 

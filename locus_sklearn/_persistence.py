@@ -45,7 +45,13 @@ __all__ = [
 
 # Hyper-parameters added since files were first written, with the values that
 # reproduce what older files hold (a file without them predates them).
-_ADDED_PARAMS = {"n_profile_regions": 0, "profile_weight": 1.0}
+_ADDED_PARAMS = {
+    "n_profile_regions": 0,
+    "profile_weight": 1.0,
+    "readout_neighbors": None,
+    "readout_index": "exact",
+    "readout_dtype": "float32",
+}
 
 _ENCODER_KINDS = ("default", "path", "mapping", "hashed_mapping", "object")
 

@@ -109,8 +109,33 @@ class LocusRouter(BaseRouter):
 
     def _predict_proba_encoded(self, X):
         return self._locus._predict_proba_encoded(
-            self.model_embeddings_, X, self.pool_evals_
+            self.model_embeddings_, X, self._readout_pool()
         )
+
+    def _readout_pool(self):
+        """The kernel readout's view of ``pool_evals_`` (None without the
+        readout), built on first use and kept while the pool and the network
+        are the same objects: ``fit``, ``add_models``, ``remove_models`` and
+        ``load`` replace ``pool_evals_`` (and the first two and ``load`` the
+        network), so a kept one is never stale."""
+        if self.pool_evals_ is None:
+            return None
+        module = self._locus.net_.module_
+        cached = getattr(self, "_readout_cache", None)
+        if (
+            cached is None
+            or cached[0] is not self.pool_evals_
+            or cached[1] is not module
+        ):
+            pool = self._locus._readout_pool(*self.pool_evals_)
+            cached = self._readout_cache = (self.pool_evals_, module, pool)
+        return cached[2]
+
+    def __getstate__(self):
+        # The readout cache is derived data: rebuilt on first use, never pickled.
+        state = dict(super().__getstate__())  # a copy: never edit __dict__
+        state.pop("_readout_cache", None)
+        return state
 
     def add_models(self, evals, *, model_costs=None):
         """Embed new models, or refresh existing ones, with no training.

@@ -30,7 +30,7 @@ from skorch.dataset import unpack_data
 from skorch.helper import predefined_split
 from skorch.utils import to_tensor
 
-from ._nn import EvaluationSets, LocusNetwork, MaskedBCEWithLogitsLoss
+from ._nn import EvaluationSets, LocusNetwork, MaskedBCEWithLogitsLoss, ReadoutPool
 from .metrics._routing import routing_accuracy
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "predict_proba",
     "progress_sink",
     "RandomEpisodes",
+    "readout_pool",
     "ValidRoutingAccuracy",
     "split_rows_by_query",
 ]
@@ -724,7 +725,18 @@ def evaluation_sets(X_table, table, device):
     )
 
 
-def predict_proba(module, embeddings, X_query, evaluations=None):
+def readout_pool(module, X_table, table):
+    """The :class:`~._nn.ReadoutPool` of a table, on ``module``'s device: what
+    the kernel readout reads from the pool, built once for many predictions."""
+    device = next(module.parameters()).device
+    with torch.inference_mode():
+        return ReadoutPool(evaluation_sets(X_table, table, device))
+
+
+def predict_proba(
+    module, embeddings, X_query, evaluations=None, *, readout_neighbors=None,
+    readout_index="exact", readout_dtype="float32",
+):  # fmt: skip
     """P(correct) of every (query, model) pair.
 
     Parameters
@@ -732,9 +744,13 @@ def predict_proba(module, embeddings, X_query, evaluations=None):
     module : LocusNetwork
     embeddings : ndarray of shape (n_models, embedding_dim)
     X_query : ndarray of shape (n_queries, n_features)
-    evaluations : tuple of (ndarray, EvalTable), default=None
-        The models' evaluations and the encodings of their queries, for a
-        network with the kernel readout.
+    evaluations : tuple of (ndarray, EvalTable) or ReadoutPool, default=None
+        The models' evaluations and the encodings of their queries (or their
+        :func:`readout_pool`), for a network with the kernel readout.
+    readout_neighbors : int or None, default=None
+    readout_index : {"exact", "hnsw"}, default="exact"
+    readout_dtype : {"float32", "bfloat16"}, default="float32"
+        The readout's approximations; see :class:`~._embedder.LocusEmbedder`.
 
     Returns
     -------
@@ -744,10 +760,14 @@ def predict_proba(module, embeddings, X_query, evaluations=None):
     device = next(module.parameters()).device
     queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
     with torch.inference_mode():
-        sets = None
-        if evaluations is not None:
-            sets = evaluation_sets(*evaluations, device)
+        if evaluations is not None and not isinstance(evaluations, ReadoutPool):
+            evaluations = ReadoutPool(evaluation_sets(*evaluations, device))
         logits = module.pairwise_logits(
-            torch.as_tensor(embeddings, device=device), queries, sets
+            torch.as_tensor(embeddings, device=device),
+            queries,
+            evaluations,
+            readout_neighbors=readout_neighbors,
+            readout_index=readout_index,
+            readout_dtype=getattr(torch, readout_dtype),
         )
         return torch.sigmoid(logits).cpu().numpy()

@@ -1,0 +1,266 @@
+"""The kernel readout at prediction: the pool cache, sparse and dense layouts,
+and the nearest-neighbour options (ReadoutPool, KernelReadout.pairwise_pool)."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+
+from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn._nn import EvaluationSets, KernelReadout, ReadoutPool
+
+
+def _fresh_proba(router, queries):
+    """P(correct) computed from pool_evals_ with no cached pool."""
+    locus = router._locus
+    return locus._predict_proba_encoded(
+        router.model_embeddings_, router._encode(queries), router.pool_evals_
+    )
+
+
+def _random_sets(seed, n_bank, n_features, sizes, n_duplicates=0):
+    gen = torch.Generator().manual_seed(seed)
+    bank = torch.randn(n_bank, n_features, generator=gen)
+    if n_duplicates:  # identical encodings under different bank rows
+        bank[:n_duplicates] = bank[n_duplicates : 2 * n_duplicates]
+    index = torch.randint(0, n_bank, (sum(sizes),), generator=gen)
+    score = torch.rand(sum(sizes), generator=gen)
+    indptr = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    return EvaluationSets(bank, index, score, indptr)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    sizes=st.lists(st.integers(0, 12), min_size=1, max_size=6),
+    n_duplicates=st.integers(0, 3),
+    bandwidth=st.sampled_from([1.0, 0.1, 0.02]),
+)
+def test_sparse_dense_and_log_sum_exp_agree(seed, sizes, n_duplicates, bandwidth):
+    """Sparse and dense pools, with merged duplicate encodings and models
+    without rows, give the per-model log-sum-exp readout."""
+    sets = _random_sets(seed, 8, 5, sizes, n_duplicates)
+    queries = torch.randn(9, 5, generator=torch.Generator().manual_seed(seed + 1))
+    readout = KernelReadout(bandwidth)
+    with torch.no_grad():
+        exact = readout.pairwise_exact(queries, *sets)
+        dense = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=False), 4)
+        sparse = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=True), 4)
+    torch.testing.assert_close(dense, exact, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(sparse, dense, rtol=1e-5, atol=1e-6)
+    empty = np.diff(sets.indptr) == 0
+    assert torch.equal(dense[:, empty], torch.zeros(9, int(empty.sum()), 2))
+
+
+def test_pool_merges_identical_encodings_and_drops_unused_queries():
+    bank = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0], [0.0, 3.0]])
+    # Rows 0 and 1 have one direction (one unit encoding); row 3 is unused.
+    sets = EvaluationSets(bank, torch.tensor([0, 1, 2]), torch.ones(3), [0, 2, 3])
+    pool = ReadoutPool(sets)
+    assert pool.bank.shape == (2, 2)
+    table = pool.table(torch.float32)
+    # Model 0 has two evaluations on the merged query, model 1 one on the other.
+    assert sorted(table[0].tolist()) == [0.0, 2.0]
+    assert sorted(table[1].tolist()) == [0.0, 1.0]
+
+
+def test_sparse_layout_chosen_for_sparse_or_large_pools():
+    sparse_sets = _random_sets(0, 1000, 4, [3] * 50)  # 2% of the cells
+    assert ReadoutPool(sparse_sets).is_sparse
+    assert not ReadoutPool(_random_sets(0, 10, 4, [30] * 3)).is_sparse
+    assert ReadoutPool(sparse_sets).nbytes() > 0
+
+
+def test_neighbours_readout_with_every_query_is_exact():
+    sets = _random_sets(3, 30, 6, [10, 0, 25, 7])
+    queries = torch.randn(11, 6)
+    readout = KernelReadout(0.1)
+    pool = ReadoutPool(sets)
+    with torch.no_grad():
+        full = readout.pairwise_pool(queries, pool)
+        top = readout.pairwise_pool(queries, pool, neighbors=len(pool.bank))
+        few = readout.pairwise_pool(queries, pool, neighbors=3)
+    torch.testing.assert_close(top, full, rtol=1e-5, atol=1e-6)
+    # With 3 neighbours the evidence can only drop.
+    assert (few[..., 1] <= full[..., 1] + 1e-6).all()
+
+
+def test_neighbours_readout_hand_computed():
+    """Two bank queries; with one neighbour, only the nearest counts."""
+    bank = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    sets = EvaluationSets(
+        bank, torch.tensor([0, 1, 1]), torch.tensor([1.0, 0.0, 1.0]), [0, 2, 3]
+    )
+    readout = KernelReadout(0.5)
+    with torch.no_grad():
+        out = readout.pairwise_pool(
+            torch.tensor([[1.0, 0.1]]), ReadoutPool(sets), neighbors=1
+        )
+    cos = 1 / np.sqrt(1.01)
+    w = np.exp((cos - 1) / 0.5)
+    # Model 0: its row on query 0 only (score 1); model 1 has none nearby.
+    torch.testing.assert_close(
+        out[0, 0], torch.tensor([1.0, np.log1p(w)], dtype=torch.float32)
+    )
+    torch.testing.assert_close(out[0, 1], torch.tensor([0.0, 0.0]))
+
+
+def test_hnsw_index_agrees_with_exact_top_k_on_separated_clusters():
+    pytest.importorskip("hnswlib")
+    gen = torch.Generator().manual_seed(0)
+    centres = torch.nn.functional.normalize(torch.randn(20, 32, generator=gen), dim=1)
+    bank = centres.repeat_interleave(25, 0) + 0.05 * torch.randn(500, 32, generator=gen)
+    sizes = [100] * 8
+    index = torch.randint(0, 500, (800,), generator=gen)
+    sets = EvaluationSets(
+        bank, index, torch.rand(800, generator=gen), np.arange(9) * 100
+    )
+    queries = centres + 0.05 * torch.randn(20, 32, generator=gen)
+    pool = ReadoutPool(sets)
+    unit = torch.nn.functional.normalize(queries, dim=1)
+    _, exact = pool.nearest(unit, 10)
+    _, approx = pool.nearest(unit, 10, "hnsw")
+    recall = np.mean(
+        [
+            len(set(a.tolist()) & set(e.tolist())) / 10
+            for a, e in zip(approx, exact, strict=True)
+        ]
+    )
+    assert recall >= 0.95
+    readout = KernelReadout(0.1)
+    with torch.no_grad():
+        a = readout.pairwise_pool(queries, pool, neighbors=10, index="hnsw")
+        e = readout.pairwise_pool(queries, pool, neighbors=10)
+    assert torch.allclose(a, e, atol=1e-5) or recall < 1
+    del sizes
+
+
+# ------------------------------------------------------------ the router cache
+@pytest.fixture
+def readout_router(pool, tiny_embedder):
+    return LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)).fit(pool.evals)
+
+
+def test_cache_is_reused_and_equals_a_fresh_computation(readout_router, query_texts):
+    r = readout_router
+    queries = query_texts[:20]
+    first = r.predict_proba(queries)
+    pool = r._readout_pool()
+    assert r._readout_pool() is pool  # kept between calls
+    np.testing.assert_array_equal(r.predict_proba(queries), first)
+    np.testing.assert_array_equal(_fresh_proba(r, queries), first)
+
+
+def test_cache_follows_add_and_remove_models(
+    readout_router, query_texts, model_names, rows_of, pool
+):
+    r = readout_router
+    queries = query_texts[:20]
+    r.predict_proba(queries)
+    before = r._readout_pool()
+    r.remove_models(model_names[:3])
+    assert r._readout_pool() is not before
+    assert r._readout_pool().n_models == len(model_names) - 3
+    np.testing.assert_array_equal(r.predict_proba(queries), _fresh_proba(r, queries))
+    r.add_models(rows_of(pool.evals, model_names[:2]))
+    assert r._readout_pool().n_models == len(model_names) - 1
+    np.testing.assert_array_equal(r.predict_proba(queries), _fresh_proba(r, queries))
+
+
+def test_cache_follows_refit_set_params_pickle_and_load(
+    readout_router, query_texts, pool, tmp_path
+):
+    r = readout_router
+    queries = query_texts[:20]
+    r.predict_proba(queries)
+    r.set_params(embedder__max_epochs=2).fit(pool.evals.iloc[::2])
+    np.testing.assert_array_equal(r.predict_proba(queries), _fresh_proba(r, queries))
+    assert r._readout_pool().n_rows == r.pool_evals_[1].n_rows
+    restored = pickle.loads(pickle.dumps(r))
+    assert "_readout_cache" not in restored.__dict__
+    np.testing.assert_array_equal(
+        restored.predict_proba(queries), r.predict_proba(queries)
+    )
+    r.save(tmp_path / "r.safetensors")
+    loaded = LocusRouter.load(tmp_path / "r.safetensors")
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), r.predict_proba(queries)
+    )
+    assert "_readout_cache" not in clone(r).__dict__
+
+
+def test_neighbour_options_predict_saved_and_loaded(
+    readout_router, query_texts, tmp_path
+):
+    r = readout_router
+    queries = query_texts[:20]
+    exact = r.predict_proba(queries)
+    r.embedder_.set_params(readout_neighbors=len(r._readout_pool().bank))
+    np.testing.assert_allclose(r.predict_proba(queries), exact, atol=1e-6)
+    r.embedder_.set_params(readout_neighbors=5)
+    approx = r.predict_proba(queries)
+    assert np.isfinite(approx).all() and not np.allclose(approx, exact)
+    r.save(tmp_path / "k.safetensors")
+    loaded = LocusRouter.load(tmp_path / "k.safetensors")
+    assert loaded.embedder_.readout_neighbors == 5
+    np.testing.assert_array_equal(loaded.predict_proba(queries), approx)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"readout_neighbors": 0}, "readout_neighbors"),
+        ({"readout_neighbors": 2.5}, "readout_neighbors"),
+        ({"readout_index": "faiss"}, "readout_index"),
+        ({"readout_dtype": "float16"}, "readout_dtype"),
+        ({"readout_index": "hnsw"}, "needs|readout_neighbors=None"),
+    ],
+)
+def test_readout_parameters_are_validated(
+    params, message, readout_router, query_texts, pool
+):
+    with pytest.raises(ValueError, match=message):
+        LocusEmbedder(pool.encodings, **params).fit(pool.evals)
+    # Also when set on a fitted embedder, at prediction.
+    r = readout_router
+    r.embedder_.set_params(**params)
+    with pytest.raises(ValueError, match=message):
+        r.predict_proba(query_texts[:3])
+
+
+def test_bfloat16_similarity_is_close_to_float32():
+    sets = _random_sets(5, 200, 32, [40, 0, 80, 10])
+    queries = torch.randn(30, 32)
+    readout = KernelReadout(0.1)
+    pool = ReadoutPool(sets)
+    with torch.no_grad():
+        full = readout.pairwise_pool(queries, pool)
+        low = readout.pairwise_pool(queries, pool, similarity_dtype=torch.bfloat16)
+    # Cosines to ~1e-2 move each weight by exp(1e-2 / 0.1): about 10%.
+    torch.testing.assert_close(low, full, rtol=0.1, atol=0.05)
+    assert not torch.equal(low, full)
+    assert torch.equal(low[:, 1], full[:, 1])  # the model without rows
+
+
+def test_models_on_the_same_queries_share_one_row_of_counts():
+    """Every model evaluated on the whole bank: one row of counts, same readout."""
+    gen = torch.Generator().manual_seed(0)
+    bank = torch.randn(15, 6, generator=gen)
+    index = torch.arange(15).repeat(4)
+    sets = EvaluationSets(bank, index, torch.rand(60, generator=gen), np.arange(5) * 15)
+    pool = ReadoutPool(sets)
+    assert pool.n_count_rows == 1 and pool.table(torch.float32).shape == (5, 15)
+    queries = torch.randn(7, 6, generator=gen)
+    readout = KernelReadout(0.1)
+    with torch.no_grad():
+        shared = readout.pairwise_pool(queries, pool)
+        sparse = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=True))
+        top = readout.pairwise_pool(queries, pool, neighbors=15)
+        exact = readout.pairwise_exact(queries, *sets)
+    torch.testing.assert_close(shared, exact, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(shared, sparse, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(top, shared, rtol=1e-5, atol=1e-6)
