@@ -117,6 +117,11 @@ def test_bfloat16_inference_close_to_float32(router, pool):
     z16 = emb.transform(pool.evals)
     rel = np.linalg.norm(z16 - z32, axis=1) / np.linalg.norm(z32, axis=1)
     assert rel.max() < 0.05
+    # The routing decisions on the pool's queries do not change.
+    queries = pool.evals["query"].unique()
+    p32 = emb.predict_proba(z32, queries, evals=pool.evals)
+    p16 = emb.predict_proba(z16, queries, evals=pool.evals)
+    np.testing.assert_array_equal(p16.argmax(axis=1), p32.argmax(axis=1))
 
 
 def test_pipeline_with_selector(pool, tiny_embedder):
