@@ -218,9 +218,7 @@ class LocusEncoder(nn.Module):
         seed = self.seed.expand(tokens.shape[0], -1, -1)
         return self.pool(seed, tokens, padding).squeeze(1)
 
-    def forward_inference(
-        self, features, query_index, score, mask, chunk_tokens=None
-    ):
+    def forward_inference(self, features, query_index, score, mask, chunk_tokens=None):
         """:meth:`forward` without autograd, streamed through the cache.
 
         Same maths as :meth:`forward_plain`, rearranged for inference (only
