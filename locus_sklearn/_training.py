@@ -667,9 +667,8 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
     module.eval()
     device = next(module.parameters()).device
     features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
-    encoder = module.encoder
     if bfloat16:
-        encoder = copy.deepcopy(encoder).to(torch.bfloat16)
+        module = copy.deepcopy(module).to(torch.bfloat16)
         features = features.to(torch.bfloat16)
     indptr = table.indptr
     counts = np.diff(indptr)
@@ -697,7 +696,7 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
             rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
             rows = torch.where(mask, rows + positions, 0)
             # Gradients are off: the encoder takes its streamed inference path.
-            z = encoder(features, query_index[rows], score[rows], mask)
+            z = module.embed(features, query_index[rows], score[rows], mask)
             out[chunk] = z.float().cpu().numpy()
             start = stop
     return out
