@@ -135,6 +135,20 @@ def bench_transform(repeats, floors):
             )
     embedder.inference_dtype = "float32"
     _, table, X = synthetic_table(112, 4096, 12000)
+    # Before issue 14: the module-by-module path at the old default batch.
+    encoder = embedder.net_.module_.encoder
+    encoder.forward, batch = encoder.forward_plain, embedder.transform_batch_tokens
+    embedder.transform_batch_tokens = 262144
+    embedder._transform_encoded(table, X)
+    t = _median_time(lambda: embedder._transform_encoded(table, X), repeats)
+    del encoder.forward
+    embedder.transform_batch_tokens = batch
+    rows["112x4096/float32/module_path_262144"] = t
+    print(
+        f"transform  112 models x  4096 evals [float32, module path, 262144 "
+        f"tokens per pass, as before issue 14]: {t:.2f} s, "
+        f"{t / floors['float32']:.2f}x the floor"
+    )
     z32 = embedder._transform_encoded(table, X)
     embedder.inference_dtype = "bfloat16"
     z16 = embedder._transform_encoded(table, X)
