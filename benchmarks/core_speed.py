@@ -9,10 +9,16 @@ Measures, with random weights and synthetic data (384-d query encodings):
   (as LocusRouter does) and rebuilt per call; the readout at 10,000 models
   is in ``benchmarks/readout_scale.py``;
 - growth at 2x and 4x the evaluations and the models (should be linear);
-- fit: 112 models x 1,024 evaluations each to early stopping (``--fit``).
-Prints medians over repeats and peak memory (RSS), and writes JSON.
+- fit: 112 models x 1,024 evaluations each to early stopping (``--fit``);
+- fit scaling (``--fit-scaling``): a fixed number of epochs at 1x, 2x and 4x
+  the models, the evaluations per model and the queries of a small base pool,
+  each fit in a fresh process (time and its own peak memory), with the fitted
+  log-log slope per axis (1 is linear).
+Prints medians over repeats, ratios to the FLOP floor measured in the same run
+and peak memory (RSS), and writes JSON.
 
-Usage: python benchmarks/core_speed.py [--fit] [--repeats 3] [--out benchmarks/results]
+Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--repeats 3]
+       [--out benchmarks/results]
 """
 
 import argparse
@@ -21,6 +27,7 @@ import os
 import platform
 import resource
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -102,7 +109,8 @@ def synthetic_table(n_models, n_evals, n_queries, seed=0):
     return evals, table, X
 
 
-def bench_transform(repeats):
+def bench_transform(repeats, floors):
+    """Transform times (s); ``floors`` maps dtype -> FLOP floor (s) of 112 x 4096."""
     embedder = fitted_random_embedder()
     rows = {}
     for n_models, n_evals in [
@@ -122,11 +130,27 @@ def bench_transform(repeats):
                 lambda t=table, x=X: embedder._transform_encoded(t, x), repeats
             )
             rows[f"{n_models}x{n_evals}/{dtype}"] = t
+            ratio = t / (floors[dtype] * n_models * n_evals / (112 * 4096))
             print(
-                f"transform {n_models:4d} models x {n_evals:5d} evals [{dtype}]: {t:.2f} s"
+                f"transform {n_models:4d} models x {n_evals:5d} evals [{dtype}]: "
+                f"{t:.2f} s, {ratio:.2f}x the floor"
             )
     embedder.inference_dtype = "float32"
     _, table, X = synthetic_table(112, 4096, 12000)
+    # Before issue 14: the module-by-module path at the old default batch.
+    encoder = embedder.net_.module_.encoder
+    encoder.forward, batch = encoder.forward_plain, embedder.transform_batch_tokens
+    embedder.transform_batch_tokens = 262144
+    embedder._transform_encoded(table, X)
+    t = _median_time(lambda: embedder._transform_encoded(table, X), repeats)
+    del encoder.forward
+    embedder.transform_batch_tokens = batch
+    rows["112x4096/float32/module_path_262144"] = t
+    print(
+        f"transform  112 models x  4096 evals [float32, module path, 262144 "
+        f"tokens per pass, as before issue 14]: {t:.2f} s, "
+        f"{t / floors['float32']:.2f}x the floor"
+    )
     z32 = embedder._transform_encoded(table, X)
     embedder.inference_dtype = "bfloat16"
     z16 = embedder._transform_encoded(table, X)
@@ -214,14 +238,91 @@ def bench_fit():
     return {"seconds": t, "epochs": embedder.n_epochs_}
 
 
+# The fit-scaling base pool (small: the seven fits take a few minutes) and the
+# epochs each fit runs (no early stopping, so every fit does the same number of
+# steps: an epoch is ``episodes_per_epoch`` episodes whatever the pool, so the
+# training steps cost the same at every size and what grows is the validation
+# pass, the data preparation and the memory).
+SCALING_BASE = dict(n_models=16, evals_per_model=256, n_queries=1024)
+SCALING_EPOCHS = 2
+SCALING_EPISODES = 64
+
+
+def _fit_once(config):
+    """Fit on a synthetic pool in this process: seconds and own peak RSS (MB)."""
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_features=N_FEATURES, random_state=0, **config)
+    embedder = LocusEmbedder(
+        pool.encodings,
+        max_epochs=SCALING_EPOCHS,
+        episodes_per_epoch=SCALING_EPISODES,
+        early_stopping=None,
+        random_state=0,
+    )
+    with open("/proc/self/statm") as handle:  # resident pages now
+        before = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    start = time.perf_counter()
+    embedder.fit(pool.evals)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_rss_mb": _peak_rss_mb() - before}
+
+
+def bench_fit_scaling():
+    """Fit time and memory at 1x, 2x, 4x of each axis; log-log slopes."""
+    rows, slopes = {}, {}
+    for axis in ("n_models", "evals_per_model", "n_queries"):
+        times, memory = [], []
+        for factor in (1, 2, 4):
+            config = dict(SCALING_BASE)
+            config[axis] *= factor
+            if axis == "evals_per_model":  # a model cannot have more rows than queries
+                config["n_queries"] = max(config["n_queries"], config[axis])
+            out = subprocess.run(
+                [sys.executable, __file__, "--fit-one", json.dumps(config)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            rows[f"{axis}x{factor}"] = {**config, **result}
+            times.append(result["seconds"])
+            memory.append(result["peak_rss_mb"])
+            print(
+                f"fit {config}: {result['seconds']:.1f} s, "
+                f"+{result['peak_rss_mb']:.0f} MB peak RSS"
+            )
+        logs = np.log([1, 2, 4])
+        slopes[axis] = {
+            "time": float(np.polyfit(logs, np.log(times), 1)[0]),
+            "memory": float(np.polyfit(logs, np.log(np.maximum(memory, 1)), 1)[0]),
+        }
+        print(
+            f"fit scaling in {axis}: log-log slope {slopes[axis]['time']:.2f} (time), "
+            f"{slopes[axis]['memory']:.2f} (memory)"
+        )
+    return {"base": SCALING_BASE, "epochs": SCALING_EPOCHS,
+            "episodes_per_epoch": SCALING_EPISODES, "fits": rows,
+            "slopes": slopes}  # fmt: skip
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fit", action="store_true", help="also time a full fit")
     parser.add_argument(
+        "--fit-scaling",
+        action="store_true",
+        help="also time fits at 1x, 2x, 4x models, evaluations and queries",
+    )
+    parser.add_argument(
+        "--fit-one", metavar="JSON", help="(internal) one fit of --fit-scaling"
+    )
+    parser.add_argument(
         "--out", default=os.path.join(os.path.dirname(__file__), "results")
     )
     args = parser.parse_args(argv)
+    if args.fit_one:
+        print(json.dumps(_fit_once(json.loads(args.fit_one))))
+        return
     torch.set_grad_enabled(False)
     f32 = matmul_gflops(torch.float32)
     bf16 = matmul_gflops(torch.bfloat16)
@@ -231,10 +332,12 @@ def main(argv=None):
         f"112 x 4096 is {flop / 1e9:.0f} GFLOP: floor {flop / f32 / 1e9:.1f} s float32, "
         f"{flop / bf16 / 1e9:.1f} s bfloat16"
     )
-    transform, bf16_rel = bench_transform(args.repeats)
+    floors = {"float32": flop / f32 / 1e9, "bfloat16": flop / bf16 / 1e9}
+    transform, bf16_rel = bench_transform(args.repeats, floors)
     predict = bench_predict(args.repeats)
     torch.set_grad_enabled(True)
     fit = bench_fit() if args.fit else None
+    fit_scaling = bench_fit_scaling() if args.fit_scaling else None
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "commit": subprocess.run(
@@ -249,9 +352,14 @@ def main(argv=None):
         "matmul_gflops": {"float32": f32, "bfloat16": bf16},
         "embedding_gflop_112x4096": flop / 1e9,
         "transform_seconds": transform,
+        "transform_floor_ratio_112x4096": {
+            dtype: transform[f"112x4096/{dtype}"] / floor
+            for dtype, floor in floors.items()
+        },
         "bfloat16_max_relative_difference": bf16_rel,
         "predict_proba_seconds": predict,
         "fit": fit,
+        "fit_scaling": fit_scaling,
         "peak_rss_mb": _peak_rss_mb(),
     }
     os.makedirs(args.out, exist_ok=True)

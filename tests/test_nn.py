@@ -227,3 +227,67 @@ def test_pairwise_logits_with_readout_match_per_pair_forward():
     torch.testing.assert_close(pairwise, per_pair.T, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="needs the models' evaluations"):
         net.pairwise_logits(z, bank[7:10])
+
+
+def _ragged_batch(sizes, seed, n_queries=50):
+    """Index, score and mask of sets of the given sizes, padded with junk."""
+    gen = torch.Generator().manual_seed(seed)
+    width = max(sizes)
+    index = torch.randint(0, n_queries, (len(sizes), width), generator=gen)
+    score = torch.rand(len(sizes), width, generator=gen)
+    mask = torch.arange(width).unsqueeze(0) < torch.tensor(sizes).unsqueeze(1)
+    return torch.randn(n_queries, F, generator=gen), index, score, mask
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=5),
+    chunk=st.integers(1, 90),
+    n_blocks=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_streamed_inference_path_equals_the_module_path(sizes, chunk, n_blocks, seed):
+    # forward_inference rearranges the maths (chunks, folded biases, pooling
+    # without token projections); only rounding may differ, for any padding
+    # and any chunking of the (models, tokens) grid.
+    enc = _encoder(seed, n_blocks=n_blocks)
+    features, index, score, mask = _ragged_batch(sizes, seed)
+    with torch.inference_mode():
+        plain = enc.forward_plain(features, index, score, mask)
+        fast = enc.forward_inference(features, index, score, mask, chunk_tokens=chunk)
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_forward_streams_only_without_autograd():
+    enc = _encoder()
+    features, index, score, mask = _ragged_batch([9, 4, 7], seed=1)
+    before = {k: v.clone() for k, v in enc.state_dict().items()}
+    with torch.no_grad():
+        fast = enc(features, index, score, mask)
+        assert torch.equal(fast, enc.forward_inference(features, index, score, mask))
+    for key, value in enc.state_dict().items():  # the in-place steps use buffers
+        assert torch.equal(value, before[key]), key
+    # With gradients on (or in training mode) the module path runs, autograd works.
+    z = enc(features, index, score, mask)
+    assert torch.equal(z, enc.forward_plain(features, index, score, mask))
+    z.sum().backward()
+    assert enc.blocks[0].compress.attention.key_value.bias.grad.abs().sum() > 0
+    with torch.no_grad():
+        enc.train()
+        assert torch.equal(
+            enc(features, index, score, mask),
+            enc.forward_plain(features, index, score, mask),
+        )
+
+
+def test_bfloat16_inference_path_is_close_to_float32():
+    # bfloat16 keeps 8 significant bits: embeddings agree to about 1e-2.
+    enc = _encoder(3)
+    features, index, score, mask = _ragged_batch([30, 12, 25], seed=3)
+    with torch.inference_mode():
+        z32 = enc(features, index, score, mask)
+        enc16 = enc.to(torch.bfloat16)
+        z16 = enc16(features, index, score, mask)
+    assert z16.dtype == torch.bfloat16
+    rel = (z16.float() - z32).norm(dim=1) / z32.norm(dim=1)
+    assert rel.max() < 0.03
