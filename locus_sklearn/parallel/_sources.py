@@ -123,12 +123,14 @@ def _as_dataset(evals, name):
         import pyarrow.dataset as ds
     except ImportError as exc:  # pragma: no cover - pyarrow is a test dependency
         raise ImportError(
-            f"Reading {name} from Parquet needs pyarrow: pip install pyarrow."
+            f"Reading {name} from Parquet needs pyarrow: pip install "
+            '"locus_sklearn[parquet]" (or pyarrow).'
         ) from exc
     if isinstance(evals, ds.Dataset):
         return evals
     path = os.fspath(evals)
-    if not os.path.exists(path):
+    # A URI (s3://, gs://, hdfs://) is resolved by pyarrow's filesystems.
+    if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"{name}={path!r} does not exist.")
     return ds.dataset(path, format="parquet")
 
