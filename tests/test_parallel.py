@@ -54,6 +54,13 @@ def test_chunked_frame_equals_transform(embedder, pool, whole, chunk_models):
     np.testing.assert_allclose(Z, whole, **TOL)
 
 
+def test_chunked_mapping_of_columns(embedder, pool, whole):
+    columns = {c: pool.evals[c].tolist() for c in ("model", "query", "score")}
+    np.testing.assert_allclose(
+        transform_chunked(embedder, columns, chunk_models=7), whole, **TOL
+    )
+
+
 @pytest.mark.parametrize("chunk_models", [1, 5, 12])
 def test_chunked_parquet_any_row_order(embedder, pool, whole, chunk_models, tmp_path):
     path = _write_parquet(_shuffled(pool.evals), tmp_path / "evals.parquet")
@@ -166,9 +173,14 @@ def test_chunked_warns_once_for_few_evaluations(embedder, pool):
 
 
 # ------------------------------------------------------------------- parallel
-def test_parallel_workers_equal_sequential(embedder, pool, whole, router):
+@pytest.mark.slow  # starting two loky workers (each imports torch) takes seconds
+def test_parallel_workers_equal_sequential(embedder, pool, whole, router, tmp_path):
     evals = _shuffled(pool.evals)
     Z = transform_chunked(embedder, evals, chunk_models=3, n_jobs=2)
+    np.testing.assert_allclose(Z, whole, **TOL)
+    # Parquet chunks travel to the workers as filters; each reads its rows.
+    path = _write_parquet(evals, tmp_path / "evals.parquet")
+    Z = transform_chunked(embedder, path, chunk_models=5, n_jobs=2)
     np.testing.assert_allclose(Z, whole, **TOL)
     queries = pool.queries["query"]
     proba = predict_proba_chunked(router, queries, chunk_queries=97, n_jobs=2)
