@@ -289,7 +289,9 @@ def main(argv=None):
                 f"starting the workers: {result['first_call_seconds']:.1f} s)",
                 flush=True,
             )
-    checks = {r["checksum"] for r in rows if r.get("models") == full and "checksum" in r}
+    checks = {
+        r["checksum"] for r in rows if r.get("models") == full and "checksum" in r
+    }
     assert len(checks) == 1 or np.allclose(list(checks), min(checks), rtol=1e-5)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
