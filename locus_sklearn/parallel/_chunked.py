@@ -1,0 +1,311 @@
+"""Embed and score large pools chunk by chunk, in joblib workers."""
+
+import os
+from numbers import Integral
+from types import SimpleNamespace
+
+import joblib
+import numpy as np
+from sklearn.frozen import FrozenEstimator
+from sklearn.utils.parallel import Parallel, delayed
+from sklearn.utils.validation import check_is_fitted
+
+from .._embedder import LocusEmbedder
+from .._evals import _preview, check_evals, check_queries
+from ._sources import model_chunks
+
+__all__ = ["predict_chunked", "predict_proba_chunked", "transform_chunked"]
+
+
+def _check_n_jobs(n_jobs):
+    if n_jobs is not None and (
+        not isinstance(n_jobs, Integral) or isinstance(n_jobs, bool) or n_jobs == 0
+    ):
+        raise ValueError(
+            f"n_jobs must be None or a non-zero int (-1 for every core); got "
+            f"{n_jobs!r}."
+        )
+
+
+def _check_chunk_queries(chunk_queries):
+    if (
+        not isinstance(chunk_queries, Integral)
+        or isinstance(chunk_queries, bool)
+        or chunk_queries < 1
+    ):
+        raise ValueError(f"chunk_queries must be an int >= 1; got {chunk_queries!r}.")
+    return int(chunk_queries)
+
+
+def _worker_threads(n_jobs):
+    """Torch threads per worker: the cores shared among the workers."""
+    n_workers = joblib.effective_n_jobs(n_jobs)
+    if n_workers <= 1:
+        return None
+    return max(1, joblib.cpu_count() // n_workers)
+
+
+def _limit_torch_threads(n_threads, parent_pid):
+    """In a worker process, use ``n_threads`` torch threads.
+
+    Workers that share the parent process (the threading backend, or
+    n_jobs=1) leave the process-wide setting alone.
+    """
+    if n_threads is not None and os.getpid() != parent_pid:
+        import torch
+
+        torch.set_num_threads(n_threads)
+
+
+def _embed_chunk(embedder, chunk, n_threads, parent_pid):
+    """Validate, encode and embed one chunk, as ``transform`` does."""
+    _limit_torch_threads(n_threads, parent_pid)
+    table = check_evals(chunk.read(), name=chunk.name)
+    embeddings = embedder._transform_encoded(table, embedder._encode(table.queries))
+    return table.models, np.diff(table.indptr), embeddings, table.n_input_rows
+
+
+def _locus_embedder(embedder):
+    inner = embedder.estimator if isinstance(embedder, FrozenEstimator) else embedder
+    if not isinstance(inner, LocusEmbedder):
+        raise TypeError(
+            "embedder must be a fitted LocusEmbedder (or a FrozenEstimator of "
+            f"one); got {type(embedder).__name__}."
+        )
+    check_is_fitted(inner)
+    return inner
+
+
+def transform_chunked(
+    embedder, evals, *, chunk_models=1000, n_jobs=None, return_models=False
+):
+    """Embed the models of a pool chunk by chunk, optionally in parallel.
+
+    The same result as ``embedder.transform(evals)``, for pools that do not
+    fit one DataFrame: the evaluations are read in chunks of whole models
+    (see :func:`iter_model_chunks`) and each chunk is validated, encoded and
+    embedded as :meth:`~locus_sklearn.LocusEmbedder.transform` does, in a
+    joblib worker. Memory is bounded by the chunks in flight (about
+    ``2 * n_jobs``), not by the pool.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder or FrozenEstimator
+        A fitted embedder. Workers receive a pickled copy, so its query
+        encoder must pickle (precomputed vectors and model directories do;
+        a sentence-transformers model is loaded again in each worker).
+    evals : DataFrame, mapping of columns, str, os.PathLike, pyarrow.dataset.Dataset or iterable of DataFrames
+        Long-format evaluations: a table in memory, a Parquet file or folder
+        (rows in any order), a dataset, or a stream of DataFrames grouped by
+        model; see :func:`iter_model_chunks`.
+    chunk_models : int, default=1000
+        Most models per chunk. A chunk's queries are encoded once per chunk,
+        so a query shared by models of several chunks is encoded several
+        times (``memory=`` on the embedder caches it).
+    n_jobs : int, default=None
+        Workers embedding chunks at once. None means 1 unless in a
+        :func:`joblib.parallel_config` context; -1 uses every core. The
+        default backend, loky, starts local processes; ``with
+        joblib.parallel_config(backend="dask")`` (or ``"ray"``) runs them on a
+        cluster. Each worker process uses ``cpu_count // n_jobs`` torch threads
+        so that workers do not oversubscribe the cores.
+    return_models : bool, default=False
+        Also return the model names (a Parquet source has no other record of
+        them).
+
+    Returns
+    -------
+    embeddings : ndarray of shape (n_models, embedding_dim) or DataFrame
+        One row per distinct model of ``evals``, in sorted model-name order,
+        equal to ``embedder.transform(evals)``. With pandas output
+        (``embedder.set_output(transform="pandas")``), a DataFrame indexed by
+        model name.
+    models : ndarray of str, shape (n_models,)
+        The model of each row; only when ``return_models=True``.
+
+    Raises
+    ------
+    ValueError
+        For ``chunk_models < 1``, a bad ``n_jobs``, or any table
+        :func:`~locus_sklearn.check_evals` rejects (checked chunk by chunk).
+    sklearn.exceptions.NotFittedError
+        If ``embedder`` is not fitted.
+
+    Warns
+    -----
+    FewEvaluationsWarning
+        Once, as ``transform`` does, for models with fewer than
+        ``enc_size[0]`` evaluations.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import LocusEmbedder
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> from locus_sklearn.parallel import transform_chunked
+    >>> pool = make_model_pool(n_models=6, n_queries=200, evals_per_model=100,
+    ...                        random_state=0)
+    >>> embedder = LocusEmbedder(pool.encodings, embedding_dim=16, n_latents=4,
+    ...                          n_blocks=1, n_heads=2, max_epochs=1,
+    ...                          random_state=0).fit(pool.evals)
+    >>> Z = transform_chunked(embedder, pool.evals, chunk_models=4)
+    >>> Z.shape
+    (6, 16)
+    >>> np.allclose(Z, embedder.transform(pool.evals), atol=1e-6)
+    True
+    """
+    locus = _locus_embedder(embedder)
+    _check_n_jobs(n_jobs)
+    chunks, n_rows = model_chunks(evals, chunk_models)
+    tasks = (
+        delayed(_embed_chunk)(locus, chunk, _worker_threads(n_jobs), os.getpid())
+        for chunk in chunks
+    )
+    parts = list(Parallel(n_jobs=n_jobs, return_as="generator_unordered")(tasks))
+    models = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
+    embeddings = np.concatenate([p[2] for p in parts])
+    n_read = sum(p[3] for p in parts)
+    if n_rows is not None and n_read != n_rows:
+        raise RuntimeError(
+            f"evals had {n_rows} rows when its models were listed but {n_read} "
+            "when read by chunks; did the data change while it was being read?"
+        )
+    order = np.argsort(models, kind="stable")
+    models, counts, embeddings = models[order], counts[order], embeddings[order]
+    repeated = models[1:][models[1:] == models[:-1]]
+    if len(repeated):  # a chunk source must never split a model
+        raise RuntimeError(
+            f"{len(repeated)} model(s) were embedded in two chunks: "
+            f"{_preview(repeated)}."
+        )
+    # transform's warning and output, from what the chunks returned.
+    summary = SimpleNamespace(
+        models=models, indptr=np.concatenate([[0], np.cumsum(counts)])
+    )
+    # Frames: _warn_few_evaluations, transform_chunked, caller.
+    locus._warn_few_evaluations(summary, stacklevel=3)
+    output = locus._as_output(embeddings, summary)
+    return (output, models) if return_models else output
+
+
+def _call_chunk(router, method, queries, n_threads, parent_pid, params):
+    _limit_torch_threads(n_threads, parent_pid)
+    return getattr(router, method)(queries, **params)
+
+
+def _check_router(router, method):
+    if not hasattr(router, method):
+        raise TypeError(
+            f"router must be a fitted router with a {method} method (e.g. "
+            f"LocusRouter); got {type(router).__name__}."
+        )
+    check_is_fitted(router)
+
+
+def _map_query_chunks(router, method, queries, chunk_queries, n_jobs, params):
+    _check_router(router, method)
+    _check_n_jobs(n_jobs)
+    chunk_queries = _check_chunk_queries(chunk_queries)
+    queries = check_queries(queries)
+    n_threads, parent = _worker_threads(n_jobs), os.getpid()
+    tasks = (
+        delayed(_call_chunk)(
+            router, method, queries[i : i + chunk_queries], n_threads, parent, params
+        )
+        for i in range(0, len(queries), chunk_queries)
+    )
+    # Ordered results: rows come back in the order of the queries.
+    return np.concatenate(list(Parallel(n_jobs=n_jobs)(tasks)))
+
+
+def predict_proba_chunked(router, queries, *, chunk_queries=1000, n_jobs=None):
+    """P(correct) of every model on many queries, chunk by chunk in workers.
+
+    Equal to ``router.predict_proba(queries)``; the queries are split into
+    chunks scored in joblib workers (each gets a pickled copy of the router;
+    with loky, large arrays such as the stored evaluations are memory-mapped
+    rather than copied).
+
+    Parameters
+    ----------
+    router : fitted router
+        A :class:`~locus_sklearn.LocusRouter` or any router of
+        :mod:`locus_sklearn.baselines`.
+    queries : sequence of str or DataFrame with a ``query`` column
+    chunk_queries : int, default=1000
+        Queries per chunk. Memory per worker grows with it.
+    n_jobs : int, default=None
+        Workers; see :func:`transform_chunked`.
+
+    Returns
+    -------
+    proba : ndarray of shape (n_queries, n_models)
+        Columns in ``router.classes_`` order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import LocusEmbedder, LocusRouter
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> from locus_sklearn.parallel import predict_proba_chunked
+    >>> pool = make_model_pool(n_models=6, n_queries=200, evals_per_model=100,
+    ...                        random_state=0)
+    >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=16,
+    ...                                    n_latents=4, n_blocks=1, n_heads=2,
+    ...                                    max_epochs=1, random_state=0))
+    >>> router = router.fit(pool.evals)
+    >>> queries = pool.queries["query"]
+    >>> proba = predict_proba_chunked(router, queries, chunk_queries=64)
+    >>> proba.shape
+    (200, 6)
+    >>> np.allclose(proba, router.predict_proba(queries), atol=1e-6)
+    True
+    """
+    return _map_query_chunks(
+        router, "predict_proba", queries, chunk_queries, n_jobs, {}
+    )
+
+
+def predict_chunked(router, queries, *, models=None, chunk_queries=1000, n_jobs=None):
+    """Route many queries, chunk by chunk in joblib workers.
+
+    Equal to ``router.predict(queries, models)``; only the routed names
+    come back from the workers, so memory does not grow with
+    ``n_queries * n_models``.
+
+    Parameters
+    ----------
+    router : fitted router
+        A :class:`~locus_sklearn.LocusRouter` or any router of
+        :mod:`locus_sklearn.baselines`.
+    queries : sequence of str or DataFrame with a ``query`` column
+    models : sequence of str, default=None
+        Restrict routing to these models of the pool.
+    chunk_queries : int, default=1000
+        Queries per chunk.
+    n_jobs : int, default=None
+        Workers; see :func:`transform_chunked`.
+
+    Returns
+    -------
+    routed : ndarray of str, shape (n_queries,)
+
+    Examples
+    --------
+    >>> from locus_sklearn import LocusEmbedder, LocusRouter
+    >>> from locus_sklearn.datasets import make_model_pool
+    >>> from locus_sklearn.parallel import predict_chunked
+    >>> pool = make_model_pool(n_models=6, n_queries=200, evals_per_model=100,
+    ...                        random_state=0)
+    >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=16,
+    ...                                    n_latents=4, n_blocks=1, n_heads=2,
+    ...                                    max_epochs=1, random_state=0))
+    >>> router = router.fit(pool.evals)
+    >>> queries = pool.queries["query"]
+    >>> routed = predict_chunked(router, queries, chunk_queries=64)
+    >>> bool((routed == router.predict(queries)).all())
+    True
+    """
+    params = {} if models is None else {"models": models}
+    return _map_query_chunks(router, "predict", queries, chunk_queries, n_jobs, params)

@@ -1,0 +1,337 @@
+"""Split an evaluation table into chunks that each hold whole models.
+
+A chunk is a small picklable object whose ``read()`` returns a DataFrame, so
+that a worker can read its own rows (a Parquet chunk travels as a filter, not
+as rows). Three kinds of source:
+
+- a DataFrame (or mapping of columns): split in memory, models in sorted order;
+- a Parquet file or folder, or a ``pyarrow.dataset.Dataset``: one scan of the
+  ``model`` column finds the models, then each chunk is read with a filter on
+  a range of model names (any row order; row groups of a file sorted by model
+  are skipped by their statistics);
+- any other iterable of DataFrames (``pd.read_csv(chunksize=...)``,
+  ``ParquetFile.iter_batches``): streamed, regrouped into chunks of whole
+  models; the rows of one model must come in consecutive frames.
+"""
+
+import os
+from collections.abc import Iterable, Mapping
+from numbers import Integral
+
+import numpy as np
+import pandas as pd
+
+from .._evals import REQUIRED_COLUMNS, _as_frame, _check_string_column, _preview
+
+__all__ = ["iter_model_chunks", "model_chunks"]
+
+_ID_COLUMNS = ("model", "query", "task")
+
+
+def _check_chunk_models(chunk_models):
+    if not isinstance(chunk_models, Integral) or isinstance(chunk_models, bool):
+        raise TypeError(
+            f"chunk_models must be an int >= 1; got {chunk_models!r} "
+            f"({type(chunk_models).__name__})."
+        )
+    if chunk_models < 1:
+        raise ValueError(f"chunk_models must be an int >= 1; got {chunk_models}.")
+    return int(chunk_models)
+
+
+def _check_columns(columns, name):
+    """The error :func:`~locus_sklearn.check_evals` gives for missing columns."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(
+            f"{name} is missing required column(s) {missing}; it has columns "
+            f"{list(map(str, columns))}. Expected 'model', 'query', 'score' "
+            "and optionally 'task'."
+        )
+
+
+def _empty_error(name):
+    return ValueError(
+        f"{name} is empty (0 rows); at least one scored evaluation is needed."
+    )
+
+
+class FrameChunk:
+    """Rows of whole models, held in memory."""
+
+    def __init__(self, frame, name):
+        self.frame = frame
+        self.name = name
+
+    def read(self):
+        return self.frame
+
+
+class DatasetChunk:
+    """Rows of the models ``values`` of a pyarrow dataset, read on demand."""
+
+    def __init__(self, dataset, columns, values, by_range, name):
+        self.dataset = dataset
+        self.columns = columns
+        self.values = values
+        self.by_range = by_range
+        self.name = name
+
+    def read(self):
+        import pyarrow.dataset as ds
+
+        field = ds.field("model")
+        if self.by_range:
+            # Names are sorted and the chunk takes every name in between.
+            where = (field >= self.values[0]) & (field <= self.values[-1])
+        else:
+            where = field.isin(self.values)
+        table = self.dataset.to_table(columns=self.columns, filter=where)
+        frame = table.to_pandas()
+        # As load_evals reads Parquet: integer ids become their decimal strings.
+        for column in _ID_COLUMNS:
+            if column in frame.columns and pd.api.types.is_integer_dtype(frame[column]):
+                frame[column] = frame[column].astype(str)
+        return frame
+
+
+# ---------------------------------------------------------------- DataFrame
+def _frame_chunks(frame, chunk_models, name):
+    _check_columns(frame.columns, name)
+    if len(frame) == 0:
+        raise _empty_error(name)
+    model = _check_string_column(frame["model"].to_numpy(dtype=object), name, "model")
+    codes, names = pd.factorize(model)
+    names = np.asarray(names, dtype=object)
+    # Chunks in sorted model-name order, so their results concatenate in it.
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(names)] = np.arange(len(names))
+    codes = rank[codes]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(0, len(names), chunk_models))
+    bounds = np.append(bounds, len(order))
+    # Checked above, split lazily: one chunk's copy of the rows at a time.
+    return (
+        FrameChunk(frame.iloc[np.sort(order[start:stop])], name)
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
+    )
+
+
+# ------------------------------------------------------------------ pyarrow
+def _as_dataset(evals, name):
+    try:
+        import pyarrow.dataset as ds
+    except ImportError as exc:  # pragma: no cover - pyarrow is a test dependency
+        raise ImportError(
+            f"Reading {name} from Parquet needs pyarrow: pip install "
+            '"locus_sklearn[parquet]" (or pyarrow).'
+        ) from exc
+    if isinstance(evals, ds.Dataset):
+        return evals
+    path = os.fspath(evals)
+    # A URI (s3://, gs://, hdfs://) is resolved by pyarrow's filesystems.
+    if "://" not in path and not os.path.exists(path):
+        raise FileNotFoundError(f"{name}={path!r} does not exist.")
+    return ds.dataset(path, format="parquet")
+
+
+def _dataset_chunks(dataset, chunk_models, name):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = dataset.schema
+    _check_columns(schema.names, name)
+    if dataset.count_rows() == 0:
+        raise _empty_error(name)
+    model_type = schema.field("model").type
+    value_type = (
+        model_type.value_type if pa.types.is_dictionary(model_type) else model_type
+    )
+    is_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+    if not (is_text or pa.types.is_integer(value_type)):
+        raise TypeError(
+            f"{name}['model'] must hold strings; the column has Arrow type "
+            f"{model_type}. Convert ids to strings (integers are read as their "
+            "decimal strings)."
+        )
+    # One pass over the model column only: every distinct name, null count.
+    names, n_rows, n_null = set(), 0, 0
+    for batch in dataset.to_batches(columns=["model"]):
+        column = batch.column(0)
+        n_rows += len(column)
+        n_null += column.null_count
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        names.update(pc.unique(column.drop_null()).to_pylist())
+    if n_rows == 0:
+        raise _empty_error(name)
+    if n_null:
+        raise TypeError(
+            f"{name}['model'] must hold strings; {n_null} of {n_rows} rows do not "
+            "(e.g. [None]). Every row needs a model name."
+        )
+    # Sorted as the model names (strings) sort; UTF-8 byte order, which Arrow's
+    # comparisons use, is code-point order, which Python's is.
+    values = sorted(names, key=str)
+    columns = [c for c in ("model", "query", "score", "task") if c in schema.names]
+    chunks = [
+        DatasetChunk(dataset, columns, values[i : i + chunk_models], is_text, name)
+        for i in range(0, len(values), chunk_models)
+    ]
+    return chunks, n_rows
+
+
+# ------------------------------------------------------------------- stream
+def _stream_chunks(frames, chunk_models, name):
+    """Regroup a stream of frames into chunks of whole models.
+
+    A model is complete once a frame arrives without it (or the stream ends);
+    a row of a complete model arriving later means the stream is not grouped
+    by model, which would split the model's embedding: an error.
+    """
+    pending = []  # frames holding the rows of models not yet emitted
+    open_models = {}  # model -> index of the first frame it appeared in
+    complete = []  # complete models not yet emitted, in completion order
+    closed = set()  # complete or emitted models
+    n_rows = 0
+    for i, frame in enumerate(frames):
+        label = f"{name} (frame {i})"
+        frame = _as_frame(frame, label)
+        _check_columns(frame.columns, label)
+        if len(frame) == 0:
+            continue
+        n_rows += len(frame)
+        model = _check_string_column(
+            frame["model"].to_numpy(dtype=object), label, "model"
+        )
+        present = pd.unique(model)
+        again = [m for m in present if m in closed]
+        if again:
+            raise ValueError(
+                f"{name} is not grouped by model: {len(again)} model(s) come back "
+                f"in frame {i} after frames without them (e.g. {_preview(again)}). "
+                "Each model's rows must come in consecutive frames, or its "
+                "embedding would be split; sort the rows by model, or pass a "
+                "DataFrame or a Parquet path (read in any order)."
+            )
+        present_set = set(present)
+        for m in [m for m in open_models if m not in present_set]:
+            del open_models[m]
+            complete.append(m)
+            closed.add(m)
+        for m in present:
+            open_models.setdefault(m, i)
+        pending.append(frame)
+        while len(complete) >= chunk_models:
+            chunk, complete = complete[:chunk_models], complete[chunk_models:]
+            emitted, pending = _take(pending, chunk)
+            yield FrameChunk(emitted, name)
+    if n_rows == 0:
+        raise _empty_error(name)
+    complete.extend(open_models)
+    while complete:
+        chunk, complete = complete[:chunk_models], complete[chunk_models:]
+        emitted, pending = _take(pending, chunk)
+        yield FrameChunk(emitted, name)
+
+
+def _take(pending, models):
+    """(rows of ``models``, the other rows as a one-frame list)."""
+    rows = pd.concat(pending, ignore_index=True) if len(pending) > 1 else pending[0]
+    mask = rows["model"].isin(models).to_numpy()
+    return rows[mask], [rows[~mask]]
+
+
+# ------------------------------------------------------------------- public
+def model_chunks(evals, chunk_models, *, name="evals"):
+    """Chunks of ``evals`` (objects with ``read()``), and the row count if known.
+
+    Returns
+    -------
+    chunks : iterable of FrameChunk or DatasetChunk
+    n_rows : int or None
+        Rows of a dataset source, counted by the scan (None otherwise), so
+        that the caller can check no row was lost.
+    """
+    chunk_models = _check_chunk_models(chunk_models)
+    if isinstance(evals, pd.DataFrame | Mapping):
+        return _frame_chunks(_as_frame(evals, name), chunk_models, name), None
+    is_dataset = False
+    try:
+        import pyarrow.dataset as ds
+
+        is_dataset = isinstance(evals, ds.Dataset)
+    except ImportError:  # pragma: no cover - pyarrow is a test dependency
+        pass
+    if is_dataset or isinstance(evals, str | os.PathLike):
+        return _dataset_chunks(_as_dataset(evals, name), chunk_models, name)
+    if isinstance(evals, Iterable) and not isinstance(evals, bytes | np.ndarray):
+        return _stream_chunks(evals, chunk_models, name), None
+    raise TypeError(
+        f"{name} must be a DataFrame (or mapping of columns), a path to a Parquet "
+        "file or folder, a pyarrow.dataset.Dataset, or an iterable of DataFrames; "
+        f"got {type(evals).__name__}."
+    )
+
+
+def iter_model_chunks(evals, *, chunk_models=1000):
+    """Read an evaluation table in chunks that each hold whole models.
+
+    Use it to process a pool that does not fit one DataFrame; every chunk can
+    be passed to :meth:`LocusEmbedder.transform
+    <locus_sklearn.LocusEmbedder.transform>`, :meth:`LocusRouter.add_models
+    <locus_sklearn.LocusRouter.add_models>` or
+    :func:`~locus_sklearn.check_evals`. No row is dropped or changed; chunks
+    are not validated beyond the ``model`` column (validate each with
+    :func:`~locus_sklearn.check_evals`).
+
+    Parameters
+    ----------
+    evals : DataFrame, mapping of columns, str, os.PathLike, pyarrow.dataset.Dataset or iterable of DataFrames
+        Long-format evaluations (columns ``model``, ``query``, ``score``,
+        optionally ``task``):
+
+        - a DataFrame or a mapping of equal-length columns, split in memory;
+        - a path to a Parquet file or to a folder of Parquet files, or a
+          ``pyarrow.dataset.Dataset`` (any format pyarrow reads, e.g. csv):
+          the ``model`` column is scanned once, then each chunk is read with
+          a filter on its range of model names, so the rows may come in any
+          order; a file sorted by model reads fastest (row groups outside
+          the range are skipped). Integer id columns become their decimal
+          strings, as in :func:`~locus_sklearn.datasets.load_evals`;
+        - any other iterable of DataFrames (e.g. ``pd.read_csv(path,
+          chunksize=100_000)``): streamed and regrouped; each model's rows
+          must come in consecutive frames.
+    chunk_models : int, default=1000
+        Most models per chunk. Memory grows with it (rows of the chunk),
+        never with the number of models in ``evals``.
+
+    Returns
+    -------
+    chunks : iterator of DataFrame
+        Each chunk holds the rows of at most ``chunk_models`` models, every row of each. Chunks
+        of a DataFrame or a dataset come in sorted model-name order; those of
+        a stream in the order its models end.
+
+    Raises
+    ------
+    ValueError
+        If ``chunk_models < 1``, a column is missing, ``evals`` is empty, or a
+        stream is not grouped by model (a model's rows come back after frames
+        without it).
+    TypeError
+        If ``evals`` is none of the above, or a model name is not a string.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from locus_sklearn.parallel import iter_model_chunks
+    >>> evals = pd.DataFrame({"model": ["b", "a", "c", "a"],
+    ...                       "query": ["q1", "q1", "q2", "q2"],
+    ...                       "score": [1.0, 0.0, 1.0, 1.0]})
+    >>> [sorted(chunk["model"].unique()) for chunk in
+    ...  iter_model_chunks(evals, chunk_models=2)]
+    [['a', 'b'], ['c']]
+    """
+    chunks, _ = model_chunks(evals, chunk_models)
+    return (chunk.read() for chunk in chunks)

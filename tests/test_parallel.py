@@ -1,0 +1,355 @@
+"""Chunked reading, chunked and parallel embedding and scoring (locus_sklearn.parallel)."""
+
+import warnings
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.exceptions import NotFittedError
+from sklearn.frozen import FrozenEstimator
+
+from locus_sklearn import FewEvaluationsWarning, LocusEmbedder
+from locus_sklearn.datasets import load_evals
+from locus_sklearn.parallel import (
+    iter_model_chunks,
+    predict_chunked,
+    predict_proba_chunked,
+    transform_chunked,
+)
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+ds = pytest.importorskip("pyarrow.dataset")
+
+TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def embedder(pool, tiny_embedder):
+    return tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+
+
+@pytest.fixture(scope="module")
+def whole(embedder, pool):
+    return embedder.transform(pool.evals)
+
+
+def _shuffled(evals, seed=0):
+    return evals.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def _write_parquet(frame, path, **kwargs):
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, **kwargs)
+    return path
+
+
+# ------------------------------------------------------------ equal to transform
+@pytest.mark.parametrize("chunk_models", [1, 5, 12, 1000])
+def test_chunked_frame_equals_transform(embedder, pool, whole, chunk_models):
+    Z = transform_chunked(embedder, _shuffled(pool.evals), chunk_models=chunk_models)
+    np.testing.assert_allclose(Z, whole, **TOL)
+
+
+def test_chunked_mapping_of_columns(embedder, pool, whole):
+    columns = {c: pool.evals[c].tolist() for c in ("model", "query", "score")}
+    np.testing.assert_allclose(
+        transform_chunked(embedder, columns, chunk_models=7), whole, **TOL
+    )
+
+
+@pytest.mark.parametrize("chunk_models", [1, 5, 12])
+def test_chunked_parquet_any_row_order(embedder, pool, whole, chunk_models, tmp_path):
+    path = _write_parquet(_shuffled(pool.evals), tmp_path / "evals.parquet")
+    Z, models = transform_chunked(
+        embedder, path, chunk_models=chunk_models, return_models=True
+    )
+    assert models.tolist() == sorted(pool.evals["model"].unique())
+    np.testing.assert_allclose(Z, whole, **TOL)
+
+
+def test_chunked_parquet_sorted_row_groups_and_folder(embedder, pool, whole, tmp_path):
+    # A file sorted by model, in small row groups, read through str paths, and
+    # a folder of several files, read as one dataset.
+    ordered = pool.evals.sort_values("model", kind="stable")
+    path = _write_parquet(ordered, tmp_path / "sorted.parquet", row_group_size=150)
+    np.testing.assert_allclose(
+        transform_chunked(embedder, str(path), chunk_models=5), whole, **TOL
+    )
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    shuffled = _shuffled(pool.evals)
+    for i in range(3):
+        _write_parquet(shuffled.iloc[i * 800 : (i + 1) * 800], folder / f"p{i}.parquet")
+    np.testing.assert_allclose(
+        transform_chunked(embedder, folder, chunk_models=4), whole, **TOL
+    )
+
+
+def test_chunked_dataset_object_with_categorical_models(embedder, pool, whole):
+    frame = pool.evals.astype({"model": "category"})
+    dataset = ds.dataset(pa.Table.from_pandas(frame, preserve_index=False))
+    np.testing.assert_allclose(
+        transform_chunked(embedder, dataset, chunk_models=5), whole, **TOL
+    )
+
+
+def test_chunked_parquet_integer_ids_read_as_load_evals(embedder, pool, tmp_path):
+    # Integer model and query ids become decimal strings, as in load_evals.
+    codes = {q: i for i, q in enumerate(pool.evals["query"].unique())}
+    models = {m: 100 + i for i, m in enumerate(pool.evals["model"].unique())}
+    frame = pd.DataFrame(
+        {
+            "model": pool.evals["model"].map(models),
+            "query": pool.evals["query"].map(codes),
+            "score": pool.evals["score"],
+        }
+    )
+    path = _write_parquet(frame, tmp_path / "ids.parquet")
+    fitted = LocusEmbedder(
+        {str(codes[q]): v for q, v in pool.encodings.items()},
+        **{k: getattr(embedder, k) for k in ("embedding_dim", "n_latents")},
+        n_blocks=embedder.n_blocks,
+        n_heads=embedder.n_heads,
+        hidden_dim=embedder.hidden_dim,
+        enc_size=embedder.enc_size,
+        max_epochs=1,
+        episodes_per_epoch=16,
+        random_state=0,
+    ).fit(load_evals(path))
+    Z, names = transform_chunked(fitted, path, chunk_models=5, return_models=True)
+    assert names.tolist() == sorted(str(v) for v in models.values())
+    np.testing.assert_allclose(Z, fitted.transform(load_evals(path)), **TOL)
+
+
+def test_chunked_stream_of_frames(embedder, pool, whole):
+    # Rows grouped by model but cut anywhere, as pd.read_csv(chunksize=) gives.
+    ordered = pool.evals.sort_values("model", kind="stable")
+    frames = (ordered.iloc[i : i + 170] for i in range(0, len(ordered), 170))
+    np.testing.assert_allclose(
+        transform_chunked(embedder, frames, chunk_models=5), whole, **TOL
+    )
+
+
+def test_chunked_pandas_output(embedder, pool):
+    from sklearn.base import clone
+
+    fitted = FrozenEstimator(embedder)
+    with joblib.parallel_config(n_jobs=1):
+        expected = embedder.set_output(transform="pandas").transform(pool.evals)
+        try:
+            got = transform_chunked(fitted, pool.evals, chunk_models=5)
+        finally:
+            embedder.set_output(transform="default")
+    assert isinstance(got, pd.DataFrame)
+    assert got.index.name == "model"
+    pd.testing.assert_frame_equal(got, expected, **TOL)
+    assert clone(embedder).get_params()  # the fixture is left as it was
+    assert isinstance(transform_chunked(embedder, pool.evals), np.ndarray)
+
+
+def test_chunked_duplicates_averaged_like_transform(embedder, pool, whole):
+    # A repeated (model, query) row in a chunk is averaged as transform does.
+    doubled = pd.concat([pool.evals, pool.evals.iloc[:50]], ignore_index=True)
+    np.testing.assert_allclose(
+        transform_chunked(embedder, doubled, chunk_models=3),
+        embedder.transform(doubled),
+        **TOL,
+    )
+
+
+def test_chunked_warns_once_for_few_evaluations(embedder, pool):
+    few = pool.evals.groupby("model").head(5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        transform_chunked(embedder, few, chunk_models=2)
+    warned = [w for w in caught if w.category is FewEvaluationsWarning]
+    assert len(warned) == 1
+    assert "12 model(s)" in str(warned[0].message)
+    assert warned[0].filename == __file__
+
+
+# ------------------------------------------------------------------- parallel
+@pytest.mark.slow  # starting two loky workers (each imports torch) takes seconds
+def test_parallel_workers_equal_sequential(embedder, pool, whole, router, tmp_path):
+    evals = _shuffled(pool.evals)
+    Z = transform_chunked(embedder, evals, chunk_models=3, n_jobs=2)
+    np.testing.assert_allclose(Z, whole, **TOL)
+    # Parquet chunks travel to the workers as filters; each reads its rows.
+    path = _write_parquet(evals, tmp_path / "evals.parquet")
+    Z = transform_chunked(embedder, path, chunk_models=5, n_jobs=2)
+    np.testing.assert_allclose(Z, whole, **TOL)
+    queries = pool.queries["query"]
+    proba = predict_proba_chunked(router, queries, chunk_queries=97, n_jobs=2)
+    np.testing.assert_allclose(proba, router.predict_proba(queries), **TOL)
+    subset = router.classes_[:4]
+    routed = predict_chunked(router, queries, models=subset, chunk_queries=97, n_jobs=2)
+    np.testing.assert_array_equal(routed, router.predict(queries, models=subset))
+
+
+def test_threading_backend_leaves_torch_threads(embedder, pool, whole):
+    before = torch.get_num_threads()
+    with joblib.parallel_config(backend="threading"):
+        Z = transform_chunked(embedder, pool.evals, chunk_models=4, n_jobs=2)
+    assert torch.get_num_threads() == before
+    np.testing.assert_allclose(Z, whole, **TOL)
+
+
+def test_predict_chunked_sequential_matches(router, pool):
+    queries = list(pool.queries["query"][:50]) * 2  # repeats are allowed
+    np.testing.assert_array_equal(
+        predict_chunked(router, queries, chunk_queries=7), router.predict(queries)
+    )
+
+
+# ------------------------------------------------------------- chunk reading
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    cuts=st.lists(st.integers(1, 40), max_size=6),
+    chunk_models=st.integers(1, 4),
+)
+def test_stream_regrouping_keeps_every_row_once(sizes, cuts, chunk_models):
+    models = np.repeat([f"m{i}" for i in range(len(sizes))], sizes)
+    frame = pd.DataFrame(
+        {"model": models, "query": [f"q{i}" for i in range(len(models))]}
+    ).assign(score=1.0)
+    bounds = sorted({0, len(frame), *[c for c in cuts if c < len(frame)]})
+    frames = [frame.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    chunks = list(iter_model_chunks(iter(frames), chunk_models=chunk_models))
+    seen = [set(c["model"]) for c in chunks]
+    assert all(len(s) <= chunk_models for s in seen)
+    assert sum(len(s) for s in seen) == len(sizes)  # no model in two chunks
+    rows = pd.concat(chunks).sort_values("query")
+    pd.testing.assert_frame_equal(
+        rows.reset_index(drop=True),
+        frame.sort_values("query").reset_index(drop=True),
+    )
+
+
+def test_iter_model_chunks_frame_sorted_and_complete(pool):
+    chunks = list(iter_model_chunks(_shuffled(pool.evals), chunk_models=5))
+    assert [c["model"].nunique() for c in chunks] == [5, 5, 2]
+    names = [sorted(c["model"].unique()) for c in chunks]
+    assert sum(names, []) == sorted(pool.evals["model"].unique())
+    assert sum(len(c) for c in chunks) == len(pool.evals)
+
+
+# --------------------------------------------------------------------- errors
+@pytest.mark.parametrize("bad", [0, -3])
+def test_bad_chunk_models(embedder, pool, bad):
+    with pytest.raises(
+        ValueError, match=f"chunk_models must be an int >= 1; got {bad}"
+    ):
+        transform_chunked(embedder, pool.evals, chunk_models=bad)
+
+
+@pytest.mark.parametrize("bad", [2.5, True, "10"])
+def test_chunk_models_not_int(pool, bad):
+    with pytest.raises(TypeError, match="chunk_models must be an int >= 1"):
+        iter_model_chunks(pool.evals, chunk_models=bad)
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "2"])
+def test_bad_n_jobs_and_chunk_queries(embedder, router, pool, bad):
+    with pytest.raises(ValueError, match="n_jobs must be None or a non-zero int"):
+        transform_chunked(embedder, pool.evals, n_jobs=bad)
+    with pytest.raises(ValueError, match="chunk_queries must be an int >= 1"):
+        predict_proba_chunked(router, ["q"], chunk_queries=bad)
+
+
+@pytest.mark.parametrize("source", [5, b"evals.parquet", np.zeros((3, 3))])
+def test_bad_source_type(embedder, source):
+    with pytest.raises(TypeError, match="evals must be a DataFrame"):
+        transform_chunked(embedder, source)
+
+
+def test_missing_path(embedder, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        transform_chunked(embedder, tmp_path / "nope.parquet")
+
+
+def test_missing_columns_everywhere(embedder, pool, tmp_path):
+    frame = pool.evals.drop(columns="score")
+    message = r"evals is missing required column\(s\) \['score'\]"
+    with pytest.raises(ValueError, match=message):
+        transform_chunked(embedder, frame)
+    with pytest.raises(ValueError, match=message):
+        transform_chunked(embedder, _write_parquet(frame, tmp_path / "e.parquet"))
+    with pytest.raises(ValueError, match=r"evals \(frame 0\) is missing"):
+        transform_chunked(embedder, [frame])
+
+
+def test_chunk_errors_are_transform_errors(embedder, pool, tmp_path):
+    bad = pool.evals.copy()
+    bad.loc[bad.index[-1], "score"] = 1.5
+    with pytest.raises(ValueError) as from_transform:
+        embedder.transform(bad)
+    with pytest.raises(ValueError) as from_frame:
+        transform_chunked(embedder, bad, chunk_models=3)
+    with pytest.raises(ValueError) as from_parquet:
+        transform_chunked(embedder, _write_parquet(bad, tmp_path / "b.parquet"))
+    assert str(from_frame.value) == str(from_transform.value)
+    assert str(from_parquet.value) == str(from_transform.value)
+    # A query unknown to the precomputed encoder is not dropped either.
+    unknown = pd.concat(
+        [
+            pool.evals,
+            pd.DataFrame(
+                {"model": ["new"], "query": ["??"], "score": [1.0], "task": ["t"]}
+            ),
+        ]
+    )
+    with pytest.raises(ValueError, match="'\\?\\?'"):
+        transform_chunked(embedder, unknown, chunk_models=5)
+
+
+def test_empty_and_model_type_errors(embedder, pool, tmp_path):
+    with pytest.raises(ValueError, match="evals is empty"):
+        transform_chunked(embedder, pool.evals.iloc[:0])
+    with pytest.raises(ValueError, match="evals is empty"):
+        transform_chunked(embedder, [pool.evals.iloc[:0]])
+    with pytest.raises(ValueError, match="evals is empty"):
+        transform_chunked(
+            embedder, _write_parquet(pool.evals.iloc[:0], tmp_path / "0.pq")
+        )
+    numbers = pool.evals.assign(model=pool.evals["model"].str.len().astype(float))
+    with pytest.raises(TypeError, match=r"evals\['model'\] must hold strings"):
+        transform_chunked(embedder, numbers)
+    with pytest.raises(TypeError, match="Arrow type double"):
+        transform_chunked(embedder, _write_parquet(numbers, tmp_path / "f.parquet"))
+    missing = pool.evals.astype({"model": object})
+    missing.loc[missing.index[3], "model"] = None
+    with pytest.raises(TypeError, match=r"1 of 2400 rows do not"):
+        transform_chunked(embedder, _write_parquet(missing, tmp_path / "n.parquet"))
+
+
+def test_stream_not_grouped_by_model(embedder, pool):
+    # fam0-m00 comes back in frame 2 after frame 1 went without it.
+    ordered = pool.evals.sort_values("model", kind="stable")
+    frames = [ordered.iloc[:300], ordered.iloc[300:600], ordered.iloc[:10]]
+    with pytest.raises(ValueError, match=r"evals is not grouped by model: 1 model"):
+        transform_chunked(embedder, frames)
+    # A stream in which every frame holds every model is buffered whole (each
+    # model is complete only at the end) and still embedded correctly.
+    shuffled = _shuffled(pool.evals)
+    frames = [shuffled.iloc[i : i + 300] for i in range(0, len(shuffled), 300)]
+    np.testing.assert_allclose(
+        transform_chunked(embedder, frames, chunk_models=5),
+        embedder.transform(pool.evals),
+        **TOL,
+    )
+
+
+def test_not_fitted_and_wrong_estimators(pool, router):
+    with pytest.raises(NotFittedError):
+        transform_chunked(LocusEmbedder(pool.encodings), pool.evals)
+    with pytest.raises(TypeError, match="embedder must be a fitted LocusEmbedder"):
+        transform_chunked(router, pool.evals)
+    with pytest.raises(NotFittedError):
+        predict_proba_chunked(type(router)(), ["q"])
+    with pytest.raises(TypeError, match="router must be a fitted router"):
+        predict_chunked(LocusEmbedder(), ["q"])
