@@ -305,7 +305,9 @@ def guard_proba(router, train, seed, proba_test, grid=(0.0, 0.25, 0.5, 0.75, 1.0
         scores[a] = float(y.to_numpy()[np.arange(len(y)), pick].mean())
     best = max(scores.values())
     alpha = max(a for a, s in scores.items() if s >= best - 1e-12)
-    full_mean = train.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
+    full_mean = (
+        train.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
+    )
     return (1 - alpha) * proba_test + alpha * full_mean[None, :], alpha, scores
 
 
@@ -320,12 +322,17 @@ def run_one(data, seed, ns, variants, log, guard):
     for n in ns:
         t0 = time.perf_counter()
         train = split.sample(n, key=routing.n_key(n) % 10**6)
-        strength = train.groupby("model")["score"].mean().reindex(split.models).to_numpy()
+        strength = (
+            train.groupby("model")["score"].mean().reindex(split.models).to_numpy()
+        )
         res = {"routing": {}, "embeddings": {}}
         sb = int(np.argmax(strength))
         res["routing"]["single best"] = float(y[:, sb].mean())
         res["routing"]["per-task best"] = routing_accuracy(
-            y, per_task_best(train, fp.task_of, split.models, fp.tasks, split.test_queries)
+            y,
+            per_task_best(
+                train, fp.task_of, split.models, fp.tasks, split.test_queries
+            ),
         )
         res["routing"]["task oracle"] = task_oracle(y, test_tasks)
         res["routing"]["oracle"] = oracle_accuracy(y)
@@ -346,7 +353,10 @@ def run_one(data, seed, ns, variants, log, guard):
             res["embeddings"][name] = geometry(Z, strength) | {
                 "groups": group_recall(Z, split.models, groups)
             }
-        pairs = {k: pair_sets(split, k, np.random.default_rng([seed, 31, k])) for k in SELF_NS}
+        pairs = {
+            k: pair_sets(split, k, np.random.default_rng([seed, 31, k]))
+            for k in SELF_NS
+        }
         for name in ("task-profile", "probe-profile"):
             f = getattr(fp, name.replace("-", "_"))
             res["embeddings"][name]["self_id"] = {
@@ -360,7 +370,9 @@ def run_one(data, seed, ns, variants, log, guard):
             proba = router.predict_proba(split.test_queries)
             res["routing"][f"LOCUS {variant}"] = routing_accuracy(y, proba)
             Z = router.model_embeddings_
-            emb = geometry(Z, strength) | {"groups": group_recall(Z, split.models, groups)}
+            emb = geometry(Z, strength) | {
+                "groups": group_recall(Z, split.models, groups)
+            }
             emb["self_id"] = {
                 str(k): self_identification(router.embed(a), router.embed(b))
                 for k, ab in pairs.items() if ab is not None for a, b in [ab]
@@ -378,7 +390,11 @@ def run_one(data, seed, ns, variants, log, guard):
                 f"  {data.name} seed {seed} n={n} {variant}: route "
                 f"{res['routing'][f'LOCUS {variant}']:.4f} PR {emb['participation_ratio']:.2f} "
                 f"groups {emb['groups']} self-id {emb['self_id']} fit {fit_s:.0f}s"
-                + (f" guard a={emb['guard_alpha']} -> {res['routing'][f'LOCUS {variant} +guard']:.4f}" if guard else "")
+                + (
+                    f" guard a={emb['guard_alpha']} -> {res['routing'][f'LOCUS {variant} +guard']:.4f}"
+                    if guard
+                    else ""
+                )
             )
         log(
             f"  {data.name} seed {seed} n={n}: "
@@ -401,7 +417,11 @@ def _ms(values):
     values = [v for v in values if v is not None]
     if not values:
         return None
-    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
+    return {
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values)),
+        "n": len(values),
+    }
 
 
 def summarise(runs):
@@ -462,24 +482,42 @@ def markdown(results):
         ]
         if res.get("groups"):
             lines += [
-                "Groups: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in res["groups"].items()),
+                "Groups: "
+                + "; ".join(f"{k}: {', '.join(v)}" for k, v in res["groups"].items()),
                 "",
             ]
         for n, s in res["summary"].items():
-            lines += [f"**n = {n} training evaluations per model**", "", "| router | routing acc |", "|---|---|"]
+            lines += [
+                f"**n = {n} training evaluations per model**",
+                "",
+                "| router | routing acc |",
+                "|---|---|",
+            ]
             for k, v in s["routing"].items():
                 lines.append(f"| {k} | {fmt(v)} |")
             lines.append("")
-            cols = ["participation_ratio", "first_share", "abs_corr_strength", "recall@1", "recall@3"]
+            cols = [
+                "participation_ratio",
+                "first_share",
+                "abs_corr_strength",
+                "recall@1",
+                "recall@3",
+            ]
             cols += [f"self-id@{k}" for k in SELF_NS] + ["guard alpha"]
             present = [c for c in cols if any(c in r for r in s["embeddings"].values())]
-            names = {"participation_ratio": "PR", "first_share": "1st", "abs_corr_strength": "abs r"}
+            names = {
+                "participation_ratio": "PR",
+                "first_share": "1st",
+                "abs_corr_strength": "abs r",
+            }
             lines += [
                 "| embedding | " + " | ".join(names.get(c, c) for c in present) + " |",
                 "|---|" + "---|" * len(present),
             ]
             for k, r in s["embeddings"].items():
-                lines.append(f"| {k} | " + " | ".join(fmt(r.get(c), 2) for c in present) + " |")
+                lines.append(
+                    f"| {k} | " + " | ".join(fmt(r.get(c), 2) for c in present) + " |"
+                )
             lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -528,7 +566,11 @@ def summarise_union(runs):
         blocks = [r["by_n"][n] for r in runs if n in r["by_n"]]
         routing_keys = dict.fromkeys(k for b in blocks for k in b["routing"])
         emb_keys = dict.fromkeys(k for b in blocks for k in b["embeddings"])
-        s = {"routing": {k: _ms([b["routing"].get(k) for b in blocks]) for k in routing_keys}}
+        s = {
+            "routing": {
+                k: _ms([b["routing"].get(k) for b in blocks]) for k in routing_keys
+            }
+        }
         s["embeddings"] = {}
         for k in emb_keys:
             one = [{"by_n": {n: {"routing": {}, "embeddings": {k: b["embeddings"][k]}}}}
@@ -546,7 +588,9 @@ def main(argv=None):
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--n", nargs="+", default=None)
     p.add_argument("--quick", action="store_true", help="n = 256 only; max_epochs 20")
-    p.add_argument("--variants", nargs="*", default=["baseline"], choices=list(VARIANTS))
+    p.add_argument(
+        "--variants", nargs="*", default=["baseline"], choices=list(VARIANTS)
+    )
     p.add_argument("--guard", action="store_true", help="also the safeguard prototype")
     p.add_argument("--locus", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--threads", type=int, default=1)
@@ -562,7 +606,10 @@ def main(argv=None):
         key, _, value = item.partition("=")
         value = routing.parse_value(value)
         SETTINGS[key] = tuple(value) if isinstance(value, list) else value
-    ns = [n if n == "all" else int(n) for n in (args.n or (["256"] if args.quick else ["256", "all"]))]
+    ns = [
+        n if n == "all" else int(n)
+        for n in (args.n or (["256"] if args.quick else ["256", "all"]))
+    ]
     log = lambda *a: print(*a, flush=True)  # noqa: E731
     results = {}
     for pool in args.pools:
@@ -571,14 +618,19 @@ def main(argv=None):
         pool_ns = ns
         if pool == "shaberi":  # 256 training queries: n = 256 is every row
             pool_ns = sorted({256 if n == "all" else n for n in ns}, key=str)
-        runs = [run_one(data, s, pool_ns, args.variants, log, args.guard) for s in args.seeds]
+        runs = [
+            run_one(data, s, pool_ns, args.variants, log, args.guard)
+            for s in args.seeds
+        ]
         results[pool] = {
             "description": data.description,
             "seeds": args.seeds,
             "date": datetime.date.today().isoformat(),
             "commit": routing.git_commit(),
             "dirty": routing.git_dirty(),
-            "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in SETTINGS.items()},
+            "settings": {
+                k: list(v) if isinstance(v, tuple) else v for k, v in SETTINGS.items()
+            },
             "variants": {v: VARIANTS[v] for v in args.variants},
             "groups": data.info.get("groups", {}),
             "runs": runs,

@@ -27,7 +27,7 @@ import time
 import numpy as np
 import torch
 
-from locus_sklearn._nn import EvaluationSets, KernelReadout, ReadoutPool
+from locus_sklearn._readout import EvaluationSets, KernelReadout, ReadoutPool
 
 N_FEATURES = 384
 NEIGHBORS = (8, 32, 128)

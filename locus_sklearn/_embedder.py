@@ -21,8 +21,8 @@ from ._device import resolve_device
 from ._distributed import check_accelerator, shared_random_state
 from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
 from ._evals import check_evals, check_queries
-from ._nn import ReadoutPool
 from ._persistence import load_embedder, save_embedder
+from ._readout import ReadoutPool
 from ._training import (
     MONITORS,
     embed_models,
@@ -114,7 +114,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     kernel_readout : bool, default=True
         Give the predictor, next to z_m, a kernel regression of the model's
         own scores at queries near the target query (what a kNN router
-        knows; see :class:`~locus_sklearn._nn.KernelReadout`). Prediction
+        knows; see :class:`~locus_sklearn._readout.KernelReadout`). Prediction
         then needs each model's evaluations, which :class:`LocusRouter`
         keeps, and costs time linear in the pool's evaluations (like kNN).
         On the MMLU-Pro open pool it lifts routing accuracy from below kNN

@@ -31,7 +31,8 @@ from skorch.dataset import unpack_data
 from skorch.helper import predefined_split
 from skorch.utils import to_tensor
 
-from ._nn import EvaluationSets, LocusNetwork, MaskedBCEWithLogitsLoss, ReadoutPool
+from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
+from ._readout import EvaluationSets, ReadoutPool
 from .metrics._routing import routing_accuracy
 
 __all__ = [
@@ -722,7 +723,7 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
 
 
 def evaluation_sets(X_table, table, device):
-    """:class:`~._nn.EvaluationSets` of a table and its query encodings."""
+    """:class:`~._readout.EvaluationSets` of a table and its query encodings."""
     return EvaluationSets(
         torch.as_tensor(X_table, dtype=torch.float32, device=device),
         torch.as_tensor(table.query_index, device=device),
@@ -732,7 +733,7 @@ def evaluation_sets(X_table, table, device):
 
 
 def readout_pool(module, X_table, table):
-    """The :class:`~._nn.ReadoutPool` of a table, on ``module``'s device: what
+    """The :class:`~._readout.ReadoutPool` of a table, on ``module``'s device: what
     the kernel readout reads from the pool, built once for many predictions."""
     device = next(module.parameters()).device
     with torch.inference_mode():

@@ -232,9 +232,10 @@ def test_bench_group_rules():
 
     assert _data.shaberi_base_name("Qwen__Qwen3-30B-A3B-FP8") == "qwen3-30b-a3b"
     assert _data.shaberi_base_name("011-qwen3-8b-v2-sft-nothink") == "qwen3-8b-v2-sft"
-    assert _data.shaberi_base_name(
-        "shisa-ai__chotto-14b-20250922-W8A8-INT8-smooth"
-    ) == "chotto-14b-20250922"
+    assert (
+        _data.shaberi_base_name("shisa-ai__chotto-14b-20250922-W8A8-INT8-smooth")
+        == "chotto-14b-20250922"
+    )
     assert _data.shaberi_base_name("augmxnt__shisa-7b-v1-run2") == "shisa-7b-v1"
     groups = _data.bfcl_twin_groups(["x", "x-FC", "y-FC-Any", "y", "y-FC-Auto", "z"])
     assert groups == {"x": ["x", "x-FC"], "y": ["y", "y-FC-Any", "y-FC-Auto"]}

@@ -8,14 +8,13 @@ from hypothesis import strategies as st
 
 from locus_sklearn._nn import (
     CorrectnessPredictor,
-    EvaluationSets,
     EvaluationTokenizer,
-    KernelReadout,
     LocusEncoder,
     LocusNetwork,
     MaskedBCEWithLogitsLoss,
     TBlock,
 )
+from locus_sklearn._readout import EvaluationSets
 
 F, D = 12, 16
 
@@ -147,62 +146,6 @@ def test_masked_bce_ignores_nan_padding_and_takes_fractions():
     target = torch.tensor([[0.5, float("nan")], [1.0, float("nan")]])
     expected = (np.log(2) + np.log(2)) / 2  # BCE(0, .5) = BCE(0, 1) = log 2
     assert loss(logits, target).item() == pytest.approx(expected, rel=1e-6)
-
-
-def test_kernel_readout_hand_computed():
-    readout = KernelReadout(bandwidth=0.5)
-    query = torch.tensor([[[1.0, 0.0]]])  # (B=1, M=1, F=2)
-    rows = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]])
-    score = torch.tensor([[1.0, 0.0, 1.0]])
-    mask = torch.tensor([[True, True, False]])
-    # cos = 1 and 0; w = exp(0/.5) = 1 and exp(-1/.5) = e^-2; third row masked.
-    w = torch.tensor([1.0, float(np.exp(-2.0))])
-    expected_r = (w[0] * 1 + w[1] * 0) / w.sum()
-    out = readout(query, rows, score, mask)[0, 0]
-    torch.testing.assert_close(out[0], 2 * expected_r - 1)
-    torch.testing.assert_close(out[1], torch.log1p(w.sum()))
-    # The pairwise form over a bank gives the same numbers.
-    pairwise = readout.pairwise(
-        query[0], rows[0], torch.tensor([0, 1]), torch.tensor([1.0, 0.0]), [0, 2]
-    )
-    torch.testing.assert_close(pairwise[0, 0], out)
-
-
-def test_kernel_readout_empty_set_gives_zeros_not_nan():
-    readout = KernelReadout()
-    out = readout.pairwise(
-        torch.randn(3, 4),
-        torch.randn(5, 4),
-        torch.tensor([0, 1]),
-        torch.ones(2),
-        [0, 0, 2],
-    )
-    assert torch.isfinite(out).all()
-    assert torch.equal(out[:, 0], torch.zeros(3, 2))
-
-
-@pytest.mark.parametrize("bandwidth", [1.0, 0.1, 0.02, 0.001])
-def test_kernel_readout_pairwise_matrix_form_matches_log_sum_exp(bandwidth):
-    """The two-GEMM readout equals each model's log-sum-exp, for wide and
-    narrow bandwidths (float32, float64 and the exact fallback), models
-    without evaluations and a query evaluated twice for one model."""
-    gen = torch.Generator().manual_seed(0)
-    readout = KernelReadout(bandwidth=bandwidth)
-    queries = torch.randn(37, 6, generator=gen)
-    bank = torch.randn(20, 6, generator=gen)
-    sizes = [5, 0, 12, 1, 9]
-    set_index = torch.randint(0, 20, (sum(sizes),), generator=gen)
-    set_index[1] = set_index[0]  # a duplicated query within model 0
-    set_score = torch.rand(sum(sizes), generator=gen)
-    indptr = np.concatenate([[0], np.cumsum(sizes)])
-    with torch.no_grad():
-        fast = readout.pairwise(
-            queries, bank, set_index, set_score, indptr, query_chunk=8
-        )
-        exact = readout.pairwise_exact(queries, bank, set_index, set_score, indptr)
-    assert torch.isfinite(fast).all()
-    torch.testing.assert_close(fast, exact, rtol=1e-4, atol=1e-5)
-    assert torch.equal(fast[:, 1], torch.zeros(37, 2))  # model without rows
 
 
 def test_pairwise_logits_with_readout_match_per_pair_forward():

@@ -1,0 +1,483 @@
+"""The kernel readout: what a model did on stored queries near a new one.
+
+Plain PyTorch, like :mod:`._nn`, whose :class:`~._nn.LocusNetwork` uses it as
+an optional input of the correctness predictor.
+
+- :class:`KernelReadout`: kernel regression of a model's scores at a query,
+  with a learned bandwidth, per training episode and for every (query, model)
+  pair of a pool.
+- :class:`EvaluationSets`: the scored evaluations of M models, laid out for
+  the readout.
+- :class:`ReadoutPool`: what the readout reads from a pool, built once per
+  pool (used bank merged, counts and score sums as one dense or sparse matrix,
+  optional nearest-neighbour search).
+"""
+
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = ["EvaluationSets", "KernelReadout", "ReadoutPool"]
+
+
+class KernelReadout(nn.Module):
+    """What kNN knows: kernel regression of a model's scores at a query.
+
+    From a model's evaluation set {(φ(x_i), y_i)}, the readout at query x is
+    ``r = Σ w_i y_i / Σ w_i`` with ``w_i = exp((cos(φ(x), φ(x_i)) − 1) / τ)``
+    and a learned bandwidth τ, and the evidence ``log(1 + Σ w_i)``. Both are
+    features of the predictor, next to the embedding: the embedding carries
+    what a model is like, the readout what it did on similar queries.
+
+    Parameters
+    ----------
+    bandwidth : float, default=0.1
+        Initial τ.
+    """
+
+    n_outputs = 2
+
+    def __init__(self, bandwidth=0.1):
+        super().__init__()
+        self.log_bandwidth = nn.Parameter(torch.tensor(float(bandwidth)).log())
+
+    def _features(self, similarity, score, mask):
+        logits = (similarity - 1) / self.log_bandwidth.exp()
+        logits = logits.masked_fill(~mask, float("-inf"))
+        mass = torch.logsumexp(logits, dim=-1, keepdim=True)
+        weights = torch.exp(logits - mass).nan_to_num(0.0)  # empty sets: all -inf
+        # No evaluations: a neutral 0.5 with zero evidence.
+        readout = torch.where(
+            torch.isfinite(mass.squeeze(-1)), (weights * score).sum(-1), 0.5
+        )
+        evidence = F.softplus(mass.squeeze(-1))  # log(1 + Σ w), without overflow
+        return torch.stack([2 * readout - 1, evidence], dim=-1)
+
+    def forward(self, query_features, set_features, set_score, set_mask):
+        """Readout features of shape (B, M, 2).
+
+        Parameters
+        ----------
+        query_features : Tensor of shape (B, M, F)
+        set_features : Tensor of shape (B, N, F)
+        set_score : Tensor of shape (B, N)
+        set_mask : BoolTensor of shape (B, N)
+        """
+        # Cosine, also for the noisy encodings seen in training.
+        similarity = F.normalize(query_features, dim=-1) @ F.normalize(
+            set_features, dim=-1
+        ).transpose(1, 2)
+        return self._features(similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1))
+
+    def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):
+        """Readout features for every (query, model) pair, shape (Q, M, 2).
+
+        Builds the pool's :class:`ReadoutPool` and calls :meth:`pairwise_pool`;
+        to score many query batches against one pool, build the pool once.
+
+        Parameters
+        ----------
+        queries : Tensor of shape (Q, F)
+        bank : Tensor of shape (U, F)
+            Encodings of the queries the models were evaluated on.
+        set_index : LongTensor of shape (R,)
+            Row -> index into ``bank``; models' rows one after another.
+        set_score : Tensor of shape (R,)
+        indptr : sequence of int, length M + 1
+            Model ``m`` owns rows ``indptr[m]:indptr[m + 1]``.
+        query_chunk : int, default=256
+            Queries per chunk, bounding memory to Q_chunk·U floats.
+        """
+        pool = ReadoutPool(EvaluationSets(bank, set_index, set_score, indptr))
+        return self.pairwise_pool(queries, pool, query_chunk=query_chunk)
+
+    def pairwise_pool(
+        self, queries, pool, query_chunk=256, neighbors=None, index="exact",
+        similarity_dtype=torch.float32,
+    ):  # fmt: skip
+        """Readout features of every (query, model) pair of a prepared pool.
+
+        The kernel weight of an evaluation depends only on its query, so the
+        weighted sums over each model's evaluations are one matrix product:
+        the weights of the used bank queries against each query (U, Q) times
+        the pool's counts and score sums per bank query (2M, U) — dense, or
+        sparse when the pool is (:class:`ReadoutPool`). The weights are
+        ``exp((cos − 1) / τ)`` themselves, in [exp(−2/τ), 1]: float32 while
+        exp(−2/τ) is far from float32's smallest normal number, float64 for
+        narrower bandwidths, and below τ = 0.003 the per-model log-sum-exp
+        of :meth:`pairwise_exact`. No (Q, R) matrix of evaluations is formed:
+        memory is Q_chunk·U floats plus the pool.
+
+        Parameters
+        ----------
+        queries : Tensor of shape (Q, F)
+        pool : ReadoutPool
+        query_chunk : int, default=256
+            Most queries per chunk; fewer when U is large, so that the
+            (U, Q_chunk) weights stay within 32 MB.
+        neighbors : int or None, default=None
+            An approximation: only the ``neighbors`` bank queries nearest each
+            query (by cosine) enter its readout; a model with no evaluation
+            among them reads 0.5 with zero evidence. None reads every stored
+            evaluation (exact).
+        index : {"exact", "hnsw"}, default="exact"
+            How the nearest bank queries are found: every similarity and a
+            top-k, or the pool's hnswlib graph (:meth:`ReadoutPool.nearest`;
+            approximate, and faster when U is large).
+        similarity_dtype : torch.dtype, default=torch.float32
+            Precision of the (U, F) x (F, Q) similarity product, the largest;
+            ``torch.bfloat16`` is an approximation (cosines to about 1e-2)
+            for hardware with bfloat16 matrix units. Weights and sums stay
+            float32 or float64.
+        """
+        tau = float(self.log_bandwidth.detach().exp())
+        if tau < 0.003 and neighbors is None:
+            return self.pairwise_exact(queries, *pool.evaluations)
+        n_models = pool.n_models
+        out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
+        if pool.n_rows == 0:  # no evaluations: readout 0.5, evidence 0
+            return out
+        # exp(-2 / tau) is the smallest weight: keep it well inside the normal
+        # floats, so that no model's weights underflow to an empty set.
+        dtype = torch.float32 if 2 / tau < 60 else torch.float64
+        bank = pool.bank  # (U, F), unit rows
+        unit = F.normalize(queries.to(bank.dtype), dim=-1)
+        if neighbors is not None:
+            similarity, nearest = pool.nearest(unit, neighbors, index)
+            weights = ((similarity.to(dtype) - 1) / tau).exp_()
+            # About 4M gathered cells per step.
+            per_query = nearest.shape[1] * max(1, 2 * pool.n_rows // len(bank))
+            step = max(1, 2**22 // per_query)
+            for start in range(0, queries.shape[0], step):
+                part = slice(start, start + step)
+                sums = pool.gather(nearest[part], weights[part])
+                self._readout(sums, pool, out[part])
+            return out
+        table = pool.table(dtype)  # (2M, U)
+        bank = pool.bank_in(similarity_dtype)
+        # Scale and shift folded into the product: (cos - 1) / tau.
+        scaled = (unit * (1 / tau)).to(similarity_dtype)
+        shift = torch.tensor(-1 / tau, dtype=bank.dtype, device=bank.device)
+        step = max(1, min(query_chunk, 2**23 // len(bank)))
+        # The sparse product gathers rows of the weights at random: it reads
+        # them in blocks of about 4 MB (measured: 3x faster at 10k models).
+        block = max(8, 2**20 // len(bank))
+        for start in range(0, queries.shape[0], step):
+            chunk = scaled[start : start + step]
+            weights = torch.addmm(shift, chunk, bank.T).to(dtype).exp_()  # (q, U)
+            if not pool.is_sparse:
+                sums = weights @ table.T  # (q, 2M)
+            else:
+                sums = torch.cat(
+                    [
+                        (table @ weights[j : j + block].T).T
+                        for j in range(0, len(weights), block)
+                    ]
+                )
+            self._readout(sums, pool, out[start : start + step])
+        return out
+
+    @staticmethod
+    def _readout(sums, pool, out):
+        """Write features of weighted counts|sums (q, K + M) into ``out`` (q, M, 2)."""
+        n_counts = pool.n_count_rows
+        mass, total = sums[:, :n_counts], sums[:, n_counts:]
+        if pool.count_row is not None:
+            mass = mass[:, pool.count_row]
+        readout = torch.where(mass > 0, total / mass, 0.5)
+        out[:, :, 0] = 2 * readout - 1
+        out[:, :, 1] = torch.log1p(mass)
+        return out
+
+    def pairwise_exact(
+        self, queries, bank, set_index, set_score, indptr, query_chunk=256
+    ):
+        """:meth:`pairwise` through each model's log-sum-exp (any bandwidth;
+        slower: it gathers a (Q, R) similarity matrix)."""
+        n_models = len(indptr) - 1
+        out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
+        queries, bank = F.normalize(queries, dim=-1), F.normalize(bank, dim=-1)
+        for start in range(0, queries.shape[0], query_chunk):
+            similarity = (queries[start : start + query_chunk] @ bank.T)[:, set_index]
+            for m in range(n_models):
+                rows = slice(int(indptr[m]), int(indptr[m + 1]))
+                sim = similarity[:, rows]
+                out[start : start + query_chunk, m] = self._features(
+                    sim, set_score[rows], torch.ones_like(sim, dtype=torch.bool)
+                )
+        return out
+
+
+class EvaluationSets(NamedTuple):
+    """The scored evaluations of M models, laid out for batched readouts.
+
+    Attributes
+    ----------
+    bank : Tensor of shape (U, F)
+        Encodings of the queries the models were evaluated on.
+    index : LongTensor of shape (R,)
+        Row -> index into ``bank``; the models' rows one after another.
+    score : Tensor of shape (R,)
+    indptr : sequence of int, length M + 1
+        Model ``m`` owns rows ``indptr[m]:indptr[m + 1]``.
+    """
+
+    bank: torch.Tensor
+    index: torch.Tensor
+    score: torch.Tensor
+    indptr: object
+
+
+class ReadoutPool:
+    """What :meth:`KernelReadout.pairwise_pool` reads from a pool, built once.
+
+    Depends only on the pool's evaluations, so an estimator keeps it between
+    calls and rebuilds it when the pool changes. Bank queries that no model
+    was evaluated on are dropped and those with identical encodings merged
+    (they weigh the same at every query, so the readout is unchanged).
+
+    Parameters
+    ----------
+    evaluations : EvaluationSets
+    sparse : bool or None, default=None
+        Store the (2M, U) counts and sums as a sparse CSR matrix: memory and
+        time in the number of evaluations rather than U·M. None chooses
+        sparse when fewer than a twentieth of the cells are filled or the
+        dense matrix would exceed 256 MB.
+
+    Attributes
+    ----------
+    bank : Tensor of shape (U, F)
+        Unit-norm encodings of the used, distinct bank queries.
+    evaluations : EvaluationSets
+    n_models : int
+    n_rows : int
+        Stored evaluations R.
+    is_sparse : bool
+    n_count_rows : int
+        K, the distinct rows of counts (models evaluated on the same queries
+        share one; dense layout only).
+    count_row : LongTensor of shape (M,) or None
+        Each model's row of counts; None when K = M.
+
+    Examples
+    --------
+    >>> import torch
+    >>> sets = EvaluationSets(torch.eye(3), torch.tensor([0, 1, 1]),
+    ...                       torch.tensor([1.0, 0.0, 1.0]), [0, 2, 3])
+    >>> pool = ReadoutPool(sets)
+    >>> tuple(pool.bank.shape), pool.n_models
+    ((2, 3), 2)
+    >>> pool.table(torch.float32)  # counts of models 0 and 1, then score sums
+    tensor([[1., 1.],
+            [0., 1.],
+            [1., 0.],
+            [0., 1.]])
+    """
+
+    # Sparse below this fill of the (2M, U) matrix, or above this many bytes.
+    SPARSE_DENSITY = 0.05
+    DENSE_BYTES = 256 * 2**20
+
+    def __init__(self, evaluations, sparse=None):
+        bank, index, score, indptr = evaluations
+        self.evaluations = evaluations
+        device = bank.device
+        self.n_models = n_models = len(indptr) - 1
+        self.n_rows = len(index)
+        sizes = torch.as_tensor(np.diff(np.asarray(indptr)), device=device)
+        model = torch.repeat_interleave(torch.arange(n_models, device=device), sizes)
+        used, row_bank = torch.unique(index, return_inverse=True)
+        encodings = F.normalize(bank[used].float(), dim=-1)
+        encodings, merged = torch.unique(encodings, dim=0, return_inverse=True)
+        self.bank = encodings
+        n_bank = len(encodings)
+        row_bank = merged[row_bank]
+        cells = torch.stack(
+            [torch.cat([model, model + n_models]), torch.cat([row_bank, row_bank])]
+        )
+        values = torch.cat(
+            [torch.ones_like(score, dtype=torch.float64), score.double()]
+        )
+        # Summed in float64, so duplicates add up the same in either layout.
+        table = torch.sparse_coo_tensor(
+            cells, values, (2 * n_models, n_bank), check_invariants=False
+        ).coalesce()
+        dense_bytes = 2 * n_models * n_bank * 4
+        if sparse is None:
+            sparse = (
+                table.values().numel() < self.SPARSE_DENSITY * 2 * n_models * n_bank
+                or dense_bytes > self.DENSE_BYTES
+            )
+        self.is_sparse = bool(sparse)
+        table = table.to(torch.float32)
+        if self.is_sparse:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                csr = table.to_sparse_csr()
+            # int32 indices: 12 bytes per stored cell instead of 16.
+            int32 = n_bank < 2**31 and csr.values().numel() < 2**31
+            index_dtype = torch.int32 if int32 else torch.int64
+            table = torch.sparse_csr_tensor(
+                csr.crow_indices().to(index_dtype),
+                csr.col_indices().to(index_dtype),
+                csr.values(),
+                csr.shape,
+                check_invariants=False,
+            )
+        else:
+            table = table.to_dense()
+        # Models evaluated on the same queries share one row of counts (all of
+        # them, when every model answered the whole bank): exact, and up to
+        # half the second product saved.
+        self.count_row, self.n_count_rows = None, n_models
+        if not self.is_sparse and n_models > 1 and n_bank:
+            counts, sums = table[:n_models], table[n_models:]
+            patterns, count_row = torch.unique(counts, dim=0, return_inverse=True)
+            if len(patterns) < n_models:
+                table = torch.cat([patterns, sums])
+                self.count_row, self.n_count_rows = count_row, len(patterns)
+        self._tables = {torch.float32: table}
+        self._by_bank = None  # (U, 2M) CSR arrays, for the neighbour readout
+        self._graph = None  # hnswlib graph of the bank
+        self._banks = {}  # the bank in other dtypes
+
+    def table(self, dtype):
+        """Counts (rows 0..K-1) and score sums (rows K..K+M-1) per bank query,
+        shape (K + M, U), in ``dtype``: sparse CSR when :attr:`is_sparse`.
+        K = M, or fewer when models share a row of counts: model ``m``'s
+        counts are row ``count_row[m]`` (None: row ``m``)."""
+        if dtype not in self._tables:
+            self._tables[dtype] = self._tables[torch.float32].to(dtype)
+        return self._tables[dtype]
+
+    def bank_in(self, dtype):
+        """:attr:`bank` in ``dtype`` (kept once made)."""
+        if dtype == self.bank.dtype:
+            return self.bank
+        if dtype not in self._banks:
+            self._banks[dtype] = self.bank.to(dtype)
+        return self._banks[dtype]
+
+    def nearest(self, queries, k, index="exact", query_chunk=256):
+        """The ``k`` bank queries nearest each query, by cosine.
+
+        Parameters
+        ----------
+        queries : Tensor of shape (Q, F)
+            Unit rows.
+        k : int
+            Capped at U.
+        index : {"exact", "hnsw"}, default="exact"
+            "exact" computes every similarity (chunked) and takes a top-k;
+            "hnsw" searches an hnswlib graph of the bank (built on first use
+            and kept with the pool; needs the ``ann`` extra), approximate
+            but sublinear in U.
+
+        Returns
+        -------
+        similarity : Tensor of shape (Q, k)
+        nearest : LongTensor of shape (Q, k)
+            Rows of :attr:`bank`.
+        """
+        k = min(int(k), len(self.bank))
+        if index == "hnsw":
+            graph = self._hnsw(k)
+            found, distance = graph.knn_query(
+                queries.float().cpu().numpy(), k=k, num_threads=torch.get_num_threads()
+            )
+            device = self.bank.device
+            nearest = torch.as_tensor(found.astype(np.int64), device=device)
+            # hnswlib's inner-product distance is 1 - <q, b>.
+            return 1 - torch.as_tensor(distance, device=device), nearest
+        similarity, nearest = [], []
+        step = max(1, min(query_chunk, 2**23 // len(self.bank)))
+        for start in range(0, len(queries), step):
+            values, rows = torch.topk(
+                queries[start : start + step] @ self.bank.T, k, dim=1
+            )
+            similarity.append(values)
+            nearest.append(rows)
+        return torch.cat(similarity), torch.cat(nearest)
+
+    # hnswlib graph settings: links per node, and candidate lists in building
+    # and in search (at least k); larger is more accurate and slower.
+    HNSW_M = 32
+    HNSW_EF_CONSTRUCTION = 200
+    HNSW_EF = 128
+
+    def _hnsw(self, k):
+        try:
+            import hnswlib
+        except ImportError as error:
+            raise ImportError(
+                "readout_index='hnsw' needs hnswlib: pip install "
+                "'locus-sklearn[ann]' (or hnswlib)."
+            ) from error
+        if self._graph is None:
+            n_bank, n_features = self.bank.shape
+            graph = hnswlib.Index(space="ip", dim=n_features)
+            graph.init_index(
+                max_elements=n_bank,
+                ef_construction=self.HNSW_EF_CONSTRUCTION,
+                M=self.HNSW_M,
+                random_seed=0,
+            )
+            graph.add_items(
+                self.bank.cpu().numpy(),
+                np.arange(n_bank),
+                num_threads=torch.get_num_threads(),
+            )
+            self._graph = graph
+        self._graph.set_ef(max(self.HNSW_EF, k))
+        return self._graph
+
+    def gather(self, nearest, weights):
+        """Weighted counts|sums of a few bank queries per query, shape (Q, 2M):
+        ``out[q] = Σ_j weights[q, j] · table[:, nearest[q, j]]``, reading only
+        the stored cells of those bank queries."""
+        if self._by_bank is None:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                table = self._tables[torch.float32]
+                coo = table.to_sparse_coo() if self.is_sparse else table.to_sparse()
+                csr = coo.t().coalesce().to_sparse_csr()  # (U, 2M)
+            self._by_bank = (
+                csr.crow_indices().long(),
+                csr.col_indices().long(),
+                csr.values(),
+            )
+        crow, col, value = self._by_bank
+        n_queries, k = nearest.shape
+        width = self.n_count_rows + self.n_models
+        start = crow[nearest].reshape(-1)
+        length = crow[nearest + 1].reshape(-1) - start
+        pair = torch.repeat_interleave(
+            torch.arange(len(start), device=start.device), length
+        )
+        # Position of each gathered cell within its bank query's row.
+        offset = torch.cumsum(length, 0) - length
+        cell = torch.arange(len(pair), device=start.device) - offset[pair] + start[pair]
+        out = weights.new_zeros(n_queries * width)
+        out.index_add_(
+            0,
+            torch.div(pair, k, rounding_mode="floor") * width + col[cell],
+            weights.reshape(-1)[pair] * value[cell].to(weights.dtype),
+        )
+        return out.view(n_queries, width)
+
+    def nbytes(self):
+        """Bytes held: the bank and the tables built so far."""
+        tensors = [self.bank, *self._banks.values(), *self._tables.values()]
+        total = 0
+        for t in tensors:
+            if t.layout == torch.sparse_csr:
+                parts = (t.crow_indices(), t.col_indices(), t.values())
+                total += sum(p.numel() * p.element_size() for p in parts)
+            else:
+                total += t.numel() * t.element_size()
+        return total
