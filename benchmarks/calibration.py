@@ -23,11 +23,11 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
+from _provenance import git_commit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -194,18 +194,9 @@ def _sampling_sd(per_query, n_boot=2000):
 
 
 def _write(data, fit_part, calibration, train, test, fit_s, references, records):
-    try:
-        commit = subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
     result = {
         "date": datetime.date.today().isoformat(),
-        "commit": commit,
+        "commit": git_commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "fit_seconds": fit_s,
         "n_queries": {

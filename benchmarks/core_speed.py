@@ -24,7 +24,6 @@ Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--repeats 3]
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
+from _provenance import git_commit, machine_info
 
 from locus_sklearn import LocusEmbedder
 from locus_sklearn._evals import check_evals
@@ -340,15 +340,10 @@ def main(argv=None):
     fit_scaling = bench_fit_scaling() if args.fit_scaling else None
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": {
-            "processor": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-        },
+        "commit": git_commit(),
+        "machine": machine_info(
+            torch=torch.__version__, threads=torch.get_num_threads()
+        ),
         "matmul_gflops": {"float32": f32, "bfloat16": bf16},
         "embedding_gflop_112x4096": flop / 1e9,
         "transform_seconds": transform,

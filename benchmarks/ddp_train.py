@@ -39,6 +39,7 @@ import tempfile
 import time
 
 import numpy as np
+from _provenance import git_commit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -301,17 +302,9 @@ def main(argv=None):
     for seed in args.seeds:
         rows += run_seed(seed, args.quick)
         print(json.dumps(rows[-2:]), flush=True)
-    try:
-        commit = subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        commit = "unknown"
     result = {
         "date": datetime.date.today().isoformat(),
-        "commit": commit,
+        "commit": git_commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
         f"torch {torch.__version__}",
         "pool": QUICK_POOL if args.quick else POOL,

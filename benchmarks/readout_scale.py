@@ -19,13 +19,12 @@ Usage: python benchmarks/readout_scale.py [--skip-mmlu] [--bank 50000]
 import argparse
 import json
 import os
-import platform
 import resource
-import subprocess
 import time
 
 import numpy as np
 import torch
+from _provenance import git_commit, machine_info
 
 from locus_sklearn._readout import EvaluationSets, KernelReadout, ReadoutPool
 
@@ -241,15 +240,10 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": {
-            "processor": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-        },
+        "commit": git_commit(),
+        "machine": machine_info(
+            torch=torch.__version__, threads=torch.get_num_threads()
+        ),
     }
     if not args.skip_mmlu:
         result["mmlu_pro_open"] = bench_mmlu()

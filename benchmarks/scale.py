@@ -16,7 +16,6 @@ Usage: python benchmarks/scale.py [--quick] [--out benchmarks/results]
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 import joblib
 import numpy as np
 import pandas as pd
+from _provenance import git_commit, machine_info
 
 N_FEATURES = 384
 
@@ -295,14 +295,8 @@ def main(argv=None):
     assert len(checks) == 1 or np.allclose(list(checks), min(checks), rtol=1e-5)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": {
-            "processor": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "load_average_at_end": os.getloadavg(),
-        },
+        "commit": git_commit(),
+        "machine": machine_info(load_average_at_end=os.getloadavg()),
         "quick": args.quick,
         "rows": rows,
     }

@@ -30,6 +30,7 @@ import tempfile
 import time
 
 import numpy as np
+from _provenance import git_commit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -211,18 +212,6 @@ def _run_mode(router_path, queries, encoder, counts, clients=CLIENTS):
     return rows
 
 
-def _commit():
-    try:
-        return subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _markdown(result):
     b = result["bounds"]
     lines = [
@@ -320,7 +309,7 @@ def main(argv=None):
 
     result = {
         "date": datetime.date.today().isoformat(),
-        "commit": _commit(),
+        "commit": git_commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"torch {torch.__version__} ({torch.get_num_threads()} threads)",
