@@ -127,6 +127,17 @@ def _preview(values, limit=5):
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
+def _check_columns(columns, name):
+    """Refuse a table (or a Parquet schema) without the required columns."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(
+            f"{name} is missing required column(s) {missing}; it has columns "
+            f"{list(map(str, columns))}. Expected 'model', 'query', 'score' "
+            "and optionally 'task'."
+        )
+
+
 def _as_frame(evals, name):
     if isinstance(evals, pd.DataFrame):
         return evals
@@ -274,13 +285,7 @@ def check_evals(evals, *, name="evals"):
            [ 1., nan]])
     """
     frame = _as_frame(evals, name)
-    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(
-            f"{name} is missing required column(s) {missing}; it has columns "
-            f"{list(map(str, frame.columns))}. Expected 'model', 'query', 'score' "
-            "and optionally 'task'."
-        )
+    _check_columns(frame.columns, name)
     if len(frame) == 0:
         raise ValueError(
             f"{name} is empty (0 rows); at least one scored evaluation is needed."

@@ -21,7 +21,12 @@ from numbers import Integral
 import numpy as np
 import pandas as pd
 
-from .._evals import REQUIRED_COLUMNS, _as_frame, _check_string_column, _preview
+from .._evals import (
+    _as_frame,
+    _check_columns,
+    _check_string_column,
+    _preview,
+)
 
 __all__ = ["iter_model_chunks", "model_chunks"]
 
@@ -37,17 +42,6 @@ def _check_chunk_models(chunk_models):
     if chunk_models < 1:
         raise ValueError(f"chunk_models must be an int >= 1; got {chunk_models}.")
     return int(chunk_models)
-
-
-def _check_columns(columns, name):
-    """The error :func:`~locus_sklearn.check_evals` gives for missing columns."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-    if missing:
-        raise ValueError(
-            f"{name} is missing required column(s) {missing}; it has columns "
-            f"{list(map(str, columns))}. Expected 'model', 'query', 'score' "
-            "and optionally 'task'."
-        )
 
 
 def _empty_error(name):
