@@ -768,7 +768,7 @@ def predict_proba(
     queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
     with torch.inference_mode():
         if evaluations is not None and not isinstance(evaluations, ReadoutPool):
-            evaluations = ReadoutPool(evaluation_sets(*evaluations, device))
+            evaluations = readout_pool(module, *evaluations)
         logits = module.pairwise_logits(
             torch.as_tensor(embeddings, device=device),
             queries,
