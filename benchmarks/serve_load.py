@@ -11,7 +11,7 @@ latency, failed requests, the mean micro-batch size (from ``/healthz``), and,
 measured in the same run, the encoder alone (MiniLM ``transform`` at batch 1,
 8 and 64) and the whole in-process router (``predict_proba`` on text), whose
 throughput bounds the service's. Writes ``results/serve_load.md`` and
-``results/serve_load.json``.
+``results/serve_load.json`` (``serve_load_threads{N}.*`` with ``--threads N``).
 
 Run: ``HF_HUB_OFFLINE=1 python benchmarks/serve_load.py`` (about 3-5 minutes
 on 2 cores; ``--quick`` for a smoke run).
@@ -37,8 +37,9 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 CLIENTS = (1, 8, 64)
 CHARS = 300
-# One torch thread in the server and the in-process bounds: on a CPU shared
-# with other processes, OpenMP spin-waiting makes two threads slower than one.
+# One torch thread in the server and the in-process bounds by default: on a
+# CPU shared with other processes, OpenMP spin-waiting makes two threads
+# slower than one (``--threads`` for a quiet machine).
 THREADS = 1
 
 
@@ -101,7 +102,7 @@ def _bounds(router_path, texts, quick):
     return out
 
 
-def _start_server(router_path, port, encoder):
+def _start_server(router_path, port, encoder, threads=THREADS):
     command = [
         sys.executable,
         "-m",
@@ -114,6 +115,8 @@ def _start_server(router_path, port, encoder):
         "warning",
         "--device",
         "cpu",
+        "--threads",
+        str(threads),
     ]
     if encoder:
         command += ["--encoder", encoder]
@@ -179,12 +182,12 @@ async def _load(url, queries, n_requests, concurrency):
     }
 
 
-def _run_mode(router_path, queries, encoder, counts, clients=CLIENTS):
+def _run_mode(router_path, queries, encoder, counts, clients=CLIENTS, threads=THREADS):
     import httpx
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    process = _start_server(router_path, port, encoder)
+    process = _start_server(router_path, port, encoder, threads)
     rows = []
     try:
         asyncio.run(_load(url, queries, 10, 1))  # warm up
@@ -269,12 +272,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=THREADS,
+        help="torch threads of the server and the in-process bounds",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, ROOT)
     import torch
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(args.threads)
     from locus_sklearn._encoders import _default_model_path
 
     load_average = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -295,13 +304,16 @@ def main(argv=None):
         bounds = _bounds(path, texts, args.quick)
         print("bounds:", json.dumps(bounds), flush=True)
         print("id queries:", flush=True)
-        id_rows = _run_mode(path, queries, None, id_counts)
+        id_rows = _run_mode(path, queries, None, id_counts, threads=args.threads)
         print("text queries:", flush=True)
-        text_rows = _run_mode(path, texts, _default_model_path(), text_counts)
+        text_rows = _run_mode(
+            path, texts, _default_model_path(), text_counts, threads=args.threads
+        )
         print("full-length text queries, 1 client:", flush=True)
         full_rows = _run_mode(
-            path, queries, _default_model_path(), {1: text_counts[1] // 2}, clients=(1,)
-        )
+            path, queries, _default_model_path(), {1: text_counts[1] // 2},
+            clients=(1,), threads=args.threads,
+        )  # fmt: skip
     for row in text_rows:
         size = {1: 1, 8: 8, 64: 64}[row["clients"]]
         row["ratio_to_encoder"] = row["qps"] / bounds[f"encoder_b{size}"]["qps"]
@@ -324,9 +336,10 @@ def main(argv=None):
     print(text)
     if not args.no_write and not args.quick:
         os.makedirs(RESULTS, exist_ok=True)
-        with open(os.path.join(RESULTS, "serve_load.json"), "w") as f:
+        name = "serve_load" + ("" if args.threads == THREADS else f"_threads{args.threads}")
+        with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=2)
-        with open(os.path.join(RESULTS, "serve_load.md"), "w") as f:
+        with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
             f.write(text)
     return result
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ._dropout import Dropout, dropout
 from ._readout import KernelReadout, ReadoutPool
 
 __all__ = [
@@ -103,9 +104,18 @@ class MultiHeadAttention(nn.Module):
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # True where attention may go
-        attended = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
-        )
+        if self.training and self.dropout > 0 and q.device.type == "cpu":
+            # scaled_dot_product_attention's CPU dropout takes its slow per-element
+            # mask (and its unfused path anyway): the same maths, bulk masks.
+            scores = (q @ k.transpose(-2, -1)) * (d // h) ** -0.5
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = dropout(torch.softmax(scores, dim=-1), self.dropout)
+            attended = weights @ v
+        else:
+            attended = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+            )
         return self.out(attended.transpose(1, 2).reshape(b, n_q, d))
 
 
@@ -126,11 +136,11 @@ class TBlock(nn.Module):
         self.ffn = nn.Sequential(
             nn.Linear(embedding_dim, 2 * embedding_dim),
             nn.GELU(),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             nn.Linear(2 * embedding_dim, embedding_dim),
         )
         self.norm2 = nn.LayerNorm(embedding_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, query, key_value, key_padding_mask=None):
         """Shape of ``query``: (B, n_q, d); ``key_value``: (B, n_k, d);
@@ -416,7 +426,7 @@ class CorrectnessPredictor(nn.Module):
         self.hidden = nn.Linear(3 * embedding_dim, hidden_dim)
         self.extra = nn.Linear(n_extra, hidden_dim, bias=False) if n_extra else None
         self.output = nn.Linear(hidden_dim, 1)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, z, features, query_index, extra=None):
         """Logits of shape (B, M) for B embeddings and M queries each.

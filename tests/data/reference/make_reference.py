@@ -1,7 +1,9 @@
 """Write the fixed-seed reference that tests/test_reference.py compares against.
 
 Run once from the repository root with the code whose outputs are the reference
-(it was run on commit fd95f1c, before the training code moved into one home):
+(it was run on commit fd95f1c, before the training code moved into one home, and
+again when training's CPU dropout masks moved to bulk draws (``_dropout.py``):
+the same law from another random stream, so every fitted weight changed):
 
     python tests/data/reference/make_reference.py
 
