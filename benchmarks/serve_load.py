@@ -336,7 +336,9 @@ def main(argv=None):
     print(text)
     if not args.no_write and not args.quick:
         os.makedirs(RESULTS, exist_ok=True)
-        name = "serve_load" + ("" if args.threads == THREADS else f"_threads{args.threads}")
+        name = "serve_load" + (
+            "" if args.threads == THREADS else f"_threads{args.threads}"
+        )
         with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=2)
         with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:

@@ -114,7 +114,11 @@ class MultiHeadAttention(nn.Module):
             attended = weights @ v
         else:
             attended = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=self.dropout if self.training else 0.0,
             )
         return self.out(attended.transpose(1, 2).reshape(b, n_q, d))
 
