@@ -8,7 +8,9 @@ that cover the pool's skills -- keeps most of the routing accuracy. Selectors
 choose it from the model embeddings alone: by count
 (:class:`~locus_sklearn.KMedoidsSelector`, :class:`~locus_sklearn.KCenterSelector`)
 or within a budget of parameters or price
-(:class:`~locus_sklearn.BudgetGreedySelector`).
+(:class:`~locus_sklearn.BudgetGreedySelector`); or from the router's
+predictions, for expected routing accuracy
+(:class:`~locus_sklearn.ExpectedAccuracySelector`).
 :func:`~locus_sklearn.inspection.portfolio_curve` then measures routing
 accuracy restricted to each portfolio, against random portfolios.
 """
@@ -74,6 +76,19 @@ from locus_sklearn import BudgetGreedySelector
 from locus_sklearn.inspection import plot_portfolio_curve, portfolio_curve
 
 by_count = portfolio_curve(router, test, range(1, 13), random_state=0)
+# The router's P(correct) on the training queries (no scores needed), for a
+# portfolio chosen for expected routing accuracy.
+from locus_sklearn import ExpectedAccuracySelector
+
+P = router.predict_proba(train["query"].unique()).T  # (n_models, n_queries)
+by_expected = portfolio_curve(
+    router,
+    test,
+    range(1, 13),
+    selector=ExpectedAccuracySelector(),
+    embeddings=P,
+    n_random=0,
+)
 budgets = [25, 50, 100, 200, 400, 800]
 by_budget = portfolio_curve(
     router,
@@ -84,6 +99,10 @@ by_budget = portfolio_curve(
 )
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained", sharey=True)
 plot_portfolio_curve(by_count, ax=axes[0], label="k-medoids")
+plot_portfolio_curve(
+    by_expected, ax=axes[0], label="expected accuracy", random=False, full_pool=False
+)
+axes[0].legend()
 axes[0].set_title("by number of models")
 plot_portfolio_curve(by_budget, ax=axes[1], label="budget greedy")
 axes[1].set_xscale("log")

@@ -5,6 +5,7 @@ route queries to the model most likely to answer them, onboard new models withou
 retraining, compare models and choose portfolios.
 """
 
+from ._accuracy_selector import ExpectedAccuracySelector
 from ._embedder import FewEvaluationsWarning, LocusEmbedder
 from ._encoders import QueryEncoder, SharedEncodingsWarning
 from ._evals import EvalTable, check_evals, check_model_costs, check_queries
@@ -22,6 +23,7 @@ from ._version import __version__
 __all__ = [
     "BudgetGreedySelector",
     "EvalTable",
+    "ExpectedAccuracySelector",
     "FewEvaluationsWarning",
     "KCenterSelector",
     "KMedoidsSelector",

@@ -359,6 +359,7 @@ def test_demo_quick(tmp_path):
     assert summary["output"] == str(tmp_path / "out2")
     assert 0 <= summary["locus_accuracy"] <= summary["oracle_accuracy"] <= 1
     assert len(summary["portfolio"]) == 5
+    assert 0 <= summary["kmedoids_portfolio_accuracy"] <= 1
 
 
 def test_help_and_version(cli):

@@ -20,6 +20,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from locus_sklearn import (
     BudgetGreedySelector,
+    ExpectedAccuracySelector,
     KCenterSelector,
     KMedoidsSelector,
     QueryEncoder,
@@ -47,7 +48,12 @@ with warnings.catch_warnings():
     # The SkipTestWarning says what the module docstring says: text input.
     warnings.filterwarnings("ignore", "Can't test estimator QueryEncoder")
     _ESTIMATOR_CHECKS = parametrize_with_checks(
-        [*SELECTORS, *PRECOMPUTED, MAPPING_ENCODER],
+        [
+            *SELECTORS,
+            *PRECOMPUTED,
+            ExpectedAccuracySelector(n_select=3),
+            MAPPING_ENCODER,
+        ],
         expected_failed_checks=_expected_failed_checks,
     )
 

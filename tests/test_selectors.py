@@ -425,3 +425,98 @@ def test_k_center_is_within_the_gonzalez_factor():
         K = kernel(X)
         optimum = _best(K, k, lambda K, s: K[:, s].max(axis=1).min())
         assert selector.objective_ >= optimum**4 - 1e-12
+
+
+# --------------------------------------------------------------------------------------
+# ExpectedAccuracySelector: greedy facility location on predicted P(correct)
+
+
+def test_expected_accuracy_hand_computed():
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = np.array([[0.9, 0.9, 0.1, 0.1], [0.8, 0.8, 0.2, 0.2], [0.3, 0.3, 0.9, 0.9]])
+    selector = ExpectedAccuracySelector(n_select=3).fit(P)
+    # Means 0.5, 0.5, 0.6 -> model 2; then adding 0 gives 0.9, adding 1 0.85;
+    # then model 1 adds nothing.
+    np.testing.assert_array_equal(selector.selected_indices_, [2, 0, 1])
+    np.testing.assert_allclose(selector.objective_path_, [0.6, 0.9, 0.9])
+    assert selector.objective_ == pytest.approx(0.9)
+    assert selector.full_objective_ == pytest.approx(0.9)
+    assert selector.n_features_in_ == 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_models=st.integers(2, 7),
+    n_queries=st.integers(1, 12),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_expected_accuracy_greedy_guarantee_and_nesting(
+    n_models, n_queries, seed, data
+):
+    """Within (1 - 1/e) of the best subset of its size (brute force), nested,
+    and its path is non-decreasing up to the pool's value."""
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = np.random.default_rng(seed).random((n_models, n_queries))
+    k = data.draw(st.integers(1, n_models))
+    selector = ExpectedAccuracySelector(n_select=k).fit(P)
+    best = max(
+        P[list(subset)].max(axis=0).mean()
+        for subset in itertools.combinations(range(n_models), k)
+    )
+    assert selector.objective_ >= (1 - 1 / np.e) * best - 1e-12
+    assert selector.objective_ == pytest.approx(
+        P[selector.selected_indices_].max(0).mean()
+    )
+    assert np.all(np.diff(selector.objective_path_) >= -1e-12)
+    assert selector.objective_ <= selector.full_objective_ + 1e-12
+    full = ExpectedAccuracySelector(n_select=n_models).fit(P)
+    np.testing.assert_array_equal(
+        full.selected_indices_[:k], selector.selected_indices_
+    )
+    assert full.objective_ == pytest.approx(full.full_objective_)
+
+
+def test_expected_accuracy_errors():
+    from locus_sklearn import ExpectedAccuracySelector
+
+    with pytest.raises(ValueError, match=r"n_select=4 should be <= n_models=3"):
+        ExpectedAccuracySelector(n_select=4).fit(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="n_select"):
+        ExpectedAccuracySelector(n_select=0).fit(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="NaN"):
+        ExpectedAccuracySelector(n_select=1).fit([[0.5, np.nan], [0.2, 0.1]])
+
+
+def test_expected_accuracy_picks_the_specialists_in_portfolio_curve():
+    """Two specialists and two generalists: the expected-accuracy selection
+    takes both specialists, and portfolio_curve routes with it."""
+    from locus_sklearn import ExpectedAccuracySelector
+    from locus_sklearn.baselines import KNNRouter
+    from locus_sklearn.inspection import portfolio_curve
+
+    # Two topics; queries of a topic differ a little.
+    encoder = {f"q{i}": [1.0, 0.01 * i] if i < 4 else [0.01 * i, 1.0] for i in range(8)}
+    scores = {
+        "math": [1, 1, 1, 1, 0, 0, 0, 0],
+        "code": [0, 0, 0, 0, 1, 1, 1, 1],
+        "gen1": [1, 0, 1, 0, 1, 0, 1, 0],
+        "gen2": [1, 0, 1, 0, 1, 0, 0, 1],
+    }
+    evals = {
+        "model": [m for m in scores for _ in range(8)],
+        "query": [f"q{i}" for _ in scores for i in range(8)],
+        "score": [y for m in scores for y in scores[m]],
+    }
+    router = KNNRouter(4, encoder=encoder).fit(evals)
+    P = router.predict_proba([f"q{i}" for i in range(8)]).T
+    selector = ExpectedAccuracySelector(n_select=2).fit(P)
+    assert set(router.classes_[selector.selected_indices_]) == {"math", "code"}
+    curve = portfolio_curve(
+        router, evals, [1, 2], selector=ExpectedAccuracySelector(), embeddings=P,
+        n_random=0,
+    )  # fmt: skip
+    assert curve["accuracy"].tolist() == [0.5, 1.0]
+    assert curve["models"].iloc[1] == tuple(router.classes_[selector.selected_indices_])

@@ -139,7 +139,7 @@ def _route_stats(proba, Y):
     return routing_accuracy(Y, proba), len(np.unique(routed))
 
 
-def _figures(router, family, portfolio, held_out, curve, output, say):
+def _figures(router, family, portfolio, held_out, curves, output, say):
     """Write the model map, dendrogram and portfolio curve; return file names."""
     try:
         import matplotlib
@@ -176,7 +176,14 @@ def _figures(router, family, portfolio, held_out, curve, output, say):
     fig.savefig(output / "model_dendrogram.png", dpi=120)
     written.append("model_dendrogram.png")
 
-    ax = plot_portfolio_curve(curve, label="k-medoids on embeddings")
+    ax = plot_portfolio_curve(
+        curves["expected"], label="chosen for expected routing accuracy"
+    )
+    plot_portfolio_curve(
+        curves["k-medoids"], ax=ax, label="k-medoids on embeddings",
+        random=False, full_pool=False,
+    )  # fmt: skip
+    ax.legend()
     ax.set_title("Routing accuracy restricted to a portfolio (test questions)")
     ax.figure.savefig(output / "portfolio_curve.png", dpi=120)
     written.append("portfolio_curve.png")
@@ -346,8 +353,9 @@ def _onboard(demo, router):
 
 
 def _portfolio(demo, router, quick):
-    """Step 4: a k-medoids portfolio against random ones; (summary, curve)."""
-    from .. import KMedoidsSelector
+    """Step 4: portfolios chosen for expected routing accuracy and by k-medoids
+    on the embeddings, against random ones; (summary, curves)."""
+    from .. import ExpectedAccuracySelector, KMedoidsSelector
     from ..inspection import portfolio_curve
 
     models, test = router.classes_, demo.test
@@ -355,37 +363,55 @@ def _portfolio(demo, router, quick):
     if scored["query"].nunique() < MIN_COMMON_QUERIES:
         scored = test[test["model"].isin(models)]
     k = min(PORTFOLIO_SIZE, len(models) - 1) if len(models) > 1 else 1
-    selector = KMedoidsSelector(n_select=k).fit(router.model_embeddings_)
-    portfolio = models[selector.selected_indices_].tolist()
     sizes = list(range(1, min(len(models), 12) + 1))
-    curve = portfolio_curve(
-        router, scored, sizes, n_random=5 if quick else 20, random_state=demo.seed
-    )
-    at_k = curve.loc[curve["value"] == k].iloc[0]
+    # The router's predictions on the training queries (no scores, no test
+    # query): what the expected-accuracy selector reads.
+    predicted = router.predict_proba(demo.train["query"].unique()).T
+    choices = {
+        "expected": (ExpectedAccuracySelector(), predicted),
+        "k-medoids": (KMedoidsSelector(), router.model_embeddings_),
+    }
+    curves, at_k = {}, {}
+    for name, (selector, X) in choices.items():
+        curves[name] = portfolio_curve(
+            router, scored, sizes, selector=selector, embeddings=X,
+            n_random=5 if quick else 20, random_state=demo.seed,
+        )  # fmt: skip
+        at_k[name] = curves[name].loc[curves[name]["value"] == k].iloc[0]
+    portfolio = list(at_k["expected"]["models"])
+    row = at_k["expected"]
     demo.say(
-        f"[4/4] Portfolio of {k} models picked by k-medoids on the embeddings "
-        f"(pool of {len(models)}):",
-        f"  {', '.join(portfolio)}",
+        f"[4/4] Portfolios of {k} models (pool of {len(models)}):",
+        f"  for expected routing accuracy (the router's P(correct) on the "
+        f"training queries): {', '.join(portfolio)}",
         *_table(
             ["routing among", "accuracy"],
             [
-                (f"all {len(models)} models", f"{at_k['full_pool_accuracy']:.3f}"),
-                (f"the {k}-model portfolio", f"{at_k['accuracy']:.3f}"),
+                (f"all {len(models)} models", f"{row['full_pool_accuracy']:.3f}"),
+                (
+                    f"the {k} models chosen for expected routing accuracy",
+                    f"{row['accuracy']:.3f}",
+                ),
+                (
+                    f"the {k} models chosen by k-medoids on the embeddings",
+                    f"{at_k['k-medoids']['accuracy']:.3f}",
+                ),
                 (
                     f"random {k}-model portfolios (mean ± sd)",
-                    f"{at_k['random_mean']:.3f} ± {at_k['random_std']:.3f}",
+                    f"{row['random_mean']:.3f} ± {row['random_std']:.3f}",
                 ),
             ],
         ),
-        f"  (on {int(at_k['n_queries']):,} test queries)",
+        f"  (on {int(row['n_queries']):,} test queries)",
         "",
     )
     summary = dict(
         portfolio=portfolio,
-        portfolio_accuracy=float(at_k["accuracy"]),
-        random_portfolio_accuracy=float(at_k["random_mean"]),
+        portfolio_accuracy=float(row["accuracy"]),
+        kmedoids_portfolio_accuracy=float(at_k["k-medoids"]["accuracy"]),
+        random_portfolio_accuracy=float(row["random_mean"]),
     )
-    return summary, curve
+    return summary, curves
 
 
 def _run(evals, output, open_weights, epochs, seed, quick, stream):
@@ -401,10 +427,10 @@ def _run(evals, output, open_weights, epochs, seed, quick, stream):
     summary = {"fit_seconds": fit_time}
     summary.update(_compare_routers(demo, router))
     summary.update(_onboard(demo, router))
-    found, curve = _portfolio(demo, router, quick)
+    found, curves = _portfolio(demo, router, quick)
     summary.update(found)
     written = _figures(
-        router, demo.family, found["portfolio"], demo.held_out, curve, output, say
+        router, demo.family, found["portfolio"], demo.held_out, curves, output, say
     )
     summary["figures"] = written
     summary["output"] = str(output)

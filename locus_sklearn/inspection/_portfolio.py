@@ -67,7 +67,10 @@ def portfolio_curve(
         ``router.model_costs_``.
     embeddings : array-like of shape (n_models, d), default=None
         Embeddings of ``router.classes_``; defaults to
-        ``router.model_embeddings_``.
+        ``router.model_embeddings_``. For an
+        :class:`~locus_sklearn.ExpectedAccuracySelector`, the models'
+        predicted P(correct) on queries other than those of ``evals``, e.g.
+        ``router.predict_proba(training_queries).T``.
     n_random : int, default=20
         Random portfolios per value; 0 skips the baseline.
     random_state : int, RandomState instance or None, default=None
@@ -118,7 +121,8 @@ def portfolio_curve(
     else:
         raise TypeError(
             "selector must have an n_select or a budget parameter (a KCenterSelector, "
-            f"KMedoidsSelector or BudgetGreedySelector); got {type(selector).__name__}."
+            "KMedoidsSelector, ExpectedAccuracySelector or BudgetGreedySelector); got "
+            f"{type(selector).__name__}."
         )
     if n_random < 0:
         raise ValueError(f"n_random={n_random} should be >= 0.")

@@ -1,0 +1,133 @@
+"""Portfolio selection for routing: keep the pool's expected routing accuracy.
+
+The kernel selectors (:mod:`._selectors`) cover the embedding space: a model
+far from every other is worth a slot even if it never wins a query. This
+selector reads what routing reads, each model's predicted P(correct) on a set
+of queries, and maximises the expected accuracy of routing among the
+selection::
+
+    F(sel) = (1 / n_queries) * sum_q max_{s in sel} P[s, q]
+
+the accuracy routing to the selected model with the highest P(correct) would
+have if the predictions were calibrated. F is a facility-location function,
+monotone and submodular, so the greedy selection is within a factor
+(1 - 1/e) of the best portfolio of its size (Nemhauser, Wolsey and Fisher,
+1978). No scores are needed: the queries can be any the portfolio should
+serve, the training queries for instance.
+"""
+
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import validate_data
+
+from ._selectors import _check_n_select
+
+__all__ = ["ExpectedAccuracySelector"]
+
+
+def _greedy_expected_accuracy(P, n_select):
+    """Greedy maximisation of mean_q max_{s in sel} P[s, q]; validated input.
+
+    Returns the selected rows (selection order) and F after each addition.
+    """
+    n_models = P.shape[0]
+    best = np.full(P.shape[1], -np.inf)
+    selected, path = [], []
+    available = np.ones(n_models, dtype=bool)
+    for _ in range(n_select):
+        # F of each candidate added to the selection; ties go to the lower row.
+        value = np.maximum(P, best).mean(axis=1)
+        value[~available] = -np.inf
+        m = int(np.argmax(value))
+        selected.append(m)
+        path.append(float(value[m]))
+        available[m] = False
+        best = np.maximum(best, P[m])
+    return np.asarray(selected, dtype=np.int64), np.asarray(path)
+
+
+class ExpectedAccuracySelector(BaseEstimator):
+    """Select the models that keep the most expected routing accuracy.
+
+    Greedily adds the model that most raises the expected accuracy of routing
+    among the selection, ``F(sel) = mean_q max_{s in sel} P[s, q]``, where
+    ``P`` holds each model's predicted P(correct) on a set of queries (for
+    example ``router.predict_proba(queries).T``). F is monotone submodular,
+    so the selection is within (1 - 1/e) of the best portfolio of its size;
+    selections are nested (the first k models of ``n_select=k+1`` are those
+    of ``n_select=k``). Unlike the kernel selectors, which cover the
+    embedding space, it ignores a model that is distinct but never the best
+    choice, and it needs no scores: only the router's predictions.
+
+    Any finite values work (a utility ``P - cost_weight * cost`` selects for
+    expected utility); F reads as an accuracy when they are probabilities.
+
+    Parameters
+    ----------
+    n_select : int, default=8
+        Number of models to select, at most ``n_models``.
+
+    Attributes
+    ----------
+    selected_indices_ : ndarray of int64, shape (n_select,)
+        Rows of the selected models, in selection order.
+    objective_ : float
+        F of the selection: the mean over queries of the best selected value.
+    objective_path_ : ndarray of shape (n_select,)
+        F after each addition (the portfolio of the first k models has
+        ``objective_path_[k - 1]``).
+    full_objective_ : float
+        F of the whole pool, the most any portfolio can reach.
+    n_features_in_ : int
+        Number of queries (columns of ``X``).
+
+    See Also
+    --------
+    KMedoidsSelector : covers the embedding space (no predictions needed).
+    locus_sklearn.inspection.portfolio_curve : routing accuracy of the
+        portfolios against random ones, on scored queries.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from locus_sklearn import ExpectedAccuracySelector
+    >>> P = np.array([[0.9, 0.9, 0.1, 0.1],   # strong on the first two queries
+    ...               [0.8, 0.8, 0.2, 0.2],   # a weaker copy of model 0
+    ...               [0.3, 0.3, 0.9, 0.9]])  # the specialist of the others
+    >>> selector = ExpectedAccuracySelector(n_select=2).fit(P)
+    >>> selector.selected_indices_, selector.objective_
+    (array([2, 0]), 0.9)
+    """
+
+    _parameter_constraints = {"n_select": [Interval(Integral, 1, None, closed="left")]}
+
+    def __init__(self, n_select=8):
+        self.n_select = n_select
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Select ``n_select`` models.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_models, n_queries)
+            Each model's predicted P(correct) (or utility) on each query.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            The fitted selector.
+        """
+        X = validate_data(self, X, dtype=np.float64)
+        _check_n_select(self.n_select, X.shape[0])
+        self.selected_indices_, self.objective_path_ = _greedy_expected_accuracy(
+            X, self.n_select
+        )
+        self.objective_ = float(self.objective_path_[-1])
+        self.full_objective_ = float(X.max(axis=0).mean())
+        return self
