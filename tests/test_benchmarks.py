@@ -267,3 +267,20 @@ def test_embedding_quality_tiny(quality, tmp_path):
         assert 1 <= e["participation_ratio"]["mean"] <= 8
         assert 0 <= r[f"LOCUS {name} +guard"]["mean"] <= 1
     assert (tmp_path / "embedding_quality.md").read_text().startswith("# Embedding")
+
+
+def test_portfolios_tiny(tmp_path):
+    portfolios = _load_script("portfolios")
+    result = portfolios.main(
+        ["--pools", "specialists", "--seeds", "0", "--out", str(tmp_path), "--locus",
+         "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2", "hidden_dim=8",
+         "max_epochs=1", "episodes_per_epoch=16", "enc_size=[8,32]", "dec_size=16"]
+    )  # fmt: skip
+    (run,) = result["pools"]["specialists"]
+    assert list(run["by_k"]) == [1, 2, 3, 5, 8]
+    full = {row["full pool"] for row in run["by_k"].values()}
+    assert len(full) == 1  # one pool, the same test queries at every k
+    for row in run["by_k"].values():
+        assert set(row) == set(portfolios.METHODS)
+        assert all(0 <= value <= 1 for value in row.values())
+    assert (tmp_path / "portfolios.md").read_text().startswith("# Portfolios")
