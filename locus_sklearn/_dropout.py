@@ -4,7 +4,7 @@ On CPU, torch draws a dropout mask element by element from its Mersenne
 Twister (about 12 ns per element on a 2-core test machine): in LOCUS training,
 with dropout on the attention weights, both residuals and the FFN, that was a
 fifth of every step. Here the mask comes from numpy's PCG64 in bulk (about
-1.5 ns per element), seeded by one draw from torch's generator, so that
+2 ns per element), seeded by one draw from torch's generator, so that
 ``torch.manual_seed`` still fixes training. Other devices use
 :func:`torch.nn.functional.dropout`, whose GPU sampler is fast.
 """
