@@ -365,7 +365,9 @@ def test_demo_quick(tmp_path):
 def test_help_and_version(cli):
     status, out, _ = cli("--help")
     assert status == 0
-    for command in ("demo", "fit", "route", "embed", "onboard", "select", "neighbors"):
+    for command in (
+        "demo", "fit", "route", "embed", "onboard", "select", "portfolio", "neighbors",
+    ):  # fmt: skip
         assert command in out
     status, out, _ = cli("--version")
     assert status == 0 and out.startswith("locus ")
@@ -705,3 +707,36 @@ def test_reader_closing_the_pipe(workdir):
     err = process.stderr.read().decode()
     assert process.wait(timeout=300) in (0, 1), err
     assert err == "", err  # no traceback, no "error: Broken pipe"
+
+
+def test_portfolio_for_expected_routing_accuracy(workdir, cli):
+    from locus_sklearn import ExpectedAccuracySelector, LocusRouter
+
+    path = workdir / "router.locus"
+    queries = [f"q{i:03d}" for i in range(0, 120, 3)]
+    status, out, err = cli("portfolio", path, *queries, "--k", "3", "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    router = LocusRouter.load(path)
+    expected = ExpectedAccuracySelector(n_select=3).fit(router.predict_proba(queries).T)
+    assert [s["model"] for s in result["selected"]] == list(
+        router.classes_[expected.selected_indices_]
+    )
+    np.testing.assert_allclose(
+        [s["expected_accuracy"] for s in result["selected"]], expected.objective_path_
+    )
+    assert result["full_pool_expected_accuracy"] == pytest.approx(
+        expected.full_objective_
+    )
+    assert (result["n_queries"], result["n_models"]) == (len(queries), 6)
+
+    status, out, err = cli("portfolio", path, *queries, "--k", "2", "--tsv")
+    assert status == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0].split("\t") == ["rank", "model", "expected accuracy"]
+    assert [line.split("\t")[0] for line in lines[1:]] == ["1", "2"]
+
+    status, _, err = cli("portfolio", path, "q001", "--k", "7")
+    assert status == 1
+    assert "n_select=7 should be <= n_models=6" in err
+    assert len(err.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ Subcommands::
     locus embed     ROUTER_OR_EMBEDDER EVALS -o EMBEDDINGS.csv
     locus onboard   ROUTER EVALS [--costs FILE]
     locus select    EMBEDDINGS.csv (--k N | --budget B --costs FILE)
+    locus portfolio ROUTER QUERY... --k N
     locus neighbors ROUTER MODEL [--k 5]
 
 Every command takes ``--threads N`` and ``--debug``; those that print results

@@ -38,6 +38,7 @@ __all__ = [
     "cmd_embed",
     "cmd_fit",
     "cmd_neighbors",
+    "cmd_portfolio",
     "cmd_onboard",
     "cmd_route",
     "cmd_select",
@@ -397,6 +398,44 @@ def cmd_select(args):
             f"Selected {len(selected)} of {len(names)} models "
             f"(coverage objective {selector.objective_:.3f}{spent}); 'covers' counts "
             "the models nearest to each selected one."
+        )
+    return 0
+
+
+# ------------------------------------------------------------------- portfolio
+def cmd_portfolio(args):
+    from .. import ExpectedAccuracySelector
+
+    router = _load(args.router, args)
+    queries = read_queries(args.queries, args.file)
+    names = router.classes_
+    predicted = router.predict_proba(queries).T  # (n_models, n_queries)
+    selector = ExpectedAccuracySelector(n_select=args.k).fit(predicted)
+    selected, path = selector.selected_indices_, selector.objective_path_
+    if args.json:
+        emit_json(
+            {
+                "selected": [
+                    {"model": names[i], "expected_accuracy": float(value)}
+                    for i, value in zip(selected, path, strict=True)
+                ],
+                "full_pool_expected_accuracy": selector.full_objective_,
+                "n_queries": len(queries),
+                "n_models": len(names),
+            }
+        )
+        return 0
+    rows = [
+        [rank, names[i], f"{value:.3f}"]
+        for rank, (i, value) in enumerate(zip(selected, path, strict=True), start=1)
+    ]
+    echo(format_table(["rank", "model", "expected accuracy"], rows, tsv=args.tsv))
+    if not args.tsv:
+        note(
+            f"Selected {len(selected)} of {len(names)} models for {len(queries)} "
+            "queries; 'expected accuracy' is that of routing among the models up to "
+            "that rank, by the router's P(correct) (all models: "
+            f"{selector.full_objective_:.3f})."
         )
     return 0
 

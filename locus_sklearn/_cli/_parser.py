@@ -325,6 +325,29 @@ def _add_select(sub, common, output):
     p.set_defaults(func=_commands.cmd_select)
 
 
+def _add_portfolio(sub, common, encoding, output):
+    p = sub.add_parser(
+        "portfolio",
+        parents=[common, encoding, output],
+        help="choose a portfolio for expected routing accuracy on given queries",
+        description="Choose K models of a saved router, greedily, for the expected "
+        "accuracy of routing the given queries among them (the router's "
+        "P(correct); no scores needed).",
+    )
+    p.add_argument("router", metavar="ROUTER", help="a router saved by locus fit")
+    p.add_argument(
+        "queries",
+        metavar="QUERY",
+        nargs="*",
+        help="query texts; '-' reads one query per line from stdin",
+    )
+    p.add_argument("--file", metavar="FILE", help="read one query per line from FILE")
+    p.add_argument(
+        "--k", type=positive_int, required=True, metavar="N", help="number of models"
+    )
+    p.set_defaults(func=_commands.cmd_portfolio)
+
+
 def _add_neighbors(sub, common, encoding, output):
     p = sub.add_parser(
         "neighbors",
@@ -405,6 +428,7 @@ def build_parser():
     _add_embed(sub, common, encoding)
     _add_onboard(sub, common, encoding)
     _add_select(sub, common, output)
+    _add_portfolio(sub, common, encoding, output)
     _add_neighbors(sub, common, encoding, output)
     _add_external(sub)
     return parser
