@@ -221,14 +221,7 @@ def _add_route(sub, common, encoding, output):
         description="Print the model each query is routed to, with its P(correct) "
         "(or the top K models).",
     )
-    p.add_argument("router", metavar="ROUTER", help="a router saved by locus fit")
-    p.add_argument(
-        "queries",
-        metavar="QUERY",
-        nargs="*",
-        help="query texts; '-' reads one query per line from stdin",
-    )
-    p.add_argument("--file", metavar="FILE", help="read one query per line from FILE")
+    _router_and_queries(p)
     p.add_argument(
         "--top",
         type=positive_int,
@@ -334,14 +327,7 @@ def _add_portfolio(sub, common, encoding, output):
         "accuracy of routing the given queries among them (the router's "
         "P(correct); no scores needed).",
     )
-    p.add_argument("router", metavar="ROUTER", help="a router saved by locus fit")
-    p.add_argument(
-        "queries",
-        metavar="QUERY",
-        nargs="*",
-        help="query texts; '-' reads one query per line from stdin",
-    )
-    p.add_argument("--file", metavar="FILE", help="read one query per line from FILE")
+    _router_and_queries(p)
     p.add_argument(
         "--k", type=positive_int, required=True, metavar="N", help="number of models"
     )
@@ -368,6 +354,20 @@ def _add_neighbors(sub, common, encoding, output):
     )
     _metric_option(p)
     p.set_defaults(func=_commands.cmd_neighbors)
+
+
+def _router_and_queries(parser):
+    """ROUTER, then queries as arguments, from stdin ('-') or from --file."""
+    parser.add_argument("router", metavar="ROUTER", help="a router saved by locus fit")
+    parser.add_argument(
+        "queries",
+        metavar="QUERY",
+        nargs="*",
+        help="query texts; '-' reads one query per line from stdin",
+    )
+    parser.add_argument(
+        "--file", metavar="FILE", help="read one query per line from FILE"
+    )
 
 
 def _metric_option(parser):
