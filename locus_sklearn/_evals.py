@@ -138,6 +138,13 @@ def _check_columns(columns, name):
         )
 
 
+def _empty_error(name):
+    """The error for a table (or a stream of chunks) without a row."""
+    return ValueError(
+        f"{name} is empty (0 rows); at least one scored evaluation is needed."
+    )
+
+
 def _as_frame(evals, name):
     if isinstance(evals, pd.DataFrame):
         return evals
@@ -287,9 +294,7 @@ def check_evals(evals, *, name="evals"):
     frame = _as_frame(evals, name)
     _check_columns(frame.columns, name)
     if len(frame) == 0:
-        raise ValueError(
-            f"{name} is empty (0 rows); at least one scored evaluation is needed."
-        )
+        raise _empty_error(name)
     model = _check_string_column(frame["model"].to_numpy(dtype=object), name, "model")
     query = _check_string_column(frame["query"].to_numpy(dtype=object), name, "query")
     score = _check_score_column(frame["score"], name)

@@ -25,6 +25,7 @@ from .._evals import (
     _as_frame,
     _check_columns,
     _check_string_column,
+    _empty_error,
     _preview,
 )
 
@@ -42,12 +43,6 @@ def _check_chunk_models(chunk_models):
     if chunk_models < 1:
         raise ValueError(f"chunk_models must be an int >= 1; got {chunk_models}.")
     return int(chunk_models)
-
-
-def _empty_error(name):
-    return ValueError(
-        f"{name} is empty (0 rows); at least one scored evaluation is needed."
-    )
 
 
 class FrameChunk:
