@@ -367,15 +367,17 @@ def _portfolio(demo, router, quick):
     # The router's predictions on the training queries (no scores, no test
     # query): what the expected-accuracy selector reads.
     predicted = router.predict_proba(demo.train["query"].unique()).T
+    # The random baseline is drawn once, with the first curve (the table and
+    # the figure show it once).
     choices = {
-        "expected": (ExpectedAccuracySelector(), predicted),
-        "k-medoids": (KMedoidsSelector(), router.model_embeddings_),
+        "expected": (ExpectedAccuracySelector(), predicted, 5 if quick else 20),
+        "k-medoids": (KMedoidsSelector(), router.model_embeddings_, 0),
     }
     curves, at_k = {}, {}
-    for name, (selector, X) in choices.items():
+    for name, (selector, X, n_random) in choices.items():
         curves[name] = portfolio_curve(
             router, scored, sizes, selector=selector, embeddings=X,
-            n_random=5 if quick else 20, random_state=demo.seed,
+            n_random=n_random, random_state=demo.seed,
         )  # fmt: skip
         at_k[name] = curves[name].loc[curves[name]["value"] == k].iloc[0]
     portfolio = list(at_k["expected"]["models"])
