@@ -29,6 +29,7 @@ Usage::
 
     python benchmarks/embedding_quality.py [--pools bfcl shaberi ...] [--seeds 0 1 2]
         [--n 256 all] [--quick] [--variants baseline profile ...] [--tag T]
+        [--task-features W]   # diagnostic: W x one-hot(task) appended to the encodings
 """
 
 # ruff: noqa: E501
@@ -110,6 +111,36 @@ def load_pool(name, seed=0):
     if "groups" not in data.info:
         data.info["groups"] = {}
     return data
+
+
+def with_task_features(data, weight):
+    """The pool with ``weight`` x one-hot(task) appended to every query encoding.
+
+    A diagnostic, not a router anyone could deploy: it reads the task labels.
+    It asks whether the embedding collapses because of how it is trained or
+    because the query encodings do not show the axes models differ on (on
+    BFCL a linear probe recovers the category from the MiniLM encodings for
+    only about half of the queries). Every router of the run gets the same
+    features.
+    """
+    tasks = np.array(sorted(data.evals["task"].unique()), dtype=object)
+    task_of = data.evals.drop_duplicates("query").set_index("query")["task"]
+    onehot = np.eye(len(tasks), dtype=np.float32) * np.float32(weight)
+    encodings = {
+        q: np.concatenate([v, onehot[np.searchsorted(tasks, task_of[q])]])
+        for q, v in data.encodings.items()
+    }
+    return _data.BenchData(
+        name=data.name,
+        evals=data.evals,
+        encodings=encodings,
+        split=data.split,
+        query_costs=data.query_costs,
+        model_costs=data.model_costs,
+        description=f"{data.description}; query encodings with {weight:g} x "
+        f"one-hot(task) appended ({len(tasks)} tasks; a diagnostic that reads labels)",
+        info=data.info,
+    )
 
 
 def _family_groups(family, models):
@@ -592,6 +623,13 @@ def main(argv=None):
         "--variants", nargs="*", default=["baseline"], choices=list(VARIANTS)
     )
     p.add_argument("--guard", action="store_true", help="also the safeguard prototype")
+    p.add_argument(
+        "--task-features",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help="append W x one-hot(task) to every query encoding (diagnostic)",
+    )
     p.add_argument("--locus", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tag", default="")
@@ -615,6 +653,8 @@ def main(argv=None):
     for pool in args.pools:
         t0 = time.perf_counter()
         data = load_pool(pool)
+        if args.task_features:
+            data = with_task_features(data, args.task_features)
         pool_ns = ns
         if pool == "shaberi":  # 256 training queries: n = 256 is every row
             pool_ns = sorted({256 if n == "all" else n for n in ns}, key=str)
