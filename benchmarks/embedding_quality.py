@@ -300,15 +300,58 @@ def pair_sets(split, n, rng):
     )
 
 
-def guard_proba(router, train, seed, proba_test, grid=(0.0, 0.25, 0.5, 0.75, 1.0)):
+def _blend_choice(blocks, grid):
+    """Pick alpha: routing accuracy among the models that answered each query.
+
+    ``blocks`` is a list of (P, Y, mean): predictions, scores (NaN where a
+    model did not answer) and each model's mean score on the rows the
+    predictions were made from. Ties go to the larger alpha (toward the
+    single best).
+    """
+    scores = {}
+    for a in grid:
+        hits = []
+        for p, y, m in blocks:
+            answered = np.isfinite(y)
+            blended = np.where(answered, (1 - a) * p + a * m[None, :], -np.inf)
+            pick = blended.argmax(1)
+            hits.append(y[np.arange(len(y)), pick])
+        scores[a] = float(np.concatenate(hits).mean())
+    best = max(scores.values())
+    return max(a for a, s in scores.items() if s >= best - 1e-12), scores
+
+
+def _held_out_block(router, fit_rows, held_rows):
+    """Predictions for ``held_rows``' queries from models embedded on ``fit_rows``."""
+    emb = router._locus
+    Z = emb.transform(fit_rows)
+    y = held_rows.pivot_table(index="query", columns="model", values="score")
+    y = y.reindex(columns=router.classes_)
+    y = y[y.notna().sum(axis=1) >= 2]
+    p = emb.predict_proba(Z, y.index.to_numpy(), evals=fit_rows)
+    mean = fit_rows.groupby("model")["score"].mean().reindex(router.classes_)
+    return p, y.to_numpy(dtype=float), mean.to_numpy()
+
+
+def guard_proba(
+    router, train, seed, proba_test, folds=0, grid=(0.0, 0.25, 0.5, 0.75, 1.0)
+):
     """Safeguard prototype: blend P(correct) toward each model's mean score.
 
-    ``alpha`` is chosen on the embedder's own validation queries (the 10 % of
-    the *training* queries held out for early stopping, re-derived from its
-    ``random_state`` exactly as ``_training.fit_network`` draws them): each
-    model embedded from its other rows, the held-out rows predicted, routing
-    accuracy among the models that answered each held-out query (>= 2), ties
-    to the larger alpha. No test query is read; no extra fit.
+    ``folds=0``: ``alpha`` is chosen on the embedder's own validation queries
+    (the 10 % of the *training* queries held out for early stopping,
+    re-derived from its ``random_state`` exactly as ``_training.fit_network``
+    draws them): each model embedded from its other rows, the held-out rows
+    predicted, routing accuracy among the models that answered each held-out
+    query (>= 2), ties to the larger alpha.
+
+    ``folds=K``: the same choice over *all* training queries, cross-fitted
+    over K query folds: for each fold every model is re-embedded from its
+    rows outside the fold and the fold's rows are predicted (readout without
+    them). The network's weights did see those rows in training; what this
+    buys is K / 0.1 times more held-out queries for the choice of alpha.
+
+    No test query is read; no extra fit.
     """
     from sklearn.utils import check_random_state
 
@@ -316,26 +359,27 @@ def guard_proba(router, train, seed, proba_test, grid=(0.0, 0.25, 0.5, 0.75, 1.0
     from locus_sklearn._training import split_rows_by_query
 
     emb = router._locus
-    table = check_evals(train)
-    rng = check_random_state(emb.random_state)
-    rng.randint(np.iinfo(np.int32).max)
-    is_valid = split_rows_by_query(table, emb.validation_fraction, rng)
-    frame = table.to_frame()
-    fit_rows, val_rows = frame[~is_valid], frame[is_valid]
-    Z = emb.transform(fit_rows)
-    y = val_rows.pivot_table(index="query", columns="model", values="score")
-    y = y.reindex(columns=router.classes_)
-    y = y[y.notna().sum(axis=1) >= 2]
-    p = emb.predict_proba(Z, y.index.to_numpy(), evals=fit_rows)
-    mean = fit_rows.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
-    answered = y.notna().to_numpy()
-    scores = {}
-    for a in grid:
-        blended = np.where(answered, (1 - a) * p + a * mean[None, :], -np.inf)
-        pick = blended.argmax(1)
-        scores[a] = float(y.to_numpy()[np.arange(len(y)), pick].mean())
-    best = max(scores.values())
-    alpha = max(a for a, s in scores.items() if s >= best - 1e-12)
+    frame = check_evals(train).to_frame()
+    if folds:
+        queries = frame["query"].unique()
+        fold_of = dict(
+            zip(
+                queries,
+                np.random.default_rng([seed, 71]).permutation(len(queries)) % folds,
+                strict=True,
+            )
+        )
+        fold = frame["query"].map(fold_of).to_numpy()
+        blocks = [
+            _held_out_block(router, frame[fold != k], frame[fold == k])
+            for k in range(folds)
+        ]
+    else:
+        rng = check_random_state(emb.random_state)
+        rng.randint(np.iinfo(np.int32).max)
+        is_valid = split_rows_by_query(check_evals(train), emb.validation_fraction, rng)
+        blocks = [_held_out_block(router, frame[~is_valid], frame[is_valid])]
+    alpha, scores = _blend_choice(blocks, grid)
     full_mean = (
         train.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
     )
@@ -417,12 +461,17 @@ def run_one(data, seed, ns, variants, log, guard):
                 res["routing"][f"LOCUS {variant} +guard"] = routing_accuracy(y, gp)
                 emb["guard_alpha"] = alpha
                 emb["guard_valid"] = scores
+                gp, alpha, scores = guard_proba(router, train, seed, proba, folds=5)
+                res["routing"][f"LOCUS {variant} +cv-guard"] = routing_accuracy(y, gp)
+                emb["cv_guard_alpha"] = alpha
+                emb["cv_guard_valid"] = scores
             log(
                 f"  {data.name} seed {seed} n={n} {variant}: route "
                 f"{res['routing'][f'LOCUS {variant}']:.4f} PR {emb['participation_ratio']:.2f} "
                 f"groups {emb['groups']} self-id {emb['self_id']} fit {fit_s:.0f}s"
                 + (
                     f" guard a={emb['guard_alpha']} -> {res['routing'][f'LOCUS {variant} +guard']:.4f}"
+                    f" cv-guard a={emb['cv_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +cv-guard']:.4f}"
                     if guard
                     else ""
                 )
@@ -475,6 +524,8 @@ def summarise(runs):
                 row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
             if "guard_alpha" in e:
                 row["guard alpha"] = _ms([x["guard_alpha"] for x in es])
+            if "cv_guard_alpha" in e:
+                row["cv-guard alpha"] = _ms([x["cv_guard_alpha"] for x in es])
             s["embeddings"][k] = row
         out[n] = s
     return out
@@ -534,7 +585,10 @@ def markdown(results):
                 "recall@1",
                 "recall@3",
             ]
-            cols += [f"self-id@{k}" for k in SELF_NS] + ["guard alpha"]
+            cols += [f"self-id@{k}" for k in SELF_NS] + [
+                "guard alpha",
+                "cv-guard alpha",
+            ]
             present = [c for c in cols if any(c in r for r in s["embeddings"].values())]
             names = {
                 "participation_ratio": "PR",
