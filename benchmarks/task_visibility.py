@@ -202,7 +202,9 @@ def markdown(results):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--pools", nargs="+", default=list(POOLS), choices=POOLS)
+    p.add_argument(
+        "--pools", nargs="+", default=list(POOLS), choices=POOLS + ("specialists",)
+    )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--n", nargs="+", default=["256", "all"])
     p.add_argument("--out", default=os.path.join(HERE, "results"))

@@ -266,7 +266,73 @@ def test_embedding_quality_tiny(quality, tmp_path):
         e = s["embeddings"][f"LOCUS {name}"]
         assert 1 <= e["participation_ratio"]["mean"] <= 8
         assert 0 <= r[f"LOCUS {name} +guard"]["mean"] <= 1
+        assert 0 <= r[f"LOCUS {name} +cv-guard"]["mean"] <= 1
+        assert e["cv-guard alpha"]["mean"] in (0.0, 0.25, 0.5, 0.75, 1.0)
     assert (tmp_path / "embedding_quality.md").read_text().startswith("# Embedding")
+
+
+def test_task_features_append_a_scaled_one_hot(quality):
+    data = quality.load_pool("specialists")
+    out = quality.with_task_features(data, 0.5)
+    task_of = data.evals.drop_duplicates("query").set_index("query")["task"]
+    tasks = sorted(task_of.unique())
+    for q in list(data.encodings)[:20]:
+        v = out.encodings[q]
+        np.testing.assert_array_equal(v[: len(data.encodings[q])], data.encodings[q])
+        expected = np.zeros(len(tasks), dtype=np.float32)
+        expected[tasks.index(task_of[q])] = 0.5
+        np.testing.assert_array_equal(v[len(data.encodings[q]) :], expected)
+    assert out.evals is data.evals and "one-hot(task)" in out.description
+
+
+@pytest.fixture(scope="module")
+def visibility():
+    return _load_script("task_visibility")
+
+
+def test_participation_ratio_hand_computed(visibility):
+    assert visibility.participation_ratio(np.diag([1.0, 1.0, 0.0])) == 2.0
+    assert visibility.participation_ratio(np.diag([4.0, 0.0])) == 1.0
+    # (1 + 1/2)^2 / (1 + 1/4) = 1.8; a negative eigenvalue counts as zero.
+    assert np.isclose(visibility.participation_ratio(np.diag([1.0, 0.5, -0.3])), 1.8)
+    # Only the symmetric part: an antisymmetric cross-covariance carries nothing.
+    assert visibility.participation_ratio(np.array([[0.0, 1.0], [-1.0, 0.0]])) == 0.0
+
+
+def test_split_half_pr_drops_noise(visibility):
+    """Profiles that are one signal axis plus independent noise: the plain
+    ratio counts the noise dimensions, the split-half ratio does not."""
+    rng = np.random.default_rng(0)
+    n_models, n_tasks, n_rows = 80, 6, 120
+    strength = rng.normal(0, 1, n_models)
+    rows = pd.DataFrame(
+        {
+            "model": np.repeat(np.arange(n_models), n_rows),
+            "task": np.tile(np.arange(n_tasks), n_models * n_rows // n_tasks),
+        }
+    )
+    rows["score"] = strength[rows["model"]] + rng.normal(0, 3, len(rows))
+
+    def profile(r):
+        return r.pivot_table(index="model", columns="task", values="score").to_numpy()
+
+    full = profile(rows)
+    full = full - full.mean(0)
+    plain = visibility.participation_ratio(full.T @ full)
+    split = visibility.split_half_pr(profile, rows, np.random.default_rng(1))
+    assert split < 1.3 < 1.5 < plain  # 30 seeds: split 1.01-1.20, plain 1.56-2.09
+
+
+def test_task_visibility_tiny(visibility, tmp_path):
+    results = visibility.main(
+        ["--pools", "specialists", "--seeds", "0", "--n", "64", "--out", str(tmp_path)]
+    )
+    s = results["specialists"]["summary"]
+    assert 0 <= s["majority_share"]["mean"] <= s["probe_accuracy"]["mean"] <= 1
+    r = s["by_n"]["64"]["routing"]
+    assert r["task oracle"]["mean"] >= r["per-task best (true task)"]["mean"]
+    assert 1 <= s["by_n"]["64"]["profile_pr"]["mean"] <= 6
+    assert (tmp_path / "task_visibility.md").read_text().startswith("# Task visibility")
 
 
 def test_portfolios_tiny(tmp_path):
