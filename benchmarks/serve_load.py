@@ -40,8 +40,9 @@ CHARS = 300
 # One torch thread in the server and the in-process bounds by default: on a
 # CPU shared with other processes, OpenMP spin-waiting makes two threads
 # slower than one (``--threads`` for a quiet machine). Runs before the server
-# got ``--threads`` here (serve_load.md of 2026-11-30) served with torch's
-# default, one thread per core; only their in-process bounds had one.
+# got ``--threads`` here (the serve_load.md of 2026-11-30, since replaced by a
+# one-thread run) served with torch's default, one thread per core; only
+# their in-process bounds had one.
 THREADS = 1
 
 
