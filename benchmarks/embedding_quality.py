@@ -360,7 +360,8 @@ def guard_proba(
     from locus_sklearn._training import split_rows_by_query
 
     emb = router._locus
-    frame = check_evals(train).to_frame()
+    table = check_evals(train)
+    frame = table.to_frame()
     if folds:
         queries = frame["query"].unique()
         fold_of = dict(
@@ -378,7 +379,7 @@ def guard_proba(
     else:
         rng = check_random_state(emb.random_state)
         rng.randint(np.iinfo(np.int32).max)
-        is_valid = split_rows_by_query(check_evals(train), emb.validation_fraction, rng)
+        is_valid = split_rows_by_query(table, emb.validation_fraction, rng)
         blocks = [_held_out_block(router, frame[~is_valid], frame[is_valid])]
     alpha, scores = _blend_choice(blocks, grid)
     full_mean = (
@@ -704,6 +705,9 @@ def main(argv=None):
         for n in (args.n or (["256"] if args.quick else ["256", "all"]))
     ]
     log = lambda *a: print(*a, flush=True)  # noqa: E731
+    # The code that runs is the code of the start: later commits during a
+    # long run must not be recorded as its provenance.
+    commit, dirty = routing.git_commit(), routing.git_dirty()
     results = {}
     for pool in args.pools:
         t0 = time.perf_counter()
@@ -721,8 +725,8 @@ def main(argv=None):
             "description": data.description,
             "seeds": args.seeds,
             "date": datetime.date.today().isoformat(),
-            "commit": routing.git_commit(),
-            "dirty": routing.git_dirty(),
+            "commit": commit,
+            "dirty": dirty,
             "settings": {
                 k: list(v) if isinstance(v, tuple) else v for k, v in SETTINGS.items()
             },

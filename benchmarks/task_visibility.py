@@ -210,6 +210,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
     ns = [n if n == "all" else int(n) for n in args.n]
+    commit = routing.git_commit()  # the code of the start, as in embedding_quality
     results = {}
     for pool in args.pools:
         t0 = time.perf_counter()
@@ -222,7 +223,7 @@ def main(argv=None):
             "description": data.description,
             "seeds": args.seeds,
             "date": datetime.date.today().isoformat(),
-            "commit": routing.git_commit(),
+            "commit": commit,
             "runs": runs,
             "summary": summarise(runs),
             "wall_s": time.perf_counter() - t0,
