@@ -429,3 +429,25 @@ def test_campaign_check_model_costs_any_input(costs):
     if isinstance(costs, (dict, pd.Series)):
         expected = [float(costs[m]) for m in _CLASSES]
         np.testing.assert_array_equal(result, expected)
+
+
+@given(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=40))
+def test_sorted_codes_match_numpy_unique(values):
+    # check_evals hashes the id columns instead of sorting every row; the ids
+    # and the row -> id index must be exactly np.unique's (Python str order).
+    from locus_sklearn._evals import _sorted_codes
+
+    array = np.array(values, dtype=object)
+    uniques, codes = _sorted_codes(array)
+    expected, inverse = np.unique(array, return_inverse=True)
+    assert uniques.dtype == object and uniques.tolist() == expected.tolist()
+    np.testing.assert_array_equal(codes, inverse)
+    assert codes.dtype == np.intp
+
+
+def test_string_column_check_still_names_non_strings():
+    frame = pd.DataFrame(
+        {"model": ["a", "b", 3], "query": ["q", "q", "r"], "score": [1.0, 0.0, 1.0]}
+    )
+    with pytest.raises(TypeError, match=r"evals\['model'\] must hold strings; 1 of 3"):
+        check_evals(frame)
