@@ -17,7 +17,10 @@ simple fingerprints computed from the same training rows:
 - routing on the test queries every model answered, same rows for every
   method: LOCUS (and variants), kNN (k=50), MF, single best and per-task best
   (chosen on the training rows; the per-task best reads the task labels), the
-  task oracle (each task's best model on the test answers) and the oracle.
+  task oracle (each task's best model on the test answers) and the oracle;
+  on the planted specialists, whose true probabilities are known, also each
+  router's *expected* accuracy (the true probability of the routed model,
+  :func:`expected_routing`), free of the test answers' sampling noise.
 
 Fingerprints: ``task-profile`` (per-task mean score, needs labels),
 ``probe-profile`` (task-free: each model's kernel-smoothed score at 16 k-means
@@ -64,6 +67,11 @@ VARIANTS = {
     "embedding-only": {"kernel_readout": False},
     "profile": {"n_profile_regions": 16},
     "embedding-only+profile": {"kernel_readout": False, "n_profile_regions": 16},
+    "standardized": {"standardize_embedding": True},
+    "embedding-only+standardized": {
+        "kernel_readout": False,
+        "standardize_embedding": True,
+    },
 }
 
 
@@ -81,13 +89,15 @@ def load_pool(name, seed=0):
         groups = {}
         for m, s in pool.specialty.items():
             groups.setdefault(f"specialty{s}", []).append(m)
+        truth = pool.probabilities.copy()
+        truth.index = "syn/" + truth.index.astype(str)
         return _data.BenchData(
             name="specialists",
             evals=evals,
             encodings={f"syn/{q}": v for q, v in pool.encodings.items()},
             description="planted specialists (make_model_pool n_specialties=3, "
             "24 models, 6 tasks, equal overall accuracy; SYNTHETIC)",
-            info={"groups": groups},
+            info={"groups": groups, "probabilities": truth},
         )
     if name in ("mmlu-open", "mmlu-all"):
         # The package's built-in 3,000-question subset: its MiniLM encodings
@@ -275,6 +285,25 @@ def task_oracle(y_test, test_tasks):
     return total / len(y_test)
 
 
+def expected_routing(truth, scores, test_tasks):
+    """Expected routing accuracy under the true probabilities (synthetic pools).
+
+    ``truth`` (n_test, n_models) holds the probability that each model answers
+    each test query; a router's expected accuracy is the mean of the truth at
+    the model it routes to, free of the test answers' sampling noise. The
+    realised "task oracle" picks, per task, the model with the best *realised*
+    test mean: among several equally able models (every planted specialty has
+    eight) that is the luckiest one, so it overstates what any router could
+    reach. Its expected counterpart, each task routed to the model with the
+    best true mean over the task's test queries, is the ceiling for routing
+    by task; "oracle" is the mean over queries of the best true probability.
+    """
+    out = {name: routing_accuracy(truth, s) for name, s in scores.items()}
+    out["task oracle"] = task_oracle(truth, test_tasks)
+    out["oracle"] = oracle_accuracy(truth)
+    return out
+
+
 def fit_locus(data, seed, variant, train):
     params = dict(SETTINGS) | VARIANTS[variant]
     embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
@@ -395,6 +424,10 @@ def run_one(data, seed, ns, variants, log, guard):
     y = split.y_test
     test_tasks = fp.task_of.reindex(split.test_queries).to_numpy()
     groups = data.info.get("groups", {})
+    truth = data.info.get("probabilities")
+    if truth is not None:
+        truth = truth.reindex(index=split.test_queries, columns=split.models)
+        truth = truth.to_numpy(dtype=float)
     out = {"seed": seed, "n_test": len(y), "by_n": {}}
     for n in ns:
         t0 = time.perf_counter()
@@ -403,21 +436,22 @@ def run_one(data, seed, ns, variants, log, guard):
             train.groupby("model")["score"].mean().reindex(split.models).to_numpy()
         )
         res = {"routing": {}, "embeddings": {}}
+        # Each router's scores on the test queries, for the expected accuracy
+        # under the true probabilities where the pool has them.
+        scores = {}
         sb = int(np.argmax(strength))
+        scores["single best"] = np.eye(len(split.models))[np.full(len(y), sb)]
         res["routing"]["single best"] = float(y[:, sb].mean())
-        res["routing"]["per-task best"] = routing_accuracy(
-            y,
-            per_task_best(
-                train, fp.task_of, split.models, fp.tasks, split.test_queries
-            ),
+        scores["per-task best"] = per_task_best(
+            train, fp.task_of, split.models, fp.tasks, split.test_queries
         )
+        res["routing"]["per-task best"] = routing_accuracy(y, scores["per-task best"])
         res["routing"]["task oracle"] = task_oracle(y, test_tasks)
         res["routing"]["oracle"] = oracle_accuracy(y)
         for name in ("kNN", "MF"):
             r = routing.make_router(name, data.encodings, seed, routing_settings())
-            res["routing"][name] = routing_accuracy(
-                y, r.fit(train).predict_proba(split.test_queries)
-            )
+            scores[name] = r.fit(train).predict_proba(split.test_queries)
+            res["routing"][name] = routing_accuracy(y, scores[name])
         # Fingerprints from the same rows.
         fps = {
             "task-profile": fp.task_profile(train),
@@ -445,6 +479,7 @@ def run_one(data, seed, ns, variants, log, guard):
             router = fit_locus(data, seed, variant, train)
             fit_s = time.perf_counter() - tv
             proba = router.predict_proba(split.test_queries)
+            scores[f"LOCUS {variant}"] = proba
             res["routing"][f"LOCUS {variant}"] = routing_accuracy(y, proba)
             Z = router.model_embeddings_
             emb = geometry(Z, strength) | {
@@ -459,14 +494,16 @@ def run_one(data, seed, ns, variants, log, guard):
             emb["distinct_routed"] = int(len(np.unique(proba.argmax(1))))
             res["embeddings"][f"LOCUS {variant}"] = emb
             if guard:
-                gp, alpha, scores = guard_proba(router, train, seed, proba)
+                gp, alpha, valid = guard_proba(router, train, seed, proba)
+                scores[f"LOCUS {variant} +guard"] = gp
                 res["routing"][f"LOCUS {variant} +guard"] = routing_accuracy(y, gp)
                 emb["guard_alpha"] = alpha
-                emb["guard_valid"] = scores
-                gp, alpha, scores = guard_proba(router, train, seed, proba, folds=5)
+                emb["guard_valid"] = valid
+                gp, alpha, valid = guard_proba(router, train, seed, proba, folds=5)
+                scores[f"LOCUS {variant} +cv-guard"] = gp
                 res["routing"][f"LOCUS {variant} +cv-guard"] = routing_accuracy(y, gp)
                 emb["cv_guard_alpha"] = alpha
-                emb["cv_guard_valid"] = scores
+                emb["cv_guard_valid"] = valid
             log(
                 f"  {data.name} seed {seed} n={n} {variant}: route "
                 f"{res['routing'][f'LOCUS {variant}']:.4f} PR {emb['participation_ratio']:.2f} "
@@ -478,6 +515,8 @@ def run_one(data, seed, ns, variants, log, guard):
                     else ""
                 )
             )
+        if truth is not None:
+            res["expected"] = expected_routing(truth, scores, test_tasks)
         log(
             f"  {data.name} seed {seed} n={n}: "
             + ", ".join(f"{k} {v:.4f}" for k, v in res["routing"].items())
@@ -513,6 +552,11 @@ def summarise(runs):
         s = {"routing": {}, "embeddings": {}}
         for k in blocks[0]["routing"]:
             s["routing"][k] = _ms([b["routing"].get(k) for b in blocks])
+        if "expected" in blocks[0]:
+            s["expected"] = {
+                k: _ms([b["expected"].get(k) for b in blocks])
+                for k in blocks[0]["expected"]
+            }
         for k, e in blocks[0]["embeddings"].items():
             es = [b["embeddings"][k] for b in blocks if k in b["embeddings"]]
             row = {
@@ -571,14 +615,17 @@ def markdown(results):
                 "",
             ]
         for n, s in res["summary"].items():
+            expected = s.get("expected")
             lines += [
                 f"**n = {n} training evaluations per model**",
                 "",
-                "| router | routing acc |",
-                "|---|---|",
+                "| router | routing acc |"
+                + (" expected (true probabilities) |" if expected else ""),
+                "|---|---|" + ("---|" if expected else ""),
             ]
             for k, v in s["routing"].items():
-                lines.append(f"| {k} | {fmt(v)} |")
+                cell = f" {fmt(expected.get(k))} |" if expected else ""
+                lines.append(f"| {k} | {fmt(v)} |{cell}")
             lines.append("")
             cols = [
                 "participation_ratio",

@@ -156,6 +156,16 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     profile_weight : float, default=1.0
         Weight of the profile objective next to the correctness BCE (used
         when ``n_profile_regions > 0``).
+    standardize_embedding : bool, default=False
+        Standardise the embeddings across models: each coordinate of z minus
+        its mean over the training batch's models, divided by its standard
+        deviation (a ``BatchNorm1d`` without affine parameters; its running
+        statistics at inference). Without it the encoder's last LayerNorm and
+        its attention average over a long set leave the models' embeddings
+        nearly equal (on planted specialists they differ by about 0.1 % of
+        their norm), so the predictor reads little of what sets a model apart
+        and the kernel readout carries the routing. See
+        ``benchmarks/results/TUNING.md`` (session 8).
     max_epochs : int, default=100
         Upper bound on epochs; early stopping usually ends training sooner.
     episodes_per_epoch : int, default=256
@@ -264,6 +274,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "readout_dtype": [StrOptions({"float32", "bfloat16"})],
         "n_profile_regions": [Interval(Integral, 0, None, closed="left")],
         "profile_weight": [Interval(Real, 0, None, closed="left")],
+        "standardize_embedding": ["boolean"],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "episodes_per_epoch": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -304,6 +315,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         readout_dtype="float32",
         n_profile_regions=0,
         profile_weight=1.0,
+        standardize_embedding=False,
         max_epochs=100,
         episodes_per_epoch=256,
         batch_size=16,
@@ -340,6 +352,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.readout_dtype = readout_dtype
         self.n_profile_regions = n_profile_regions
         self.profile_weight = profile_weight
+        self.standardize_embedding = standardize_embedding
         self.max_epochs = max_epochs
         self.episodes_per_epoch = episodes_per_epoch
         self.batch_size = batch_size

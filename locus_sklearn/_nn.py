@@ -182,6 +182,15 @@ class LocusEncoder(nn.Module):
     n_blocks : int, default=2
     n_heads : int, default=4
     dropout : float, default=0.0
+    standardize : bool, default=False
+        Standardise z across models: each coordinate minus its mean over
+        the batch of models, divided by its standard deviation (a
+        ``BatchNorm1d`` without affine parameters; its running statistics
+        at inference, and for a training batch of one model). The pool's
+        last LayerNorm leaves every set's z at the same norm, and a long
+        set's attention average is dominated by what all sets share (the
+        queries), so without it the models' embeddings can differ by about
+        0.1 % of their norm, too little for the predictor to read.
     """
 
     def __init__(
@@ -192,6 +201,7 @@ class LocusEncoder(nn.Module):
         n_blocks=2,
         n_heads=4,
         dropout=0.0,
+        standardize=False,
     ):
         super().__init__()
         self.tokenizer = EvaluationTokenizer(n_features, embedding_dim)
@@ -201,6 +211,9 @@ class LocusEncoder(nn.Module):
         )
         self.seed = nn.Parameter(torch.randn(1, 1, embedding_dim) * 0.02)
         self.pool = TBlock(embedding_dim, n_heads, dropout)
+        self.standardize = (
+            nn.BatchNorm1d(embedding_dim, affine=False) if standardize else None
+        )
 
     def forward(self, features, query_index, score, mask):
         """Embeddings of shape (B, d).
@@ -216,8 +229,23 @@ class LocusEncoder(nn.Module):
         if not (self.training or torch.is_grad_enabled()) and not (
             torch.is_autocast_enabled(features.device.type)
         ):
-            return self.forward_inference(features, query_index, score, mask)
-        return self.forward_plain(features, query_index, score, mask)
+            z = self.forward_inference(features, query_index, score, mask)
+        else:
+            z = self.forward_plain(features, query_index, score, mask)
+        return z if self.standardize is None else self._standardize(z)
+
+    def _standardize(self, z):
+        norm = self.standardize
+        # Batch statistics need two models; one model reads the running ones.
+        batch_stats = self.training and z.shape[0] > 1
+        return F.batch_norm(
+            z,
+            norm.running_mean,
+            norm.running_var,
+            training=batch_stats,
+            momentum=norm.momentum,
+            eps=norm.eps,
+        )
 
     def forward_plain(self, features, query_index, score, mask):
         """:meth:`forward` module by module (training's path, autograd)."""
@@ -518,6 +546,8 @@ class LocusNetwork(nn.Module):
         decoder set's mean score per region (an auxiliary objective that
         makes z carry what a model is good at, not only how good); routing
         does not use it.
+    standardize_embedding : bool, default=False
+        Standardise z across models (:class:`LocusEncoder`'s ``standardize``).
 
     Examples
     --------
@@ -547,12 +577,14 @@ class LocusNetwork(nn.Module):
         query_noise=0.0,
         kernel_readout=False,
         n_profile_regions=0,
+        standardize_embedding=False,
     ):
         super().__init__()
         self.embedding_dim = embedding_dim
         self.encoder = LocusEncoder(
-            n_features, embedding_dim, n_latents, n_blocks, n_heads, dropout
-        )
+            n_features, embedding_dim, n_latents, n_blocks, n_heads, dropout,
+            standardize_embedding,
+        )  # fmt: skip
         self.readout = KernelReadout() if kernel_readout else None
         self.predictor = CorrectnessPredictor(
             n_features,

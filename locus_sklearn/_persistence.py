@@ -47,6 +47,7 @@ __all__ = [
 # reproduce what older files hold (a file without them predates them).
 _ADDED_PARAMS = {
     "n_profile_regions": 0,
+    "standardize_embedding": False,
     "profile_weight": 1.0,
     "readout_neighbors": None,
     "readout_index": "exact",

@@ -58,7 +58,7 @@ __all__ = [
 # arguments); the others drive training and inference.
 NETWORK_PARAMS = (
     "embedding_dim", "n_latents", "n_blocks", "n_heads", "hidden_dim", "dropout",
-    "query_noise", "kernel_readout", "n_profile_regions",
+    "query_noise", "kernel_readout", "n_profile_regions", "standardize_embedding",
 )  # fmt: skip
 
 # Early-stopping monitors: is lower better?

@@ -268,7 +268,27 @@ def test_embedding_quality_tiny(quality, tmp_path):
         assert 0 <= r[f"LOCUS {name} +guard"]["mean"] <= 1
         assert 0 <= r[f"LOCUS {name} +cv-guard"]["mean"] <= 1
         assert e["cv-guard alpha"]["mean"] in (0.0, 0.25, 0.5, 0.75, 1.0)
-    assert (tmp_path / "embedding_quality.md").read_text().startswith("# Embedding")
+    # The planted pool's truth is known: every router also gets its expected
+    # accuracy, and routing by task can at best reach the expected task oracle.
+    x = s["expected"]
+    assert x["oracle"]["mean"] >= x["task oracle"]["mean"] >= x["per-task best"]["mean"]
+    assert x["task oracle"]["mean"] >= x["single best"]["mean"]
+    assert set(x) >= {"kNN", "MF", "LOCUS baseline", "LOCUS profile +guard"}
+    md = (tmp_path / "embedding_quality.md").read_text()
+    assert md.startswith("# Embedding") and "expected (true probabilities)" in md
+
+
+def test_expected_routing_hand_computed(quality):
+    # Two tasks, two queries each; model 1 is better on task a, model 0 on b.
+    truth = np.array([[0.2, 0.9], [0.4, 0.7], [0.8, 0.1], [0.6, 0.5]])
+    tasks = np.array(["a", "a", "b", "b"])
+    scores = {"always 0": np.array([[1.0, 0.0]] * 4), "per query": truth}
+    out = quality.expected_routing(truth, scores, tasks)
+    assert np.isclose(out["always 0"], (0.2 + 0.4 + 0.8 + 0.6) / 4)
+    assert np.isclose(out["per query"], (0.9 + 0.7 + 0.8 + 0.6) / 4)
+    # Task a -> model 1 (mean 0.8), task b -> model 0 (mean 0.7).
+    assert np.isclose(out["task oracle"], (0.8 * 2 + 0.7 * 2) / 4)
+    assert np.isclose(out["oracle"], out["per query"])
 
 
 def test_task_features_append_a_scaled_one_hot(quality):
