@@ -236,16 +236,12 @@ class LocusEncoder(nn.Module):
 
     def _standardize(self, z):
         norm = self.standardize
-        # Batch statistics need two models; one model reads the running ones.
-        batch_stats = self.training and z.shape[0] > 1
-        return F.batch_norm(
-            z,
-            norm.running_mean,
-            norm.running_var,
-            training=batch_stats,
-            momentum=norm.momentum,
-            eps=norm.eps,
-        )
+        if self.training and z.shape[0] == 1:
+            # Batch statistics need two models; one reads the running ones.
+            return F.batch_norm(
+                z, norm.running_mean, norm.running_var, training=False, eps=norm.eps
+            )
+        return norm(z)
 
     def forward_plain(self, features, query_index, score, mask):
         """:meth:`forward` module by module (training's path, autograd)."""

@@ -234,3 +234,62 @@ def test_bfloat16_inference_path_is_close_to_float32():
     assert z16.dtype == torch.bfloat16
     rel = (z16.float() - z32).norm(dim=1) / z32.norm(dim=1)
     assert rel.max() < 0.03
+
+
+def _sets(seed=0, n_models=5, n_rows=7):
+    g = torch.Generator().manual_seed(seed)
+    features = torch.randn(20, F, generator=g)
+    index = torch.randint(0, 20, (n_models, n_rows), generator=g)
+    score = torch.randint(0, 2, (n_models, n_rows), generator=g).float()
+    return features, index, score, torch.ones(n_models, n_rows, dtype=torch.bool)
+
+
+def test_standardized_embeddings_have_zero_mean_unit_variance_in_a_batch():
+    enc = _encoder(standardize=True).train()
+    raw = _encoder(standardize=False).train()
+    features, index, score, mask = _sets()
+    torch.manual_seed(1)
+    z = enc(features, index, score, mask)
+    # Every coordinate over the batch's five models: mean 0, variance 1 (the
+    # biased variance, as BatchNorm normalises), up to BatchNorm's eps.
+    torch.testing.assert_close(z.mean(0), torch.zeros(D), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        z.var(0, unbiased=False), torch.ones(D), atol=1e-3, rtol=0
+    )
+    # Same weights otherwise: the standardisation is the only difference.
+    raw.load_state_dict(
+        {k: v for k, v in enc.state_dict().items() if not k.startswith("standardize")}
+    )
+    torch.manual_seed(1)
+    r = raw(features, index, score, mask)
+    expected = (r - r.mean(0)) / torch.sqrt(r.var(0, unbiased=False) + 1e-5)
+    torch.testing.assert_close(z, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_standardized_embeddings_use_running_statistics_outside_a_batch():
+    enc = _encoder(standardize=True).train()
+    features, index, score, mask = _sets()
+    for _ in range(3):  # move the running statistics off their start
+        enc(features, index, score, mask)
+    stats = enc.standardize
+    assert int(stats.num_batches_tracked) == 3
+    enc.eval()
+    raw = enc.forward_plain(features, index, score, mask).detach()
+    expected = (raw - stats.running_mean) / torch.sqrt(stats.running_var + stats.eps)
+    with torch.no_grad():
+        z = enc(features, index, score, mask)
+        # One model at a time gives the same rows: no batch statistics.
+        single = torch.cat(
+            [enc(features, index[i : i + 1], score[i : i + 1], mask[i : i + 1])
+             for i in range(len(index))]
+        )  # fmt: skip
+    torch.testing.assert_close(z, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(single, z, atol=1e-5, rtol=1e-5)
+    # A training batch of one model cannot have batch statistics: it reads the
+    # running ones and leaves them as they are.
+    enc.train()
+    before = stats.running_mean.clone()
+    one = enc(features, index[:1], score[:1], mask[:1])
+    assert torch.isfinite(one).all()
+    torch.testing.assert_close(stats.running_mean, before)
+    assert int(stats.num_batches_tracked) == 3

@@ -191,3 +191,30 @@ def test_profile_objective_trains_a_head_and_changes_the_embeddings(
     assert profiled.net_.module_.profile.out_features == 4
     assert plain.net_.module_.profile is None
     assert not np.allclose(plain.transform(pool.evals), profiled.transform(pool.evals))
+
+
+def test_standardized_embedding_fits_saves_and_loads(pool, tiny_embedder, tmp_path):
+    from locus_sklearn import LocusEmbedder
+
+    embedder = tiny_embedder(
+        pool.encodings, max_epochs=2, standardize_embedding=True
+    ).fit(pool.evals)
+    module = embedder.net_.module_
+    assert module.encoder.standardize is not None
+    assert int(module.encoder.standardize.num_batches_tracked) > 0
+    Z = embedder.transform(pool.evals)
+    assert np.isfinite(Z).all()
+    # Running statistics at inference: the models' spread is not squeezed to
+    # the 0.1 % of the norm that the plain encoder leaves at initialisation.
+    spread = np.linalg.norm(Z - Z.mean(0), axis=1).mean()
+    assert spread > 0.05 * np.linalg.norm(Z.mean(0))
+    path = tmp_path / "embedder.locus"
+    embedder.save(path)
+    loaded = LocusEmbedder.load(path, encoder=pool.encodings)
+    assert loaded.standardize_embedding is True
+    np.testing.assert_allclose(loaded.transform(pool.evals), Z, atol=1e-6)
+
+
+def test_standardize_embedding_is_validated(pool, tiny_embedder):
+    with pytest.raises(ValueError, match="standardize_embedding"):
+        tiny_embedder(pool.encodings, standardize_embedding="yes").fit(pool.evals)
