@@ -5,8 +5,10 @@ quick settings, plus the prototypes of ``_embedding_variants.py``) and for
 simple fingerprints computed from the same training rows:
 
 - geometry: participation ratio ``(Σσ²)² / Σσ⁴`` of the centred embeddings,
-  the first principal component's share of the variance, and |corr| of that
-  component with each model's mean training score;
+  the first principal component's share of the variance, |corr| of that
+  component with each model's mean training score, and the relative spread
+  (mean distance from the mean embedding over the mean embedding's norm:
+  the centred measures cannot tell models 0.1 % apart from models far apart);
 - retrieval: twins (BFCL prompt-mode vs ``-FC`` columns of one LLM), siblings
   (Shaberi, ``_data.shaberi_base_name``) and same-specialty models (planted
   specialists): recall@1 / @3 of the other group members (cosine of the
@@ -173,10 +175,16 @@ def geometry(Z, strength):
     pr = float(lam.sum() ** 2 / (lam**2).sum()) if lam.sum() > 0 else 0.0
     u = np.linalg.svd(C, full_matrices=False)[0][:, 0]
     corr = np.corrcoef(u, strength)[0, 1] if np.std(u) > 0 else 0.0
+    # The centred geometry hides how far apart the models are: relative to
+    # what every model shares, the LOCUS embeddings can differ by 0.1 %.
+    Z = np.asarray(Z, dtype=np.float64)
+    common = float(np.linalg.norm(Z.mean(0)))
+    spread = float(np.linalg.norm(C, axis=1).mean())
     return {
         "participation_ratio": pr,
         "first_share": float(lam[0] / lam.sum()) if lam.sum() > 0 else 1.0,
         "abs_corr_strength": float(abs(corr)),
+        "relative_spread": spread / common if common > 0 else float("inf"),
     }
 
 
@@ -560,8 +568,13 @@ def summarise(runs):
         for k, e in blocks[0]["embeddings"].items():
             es = [b["embeddings"][k] for b in blocks if k in b["embeddings"]]
             row = {
-                m: _ms([x[m] for x in es])
-                for m in ("participation_ratio", "first_share", "abs_corr_strength")
+                m: _ms([x.get(m) for x in es])
+                for m in (
+                    "participation_ratio",
+                    "first_share",
+                    "abs_corr_strength",
+                    "relative_spread",
+                )
             }
             if e.get("groups"):
                 row["recall@1"] = _ms([x["groups"]["recall@1"] for x in es])
@@ -595,7 +608,8 @@ def markdown(results):
         "training rows of each seed; routing on the test queries every model answered. "
         "PR = participation ratio of the centred embeddings; 1st = share of the first "
         "principal component; |r| = |corr| of that component with the model's mean "
-        "training score; recall@k = twins (BFCL), siblings (Shaberi) or same-specialty "
+        "training score; spread = mean distance of a model's embedding from the mean "
+        "embedding, over the mean embedding's norm; recall@k = twins (BFCL), siblings (Shaberi) or same-specialty "
         "models (specialists) among the k nearest (cosine, centred); self-id@n = share of "
         "models whose nearest embedding from a disjoint set of n rows is its own.",
         "",
@@ -631,6 +645,7 @@ def markdown(results):
                 "participation_ratio",
                 "first_share",
                 "abs_corr_strength",
+                "relative_spread",
                 "recall@1",
                 "recall@3",
             ]
@@ -643,6 +658,7 @@ def markdown(results):
                 "participation_ratio": "PR",
                 "first_share": "1st",
                 "abs_corr_strength": "abs r",
+                "relative_spread": "spread",
             }
             lines += [
                 "| embedding | " + " | ".join(names.get(c, c) for c in present) + " |",

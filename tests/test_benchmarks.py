@@ -265,6 +265,7 @@ def test_embedding_quality_tiny(quality, tmp_path):
         assert 0 <= r[f"LOCUS {name}"]["mean"] <= r["oracle"]["mean"]
         e = s["embeddings"][f"LOCUS {name}"]
         assert 1 <= e["participation_ratio"]["mean"] <= 8
+        assert e["relative_spread"]["mean"] > 0
         assert 0 <= r[f"LOCUS {name} +guard"]["mean"] <= 1
         assert 0 <= r[f"LOCUS {name} +cv-guard"]["mean"] <= 1
         assert e["cv-guard alpha"]["mean"] in (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -370,3 +371,11 @@ def test_portfolios_tiny(tmp_path):
         assert set(row) == set(portfolios.METHODS)
         assert all(0 <= value <= 1 for value in row.values())
     assert (tmp_path / "portfolios.md").read_text().startswith("# Portfolios")
+
+
+def test_geometry_relative_spread_hand_computed(quality):
+    # Mean (3, 4), norm 5; each row 1 away from it.
+    Z = np.array([[2.0, 4.0], [4.0, 4.0]])
+    g = quality.geometry(Z, np.array([0.1, 0.2]))
+    assert np.isclose(g["relative_spread"], 1 / 5)
+    assert np.isclose(g["participation_ratio"], 1.0)
