@@ -160,12 +160,14 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         Standardise the embeddings across models: each coordinate of z minus
         its mean over the training batch's models, divided by its standard
         deviation (a ``BatchNorm1d`` without affine parameters; its running
-        statistics at inference). Without it the encoder's last LayerNorm and
-        its attention average over a long set leave the models' embeddings
-        nearly equal (on planted specialists they differ by about 0.1 % of
-        their norm), so the predictor reads little of what sets a model apart
-        and the kernel readout carries the routing. See
-        ``benchmarks/results/TUNING.md`` (session 8).
+        statistics at inference). Where models are equally strong, the
+        encoder's last LayerNorm and its attention average over a long set
+        leave their embeddings about 0.1 % of their norm apart, too close for
+        the predictor: on planted specialists the embedding-only predictor
+        (``kernel_readout=False``) then routes like the single best model,
+        with standardised embeddings as well as the kernel readout. On the
+        benchmark pools it moves routing toward the single best model, so it
+        is off by default (``benchmarks/results/TUNING.md``, session 8).
     max_epochs : int, default=100
         Upper bound on epochs; early stopping usually ends training sooner.
     episodes_per_epoch : int, default=256
