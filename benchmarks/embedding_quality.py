@@ -1,7 +1,7 @@
 """Does the model embedding carry *what* a model is good at? One run, all pools.
 
 For LOCUS (``LocusRouter`` / ``LocusEmbedder`` public API, ``routing.py``'s
-quick settings, plus the prototypes of ``_embedding_variants.py``) and for
+quick settings, and the variants in ``VARIANTS``) and for
 simple fingerprints computed from the same training rows:
 
 - geometry: participation ratio ``(Σσ²)² / Σσ⁴`` of the centred embeddings,
@@ -184,7 +184,7 @@ def geometry(Z, strength):
         "participation_ratio": pr,
         "first_share": float(lam[0] / lam.sum()) if lam.sum() > 0 else 1.0,
         "abs_corr_strength": float(abs(corr)),
-        "relative_spread": spread / common if common > 0 else float("inf"),
+        "relative_spread": spread / common if common > 0 else None,
     }
 
 
@@ -297,8 +297,10 @@ def expected_routing(truth, scores, test_tasks):
     """Expected routing accuracy under the true probabilities (synthetic pools).
 
     ``truth`` (n_test, n_models) holds the probability that each model answers
-    each test query; a router's expected accuracy is the mean of the truth at
-    the model it routes to, free of the test answers' sampling noise. The
+    each test query, ``scores`` maps a router's name to its scores of the same
+    shape (it routes to the largest), ``test_tasks`` (n_test,) is each query's
+    task. A router's expected accuracy is the mean of the truth at the model it
+    routes to, free of the test answers' sampling noise. The
     realised "task oracle" picks, per task, the model with the best *realised*
     test mean: among several equally able models (every planted specialty has
     eight) that is the luckiest one, so it overstates what any router could
