@@ -265,7 +265,7 @@ class Fingerprints:
         wide = wide.reindex(self.models)
         if wide.isna().mean().mean() > 0.05:
             return None  # models do not share queries
-        return wide.T.fillna(wide.mean(1)).T.to_numpy(float)
+        return wide.T.fillna(wide.mean(axis=1)).T.to_numpy(float)
 
 
 # ------------------------------------------------------------ routers
