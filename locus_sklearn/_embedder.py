@@ -160,10 +160,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         Standardise the embeddings across models: each coordinate of z minus
         its mean over the training batch's models, divided by its standard
         deviation (a ``BatchNorm1d`` without affine parameters; its running
-        statistics at inference). Where models are equally strong, the
-        encoder's last LayerNorm and its attention average over a long set
-        leave their embeddings about 0.1 % of their norm apart, too close for
-        the predictor: on planted specialists the embedding-only predictor
+        statistics at inference). On planted specialists of equal strength
+        the trained encoder left the models' embeddings about 0.1 % of their
+        norm apart, too close for the predictor: the embedding-only predictor
         (``kernel_readout=False``) then routes like the single best model,
         with standardised embeddings as well as the kernel readout. On the
         benchmark pools it moves routing toward the single best model, so it
