@@ -197,15 +197,13 @@ def _check_string_column(values, name, column):
     # million rows); the loop runs only when there is something to report.
     if pd.api.types.infer_dtype(values, skipna=False) != "string":
         is_str = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
-    else:
-        is_str = np.ones(len(values), dtype=bool)
-    if not is_str.all():
-        bad = values[~is_str]
-        raise TypeError(
-            f"{name}[{column!r}] must hold strings; {len(bad)} of {len(values)} rows "
-            f"do not (e.g. {_preview(bad[:5])}). Convert ids with .astype(str) "
-            "if they are numbers."
-        )
+        if not is_str.all():
+            bad = values[~is_str]
+            raise TypeError(
+                f"{name}[{column!r}] must hold strings; {len(bad)} of {len(values)} "
+                f"rows do not (e.g. {_preview(bad[:5])}). Convert ids with "
+                ".astype(str) if they are numbers."
+            )
     empty = values == ""
     if empty.any():
         raise ValueError(
