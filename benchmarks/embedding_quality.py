@@ -348,6 +348,10 @@ def _blend_choice(blocks, grid):
     single best).
     """
     scores = {}
+    # Queries with at least two answers: routing needs a choice.
+    blocks = [
+        (p[k], y[k], m) for p, y, m in blocks for k in [np.isfinite(y).sum(1) >= 2]
+    ]
     for a in grid:
         hits = []
         for p, y, m in blocks:
@@ -360,21 +364,48 @@ def _blend_choice(blocks, grid):
     return max(a for a, s in scores.items() if s >= best - 1e-12), scores
 
 
+def _blend_choice_likelihood(blocks, grid):
+    """Pick alpha by the held-out log-likelihood of every answered cell.
+
+    Same blend as :func:`_blend_choice`; the criterion is the mean Bernoulli
+    log-likelihood (cross-entropy against graded scores) of all held-out
+    evaluations, queries with one answer included, rather than routing
+    accuracy: a smooth criterion over every held-out row instead of a step
+    function of the 1-2 answers per query some pools have.
+    """
+    scores = {}
+    for a in grid:
+        total, count = 0.0, 0
+        for p, y, m in blocks:
+            answered = np.isfinite(y)
+            q = np.clip((1 - a) * p + a * m[None, :], 1e-6, 1 - 1e-6)[answered]
+            t = y[answered]
+            total += float(np.sum(t * np.log(q) + (1 - t) * np.log(1 - q)))
+            count += int(answered.sum())
+        scores[a] = total / count
+    best = max(scores, key=scores.get)
+    return float(best), scores
+
+
 def _held_out_block(router, fit_rows, held_rows):
     """Predictions for ``held_rows``' queries from models embedded on ``fit_rows``."""
     emb = router._locus
     Z = emb.transform(fit_rows)
     y = held_rows.pivot_table(index="query", columns="model", values="score")
     y = y.reindex(columns=router.classes_)
-    y = y[y.notna().sum(axis=1) >= 2]
+    y = y[y.notna().sum(axis=1) >= 1]
     p = emb.predict_proba(Z, y.index.to_numpy(), evals=fit_rows)
     mean = fit_rows.groupby("model")["score"].mean().reindex(router.classes_)
     return p, y.to_numpy(dtype=float), mean.to_numpy()
 
 
+LIKELIHOOD_GRID = tuple(np.round(np.linspace(0, 1, 21), 2))
+
+
 def guard_proba(
-    router, train, seed, proba_test, folds=0, grid=(0.0, 0.25, 0.5, 0.75, 1.0)
-):
+    router, train, seed, proba_test, folds=0, grid=(0.0, 0.25, 0.5, 0.75, 1.0),
+    criterion="routing",
+):  # fmt: skip
     """Safeguard prototype: blend P(correct) toward each model's mean score.
 
     ``folds=0``: ``alpha`` is chosen on the embedder's own validation queries
@@ -390,6 +421,10 @@ def guard_proba(
     them). The network's weights did see those rows in training; what this
     buys is ten times the held-out queries (all training queries instead of
     the 10 % validation share) for the choice of alpha.
+
+    ``criterion="likelihood"`` chooses alpha on the same held-out rows by
+    their log-likelihood (:func:`_blend_choice_likelihood`, grid
+    ``LIKELIHOOD_GRID``) instead of routing accuracy.
 
     No test query is read; no extra fit.
     """
@@ -420,7 +455,10 @@ def guard_proba(
         rng.randint(np.iinfo(np.int32).max)
         is_valid = split_rows_by_query(table, emb.validation_fraction, rng)
         blocks = [_held_out_block(router, frame[~is_valid], frame[is_valid])]
-    alpha, scores = _blend_choice(blocks, grid)
+    if criterion == "likelihood":
+        alpha, scores = _blend_choice_likelihood(blocks, LIKELIHOOD_GRID)
+    else:
+        alpha, scores = _blend_choice(blocks, grid)
     full_mean = (
         train.groupby("model")["score"].mean().reindex(router.classes_).to_numpy()
     )
@@ -514,6 +552,14 @@ def run_one(data, seed, ns, variants, log, guard):
                 res["routing"][f"LOCUS {variant} +cv-guard"] = routing_accuracy(y, gp)
                 emb["cv_guard_alpha"] = alpha
                 emb["cv_guard_valid"] = valid
+                for key, folds in (("ll-guard", 0), ("cv-ll-guard", 5)):
+                    gp, alpha, valid = guard_proba(
+                        router, train, seed, proba, folds=folds, criterion="likelihood"
+                    )
+                    scores[f"LOCUS {variant} +{key}"] = gp
+                    res["routing"][f"LOCUS {variant} +{key}"] = routing_accuracy(y, gp)
+                    emb[f"{key.replace('-', '_')}_alpha"] = alpha
+                    emb[f"{key.replace('-', '_')}_valid"] = valid
             log(
                 f"  {data.name} seed {seed} n={n} {variant}: route "
                 f"{res['routing'][f'LOCUS {variant}']:.4f} PR {emb['participation_ratio']:.2f} "
@@ -521,6 +567,8 @@ def run_one(data, seed, ns, variants, log, guard):
                 + (
                     f" guard a={emb['guard_alpha']} -> {res['routing'][f'LOCUS {variant} +guard']:.4f}"
                     f" cv-guard a={emb['cv_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +cv-guard']:.4f}"
+                    f" ll-guard a={emb['ll_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +ll-guard']:.4f}"
+                    f" cv-ll-guard a={emb['cv_ll_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +cv-ll-guard']:.4f}"
                     if guard
                     else ""
                 )
@@ -585,8 +633,11 @@ def summarise(runs):
                 row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
             if "guard_alpha" in e:
                 row["guard alpha"] = _ms([x["guard_alpha"] for x in es])
-            if "cv_guard_alpha" in e:
-                row["cv-guard alpha"] = _ms([x["cv_guard_alpha"] for x in es])
+            for key in ("cv_guard", "ll_guard", "cv_ll_guard"):
+                if f"{key}_alpha" in e:
+                    row[f"{key.replace('_', '-')} alpha"] = _ms(
+                        [x[f"{key}_alpha"] for x in es]
+                    )
             s["embeddings"][k] = row
         out[n] = s
     return out
@@ -654,6 +705,8 @@ def markdown(results):
             cols += [f"self-id@{k}" for k in SELF_NS] + [
                 "guard alpha",
                 "cv-guard alpha",
+                "ll-guard alpha",
+                "cv-ll-guard alpha",
             ]
             present = [c for c in cols if any(c in r for r in s["embeddings"].values())]
             names = {
