@@ -387,6 +387,29 @@ def _blend_choice_likelihood(blocks, grid):
     return float(best), scores
 
 
+def _blend_choice_routed(blocks, grid):
+    """Pick alpha by the held-out accuracy of the routing policy itself.
+
+    For each alpha every held-out query is routed among *all* models (as at
+    test time), and the policy is scored on the queries whose routed model
+    answered: each model's rows are a uniform sample of the queries, so which
+    models answered a query does not depend on it, and the mean over those
+    queries is an unbiased estimate of the policy's accuracy (:func:`_blend_choice`
+    routes among the answering models only: a different, 2-3-model choice
+    where the pool is sparse). Ties go to the larger alpha.
+    """
+    scores = {}
+    for a in grid:
+        hits = []
+        for p, y, m in blocks:
+            pick = ((1 - a) * p + a * m[None, :]).argmax(1)
+            got = y[np.arange(len(y)), pick]
+            hits.append(got[np.isfinite(got)])
+        scores[a] = float(np.concatenate(hits).mean())
+    best = max(scores.values())
+    return max(a for a, s in scores.items() if s >= best - 1e-12), scores
+
+
 def _held_out_block(router, fit_rows, held_rows):
     """Predictions for ``held_rows``' queries from models embedded on ``fit_rows``."""
     emb = router._locus
@@ -424,7 +447,9 @@ def guard_proba(
 
     ``criterion="likelihood"`` chooses alpha on the same held-out rows by
     their log-likelihood (:func:`_blend_choice_likelihood`, grid
-    ``LIKELIHOOD_GRID``) instead of routing accuracy.
+    ``LIKELIHOOD_GRID``) instead of routing accuracy; ``criterion="routed"``
+    by the accuracy of the routing among all models, scored where the routed
+    model answered (:func:`_blend_choice_routed`).
 
     No test query is read; no extra fit.
     """
@@ -457,6 +482,8 @@ def guard_proba(
         blocks = [_held_out_block(router, frame[~is_valid], frame[is_valid])]
     if criterion == "likelihood":
         alpha, scores = _blend_choice_likelihood(blocks, LIKELIHOOD_GRID)
+    elif criterion == "routed":
+        alpha, scores = _blend_choice_routed(blocks, grid)
     else:
         alpha, scores = _blend_choice(blocks, grid)
     full_mean = (
@@ -552,9 +579,14 @@ def run_one(data, seed, ns, variants, log, guard):
                 res["routing"][f"LOCUS {variant} +cv-guard"] = routing_accuracy(y, gp)
                 emb["cv_guard_alpha"] = alpha
                 emb["cv_guard_valid"] = valid
-                for key, folds in (("ll-guard", 0), ("cv-ll-guard", 5)):
+                for key, folds, criterion in (
+                    ("ll-guard", 0, "likelihood"),
+                    ("cv-ll-guard", 5, "likelihood"),
+                    ("routed-guard", 0, "routed"),
+                    ("cv-routed-guard", 5, "routed"),
+                ):
                     gp, alpha, valid = guard_proba(
-                        router, train, seed, proba, folds=folds, criterion="likelihood"
+                        router, train, seed, proba, folds=folds, criterion=criterion
                     )
                     scores[f"LOCUS {variant} +{key}"] = gp
                     res["routing"][f"LOCUS {variant} +{key}"] = routing_accuracy(y, gp)
@@ -569,6 +601,8 @@ def run_one(data, seed, ns, variants, log, guard):
                     f" cv-guard a={emb['cv_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +cv-guard']:.4f}"
                     f" ll-guard a={emb['ll_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +ll-guard']:.4f}"
                     f" cv-ll-guard a={emb['cv_ll_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +cv-ll-guard']:.4f}"
+                    f" routed-guard a={emb['routed_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +routed-guard']:.4f}"
+                    f" cv-routed-guard a={emb['cv_routed_guard_alpha']} -> {res['routing'][f'LOCUS {variant} +cv-routed-guard']:.4f}"
                     if guard
                     else ""
                 )
@@ -633,7 +667,9 @@ def summarise(runs):
                 row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
             if "guard_alpha" in e:
                 row["guard alpha"] = _ms([x["guard_alpha"] for x in es])
-            for key in ("cv_guard", "ll_guard", "cv_ll_guard"):
+            for key in (
+                "cv_guard", "ll_guard", "cv_ll_guard", "routed_guard", "cv_routed_guard"
+            ):  # fmt: skip
                 if f"{key}_alpha" in e:
                     row[f"{key.replace('_', '-')} alpha"] = _ms(
                         [x[f"{key}_alpha"] for x in es]
@@ -707,6 +743,8 @@ def markdown(results):
                 "cv-guard alpha",
                 "ll-guard alpha",
                 "cv-ll-guard alpha",
+                "routed-guard alpha",
+                "cv-routed-guard alpha",
             ]
             present = [c for c in cols if any(c in r for r in s["embeddings"].values())]
             names = {
