@@ -493,7 +493,7 @@ def guard_proba(
 
 
 # ----------------------------------------------------------------- run
-def run_one(data, seed, ns, variants, log, guard):
+def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
     split = routing.Split(data, seed)
     fp = Fingerprints(data, split, seed=seed)
     y = split.y_test
@@ -568,6 +568,22 @@ def run_one(data, seed, ns, variants, log, guard):
             emb["n_epochs"] = int(router.embedder_.n_epochs_)
             emb["distinct_routed"] = int(len(np.unique(proba.argmax(1))))
             res["embeddings"][f"LOCUS {variant}"] = emb
+            if shrinkage_auto:
+                # The package's safeguard on the same trained embedder (no refit).
+                from sklearn.frozen import FrozenEstimator
+
+                from locus_sklearn import LocusRouter
+
+                shrunk = LocusRouter(
+                    FrozenEstimator(router.embedder_), shrinkage="auto"
+                ).fit(train)
+                key = f"LOCUS {variant} shrinkage=auto"
+                scores[key] = shrunk.predict_proba(split.test_queries)
+                res["routing"][key] = routing_accuracy(y, scores[key])
+                emb["shrinkage"] = shrunk.shrinkage_
+                log(
+                    f"  shrinkage=auto chose {shrunk.shrinkage_}: {res['routing'][key]:.4f}"
+                )
             if guard:
                 gp, alpha, valid = guard_proba(router, train, seed, proba)
                 scores[f"LOCUS {variant} +guard"] = gp
@@ -665,6 +681,8 @@ def summarise(runs):
                 row["recall@3"] = _ms([x["groups"]["recall@3"] for x in es])
             for key in e.get("self_id", {}):
                 row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
+            if "shrinkage" in e:
+                row["shrinkage"] = _ms([x["shrinkage"] for x in es])
             if "guard_alpha" in e:
                 row["guard alpha"] = _ms([x["guard_alpha"] for x in es])
             for key in (
@@ -739,6 +757,7 @@ def markdown(results):
                 "recall@3",
             ]
             cols += [f"self-id@{k}" for k in SELF_NS] + [
+                "shrinkage",
                 "guard alpha",
                 "cv-guard alpha",
                 "ll-guard alpha",
@@ -836,6 +855,11 @@ def main(argv=None):
     )
     p.add_argument("--guard", action="store_true", help="also the safeguard prototype")
     p.add_argument(
+        "--shrinkage-auto",
+        action="store_true",
+        help="also LocusRouter(shrinkage='auto') on each fitted embedder",
+    )
+    p.add_argument(
         "--task-features",
         type=float,
         default=0.0,
@@ -874,7 +898,9 @@ def main(argv=None):
         if pool == "shaberi":  # 256 training queries: n = 256 is every row
             pool_ns = sorted({256 if n == "all" else n for n in ns}, key=str)
         runs = [
-            run_one(data, s, pool_ns, args.variants, log, args.guard)
+            run_one(
+                data, s, pool_ns, args.variants, log, args.guard, args.shrinkage_auto
+            )
             for s in args.seeds
         ]
         results[pool] = {

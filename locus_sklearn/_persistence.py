@@ -31,6 +31,7 @@ from ._encoders import QueryEncoder, as_query_encoder
 from ._evals import EvalTable, check_model_costs
 from ._files import read_file, write_file
 from ._nn import NETWORK_LAYOUT, LocusNetwork
+from ._shrinkage import mean_scores
 from ._training import NETWORK_PARAMS, build_net
 from ._version import __version__
 
@@ -232,6 +233,10 @@ def _check_router(check):
     params = check.metadata["params"]
     names = ["pool.embeddings"]
     check.tensor("pool.embeddings", (n_pool, params["embedding_dim"]), (torch.float32,))
+    # Files of versions before the shrinkage safeguard have none of its fields.
+    if "shrinkage_fitted" in check.metadata or "pool.mean_scores" in check.tensors:
+        _check_shrinkage(check, n_pool)
+        names.append("pool.mean_scores")
     if "pool.costs" in check.tensors:
         costs = check.tensor("pool.costs", (n_pool,), (torch.float64,))
         try:
@@ -248,6 +253,23 @@ def _check_router(check):
     elif params.get("kernel_readout"):
         check.fail("tensor 'memory.encodings'", "is missing (kernel_readout=True)")
     return names
+
+
+def _check_shrinkage(check, n_pool):
+    param = check.metadata.get("shrinkage")
+    if not (
+        param is None
+        or param == "auto"
+        or (isinstance(param, int | float) and not isinstance(param, bool))
+        and 0 <= param <= 1
+    ):
+        check.fail("header field 'shrinkage'", 'must be null, "auto" or in [0, 1]')
+    fitted = check.field("shrinkage_fitted", "number")
+    if not 0 <= fitted <= 1:
+        check.fail("header field 'shrinkage_fitted'", "is outside [0, 1]")
+    means = check.tensor("pool.mean_scores", (n_pool,), (torch.float64,)).numpy()
+    if ((means < 0) | (means > 1)).any():
+        check.fail("tensor 'pool.mean_scores'", "is outside [0, 1]")
 
 
 def _check_pool_evals(check, n_pool):
@@ -356,6 +378,14 @@ def save_router(router, path, *, include_query_text=True):
         cost_weight=float(router.cost_weight),
     )
     tensors["pool.embeddings"] = torch.from_numpy(router.model_embeddings_)
+    means = np.asarray(router.model_mean_scores_, dtype=np.float64)
+    # Unknown (NaN) only for a router read from an earlier version's file
+    # without stored evaluations: saved as it came, without the fields.
+    if np.isfinite(means).all():
+        metadata.update(
+            shrinkage=router.shrinkage, shrinkage_fitted=float(router.shrinkage_)
+        )
+        tensors["pool.mean_scores"] = torch.from_numpy(means)
     if router.pool_evals_ is not None:
         encodings, table = router.pool_evals_
         queries = table.queries.tolist()
@@ -378,7 +408,11 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     embedder = _embedder_from_state(
         embedder_cls, metadata, tensors, encoder=encoder, device=device
     )
-    router = cls(embedder, cost_weight=metadata["cost_weight"])
+    router = cls(
+        embedder,
+        cost_weight=metadata["cost_weight"],
+        shrinkage=metadata.get("shrinkage"),
+    )
     router.embedder_ = embedder
     router.encoder_ = embedder.encoder_
     router.n_query_features_ = embedder.n_query_features_
@@ -398,4 +432,12 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
             n_input_rows=len(tensors["memory.score"]),
         )
         router.pool_evals_ = (tensors["memory.encodings"].numpy(), table)
+    router.shrinkage_ = float(metadata.get("shrinkage_fitted", 0.0))
+    router.shrinkage_scores_ = {}
+    if "pool.mean_scores" in tensors:
+        router.model_mean_scores_ = tensors["pool.mean_scores"].numpy()
+    elif router.pool_evals_ is not None:  # a file of an earlier version
+        router.model_mean_scores_ = mean_scores(router.pool_evals_[1])
+    else:  # unknown, and unused: shrinkage_ is 0
+        router.model_mean_scores_ = np.full(len(router.classes_), np.nan)
     return router

@@ -1,0 +1,133 @@
+"""LocusRouter's safeguard: P(correct) shrunk toward each model's mean score.
+
+Routing takes, per query, the largest of many estimated probabilities, so it
+favours whichever model's probability is overestimated at that query. Where
+the pool has one clearly stronger model and the per-query estimates are
+noisy, that costs accuracy against always calling the strongest model. The
+blend ``(1 - s) · P(correct) + s · mean score`` moves the router toward that
+choice by ``s``; ``choose_shrinkage`` picks ``s`` by cross-fitted routing
+accuracy on the training evaluations (benchmarks/results/TUNING.md, sessions
+7 and 9).
+"""
+
+import numpy as np
+from sklearn.model_selection import KFold
+
+from ._evals import check_evals
+from .metrics import routing_accuracy
+
+__all__ = ["SHRINKAGE_GRID", "choose_shrinkage", "mean_scores", "shrink"]
+
+# The values "auto" chooses from, ties to the larger (toward the best model).
+SHRINKAGE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def mean_scores(table):
+    """Each model's mean score over its rows of ``table``, shape (n_models,).
+
+    Examples
+    --------
+    >>> from locus_sklearn import check_evals
+    >>> table = check_evals({"model": ["a", "a", "b"], "query": ["q1", "q2", "q1"],
+    ...                      "score": [1.0, 0.0, 1.0]})
+    >>> mean_scores(table)
+    array([0.5, 1. ])
+    """
+    total = np.bincount(
+        table.model_index, weights=table.score, minlength=table.n_models
+    )
+    return total / np.bincount(table.model_index, minlength=table.n_models)
+
+
+def shrink(proba, model_mean_scores, shrinkage):
+    """``(1 - shrinkage) · proba + shrinkage · model_mean_scores``, per column.
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_queries, n_models)
+    model_mean_scores : ndarray of shape (n_models,)
+    shrinkage : float in [0, 1]
+        0 returns ``proba`` itself.
+
+    Returns
+    -------
+    proba : ndarray of shape (n_queries, n_models), dtype of ``proba``
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> shrink(np.array([[0.9, 0.2]]), np.array([0.5, 0.6]), 0.5)
+    array([[0.7, 0.4]])
+    """
+    if shrinkage == 0:
+        return proba
+    blended = (1 - shrinkage) * proba + shrinkage * model_mean_scores[None, :]
+    return blended.astype(proba.dtype, copy=False)
+
+
+def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID):
+    """The shrinkage with the best cross-fitted routing accuracy.
+
+    The training queries are split into ``n_folds`` folds. For each fold,
+    every model is embedded from its rows outside the fold and the fold's
+    queries are predicted (the kernel readout reading those rows only); each
+    fold query is then routed, for every value of ``grid``, among the models
+    that answered it, as :meth:`BaseRouter.score` does, and the routed
+    model's score counted. The embedder's weights did see the fold's rows in
+    training, which favours small values; what the folds buy is every
+    training query as held-out evidence. Ties go to the larger value.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder
+        Fitted.
+    table : EvalTable
+        The training evaluations.
+    X_query : ndarray of shape (table.n_queries, n_features)
+        Encodings of ``table.queries``.
+    n_folds : int, default=5
+    grid : sequence of float in [0, 1], default=SHRINKAGE_GRID
+
+    Returns
+    -------
+    shrinkage : float
+    scores : dict of float to float
+        Cross-fitted routing accuracy of each value (over the fold queries
+        that at least two models answered); empty, with shrinkage 0, when
+        there are none.
+    """
+    frame = table.to_frame()[["model", "query", "score"]]
+    n_folds = min(n_folds, table.n_queries)
+    if n_folds < 2:
+        return 0.0, {}
+    hits = {s: 0.0 for s in grid}
+    n_judged = 0
+    split = KFold(n_folds, shuffle=True, random_state=0).split(table.queries)
+    for _, held in split:
+        is_held = np.isin(table.query_index, held)
+        if is_held.all():
+            continue
+        inside = check_evals(frame[~is_held])
+        outside = check_evals(frame[is_held])
+        X_inside = X_query[np.searchsorted(table.queries, inside.queries)]
+        X_held = X_query[np.searchsorted(table.queries, outside.queries)]
+        y = outside.to_dense(np.union1d(inside.models, outside.models))
+        y = y[:, np.isin(np.union1d(inside.models, outside.models), inside.models)]
+        judged = np.isfinite(y).sum(axis=1) >= 2
+        if not judged.any():
+            continue
+        proba = embedder._predict_proba_encoded(
+            embedder._transform_encoded(inside, X_inside),
+            X_held[judged],
+            (X_inside, inside),
+        )
+        means = mean_scores(inside)
+        for s in grid:
+            accuracy = routing_accuracy(y[judged], shrink(proba, means, s))
+            hits[s] += accuracy * judged.sum()
+        n_judged += int(judged.sum())
+    if n_judged == 0:
+        return 0.0, {}
+    scores = {float(s): hits[s] / n_judged for s in grid}
+    best = max(scores.values())
+    return max(s for s, v in scores.items() if v >= best - 1e-12), scores

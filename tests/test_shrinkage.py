@@ -1,0 +1,184 @@
+"""LocusRouter's shrinkage safeguard: the blend, its cross-fitted choice,
+onboarding, persistence and validation."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from sklearn.frozen import FrozenEstimator
+
+from locus_sklearn import LocusRouter, check_evals
+from locus_sklearn._files import read_file, write_file
+from locus_sklearn._shrinkage import (
+    SHRINKAGE_GRID,
+    choose_shrinkage,
+    mean_scores,
+    shrink,
+)
+
+unit = st.floats(0, 1, allow_nan=False)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    proba=arrays(np.float32, (4, 3), elements=st.floats(0, 1, width=32)),
+    means=arrays(np.float64, (3,), elements=unit),
+    s=unit,
+)
+def test_shrink_stays_between_the_prediction_and_the_mean(proba, means, s):
+    out = shrink(proba, means, s)
+    assert out.dtype == proba.dtype
+    low = np.minimum(proba, means[None, :]) - 1e-6
+    high = np.maximum(proba, means[None, :]) + 1e-6
+    assert ((out >= low) & (out <= high)).all()
+
+
+def test_shrink_ends():
+    proba = np.array([[0.9, 0.1], [0.2, 0.7]], dtype=np.float32)
+    means = np.array([0.3, 0.6])
+    assert shrink(proba, means, 0.0) is proba
+    np.testing.assert_allclose(shrink(proba, means, 1.0), [[0.3, 0.6], [0.3, 0.6]])
+    np.testing.assert_allclose(
+        shrink(proba, means, 0.25), [[0.75, 0.225], [0.225, 0.675]]
+    )
+
+
+def test_mean_scores_by_hand():
+    table = check_evals(
+        {"model": ["b", "a", "a", "b", "b"], "query": ["q1", "q1", "q2", "q2", "q3"],
+         "score": [1.0, 0.0, 1.0, 0.5, 0.0]}
+    )  # fmt: skip
+    np.testing.assert_allclose(mean_scores(table), [0.5, 0.5])
+
+
+class _KnownProba:
+    """An embedder whose P(correct) is a fixed matrix over (query id, model):
+    the query encodings are one-hot query ids. Enough to check the choice."""
+
+    def __init__(self, proba):
+        self.proba = proba
+
+    def _transform_encoded(self, table, X_query):
+        return np.zeros((table.n_models, 1), dtype=np.float32)
+
+    def _predict_proba_encoded(self, embeddings, X_query, evaluations=None):
+        _, models_table = evaluations
+        columns = [int(m[1:]) for m in models_table.models]
+        return self.proba[X_query.argmax(1)][:, columns]
+
+
+def _two_model_pool(n_queries=40):
+    # m0 is right on 3 of 4 queries, m1 on the others: m0 is the better
+    # model, m1 the better choice wherever m0 fails.
+    rows = []
+    for q in range(n_queries):
+        rows.append(("m0", f"q{q:03d}", float(q % 4 != 0)))
+        rows.append(("m1", f"q{q:03d}", float(q % 4 == 0)))
+    table = check_evals(pd.DataFrame(rows, columns=["model", "query", "score"]))
+    X = np.eye(n_queries, dtype=np.float32)
+    truth = table.to_dense()
+    return table, X, truth
+
+
+def test_choose_shrinkage_keeps_an_informative_router():
+    table, X, truth = _two_model_pool()
+    # Probabilities that know each query (1 for the right model, 0 for the
+    # other). With mean scores a (m0, about 0.75 in each fold) and 1 - a
+    # (m1), m1 keeps the queries m0 fails while 1 - s + s(1 - a) > s·a, that
+    # is s < 1 / (2a), about 0.67: 0, 0.25 and 0.5 route perfectly, 0.75 and
+    # 1 send everything to m0 (0.75); ties go to the larger value.
+    s, scores = choose_shrinkage(_KnownProba(truth), table, X)
+    assert set(scores) == set(SHRINKAGE_GRID)
+    assert [scores[v] for v in SHRINKAGE_GRID] == [1.0, 1.0, 1.0, 0.75, 0.75]
+    assert s == 0.5
+
+
+def test_choose_shrinkage_falls_back_on_the_best_model():
+    table, X, truth = _two_model_pool()
+    # Probabilities that are wrong on every query: only s = 1 routes well.
+    s, scores = choose_shrinkage(_KnownProba(1 - truth), table, X)
+    assert scores[0.0] == 0.0 and scores[1.0] == 0.75
+    assert s == 1.0
+
+
+def test_choose_shrinkage_without_shared_queries():
+    # No query has two answers: nothing to judge, no shrinkage.
+    table = check_evals(
+        {"model": ["a", "b"], "query": ["q1", "q2"], "score": [1.0, 0.0]}
+    )
+    assert choose_shrinkage(_KnownProba(np.eye(2)), table, np.eye(2)) == (0.0, {})
+
+
+@pytest.fixture(scope="module")
+def frozen(pool, tiny_embedder):
+    return FrozenEstimator(tiny_embedder(pool.encodings).fit(pool.evals))
+
+
+def test_router_predict_proba_is_the_blend(frozen, pool, query_texts):
+    plain = LocusRouter(frozen).fit(pool.evals)
+    assert plain.shrinkage_ == 0.0 and plain.shrinkage_scores_ == {}
+    means = pool.evals.groupby("model")["score"].mean().to_numpy()
+    np.testing.assert_allclose(plain.model_mean_scores_, means)
+    half = LocusRouter(frozen, shrinkage=0.5).fit(pool.evals)
+    expected = 0.5 * plain.predict_proba(query_texts[:9]) + 0.5 * means
+    np.testing.assert_allclose(half.predict_proba(query_texts[:9]), expected, rtol=1e-6)
+    full = LocusRouter(frozen, shrinkage=1.0).fit(pool.evals)
+    best = plain.classes_[means.argmax()]
+    assert set(full.predict(query_texts[:30])) == {best}
+
+
+def test_router_auto_records_its_choice(frozen, pool):
+    router = LocusRouter(frozen, shrinkage="auto").fit(pool.evals)
+    assert set(router.shrinkage_scores_) == set(SHRINKAGE_GRID)
+    best = max(router.shrinkage_scores_.values())
+    assert router.shrinkage_ == max(
+        s for s, v in router.shrinkage_scores_.items() if v >= best - 1e-12
+    )
+
+
+def test_onboarding_keeps_mean_scores_aligned(frozen, pool, rows_of):
+    names = sorted(pool.evals["model"].unique())
+    router = LocusRouter(frozen, shrinkage=0.5).fit(rows_of(pool.evals, names[1:]))
+    router.add_models(rows_of(pool.evals, names[:1]))
+    means = pool.evals.groupby("model")["score"].mean()
+    np.testing.assert_allclose(router.model_mean_scores_, means[router.classes_])
+    router.remove_models(names[2:4])
+    np.testing.assert_allclose(router.model_mean_scores_, means[router.classes_])
+
+
+def test_save_load_keeps_the_shrinkage(frozen, pool, query_texts, tmp_path):
+    router = LocusRouter(frozen, shrinkage=0.25).fit(pool.evals)
+    path = tmp_path / "router.locus"
+    router.save(path)
+    loaded = LocusRouter.load(path, encoder=pool.encodings)
+    assert loaded.shrinkage == 0.25 and loaded.shrinkage_ == 0.25
+    np.testing.assert_array_equal(loaded.model_mean_scores_, router.model_mean_scores_)
+    np.testing.assert_allclose(
+        loaded.predict_proba(query_texts[:5]), router.predict_proba(query_texts[:5])
+    )
+    # A file of an earlier version (no shrinkage fields) loads unshrunk, its
+    # mean scores read from the stored evaluations.
+    metadata, tensors, _ = read_file(path, "LocusRouter")
+    for key in ("shrinkage", "shrinkage_fitted"):
+        metadata.pop(key)
+    tensors.pop("pool.mean_scores")
+    old = tmp_path / "old.locus"
+    write_file(old, metadata, tensors)
+    loaded = LocusRouter.load(old, encoder=pool.encodings)
+    assert loaded.shrinkage is None and loaded.shrinkage_ == 0.0
+    np.testing.assert_allclose(loaded.model_mean_scores_, router.model_mean_scores_)
+    # A damaged value is refused by name.
+    metadata["shrinkage_fitted"] = 1.5
+    tensors["pool.mean_scores"] = torch.from_numpy(router.model_mean_scores_)
+    write_file(old, metadata, tensors)
+    with pytest.raises(ValueError, match="'shrinkage_fitted' is outside"):
+        LocusRouter.load(old, encoder=pool.encodings)
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, "always", True])
+def test_bad_shrinkage_is_named(frozen, pool, bad):
+    with pytest.raises((ValueError, TypeError), match="shrinkage"):
+        LocusRouter(frozen, shrinkage=bad).fit(pool.evals)
