@@ -48,14 +48,9 @@ class LocusRouter(BaseRouter):
         s·(the model's mean score over its evaluations)``, which moves routing
         toward the model that is best on average by ``s`` (1: always that
         model, cost aside). "auto" chooses ``s`` in {0, 0.25, 0.5, 0.75, 1}
-        at fit by cross-fitted routing accuracy over 5 folds of the training
-        queries (ties to the larger); None is 0. Measured (3 seeds,
-        benchmarks/results/TUNING.md session 9): with every model scored on
-        every training query it chose the best model on BFCL (0.909 against
-        0.897 without, single best 0.908) and 0 on MMLU-Pro; with 256 sampled
-        evaluations per model, where each held-out query has two or three
-        answers, it fixed RouterBench (0.878 against 0.865, single best
-        0.879) and Shaberi but cost MMLU-Pro 1.6 points.
+        at fit by the cross-fitted accuracy of the routing over 5 folds of
+        the training queries (ties to the larger); None is 0. See the Routing
+        page of the user guide for what it was measured to do.
 
     Attributes
     ----------
@@ -75,8 +70,8 @@ class LocusRouter(BaseRouter):
     shrinkage_ : float
         The shrinkage ``predict_proba`` applies.
     shrinkage_scores_ : dict of float to float
-        With ``shrinkage="auto"``: the cross-fitted routing accuracy of each
-        value; empty otherwise.
+        With ``shrinkage="auto"``: the cross-fitted accuracy of each value;
+        empty otherwise and after ``load``.
     n_query_features_ : int
         Dimension of the query encodings.
     pool_evals_ : tuple of (ndarray of shape (n_queries, n_features), EvalTable) or None

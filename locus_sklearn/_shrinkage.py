@@ -5,16 +5,15 @@ favours whichever model's probability is overestimated at that query. Where
 the pool has one clearly stronger model and the per-query estimates are
 noisy, that costs accuracy against always calling the strongest model. The
 blend ``(1 - s) · P(correct) + s · mean score`` moves the router toward that
-choice by ``s``; ``choose_shrinkage`` picks ``s`` by cross-fitted routing
-accuracy on the training evaluations (benchmarks/results/TUNING.md, sessions
-7 and 9).
+choice by ``s``; ``choose_shrinkage`` picks ``s`` by the cross-fitted
+accuracy of that routing on the training evaluations
+(benchmarks/results/TUNING.md, sessions 7 and 9).
 """
 
 import numpy as np
 from sklearn.model_selection import KFold
 
 from ._evals import check_evals
-from .metrics import routing_accuracy
 
 __all__ = ["SHRINKAGE_GRID", "choose_shrinkage", "mean_scores", "shrink"]
 
@@ -71,11 +70,18 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
     The training queries are split into ``n_folds`` folds. For each fold,
     every model is embedded from its rows outside the fold and the fold's
     queries are predicted (the kernel readout reading those rows only); each
-    fold query is then routed, for every value of ``grid``, among the models
-    that answered it, as :meth:`BaseRouter.score` does, and the routed
-    model's score counted. The embedder's weights did see the fold's rows in
-    training, which favours small values; what the folds buy is every
-    training query as held-out evidence. Ties go to the larger value.
+    fold query is then routed, for every value of ``grid``, among *all* the
+    models, as at prediction, and the policy is scored on the queries whose
+    routed model answered. When each model's evaluations are a sample of
+    the queries that does not depend on the query, that mean is an unbiased
+    estimate of the policy's accuracy; where every model answered every
+    query it is plain routing accuracy. (Routing only among the models that
+    answered, as :meth:`BaseRouter.score` does, judges a different policy
+    where evaluations are sparse: a choice between the two or three models
+    that happen to have answered, which the mean score wins.) The embedder's
+    weights did see the fold's rows in training, which favours small values;
+    what the folds buy is every training query as held-out evidence. Ties
+    go to the larger value.
 
     Parameters
     ----------
@@ -92,16 +98,14 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
     -------
     shrinkage : float
     scores : dict of float to float
-        Cross-fitted routing accuracy of each value (over the fold queries
-        that at least two models answered); empty, with shrinkage 0, when
-        there are none.
+        Cross-fitted accuracy of each value; empty, with shrinkage 0, when no
+        fold query could be judged.
     """
     frame = table.to_frame()[["model", "query", "score"]]
     n_folds = min(n_folds, table.n_queries)
     if n_folds < 2:
         return 0.0, {}
-    hits = {s: 0.0 for s in grid}
-    n_judged = 0
+    hits = {s: [] for s in grid}
     split = KFold(n_folds, shuffle=True, random_state=0).split(table.queries)
     for _, held in split:
         is_held = np.isin(table.query_index, held)
@@ -111,23 +115,21 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
         outside = check_evals(frame[is_held])
         X_inside = X_query[np.searchsorted(table.queries, inside.queries)]
         X_held = X_query[np.searchsorted(table.queries, outside.queries)]
-        y = outside.to_dense(np.union1d(inside.models, outside.models))
-        y = y[:, np.isin(np.union1d(inside.models, outside.models), inside.models)]
-        judged = np.isfinite(y).sum(axis=1) >= 2
-        if not judged.any():
-            continue
+        # Scores of the fold's queries by the models embedded without them
+        # (a model with every row in the fold has no embedding here).
+        columns = np.union1d(inside.models, outside.models)
+        y = outside.to_dense(columns)[:, np.isin(columns, inside.models)]
         proba = embedder._predict_proba_encoded(
-            embedder._transform_encoded(inside, X_inside),
-            X_held[judged],
-            (X_inside, inside),
+            embedder._transform_encoded(inside, X_inside), X_held, (X_inside, inside)
         )
         means = mean_scores(inside)
+        rows = np.arange(len(y))
         for s in grid:
-            accuracy = routing_accuracy(y[judged], shrink(proba, means, s))
-            hits[s] += accuracy * judged.sum()
-        n_judged += int(judged.sum())
-    if n_judged == 0:
+            routed = y[rows, shrink(proba, means, s).argmax(axis=1)]
+            hits[s].append(routed[np.isfinite(routed)])
+    hits = {float(s): np.concatenate(h) if h else np.empty(0) for s, h in hits.items()}
+    if min(len(h) for h in hits.values()) == 0:
         return 0.0, {}
-    scores = {float(s): hits[s] / n_judged for s in grid}
+    scores = {s: float(h.mean()) for s, h in hits.items()}
     best = max(scores.values())
     return max(s for s, v in scores.items() if v >= best - 1e-12), scores

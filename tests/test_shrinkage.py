@@ -105,9 +105,10 @@ def test_choose_shrinkage_falls_back_on_the_best_model():
 
 
 def test_choose_shrinkage_without_shared_queries():
-    # No query has two answers: nothing to judge, no shrinkage.
+    # Each query has one answer: held out, its model has no other row to be
+    # embedded from, so nothing can be judged and nothing is shrunk.
     table = check_evals(
-        {"model": ["a", "b"], "query": ["q1", "q2"], "score": [1.0, 0.0]}
+        {"model": ["m0", "m1"], "query": ["q1", "q2"], "score": [1.0, 0.0]}
     )
     assert choose_shrinkage(_KnownProba(np.eye(2)), table, np.eye(2)) == (0.0, {})
 
