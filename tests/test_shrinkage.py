@@ -104,6 +104,24 @@ def test_choose_shrinkage_falls_back_on_the_best_model():
     assert s == 1.0
 
 
+def test_choose_shrinkage_judges_the_routing_among_all_models():
+    # Sparse: m0 answered q0-q5 (all right), m1 q2-q7 (right on q6, q7 only).
+    # Probabilities that always prefer m1 route every query to it, so at
+    # s = 0 the routing is judged on m1's six answers: 2 / 6. (Routing only
+    # among the models that answered would judge a different policy: m0 on
+    # q0, q1, m1 elsewhere, 4 / 8.) From s = 0.75 every query goes to m0,
+    # the better model on average (m1's mean outside any fold is <= 0.5):
+    # 6 / 6.
+    rows = [("m0", f"q{q}", 1.0) for q in range(6)]
+    rows += [("m1", f"q{q}", float(q >= 6)) for q in range(2, 8)]
+    table = check_evals(pd.DataFrame(rows, columns=["model", "query", "score"]))
+    proba = np.tile([0.0, 1.0], (8, 1))
+    s, scores = choose_shrinkage(_KnownProba(proba), table, np.eye(8))
+    expected = [2 / 6, 2 / 6, 2 / 6, 1.0, 1.0]
+    np.testing.assert_allclose([scores[v] for v in SHRINKAGE_GRID], expected)
+    assert s == 1.0
+
+
 def test_choose_shrinkage_without_shared_queries():
     # Each query has one answer: held out, its model has no other row to be
     # embedded from, so nothing can be judged and nothing is shrunk.
