@@ -43,14 +43,18 @@ class LocusRouter(BaseRouter):
         ``embedder__<name>`` (e.g. in GridSearchCV).
     cost_weight : float, default=0.0
         λ in ``P(correct) - λ·cost``; needs ``model_costs`` at fit.
-    shrinkage : "auto", float in [0, 1] or None, default=None
+    shrinkage : "auto", float in [0, 1] or None, default="auto"
         A safeguard: ``predict_proba`` returns ``(1 - s)·P(correct) +
         s·(the model's mean score over its evaluations)``, which moves routing
         toward the model that is best on average by ``s`` (1: always that
         model, cost aside). "auto" chooses ``s`` in {0, 0.25, 0.5, 0.75, 1}
         at fit by the cross-fitted accuracy of the routing over 5 folds of
-        the training queries (ties to the larger); None is 0. See the Routing
-        page of the user guide for what it was measured to do.
+        the training queries (ties to the larger; it costs five more
+        embeddings of the pool and one prediction per training query); None
+        or 0 is the plain router. On four real pools at two sizes it keeps
+        the router within 0.5 point of both the single best model and kNN,
+        where the plain router fell up to 1.4 points below the single best
+        (the Routing page of the user guide).
 
     Attributes
     ----------
@@ -102,7 +106,7 @@ class LocusRouter(BaseRouter):
         "shrinkage": [None, StrOptions({"auto"}), Interval(Real, 0, 1, closed="both")],
     }
 
-    def __init__(self, embedder=None, *, cost_weight=0.0, shrinkage=None):
+    def __init__(self, embedder=None, *, cost_weight=0.0, shrinkage="auto"):
         self.embedder = embedder
         self.cost_weight = cost_weight
         self.shrinkage = shrinkage

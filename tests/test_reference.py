@@ -16,7 +16,9 @@ similarity) with the predictor's model terms inside its matrix product: the
 same maths summed in another order. Embeddings and
 P(correct) (also the pool embeddings in the saved file) are compared within
 ``INFERENCE_TOLERANCE`` (about ten float32 roundings of values of order one),
-the routed models exactly.
+the routed models exactly. The reference router is the plain one
+(``shrinkage=None``); its saved file has since gained one tensor, each model's
+mean score, checked against the pool.
 """
 
 import os
@@ -24,6 +26,8 @@ import sys
 
 import numpy as np
 import pytest
+
+from locus_sklearn.datasets import make_model_pool
 
 REFERENCE = os.path.join(os.path.dirname(__file__), "data", "reference")
 sys.path.insert(0, REFERENCE)
@@ -41,6 +45,10 @@ def test_outputs_and_saved_tensors_match_the_reference(kernel_readout, tmp_path)
     name = "readout" if kernel_readout else "embedding_only"
     expected = np.load(os.path.join(REFERENCE, f"{name}.npz"))
     actual = reference_outputs(kernel_readout, tmp_path)
+    # Saved since the shrinkage safeguard: each model's mean score.
+    means = actual.pop("file.pool.mean_scores")
+    scores = make_model_pool(**POOL).evals.groupby("model")["score"].mean()
+    np.testing.assert_allclose(means, scores.sort_index().to_numpy())
     assert sorted(actual) == sorted(expected.files)
     for key in expected.files:
         if key in INFERENCE_OUTPUTS:
@@ -53,7 +61,6 @@ def test_outputs_and_saved_tensors_match_the_reference(kernel_readout, tmp_path)
 
 def test_file_saved_before_the_move_loads_and_predicts_the_same():
     from locus_sklearn import LocusRouter
-    from locus_sklearn.datasets import make_model_pool
 
     router = LocusRouter.load(os.path.join(REFERENCE, "router_fd95f1c.safetensors"))
     pool = make_model_pool(**POOL)

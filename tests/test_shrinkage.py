@@ -137,7 +137,7 @@ def frozen(pool, tiny_embedder):
 
 
 def test_router_predict_proba_is_the_blend(frozen, pool, query_texts):
-    plain = LocusRouter(frozen).fit(pool.evals)
+    plain = LocusRouter(frozen, shrinkage=None).fit(pool.evals)
     assert plain.shrinkage_ == 0.0 and plain.shrinkage_scores_ == {}
     means = pool.evals.groupby("model")["score"].mean().to_numpy()
     np.testing.assert_allclose(plain.model_mean_scores_, means)
@@ -150,7 +150,8 @@ def test_router_predict_proba_is_the_blend(frozen, pool, query_texts):
 
 
 def test_router_auto_records_its_choice(frozen, pool):
-    router = LocusRouter(frozen, shrinkage="auto").fit(pool.evals)
+    router = LocusRouter(frozen).fit(pool.evals)  # "auto" is the default
+    assert router.shrinkage == "auto"
     assert set(router.shrinkage_scores_) == set(SHRINKAGE_GRID)
     best = max(router.shrinkage_scores_.values())
     assert router.shrinkage_ == max(
