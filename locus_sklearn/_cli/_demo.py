@@ -237,7 +237,12 @@ def _train(demo, settings):
     with progress_to_stderr():  # the epoch table is progress, not the report
         router = LocusRouter(embedder).fit(demo.pool_train)
     fit_time = time.perf_counter() - t0
-    demo.say(f"  trained {router.embedder_.n_epochs_} epochs in {fit_time:.0f} s", "")
+    demo.say(
+        f"  trained {router.embedder_.n_epochs_} epochs in {fit_time:.0f} s; "
+        f"shrinkage toward each model's mean score chosen at fit: "
+        f"{router.shrinkage_:g} (1 routes like the single best model)",
+        "",
+    )
     return router, fit_time
 
 
