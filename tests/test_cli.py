@@ -100,6 +100,8 @@ def workdir(tmp_path_factory, tiny_cli_args, tiny_settings):
     assert summary["models"] == sorted(summary["costs"]) and len(summary["models"]) == 6
     assert summary["embedding_dim"] == tiny_settings["embedding_dim"]
     assert summary["n_epochs"] == 2
+    assert summary["shrinkage"] in (0.0, 0.25, 0.5, 0.75, 1.0)  # "auto" chose it
+    assert f"shrinkage {summary['shrinkage']:g}" in result.stderr
     return path
 
 
@@ -740,3 +742,24 @@ def test_portfolio_for_expected_routing_accuracy(workdir, cli):
     assert status == 1
     assert "n_select=7 should be <= n_models=6" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "text, value", [("auto", "auto"), ("none", None), ("None", None), ("0.25", 0.25)]
+)
+def test_fit_shrinkage_option(text, value):
+    from locus_sklearn._cli._parser import build_parser
+
+    args = build_parser().parse_args(["fit", "e.csv", "-o", "r", "--shrinkage", text])
+    assert args.shrinkage == value
+    assert build_parser().parse_args(["fit", "e.csv", "-o", "r"]).shrinkage == "auto"
+
+
+@pytest.mark.parametrize("text", ["1.5", "-0.1", "always", "nan"])
+def test_fit_bad_shrinkage_is_named(text, capsys):
+    from locus_sklearn._cli._parser import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["fit", "e.csv", "-o", "r", "--shrinkage", text])
+    err = capsys.readouterr().err
+    assert "--shrinkage" in err and repr(text) in err and "[0, 1]" in err

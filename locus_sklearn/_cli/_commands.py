@@ -173,12 +173,14 @@ def cmd_fit(args):
             f"{evals['query'].nunique():,} queries ..."
         )
     with progress_to_stderr(), _in_option_terms():
-        router = LocusRouter(embedder).fit(evals, model_costs=model_costs)
+        router = LocusRouter(embedder, shrinkage=args.shrinkage).fit(
+            evals, model_costs=model_costs
+        )
     write_estimator(router, args.output, "ROUTER")
     dim = router.model_embeddings_.shape[1]
     note(
         f"Saved a LocusRouter ({len(router.classes_)} models, {dim}-d embeddings, "
-        f"{router.embedder_.n_epochs_} epochs"
+        f"{router.embedder_.n_epochs_} epochs, shrinkage {router.shrinkage_:g}"
         f"{', with costs' if model_costs else ''}) to {args.output}"
     )
     if args.json:
@@ -188,6 +190,7 @@ def cmd_fit(args):
                 "models": router.classes_.tolist(),
                 "embedding_dim": dim,
                 "n_epochs": router.embedder_.n_epochs_,
+                "shrinkage": router.shrinkage_,
                 "costs": model_costs,
             }
         )

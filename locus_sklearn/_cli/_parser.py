@@ -38,6 +38,21 @@ def _assignment(text):
     return name.strip().replace("-", "_"), parsed
 
 
+def _shrinkage(text):
+    """LocusRouter's ``shrinkage``: ``auto``, ``none`` or a number in [0, 1]."""
+    if text.lower() in ("auto", "none"):
+        return None if text.lower() == "none" else "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, none or a number in [0, 1], got {text!r}"
+        )
+    return value
+
+
 def _device(text):
     """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ...)."""
     import torch
@@ -199,6 +214,15 @@ def _add_fit(sub, common, encoding):
         help="size of a model embedding (default 128)",
     )
     p.add_argument("--seed", type=int, metavar="S", help="random seed")
+    p.add_argument(
+        "--shrinkage",
+        type=_shrinkage,
+        default="auto",
+        metavar="S",
+        help="shrink P(correct) toward each model's mean score: auto (default; "
+        "chosen by cross-fitted routing on the training queries), none, or a "
+        "number in [0, 1]",
+    )
     p.add_argument(
         "--set",
         type=_assignment,
