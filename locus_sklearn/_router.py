@@ -51,10 +51,10 @@ class LocusRouter(BaseRouter):
         at fit by the cross-fitted accuracy of the routing over 5 folds of
         the training queries (ties to the larger; it costs five more
         embeddings of the pool and one prediction per training query); None
-        or 0 is the plain router. On four real pools at two sizes it keeps
-        the router within 0.5 point of both the single best model and kNN,
-        where the plain router fell up to 1.4 points below the single best
-        (the Routing page of the user guide). With ``s > 0`` the
+        or 0 is the plain router. On six of seven real pool-and-size runs it
+        kept the router within 0.5 point of both the single best model and
+        kNN, where the plain router fell up to 2.1 points below the single
+        best (the Routing page of the user guide). With ``s > 0`` the
         probabilities are the shrunk ones (at ``s = 1`` each model's mean
         score, the same for every query); use ``shrinkage=None`` for the
         per-query estimates themselves.
