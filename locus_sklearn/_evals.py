@@ -190,20 +190,26 @@ def _sorted_codes(values):
     return np.asarray(uniques, dtype=object), codes.astype(np.intp, copy=False)
 
 
+def _non_strings(values):
+    """The entries of the object array ``values`` that are not str (often none)."""
+    # pandas checks the types in C (a per-row Python loop costs 0.5 s per
+    # million rows); the loop runs only when there is something to report.
+    if pd.api.types.infer_dtype(values, skipna=False) == "string":
+        return values[:0]
+    is_str = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
+    return values[~is_str]
+
+
 def _check_string_column(values, name, column):
     """Raise unless every entry of ``values`` is a non-empty str."""
     values = np.asarray(values, dtype=object)
-    # pandas checks the types in C (a per-row Python loop costs 0.5 s per
-    # million rows); the loop runs only when there is something to report.
-    if pd.api.types.infer_dtype(values, skipna=False) != "string":
-        is_str = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
-        if not is_str.all():
-            bad = values[~is_str]
-            raise TypeError(
-                f"{name}[{column!r}] must hold strings; {len(bad)} of {len(values)} "
-                f"rows do not (e.g. {_preview(bad[:5])}). Convert ids with "
-                ".astype(str) if they are numbers."
-            )
+    bad = _non_strings(values)
+    if len(bad):
+        raise TypeError(
+            f"{name}[{column!r}] must hold strings; {len(bad)} of {len(values)} "
+            f"rows do not (e.g. {_preview(bad[:5])}). Convert ids with "
+            ".astype(str) if they are numbers."
+        )
     empty = values == ""
     if empty.any():
         raise ValueError(
@@ -395,9 +401,8 @@ def check_queries(queries, *, name="queries"):
         )
     if len(values) == 0:
         raise ValueError(f"{name} is empty; pass at least one query.")
-    is_str = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
-    if not is_str.all():
-        bad = values[~is_str]
+    bad = _non_strings(values)
+    if len(bad):
         raise TypeError(
             f"{name} must hold strings; {len(bad)} of {len(values)} entries do not "
             f"(e.g. {_preview(bad[:5])})."
