@@ -216,22 +216,24 @@ class LocusRouter(BaseRouter):
             )
         X_query, embeddings = self._embed_table(table)
         classes = np.union1d(self.classes_, table.models).astype(object)
-        merged = np.empty((len(classes), embeddings.shape[1]), dtype=np.float32)
-        merged[np.searchsorted(classes, self.classes_)] = self.model_embeddings_
-        merged[np.searchsorted(classes, table.models)] = embeddings
-        means = np.empty(len(classes))
-        means[np.searchsorted(classes, self.classes_)] = self.model_mean_scores_
-        means[np.searchsorted(classes, table.models)] = mean_scores(table)
-        self.model_mean_scores_ = means
+        old_at = np.searchsorted(classes, self.classes_)
+        new_at = np.searchsorted(classes, table.models)
+
+        def merged(old, new):
+            """Per-model rows of the new pool: ``old`` rows, then ``new`` ones
+            (None keeps the old rows of refreshed models)."""
+            out = np.empty((len(classes), *old.shape[1:]), dtype=old.dtype)
+            out[old_at] = old
+            if new is not None:
+                out[new_at] = new
+            return out
+
+        self.model_embeddings_ = merged(self.model_embeddings_, embeddings)
+        self.model_mean_scores_ = merged(self.model_mean_scores_, mean_scores(table))
         if self.model_costs_ is not None:
-            costs = np.empty(len(classes))
-            costs[np.searchsorted(classes, self.classes_)] = self.model_costs_
             # A refresh without model_costs keeps the models' costs.
-            if new_costs is not None:
-                costs[np.searchsorted(classes, table.models)] = new_costs
-            self.model_costs_ = costs
+            self.model_costs_ = merged(self.model_costs_, new_costs)
         self.classes_ = classes
-        self.model_embeddings_ = merged
         if self.pool_evals_ is not None:
             keep = ~np.isin(self.pool_evals_[1].models, table.models)
             self._merge_pool_evals(keep, table, X_query)
