@@ -310,12 +310,15 @@ def run_main(data, split, n, settings, routers, log):
             router.embed(train)
             res["embed_s"] = time.perf_counter() - t0
             res["n_epochs"] = int(router.embedder_.n_epochs_)
+            # The default's safeguard: the blend toward the mean score chosen at fit.
+            res["shrinkage"] = float(router.shrinkage_)
         out[name] = res
         fitted[name] = (router, proba)
         log(
             f"    {name:10s} n={n!s:>4} route={res['routing_acc']:.4f} "
             f"corr={res['correctness_acc']:.4f} ll={res['log_loss']:.4f} "
             f"fit={fit_s:.1f}s distinct={res['distinct_routed']}"
+            + (f" shrinkage={res['shrinkage']:g}" if "shrinkage" in res else "")
         )
     return base, out, fitted, train
 
@@ -651,6 +654,17 @@ def markdown_section(result):
                 f"{_fmt(r.get('embed_s'), 2)} | {_fmt(r['latency_ms_per_query'], 3)} | "
                 f"{_fmt(r['distinct_routed'], 1)} |"
             )
+        chosen = [
+            run["main"][n]["routers"]["LOCUS"].get("shrinkage")
+            for run in result["runs"]
+            if "LOCUS" in run["main"].get(n, {}).get("routers", {})
+        ]
+        if chosen and None not in chosen:
+            lines += [
+                "",
+                'LOCUS is the default `LocusRouter` (`shrinkage="auto"`); the shrinkage '
+                f"it chose at fit, per seed: {', '.join(f'{c:g}' for c in chosen)}.",
+            ]
         lines.append("")
     onb = s.get("onboarding")
     if onb:

@@ -1,0 +1,134 @@
+"""How good is the evidence ``LocusRouter(shrinkage="auto")`` chooses from?
+
+Training rows only (no test query is read). For one pool, seed and n (the
+rows ``embedding_quality.py`` trains on), the cross-fitted routing accuracy of
+every shrinkage in the grid, two ways on the same 5 query folds:
+
+- ``fitted``: what the estimator computes (``choose_shrinkage``): the embedder
+  trained on all the training rows, each fold's models re-embedded from their
+  rows outside the fold;
+- ``refit``: a new embedder trained without the fold's rows for each fold (5
+  more fits): no fold row has touched the weights, so the estimate is free of
+  the optimism of judging the network on rows it trained on.
+
+For each value it also counts the judged fold queries (the routed model
+answered) and, of those, the ones where the routing differs from ``s = 1``
+(always the model with the best mean score): only those carry evidence about
+the choice.
+
+Usage::
+
+    python benchmarks/shrinkage_cv.py --pool mmlu-all --seed 2 [--n 256] [--out DIR]
+"""
+
+# ruff: noqa: E501
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import embedding_quality as eq  # noqa: E402  (pools, settings)
+import routing  # noqa: E402  (split, offline env)
+from _provenance import git_commit, machine_info  # noqa: E402
+
+from locus_sklearn import LocusEmbedder, LocusRouter, check_evals  # noqa: E402
+from locus_sklearn._shrinkage import SHRINKAGE_GRID, mean_scores, shrink  # noqa: E402
+
+
+def fold_curves(make_embedder, fitted, table, X_query, refit):
+    """Per grid value: judged routed scores and how many differ from s = 1."""
+    from sklearn.model_selection import KFold
+
+    frame = table.to_frame()[["model", "query", "score"]]
+    hits = {s: [] for s in SHRINKAGE_GRID}
+    differ = dict.fromkeys(SHRINKAGE_GRID, 0)
+    split = KFold(5, shuffle=True, random_state=0).split(table.queries)
+    for _, held in split:  # the estimator's folds
+        is_held = np.isin(table.query_index, held)
+        inside = check_evals(frame[~is_held])
+        outside = check_evals(frame[is_held])
+        X_inside = X_query[np.searchsorted(table.queries, inside.queries)]
+        X_held = X_query[np.searchsorted(table.queries, outside.queries)]
+        embedder = make_embedder().fit(frame[~is_held]) if refit else fitted
+        columns = np.union1d(inside.models, outside.models)
+        y = outside.to_dense(columns)[:, np.isin(columns, inside.models)]
+        proba = embedder._predict_proba_encoded(
+            embedder._transform_encoded(inside, X_inside), X_held, (X_inside, inside)
+        )
+        means = mean_scores(inside)
+        rows = np.arange(len(y))
+        best = shrink(proba, means, 1.0).argmax(axis=1)
+        for s in SHRINKAGE_GRID:
+            routed = shrink(proba, means, s).argmax(axis=1)
+            judged = np.isfinite(y[rows, routed])
+            hits[s].append(y[rows, routed][judged])
+            differ[s] += int((judged & (routed != best)).sum())
+    return {
+        str(s): {
+            "accuracy": float(np.concatenate(hits[s]).mean()),
+            "judged": int(sum(len(h) for h in hits[s])),
+            "judged_differing_from_s1": differ[s],
+        }
+        for s in SHRINKAGE_GRID
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pool", required=True, choices=eq.POOLS)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n", default="256")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", default=os.path.join(HERE, "results", "shrinkage_cv"))
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    n = args.n if args.n == "all" else int(args.n)
+    data = eq.load_pool(args.pool, args.seed)
+    split = routing.Split(data, args.seed)
+    train = split.sample(n, key=routing.n_key(n) % 10**6)
+
+    def make_embedder():
+        return LocusEmbedder(data.encodings, random_state=args.seed, **eq.SETTINGS)
+
+    start = time.perf_counter()
+    router = LocusRouter(make_embedder()).fit(train)
+    table = check_evals(train[["model", "query", "score"]])
+    X_query = router._encode(table.queries)
+    curves = {}
+    for kind in ("fitted", "refit"):
+        curves[kind] = fold_curves(
+            make_embedder, router.embedder_, table, X_query, kind == "refit"
+        )
+        print(args.pool, args.seed, n, kind, json.dumps(curves[kind]), flush=True)
+    result = {
+        "pool": args.pool,
+        "seed": args.seed,
+        "n": args.n,
+        "date": datetime.date.today().isoformat(),
+        "commit": git_commit(),
+        "dirty": routing.git_dirty(),
+        "machine": machine_info(torch_threads=args.threads),
+        "chosen": router.shrinkage_,
+        "estimator_scores": {str(k): v for k, v in router.shrinkage_scores_.items()},
+        "curves": curves,
+        "wall_s": time.perf_counter() - start,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{args.pool}_seed{args.seed}_n{args.n}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
