@@ -40,30 +40,22 @@ import routing  # noqa: E402  (split, offline env)
 from _provenance import git_commit, machine_info  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter, check_evals  # noqa: E402
-from locus_sklearn._shrinkage import SHRINKAGE_GRID, mean_scores, shrink  # noqa: E402
+from locus_sklearn._shrinkage import (  # noqa: E402
+    SHRINKAGE_GRID,
+    cross_fitted_predictions,
+    shrink,
+)
 
 
 def fold_curves(make_embedder, fitted, table, X_query, refit):
     """Per grid value: judged routed scores and how many differ from s = 1."""
-    from sklearn.model_selection import KFold
-
-    frame = table.to_frame()[["model", "query", "score"]]
     hits = {s: [] for s in SHRINKAGE_GRID}
     differ = dict.fromkeys(SHRINKAGE_GRID, 0)
-    split = KFold(5, shuffle=True, random_state=0).split(table.queries)
-    for _, held in split:  # the estimator's folds
-        is_held = np.isin(table.query_index, held)
-        inside = check_evals(frame[~is_held])
-        outside = check_evals(frame[is_held])
-        X_inside = X_query[np.searchsorted(table.queries, inside.queries)]
-        X_held = X_query[np.searchsorted(table.queries, outside.queries)]
-        embedder = make_embedder().fit(frame[~is_held]) if refit else fitted
-        columns = np.union1d(inside.models, outside.models)
-        y = outside.to_dense(columns)[:, np.isin(columns, inside.models)]
-        proba = embedder._predict_proba_encoded(
-            embedder._transform_encoded(inside, X_inside), X_held, (X_inside, inside)
-        )
-        means = mean_scores(inside)
+    fit_fold = (lambda evals: make_embedder().fit(evals)) if refit else None
+    # The estimator's folds (choose_shrinkage reads the same generator).
+    for y, proba, means in cross_fitted_predictions(
+        fitted, table, X_query, 5, fit_fold=fit_fold
+    ):
         rows = np.arange(len(y))
         best = shrink(proba, means, 1.0).argmax(axis=1)
         for s in SHRINKAGE_GRID:

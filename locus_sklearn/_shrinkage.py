@@ -15,7 +15,13 @@ from sklearn.model_selection import KFold
 
 from ._evals import check_evals
 
-__all__ = ["SHRINKAGE_GRID", "choose_shrinkage", "mean_scores", "shrink"]
+__all__ = [
+    "SHRINKAGE_GRID",
+    "choose_shrinkage",
+    "cross_fitted_predictions",
+    "mean_scores",
+    "shrink",
+]
 
 # The values "auto" chooses from, ties to the larger (toward the best model).
 SHRINKAGE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -80,8 +86,10 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
     where evaluations are sparse: a choice between the two or three models
     that happen to have answered, which the mean score wins.) The embedder's
     weights did see the fold's rows in training, which favours small values;
-    what the folds buy is every training query as held-out evidence. Ties
-    go to the larger value.
+    what the folds buy is every training query as held-out evidence (where
+    it was checked, refitting the embedder without each fold chose the same
+    values: benchmarks/results/TUNING.md, session 10). Ties go to the larger
+    value.
 
     Parameters
     ----------
@@ -101,28 +109,11 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
         Cross-fitted accuracy of each value; empty, with shrinkage 0, when no
         fold query could be judged.
     """
-    frame = table.to_frame()[["model", "query", "score"]]
     n_folds = min(n_folds, table.n_queries)
     if n_folds < 2:
         return 0.0, {}
     hits = {s: [] for s in grid}
-    split = KFold(n_folds, shuffle=True, random_state=0).split(table.queries)
-    for _, held in split:
-        is_held = np.isin(table.query_index, held)
-        if is_held.all():
-            continue
-        inside = check_evals(frame[~is_held])
-        outside = check_evals(frame[is_held])
-        X_inside = X_query[np.searchsorted(table.queries, inside.queries)]
-        X_held = X_query[np.searchsorted(table.queries, outside.queries)]
-        # Scores of the fold's queries by the models embedded without them
-        # (a model with every row in the fold has no embedding here).
-        columns = np.union1d(inside.models, outside.models)
-        y = outside.to_dense(columns)[:, np.isin(columns, inside.models)]
-        proba = embedder._predict_proba_encoded(
-            embedder._transform_encoded(inside, X_inside), X_held, (X_inside, inside)
-        )
-        means = mean_scores(inside)
+    for y, proba, means in cross_fitted_predictions(embedder, table, X_query, n_folds):
         rows = np.arange(len(y))
         for s in grid:
             routed = y[rows, shrink(proba, means, s).argmax(axis=1)]
@@ -133,3 +124,54 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
     scores = {s: float(h.mean()) for s, h in hits.items()}
     best = max(scores.values())
     return max(s for s, v in scores.items() if v >= best - 1e-12), scores
+
+
+def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
+    """Per query fold, predictions by models embedded without the fold's rows.
+
+    The training queries are split by sklearn's ``KFold`` (shuffled, seed 0);
+    a fold holding every query is skipped.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder
+        Fitted.
+    table : EvalTable
+    X_query : ndarray of shape (table.n_queries, n_features)
+    n_folds : int, at least 2 and at most ``table.n_queries``
+    fit_fold : callable, optional
+        ``fit_fold(evals) -> LocusEmbedder`` fitted on the rows outside the
+        fold (a DataFrame), used instead of ``embedder`` for that fold (the
+        refitted check of ``benchmarks/shrinkage_cv.py``).
+
+    Yields
+    ------
+    y : ndarray of shape (n_fold_queries, n_embedded)
+        The fold's scores, NaN where a model did not answer; columns are the
+        models with rows outside the fold, in ``table.models`` order.
+    proba : ndarray of shape (n_fold_queries, n_embedded)
+        Their P(correct) (the kernel readout reading rows outside the fold).
+    means : ndarray of shape (n_embedded,)
+        Their mean scores over the rows outside the fold.
+    """
+    frame = table.to_frame()[["model", "query", "score"]]
+    split = KFold(n_folds, shuffle=True, random_state=0).split(table.queries)
+    for _, held in split:
+        is_held = np.isin(table.query_index, held)
+        if is_held.all():
+            continue
+        inside = check_evals(frame[~is_held])
+        outside = check_evals(frame[is_held])
+        X_inside = X_query[np.searchsorted(table.queries, inside.queries)]
+        X_held = X_query[np.searchsorted(table.queries, outside.queries)]
+        fold_embedder = embedder if fit_fold is None else fit_fold(frame[~is_held])
+        # Scores of the fold's queries by the models embedded without them
+        # (a model with every row in the fold has no embedding here).
+        columns = np.union1d(inside.models, outside.models)
+        y = outside.to_dense(columns)[:, np.isin(columns, inside.models)]
+        proba = fold_embedder._predict_proba_encoded(
+            fold_embedder._transform_encoded(inside, X_inside),
+            X_held,
+            (X_inside, inside),
+        )
+        yield y, proba, mean_scores(inside)

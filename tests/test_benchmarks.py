@@ -76,6 +76,14 @@ def test_routing_benchmark_tiny(routing, tmp_path):
             <= summary["main"]["32"]["oracle_acc"]["mean"] + 1e-9
         )
     assert "embed_s" in routers["LOCUS"]
+    # The default router's shrinkage, recorded per seed and named in the README.
+    chosen = [
+        run["main"]["32"]["routers"]["LOCUS"]["shrinkage"] for run in saved["runs"]
+    ]
+    assert len(chosen) == 2 and all(0 <= s <= 1 for s in chosen)
+    readme = (tmp_path / "README.md").read_text()
+    assert "the shrinkage it chose at fit, per seed: " in readme
+    assert all(0 <= run["onboarding"]["base_shrinkage"] <= 1 for run in saved["runs"])
     assert set(summary["onboarding"]["by_k"]) == {"16", "32"}
     assert set(summary["robustness"]["overlap"]) == {
         "0.0",

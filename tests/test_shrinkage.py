@@ -15,6 +15,7 @@ from locus_sklearn._files import read_file, write_file
 from locus_sklearn._shrinkage import (
     SHRINKAGE_GRID,
     choose_shrinkage,
+    cross_fitted_predictions,
     mean_scores,
     shrink,
 )
@@ -129,6 +130,27 @@ def test_choose_shrinkage_without_shared_queries():
         {"model": ["m0", "m1"], "query": ["q1", "q2"], "score": [1.0, 0.0]}
     )
     assert choose_shrinkage(_KnownProba(np.eye(2)), table, np.eye(2)) == (0.0, {})
+
+
+def test_cross_fitted_predictions_hold_each_query_out_once():
+    table, X, truth = _two_model_pool()
+    inside = []
+
+    def fit_fold(evals):  # what the refitted check trains each fold on
+        inside.append(set(evals["query"]))
+        return _KnownProba(truth)
+
+    folds = list(cross_fitted_predictions(None, table, X, 5, fit_fold=fit_fold))
+    assert len(folds) == len(inside) == 5
+    held = [set(table.queries) - q for q in inside]
+    assert sum(map(len, held)) == table.n_queries  # the folds partition the queries
+    assert set().union(*held) == set(table.queries)
+    for (y, proba, means), queries in zip(folds, held, strict=True):
+        rows = np.searchsorted(table.queries, sorted(queries))
+        np.testing.assert_array_equal(y, truth[rows])  # the fold's own scores
+        np.testing.assert_array_equal(proba, truth[rows])  # from the fold's embedder
+        outside = np.setdiff1d(np.arange(table.n_queries), rows)
+        np.testing.assert_allclose(means, truth[outside].mean(axis=0))
 
 
 @pytest.fixture(scope="module")
