@@ -18,7 +18,8 @@ the choice.
 
 Usage::
 
-    python benchmarks/shrinkage_cv.py --pool mmlu-all --seed 2 [--n 256] [--out DIR]
+    python benchmarks/shrinkage_cv.py --pool mmlu-all --seed 2 [--n 256]
+        [--kinds fitted refit] [--out DIR]
 """
 
 # ruff: noqa: E501
@@ -78,6 +79,13 @@ def main(argv=None):
     p.add_argument("--pool", required=True, choices=eq.POOLS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n", default="256")
+    p.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["fitted", "refit"],
+        choices=["fitted", "refit"],
+        help="refit trains 5 more embedders",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=os.path.join(HERE, "results", "shrinkage_cv"))
     args = p.parse_args(argv)
@@ -97,7 +105,7 @@ def main(argv=None):
     table = check_evals(train[["model", "query", "score"]])
     X_query = router._encode(table.queries)
     curves = {}
-    for kind in ("fitted", "refit"):
+    for kind in args.kinds:
         curves[kind] = fold_curves(
             make_embedder, router.embedder_, table, X_query, kind == "refit"
         )
