@@ -1,0 +1,133 @@
+"""What one text query costs the default encoder on this machine, and why.
+
+The served text latency of ``locus serve`` is bound by all-MiniLM-L6-v2
+(``serve_load.py``). This script times the encoder's forward pass on single
+chat-length queries (the first 300 characters of built-in MMLU-Pro
+questions, as ``serve_load.py``) and puts it beside what the machine's
+matrix multiply does at the encoder's own shapes, and beside the two cheaper
+number formats torch offers on a CPU:
+
+- float32 at 1 and 2 torch threads (the default path; tokenisation included);
+- the time in ``aten::addmm`` (the encoder's linear layers) of a float32 pass;
+- one float32 linear layer at the encoder's shapes, GFLOP/s;
+- bfloat16 weights and activations;
+- dynamic int8 quantisation of the linear layers
+  (``torch.ao.quantization.quantize_dynamic``), with the cosine of its
+  mean-pooled output to float32's.
+
+Usage::
+
+    python benchmarks/encoder_ceiling.py [--queries 40] [--out benchmarks/results]
+"""
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from _provenance import git_commit, machine_info  # noqa: E402
+
+CHARS = 300  # serve_load.py's chat-length text queries
+
+
+def _times(fn, items, repeat=1):
+    fn(items[0])  # warm-up
+    out = []
+    for _ in range(repeat):
+        for item in items:
+            start = time.perf_counter()
+            fn(item)
+            out.append(time.perf_counter() - start)
+    out = np.array(out) * 1000
+    return {"p50_ms": float(np.median(out)), "p99_ms": float(np.percentile(out, 99))}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=40)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args(argv)
+    import torch
+
+    from locus_sklearn._encoders import _default_model_path, _load_sentence_transformer
+    from locus_sklearn.datasets import load_mmlu_pro
+
+    queries = load_mmlu_pro().evals["query"].unique()[: args.queries]
+    texts = [str(q)[:CHARS] for q in queries]
+    model = _load_sentence_transformer(_default_model_path(), None)
+    tokenizer, bert = model.tokenizer, model[0].auto_model
+    n_tokens = [len(tokenizer(t)["input_ids"]) for t in texts]
+
+    def forward(module, dtype=None):
+        def run(text):
+            with torch.inference_mode():
+                batch = tokenizer([text], return_tensors="pt", truncation=True)
+                hidden = module(**batch).last_hidden_state
+                return hidden.float().mean(1)[0].numpy()
+
+        return run
+
+    result = {"n_queries": len(texts), "median_tokens": float(np.median(n_tokens))}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        result[f"float32_{threads}_threads"] = _times(forward(bert), texts)
+    torch.set_num_threads(1)
+    with torch.inference_mode(), torch.profiler.profile() as prof:
+        for text in texts:
+            forward(bert)(text)
+    addmm_us = sum(
+        e.self_cpu_time_total for e in prof.key_averages() if e.key == "aten::addmm"
+    )
+    result["float32_1_thread_addmm_ms_per_query"] = addmm_us / 1000 / len(texts)
+    m = int(np.median(n_tokens))
+    gemm = {}
+    for k, n in ((384, 384), (384, 1536), (1536, 384)):
+        a, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+        with torch.inference_mode():
+            t = _times(
+                lambda args: torch.nn.functional.linear(*args), [(a, w, b)] * 200
+            )
+        gemm[f"{m}x{k}->{n}"] = 2 * m * k * n / (t["p50_ms"] / 1000) / 1e9
+    result["linear_gflops_1_thread"] = gemm
+    reference = np.stack([forward(bert)(t) for t in texts])
+    others = {"bfloat16": copy.deepcopy(bert).to(torch.bfloat16)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation note
+        others["int8_dynamic"] = torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(bert), {torch.nn.Linear}, dtype=torch.qint8
+        )
+    for name, module in others.items():
+        result[f"{name}_1_thread"] = _times(forward(module), texts)
+        pooled = np.stack([forward(module)(t) for t in texts])
+        cosine = (pooled * reference).sum(1) / (
+            np.linalg.norm(pooled, axis=1) * np.linalg.norm(reference, axis=1)
+        )
+        result[f"{name}_cosine_to_float32"] = {
+            "min": float(cosine.min()),
+            "mean": float(cosine.mean()),
+        }
+    result |= {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        ),
+        "commit": git_commit(),
+        "machine": machine_info(torch=torch.__version__, load=os.getloadavg()),
+    }
+    print(json.dumps(result, indent=1))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "encoder_ceiling.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
