@@ -22,8 +22,6 @@ Usage::
         [--kinds fitted refit] [--out DIR]
 """
 
-# ruff: noqa: E501
-
 import argparse
 import datetime
 import json

@@ -86,10 +86,10 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
     where evaluations are sparse: a choice between the two or three models
     that happen to have answered, which the mean score wins.) The embedder's
     weights did see the fold's rows in training, which favours small values;
-    what the folds buy is every training query as held-out evidence (where
-    it was checked, refitting the embedder without each fold chose the same
-    values: benchmarks/results/TUNING.md, session 10). Ties go to the larger
-    value.
+    what the folds buy is every training query as held-out evidence (on the
+    two fits where it was checked, refitting the embedder without each fold
+    chose the same value once and a smaller one once:
+    benchmarks/results/TUNING.md, session 10). Ties go to the larger value.
 
     Parameters
     ----------
