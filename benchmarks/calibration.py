@@ -13,10 +13,18 @@ relative miss. Targets: a mean cost per query of half the cost of always
 calling the best single model (GPT-4), at most 20 % of calls to GPT-4, and
 an accuracy floor 1 point under GPT-4's train accuracy.
 
-Writes ``results/calibration.md`` and ``results/calibration.json``.
+The LocusRouter is the plain one (``shrinkage=None``): the cost weight
+trades per-query P(correct) against cost, and the default's shrinkage, which
+chooses s = 1 on RouterBench (every query's P(correct) its model's mean
+score), leaves the weight a handful of whole-traffic routings to choose from
+(``--shrinkage auto`` measures that).
 
-Run: ``HF_HUB_OFFLINE=1 python benchmarks/calibration.py`` (a few minutes on
-2 cores, most of it encoding the prompts once into ``benchmarks/.cache``).
+Writes ``results/calibration.md`` and ``results/calibration.json``
+(``calibration_shrinkage_auto.*`` with ``--shrinkage auto``).
+
+Run: ``HF_HUB_OFFLINE=1 python benchmarks/calibration.py [--shrinkage auto]`` (a
+few minutes on 2 cores, most of it encoding the prompts once into
+``benchmarks/.cache``).
 """
 
 import datetime
@@ -47,8 +55,15 @@ def _routed(router, queries, weight):
         router.set_params(cost_weight=0.0)
 
 
-def main():
+def main(argv=None):
+    import argparse
+
     import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shrinkage", choices=["none", "auto"], default="none")
+    args = parser.parse_args(argv)
+    shrinkage = None if args.shrinkage == "none" else "auto"
 
     torch.set_num_threads(1)
     from _data import load_routerbench
@@ -75,7 +90,8 @@ def main():
             n_blocks=1,
             max_epochs=30,
             random_state=0,
-        )
+        ),
+        shrinkage=shrinkage,
     ).fit(fit_part, model_costs=data.model_costs)
     fit_s = time.perf_counter() - start
     knn = KNNRouter(N_NEIGHBORS, encoder=data.encodings).fit(
@@ -91,7 +107,7 @@ def main():
         )
     _write(
         data, fit_part, calibration, train, test, fit_s, references, records,
-        shrinkage=float(locus.shrinkage_),
+        shrinkage=(shrinkage, float(locus.shrinkage_)),
     )  # fmt: skip
 
 
@@ -205,7 +221,7 @@ def _write(
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "fit_seconds": fit_s,
         # The default LocusRouter's shrinkage toward each model's mean score.
-        "shrinkage": shrinkage,
+        "shrinkage": {"parameter": shrinkage[0], "chosen": shrinkage[1]},
         "n_queries": {
             "fit": int(fit_part["query"].nunique()),
             "calibration": int(calibration["query"].nunique()),
@@ -216,9 +232,10 @@ def _write(
         "records": records,
     }
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "calibration.json"), "w") as f:
+    stem = "calibration" + ("_shrinkage_auto" if shrinkage[0] == "auto" else "")
+    with open(os.path.join(RESULTS, f"{stem}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    with open(os.path.join(RESULTS, "calibration.md"), "w") as f:
+    with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
         f.write(_markdown(result))
     print(_markdown(result))
 
@@ -227,6 +244,13 @@ def _fmt(name, value):
     if name == "target_cost":
         return f"{value:.3e} USD"
     return f"{value:.2%}" if name == "target_share" else f"{value:.4f}"
+
+
+def _shrinkage(result):
+    shrinkage = result.get("shrinkage")  # not recorded before 2026-12-01
+    if shrinkage is None or shrinkage["parameter"] is None:
+        return "`shrinkage=None`, the plain router"
+    return f'`shrinkage="auto"`, which chose {shrinkage["chosen"]:g}'
 
 
 def _markdown(result):
@@ -238,8 +262,8 @@ def _markdown(result):
         "",
         "RouterBench (RouterDC's 0-shot subset, 11 models). Routers fitted on "
         f"{n['fit']} of the {n['train']} train queries (LocusRouter: embedding_dim 32, "
-        f"one block, 30 epochs, {result['fit_seconds']:.0f} s, the default "
-        f'`shrinkage="auto"`, which chose {result["shrinkage"]:g}; KNNRouter on the same '
+        f"one block, 30 epochs, {result['fit_seconds']:.0f} s, {_shrinkage(result)}; "
+        "KNNRouter on the same "
         "MiniLM encodings); λ tuned with `calibrate_cost_weight` on the other "
         f"{n['calibration']} train queries (held out from the fit), or on all "
         f"{n['train']}; then checked on the {n['test']} test queries, routed among "
