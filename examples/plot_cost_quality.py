@@ -46,7 +46,10 @@ router = LocusRouter(
         episodes_per_epoch=128,
         patience=10,
         random_state=0,
-    )
+    ),
+    # The cost weight trades per-query P(correct) against cost; the default
+    # shrinkage may blend them all the way to each model's mean score.
+    shrinkage=None,
 ).fit(train, model_costs=pool.n_params)
 costs = router.model_costs_  # aligned with router.classes_
 

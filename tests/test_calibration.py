@@ -1,11 +1,14 @@
 """cost_quality_curve and calibrate_cost_weight: the exact λ sweep and its targets."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 from conftest import TINY
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.frozen import FrozenEstimator
 
 from locus_sklearn import LocusEmbedder, LocusRouter
 from locus_sklearn.baselines import KNNRouter, SingleBestRouter
@@ -23,8 +26,11 @@ def fitted():
     queries = np.sort(pool.evals["query"].unique())
     train = pool.evals[pool.evals["query"].isin(queries[:120])]
     test = pool.evals[~pool.evals["query"].isin(queries[:120])]
+    # The plain router: per-query P(correct), which the cost weight trades
+    # against cost (the default's shrinkage chooses 1 here, every query alike).
     router = LocusRouter(
-        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 2, "random_state": 0})
+        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 2, "random_state": 0}),
+        shrinkage=None,
     ).fit(train, model_costs=pool.n_params)
     return router, test
 
@@ -187,6 +193,27 @@ def test_calibrate_errors(fitted):
     no_costs = SingleBestRouter().fit(evals)
     with pytest.raises(ValueError, match="fitted without model costs"):
         calibrate_cost_weight(no_costs, evals, target_cost=1)
+
+
+def test_a_router_shrunk_to_the_mean_scores_is_named(fitted):
+    # At shrinkage 1 every query's P(correct) is its model's mean score: the
+    # cost weight can only move the whole traffic, and the caller is told.
+    router, test = fitted
+    costs = dict(zip(router.classes_, router.model_costs_, strict=True))
+    frozen = FrozenEstimator(router.embedder_)
+    blind = LocusRouter(frozen, shrinkage=1.0).fit(test, model_costs=costs)
+    target = float(max(costs.values()))
+    with pytest.warns(UserWarning, match=r"shrinkage_ is 1: .* shrinkage=None"):
+        result = calibrate_cost_weight(blind, test, target_cost=target)
+    assert result.mean_cost <= target
+    with pytest.warns(UserWarning, match="shrinkage_ is 1"):
+        curve = cost_quality_curve(blind, test)
+    # One routing per model at most: whole traffic moves.
+    assert len(curve.points) <= len(costs)
+    plain = LocusRouter(frozen, shrinkage=None).fit(test, model_costs=costs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calibrate_cost_weight(plain, test, target_cost=target)
 
 
 def test_sparse_evals_route_among_scored_models():

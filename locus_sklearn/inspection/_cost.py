@@ -9,6 +9,7 @@ upper envelope of the lines ``P_m - λ·c_m`` per query), so the curve and the
 calibration need no grid and miss no step.
 """
 
+import warnings
 from collections.abc import Mapping
 from numbers import Real
 
@@ -36,6 +37,16 @@ def _router_costs(router):
         raise ValueError(
             f"{type(router).__name__} was fitted without model costs; the cost "
             "weight only matters with costs: fit it with model_costs=."
+        )
+    if getattr(router, "shrinkage_", 0.0) == 1.0:
+        # LocusRouter's safeguard at its end point: no per-query signal left.
+        warnings.warn(
+            f"{type(router).__name__}.shrinkage_ is 1: every query's P(correct) "
+            "is its model's mean score, so the cost weight can only move the "
+            "whole traffic from one model to another. For cost-aware routing, "
+            "fit with shrinkage=None (or a fixed shrinkage below 1).",
+            UserWarning,
+            stacklevel=3,
         )
     return np.asarray(costs, dtype=np.float64)
 
