@@ -43,8 +43,14 @@ def pool():
 
 
 def _fit(pool, evals, seed=0):
+    # The plain router: per-query P(correct), so that served answers, cost
+    # weights and outage subsets differ between queries (the default's
+    # shrinkage chooses 1 on this pool and routes every query alike).
     return LocusRouter(
-        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 2, "random_state": seed})
+        LocusEmbedder(
+            pool.encodings, **{**TINY, "max_epochs": 2, "random_state": seed}
+        ),
+        shrinkage=None,
     ).fit(evals, model_costs={m: pool.n_params[m] for m in evals["model"].unique()})
 
 

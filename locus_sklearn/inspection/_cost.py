@@ -256,6 +256,11 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None):
         the non-decreasing upper convex hull of the points divided by the
         cost span, i.e. the mean accuracy reachable over the costs covered.
 
+    Warns
+    -----
+    UserWarning
+        If ``router.shrinkage_`` is 1, as :func:`calibrate_cost_weight`.
+
     Examples
     --------
     >>> from locus_sklearn.baselines import KNNRouter
@@ -407,6 +412,13 @@ def calibrate_cost_weight(
     ------
     ValueError
         If no λ meets the target (the message gives the reachable range).
+
+    Warns
+    -----
+    UserWarning
+        If ``router.shrinkage_`` is 1 (a :class:`~locus_sklearn.LocusRouter`
+        whose P(correct) is each model's mean score for every query): λ can
+        then only move the whole traffic from one model to another.
 
     Examples
     --------
