@@ -107,7 +107,7 @@ def main(argv=None):
         )
     _write(
         data, fit_part, calibration, train, test, fit_s, references, records,
-        shrinkage=(shrinkage, float(locus.shrinkage_)),
+        shrinkage={"parameter": shrinkage, "chosen": float(locus.shrinkage_)},
     )  # fmt: skip
 
 
@@ -221,7 +221,7 @@ def _write(
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "fit_seconds": fit_s,
         # The default LocusRouter's shrinkage toward each model's mean score.
-        "shrinkage": {"parameter": shrinkage[0], "chosen": shrinkage[1]},
+        "shrinkage": shrinkage,
         "n_queries": {
             "fit": int(fit_part["query"].nunique()),
             "calibration": int(calibration["query"].nunique()),
@@ -232,7 +232,7 @@ def _write(
         "records": records,
     }
     os.makedirs(RESULTS, exist_ok=True)
-    stem = "calibration" + ("_shrinkage_auto" if shrinkage[0] == "auto" else "")
+    stem = "calibration" + ("_shrinkage_auto" if shrinkage["parameter"] else "")
     with open(os.path.join(RESULTS, f"{stem}.json"), "w") as f:
         json.dump(result, f, indent=2)
     with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
