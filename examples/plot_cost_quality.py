@@ -47,10 +47,11 @@ router = LocusRouter(
         patience=10,
         random_state=0,
     ),
-    # The cost weight trades per-query P(correct) against cost; the default
-    # shrinkage may blend them all the way to each model's mean score.
-    shrinkage=None,
 ).fit(train, model_costs=pool.n_params)
+# The default shrinkage blends P(correct) toward each model's mean score by
+# an amount chosen on the training queries; with costs it stays below 1, so
+# that the cost weight has per-query estimates to trade against cost.
+print(f"shrinkage chosen at fit: {router.shrinkage_:g}")
 costs = router.model_costs_  # aligned with router.classes_
 
 # %%

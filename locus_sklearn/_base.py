@@ -107,10 +107,11 @@ class BaseRouter(BaseEstimator):
     """Base class of routers: fit on ``evals``, route queries to models.
 
     Subclasses set ``_parameter_constraints`` and implement two hooks:
-    ``_fit_encoded(table, X_query, encoder)`` (``table`` a validated
-    :class:`~locus_sklearn.EvalTable`, ``X_query`` the encodings of
-    ``table.queries`` by the fitted query encoder ``encoder``, shape
-    (n_queries, n_features)) and ``_predict_proba_encoded(X)`` returning an
+    ``_fit_encoded(table, X_query, encoder, model_costs=None)`` (``table`` a
+    validated :class:`~locus_sklearn.EvalTable`, ``X_query`` the encodings
+    of ``table.queries`` by the fitted query encoder ``encoder``, shape
+    (n_queries, n_features), ``model_costs`` the validated costs in
+    ``table.models`` order or None; most routers ignore them) and ``_predict_proba_encoded(X)`` returning an
     array of shape (n_queries, n_models) of P(correct) per model. By default
     the query encoder comes from ``encoder``, ``memory`` and ``device``
     parameters; a router whose encoder lives elsewhere overrides
@@ -169,7 +170,7 @@ class BaseRouter(BaseEstimator):
             warn_shared_encodings(X_query, table.queries, stacklevel=4)
         else:
             X_query = np.zeros((table.n_queries, 0), dtype=np.float32)
-        self._fit_encoded(table, X_query, encoder)
+        self._fit_encoded(table, X_query, encoder, model_costs=costs)
         # Set only once fitting succeeded, so a failed fit leaves no fitted state.
         if encoder is not None:
             self.encoder_ = encoder

@@ -13,7 +13,7 @@ from ._base import BaseRouter, check_model_subset
 from ._embedder import LocusEmbedder
 from ._evals import _preview, check_evals, check_model_costs
 from ._persistence import load_router, save_router
-from ._shrinkage import choose_shrinkage, mean_scores, shrink
+from ._shrinkage import SHRINKAGE_GRID, choose_shrinkage, mean_scores, shrink
 
 __all__ = ["LocusRouter"]
 
@@ -54,10 +54,14 @@ class LocusRouter(BaseRouter):
         or 0 is the plain router. On six of seven real pool-and-size runs it
         kept the router within 0.5 point of both the single best model and
         kNN, where the plain router fell up to 2.1 points below the single
-        best (the Routing page of the user guide). With ``s > 0`` the
-        probabilities are the shrunk ones (at ``s = 1`` each model's mean
-        score, the same for every query); use ``shrinkage=None`` for the
-        per-query estimates themselves.
+        best (the Routing page of the user guide). With ``model_costs`` at
+        fit, "auto" judges each value by ``score - cost_weight·cost`` of the
+        routed model at the ``cost_weight`` of fit, and never chooses 1 (at
+        1 every query looks alike to the router, and the cost weight could
+        only move whole traffic from one model to another). With ``s > 0``
+        the probabilities are the shrunk ones (at ``s = 1`` each model's
+        mean score, the same for every query); use ``shrinkage=None`` for
+        the per-query estimates themselves.
 
     Attributes
     ----------
@@ -77,8 +81,9 @@ class LocusRouter(BaseRouter):
     shrinkage_ : float
         The shrinkage ``predict_proba`` applies.
     shrinkage_scores_ : dict of float to float
-        With ``shrinkage="auto"``: the cross-fitted accuracy of each value;
-        empty otherwise and after ``load``.
+        With ``shrinkage="auto"``: the cross-fitted accuracy of each value
+        (with costs, its utility at the ``cost_weight`` of fit); empty
+        otherwise and after ``load``.
     n_query_features_ : int
         Dimension of the query encodings.
     pool_evals_ : tuple of (ndarray of shape (n_queries, n_features), EvalTable) or None
@@ -125,7 +130,7 @@ class LocusRouter(BaseRouter):
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         return embedder._query_encoder()
 
-    def _fit_encoded(self, table, X_query, encoder):
+    def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         if isinstance(self.shrinkage, bool):  # a number to the parameter check
             raise TypeError(
                 f"shrinkage must be 'auto', a number in [0, 1] or None; got "
@@ -142,9 +147,14 @@ class LocusRouter(BaseRouter):
         self.model_mean_scores_ = mean_scores(table)
         self.shrinkage_scores_ = {}
         if self.shrinkage == "auto":
+            # With costs, P(correct) is traded against cost query by query;
+            # at s = 1 no query differs from another, and the cost weight
+            # could only move whole traffic from one model to another.
+            grid = [s for s in SHRINKAGE_GRID if model_costs is None or s < 1]
             self.shrinkage_, self.shrinkage_scores_ = choose_shrinkage(
-                locus, table, X_query
-            )
+                locus, table, X_query, grid=grid, model_costs=model_costs,
+                cost_weight=self.cost_weight,
+            )  # fmt: skip
         else:
             self.shrinkage_ = float(self.shrinkage or 0.0)
 

@@ -70,8 +70,11 @@ def shrink(proba, model_mean_scores, shrinkage):
     return blended.astype(proba.dtype, copy=False)
 
 
-def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID):
-    """The shrinkage with the best cross-fitted routing accuracy.
+def choose_shrinkage(
+    embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID,
+    model_costs=None, cost_weight=0.0,
+):  # fmt: skip
+    """The shrinkage with the best cross-fitted routing utility.
 
     The training queries are split into ``n_folds`` folds. For each fold,
     every model is embedded from its rows outside the fold and the fold's
@@ -91,6 +94,11 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
     chose the same value once and a smaller one once:
     benchmarks/results/TUNING.md, session 10). Ties go to the larger value.
 
+    With ``model_costs`` the fold queries are routed as ``predict`` routes
+    them, by ``shrunk P(correct) - cost_weight · cost``, and each value is
+    judged by the mean of ``score - cost_weight · cost`` of the routed model
+    (at ``cost_weight`` 0: accuracy, as without costs).
+
     Parameters
     ----------
     embedder : LocusEmbedder
@@ -101,22 +109,32 @@ def choose_shrinkage(embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID
         Encodings of ``table.queries``.
     n_folds : int, default=5
     grid : sequence of float in [0, 1], default=SHRINKAGE_GRID
+    model_costs : ndarray of shape (table.n_models,), default=None
+        Each model's cost, in ``table.models`` order.
+    cost_weight : float, default=0.0
+        λ of the routing judged; ignored without ``model_costs``.
 
     Returns
     -------
     shrinkage : float
     scores : dict of float to float
-        Cross-fitted accuracy of each value; empty, with shrinkage 0, when no
-        fold query could be judged.
+        Cross-fitted utility (accuracy at ``cost_weight`` 0) of each value;
+        empty, with shrinkage 0, when no fold query could be judged.
     """
     n_folds = min(n_folds, table.n_queries)
     if n_folds < 2:
         return 0.0, {}
+    if model_costs is None:
+        model_costs, cost_weight = np.zeros(table.n_models), 0.0
+    penalty_of = cost_weight * np.asarray(model_costs, dtype=np.float64)
     hits = {s: [] for s in grid}
-    for y, proba, means in cross_fitted_predictions(embedder, table, X_query, n_folds):
+    folds = cross_fitted_predictions(embedder, table, X_query, n_folds)
+    for y, proba, means, columns in folds:
         rows = np.arange(len(y))
+        penalty = penalty_of[columns]
         for s in grid:
-            routed = y[rows, shrink(proba, means, s).argmax(axis=1)]
+            choice = (shrink(proba, means, s) - penalty).argmax(axis=1)
+            routed = y[rows, choice] - penalty[choice]
             hits[s].append(routed[np.isfinite(routed)])
     hits = {float(s): np.concatenate(h) if h else np.empty(0) for s, h in hits.items()}
     if min(len(h) for h in hits.values()) == 0:
@@ -153,6 +171,8 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
         Their P(correct) (the kernel readout reading rows outside the fold).
     means : ndarray of shape (n_embedded,)
         Their mean scores over the rows outside the fold.
+    columns : ndarray of int, shape (n_embedded,)
+        Their positions in ``table.models``.
     """
     frame = table.to_frame()[["model", "query", "score"]]
     split = KFold(n_folds, shuffle=True, random_state=0).split(table.queries)
@@ -167,11 +187,12 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
         fold_embedder = embedder if fit_fold is None else fit_fold(frame[~is_held])
         # Scores of the fold's queries by the models embedded without them
         # (a model with every row in the fold has no embedding here).
-        columns = np.union1d(inside.models, outside.models)
-        y = outside.to_dense(columns)[:, np.isin(columns, inside.models)]
+        either = np.union1d(inside.models, outside.models)
+        y = outside.to_dense(either)[:, np.isin(either, inside.models)]
         proba = fold_embedder._predict_proba_encoded(
             fold_embedder._transform_encoded(inside, X_inside),
             X_held,
             (X_inside, inside),
         )
-        yield y, proba, mean_scores(inside)
+        positions = np.searchsorted(table.models, inside.models)
+        yield y, proba, mean_scores(inside), positions

@@ -26,8 +26,8 @@ def fitted():
     queries = np.sort(pool.evals["query"].unique())
     train = pool.evals[pool.evals["query"].isin(queries[:120])]
     test = pool.evals[~pool.evals["query"].isin(queries[:120])]
-    # The plain router: per-query P(correct), which the cost weight trades
-    # against cost (the default's shrinkage chooses 1 here, every query alike).
+    # The plain router: the tests are about the calibration functions, and its
+    # P(correct) is the network's own, whatever a shrinkage choice would be.
     router = LocusRouter(
         LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 2, "random_state": 0}),
         shrinkage=None,
@@ -203,7 +203,7 @@ def test_a_router_shrunk_to_the_mean_scores_is_named(fitted):
     frozen = FrozenEstimator(router.embedder_)
     blind = LocusRouter(frozen, shrinkage=1.0).fit(test, model_costs=costs)
     target = float(max(costs.values()))
-    with pytest.warns(UserWarning, match=r"shrinkage_ is 1: .* shrinkage=None"):
+    with pytest.warns(UserWarning, match=r"shrinkage_ is 1: .* shrinkage='auto'"):
         result = calibrate_cost_weight(blind, test, target_cost=target)
     assert result.mean_cost <= target
     with pytest.warns(UserWarning, match="shrinkage_ is 1"):

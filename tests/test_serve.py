@@ -43,9 +43,9 @@ def pool():
 
 
 def _fit(pool, evals, seed=0):
-    # The plain router: per-query P(correct), so that served answers, cost
-    # weights and outage subsets differ between queries (the default's
-    # shrinkage chooses 1 on this pool and routes every query alike).
+    # The plain router: its per-query P(correct) is the network's own, so
+    # served answers, cost weights and outage subsets differ between queries
+    # whatever a shrinkage choice would be.
     return LocusRouter(
         LocusEmbedder(
             pool.encodings, **{**TINY, "max_epochs": 2, "random_state": seed}

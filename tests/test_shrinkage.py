@@ -123,6 +123,29 @@ def test_choose_shrinkage_judges_the_routing_among_all_models():
     assert s == 1.0
 
 
+def test_choose_shrinkage_judges_the_cost_aware_routing():
+    table, X, truth = _two_model_pool()
+    # m0 costs 0.6, m1 nothing; at cost weight 0.5 m0 pays 0.3. Knowing
+    # probabilities route m0's right queries to m0 (1 - 0.3 each) and m1's
+    # to m1 (1 each) for every s < 1: (30 * 0.7 + 10 * 1) / 40 = 0.775. At
+    # s = 0.75 that holds only with the cost in the routing (m0 0.75a - 0.3
+    # against m1 0.25 + 0.75(1 - a) on m1's queries; without the cost m0
+    # wins them: accuracy 0.75 above). At s = 1 every query goes to m0:
+    # (30 * 0.7 - 10 * 0.3) / 40 = 0.45.
+    s, scores = choose_shrinkage(
+        _KnownProba(truth), table, X, model_costs=np.array([0.6, 0.0]),
+        cost_weight=0.5,
+    )  # fmt: skip
+    expected = [0.775, 0.775, 0.775, 0.775, 0.45]
+    np.testing.assert_allclose([scores[v] for v in SHRINKAGE_GRID], expected)
+    assert s == 0.75
+    # At cost weight 0 the costs change nothing: plain accuracy.
+    at_zero = choose_shrinkage(
+        _KnownProba(truth), table, X, model_costs=np.array([0.6, 0.0])
+    )
+    assert at_zero == choose_shrinkage(_KnownProba(truth), table, X)
+
+
 def test_choose_shrinkage_without_shared_queries():
     # Each query has one answer: held out, its model has no other row to be
     # embedded from, so nothing can be judged and nothing is shrunk.
@@ -145,7 +168,8 @@ def test_cross_fitted_predictions_hold_each_query_out_once():
     held = [set(table.queries) - q for q in inside]
     assert sum(map(len, held)) == table.n_queries  # the folds partition the queries
     assert set().union(*held) == set(table.queries)
-    for (y, proba, means), queries in zip(folds, held, strict=True):
+    for (y, proba, means, columns), queries in zip(folds, held, strict=True):
+        np.testing.assert_array_equal(columns, [0, 1])  # both models, in order
         rows = np.searchsorted(table.queries, sorted(queries))
         np.testing.assert_array_equal(y, truth[rows])  # the fold's own scores
         np.testing.assert_array_equal(proba, truth[rows])  # from the fold's embedder
@@ -178,6 +202,34 @@ def test_router_auto_records_its_choice(frozen, pool):
     best = max(router.shrinkage_scores_.values())
     assert router.shrinkage_ == max(
         s for s, v in router.shrinkage_scores_.items() if v >= best - 1e-12
+    )
+
+
+def test_router_with_costs_never_chooses_one(frozen, pool):
+    # Each model's scores shuffled over its queries: its mean is kept, what
+    # it answers where is noise, and the accuracy criterion chooses 1 (every
+    # query to the best model). With costs the cost weight needs per-query
+    # P(correct), so "auto" chooses among the values below 1, judged as
+    # without costs at cost weight 0.
+    evals = pool.evals.copy()
+    rng = np.random.default_rng(0)
+    evals["score"] = evals.groupby("model")["score"].transform(
+        lambda score: rng.permutation(score.to_numpy())
+    )
+    without = LocusRouter(frozen).fit(evals)
+    assert without.shrinkage_ == 1.0
+    costs = dict.fromkeys(without.classes_, 1.0)
+    router = LocusRouter(frozen).fit(evals, model_costs=costs)
+    below_one = {s: v for s, v in without.shrinkage_scores_.items() if s < 1}
+    assert router.shrinkage_scores_ == below_one
+    best = max(below_one.values())
+    assert router.shrinkage_ == max(s for s, v in below_one.items() if v >= best)
+    # The cost weight of fit is the one the choice is judged at.
+    weighted = LocusRouter(frozen, cost_weight=0.5).fit(evals, model_costs=costs)
+    assert set(weighted.shrinkage_scores_) == set(below_one)
+    assert np.allclose(  # equal costs: every score moves by 0.5
+        [weighted.shrinkage_scores_[s] + 0.5 for s in below_one],
+        list(below_one.values()),
     )
 
 

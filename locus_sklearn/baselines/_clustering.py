@@ -99,7 +99,7 @@ class KMeansRouter(BaseRouter):
         self.prior_strength = prior_strength
         self.random_state = random_state
 
-    def _fit_encoded(self, table, X_query, encoder):
+    def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         if table.n_queries < self.n_clusters:
             raise ValueError(
                 f"n_queries={table.n_queries} should be >= "

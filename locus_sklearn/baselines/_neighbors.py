@@ -99,7 +99,7 @@ class KNNRouter(BaseRouter):
         self.cost_weight = cost_weight
         self.weights = weights
 
-    def _fit_encoded(self, table, X_query, encoder):
+    def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         self.query_encodings_ = normalize(X_query).astype(np.float32)
         self.n_evals_ = np.bincount(table.model_index, minlength=table.n_models)
         self._indptr = table.indptr

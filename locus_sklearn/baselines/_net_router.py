@@ -118,7 +118,7 @@ class _NetRouter(BaseRouter):
         "verbose": ["verbose"],
     }
 
-    def _fit_encoded(self, table, X_query, encoder):
+    def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         if self.validation_fraction is not None and table.n_queries < 2:
             raise ValueError(
                 f"validation_fraction={self.validation_fraction} needs at least 2 "

@@ -51,7 +51,7 @@ class SingleBestRouter(BaseRouter):
     def __init__(self, *, cost_weight=0.0):
         self.cost_weight = cost_weight
 
-    def _fit_encoded(self, table, X_query, encoder):
+    def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         self.n_evals_ = np.bincount(table.model_index, minlength=table.n_models)
         total = np.bincount(
             table.model_index, weights=table.score, minlength=table.n_models

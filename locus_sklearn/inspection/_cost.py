@@ -44,7 +44,8 @@ def _router_costs(router):
             f"{type(router).__name__}.shrinkage_ is 1: every query's P(correct) "
             "is its model's mean score, so the cost weight can only move the "
             "whole traffic from one model to another. For cost-aware routing, "
-            "fit with shrinkage=None (or a fixed shrinkage below 1).",
+            "fit with shrinkage='auto' (with costs it stays below 1), "
+            "shrinkage=None or a fixed shrinkage below 1.",
             UserWarning,
             stacklevel=3,
         )
@@ -417,7 +418,8 @@ def calibrate_cost_weight(
     -----
     UserWarning
         If ``router.shrinkage_`` is 1 (a :class:`~locus_sklearn.LocusRouter`
-        whose P(correct) is each model's mean score for every query): λ can
+        fitted with ``shrinkage=1``, whose P(correct) is each model's mean
+        score for every query; ``"auto"`` stays below 1 with costs): λ can
         then only move the whole traffic from one model to another.
 
     Examples
