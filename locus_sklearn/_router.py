@@ -159,6 +159,11 @@ class LocusRouter(BaseRouter):
             self.shrinkage_ = float(self.shrinkage or 0.0)
 
     def _predict_proba_encoded(self, X):
+        if self.shrinkage_ == 1:
+            # The blend is each model's mean score whatever the network says:
+            # skip the network (and the kernel readout over the pool).
+            means = self.model_mean_scores_.astype(np.float32)
+            return np.tile(means, (len(X), 1))
         proba = self._locus._predict_proba_encoded(
             self.model_embeddings_, X, self._readout_pool()
         )

@@ -182,7 +182,7 @@ def frozen(pool, tiny_embedder):
     return FrozenEstimator(tiny_embedder(pool.encodings).fit(pool.evals))
 
 
-def test_router_predict_proba_is_the_blend(frozen, pool, query_texts):
+def test_router_predict_proba_is_the_blend(frozen, pool, query_texts, monkeypatch):
     plain = LocusRouter(frozen, shrinkage=None).fit(pool.evals)
     assert plain.shrinkage_ == 0.0 and plain.shrinkage_scores_ == {}
     means = pool.evals.groupby("model")["score"].mean().to_numpy()
@@ -191,6 +191,12 @@ def test_router_predict_proba_is_the_blend(frozen, pool, query_texts):
     expected = 0.5 * plain.predict_proba(query_texts[:9]) + 0.5 * means
     np.testing.assert_allclose(half.predict_proba(query_texts[:9]), expected, rtol=1e-6)
     full = LocusRouter(frozen, shrinkage=1.0).fit(pool.evals)
+    # At 1 the blend is the mean scores alone (the network is not called).
+    dtype = plain.predict_proba(query_texts[:1]).dtype
+    monkeypatch.setattr(full._locus, "_predict_proba_encoded", None)
+    proba = full.predict_proba(query_texts[:9])
+    assert proba.dtype == dtype == np.float32
+    np.testing.assert_array_equal(proba, np.tile(means.astype(np.float32), (9, 1)))
     best = plain.classes_[means.argmax()]
     assert set(full.predict(query_texts[:30])) == {best}
 
