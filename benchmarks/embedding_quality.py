@@ -74,6 +74,8 @@ VARIANTS = {
         "kernel_readout": False,
         "standardize_embedding": True,
     },
+    # Not LocusEmbedder parameters: the prototype of benchmarks/_vicreg.py.
+    "vicreg": {"_vicreg": True},
 }
 
 
@@ -316,11 +318,18 @@ def expected_routing(truth, scores, test_tasks):
 
 def fit_locus(data, seed, variant, train):
     params = dict(SETTINGS) | VARIANTS[variant]
+    vicreg = params.pop("_vicreg", False)
     embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
     # The plain router: the variants compare embeddings and predictors; the
     # default's shrinkage is measured on top (--shrinkage-auto).
     router = LocusRouter(embedder, shrinkage=None)
-    router.fit(train)
+    if vicreg:
+        from _vicreg import vicreg_training
+
+        with vicreg_training():
+            router.fit(train)
+    else:
+        router.fit(train)
     return router
 
 
