@@ -387,3 +387,45 @@ def test_geometry_relative_spread_hand_computed(quality):
     g = quality.geometry(Z, np.array([0.1, 0.2]))
     assert np.isclose(g["relative_spread"], 1 / 5)
     assert np.isclose(g["participation_ratio"], 1.0)
+
+
+def test_vicreg_terms_hand_computed():
+    vicreg = _load_script("_vicreg")
+    import torch
+
+    # Coordinate 0 has std sqrt(4/3) > 1 (no hinge), coordinate 1 none:
+    # hinge 1 - sqrt(1e-4) = 0.99, mean 0.495; no covariance.
+    z = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+    variance, covariance = vicreg.variance_covariance(z)
+    assert variance.item() == pytest.approx(0.495)
+    assert covariance.item() == 0.0
+    # Two equal coordinates: covariance 4/3 twice off the diagonal, over d = 2.
+    variance, covariance = vicreg.variance_covariance(torch.cat([z[:, :1]] * 2, 1))
+    assert variance.item() == 0.0
+    assert covariance.item() == pytest.approx(2 * (4 / 3) ** 2 / 2)
+
+
+def test_vicreg_training_adds_the_terms_in_training_only():
+    vicreg = _load_script("_vicreg")
+    import torch
+
+    from locus_sklearn import _training
+
+    original = _training.LocusNet.get_loss
+    z = torch.tensor([[1.0, 0.0], [-1.0, 0.0]])
+
+    class Net(_training.LocusNet):
+        def __init__(self):  # no module needed: the base loss is replaced
+            pass
+
+    base = torch.tensor(0.5)
+    _training.LocusNet.get_loss = lambda self, *a, **k: base
+    try:
+        with vicreg.vicreg_training(variance_weight=2.0, covariance_weight=1.0):
+            # std of coordinate 1 is sqrt(1e-4): hinge 0.99, mean over 2: 0.495.
+            trained = Net().get_loss((None, z), None, training=True)
+            assert trained.item() == pytest.approx(0.5 + 2 * 0.495)
+            assert Net().get_loss((None, z), None, training=False) is base
+        assert _training.LocusNet.get_loss.__name__ == "<lambda>"  # restored
+    finally:
+        _training.LocusNet.get_loss = original
