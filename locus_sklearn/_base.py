@@ -111,11 +111,12 @@ class BaseRouter(BaseEstimator):
     validated :class:`~locus_sklearn.EvalTable`, ``X_query`` the encodings
     of ``table.queries`` by the fitted query encoder ``encoder``, shape
     (n_queries, n_features), ``model_costs`` the validated costs in
-    ``table.models`` order or None; most routers ignore them) and ``_predict_proba_encoded(X)`` returning an
-    array of shape (n_queries, n_models) of P(correct) per model. By default
-    the query encoder comes from ``encoder``, ``memory`` and ``device``
-    parameters; a router whose encoder lives elsewhere overrides
-    ``_query_encoder()``. Every router has a ``cost_weight`` parameter.
+    ``table.models`` order or None; most routers ignore them) and
+    ``_predict_proba_encoded(X)`` returning an array of shape (n_queries,
+    n_models) of P(correct) per model. By default the query encoder comes
+    from ``encoder``, ``memory`` and ``device`` parameters; a router whose
+    encoder lives elsewhere overrides ``_query_encoder()``. Every router has
+    a ``cost_weight`` parameter.
 
     Set ``_uses_query_encodings = False`` in a router that ignores the query
     (it then never loads an encoder).
