@@ -7,17 +7,17 @@ tuned with :func:`~locus_sklearn.inspection.calibrate_cost_weight` on the
 other 25 % of the train queries (held out from the fit: the router's kernel
 readout knows the answers to the queries it was fitted on, which makes its
 P(correct) sharper there than on new traffic) and, for comparison, on every
-train query. The tuned λ then routes the test queries; reported: the target,
+train query. A second pair of routers is fitted on all the train queries and
+λ tuned on them with ``cv=5``: each train query routed by its out-of-fold
+P(correct) (``cross_val_predict_proba``), no query held out of the fit. The
+tuned λ then routes the test queries; reported: the target,
 what the calibration queries gave, what the test queries give and the
 relative miss. Targets: a mean cost per query of half the cost of always
 calling the best single model (GPT-4), at most 20 % of calls to GPT-4, and
 an accuracy floor 1 point under GPT-4's train accuracy.
 
-The LocusRouter is the plain one (``shrinkage=None``): the cost weight
-trades per-query P(correct) against cost, and the default's shrinkage, which
-chooses s = 1 on RouterBench (every query's P(correct) its model's mean
-score), leaves the weight a handful of whole-traffic routings to choose from
-(``--shrinkage auto`` measures that).
+The LocusRouter is the plain one (``shrinkage=None``); ``--shrinkage auto``
+measures the default, whose shrinkage is chosen at fit (with costs, below 1).
 
 Writes ``results/calibration.md`` and ``results/calibration.json``
 (``calibration_shrinkage_auto.*`` with ``--shrinkage auto``).
@@ -45,6 +45,7 @@ sys.path.insert(0, ROOT)
 
 STRONG = "gpt-4-1106-preview"
 N_NEIGHBORS = 20
+CV = 5
 
 
 def _routed(router, queries, weight):
@@ -81,37 +82,59 @@ def main(argv=None):
     fit_part = train[~train["query"].isin(held)]
     calibration = train[train["query"].isin(held)]
 
+    def fit_locus(rows):
+        return LocusRouter(
+            LocusEmbedder(
+                data.encodings,
+                embedding_dim=32,
+                n_latents=8,
+                n_blocks=1,
+                max_epochs=30,
+                random_state=0,
+            ),
+            shrinkage=shrinkage,
+        ).fit(rows, model_costs=data.model_costs)
+
+    def fit_knn(rows):
+        return KNNRouter(N_NEIGHBORS, encoder=data.encodings).fit(
+            rows, model_costs=data.model_costs
+        )
+
     start = time.perf_counter()
-    locus = LocusRouter(
-        LocusEmbedder(
-            data.encodings,
-            embedding_dim=32,
-            n_latents=8,
-            n_blocks=1,
-            max_epochs=30,
-            random_state=0,
-        ),
-        shrinkage=shrinkage,
-    ).fit(fit_part, model_costs=data.model_costs)
+    locus = fit_locus(fit_part)
     fit_s = time.perf_counter() - start
-    knn = KNNRouter(N_NEIGHBORS, encoder=data.encodings).fit(
-        fit_part, model_costs=data.model_costs
-    )
+    # No query held out: fitted on all of train, calibrated on it with
+    # out-of-fold predictions (each train query routed by a copy fitted
+    # without it).
+    locus_all = fit_locus(train)
+    held_out = [
+        ("held-out 25 % of train", calibration, None),
+        ("all of train", train, None),
+    ]
+    cross_fitted = [(f"all of train, {CV} folds cross-fitted", train, CV)]
+    knn_name = f"KNNRouter({N_NEIGHBORS})"
     records, references = [], {}
-    for router_name, router in [
-        ("LocusRouter", locus),
-        (f"KNNRouter({N_NEIGHBORS})", knn),
+    for router_name, router, sources in [
+        ("LocusRouter", locus, held_out),
+        (knn_name, fit_knn(fit_part), held_out),
+        ("LocusRouter, fitted on all of train", locus_all, cross_fitted),
+        (f"{knn_name}, fitted on all of train", fit_knn(train), cross_fitted),
     ]:
         references[router_name] = _calibrate(
-            router_name, router, train, test, calibration, records
+            router_name, router, train, test, sources, records
         )
     _write(
         data, fit_part, calibration, train, test, fit_s, references, records,
-        shrinkage={"parameter": shrinkage, "chosen": float(locus.shrinkage_)},
+        shrinkage={
+            "parameter": shrinkage,
+            "chosen": float(locus.shrinkage_),
+            "chosen_all_of_train": float(locus_all.shrinkage_),
+        },
     )  # fmt: skip
 
 
-def _calibrate(router_name, router, train, test, calibration, records):
+def _calibrate(router_name, router, train, test, sources, records):
+    """Calibrate ``router`` on each (name, evals, cv) of ``sources``; check on test."""
     from locus_sklearn import check_evals
     from locus_sklearn.inspection import calibrate_cost_weight, cost_quality_curve
 
@@ -126,15 +149,12 @@ def _calibrate(router_name, router, train, test, calibration, records):
         ("target_share", 0.20),
         ("min_accuracy", strong_train_accuracy - 0.01),
     ]
-    for calibrated_on, cal in [
-        ("held-out 25 % of train", calibration),
-        ("all of train", train),
-    ]:
+    for calibrated_on, cal, cv in sources:
         for name, target in targets:
             # models= also reports the GPT-4 share for the other targets.
             try:
                 result = calibrate_cost_weight(
-                    router, cal, **{name: float(target)}, models=[STRONG]
+                    router, cal, **{name: float(target)}, models=[STRONG], cv=cv
                 )
             except ValueError as exc:  # the target is out of the router's reach
                 print(f"{router_name}, {calibrated_on}, {name}: {exc}", flush=True)
@@ -172,7 +192,7 @@ def _calibrate(router_name, router, train, test, calibration, records):
                 "target_share": result.share,
                 "min_accuracy": result.accuracy,
             }[name]
-            n_steps = len(cost_quality_curve(router, cal).points)
+            n_steps = len(cost_quality_curve(router, cal, cv=cv).points)
             records.append(
                 {
                     "router": router_name,
@@ -250,7 +270,10 @@ def _shrinkage(result):
     shrinkage = result.get("shrinkage")  # not recorded before 2026-12-01
     if shrinkage is None or shrinkage["parameter"] is None:
         return "`shrinkage=None`, the plain router"
-    return f'`shrinkage="auto"`, which chose {shrinkage["chosen"]:g}'
+    text = f'`shrinkage="auto"`, which chose {shrinkage["chosen"]:g}'
+    if "chosen_all_of_train" in shrinkage:
+        text += f" ({shrinkage['chosen_all_of_train']:g} fitted on all of train)"
+    return text
 
 
 def _markdown(result):
@@ -266,8 +289,10 @@ def _markdown(result):
         "KNNRouter on the same "
         "MiniLM encodings); λ tuned with `calibrate_cost_weight` on the other "
         f"{n['calibration']} train queries (held out from the fit), or on all "
-        f"{n['train']}; then checked on the {n['test']} test queries, routed among "
-        "every model. Costs: each model's mean USD cost per query over train. "
+        f"{n['train']}; or routers fitted on all {n['train']} train queries, λ tuned "
+        "on them with `cv=5` (each query routed by a copy of the router fitted "
+        "without its fold: `cross_val_predict_proba`); then checked on the "
+        f"{n['test']} test queries, routed among every model. Costs: each model's mean USD cost per query over train. "
         "Targets: half the cost of always calling GPT-4, at most 20 % of calls to "
         "GPT-4, accuracy one point under GPT-4's train accuracy. The encoder reads "
         "each prompt's question without its few-shot exemplars (which alone fill "

@@ -25,7 +25,7 @@ from conftest import TINY  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.datasets import make_model_pool  # noqa: E402
-from locus_sklearn.inspection import fallback_order  # noqa: E402
+from locus_sklearn.inspection import calibrate_cost_weight, fallback_order  # noqa: E402
 from locus_sklearn.serve import (  # noqa: E402
     create_app,
     litellm_config,
@@ -683,6 +683,20 @@ def test_calibrate_command(tmp_path, router_path, routers, pool, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["mean_cost"] <= target
     assert LocusRouter.load(out).cost_weight == pytest.approx(result["cost_weight"])
+
+    # --cv: the router's own training evaluations, routed out of fold.
+    train_csv = tmp_path / "train.csv"
+    pool.evals.to_csv(train_csv, index=False)
+    argv = ["calibrate", str(router_path), str(train_csv), "--target-cost"]
+    assert serve_main([*argv, str(target), "--cv", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    expected = calibrate_cost_weight(
+        LocusRouter.load(router_path), pool.evals, target_cost=target, cv=3
+    )
+    assert result["cost_weight"] == pytest.approx(expected.cost_weight)
+    assert result["n_queries"] == pool.evals["query"].nunique()
+    assert serve_main([*argv, str(target), "--cv", "1"]) == 1
+    assert "cv must be an int in [2" in capsys.readouterr().err
 
     text = tmp_path / "queries.txt"
     text.write_text("\n".join(evals["query"].unique()))

@@ -74,6 +74,29 @@ def _read_queries_or_evals(router, evals):
     return queries, None, np.ones((len(queries), len(classes)), dtype=bool)
 
 
+def _queries_and_proba(router, evals, cv, *, scores_needed=None):
+    """Queries, dense scores (or None), candidates and P(correct): the
+    router's predictions, or with ``cv`` its out-of-fold ones. Raises
+    TypeError with the message ``scores_needed`` if given and ``evals``
+    holds queries only."""
+    queries, Y, candidates = _read_queries_or_evals(router, evals)
+    if Y is None and scores_needed is not None:
+        raise TypeError(scores_needed)
+    if cv is None:
+        proba = router.predict_proba(queries)
+    elif Y is None:
+        raise TypeError(
+            f"cv={cv!r} refits copies of the router on the rows of evals, so evals "
+            "must be scored evaluations (model, query, score); got queries only."
+        )
+    else:
+        # Imported here: model_selection builds on the routers.
+        from ..model_selection import cross_val_predict_proba
+
+        proba = cross_val_predict_proba(router, evals, cv=cv)
+    return queries, Y, candidates, np.asarray(proba, dtype=np.float64)
+
+
 def _breakpoints(proba, costs, candidates):
     """Every λ > 0 where some query's routed model changes, and the change.
 
@@ -216,7 +239,7 @@ def _aiq(cost, accuracy):
     return float(np.trapezoid(y, x) / (x[-1] - x[0]))
 
 
-def cost_quality_curve(router, evals, cost_weights=None, *, models=None):
+def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None):
     """Accuracy and mean cost of a router's routing as the cost weight varies.
 
     Each query of ``evals`` is routed as :meth:`~locus_sklearn.LocusRouter.score`
@@ -241,6 +264,12 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None):
     models : sequence of str, default=None
         Also report the share of queries routed to these models (e.g. the
         most expensive ones).
+    cv : int, cross-validation splitter or None, default=None
+        None routes by ``router.predict_proba``. Given, ``evals`` are the
+        router's training evaluations and each query is routed by the
+        P(correct) of a copy fitted without it
+        (:func:`~locus_sklearn.model_selection.cross_val_predict_proba`), as
+        for :func:`calibrate_cost_weight`.
 
     Returns
     -------
@@ -281,20 +310,21 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None):
     0.875
     """
     costs = _router_costs(router)
-    queries, Y, candidates = _read_queries_or_evals(router, evals)
-    if Y is None:
-        raise TypeError(
-            "evals must be a table of scored evaluations (model, query, score) "
-            "to measure accuracy; got queries only."
-        )
     share_mask = None
     if models is not None:
         share_mask = check_model_subset(models, router.classes_)
-    proba = np.asarray(router.predict_proba(queries), dtype=np.float64)
+    if cost_weights is not None:
+        weights = _check_cost_weights(cost_weights)
+    queries, Y, candidates, proba = _queries_and_proba(
+        router,
+        evals,
+        cv,
+        scores_needed="evals must be a table of scored evaluations (model, query, "
+        "score) to measure accuracy; got queries only.",
+    )
     if cost_weights is None:
         points = _intervals(proba, costs, candidates, Y, share_mask)
     else:
-        weights = _check_cost_weights(cost_weights)
         rows = np.arange(len(queries))
         records = []
         for weight in weights:
@@ -355,6 +385,7 @@ def calibrate_cost_weight(
     target_share=None,
     models=None,
     min_accuracy=None,
+    cv=None,
 ):
     """The cost weight λ that meets a target on a set of calibration queries.
 
@@ -376,9 +407,11 @@ def calibrate_cost_weight(
     result with ``router.set_params(cost_weight=result.cost_weight)``.
 
     Cost and share targets need only the queries, so unlabelled traffic (a
-    log of real queries) calibrates them; calibrate on queries the router
-    did not read at fit (its kernel readout has their answers), or the
-    targets will be off on new traffic.
+    log of real queries) calibrates them. Calibrate on queries the router
+    did not read at fit (its kernel readout has their answers, so it is
+    surer of them than of new traffic), or on its training evaluations with
+    ``cv``: each query is then routed by a copy of the router fitted
+    without it, and no query has to be held out of the fit.
 
     Parameters
     ----------
@@ -400,6 +433,13 @@ def calibrate_cost_weight(
         in the result's ``share`` for the other targets.
     min_accuracy : float in [0, 1], default=None
         Smallest acceptable routing accuracy.
+    cv : int, cross-validation splitter or None, default=None
+        None routes by ``router.predict_proba``. Given, ``evals`` are the
+        router's training evaluations (scored, every model of the pool) and
+        each query is routed by the out-of-fold P(correct) of
+        :func:`~locus_sklearn.model_selection.cross_val_predict_proba`
+        (``cv`` folds of the queries; a LocusRouter re-embeds its pool per
+        fold with its trained network, other routers are refitted).
 
     Returns
     -------
@@ -460,16 +500,18 @@ def calibrate_cost_weight(
             "target_share needs models=, the models whose share of calls it caps."
         )
     costs = _router_costs(router)
-    queries, Y, candidates = _read_queries_or_evals(router, evals)
-    if min_accuracy is not None and Y is None:
-        raise TypeError(
-            "min_accuracy needs scored evaluations (model, query, score); got "
-            "queries only."
-        )
     share_mask = None
     if models is not None:
         share_mask = check_model_subset(models, router.classes_)
-    proba = np.asarray(router.predict_proba(queries), dtype=np.float64)
+    queries, Y, candidates, proba = _queries_and_proba(
+        router,
+        evals,
+        cv,
+        scores_needed=None
+        if min_accuracy is None
+        else "min_accuracy needs scored evaluations (model, query, score); got "
+        "queries only.",
+    )
     points = _intervals(proba, costs, candidates, Y, share_mask)
     # Round-off in the running sums must not turn an exact hit into a miss.
     tol = 1e-9

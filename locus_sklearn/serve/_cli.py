@@ -4,7 +4,7 @@
 
     locus serve          ROUTER [--config gateway.yaml] [--host 127.0.0.1] [--port 8000]
     locus calibrate      ROUTER EVALS (--target-cost C | --target-share S --models A,B
-                         | --min-accuracy A) [-o ROUTER_OUT]
+                         | --min-accuracy A) [--cv K] [-o ROUTER_OUT]
     locus litellm-config ROUTER --config gateway.yaml [-o litellm.yaml]
 
 :func:`add_subparsers` registers them on the ``locus`` parser; each parser's
@@ -98,6 +98,7 @@ def _cmd_calibrate(args):
         target_share=args.target_share,
         models=args.models,
         min_accuracy=args.min_accuracy,
+        cv=args.cv,
     )
     if args.output:
         router.set_params(cost_weight=result.cost_weight)
@@ -299,7 +300,8 @@ def _add_calibrate(subparsers):
         "--target-share of calls to --models, or the cheapest λ with accuracy >= "
         "--min-accuracy (needs scores). EVALS is a long-format evaluations file "
         "(csv/parquet/jsonl) or, for cost and share targets, a .txt file of queries, "
-        "one per line. Use queries the router was not fitted on.",
+        "one per line. Use queries the router was not fitted on, or its training "
+        "evaluations with --cv.",
     )
     _router_options(p)
     p.add_argument("evals", metavar="EVALS", help="calibration evaluations or queries")
@@ -324,6 +326,13 @@ def _add_calibrate(subparsers):
         type=model_list,
         metavar="A,B",
         help="the models --target-share caps (comma-separated)",
+    )
+    p.add_argument(
+        "--cv",
+        type=positive_int,
+        metavar="K",
+        help="EVALS are the router's training evaluations: route each query by a "
+        "copy of the router fitted without its fold, in K folds (K >= 2)",
     )
     p.add_argument(
         "-o",

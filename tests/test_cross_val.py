@@ -1,0 +1,119 @@
+"""cross_val_predict_proba: out-of-fold P(correct) on a router's own queries,
+and the cost calibration that reads it."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import KFold, PredefinedSplit
+
+from locus_sklearn import LocusRouter
+from locus_sklearn.baselines import KNNRouter
+from locus_sklearn.inspection import calibrate_cost_weight, cost_quality_curve
+from locus_sklearn.model_selection import cross_val_predict_proba
+
+# Four queries in two pairs of near neighbours (q1 ~ q3, q2 ~ q4); KFold(2)
+# over the sorted queries holds out q1, q2 and then q3, q4, so each query's
+# nearest training query is its pair's other member.
+ENCODER = {"q1": [1.0, 0.0], "q2": [0.0, 1.0], "q3": [1.0, 0.1], "q4": [0.1, 1.0]}
+QUERIES = ["q1", "q2", "q3", "q4"]
+# big is always right; small is right on q1 and q4 only, so its neighbour's
+# answer is always the opposite of its own.
+EVALS = pd.DataFrame(
+    {
+        "model": ["big"] * 4 + ["small"] * 4,
+        "query": QUERIES * 2,
+        "score": [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0],
+    }
+)
+COSTS = {"big": 10.0, "small": 1.0}
+
+
+@pytest.fixture
+def knn():
+    return KNNRouter(1, encoder=ENCODER).fit(EVALS, model_costs=COSTS)
+
+
+def test_out_of_fold_probabilities_by_hand(knn):
+    np.testing.assert_array_equal(knn.predict_proba(QUERIES)[:, 1], [1, 0, 0, 1])
+    proba = cross_val_predict_proba(knn, EVALS, cv=KFold(2))
+    np.testing.assert_array_equal(proba, [[1, 0], [1, 1], [1, 1], [1, 0]])
+    # The same folds given as a splitter of another kind.
+    fold = PredefinedSplit([0, 0, 1, 1])
+    np.testing.assert_array_equal(cross_val_predict_proba(knn, EVALS, cv=fold), proba)
+    # An int: shuffled KFold; a 4-fold split leaves each query its pair's
+    # other member among the training queries, as above.
+    np.testing.assert_array_equal(cross_val_predict_proba(knn, EVALS, cv=4), proba)
+    # The router itself is not changed.
+    np.testing.assert_array_equal(knn.predict_proba(QUERIES)[:, 1], [1, 0, 0, 1])
+
+
+def test_cost_curve_with_cv_routes_by_the_out_of_fold_proba(knn):
+    # In the middle interval of λ (0 < λ < 1/9) small takes the queries where
+    # its P(correct) is 1. In-sample that is where it is right (q1, q4:
+    # accuracy 1); out of fold, where it is wrong (q2, q3: accuracy 0.5).
+    middle = cost_quality_curve(knn, EVALS).points.iloc[1]
+    assert (middle["mean_cost"], middle["accuracy"]) == (5.5, 1.0)
+    curve = cost_quality_curve(knn, EVALS, cv=KFold(2))
+    assert curve.points["mean_cost"].tolist() == [10.0, 5.5, 1.0]
+    assert curve.points["accuracy"].tolist() == [1.0, 0.5, 0.5]
+    result = calibrate_cost_weight(knn, EVALS, target_cost=6.0, cv=KFold(2))
+    assert (result.mean_cost, result.accuracy) == (5.5, 0.5)
+    # Inside the interval (0, 1/9), at its midpoint.
+    assert (result.lower, result.upper) == (0.0, pytest.approx(1 / 9))
+    assert result.cost_weight == pytest.approx(1 / 18)
+
+
+def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=5, n_queries=120, evals_per_model="all",
+                           random_state=0)  # fmt: skip
+    router = LocusRouter(tiny_embedder(pool.encodings, max_epochs=2)).fit(
+        pool.evals, model_costs=pool.n_params
+    )
+    weights = {k: v.clone() for k, v in router._locus.net_.module_.state_dict().items()}
+    embeddings = router.model_embeddings_.copy()
+    proba = cross_val_predict_proba(router, pool.evals, cv=3)
+    # Each fold: the same network, the pool re-embedded from the other folds'
+    # rows, the router's shrinkage.
+    queries = np.sort(pool.evals["query"].unique())
+    expected = np.empty_like(proba)
+    for _, held in KFold(3, shuffle=True, random_state=0).split(queries):
+        inside = pool.evals[~pool.evals["query"].isin(queries[held])]
+        frozen = FrozenEstimator(router.embedder_)
+        copy = LocusRouter(frozen, shrinkage=router.shrinkage_).fit(inside)
+        expected[held] = copy.predict_proba(queries[held])
+    np.testing.assert_allclose(proba, expected, rtol=1e-6)
+    for key, value in router._locus.net_.module_.state_dict().items():
+        assert torch.equal(value, weights[key])  # not retrained
+    np.testing.assert_array_equal(router.model_embeddings_, embeddings)
+
+
+def test_errors_name_the_problem(knn):
+    with pytest.raises(ValueError, match=r"cv must be an int in \[2, n_queries=4\]"):
+        cross_val_predict_proba(knn, EVALS, cv=1)
+    with pytest.raises(TypeError, match="cv must be an int >= 2 or a splitter"):
+        cross_val_predict_proba(knn, EVALS, cv="five")
+    with pytest.raises(ValueError, match=r"no rows for: \['small'\]"):
+        cross_val_predict_proba(knn, EVALS[EVALS["model"] == "big"], cv=2)
+    other = EVALS.assign(model=EVALS["model"].replace({"small": "tiny"}))
+    with pytest.raises(ValueError, match=r"unknown model.*'tiny'"):
+        cross_val_predict_proba(knn, other, cv=2)
+    # small answered only q1 and q2: a fold holding both leaves it no rows.
+    sparse = EVALS[(EVALS["model"] == "big") | EVALS["query"].isin(["q1", "q2"])]
+    with pytest.raises(ValueError, match=r"every evaluation in one fold.*'small'"):
+        cross_val_predict_proba(knn, sparse, cv=KFold(2))
+    with pytest.raises(ValueError, match="more than one test fold"):
+        cross_val_predict_proba(knn, EVALS, cv=_Overlapping())
+    with pytest.raises(ValueError, match=r"in no test fold: \['q4'\]"):
+        cross_val_predict_proba(knn, EVALS, cv=PredefinedSplit([0, 0, 1, -1]))
+    with pytest.raises(TypeError, match="cv=2 refits copies.*queries only"):
+        calibrate_cost_weight(knn, QUERIES, target_cost=6.0, cv=2)
+
+
+class _Overlapping:
+    def split(self, X):
+        yield np.array([2, 3]), np.array([0, 1])
+        yield np.array([0, 3]), np.array([1, 2])
