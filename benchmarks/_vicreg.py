@@ -47,11 +47,21 @@ def variance_covariance(z, gamma=GAMMA, eps=EPS):
     return variance, off.pow(2).sum() / d
 
 
+def participation_ratio(z):
+    """(Σσ²)² / Σσ⁴ over the singular values of the centred rows of ``z``."""
+    lam = torch.linalg.svdvals(z - z.mean(dim=0)) ** 2
+    return float(lam.sum() ** 2 / (lam**2).sum()) if lam.sum() > 0 else 0.0
+
+
 @contextlib.contextmanager
 def vicreg_training(
-    variance_weight=VARIANCE_WEIGHT, covariance_weight=COVARIANCE_WEIGHT
+    variance_weight=VARIANCE_WEIGHT, covariance_weight=COVARIANCE_WEIGHT, record=None
 ):
-    """Within the block, LOCUS's training loss includes the VICReg terms."""
+    """Within the block, LOCUS's training loss includes the VICReg terms.
+
+    ``record``: a list that gets, per training step, the two terms and the
+    participation ratio of that batch's embeddings (a diagnostic).
+    """
     original = _training.LocusNet.get_loss
 
     def get_loss(self, y_pred, y_true, X=None, training=False):
@@ -60,6 +70,10 @@ def vicreg_training(
         if not training or z.shape[0] < 2:
             return loss
         variance, covariance = variance_covariance(z)
+        if record is not None:
+            with torch.no_grad():
+                pr = participation_ratio(z.detach().float())
+            record.append((float(variance), float(covariance), pr))
         return loss + variance_weight * variance + covariance_weight * covariance
 
     _training.LocusNet.get_loss = get_loss
