@@ -71,9 +71,8 @@ def vicreg_training(
             return loss
         variance, covariance = variance_covariance(z)
         if record is not None:
-            with torch.no_grad():
-                pr = participation_ratio(z.detach().float())
-            record.append((float(variance), float(covariance), pr))
+            pr = participation_ratio(z.detach().float())
+            record.append((float(variance.detach()), float(covariance.detach()), pr))
         return loss + variance_weight * variance + covariance_weight * covariance
 
     _training.LocusNet.get_loss = get_loss
