@@ -63,6 +63,13 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shrinkage", choices=["none", "auto"], default="none")
+    parser.add_argument(
+        "--cv",
+        type=int,
+        default=CV,
+        help=f"folds of the cross-fitted calibration (default {CV}; another value "
+        "writes files with a _cv<K> suffix)",
+    )
     args = parser.parse_args(argv)
     shrinkage = None if args.shrinkage == "none" else "auto"
 
@@ -111,7 +118,7 @@ def main(argv=None):
         ("held-out 25 % of train", calibration, None),
         ("all of train", train, None),
     ]
-    cross_fitted = [(f"all of train, {CV} folds cross-fitted", train, CV)]
+    cross_fitted = [(f"all of train, {args.cv} folds cross-fitted", train, args.cv)]
     knn_name = f"KNNRouter({N_NEIGHBORS})"
     records, references = [], {}
     for router_name, router, sources in [
@@ -124,7 +131,7 @@ def main(argv=None):
             router_name, router, train, test, sources, records
         )
     _write(
-        data, fit_part, calibration, train, test, fit_s, references, records,
+        data, fit_part, calibration, train, test, fit_s, references, records, args.cv,
         shrinkage={
             "parameter": shrinkage,
             "chosen": float(locus.shrinkage_),
@@ -233,13 +240,15 @@ def _sampling_sd(per_query, n_boot=2000):
 
 
 def _write(
-    data, fit_part, calibration, train, test, fit_s, references, records, shrinkage
-):
+    data, fit_part, calibration, train, test, fit_s, references, records, cv,
+    shrinkage,
+):  # fmt: skip
     result = {
         "date": datetime.date.today().isoformat(),
         "commit": git_commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "fit_seconds": fit_s,
+        "cv": cv,
         # The default LocusRouter's shrinkage toward each model's mean score.
         "shrinkage": shrinkage,
         "n_queries": {
@@ -253,6 +262,7 @@ def _write(
     }
     os.makedirs(RESULTS, exist_ok=True)
     stem = "calibration" + ("_shrinkage_auto" if shrinkage["parameter"] else "")
+    stem += "" if cv == CV else f"_cv{cv}"
     with open(os.path.join(RESULTS, f"{stem}.json"), "w") as f:
         json.dump(result, f, indent=2)
     with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
@@ -290,7 +300,8 @@ def _markdown(result):
         "MiniLM encodings); λ tuned with `calibrate_cost_weight` on the other "
         f"{n['calibration']} train queries (held out from the fit), or on all "
         f"{n['train']}; or routers fitted on all {n['train']} train queries, λ tuned "
-        "on them with `cv=5` (each query routed by a copy of the router fitted "
+        f"on them with `cv={result.get('cv', CV)}` (each query routed by a copy of "
+        "the router fitted "
         "without its fold: `cross_val_predict_proba`); then checked on the "
         f"{n['test']} test queries, routed among every model. Costs: each model's mean USD cost per query over train. "
         "Targets: half the cost of always calling GPT-4, at most 20 % of calls to "
