@@ -52,7 +52,7 @@ def fold_curves(make_embedder, fitted, table, X_query, refit):
     differ = dict.fromkeys(SHRINKAGE_GRID, 0)
     fit_fold = (lambda evals: make_embedder().fit(evals)) if refit else None
     # The estimator's folds (choose_shrinkage reads the same generator).
-    for y, proba, means, _ in cross_fitted_predictions(
+    for y, proba, means, _, _ in cross_fitted_predictions(
         fitted, table, X_query, 5, fit_fold=fit_fold
     ):
         rows = np.arange(len(y))

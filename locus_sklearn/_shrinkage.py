@@ -10,6 +10,8 @@ accuracy of that routing on the training evaluations
 (benchmarks/results/TUNING.md, sessions 7 and 9).
 """
 
+from numbers import Integral
+
 import numpy as np
 from sklearn.model_selection import KFold
 
@@ -129,7 +131,7 @@ def choose_shrinkage(
     penalty_of = cost_weight * np.asarray(model_costs, dtype=np.float64)
     hits = {s: [] for s in grid}
     folds = cross_fitted_predictions(embedder, table, X_query, n_folds)
-    for y, proba, means, columns in folds:
+    for y, proba, means, columns, _ in folds:
         rows = np.arange(len(y))
         penalty = penalty_of[columns]
         for s in grid:
@@ -147,8 +149,8 @@ def choose_shrinkage(
 def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
     """Per query fold, predictions by models embedded without the fold's rows.
 
-    The training queries are split by sklearn's ``KFold`` (shuffled, seed 0);
-    a fold holding every query is skipped.
+    The training queries are split by sklearn's ``KFold`` (shuffled, seed 0)
+    or by the splitter given; a fold holding every query is skipped.
 
     Parameters
     ----------
@@ -156,7 +158,9 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
         Fitted.
     table : EvalTable
     X_query : ndarray of shape (table.n_queries, n_features)
-    n_folds : int, at least 2 and at most ``table.n_queries``
+    n_folds : int or cross-validation splitter
+        An int (at least 2, at most ``table.n_queries``) is the number of
+        folds; a splitter's ``split`` is called on ``table.queries``.
     fit_fold : callable, optional
         ``fit_fold(evals) -> LocusEmbedder`` fitted on the rows outside the
         fold (a DataFrame), used instead of ``embedder`` for that fold (the
@@ -173,17 +177,23 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
         Their mean scores over the rows outside the fold.
     columns : ndarray of int, shape (n_embedded,)
         Their positions in ``table.models``.
+    rows : ndarray of int, shape (n_fold_queries,)
+        The fold's queries: their positions in ``table.queries``, in the
+        order of the rows above.
     """
     frame = table.to_frame()[["model", "query", "score"]]
-    split = KFold(n_folds, shuffle=True, random_state=0).split(table.queries)
-    for _, held in split:
+    splitter = n_folds
+    if isinstance(n_folds, Integral):
+        splitter = KFold(n_folds, shuffle=True, random_state=0)
+    for _, held in splitter.split(table.queries):
         is_held = np.isin(table.query_index, held)
         if is_held.all():
             continue
         inside = check_evals(frame[~is_held])
         outside = check_evals(frame[is_held])
         X_inside = X_query[np.searchsorted(table.queries, inside.queries)]
-        X_held = X_query[np.searchsorted(table.queries, outside.queries)]
+        rows = np.searchsorted(table.queries, outside.queries)
+        X_held = X_query[rows]
         fold_embedder = embedder if fit_fold is None else fit_fold(frame[~is_held])
         # Scores of the fold's queries by the models embedded without them
         # (a model with every row in the fold has no embedding here).
@@ -195,4 +205,4 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
             (X_inside, inside),
         )
         positions = np.searchsorted(table.models, inside.models)
-        yield y, proba, mean_scores(inside), positions
+        yield y, proba, mean_scores(inside), positions, rows

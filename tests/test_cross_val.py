@@ -89,6 +89,13 @@ def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
     for key, value in router._locus.net_.module_.state_dict().items():
         assert torch.equal(value, weights[key])  # not retrained
     np.testing.assert_array_equal(router.model_embeddings_, embeddings)
+    # A model whose rows all lie in one fold cannot be embedded without it.
+    first = KFold(3, shuffle=True, random_state=0).split(queries)
+    fold = queries[next(first)[1]]
+    lone = router.classes_[0]
+    sparse = pool.evals[(pool.evals["model"] != lone) | pool.evals["query"].isin(fold)]
+    with pytest.raises(ValueError, match=f"every evaluation in one fold.*'{lone}'"):
+        cross_val_predict_proba(router, sparse, cv=3)
 
 
 def test_errors_name_the_problem(knn):

@@ -168,9 +168,11 @@ def test_cross_fitted_predictions_hold_each_query_out_once():
     held = [set(table.queries) - q for q in inside]
     assert sum(map(len, held)) == table.n_queries  # the folds partition the queries
     assert set().union(*held) == set(table.queries)
-    for (y, proba, means, columns), queries in zip(folds, held, strict=True):
+    for (y, proba, means, columns, rows), queries in zip(folds, held, strict=True):
         np.testing.assert_array_equal(columns, [0, 1])  # both models, in order
-        rows = np.searchsorted(table.queries, sorted(queries))
+        np.testing.assert_array_equal(
+            rows, np.searchsorted(table.queries, sorted(queries))
+        )
         np.testing.assert_array_equal(y, truth[rows])  # the fold's own scores
         np.testing.assert_array_equal(proba, truth[rows])  # from the fold's embedder
         outside = np.setdiff1d(np.arange(table.n_queries), rows)

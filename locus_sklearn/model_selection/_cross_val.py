@@ -4,7 +4,6 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import KFold
 from sklearn.utils.validation import check_is_fitted
 
@@ -32,19 +31,45 @@ def _check_cv(cv, n_queries):
     )
 
 
-def _fold_copy(router):
-    """An unfitted copy of ``router`` that, fitted on some rows, predicts as
-    ``router`` would have from them: a LocusRouter's copy reuses its trained
-    network (no retraining) and its fitted shrinkage; others are clones."""
-    from .._router import LocusRouter, _unwrap  # the router builds on this package
+def _lost_models(lost):
+    return ValueError(
+        f"{len(lost)} model(s) have every evaluation in one fold, so a copy "
+        f"fitted without it cannot predict them: {_preview(lost)}. Use fewer "
+        "folds (cv), or give these models more evaluations."
+    )
 
-    if isinstance(router, LocusRouter):
-        return LocusRouter(
-            FrozenEstimator(_unwrap(router.embedder_)),
-            cost_weight=router.cost_weight,
-            shrinkage=router.shrinkage_,
-        )
-    return clone(router)
+
+def _refitted_folds(router, table, splitter):
+    """(fold's query positions, its P(correct)) from clones of ``router``
+    refitted, with its costs, on the rows outside each fold."""
+    classes = np.asarray(router.classes_, dtype=object)
+    costs = router.model_costs_
+    fold_costs = None if costs is None else dict(zip(classes, costs, strict=True))
+    frame = table.to_frame()[["model", "query", "score"]]
+    for _, held in splitter.split(table.queries):
+        held = np.asarray(held)
+        inside = frame[~np.isin(table.query_index, held)]
+        lost = np.setdiff1d(classes, inside["model"].unique())
+        if len(lost):
+            raise _lost_models(lost)
+        copy = clone(router).fit(inside, model_costs=fold_costs)
+        yield held, copy.predict_proba(table.queries[held])
+
+
+def _locus_folds(router, table, splitter):
+    """The same for a LocusRouter without refitting anything: its trained
+    network embeds the pool from the rows outside each fold and predicts the
+    fold (the kernel readout reading those rows), blended by its fitted
+    shrinkage toward those rows' mean scores, as a LocusRouter fitted on them
+    with a frozen embedder would; every query is encoded once."""
+    from .._shrinkage import cross_fitted_predictions, shrink
+
+    X = router._encode(table.queries)
+    folds = cross_fitted_predictions(router._locus, table, X, splitter)
+    for _, proba, means, columns, rows in folds:
+        if len(columns) < table.n_models:
+            raise _lost_models(np.delete(table.models, columns))
+        yield rows, shrink(proba, means, router.shrinkage_)
 
 
 def cross_val_predict_proba(router, evals, *, cv=5):
@@ -57,10 +82,13 @@ def cross_val_predict_proba(router, evals, *, cv=5):
     each fold a copy of ``router`` is fitted on the rows of the other folds
     and predicts the fold's queries, as scikit-learn's
     :func:`~sklearn.model_selection.cross_val_predict` does. A
-    :class:`~locus_sklearn.LocusRouter`'s copies reuse its trained network
-    (``FrozenEstimator``; each fold re-embeds the pool from the rows outside
-    it, no retraining) and its fitted ``shrinkage_``; any other router is
-    cloned and refitted, with the router's costs.
+    :class:`~locus_sklearn.LocusRouter` is not retrained: its trained network
+    embeds the pool from the rows outside each fold and predicts the fold
+    (its kernel readout reading those rows), with its fitted ``shrinkage_``
+    toward those rows' mean scores, which is what ``LocusRouter(
+    FrozenEstimator(router.embedder_), shrinkage=router.shrinkage_)`` fitted
+    on them predicts; the queries are encoded once. Any other router is
+    cloned and refitted on each fold's rows, with the router's costs.
 
     Parameters
     ----------
@@ -107,28 +135,16 @@ def cross_val_predict_proba(router, evals, *, cv=5):
             + (f"no rows for: {_preview(absent)}." if len(absent) else "")
         )
     splitter = _check_cv(cv, table.n_queries)
-    costs = router.model_costs_
-    frame = table.to_frame()[["model", "query", "score"]]
+    from .._router import LocusRouter  # the router builds on this package
+
+    folds = _locus_folds if isinstance(router, LocusRouter) else _refitted_folds
     proba = np.empty((table.n_queries, len(classes)))
     covered = np.zeros(table.n_queries, dtype=bool)
-    for _, held in splitter.split(table.queries):
-        held = np.asarray(held)
+    for held, fold_proba in folds(router, table, splitter):
         if covered[held].any():
             raise ValueError("cv gave a query to more than one test fold.")
         covered[held] = True
-        inside = frame[~np.isin(table.query_index, held)]
-        lost = np.setdiff1d(classes, inside["model"].unique())
-        if len(lost):
-            raise ValueError(
-                f"{len(lost)} model(s) have every evaluation in one fold, so a "
-                f"copy fitted without it cannot predict them: {_preview(lost)}. "
-                "Use fewer folds (cv), or give these models more evaluations."
-            )
-        fold_costs = None
-        if costs is not None:
-            fold_costs = dict(zip(classes, costs, strict=True))
-        copy = _fold_copy(router).fit(inside, model_costs=fold_costs)
-        proba[held] = copy.predict_proba(table.queries[held])
+        proba[held] = fold_proba
     if not covered.all():
         raise ValueError(
             f"cv left {int((~covered).sum())} query(ies) in no test fold: "
