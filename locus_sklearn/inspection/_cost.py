@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import check_model_subset, routing_utility
 from .._evals import check_evals, check_queries
 from ..metrics import route
+from ..model_selection import cross_val_predict_proba
 
 __all__ = ["calibrate_cost_weight", "cost_quality_curve"]
 
@@ -90,9 +91,6 @@ def _queries_and_proba(router, evals, cv, *, scores_needed=None):
             "must be scored evaluations (model, query, score); got queries only."
         )
     else:
-        # Imported here: model_selection builds on the routers.
-        from ..model_selection import cross_val_predict_proba
-
         proba = cross_val_predict_proba(router, evals, cv=cv)
     return queries, Y, candidates, np.asarray(proba, dtype=np.float64)
 

@@ -8,6 +8,8 @@ from sklearn.model_selection import KFold
 from sklearn.utils.validation import check_is_fitted
 
 from .._evals import _preview, check_evals
+from .._router import LocusRouter
+from .._shrinkage import cross_fitted_predictions, shrink
 
 __all__ = ["cross_val_predict_proba"]
 
@@ -62,8 +64,6 @@ def _locus_folds(router, table, splitter):
     fold (the kernel readout reading those rows), blended by its fitted
     shrinkage toward those rows' mean scores, as a LocusRouter fitted on them
     with a frozen embedder would; every query is encoded once."""
-    from .._shrinkage import cross_fitted_predictions, shrink
-
     X = router._encode(table.queries)
     folds = cross_fitted_predictions(router._locus, table, X, splitter)
     for _, proba, means, columns, rows in folds:
@@ -135,8 +135,6 @@ def cross_val_predict_proba(router, evals, *, cv=5):
             + (f"no rows for: {_preview(absent)}." if len(absent) else "")
         )
     splitter = _check_cv(cv, table.n_queries)
-    from .._router import LocusRouter  # the router builds on this package
-
     folds = _locus_folds if isinstance(router, LocusRouter) else _refitted_folds
     proba = np.empty((table.n_queries, len(classes)))
     covered = np.zeros(table.n_queries, dtype=bool)
