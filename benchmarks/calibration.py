@@ -157,6 +157,8 @@ def _calibrate(router_name, router, train, test, sources, records):
         ("min_accuracy", strong_train_accuracy - 0.01),
     ]
     for calibrated_on, cal, cv in sources:
+        # The same curve for every target (with cv, one more cross-fit).
+        n_steps = len(cost_quality_curve(router, cal, cv=cv).points)
         for name, target in targets:
             # models= also reports the GPT-4 share for the other targets.
             try:
@@ -199,7 +201,6 @@ def _calibrate(router_name, router, train, test, sources, records):
                 "target_share": result.share,
                 "min_accuracy": result.accuracy,
             }[name]
-            n_steps = len(cost_quality_curve(router, cal, cv=cv).points)
             records.append(
                 {
                     "router": router_name,
