@@ -13,7 +13,12 @@ number formats torch offers on a CPU:
 - bfloat16 weights and activations;
 - dynamic int8 quantisation of the linear layers
   (``torch.ao.quantization.quantize_dynamic``), with the cosine of its
-  mean-pooled output to float32's.
+  mean-pooled output to float32's;
+- the package's ONNX Runtime backend (``QueryEncoder(backend="onnx")``, the
+  same float32 model exported to ONNX) at 1 and 2 threads, through
+  ``QueryEncoder.transform`` as the service calls it (beside the PyTorch
+  backend's own ``transform``), with its largest difference to PyTorch's
+  encodings; when ``onnxruntime`` is installed (the ``onnx`` extra).
 
 Usage::
 
@@ -50,6 +55,30 @@ def _times(fn, items, repeat=1):
             out.append(time.perf_counter() - start)
     out = np.array(out) * 1000
     return {"p50_ms": float(np.median(out)), "p99_ms": float(np.percentile(out, 99))}
+
+
+def _query_encoder_backends(texts, torch):
+    """QueryEncoder.transform on one text at a time, PyTorch and ONNX Runtime."""
+    from locus_sklearn import QueryEncoder
+
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"onnx": "not installed (pip install 'locus_sklearn[onnx]')"}
+    out = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)  # ONNX Runtime takes torch's count
+        encodings = {}
+        for backend in ("torch", "onnx"):
+            encoder = QueryEncoder(device="cpu", backend=backend).fit()
+            out[f"query_encoder_{backend}_{threads}_threads"] = _times(
+                lambda text, e=encoder: e.transform([text]), texts
+            )
+            encodings[backend] = encoder.transform(texts)
+        out["onnx_max_abs_difference"] = float(
+            np.abs(encodings["onnx"] - encodings["torch"]).max()
+        )
+    return out
 
 
 def main(argv=None):
@@ -118,6 +147,7 @@ def main(argv=None):
             "min": float(cosine.min()),
             "mean": float(cosine.mean()),
         }
+    result |= _query_encoder_backends(texts, torch)
     result |= {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%d %H:%M UTC"

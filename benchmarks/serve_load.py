@@ -13,6 +13,11 @@ measured in the same run, the encoder alone (MiniLM ``transform`` at batch 1,
 throughput bounds the service's. Writes ``results/serve_load.md`` and
 ``results/serve_load.json`` (``serve_load_threads{N}.*`` with ``--threads N``).
 
+``--encoder-backend torch onnx`` measures the text runs and the bounds once per
+query-encoder backend (``QueryEncoder(backend=...)``, ``locus serve
+--encoder-backend``) in the same run, side by side; the files then end in
+``_onnx`` when ONNX Runtime is among them.
+
 Run: ``HF_HUB_OFFLINE=1 python benchmarks/serve_load.py`` (about 3-5 minutes
 on 2 cores; ``--quick`` for a smoke run).
 """
@@ -84,13 +89,13 @@ def _time_calls(fn, batches, repeat=1):
     return n / elapsed, elapsed / (repeat * len(batches))
 
 
-def _bounds(router_path, texts, quick):
+def _bounds(router_path, texts, quick, backend="torch"):
     """In-process throughput of the encoder alone and of the whole router."""
     from locus_sklearn import LocusRouter, QueryEncoder
     from locus_sklearn._encoders import _default_model_path
 
-    encoder = QueryEncoder(_default_model_path(), device="cpu").fit()
-    router = LocusRouter.load(router_path, encoder=_default_model_path(), device="cpu")
+    encoder = QueryEncoder(_default_model_path(), device="cpu", backend=backend).fit()
+    router = LocusRouter.load(router_path, encoder=encoder, device="cpu")
     out = {}
     for size in (1, 8, 64):
         n_batches = {1: 12, 8: 4, 64: 2}[size] // (2 if quick else 1)
@@ -105,7 +110,7 @@ def _bounds(router_path, texts, quick):
     return out
 
 
-def _start_server(router_path, port, encoder, threads=THREADS):
+def _start_server(router_path, port, encoder, threads=THREADS, backend="torch"):
     command = [
         sys.executable,
         "-m",
@@ -122,7 +127,7 @@ def _start_server(router_path, port, encoder, threads=THREADS):
         str(threads),
     ]
     if encoder:
-        command += ["--encoder", encoder]
+        command += ["--encoder", encoder, "--encoder-backend", backend]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
     # The server's log goes to a file: a pipe nobody reads could fill and
     # block it.
@@ -185,12 +190,15 @@ async def _load(url, queries, n_requests, concurrency):
     }
 
 
-def _run_mode(router_path, queries, encoder, counts, clients=CLIENTS, threads=THREADS):
+def _run_mode(
+    router_path, queries, encoder, counts, clients=CLIENTS, threads=THREADS,
+    backend="torch",
+):  # fmt: skip
     import httpx
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    process = _start_server(router_path, port, encoder, threads)
+    process = _start_server(router_path, port, encoder, threads, backend)
     rows = []
     try:
         asyncio.run(_load(url, queries, 10, 1))  # warm up
@@ -219,7 +227,7 @@ def _run_mode(router_path, queries, encoder, counts, clients=CLIENTS, threads=TH
 
 
 def _markdown(result):
-    b = result["bounds"]
+    backends = result.get("encoder_backends", ["torch"])
     lines = [
         "# `locus serve` load test (benchmarks/serve_load.py)",
         "",
@@ -232,40 +240,52 @@ def _markdown(result):
         "resolved from precomputed encodings; `text`: MiniLM encodes each query, "
         f"the first {result['text_chars']} characters of an MMLU-Pro question (a "
         "chat-length query); `text_full`: the whole question with its ten options "
-        "(median 480, 90th percentile 1,300 characters; MiniLM reads 256 tokens).",
+        "(median 480, 90th percentile 1,300 characters; MiniLM reads 256 tokens). "
+        "Encoder backend: `torch` (PyTorch) or `onnx` (`--encoder-backend onnx`, "
+        "ONNX Runtime on the CPU; the same encodings to 1e-6).",
         "",
-        "| queries | clients | requests | failed | routed q/s | p50 ms | p99 ms | mean batch "
-        "| ratio to bound |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| queries | encoder | clients | requests | failed | routed q/s | p50 ms "
+        "| p99 ms | mean batch | ratio to bound |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for mode in ("id", "text", "text_full"):
-        for row in result[mode]:
+    modes = [("id", "id", "–")]
+    for backend in backends:
+        suffix = "" if backend == "torch" else f"/{backend}"
+        modes += [
+            (f"text{suffix}", "text", backend),
+            (f"text_full{suffix}", "text_full", backend),
+        ]
+    for key, mode, backend in modes:
+        for row in result[key]:
             ratio = ""
             if mode == "text":
                 ratio = f"{row['ratio_to_encoder']:.2f}"
             lines.append(
-                f"| {mode} | {row['clients']} | {row['requests']} | {row['failed']} | "
-                f"{row['qps']:.1f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | "
-                f"{row['mean_batch']:.1f} | {ratio} |"
+                f"| {mode} | {backend} | {row['clients']} | {row['requests']} | "
+                f"{row['failed']} | {row['qps']:.1f} | {row['p50_ms']:.1f} | "
+                f"{row['p99_ms']:.1f} | {row['mean_batch']:.1f} | {ratio} |"
             )
     lines += [
         "",
         "In-process bounds, same run (queries per second; ms per call):",
         "",
-        "| batch | MiniLM encoder alone | whole router (encode + predict_proba) |",
-        "|---|---|---|",
+        "| encoder | batch | MiniLM encoder alone | whole router (encode + "
+        "predict_proba) |",
+        "|---|---|---|---|",
     ]
-    for size in (1, 8, 64):
-        e, r = b[f"encoder_b{size}"], b[f"router_b{size}"]
-        lines.append(
-            f"| {size} | {e['qps']:.1f} q/s; {e['ms_per_call']:.1f} ms | "
-            f"{r['qps']:.1f} q/s; {r['ms_per_call']:.1f} ms |"
-        )
+    for backend in backends:
+        b = result["bounds" if backend == "torch" else f"bounds/{backend}"]
+        for size in (1, 8, 64):
+            e, r = b[f"encoder_b{size}"], b[f"router_b{size}"]
+            lines.append(
+                f"| {backend} | {size} | {e['qps']:.1f} q/s; {e['ms_per_call']:.1f} ms | "
+                f"{r['qps']:.1f} q/s; {r['ms_per_call']:.1f} ms |"
+            )
     lines += [
         "",
         "Ratio to bound: served text q/s divided by the encoder-alone q/s at the "
         "batch size the service reached (1 client: batch 1; 8 clients: batch 8; "
-        "64 clients: batch 64).",
+        "64 clients: batch 64), of the same encoder backend.",
         "",
     ]
     return "\n".join(lines)
@@ -281,7 +301,15 @@ def main(argv=None):
         default=THREADS,
         help="torch threads of the server and the in-process bounds",
     )
+    parser.add_argument(
+        "--encoder-backend",
+        nargs="+",
+        choices=["torch", "onnx"],
+        default=["torch"],
+        help="query-encoder backends to measure, side by side (default: torch)",
+    )
     args = parser.parse_args(argv)
+    backends = list(dict.fromkeys(args.encoder_backend))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, ROOT)
     import torch
@@ -304,22 +332,31 @@ def main(argv=None):
         # run to 480 characters at the median and 1,300 at the 90th
         # percentile; the text runs use their first CHARS characters.
         texts = [q[:CHARS] for q in queries]
-        bounds = _bounds(path, texts, args.quick)
-        print("bounds:", json.dumps(bounds), flush=True)
         print("id queries:", flush=True)
         id_rows = _run_mode(path, queries, None, id_counts, threads=args.threads)
-        print("text queries:", flush=True)
-        text_rows = _run_mode(
-            path, texts, _default_model_path(), text_counts, threads=args.threads
-        )
-        print("full-length text queries, 1 client:", flush=True)
-        full_rows = _run_mode(
-            path, queries, _default_model_path(), {1: text_counts[1] // 2},
-            clients=(1,), threads=args.threads,
-        )  # fmt: skip
-    for row in text_rows:
-        size = {1: 1, 8: 8, 64: 64}[row["clients"]]
-        row["ratio_to_encoder"] = row["qps"] / bounds[f"encoder_b{size}"]["qps"]
+        per_backend = {}
+        for backend in backends:
+            suffix = "" if backend == "torch" else f"/{backend}"
+            bounds = _bounds(path, texts, args.quick, backend)
+            print(f"bounds{suffix}:", json.dumps(bounds), flush=True)
+            print(f"text queries{suffix}:", flush=True)
+            text_rows = _run_mode(
+                path, texts, _default_model_path(), text_counts,
+                threads=args.threads, backend=backend,
+            )  # fmt: skip
+            print(f"full-length text queries{suffix}, 1 client:", flush=True)
+            full_rows = _run_mode(
+                path, queries, _default_model_path(), {1: text_counts[1] // 2},
+                clients=(1,), threads=args.threads, backend=backend,
+            )  # fmt: skip
+            for row in text_rows:
+                size = {1: 1, 8: 8, 64: 64}[row["clients"]]
+                row["ratio_to_encoder"] = row["qps"] / bounds[f"encoder_b{size}"]["qps"]
+            per_backend |= {
+                f"bounds{suffix}": bounds,
+                f"text{suffix}": text_rows,
+                f"text_full{suffix}": full_rows,
+            }
     import torch
 
     result = {
@@ -329,18 +366,19 @@ def main(argv=None):
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"torch {torch.__version__} ({torch.get_num_threads()} threads)",
         "load_average": load_average,
-        "bounds": bounds,
+        "encoder_backends": backends,
         "id": id_rows,
-        "text": text_rows,
-        "text_full": full_rows,
+        **per_backend,
         "text_chars": CHARS,
     }
     text = _markdown(result)
     print(text)
     if not args.no_write and not args.quick:
         os.makedirs(RESULTS, exist_ok=True)
-        name = "serve_load" + (
-            "" if args.threads == THREADS else f"_threads{args.threads}"
+        name = (
+            "serve_load"
+            + ("" if args.threads == THREADS else f"_threads{args.threads}")
+            + ("_onnx" if "onnx" in backends else "")
         )
         with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=2)

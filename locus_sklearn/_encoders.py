@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
-from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._evals import _preview, check_queries
@@ -51,6 +51,8 @@ _VALID_ENCODERS = (
 # share one model, and pickled encoders reload it from here on demand.
 _MODELS = {}
 _MODELS_LOCK = threading.Lock()
+# Its own lock: an ONNX export loads the SentenceTransformer under _MODELS_LOCK.
+_ONNX_LOCK = threading.Lock()
 
 
 def _default_model_path():
@@ -137,6 +139,21 @@ def _load_sentence_transformer(path, device):
                     transformers_logging.enable_progress_bar()
             _MODELS[key] = model
     return model
+
+
+def _load_onnx_encoder(path):
+    """The :class:`~._onnx.OnnxSentenceEncoder` of the model in ``path``
+    (exported once per process and thread count; CPU only)."""
+    from ._onnx import OnnxSentenceEncoder
+
+    threads = torch.get_num_threads()
+    key = (str(path), "onnx", threads)
+    with _ONNX_LOCK:
+        encoder = _MODELS.get(key)
+        if encoder is None:
+            model = _load_sentence_transformer(path, "cpu")
+            encoder = _MODELS[key] = OnnxSentenceEncoder(model, n_threads=threads)
+    return encoder
 
 
 def _is_sentence_transformer(obj):
@@ -325,6 +342,16 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
         choose (CUDA when available). Ignored for objects and mappings.
     show_progress_bar : bool, default=False
         Passed to ``SentenceTransformer.encode``.
+    backend : {"torch", "onnx"}, default="torch"
+        What runs a model loaded from a directory (or the default): PyTorch,
+        or ONNX Runtime on the CPU. "onnx" exports the model's transformer to
+        ONNX once per process (``torch.onnx.export``, a few seconds) and keeps
+        its tokenizer, pooling and normalisation: the encodings are the same
+        to float rounding (about 1e-6), and one short query costs about two
+        thirds of PyTorch's time on a CPU (``benchmarks/encoder_ceiling.py``),
+        which is what a served text query waits for. Needs the ``onnx`` extra
+        (``pip install 'locus_sklearn[onnx]'``); a model directory only, and
+        ``device`` None or "cpu".
 
     Attributes
     ----------
@@ -377,6 +404,7 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "device": [None, str, torch.device],
         "show_progress_bar": ["boolean"],
+        "backend": [StrOptions({"torch", "onnx"})],
     }
 
     def __init__(
@@ -387,12 +415,14 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
         batch_size=64,
         device=None,
         show_progress_bar=False,
+        backend="torch",
     ):
         self.encoder = encoder
         self.memory = memory
         self.batch_size = batch_size
         self.device = device
         self.show_progress_bar = show_progress_bar
+        self.backend = backend
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X=None, y=None):
@@ -430,10 +460,36 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
                 f"encoder must be {_VALID_ENCODERS}; got {encoder!r:.80} of type "
                 f"{type(encoder).__name__}."
             )
+        if self.backend == "onnx":
+            self._check_onnx()
         if self._kind == "model":
             self.model_path_ = str(path)
-            self._cache_key = _model_fingerprint(path)
+            self._cache_key = self._encodings_key(path)
         return self
+
+    def _encodings_key(self, path):
+        """What cached encodings of ``path`` are keyed on."""
+        key = _model_fingerprint(path)
+        # ONNX encodings equal PyTorch's to float rounding, not bit for bit.
+        return key + ("onnx",) if self.backend == "onnx" else key
+
+    def _check_onnx(self):
+        """backend='onnx' runs a model directory on the CPU, with its extra."""
+        if self._kind != "model":
+            kind = "a mapping" if self._kind == "mapping" else "an object"
+            raise ValueError(
+                "backend='onnx' runs a sentence-transformers model directory (or "
+                f"the default); encoder is {kind} ({type(self.encoder).__name__}). "
+                "Use backend='torch'."
+            )
+        if self.device is not None and torch.device(self.device).type != "cpu":
+            raise ValueError(
+                f"backend='onnx' runs on the CPU; got device={self.device!r}. Use "
+                "device=None or 'cpu', or backend='torch' on an accelerator."
+            )
+        from ._onnx import import_onnxruntime
+
+        import_onnxruntime()
 
     def _encode_callable(self):
         """The ``encode(list_of_str) -> array`` used on a cache miss."""
@@ -442,6 +498,13 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
             "show_progress_bar": self.show_progress_bar,
             "convert_to_numpy": True,
         }
+        if self._kind == "model" and self.backend == "onnx":
+
+            def encode(texts):
+                model = _load_onnx_encoder(self.model_path_)
+                return model.encode(texts, batch_size=self.batch_size)
+
+            return encode
         if self._kind == "model":
 
             def encode(texts):
@@ -516,6 +579,8 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
 
     def __setstate__(self, state):
         super().__setstate__(state)
+        if not hasattr(self, "backend"):  # pickled before the parameter existed
+            self.backend = "torch"
         # The bundled model lives in site-packages, which moves between machines
         # and environments: resolve it again where the pickle is loaded.
         default = self.encoder is None or (
@@ -527,7 +592,7 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
             except (ImportError, FileNotFoundError):
                 return  # transform will fail with the loader's own message
             self.model_path_ = str(path)
-            self._cache_key = _model_fingerprint(path)
+            self._cache_key = self._encodings_key(path)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

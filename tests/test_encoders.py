@@ -555,3 +555,112 @@ def test_locus_fit_warns_shared_encodings_once(estimator, tiny_settings):
     shared = [w for w in record if w.category is SharedEncodingsWarning]
     assert len(shared) == 1
     assert shared[0].filename == __file__
+
+
+# --- backend="onnx": the same encoder in ONNX Runtime ---------------------------
+
+# Short, repeated, and longer than the model's 256 tokens (truncated alike).
+ONNX_TEXTS = [
+    "2+2?",
+    "capital of France?",
+    "Write a function that parses ISO 8601 dates. " * 40,
+    "2+2?",
+    "¿Dónde está la biblioteca? 図書館はどこですか。",
+]
+
+
+@pytest.fixture(scope="module")
+def onnx_encoder():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    return QueryEncoder(backend="onnx", batch_size=2).fit()
+
+
+def test_onnx_backend_gives_the_torch_encodings(onnx_encoder):
+    expected = QueryEncoder(device="cpu").fit().transform(ONNX_TEXTS)
+    # batch_size=2: three batches, longest first, scattered back in order.
+    X = onnx_encoder.transform(ONNX_TEXTS)
+    assert X.shape == (5, 384) and X.dtype == np.float32
+    np.testing.assert_allclose(X, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(X[0], X[3])
+    # One text alone: no padding, the same vector as inside a padded batch.
+    np.testing.assert_allclose(
+        onnx_encoder.transform([ONNX_TEXTS[1]])[0], X[1], atol=1e-5
+    )
+
+
+def test_onnx_backend_exports_once_per_process(onnx_encoder, monkeypatch):
+    from locus_sklearn import _onnx
+
+    onnx_encoder.transform(QUERIES)
+    exports = []
+    real = _onnx.OnnxSentenceEncoder._export
+    monkeypatch.setattr(
+        _onnx.OnnxSentenceEncoder,
+        "_export",
+        lambda self, *a: exports.append(1) or real(self, *a),
+    )
+    QueryEncoder(backend="onnx").fit().transform(["another query"])
+    assert exports == []
+
+
+def test_onnx_backend_pickles_and_caches_apart(onnx_encoder, tmp_path):
+    restored = pickle.loads(pickle.dumps(onnx_encoder))
+    assert restored.backend == "onnx"
+    np.testing.assert_array_equal(
+        restored.transform(QUERIES), onnx_encoder.transform(QUERIES)
+    )
+    # Its encodings equal PyTorch's to rounding only: never served from their cache.
+    location = str(tmp_path / "cache")
+    QueryEncoder(memory=location, device="cpu").fit_transform(QUERIES)
+    QueryEncoder(memory=location, backend="onnx").fit_transform(QUERIES)
+    assert len(_cache_files(tmp_path / "cache")) == 2
+    assert clone(onnx_encoder).get_params()["backend"] == "onnx"
+
+
+def test_encoder_pickled_before_the_backend_parameter_loads_as_torch():
+    encoder = QueryEncoder(device="cpu").fit()
+    state = encoder.__getstate__()
+    del state["backend"]
+    restored = QueryEncoder.__new__(QueryEncoder)
+    restored.__setstate__(state)
+    assert restored.backend == "torch"
+    assert restored.transform(QUERIES).shape == (2, 384)
+
+
+@pytest.mark.parametrize(
+    "encoder, device, match",
+    [
+        (
+            {"a": [1.0, 0.0]},
+            None,
+            r"backend='onnx' runs a sentence-transformers .*a mapping \(dict\)",
+        ),
+        (
+            CountingEncoder(lambda t: np.ones((len(t), 2))),
+            None,
+            r"encoder is an object \(CountingEncoder\)",
+        ),
+        (None, "cuda", r"backend='onnx' runs on the CPU; got device='cuda'"),
+        (None, "cuda:1", r"got device='cuda:1'"),
+    ],
+)
+def test_onnx_backend_refuses_what_it_cannot_run(encoder, device, match):
+    with pytest.raises(ValueError, match=match):
+        QueryEncoder(encoder, device=device, backend="onnx").fit()
+
+
+def test_onnx_backend_names_the_extra_when_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails
+    with pytest.raises(ImportError, match=r"pip install 'locus_sklearn\[onnx\]'"):
+        QueryEncoder(backend="onnx").fit()
+
+
+def test_backend_value_is_validated():
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    with pytest.raises(
+        InvalidParameterError, match=r"'backend' parameter .* 'tensorflow'"
+    ):
+        QueryEncoder(backend="tensorflow").fit()

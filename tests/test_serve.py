@@ -724,3 +724,52 @@ def test_calibrate_command(tmp_path, router_path, routers, pool, capsys):
     with pytest.raises(SystemExit) as exit_info:
         serve_main(["calibrate", str(router_path), str(text), "--target-share", "0.1"])
     assert exit_info.value.code == 2
+
+
+# -------------------------------------------------------------- onnx encoder
+def test_onnx_encoder_backend_serves_the_same_answers(tmp_path, pool):
+    """A router of text queries served with its encoder in ONNX Runtime: the
+    answers of the PyTorch encoder, to float rounding."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    texts = {
+        q: f"Question {i}: what is {i} times {i + 3}?"
+        for i, q in enumerate(sorted(pool.evals["query"].unique())[:60])
+    }
+    evals = pool.evals[pool.evals["query"].isin(texts)].replace({"query": texts})
+    router = LocusRouter(
+        LocusEmbedder(**{**TINY, "max_epochs": 1, "random_state": 0}), shrinkage=None
+    ).fit(evals)
+    path = tmp_path / "text_router.safetensors"
+    router.save(path)
+    queries = ["What is 7 times 10?", "Question 3: what is 3 times 6?"]
+    with serve(create_app(path, encoder_backend="onnx")) as url:
+        results = httpx.post(f"{url}/route", json={"queries": queries}).json()[
+            "results"
+        ]
+        health = httpx.get(f"{url}/healthz").json()
+    proba = np.array([[r["proba"][m] for m in router.classes_] for r in results])
+    np.testing.assert_allclose(proba, router.predict_proba(queries), atol=1e-5)
+    assert health["status"] == "ok"
+
+
+def test_onnx_encoder_backend_refused_for_precomputed_vectors(router_path):
+    pytest.importorskip("onnxruntime")
+    with pytest.raises(
+        ValueError, match=r"backend='onnx' runs a sentence-transformers"
+    ):
+        create_app(router_path, encoder_backend="onnx")
+
+
+def test_serve_command_passes_the_encoder_backend(router_path, monkeypatch):
+    from locus_sklearn.serve import _app
+
+    seen = {}
+    monkeypatch.setattr(_app, "create_app", lambda path, **kw: seen.update(kw))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    assert serve_main(["serve", str(router_path)]) == 0
+    assert seen["encoder_backend"] == "torch"
+    assert serve_main(["serve", str(router_path), "--encoder-backend", "onnx"]) == 0
+    assert seen["encoder_backend"] == "onnx"
+    with pytest.raises(SystemExit):
+        serve_main(["serve", str(router_path), "--encoder-backend", "tensorrt"])

@@ -275,6 +275,7 @@ def create_app(
     *,
     gateway=None,
     encoder=None,
+    encoder_backend="torch",
     device=None,
     max_batch=64,
     batch_window_ms=2.0,
@@ -299,6 +300,11 @@ def create_app(
     encoder : default=None
         Overrides the router's saved query encoder (see
         :meth:`~locus_sklearn.LocusRouter.load`).
+    encoder_backend : {"torch", "onnx"}, default="torch"
+        What runs the query encoder: PyTorch, or ONNX Runtime on the CPU
+        (``QueryEncoder(backend="onnx")``: the same encodings to float
+        rounding, about two thirds of the time per short text query on a
+        CPU; exported when the router loads). Needs the ``onnx`` extra.
     device : str, default=None
         Torch device; None uses CUDA when available.
     max_batch : int, default=64
@@ -348,7 +354,13 @@ def create_app(
         description="Route queries to the language model most likely to answer them.",
     )
     gateway = None if gateway is None else load_gateway_config(gateway)
-    holder = RouterHolder(router, encoder=encoder, device=device, gateway=gateway)
+    holder = RouterHolder(
+        router,
+        encoder=encoder,
+        device=device,
+        gateway=gateway,
+        encoder_backend=encoder_backend,
+    )
     service = Service(
         holder,
         gateway=gateway,

@@ -57,12 +57,18 @@ class RouterHolder:
         Passed to :meth:`LocusRouter.load`.
     gateway : GatewayConfig or None
         A new router must keep at least one model with a backend.
+    encoder_backend : {"torch", "onnx"}, default="torch"
+        The ``backend`` of each loaded router's query encoder
+        (:class:`~locus_sklearn.QueryEncoder`); set on every load.
     """
 
-    def __init__(self, path, *, encoder=None, device=None, gateway=None):
+    def __init__(
+        self, path, *, encoder=None, device=None, gateway=None, encoder_backend="torch"
+    ):
         self.path = Path(path).resolve()
         self._encoder = encoder
         self._device = device
+        self._encoder_backend = encoder_backend
         self._gateway = gateway
         self._lock = asyncio.Lock()
         self.last_error = None
@@ -87,6 +93,9 @@ class RouterHolder:
             )
         if len(router.classes_) == 0:
             raise ValueError(f"{str(self.path)!r} holds an empty pool.")
+        if self._encoder_backend != router.encoder_.backend:
+            # A deployment choice, not saved in the file (like the device).
+            router.encoder_.set_params(backend=self._encoder_backend).fit()
         if self._gateway is not None:
             served = [m for m in self._gateway.backends if m in set(router.classes_)]
             if not served:
@@ -95,7 +104,8 @@ class RouterHolder:
                     "backend in the gateway configuration "
                     f"({sorted(self._gateway.backends)})."
                 )
-        # Fail here, not on the first request: the predictor must run.
+        # Fail here, not on the first request: the encoder (an ONNX export
+        # included) and the predictor must run.
         memory = getattr(router, "pool_evals_", None)
         if memory is not None and len(memory[1].queries):
             proba = router.predict_proba(memory[1].queries[:1])

@@ -1,0 +1,190 @@
+"""A sentence-transformers model's text encoder run by ONNX Runtime.
+
+One job: :class:`OnnxSentenceEncoder` exports the transformer of a loaded
+``SentenceTransformer`` to ONNX (``torch.onnx.export``, in memory, once) and
+runs it with ONNX Runtime on the CPU; tokenisation, pooling and
+normalisation stay the model's own modules, so the encodings are the same as
+``SentenceTransformer.encode``'s up to float rounding (about 1e-6).
+
+Why: on a CPU, ONNX Runtime runs all-MiniLM-L6-v2 on one chat-length query
+in about two thirds of PyTorch's eager time (``benchmarks/encoder_ceiling.py``),
+and that pass is most of a served text query's latency.
+"""
+
+import io
+import logging
+import warnings
+
+import numpy as np
+import torch
+
+__all__ = ["OnnxSentenceEncoder"]
+
+# What the optional extra installs; named in every import error.
+INSTALL_HINT = "pip install 'locus_sklearn[onnx]' (onnxruntime, onnx, onnxscript)"
+
+
+def import_onnxruntime():
+    """``onnxruntime``, or an ImportError that says how to install it."""
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise ImportError(
+            f"backend='onnx' needs ONNX Runtime and the ONNX exporter: {INSTALL_HINT}."
+        ) from exc
+    return onnxruntime
+
+
+def _tokenize(model, texts):
+    """The model's own preprocessing (``preprocess`` from sentence-transformers
+    6, ``tokenize`` before): the same truncation and padding as ``encode``."""
+    preprocess = getattr(model, "preprocess", None) or model.tokenize
+    return preprocess(texts)
+
+
+class _LastHiddenState(torch.nn.Module):
+    """The transformer as a function of positional tensors (what the exporter
+    traces), returning its token embeddings (batch, tokens, hidden)."""
+
+    def __init__(self, model, input_names):
+        super().__init__()
+        self.model = model
+        self.input_names = input_names
+
+    def forward(self, *inputs):
+        features = dict(zip(self.input_names, inputs, strict=True))
+        return self.model(**features, return_dict=True).last_hidden_state
+
+
+class OnnxSentenceEncoder:
+    """``encode(texts)`` of a SentenceTransformer, its transformer in ONNX Runtime.
+
+    Parameters
+    ----------
+    model : sentence_transformers.SentenceTransformer
+        A text model whose first module is a ``Transformer`` returning token
+        embeddings and whose other modules (pooling, normalisation) read
+        ``token_embeddings`` and ``attention_mask``. It is read, not changed.
+    n_threads : int or None, default=None
+        ONNX Runtime's intra-op threads; None takes ``torch.get_num_threads()``
+        (what ``locus serve --threads`` sets).
+
+    Attributes
+    ----------
+    input_names : list of str
+        The tokenizer outputs the exported graph reads (e.g. ``input_ids``,
+        ``token_type_ids``, ``attention_mask``).
+    n_features : int
+        Dimension of the sentence embeddings.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sentence_transformers import SentenceTransformer
+    >>> from locus_sklearn._encoders import _default_model_path
+    >>> model = SentenceTransformer(str(_default_model_path()), device="cpu")
+    >>> onnx = OnnxSentenceEncoder(model)  # exports once: a few seconds
+    >>> texts = ["2+2?", "capital of France?"]
+    >>> X = onnx.encode(texts)
+    >>> X.shape, bool(np.allclose(X, model.encode(texts), atol=1e-5))
+    ((2, 384), True)
+    """
+
+    def __init__(self, model, n_threads=None):
+        ort = import_onnxruntime()
+        modules = list(model)
+        first = modules[0]
+        transformer = getattr(first, "auto_model", None)
+        if transformer is None or type(first).__name__ != "Transformer":
+            raise ValueError(
+                "backend='onnx' needs a sentence-transformers model whose first "
+                f"module is a Transformer; got {type(first).__name__}."
+            )
+        self._model = model
+        self._after = modules[1:]  # pooling, normalisation, ...
+        self.n_features = int(transformer.config.hidden_size)
+        example = _tokenize(model, ["an example query", "a second, longer example"])
+        self.input_names = [
+            name for name, value in example.items() if isinstance(value, torch.Tensor)
+        ]
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = int(
+            n_threads if n_threads is not None else torch.get_num_threads()
+        )
+        session_options.inter_op_num_threads = 1
+        # Its threads sleep between calls instead of spinning: torch's own
+        # threads (pooling, the router's predictor) share the same cores.
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(
+            self._export(transformer, example),
+            session_options,
+            providers=["CPUExecutionProvider"],
+        )
+
+    def _export(self, transformer, example):
+        """The serialised ONNX graph, batch and token axes dynamic."""
+        import_onnxruntime()
+        try:
+            import onnxscript  # noqa: F401  (the exporter's own dependency)
+        except ImportError as exc:
+            raise ImportError(
+                f"backend='onnx' needs onnxscript: {INSTALL_HINT}."
+            ) from exc
+        inputs = tuple(example[name] for name in self.input_names)
+        batch = torch.export.Dim("batch")
+        tokens = torch.export.Dim(
+            "tokens", max=int(transformer.config.max_position_embeddings)
+        )
+        wrapper = _LastHiddenState(transformer, self.input_names).eval()
+        buffer = io.BytesIO()
+        exporter_log = logging.getLogger("torch.onnx")
+        level = exporter_log.level
+        # The exporter's notes on its own internals (warnings, and log lines
+        # such as "torchvision is not installed") are not the user's business.
+        exporter_log.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(
+                    wrapper,
+                    inputs,
+                    input_names=self.input_names,
+                    output_names=["token_embeddings"],
+                    # forward(*inputs): one spec per tensor, inside the varargs.
+                    dynamic_shapes=(tuple({0: batch, 1: tokens} for _ in inputs),),
+                    dynamo=True,
+                    verbose=False,
+                    report=False,
+                )
+        finally:
+            exporter_log.setLevel(level)
+        program.save(buffer)
+        return buffer.getvalue()
+
+    def encode(self, texts, batch_size=64, **_ignored):
+        """Sentence embeddings of ``texts``, shape (n_texts, dim), float32.
+
+        Texts are encoded in batches of ``batch_size``, longest first (as
+        sentence-transformers does, so padding stays short). Other keyword
+        arguments of ``SentenceTransformer.encode`` are accepted and ignored
+        (``show_progress_bar``, ``convert_to_numpy``).
+        """
+        texts = list(texts)
+        if not texts:
+            return np.empty((0, self.n_features), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.n_features), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            rows = order[start : start + batch_size]
+            features = _tokenize(self._model, [texts[i] for i in rows])
+            feed = {name: features[name].numpy() for name in self.input_names}
+            (token_embeddings,) = self._session.run(None, feed)
+            pooled = {
+                "token_embeddings": torch.from_numpy(token_embeddings),
+                "attention_mask": features["attention_mask"],
+            }
+            with torch.inference_mode():
+                for module in self._after:
+                    pooled = module(pooled)
+            out[rows] = pooled["sentence_embedding"].float().numpy()
+        return out
