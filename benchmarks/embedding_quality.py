@@ -40,6 +40,7 @@ Usage::
 # ruff: noqa: E501
 
 import argparse
+import contextlib
 import copy
 import datetime
 import json
@@ -74,8 +75,10 @@ VARIANTS = {
         "kernel_readout": False,
         "standardize_embedding": True,
     },
-    # Not LocusEmbedder parameters: the prototype of benchmarks/_vicreg.py.
+    # Not LocusEmbedder parameters: the prototypes of benchmarks/_vicreg.py
+    # and benchmarks/_identity.py.
     "vicreg": {"_vicreg": True},
+    "identity": {"_identity": True},
 }
 
 
@@ -319,6 +322,7 @@ def expected_routing(truth, scores, test_tasks):
 def fit_locus(data, seed, variant, train):
     params = dict(SETTINGS) | VARIANTS[variant]
     vicreg = params.pop("_vicreg", False)
+    identity = params.pop("_identity", False)
     embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
     # The plain router: the variants compare embeddings and predictors; the
     # default's shrinkage is measured on top (--shrinkage-auto).
@@ -326,9 +330,14 @@ def fit_locus(data, seed, variant, train):
     if vicreg:
         from _vicreg import vicreg_training
 
-        with vicreg_training():
-            router.fit(train)
+        training = vicreg_training()
+    elif identity:
+        from _identity import identity_training
+
+        training = identity_training()
     else:
+        training = contextlib.nullcontext()
+    with training:
         router.fit(train)
     return router
 

@@ -429,3 +429,52 @@ def test_vicreg_training_adds_the_terms_in_training_only():
         assert _training.LocusNet.get_loss.__name__ == "<lambda>"  # restored
     finally:
         _training.LocusNet.get_loss = original
+
+
+def test_identity_nce_hand_computed():
+    identity = _load_script("_identity")
+    import math
+
+    import torch
+
+    # Centre (0, 0): halves along +x/-x and +y/-y. Cosines: a0.b0 = 1,
+    # a0.b1 = 0, a1.b0 = 0, a1.b1 = 1; logits /0.1: 10 on the diagonal.
+    z_a = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    z_b = z_a.clone()
+    z_a2 = torch.cat([z_a, -z_a])
+    z_b2 = torch.cat([z_b, -z_b])
+    expected = -math.log(math.exp(10) / (math.exp(10) + 2 * 1 + math.exp(-10)))
+    assert identity.identity_nce(z_a2, z_b2).item() == pytest.approx(expected)
+    # Adding one vector to every row changes nothing: the term reads centred
+    # cosines (raw cosines would all be near 1 after a large shift).
+    shifted = identity.identity_nce(z_a2 + 100, z_b2 + 100)
+    assert shifted.item() == pytest.approx(expected, rel=1e-5)
+    mask = torch.tensor([[True, True, True, False], [True, False, False, False]])
+    first, second = identity.half_masks(mask)
+    assert first.tolist() == [[True, False, True, False], [True, False, False, False]]
+    assert second.tolist() == [[False, True, False, False], [False] * 4]
+
+
+def test_identity_training_adds_the_term_in_training_steps_only():
+    identity = _load_script("_identity")
+    from locus_sklearn import LocusEmbedder, _nn, _training
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(
+        n_models=6, n_queries=120, evals_per_model=80, random_state=0
+    )
+    record = []
+    forward, get_loss = _nn.LocusNetwork.forward, _training.LocusNet.get_loss
+    embedder = LocusEmbedder(
+        pool.encodings, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2,
+        max_epochs=2, episodes_per_epoch=8, batch_size=4, enc_size=(16, 32),
+        random_state=0,
+    )  # fmt: skip
+    with identity.identity_training(record=record):
+        embedder.fit(pool.evals)
+    # One value per training step; the validation passes add none.
+    steps = [b for epoch in embedder.net_.history for b in epoch["batches"]]
+    n_train = sum("train_loss" in b for b in steps)
+    assert n_train > 0 and len(record) == n_train and all(v > 0 for v in record)
+    assert _nn.LocusNetwork.forward is forward  # restored
+    assert _training.LocusNet.get_loss is get_loss
