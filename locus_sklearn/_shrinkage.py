@@ -150,7 +150,8 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
     """Per query fold, predictions by models embedded without the fold's rows.
 
     The training queries are split by sklearn's ``KFold`` (shuffled, seed 0)
-    or by the splitter given; a fold holding every query is skipped.
+    or by the splitter given; a fold holding every query raises a
+    ``ValueError`` (no rows are left to embed the models from).
 
     Parameters
     ----------
@@ -188,7 +189,11 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
     for _, held in splitter.split(table.queries):
         is_held = np.isin(table.query_index, held)
         if is_held.all():
-            continue
+            raise ValueError(
+                f"A test fold holds all {table.n_queries} queries: no evaluation "
+                "is left outside it to embed the models from. Every fold of the "
+                "splitter (cv) must leave queries outside it."
+            )
         inside = check_evals(frame[~is_held])
         outside = check_evals(frame[is_held])
         X_inside = X_query[np.searchsorted(table.queries, inside.queries)]

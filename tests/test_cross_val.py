@@ -96,6 +96,10 @@ def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
     sparse = pool.evals[(pool.evals["model"] != lone) | pool.evals["query"].isin(fold)]
     with pytest.raises(ValueError, match=f"every evaluation in one fold.*'{lone}'"):
         cross_val_predict_proba(router, sparse, cv=3)
+    # A fold of every query leaves nothing to embed from (it was skipped, and
+    # its queries reported as in no test fold).
+    with pytest.raises(ValueError, match="A test fold holds all 120 queries"):
+        cross_val_predict_proba(router, pool.evals, cv=_Everything())
 
 
 def test_errors_name_the_problem(knn):
@@ -118,6 +122,11 @@ def test_errors_name_the_problem(knn):
         cross_val_predict_proba(knn, EVALS, cv=PredefinedSplit([0, 0, 1, -1]))
     with pytest.raises(TypeError, match="cv=2 refits copies.*queries only"):
         calibrate_cost_weight(knn, QUERIES, target_cost=6.0, cv=2)
+
+
+class _Everything:
+    def split(self, X):
+        yield np.array([], dtype=int), np.arange(len(X))
 
 
 class _Overlapping:
