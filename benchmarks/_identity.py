@@ -45,6 +45,16 @@ def identity_nce(z_a, z_b, temperature=TEMPERATURE):
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
 
 
+def identity_top1(z_a, z_b):
+    """Share of rows of ``z_a`` whose nearest row of ``z_b`` (centred cosine)
+    is the same row: the batch's self-identification."""
+    centre = torch.cat([z_a, z_b]).mean(dim=0)
+    a = F.normalize(z_a - centre, dim=-1)
+    b = F.normalize(z_b - centre, dim=-1)
+    hits = (a @ b.T).argmax(dim=1) == torch.arange(len(a), device=a.device)
+    return hits.float().mean()
+
+
 def half_masks(mask):
     """Two disjoint halves of each row's real positions: even and odd."""
     even = torch.arange(mask.shape[1], device=mask.device) % 2 == 0
@@ -55,7 +65,8 @@ def half_masks(mask):
 def identity_training(weight=WEIGHT, temperature=TEMPERATURE, record=None):
     """Within the block, LOCUS's training loss includes the identity term.
 
-    ``record``: a list that gets each training step's InfoNCE value.
+    ``record``: a list that gets, per training step, the InfoNCE value and
+    the batch's self-identification (:func:`identity_top1`) of the halves.
     """
     forward = _nn.LocusNetwork.forward
     get_loss = _training.LocusNet.get_loss
@@ -68,6 +79,7 @@ def identity_training(weight=WEIGHT, temperature=TEMPERATURE, record=None):
             z_a = self.embed(features, enc_index, enc_score, first)
             z_b = self.embed(features, enc_index, enc_score, second)
             self._identity_term = identity_nce(z_a, z_b, temperature)
+            self._identity_top1 = identity_top1(z_a.detach(), z_b.detach())
         return out
 
     def loss_with_identity(self, y_pred, y_true, X=None, training=False):
@@ -76,7 +88,8 @@ def identity_training(weight=WEIGHT, temperature=TEMPERATURE, record=None):
         if not training or term is None:
             return loss
         if record is not None:
-            record.append(float(term.detach()))
+            top1 = float(self._network()._identity_top1)
+            record.append((float(term.detach()), top1))
         return loss + weight * term
 
     _nn.LocusNetwork.forward = forward_with_halves

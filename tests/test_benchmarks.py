@@ -449,6 +449,10 @@ def test_identity_nce_hand_computed():
     # cosines (raw cosines would all be near 1 after a large shift).
     shifted = identity.identity_nce(z_a2 + 100, z_b2 + 100)
     assert shifted.item() == pytest.approx(expected, rel=1e-5)
+    # Each row's nearest other-half row is itself; swapping two rows of one
+    # half leaves two of four.
+    assert identity.identity_top1(z_a2, z_b2).item() == 1.0
+    assert identity.identity_top1(z_a2, z_b2[[1, 0, 2, 3]]).item() == 0.5
     mask = torch.tensor([[True, True, True, False], [True, False, False, False]])
     first, second = identity.half_masks(mask)
     assert first.tolist() == [[True, False, True, False], [True, False, False, False]]
@@ -475,6 +479,7 @@ def test_identity_training_adds_the_term_in_training_steps_only():
     # One value per training step; the validation passes add none.
     steps = [b for epoch in embedder.net_.history for b in epoch["batches"]]
     n_train = sum("train_loss" in b for b in steps)
-    assert n_train > 0 and len(record) == n_train and all(v > 0 for v in record)
+    assert n_train > 0 and len(record) == n_train
+    assert all(nce > 0 and 0 <= top1 <= 1 for nce, top1 in record)
     assert _nn.LocusNetwork.forward is forward  # restored
     assert _training.LocusNet.get_loss is get_loss
