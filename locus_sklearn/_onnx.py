@@ -25,9 +25,11 @@ INSTALL_HINT = "pip install 'locus_sklearn[onnx]' (onnxruntime, onnx, onnxscript
 
 
 def import_onnxruntime():
-    """``onnxruntime``, or an ImportError that says how to install it."""
+    """``onnxruntime``, or an ImportError that says how to install it (also
+    when the exporter's own dependency, onnxscript, is missing)."""
     try:
         import onnxruntime
+        import onnxscript  # noqa: F401  (torch.onnx.export's dynamo exporter)
     except ImportError as exc:
         raise ImportError(
             f"backend='onnx' needs ONNX Runtime and the ONNX exporter: {INSTALL_HINT}."
@@ -123,13 +125,6 @@ class OnnxSentenceEncoder:
 
     def _export(self, transformer, example):
         """The serialised ONNX graph, batch and token axes dynamic."""
-        import_onnxruntime()
-        try:
-            import onnxscript  # noqa: F401  (the exporter's own dependency)
-        except ImportError as exc:
-            raise ImportError(
-                f"backend='onnx' needs onnxscript: {INSTALL_HINT}."
-            ) from exc
         inputs = tuple(example[name] for name in self.input_names)
         batch = torch.export.Dim("batch")
         tokens = torch.export.Dim(

@@ -651,8 +651,9 @@ def test_onnx_backend_refuses_what_it_cannot_run(encoder, device, match):
         QueryEncoder(encoder, device=device, backend="onnx").fit()
 
 
-def test_onnx_backend_names_the_extra_when_missing(monkeypatch):
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails
+@pytest.mark.parametrize("missing", ["onnxruntime", "onnxscript"])
+def test_onnx_backend_names_the_extra_when_missing(monkeypatch, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # import fails
     with pytest.raises(ImportError, match=r"pip install 'locus_sklearn\[onnx\]'"):
         QueryEncoder(backend="onnx").fit()
 
