@@ -146,6 +146,15 @@ def choose_shrinkage(
     return max(s for s, v in scores.items() if v >= best - 1e-12), scores
 
 
+def query_folds(n_folds):
+    """The folds of the training queries for an int: sklearn's ``KFold``,
+    shuffled with seed 0 (query ids often sort by source, all of one
+    benchmark together, and a fold of one source would have no near
+    neighbours). Shared by the shrinkage choice and
+    :func:`~locus_sklearn.model_selection.cross_val_predict_proba`."""
+    return KFold(int(n_folds), shuffle=True, random_state=0)
+
+
 def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
     """Per query fold, predictions by models embedded without the fold's rows.
 
@@ -183,9 +192,7 @@ def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):
         order of the rows above.
     """
     frame = table.to_frame()[["model", "query", "score"]]
-    splitter = n_folds
-    if isinstance(n_folds, Integral):
-        splitter = KFold(n_folds, shuffle=True, random_state=0)
+    splitter = query_folds(n_folds) if isinstance(n_folds, Integral) else n_folds
     for _, held in splitter.split(table.queries):
         is_held = np.isin(table.query_index, held)
         if is_held.all():

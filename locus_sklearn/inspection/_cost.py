@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import check_model_subset, routing_utility
 from .._evals import check_evals, check_queries
 from ..metrics import route
-from ..model_selection import cross_val_predict_proba
+from ..model_selection._cross_val import out_of_fold_proba
 
 __all__ = ["calibrate_cost_weight", "cost_quality_curve"]
 
@@ -54,7 +54,8 @@ def _router_costs(router):
 
 
 def _read_queries_or_evals(router, evals):
-    """Queries, their dense scores (or None) and the candidate mask."""
+    """Queries, their dense scores (or None), the candidate mask and the
+    validated table (None for queries only)."""
     classes = np.asarray(router.classes_, dtype=object)
     if isinstance(evals, (pd.DataFrame, Mapping)) and (
         not isinstance(evals, pd.DataFrame) or "score" in evals.columns
@@ -68,11 +69,11 @@ def _read_queries_or_evals(router, evals):
                 f"pool: {unknown[:5]}."
             )
         Y = table.to_dense(classes)
-        return table.queries, Y, ~np.isnan(Y)
+        return table.queries, Y, ~np.isnan(Y), table
     queries = check_queries(evals, name="evals")
     if len(queries) == 0:
         raise ValueError("evals holds no queries; give at least one.")
-    return queries, None, np.ones((len(queries), len(classes)), dtype=bool)
+    return queries, None, np.ones((len(queries), len(classes)), dtype=bool), None
 
 
 def _queries_and_proba(router, evals, cv, *, scores_needed=None):
@@ -80,7 +81,7 @@ def _queries_and_proba(router, evals, cv, *, scores_needed=None):
     router's predictions, or with ``cv`` its out-of-fold ones. Raises
     TypeError with the message ``scores_needed`` if given and ``evals``
     holds queries only."""
-    queries, Y, candidates = _read_queries_or_evals(router, evals)
+    queries, Y, candidates, table = _read_queries_or_evals(router, evals)
     if Y is None and scores_needed is not None:
         raise TypeError(scores_needed)
     if cv is None:
@@ -91,7 +92,7 @@ def _queries_and_proba(router, evals, cv, *, scores_needed=None):
             "must be scored evaluations (model, query, score); got queries only."
         )
     else:
-        proba = cross_val_predict_proba(router, evals, cv=cv)
+        proba = out_of_fold_proba(router, table, cv)
     return queries, Y, candidates, np.asarray(proba, dtype=np.float64)
 
 

@@ -4,12 +4,11 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.model_selection import KFold
 from sklearn.utils.validation import check_is_fitted
 
 from .._evals import _preview, check_evals
 from .._router import LocusRouter
-from .._shrinkage import cross_fitted_predictions, shrink
+from .._shrinkage import cross_fitted_predictions, query_folds, shrink
 
 __all__ = ["cross_val_predict_proba"]
 
@@ -22,9 +21,7 @@ def _check_cv(cv, n_queries):
                 f"cv must be an int in [2, n_queries={n_queries}] or a splitter; "
                 f"got {cv}."
             )
-        # Shuffled: query ids often sort by source (all of one benchmark
-        # together), and a fold of one source would have no near neighbours.
-        return KFold(int(cv), shuffle=True, random_state=0)
+        return query_folds(cv)
     if hasattr(cv, "split") and not isinstance(cv, (str, type)):
         return cv
     raise TypeError(
@@ -124,7 +121,13 @@ def cross_val_predict_proba(router, evals, *, cv=5):
     [0.0, 1.0, 1.0, 0.0]
     """
     check_is_fitted(router)
-    table = check_evals(evals)
+    return out_of_fold_proba(router, check_evals(evals), cv)
+
+
+def out_of_fold_proba(router, table, cv):
+    """:func:`cross_val_predict_proba` of a fitted router on an already
+    validated :class:`~locus_sklearn.EvalTable` (callers that checked the
+    evaluations themselves do not check them again)."""
     classes = np.asarray(router.classes_, dtype=object)
     unknown = np.setdiff1d(table.models, classes)
     absent = np.setdiff1d(classes, table.models)
