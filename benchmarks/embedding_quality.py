@@ -75,6 +75,9 @@ VARIANTS = {
         "kernel_readout": False,
         "standardize_embedding": True,
     },
+    # Model mixtures (a model's rows in half the query regions, a partner's in
+    # the other half), at session 3's setting, fixed before the run.
+    "mixed": {"mix_prob": 0.5},
     # Not LocusEmbedder parameters: the prototypes of benchmarks/_vicreg.py
     # and benchmarks/_identity.py.
     "vicreg": {"_vicreg": True},
