@@ -34,6 +34,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._evals import _preview, check_queries
+from ._length_batches import encode_in_length_batches
 
 __all__ = ["QueryEncoder", "SharedEncodingsWarning", "as_query_encoder"]
 
@@ -321,7 +322,8 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
           directory (e.g. a hub name) raises a :class:`ValueError`: nothing is
           ever downloaded;
         - any object with ``encode(list_of_str) -> array of shape (n, d)``, used
-          as is (a ``SentenceTransformer`` instance also gets ``batch_size`` and
+          as is (a ``SentenceTransformer`` instance is run as a loaded model is,
+          in batches of similar length, with ``batch_size`` and
           ``show_progress_bar``);
         - a mapping ``{query_id: vector}`` of precomputed encodings; every query
           passed to :meth:`transform` must be a key. :meth:`fit` checks every
@@ -335,7 +337,11 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
         mappings are never cached (an object has no stable identity, a mapping
         is already a cache).
     batch_size : int, default=64
-        Batch size of ``SentenceTransformer.encode``.
+        Most texts per forward pass of a sentence-transformers model. The
+        texts of a call are cut into batches of similar token length, where
+        the padding of a longer batch would cost more than another pass
+        (:mod:`locus_sklearn._length_batches`: on a CPU a padded token costs
+        as much as a real one, and a larger batch saves little).
     device : str or torch.device, default=None
         Device of a SentenceTransformer loaded from a directory, e.g.
         ``"cpu"``, ``"cuda"``, ``"cuda:1"``. ``None`` lets sentence-transformers
@@ -493,11 +499,6 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
 
     def _encode_callable(self):
         """The ``encode(list_of_str) -> array`` used on a cache miss."""
-        options = {
-            "batch_size": self.batch_size,
-            "show_progress_bar": self.show_progress_bar,
-            "convert_to_numpy": True,
-        }
         if self._kind == "model" and self.backend == "onnx":
 
             def encode(texts):
@@ -509,12 +510,28 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
 
             def encode(texts):
                 model = _load_sentence_transformer(self.model_path_, self.device)
-                return model.encode(texts, **options)
+                return self._encode_by_length(model, texts)
 
             return encode
         if _is_sentence_transformer(self.encoder):
-            return lambda texts: self.encoder.encode(texts, **options)
+            return lambda texts: self._encode_by_length(self.encoder, texts)
         return self.encoder.encode
+
+    def _encode_by_length(self, model, texts):
+        """``model.encode`` on batches of similar token length (a padded
+        token costs as much as a real one, :mod:`._length_batches`)."""
+
+        def encode(batch):
+            return model.encode(
+                batch,
+                batch_size=len(batch),
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
+
+        return encode_in_length_batches(
+            model, list(texts), encode, self.batch_size, self.show_progress_bar
+        )
 
     def transform(self, X):
         """Encode queries.

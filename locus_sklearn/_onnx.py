@@ -18,6 +18,8 @@ import warnings
 import numpy as np
 import torch
 
+from ._length_batches import encode_in_length_batches
+
 __all__ = ["OnnxSentenceEncoder"]
 
 # What the optional extra installs; named in every import error.
@@ -159,27 +161,29 @@ class OnnxSentenceEncoder:
     def encode(self, texts, batch_size=64, **_ignored):
         """Sentence embeddings of ``texts``, shape (n_texts, dim), float32.
 
-        Texts are encoded in batches of ``batch_size``, longest first (as
-        sentence-transformers does, so padding stays short). Other keyword
-        arguments of ``SentenceTransformer.encode`` are accepted and ignored
+        Texts are encoded in batches of at most ``batch_size`` texts of similar
+        token length (:func:`~._length_batches.length_batches`: a padded token
+        costs as much as a real one). Other keyword arguments of
+        ``SentenceTransformer.encode`` are accepted and ignored
         (``show_progress_bar``, ``convert_to_numpy``).
         """
         texts = list(texts)
         if not texts:
             return np.empty((0, self.n_features), dtype=np.float32)
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        out = np.empty((len(texts), self.n_features), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            rows = order[start : start + batch_size]
-            features = _tokenize(self._model, [texts[i] for i in rows])
-            feed = {name: features[name].numpy() for name in self.input_names}
-            (token_embeddings,) = self._session.run(None, feed)
-            pooled = {
-                "token_embeddings": torch.from_numpy(token_embeddings),
-                "attention_mask": features["attention_mask"],
-            }
-            with torch.inference_mode():
-                for module in self._after:
-                    pooled = module(pooled)
-            out[rows] = pooled["sentence_embedding"].float().numpy()
-        return out
+        return encode_in_length_batches(
+            self._model, texts, self._encode_batch, batch_size
+        )
+
+    def _encode_batch(self, texts):
+        """One ONNX Runtime call: (len(texts), dim), float32."""
+        features = _tokenize(self._model, texts)
+        feed = {name: features[name].numpy() for name in self.input_names}
+        (token_embeddings,) = self._session.run(None, feed)
+        pooled = {
+            "token_embeddings": torch.from_numpy(token_embeddings),
+            "attention_mask": features["attention_mask"],
+        }
+        with torch.inference_mode():
+            for module in self._after:
+                pooled = module(pooled)
+        return pooled["sentence_embedding"].float().numpy()

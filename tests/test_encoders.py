@@ -578,7 +578,7 @@ def onnx_encoder():
 
 def test_onnx_backend_gives_the_torch_encodings(onnx_encoder):
     expected = QueryEncoder(device="cpu").fit().transform(ONNX_TEXTS)
-    # batch_size=2: three batches, longest first, scattered back in order.
+    # batch_size=2: batches of at most two similar lengths, scattered back in order.
     X = onnx_encoder.transform(ONNX_TEXTS)
     assert X.shape == (5, 384) and X.dtype == np.float32
     np.testing.assert_allclose(X, expected, atol=1e-5)
