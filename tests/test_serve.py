@@ -369,6 +369,38 @@ def test_concurrent_requests_share_predictor_calls(router_path, routers, queries
         assert batching["batches"] <= len(queries) // 4
 
 
+def test_batcher_without_window_batches_what_arrives_while_computing():
+    from locus_sklearn.serve._batching import MicroBatcher
+
+    calls, release = [], threading.Event()
+
+    def fn(items):
+        calls.append(list(items))
+        if len(calls) == 1:
+            release.wait(10)  # the first call computes until the test lets go
+        return "ctx", np.asarray(items) * 10
+
+    async def scenario():
+        batcher = MicroBatcher(fn, max_batch=4)  # default window: 0
+        await batcher.start()
+        try:
+            first = asyncio.create_task(batcher.submit([1]))
+            while not calls:  # an idle service sends the first at once
+                await asyncio.sleep(0.001)
+            later = [asyncio.create_task(batcher.submit([i])) for i in range(2, 8)]
+            await asyncio.sleep(0.05)
+            release.set()
+            return await first, await asyncio.gather(*later)
+        finally:
+            await batcher.stop()
+
+    (context, rows), later = asyncio.run(scenario())
+    assert context == "ctx" and rows.tolist() == [10]
+    assert [r.tolist() for _, r in later] == [[20], [30], [40], [50], [60], [70]]
+    # Six arrived while the first computed: two batches of at most four.
+    assert calls == [[1], [2, 3, 4, 5], [6, 7]]
+
+
 def test_a_bad_query_does_not_fail_its_batch(router_path, routers, queries):
     app = create_app(router_path, batch_window_ms=50)
     with serve(app) as url:

@@ -278,7 +278,7 @@ def create_app(
     encoder_backend="torch",
     device=None,
     max_batch=64,
-    batch_window_ms=2.0,
+    batch_window_ms=0.0,
     max_queries=256,
     max_query_chars=100_000,
     max_body_bytes=1_000_000,
@@ -309,8 +309,10 @@ def create_app(
         Torch device; None uses CUDA when available.
     max_batch : int, default=64
         Queries per micro-batch, at most (one larger request goes whole).
-    batch_window_ms : float, default=2.0
-        How long a batch waits for more requests after its first one.
+    batch_window_ms : float, default=0.0
+        How long a batch waits for more requests after its first one. With 0
+        a batch holds what arrived while the previous one computed, and a
+        request that finds the service idle is answered at once.
     max_queries : int, default=256
         Queries per ``/route`` request, at most.
     max_query_chars : int, default=100000

@@ -237,8 +237,10 @@ def _add_serve(subparsers):
     p.add_argument(
         "--batch-window-ms",
         type=nonnegative_float,
-        default=2.0,
-        help="how long a batch waits for more requests (default: %(default)s)",
+        default=0.0,
+        help="how long a batch waits for more requests after its first; with 0 "
+        "it holds what arrived while the previous one computed (default: "
+        "%(default)s)",
     )
     p.add_argument(
         "--max-queries",
