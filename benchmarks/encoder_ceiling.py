@@ -18,7 +18,13 @@ number formats torch offers on a CPU:
   same float32 model exported to ONNX) at 1 and 2 threads, through
   ``QueryEncoder.transform`` as the service calls it (beside the PyTorch
   backend's own ``transform``), with its largest difference to PyTorch's
-  encodings; when ``onnxruntime`` is installed (the ``onnx`` extra).
+  encodings; when ``onnxruntime`` is installed (the ``onnx`` extra);
+- batches of similar token length (what ``QueryEncoder`` runs,
+  ``locus_sklearn/_length_batches.py``) against fixed batches padded to their
+  longest text (sentence-transformers' ``encode(batch_size=64)``, and the
+  ONNX backend's path before length batches), one thread, on calls of 8 and
+  64 mixed chat-length queries and on whole questions (with their options)
+  in calls of 400; both arms alternate on the same texts.
 
 Usage::
 
@@ -78,6 +84,67 @@ def _query_encoder_backends(texts, torch):
         out["onnx_max_abs_difference"] = float(
             np.abs(encodings["onnx"] - encodings["torch"]).max()
         )
+    return out
+
+
+def _length_batches(short, whole, torch, n_bulk_calls=2, bulk_call=400):
+    """ms per text of fixed, padded batches and of length batches (one thread)."""
+    from locus_sklearn._encoders import (
+        _default_model_path,
+        _load_onnx_encoder,
+        _load_sentence_transformer,
+    )
+    from locus_sklearn._length_batches import encode_in_length_batches
+
+    torch.set_num_threads(1)
+    path = _default_model_path()
+    model = _load_sentence_transformer(path, "cpu")
+    arms = {
+        "torch": (
+            lambda texts: model.encode(texts, batch_size=64),
+            lambda texts: encode_in_length_batches(
+                model, texts, lambda b: model.encode(b, batch_size=len(b)), 64
+            ),
+        )
+    }
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        onnx = _load_onnx_encoder(path)
+
+        def onnx_fixed(texts):  # longest first, cut every 64: the path before
+            order = np.argsort([-len(t) for t in texts], kind="stable")
+            for start in range(0, len(texts), 64):
+                onnx._encode_batch([texts[i] for i in order[start : start + 64]])
+
+        arms["onnx"] = (onnx_fixed, lambda texts: onnx.encode(texts, batch_size=64))
+    calls = {
+        "8_mixed": [short[i : i + 8] for i in range(0, 64, 8)],
+        "64_mixed": [short[i : i + 64] for i in range(0, 128, 64)],
+        f"{bulk_call}_whole": [
+            whole[i : i + bulk_call]
+            for i in range(0, n_bulk_calls * bulk_call, bulk_call)
+        ],
+    }
+    out = {}
+    for backend, (fixed, by_length) in arms.items():
+        for name, batches in calls.items():
+            if backend == "onnx" and name.endswith("_whole"):
+                continue  # the ONNX backend serves short queries
+            spent = {"fixed": 0.0, "length": 0.0}
+            fixed(batches[0][:2])  # warm-up
+            for k, batch in enumerate(batches):
+                pair = [("fixed", fixed), ("length", by_length)]
+                for arm, fn in pair if k % 2 == 0 else pair[::-1]:
+                    start = time.perf_counter()
+                    fn(batch)
+                    spent[arm] += time.perf_counter() - start
+            n = sum(len(b) for b in batches)
+            out[f"{backend}_{name}"] = {
+                f"{arm}_ms_per_text": 1000 * t / n for arm, t in spent.items()
+            }
     return out
 
 
@@ -148,6 +215,12 @@ def main(argv=None):
             "mean": float(cosine.mean()),
         }
     result |= _query_encoder_backends(texts, torch)
+    # Mixed lengths, other questions than the single-query timings above.
+    rest = [str(q) for q in load_mmlu_pro().evals["query"].unique()[args.queries :]]
+    rest = list(np.random.default_rng(0).permutation(rest))
+    result["length_batches_1_thread"] = _length_batches(
+        [q[:CHARS] for q in rest[:128]], rest[128:928], torch
+    )
     result |= {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%d %H:%M UTC"
