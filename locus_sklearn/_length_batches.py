@@ -1,11 +1,8 @@
 """Batches of texts of similar token length, for a transformer on a CPU.
 
 A batch is padded to its longest text, and a padded token costs as much as a
-real one. On a CPU a transformer gains little from a larger batch (measured on
-all-MiniLM-L6-v2, one thread: 30 ms for one 64-token text, 27-29 ms per text in
-batches of 2-16 in ONNX Runtime; PyTorch about 9 ms per call plus 0.41 ms per
-token), so the padding of a batch of mixed lengths is what it costs.
-sentence-transformers sorts a call's texts by length and cuts batches of a
+real one. On a CPU a transformer gains little from a larger batch, so the
+padding of a batch of mixed lengths is what it costs. sentence-transformers sorts a call's texts by length and cuts batches of a
 fixed size; :func:`length_batches` cuts the sorted texts where the padding
 would cost more than another call. ``benchmarks/encoder_ceiling.py`` measures
 both on the same texts: calls of 64 mixed chat-length queries (20-185 tokens)
@@ -22,8 +19,11 @@ __all__ = [
     "token_lengths",
 ]
 
-#: The cost of one more call, in tokens of work (PyTorch's measured per-call
-#: time over its per-token time, about 20; ONNX Runtime's is smaller).
+#: The cost of one more call, in tokens of work. Set from one-off timings of
+#: all-MiniLM-L6-v2 on one core of the project's 2-core test machine
+#: (2026-12-01; texts cut to 32-192 tokens, 1-16 per call): PyTorch about
+#: 9 ms per call beside 0.41 ms per token (about 20 tokens); ONNX Runtime
+#: less per call, and batches of 2-16 only 5-15 % cheaper per text than one.
 OVERHEAD_TOKENS = 16
 
 

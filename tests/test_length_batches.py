@@ -44,8 +44,8 @@ def test_hand_computed_batches():
     # At most two per batch: the short three split 12 | 11, 10.
     batches = length_batches([10, 100, 12, 98, 11], max_size=2)
     assert [b.tolist() for b in batches] == [[1, 3], [2], [4, 0]]
-    # Equal lengths fill batches up to max_size; with no overhead any cut is
-    # as good, and none pads.
+    # Equal lengths pad nothing: as few batches as max_size allows (which one
+    # is short is the tie-break).
     assert [len(b) for b in length_batches([7] * 10, max_size=4)] == [2, 4, 4]
     assert length_batches([], max_size=3) == []
 
