@@ -337,11 +337,12 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
         mappings are never cached (an object has no stable identity, a mapping
         is already a cache).
     batch_size : int, default=64
-        Most texts per forward pass of a sentence-transformers model. The
-        texts of a call are cut into batches of similar token length, where
-        the padding of a longer batch would cost more than another pass
-        (:mod:`locus_sklearn._length_batches`: on a CPU a padded token costs
-        as much as a real one, and a larger batch saves little).
+        Most texts per forward pass of a sentence-transformers model. On the
+        CPU the texts of a call are cut into batches of similar token length,
+        where the padding of a longer batch would cost more than another pass
+        (:mod:`locus_sklearn._length_batches`: there a padded token costs as
+        much as a real one, and a larger batch saves little); on an
+        accelerator, sentence-transformers' own batches of this size.
     device : str or torch.device, default=None
         Device of a SentenceTransformer loaded from a directory, e.g.
         ``"cpu"``, ``"cuda"``, ``"cuda:1"``. ``None`` lets sentence-transformers
@@ -518,8 +519,18 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
         return self.encoder.encode
 
     def _encode_by_length(self, model, texts):
-        """``model.encode`` on batches of similar token length (a padded
-        token costs as much as a real one, :mod:`._length_batches`)."""
+        """``model.encode`` on batches of similar token length (on a CPU a
+        padded token costs as much as a real one, :mod:`._length_batches`);
+        on an accelerator, where a call's fixed cost is far larger than its
+        tokens', sentence-transformers' own batches of ``batch_size``."""
+        device = getattr(model, "device", None)
+        if device is not None and torch.device(device).type != "cpu":
+            return model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                show_progress_bar=self.show_progress_bar,
+                convert_to_numpy=True,
+            )
 
         def encode(batch):
             return model.encode(

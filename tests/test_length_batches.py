@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -136,3 +137,26 @@ def test_query_encoder_splits_mixed_lengths_with_the_same_encodings(monkeypatch)
     lengths = token_lengths(model, MIXED)
     assert lengths.max() > 4 * np.sort(lengths)[-2]
     assert sizes[0] == 1 and sum(sizes) == len(MIXED) and max(sizes) > 1
+
+
+class _AcceleratorModel(_WordModel):
+    """A stand-in sentence-transformers model on an accelerator."""
+
+    device = torch.device("cuda")
+
+    def __init__(self):
+        self.calls = []
+
+    def encode(self, texts, **kwargs):
+        self.calls.append((list(texts), kwargs))
+        return np.zeros((len(texts), 2), dtype=np.float32)
+
+
+def test_accelerator_keeps_sentence_transformers_batches():
+    # A call's fixed cost there dwarfs its tokens': one call, batch_size as set.
+    model = _AcceleratorModel()
+    texts = ["w " * 50, "a", "a b"]
+    X = QueryEncoder(batch_size=8)._encode_by_length(model, texts)
+    assert X.shape == (3, 2)
+    assert [c[0] for c in model.calls] == [texts]
+    assert model.calls[0][1]["batch_size"] == 8
