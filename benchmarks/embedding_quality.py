@@ -529,7 +529,7 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
     out = {"seed": seed, "n_test": len(y), "by_n": {}}
     for n in ns:
         t0 = time.perf_counter()
-        train = split.sample(n, key=routing.n_key(n) % 10**6)
+        train = split.training_rows(n)
         strength = (
             train.groupby("model")["score"].mean().reindex(split.models).to_numpy()
         )

@@ -106,8 +106,8 @@ def run_seed(data, seed, n, args):
     test_task = pd.Categorical(
         task_of.reindex(split.test_queries).to_numpy(), categories=tasks
     ).codes
-    train = split.sample(n, key=routing.n_key(n) % 10**6)
-    everything = split.sample("all", key=routing.n_key("all") % 10**6)
+    train = split.training_rows(n)
+    everything = split.training_rows("all")
     out = {}
     for name in ("kNN", "SingleBest"):
         router = routing.make_router(

@@ -65,7 +65,7 @@ class _Fixed:
 
 def run_one(data, seed, settings):
     split = routing.Split(data, seed)
-    train = split.sample(N_PER_MODEL, key=routing.n_key(N_PER_MODEL) % 10**6)
+    train = split.training_rows(N_PER_MODEL)
     start = time.perf_counter()
     saved = dict(embedding_quality.SETTINGS)
     embedding_quality.SETTINGS.update(settings)

@@ -226,6 +226,12 @@ class Split:
         }
         self.seed = seed
 
+    def training_rows(self, n):
+        """The n training rows per model (all when n == 'all') that every
+        benchmark trains on for this split: one key per n, so scripts that
+        compare methods or diagnose a run read the same rows."""
+        return self.sample(n, key=n_key(n) % 10**6)
+
     def sample(self, n, key, models=None):
         """n random training-split rows per model (all when n == 'all')."""
         rng = np.random.default_rng([self.seed, 1000 + key])
@@ -276,7 +282,7 @@ def cheapest_matching(points, target):
 # --------------------------------------------------------------- experiments
 def run_main(data, split, n, settings, routers, log):
     """Fit every router on the same rows; score on the complete test queries."""
-    train = split.sample(n, key=n_key(n) % 10**6)
+    train = split.training_rows(n)
     y = split.y_test
     out, fitted = {}, {}
     per_model = train.groupby("model")["score"]

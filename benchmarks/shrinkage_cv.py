@@ -93,7 +93,7 @@ def main(argv=None):
     n = args.n if args.n == "all" else int(args.n)
     data = eq.load_pool(args.pool, args.seed)
     split = routing.Split(data, args.seed)
-    train = split.sample(n, key=routing.n_key(n) % 10**6)
+    train = split.training_rows(n)
 
     def make_embedder():
         return LocusEmbedder(data.encodings, random_state=args.seed, **eq.SETTINGS)

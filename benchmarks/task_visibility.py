@@ -99,7 +99,7 @@ def run_seed(data, seed, ns):
         "by_n": {},
     }
     for n in ns:
-        train = split.sample(n, key=routing.n_key(n) % 10**6)
+        train = split.training_rows(n)
         strength = train.groupby("model")["score"].mean().reindex(split.models)
         best = {
             "single best": float(y[:, int(np.argmax(strength.to_numpy()))].mean()),

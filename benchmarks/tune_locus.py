@@ -77,7 +77,7 @@ def main(argv=None):
     n = args.n if args.n == "all" else int(args.n)
     data = _data.load(args.data)
     split = routing.Split(data, args.seed)
-    train = split.sample(n, key=routing.n_key(n) % 10**6)
+    train = split.training_rows(n)
     y = split.y_test
     header = not os.path.exists(args.out)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -32,7 +32,7 @@ torch.set_num_threads(1)
 eq.SETTINGS["max_epochs"] = 20
 data = eq.load_pool("bfcl")
 split = routing.Split(data, 0)
-train = split.sample(256, key=routing.n_key(256) % 10**6)
+train = split.training_rows(256)
 rng = np.random.default_rng(0)
 models = sorted(train["model"].unique())
 halves = []

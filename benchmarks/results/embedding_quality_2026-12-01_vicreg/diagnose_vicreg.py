@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 eq.SETTINGS["max_epochs"] = 20
 data = eq.load_pool("bfcl")
 split = routing.Split(data, 0)
-train = split.sample(256, key=routing.n_key(256) % 10**6)
+train = split.training_rows(256)
 for name, weights in [("baseline", (0.0, 0.0)), ("vicreg", (1.0, 0.04))]:
     record = []
     with vicreg_training(*weights, record=record):
