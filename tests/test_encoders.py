@@ -665,3 +665,75 @@ def test_backend_value_is_validated():
         InvalidParameterError, match=r"'backend' parameter .* 'tensorflow'"
     ):
         QueryEncoder(backend="tensorflow").fit()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_graph():
+    """A small random BERT exported as the ONNX backend exports, unfused."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from transformers import BertConfig, BertModel
+
+    from locus_sklearn import _onnx
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    bert = BertModel(config).eval()
+    ids = torch.tensor([[2, 7, 9, 4, 3], [2, 5, 3, 0, 0]])
+    example = {
+        "input_ids": ids,
+        "token_type_ids": torch.zeros_like(ids),
+        "attention_mask": (ids > 0).long(),
+    }
+    encoder = _onnx.OnnxSentenceEncoder.__new__(_onnx.OnnxSentenceEncoder)
+    encoder.input_names = list(example)
+    with pytest.MonkeyPatch.context() as patch:  # the graph as torch exports it
+        patch.setattr(_onnx, "_fused_for_onnxruntime", lambda graph: graph)
+        graph = encoder._export(bert, example)
+    feed = {name: value.numpy() for name, value in example.items()}
+    return graph, feed
+
+
+def _run_graph(graph, feed):
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    return session.run(None, feed)[0]
+
+
+def _op_types(graph):
+    import onnx
+
+    return {node.op_type for node in onnx.load_from_string(graph).graph.node}
+
+
+def test_onnx_graph_is_fused_for_onnxruntime_to_the_same_outputs(tiny_bert_graph):
+    from locus_sklearn._onnx import _fused_for_onnxruntime
+
+    graph, feed = tiny_bert_graph
+    fused = _fused_for_onnxruntime(graph)
+    # One Attention kernel per layer replaces the matmul-softmax-matmul chain.
+    assert "Softmax" in _op_types(graph) and "Attention" not in _op_types(graph)
+    assert {"Attention", "SkipLayerNormalization"} <= _op_types(fused)
+    assert "Softmax" not in _op_types(fused)
+    # The padded second row included: the mask is read alike.
+    expected = _run_graph(graph, feed)
+    mask = feed["attention_mask"].astype(bool)
+    np.testing.assert_allclose(_run_graph(fused, feed)[mask], expected[mask], atol=1e-5)
+
+
+def test_onnx_graph_runs_as_exported_when_fusion_fails(tiny_bert_graph, monkeypatch):
+    from onnxscript.rewriter import ort_fusions
+
+    from locus_sklearn._onnx import _fused_for_onnxruntime
+
+    def broken(model):
+        raise ValueError("no rule for this graph")
+
+    monkeypatch.setattr(ort_fusions, "optimize_for_ort", broken)
+    graph, _ = tiny_bert_graph
+    with pytest.warns(RuntimeWarning, match=r"could not fuse .*no rule for this"):
+        assert _fused_for_onnxruntime(graph) == graph
