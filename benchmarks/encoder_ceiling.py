@@ -24,7 +24,11 @@ number formats torch offers on a CPU:
   longest text (sentence-transformers' ``encode(batch_size=64)``, and the
   ONNX backend's path before length batches), one thread, on calls of 8 and
   64 mixed chat-length queries and on whole questions (with their options)
-  in calls of 400; both arms alternate on the same texts.
+  in calls of 400; both arms alternate on the same texts;
+- the ONNX backend's graph fused for ONNX Runtime (onnxscript's
+  ``optimize_for_ort``, the default) against the graph as exported
+  (``OnnxSentenceEncoder(fuse=False)``), one chat-length text per call at 1
+  and 2 threads, the arms alternating text by text on 200 texts.
 
 Usage::
 
@@ -84,6 +88,45 @@ def _query_encoder_backends(texts, torch):
         out["onnx_max_abs_difference"] = float(
             np.abs(encodings["onnx"] - encodings["torch"]).max()
         )
+    return out
+
+
+def _onnx_fusion(texts, torch):
+    """ms per single-text call of the fused and the exported ONNX graph."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"onnx": "not installed (pip install 'locus_sklearn[onnx]')"}
+    from locus_sklearn._encoders import _default_model_path, _load_sentence_transformer
+    from locus_sklearn._onnx import OnnxSentenceEncoder
+
+    model = _load_sentence_transformer(_default_model_path(), "cpu")
+    out = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        arms = {
+            name: OnnxSentenceEncoder(model, n_threads=threads, fuse=fuse)
+            for name, fuse in (("fused", True), ("exported", False))
+        }
+        spent = {name: [] for name in arms}
+        for arm in arms.values():
+            arm.encode(texts[:1])  # warm-up
+        for k, text in enumerate(texts):
+            order = list(arms) if k % 2 == 0 else list(arms)[::-1]
+            for name in order:
+                start = time.perf_counter()
+                arms[name].encode([text])
+                spent[name].append(time.perf_counter() - start)
+        for name, times in spent.items():
+            ms = np.array(times) * 1000
+            out[f"{name}_{threads}_threads"] = {
+                "p50_ms": float(np.median(ms)),
+                "p99_ms": float(np.percentile(ms, 99)),
+                "mean_ms": float(ms.mean()),
+            }
+        if threads == 1:
+            X = {name: arm.encode(texts) for name, arm in arms.items()}
+            out["max_abs_difference"] = float(np.abs(X["fused"] - X["exported"]).max())
     return out
 
 
@@ -221,6 +264,7 @@ def main(argv=None):
     result["length_batches_1_thread"] = _length_batches(
         [q[:CHARS] for q in rest[:128]], rest[128:928], torch
     )
+    result["onnx_fusion"] = _onnx_fusion([q[:CHARS] for q in rest[928:1128]], torch)
     result |= {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%d %H:%M UTC"

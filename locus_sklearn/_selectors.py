@@ -238,15 +238,25 @@ def _pam(K, selected, max_iter, method):
     swap as soon as it finds one (Schubert & Rousseeuw, 2021), visiting
     candidates in index order on one thread so the result is deterministic;
     "pam" applies the best swap of each pass (FastPAM1, the classic PAM
-    result), which is also equivariant to a permutation of the models. Both
-    stop when no swap improves J.
+    result). Both stop at a local optimum: no swap of one medoid for one
+    other model improves J beyond rounding.
+
+    ``kmedoids`` also stops after a pass whose swaps left its loss unchanged,
+    which happens on exact ties (two models that are each other's mirror):
+    it may then end on a tied set from which a swap still improves J (seen:
+    J 8.534 where a swap gave 8.589). So each search is followed by one
+    best-swap pass (FastPAM1, one iteration) from its result: a tie-only
+    search keeps the set it started from, an improving swap resumes the
+    search, and only a set that pass confirms is returned.
 
     Returns
     -------
     selected : ndarray of int64, shape (n_select,)
         A swapped-in model takes the position of the model it replaced.
     n_iter : int
-        Passes run.
+        Passes run, the confirming passes included.
+    converged : bool
+        False when ``max_iter`` passes ran out before a pass confirmed the set.
     """
     try:
         import kmedoids
@@ -258,11 +268,32 @@ def _pam(K, selected, max_iter, method):
     # 1 - K in place: the kernel matrix is not needed afterwards.
     diss = np.subtract(1.0, K, out=K)
     medoids = np.array(selected, dtype=np.int64)
-    if method == "fasterpam":
-        result = kmedoids.fasterpam(diss, medoids, max_iter=max_iter, n_cpu=1)
-    else:
-        result = kmedoids.fastpam1(diss, medoids, max_iter=max_iter)
-    return np.asarray(result.medoids, dtype=np.int64), int(result.n_iter)
+    loss = diss[:, medoids].min(axis=1).sum()
+    # Summation orders differ between numpy and kmedoids: a loss counts as
+    # lower only beyond the rounding of a sum of n_models terms.
+    slack = 4 * np.finfo(np.float64).eps * len(diss)
+    n_iter, search = 0, True
+    while n_iter < max_iter:
+        if search:
+            if method == "fasterpam":
+                run = kmedoids.fasterpam(
+                    diss, medoids, max_iter=max_iter - n_iter, n_cpu=1
+                )
+            else:
+                run = kmedoids.fastpam1(diss, medoids, max_iter=max_iter - n_iter)
+        else:  # the confirming pass: the best single swap from the result
+            run = kmedoids.fastpam1(diss, medoids, max_iter=1)
+        n_iter += int(run.n_iter)
+        if run.n_swap == 0:  # a whole pass found no improving swap
+            return medoids, n_iter, True
+        improved = run.loss < loss - slack * max(1.0, loss)
+        if improved:
+            medoids, loss = np.asarray(run.medoids, dtype=np.int64), run.loss
+        elif not search:  # the best swap only ties: confirmed
+            return medoids, n_iter, True
+        # After a search, confirm; after an improving confirming pass, search on.
+        search = not search
+    return medoids, n_iter, False
 
 
 def _budget_greedy(K, costs, budget):
@@ -446,8 +477,8 @@ def k_medoids_select(
     X = _check_pool(X, metric)
     _check_n_select(n_select, X.shape[0])
     K, sigma = _kernel_matrix(X, metric, bandwidth)
-    selected, n_iter = _pam(K, _k_center(K, n_select), max_iter, method)
-    if n_iter >= max_iter:
+    selected, n_iter, converged = _pam(K, _k_center(K, n_select), max_iter, method)
+    if not converged:
         _warn_max_iter(max_iter)
     outputs = _select_outputs(X, selected, metric, sigma, "sum")
     return (*outputs, n_iter) if return_n_iter else outputs
@@ -827,10 +858,10 @@ class KMedoidsSelector(_BaseSelector):
 
     def _select(self, K, costs):
         self.initial_indices_ = _k_center(K, self.n_select)
-        selected, self.n_iter_ = _pam(
+        selected, self.n_iter_, converged = _pam(
             K, self.initial_indices_, self.max_iter, self.method
         )
-        if self.n_iter_ >= self.max_iter:
+        if not converged:
             _warn_max_iter(self.max_iter)
         return selected
 
