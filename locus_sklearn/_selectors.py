@@ -446,7 +446,8 @@ def k_medoids_select(
         Swap search: "fasterpam" applies each improving swap as soon as it is
         found (fast, the usual choice); "pam" applies the best swap of each
         pass (the classic PAM result, equivariant to a permutation of the
-        models, slower). Both run in the ``kmedoids`` package.
+        models but for exact ties, slower). Both run in the ``kmedoids``
+        package; a final best-swap pass confirms the local optimum.
     max_iter : int, default=300
         Maximum number of passes over the candidate swaps.
     return_n_iter : bool, default=False
@@ -762,7 +763,9 @@ class KMedoidsSelector(_BaseSelector):
     none does. The swap search is the ``kmedoids`` package's FasterPAM (or
     classic PAM) on the dissimilarity ``1 - K``, whose k-medoids loss is
     ``n_models - J``. The result is deterministic, a local optimum of J under
-    single swaps, and at least as good as the k-center start.
+    single swaps (a final best-swap pass confirms it: the package's search
+    also stops after a pass whose swaps only tie), and at least as good as
+    the k-center start.
 
     Parameters
     ----------
@@ -780,7 +783,8 @@ class KMedoidsSelector(_BaseSelector):
         Swap search: "fasterpam" applies each improving swap as soon as it is
         found, visiting candidates in index order (fast, the usual choice);
         "pam" applies the best swap of each pass (the classic PAM result,
-        equivariant to a permutation of the models; each pass costs
+        equivariant to a permutation of the models but for exact ties, which
+        go to the lower index; each pass costs
         O(n_models ** 2) and makes one swap, so it is much slower on large
         pools).
     max_iter : int, default=300
@@ -794,8 +798,8 @@ class KMedoidsSelector(_BaseSelector):
     initial_indices_ : ndarray of int64, shape (n_select,)
         The k-center start.
     n_iter_ : int
-        Number of passes over the candidate swaps, the final one that found no
-        improving swap included.
+        Number of passes over the candidate swaps, the confirming one that
+        found no improving swap included.
     selected_indices_ : ndarray of int64, shape (n_selected,)
         Rows of the selected models, in selection order.
     selected_embeddings_ : ndarray of shape (n_selected, n_features) or None
