@@ -320,7 +320,7 @@ def main(argv=None):
     load_average = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     scale = 0.25 if args.quick else 1.0
     id_counts = {c: int(n * scale) for c, n in {1: 300, 8: 600, 64: 1200}.items()}
-    text_counts = {c: int(n * scale) for c, n in {1: 60, 8: 160, 64: 384}.items()}
+    text_counts = {c: int(n * scale) for c, n in {1: 300, 8: 160, 64: 384}.items()}
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "router.safetensors")
         start = time.perf_counter()
