@@ -712,15 +712,23 @@ def test_onnx_graph_is_fused_for_onnxruntime_to_the_same_outputs(tiny_bert_graph
     from locus_sklearn._onnx import _fused_for_onnxruntime
 
     graph, feed = tiny_bert_graph
-    fused = _fused_for_onnxruntime(graph)
+    fused = _fused_for_onnxruntime(graph, feed)
     # One Attention kernel per layer replaces the matmul-softmax-matmul chain.
     assert "Softmax" in _op_types(graph) and "Attention" not in _op_types(graph)
     assert {"Attention", "SkipLayerNormalization"} <= _op_types(fused)
     assert "Softmax" not in _op_types(fused)
-    # The padded second row included: the mask is read alike.
-    expected = _run_graph(graph, feed)
-    mask = feed["attention_mask"].astype(bool)
-    np.testing.assert_allclose(_run_graph(fused, feed)[mask], expected[mask], atol=1e-5)
+    # Other inputs than the ones checked at fusion, the padded row included.
+    ids = np.array([[2, 9, 9, 8, 1, 4, 3], [2, 6, 3, 0, 0, 0, 0]])
+    other = {
+        "input_ids": ids,
+        "token_type_ids": np.zeros_like(ids),
+        "attention_mask": (ids > 0).astype(np.int64),
+    }
+    expected = _run_graph(graph, other)
+    real = other["attention_mask"].astype(bool)
+    np.testing.assert_allclose(
+        _run_graph(fused, other)[real], expected[real], atol=1e-5
+    )
 
 
 def test_onnx_graph_runs_as_exported_when_fusion_fails(tiny_bert_graph, monkeypatch):
@@ -732,6 +740,30 @@ def test_onnx_graph_runs_as_exported_when_fusion_fails(tiny_bert_graph, monkeypa
         raise ValueError("no rule for this graph")
 
     monkeypatch.setattr(ort_fusions, "optimize_for_ort", broken)
-    graph, _ = tiny_bert_graph
+    graph, feed = tiny_bert_graph
     with pytest.warns(RuntimeWarning, match=r"could not fuse .*no rule for this"):
-        assert _fused_for_onnxruntime(graph) == graph
+        assert _fused_for_onnxruntime(graph, feed) == graph
+
+
+def test_onnx_graph_runs_as_exported_when_fusion_changes_outputs(
+    tiny_bert_graph, monkeypatch
+):
+    from onnxscript.rewriter import ort_fusions
+
+    from locus_sklearn._onnx import _fused_for_onnxruntime
+
+    real_rewrite = ort_fusions.optimize_for_ort
+
+    def wrong(model):  # fuses, then scales one weight: other outputs
+        from onnxscript import ir
+
+        real_rewrite(model)
+        weight = next(
+            v for v in model.graph.initializers.values() if v.shape.rank() == 2
+        )
+        weight.const_value = ir.tensor(weight.const_value.numpy() * 1.01)
+
+    monkeypatch.setattr(ort_fusions, "optimize_for_ort", wrong)
+    graph, feed = tiny_bert_graph
+    with pytest.warns(RuntimeWarning, match=r"outputs differ by up to"):
+        assert _fused_for_onnxruntime(graph, feed) == graph
