@@ -6,6 +6,7 @@ model to route to (``predict``), and how well its routing does on scored
 evaluations (``score``).
 """
 
+from collections import Counter
 from numbers import Real
 
 import numpy as np
@@ -42,6 +43,13 @@ def check_model_subset(models, classes, *, name="models"):
         raise ValueError(
             f"{name} has {len(unknown)} model(s) that are not in the pool: "
             f"{_preview(unknown)}; the pool is {_preview(classes, limit=10)}."
+        )
+    counts = Counter(models)
+    repeated = [m for m, n in counts.items() if n > 1]
+    if repeated:  # a list built wrong, not a subset: say so rather than collapse it
+        raise ValueError(
+            f"{name} repeats {len(repeated)} model(s): {_preview(repeated)}; give "
+            "each model once."
         )
     mask = np.zeros(len(classes), dtype=bool)
     mask[[position[m] for m in models]] = True
@@ -227,7 +235,7 @@ class BaseRouter(BaseEstimator):
         queries : sequence of str or DataFrame with a ``query`` column
         models : sequence of str, default=None
             Restrict routing to these models of the pool (an outage, a
-            portfolio). Defaults to the whole pool.
+            portfolio), each named once. Defaults to the whole pool.
 
         Returns
         -------

@@ -276,7 +276,8 @@ class LocusRouter(BaseRouter):
         Parameters
         ----------
         models : sequence of str
-            Names of models of the pool; at least one model must remain.
+            Names of models of the pool, each once; at least one model must
+            remain.
 
         Returns
         -------

@@ -38,6 +38,11 @@ def test_predict_restricted_to_subset(router, pool, query_texts):
     assert set(routed) <= set(subset)
     with pytest.raises(ValueError, match="not in the pool: \\['nope'\\]"):
         router.predict(query_texts[:2], models=["nope"])
+    # A repeated name is a list built wrong: refused, not collapsed.
+    with pytest.raises(
+        ValueError, match=r"models repeats 1 model\(s\): \['fam0-m01'\]"
+    ):
+        router.predict(query_texts[:2], models=["fam0-m01", "fam2-m10", "fam0-m01"])
 
 
 def test_cost_aware_routing(pool, tiny_embedder, model_names, query_texts):
@@ -101,6 +106,9 @@ def test_add_models_leaves_other_rows_unchanged(
     assert r.model_embeddings_.shape[0] == 10
     with pytest.raises(ValueError, match="every model"):
         r.remove_models(list(r.classes_))
+    with pytest.raises(ValueError, match=r"repeats 1 model\(s\)"):
+        r.remove_models([r.classes_[0], r.classes_[0]])
+    assert r.model_embeddings_.shape[0] == 10  # nothing removed
 
 
 def test_onboarded_model_from_128_evaluations_is_usable(tiny_embedder, rows_of):

@@ -295,6 +295,7 @@ BAD_REQUESTS = [
     (json.dumps({"queries": ["   "]}), 422, "queries.0"),
     (json.dumps({"query": "q000", "queries": ["q001"]}), 422, "body"),
     (json.dumps({"queries": ["q000"], "models": ["no-such-model"]}), 422, "models"),
+    (json.dumps({"queries": ["q000"], "models": ["fam0-m00"] * 2}), 422, "models"),
     (json.dumps({"queries": ["q000"], "cost_weight": -1}), 422, "cost_weight"),
     (json.dumps({"queries": ["q000"], "cost_weight": "high"}), 422, "cost_weight"),
     (json.dumps({"queries": ["q000"], "top_k": 0}), 422, "top_k"),

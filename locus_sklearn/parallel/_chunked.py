@@ -281,7 +281,7 @@ def predict_chunked(router, queries, *, models=None, chunk_queries=1000, n_jobs=
         :mod:`locus_sklearn.baselines`.
     queries : sequence of str or DataFrame with a ``query`` column
     models : sequence of str, default=None
-        Restrict routing to these models of the pool.
+        Restrict routing to these models of the pool, each named once.
     chunk_queries : int, default=1000
         Queries per chunk.
     n_jobs : int, default=None

@@ -65,7 +65,9 @@ class RouteRequest(BaseModel):
         default=None, min_length=1, description="Several queries (texts or ids)."
     )
     models: list[str] | None = Field(
-        default=None, min_length=1, description="Route among these models only."
+        default=None,
+        min_length=1,
+        description="Route among these models only, each once.",
     )
     cost_weight: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="λ for this request."
