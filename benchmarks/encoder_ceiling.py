@@ -55,6 +55,12 @@ from _provenance import git_commit, machine_info  # noqa: E402
 CHARS = 300  # serve_load.py's chat-length text queries
 
 
+def _latency(seconds):
+    """Median and 99th percentile of call times, in ms."""
+    ms = np.asarray(seconds) * 1000
+    return {"p50_ms": float(np.median(ms)), "p99_ms": float(np.percentile(ms, 99))}
+
+
 def _times(fn, items, repeat=1):
     fn(items[0])  # warm-up
     out = []
@@ -63,8 +69,7 @@ def _times(fn, items, repeat=1):
             start = time.perf_counter()
             fn(item)
             out.append(time.perf_counter() - start)
-    out = np.array(out) * 1000
-    return {"p50_ms": float(np.median(out)), "p99_ms": float(np.percentile(out, 99))}
+    return _latency(out)
 
 
 def _query_encoder_backends(texts, torch):
@@ -118,11 +123,9 @@ def _onnx_fusion(texts, torch):
                 arms[name].encode([text])
                 spent[name].append(time.perf_counter() - start)
         for name, times in spent.items():
-            ms = np.array(times) * 1000
             out[f"{name}_{threads}_threads"] = {
-                "p50_ms": float(np.median(ms)),
-                "p99_ms": float(np.percentile(ms, 99)),
-                "mean_ms": float(ms.mean()),
+                **_latency(times),
+                "mean_ms": 1000 * float(np.mean(times)),
             }
         if threads == 1:
             X = {name: arm.encode(texts) for name, arm in arms.items()}

@@ -2,12 +2,14 @@
 
 A batch is padded to its longest text, and a padded token costs as much as a
 real one. On a CPU a transformer gains little from a larger batch, so the
-padding of a batch of mixed lengths is what it costs. sentence-transformers sorts a call's texts by length and cuts batches of a
-fixed size; :func:`length_batches` cuts the sorted texts where the padding
-would cost more than another call. ``benchmarks/encoder_ceiling.py`` measures
-both on the same texts: calls of 64 mixed chat-length queries (20-185 tokens)
-89 -> 33 ms per query in ONNX Runtime and 69 -> 36 ms in PyTorch; 400 whole
-MMLU-Pro questions per call 117 -> 77 ms (2026-12-02, one thread).
+padding of a batch of mixed lengths is what it costs. sentence-transformers
+sorts a call's texts by length and cuts batches of a fixed size;
+:func:`length_batches` cuts the sorted texts where the padding would cost
+more than another call. ``benchmarks/encoder_ceiling.py`` measures both on
+the same texts (``benchmarks/results/encoder_ceiling.json``, 2026-12-02
+01:36, one thread): calls of 64 mixed chat-length queries (20-185 tokens)
+79 -> 31 ms per query in ONNX Runtime and 87 -> 43 ms in PyTorch; 400 whole
+MMLU-Pro questions per call 121 -> 82 ms.
 """
 
 import numpy as np
