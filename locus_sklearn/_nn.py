@@ -63,9 +63,10 @@ class EvaluationTokenizer(nn.Module):
         score : Tensor of shape (B, N)
             y in [0, 1].
         """
-        base, signed = self.query(features).chunk(2, dim=-1)
+        # One gather of both halves; the sum in two fused multiply-adds.
+        base, signed = self.query(features)[query_index].chunk(2, dim=-1)
         y = score.unsqueeze(-1).to(base.dtype)
-        return base[query_index] + (2 * y - 1) * signed[query_index] + y * self.score
+        return torch.addcmul(base, 2 * y - 1, signed).addcmul_(y, self.score)
 
 
 class MultiHeadAttention(nn.Module):
@@ -107,7 +108,8 @@ class MultiHeadAttention(nn.Module):
         if self.training and self.dropout > 0 and q.device.type == "cpu":
             # scaled_dot_product_attention's CPU dropout takes its slow per-element
             # mask (and its unfused path anyway): the same maths, bulk masks.
-            scores = (q @ k.transpose(-2, -1)) * (d // h) ** -0.5
+            # Scaled on q, (n_q, d / h) per head, not on the (n_q, n_k) scores.
+            scores = (q * (d // h) ** -0.5) @ k.transpose(-2, -1)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             weights = dropout(torch.softmax(scores, dim=-1), self.dropout)
@@ -465,12 +467,25 @@ class CorrectnessPredictor(nn.Module):
         query_index : LongTensor of shape (B, M)
         extra : Tensor of shape (B, M, n_extra), default=None
         """
-        u = self.project(features)[query_index]
-        zb = z.unsqueeze(1).expand_as(u)
-        hidden = self.hidden(torch.cat([zb, u, zb * u], dim=-1))
+        u = self.project(features)[query_index]  # (B, M, d)
+        # W[z, u, z⊙u] + b as (W_u + W_zu⊙z) u + (W_z z + b), one (h, d)
+        # matrix per model as in pairwise_logits: a third of the product's
+        # multiply-adds, and no (B, M, 3d) concatenation.
+        model_term, model_matrix = self._model_terms(z)
+        hidden = torch.baddbmm(model_term.unsqueeze(1), u, model_matrix.transpose(1, 2))
         if self.extra is not None:
             hidden = hidden + self.extra(extra)
         return self.output(self.dropout(F.gelu(hidden))).squeeze(-1)
+
+    def _model_terms(self, z):
+        """The first layer's model-only parts for embeddings z (M, d):
+        ``W_z z + b`` (M, h) and ``W_u + W_zu⊙z`` (M, h, d), so that the
+        layer at a query projection u is ``(W_u + W_zu⊙z) u + W_z z + b``."""
+        d = z.shape[1]
+        w = self.hidden.weight  # (h, 3d)
+        w_z, w_u, w_zu = w[:, :d], w[:, d : 2 * d], w[:, 2 * d :]
+        model_term = torch.addmm(self.hidden.bias, z, w_z.T)
+        return model_term, w_u.unsqueeze(0) + w_zu.unsqueeze(0) * z.unsqueeze(1)
 
     def pairwise_logits(self, z, features, extra=None, query_chunk=256):
         """Logits for every (query, model) pair, shape (Q, M).
@@ -488,11 +503,7 @@ class CorrectnessPredictor(nn.Module):
             Queries per chunk, bounding memory to Q_chunk·M·hidden floats.
         """
         d = z.shape[1]
-        w = self.hidden.weight  # (h, 3d)
-        w_z, w_u, w_zu = w[:, :d], w[:, d : 2 * d], w[:, 2 * d :]
-        model_term = z @ w_z.T + self.hidden.bias  # (M, h)
-        # Fold W_u u in: (W_u + W_zu⊙z) u, one (h, d) matrix per model.
-        model_matrix = w_u.unsqueeze(0) + w_zu.unsqueeze(0) * z.unsqueeze(1)
+        model_term, model_matrix = self._model_terms(z)
         m, h = model_term.shape
         flat_t = model_matrix.reshape(m * h, d).T
         bias = model_term.reshape(m * h)
@@ -665,8 +676,8 @@ class LocusNetwork(nn.Module):
         z = self.embed(features, enc_index, enc_score, enc_mask)
         extra = None
         if self.readout is not None:
-            extra = self.readout(
-                features[dec_index], features[enc_index], enc_score, enc_mask
+            extra = self.readout.episodes(
+                features, dec_index, enc_index, enc_score, enc_mask
             )
         logits = self.predictor(z, features, dec_index, extra)
         return (logits, z) if return_embedding else logits

@@ -71,7 +71,52 @@ class KernelReadout(nn.Module):
         similarity = F.normalize(query_features, dim=-1) @ F.normalize(
             set_features, dim=-1
         ).transpose(1, 2)
-        return self._features(similarity, set_score.unsqueeze(1), set_mask.unsqueeze(1))
+        return self._episode_features(similarity, set_score, set_mask)
+
+    def episodes(self, features, query_index, set_index, set_score, set_mask):
+        """:meth:`forward` for episodes whose queries index one feature matrix.
+
+        Each of the U feature rows is normalised once and then gathered,
+        rather than every gathered copy (B·(M + N) rows) normalised.
+
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+        query_index : LongTensor of shape (B, M)
+        set_index : LongTensor of shape (B, N)
+        set_score : Tensor of shape (B, N)
+        set_mask : BoolTensor of shape (B, N)
+
+        Returns
+        -------
+        Tensor of shape (B, M, 2)
+        """
+        unit = F.normalize(features, dim=-1)
+        similarity = unit[query_index] @ unit[set_index].transpose(1, 2)
+        return self._episode_features(similarity, set_score, set_mask)
+
+    def _episode_features(self, similarity, score, mask):
+        """Readout features (B, M, 2) from cosines (B, M, N) to a set.
+
+        The weights themselves, ``exp((cos − 1) / τ)`` in [exp(−2/τ), 1], are
+        summed directly (one exp, one sum and one product with the scores)
+        while exp(−2/τ) is well inside float32's normal range, as in
+        :meth:`pairwise_pool`; narrower bandwidths go through the
+        log-sum-exp of :meth:`_features`. Padding weighs 0.
+        """
+        tau = self.log_bandwidth.exp()
+        if 2 / float(tau.detach()) >= 60:
+            return self._features(similarity, score.unsqueeze(1), mask.unsqueeze(1))
+        weights = ((similarity - 1) / tau).exp()
+        if not bool(mask.all()):
+            weights = weights * mask.unsqueeze(1).to(weights.dtype)
+        mass = weights.sum(-1)  # (B, M)
+        total = (weights @ score.unsqueeze(-1).to(weights.dtype)).squeeze(-1)
+        # No evaluations: a neutral 0.5 with zero evidence (and no 0 / 0,
+        # whose NaN would reach the gradient through the unused branch).
+        has_mass = mass > 0
+        readout = torch.where(has_mass, total / torch.where(has_mass, mass, 1), 0.5)
+        return torch.stack([2 * readout - 1, torch.log1p(mass)], dim=-1)
 
     def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):
         """Readout features for every (query, model) pair, shape (Q, M, 2).

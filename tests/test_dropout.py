@@ -1,5 +1,7 @@
 """Dropout with bulk CPU masks (locus_sklearn._dropout) and its use in attention."""
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -41,6 +43,24 @@ def test_torch_seed_fixes_the_mask():
     c = dropout(x, 0.5)  # the generator moved on
     assert torch.equal(a, b)
     assert not torch.equal(b, c)
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="lane order of a 64-bit word")
+def test_mask_is_generator_integers_of_the_drawn_seed():
+    """The mask is what ``Generator(PCG64(seed)).integers`` draws (the law
+    and the stream fits were recorded with), read as four 16-bit lanes of
+    each raw 64-bit output; odd sizes end inside a word."""
+    for n in (1, 5, 4097):
+        x = torch.randn(n, dtype=torch.float64)
+        torch.manual_seed(11)
+        seed = int(torch.randint(2**62, (), dtype=torch.int64))
+        bits = np.random.Generator(np.random.PCG64(seed)).integers(
+            0, 2**16, size=n, dtype=np.uint16
+        )
+        cut = round(0.3 * 2**16)
+        expected = x * torch.from_numpy(bits >= cut) * (2**16 / (2**16 - cut))
+        torch.manual_seed(11)
+        torch.testing.assert_close(dropout(x, 0.3), expected, rtol=0, atol=0)
 
 
 def test_gradient_is_the_mask_times_the_scale():

@@ -99,6 +99,31 @@ def test_encoder_invariant_to_order_and_padding(n, extra, seed):
     assert (alone - padded).abs().max() < 1e-5
 
 
+def test_predictor_is_the_mlp_of_z_u_and_their_product():
+    """forward's per-model matrices (W_u + W_zu⊙z) give the paper's first
+    layer W[z, u, z⊙u] + b, with the readout's extra inputs, and its
+    gradients."""
+    torch.manual_seed(0)
+    pred = CorrectnessPredictor(F, D, hidden_dim=8, n_extra=2).double().eval()
+    z = torch.randn(3, D, dtype=torch.float64, requires_grad=True)
+    features = torch.randn(7, F, dtype=torch.float64)
+    index = torch.randint(0, 7, (3, 5))
+    extra = torch.randn(3, 5, 2, dtype=torch.float64)
+    u = pred.project(features)[index]
+    zb = z.unsqueeze(1).expand_as(u)
+    hidden = pred.hidden(torch.cat([zb, u, zb * u], dim=-1)) + pred.extra(extra)
+    expected = pred.output(torch.nn.functional.gelu(hidden)).squeeze(-1)
+    got = pred(z, features, index, extra)
+    torch.testing.assert_close(got, expected)
+    inputs = (z, pred.hidden.weight, pred.project.weight)
+    for grad, expected_grad in zip(
+        torch.autograd.grad(got.sum(), inputs),
+        torch.autograd.grad(expected.sum(), inputs),
+        strict=True,
+    ):
+        torch.testing.assert_close(grad, expected_grad)
+
+
 def test_pairwise_logits_match_per_pair_forward():
     torch.manual_seed(0)
     pred = CorrectnessPredictor(F, D, hidden_dim=8).eval()

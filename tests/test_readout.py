@@ -299,6 +299,45 @@ def test_kernel_readout_empty_set_gives_zeros_not_nan():
     assert torch.equal(out[:, 0], torch.zeros(3, 2))
 
 
+@pytest.mark.parametrize("bandwidth", [0.5, 0.1, 0.02])
+def test_episode_readout_equals_log_sum_exp_and_its_gradients(bandwidth):
+    """Training's readout (``episodes``: each feature row normalised once, the
+    weights summed directly while exp(-2/τ) is a normal float, else the
+    log-sum-exp) gives the log-sum-exp features of the gathered rows and the
+    same gradients, with padding and a model whose whole set is padding."""
+    gen = torch.Generator().manual_seed(1)
+    features = torch.randn(15, 6, generator=gen, dtype=torch.float64)
+    query_index = torch.randint(0, 15, (3, 4), generator=gen)
+    set_index = torch.randint(0, 15, (3, 7), generator=gen)
+    score = torch.rand(3, 7, generator=gen, dtype=torch.float64)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 5:] = False
+    mask[2] = False  # no evaluation: readout 0.5 (feature 0), evidence 0
+    readout = KernelReadout(bandwidth=bandwidth).double()
+    features.requires_grad_(True)
+
+    def log_sum_exp(features):
+        unit = torch.nn.functional.normalize(features, dim=-1)
+        similarity = unit[query_index] @ unit[set_index].transpose(1, 2)
+        return readout._features(similarity, score.unsqueeze(1), mask.unsqueeze(1))
+
+    got = readout.episodes(features, query_index, set_index, score, mask)
+    expected = log_sum_exp(features)
+    torch.testing.assert_close(got, expected)
+    assert torch.equal(got[2], torch.zeros(4, 2, dtype=torch.float64))
+    # forward on the gathered rows is the same readout.
+    torch.testing.assert_close(
+        readout(features[query_index], features[set_index], score, mask), got
+    )
+    weights = torch.randn(got.shape, generator=gen, dtype=torch.float64)
+    inputs = (features, readout.log_bandwidth)
+    grads = torch.autograd.grad((got * weights).sum(), inputs)
+    expected_grads = torch.autograd.grad((expected * weights).sum(), inputs)
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        assert torch.isfinite(grad).all()
+        torch.testing.assert_close(grad, expected_grad)
+
+
 @pytest.mark.parametrize("bandwidth", [1.0, 0.1, 0.02, 0.001])
 def test_kernel_readout_pairwise_matrix_form_matches_log_sum_exp(bandwidth):
     """The two-GEMM readout equals each model's log-sum-exp, for wide and

@@ -22,6 +22,16 @@ def test_training_history_and_early_stopping(pool, tiny_embedder):
     assert "valid_loss" not in no_valid.net_.history[-1]
 
 
+def test_cpu_training_uses_the_fused_adamw_step(pool, tiny_embedder):
+    """The optimiser a fit builds takes AdamW's fused kernel on the CPU (one
+    pass over the parameters), with the estimator's lr and weight decay."""
+    emb = tiny_embedder(pool.encodings, max_epochs=1, lr=0.003, weight_decay=0.02)
+    emb.fit(pool.evals)
+    defaults = emb.net_.optimizer_.defaults
+    assert defaults["fused"] is True
+    assert (defaults["lr"], defaults["weight_decay"]) == (0.003, 0.02)
+
+
 def test_fit_learns_better_than_pool_average(pool, tiny_embedder):
     """Trained predictions beat a per-model-mean predictor on held-out queries."""
     queries = np.array(sorted(pool.evals["query"].unique()))

@@ -1,9 +1,11 @@
 """Write the fixed-seed reference that tests/test_reference.py compares against.
 
 Run once from the repository root with the code whose outputs are the reference
-(it was run on commit fd95f1c, before the training code moved into one home, and
+(it was run on commit fd95f1c, before the training code moved into one home,
 again when training's CPU dropout masks moved to bulk draws (``_dropout.py``):
-the same law from another random stream, so every fitted weight changed):
+the same law from another random stream, so every fitted weight changed, and
+again when a training step's arithmetic was regrouped for speed, which moved
+fitted weights by float rounding):
 
     python tests/data/reference/make_reference.py
 
