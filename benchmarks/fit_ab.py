@@ -100,11 +100,16 @@ def main(argv=None):
         f"median epoch: base {base} {summary['base']:.2f} s, this checkout "
         f"{summary['this']:.2f} s ({summary['this'] / summary['base']:.2f}x)"
     )
+    # "this" is the working tree: say so when it is not the commit.
+    dirty = subprocess.run(
+        ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%d %H:%M UTC"
         ),
-        "commit": git_commit(),
+        "commit": git_commit() + ("+uncommitted changes" if dirty else ""),
         "base": base,
         "epochs": args.epochs,
         "machine": machine_info(load=os.getloadavg()),

@@ -494,6 +494,14 @@ class LocusNet(NeuralNet):
         return {"loss": loss, "y_pred": y_pred[0], "embedding": y_pred[1]}
 
 
+def _has_fused_adamw(device_type):
+    """Whether this torch has AdamW's fused kernel for ``device_type``: CUDA
+    since torch 2.0, CPU since 2.4 (the package supports torch 2.2)."""
+    if device_type == "cuda":
+        return True
+    return device_type == "cpu" and torch.__version__ >= "2.4"
+
+
 def build_net(
     params, n_features, *, device, valid_dataset=None, callbacks=(), verbose=0,
     profile_region=None, accelerator=None,
@@ -522,7 +530,7 @@ def build_net(
     """
     net_class = LocusNet
     extra = {"device": device, "verbose": verbose, **progress_params(verbose)}
-    if torch.device(device).type in ("cpu", "cuda"):
+    if _has_fused_adamw(torch.device(device).type):
         # AdamW's fused kernel: the same update in one pass over the
         # parameters (about 2 ms a step on a CPU, where the default loop
         # over parameter tensors took 9).

@@ -32,6 +32,18 @@ def test_cpu_training_uses_the_fused_adamw_step(pool, tiny_embedder):
     assert (defaults["lr"], defaults["weight_decay"]) == (0.003, 0.02)
 
 
+def test_fused_adamw_only_where_the_installed_torch_has_it(monkeypatch):
+    import torch
+    from torch.torch_version import TorchVersion
+
+    from locus_sklearn._training import _has_fused_adamw
+
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.3.1"))
+    assert not _has_fused_adamw("cpu") and _has_fused_adamw("cuda")
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.4.0+cpu"))
+    assert _has_fused_adamw("cpu") and not _has_fused_adamw("mps")
+
+
 def test_fit_learns_better_than_pool_average(pool, tiny_embedder):
     """Trained predictions beat a per-model-mean predictor on held-out queries."""
     queries = np.array(sorted(pool.evals["query"].unique()))
