@@ -15,7 +15,9 @@ Measures, with random weights and synthetic data (384-d query encodings):
   each fit in a fresh process (time and its own peak memory), with the fitted
   log-log slope per axis (1 is linear).
 Prints medians over repeats, ratios to the FLOP floor measured in the same run
-and peak memory (RSS), and writes JSON.
+and peak memory (RSS), and writes JSON. A run without ``--fit`` or
+``--fit-scaling`` keeps those sections of the JSON it replaces, named under
+``earlier_sections`` with the date and commit of the run that measured them.
 
 Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--repeats 3]
        [--out benchmarks/results]
@@ -389,9 +391,40 @@ def main(argv=None):
     }
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "core_speed.json")
+    if os.path.exists(path):
+        with open(path) as handle:
+            result = carry_over(result, json.load(handle))
+    for name, source in result.get("earlier_sections", {}).items():
+        print(
+            f"{name}: not run; kept from the run of {source['date']} ({source['commit']})"
+        )
     with open(path, "w") as handle:
         json.dump(result, handle, indent=2)
     print(f"peak RSS {result['peak_rss_mb']:.0f} MB; wrote {path}")
+
+
+# The sections a run may skip (``--fit``, ``--fit-scaling``).
+OPTIONAL_SECTIONS = ("fit", "fit_scaling")
+
+
+def carry_over(result, previous):
+    """``result`` with the optional sections it did not run taken from the
+    ``previous`` file, each named in ``earlier_sections`` with the date and
+    commit of the run that measured it (a rerun of the fast sections alone
+    used to overwrite the slow ones with null)."""
+    result = dict(result)
+    earlier = {}
+    for name in OPTIONAL_SECTIONS:
+        if result.get(name) is not None or previous.get(name) is None:
+            continue
+        result[name] = previous[name]
+        sources = previous.get("earlier_sections", {})
+        earlier[name] = sources.get(
+            name, {"date": previous.get("date"), "commit": previous.get("commit")}
+        )
+    if earlier:
+        result["earlier_sections"] = earlier
+    return result
 
 
 if __name__ == "__main__":

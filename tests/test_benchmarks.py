@@ -483,3 +483,33 @@ def test_identity_training_adds_the_term_in_training_steps_only():
     assert all(nce > 0 and 0 <= top1 <= 1 for nce, top1 in record)
     assert _nn.LocusNetwork.forward is forward  # restored
     assert _training.LocusNet.get_loss is get_loss
+
+
+def test_core_speed_keeps_sections_a_run_skipped():
+    """A run without --fit / --fit-scaling keeps those sections of the file it
+    replaces, each named with the date and commit of the run that measured it
+    (carried over twice, it keeps its first source); run sections replace."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    core_speed = _load_script("core_speed")
+    first = {"date": "d1", "commit": "c1", "fit": {"seconds": 400.0},
+             "fit_scaling": {"slopes": 1}}  # fmt: skip
+    second = core_speed.carry_over(
+        {"date": "d2", "commit": "c2", "fit": {"seconds": 300.0}, "fit_scaling": None},
+        first,
+    )
+    assert second["fit"] == {"seconds": 300.0}  # run now: replaces
+    assert second["fit_scaling"] == {"slopes": 1}
+    assert second["earlier_sections"] == {"fit_scaling": {"date": "d1", "commit": "c1"}}
+    third = core_speed.carry_over(
+        {"date": "d3", "commit": "c3", "fit": None, "fit_scaling": None}, second
+    )
+    assert third["fit"] == {"seconds": 300.0}
+    assert third["earlier_sections"] == {
+        "fit": {"date": "d2", "commit": "c2"},
+        "fit_scaling": {"date": "d1", "commit": "c1"},
+    }
+    # Nothing earlier to keep: the skipped section stays null, no provenance.
+    alone = core_speed.carry_over({"fit": None, "fit_scaling": None}, {"fit": None})
+    assert alone == {"fit": None, "fit_scaling": None}
