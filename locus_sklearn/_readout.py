@@ -24,6 +24,13 @@ from torch.nn import functional as F
 __all__ = ["EvaluationSets", "KernelReadout", "ReadoutPool"]
 
 
+def _float32_weights(tau):
+    """Whether the kernel weights exp((cos − 1) / τ) fit float32 as they are:
+    their smallest, exp(−2/τ), well inside the normal floats (from about
+    exp(−87)), so that no model's weights underflow to an empty set."""
+    return 2 / tau < 60
+
+
 class KernelReadout(nn.Module):
     """What kNN knows: kernel regression of a model's scores at a query.
 
@@ -105,7 +112,7 @@ class KernelReadout(nn.Module):
         log-sum-exp of :meth:`_features`. Padding weighs 0.
         """
         tau = self.log_bandwidth.exp()
-        if 2 / float(tau.detach()) >= 60:
+        if not _float32_weights(float(tau.detach())):
             return self._features(similarity, score.unsqueeze(1), mask.unsqueeze(1))
         weights = ((similarity - 1) / tau).exp()
         if not bool(mask.all()):
@@ -186,9 +193,7 @@ class KernelReadout(nn.Module):
         out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
         if pool.n_rows == 0:  # no evaluations: readout 0.5, evidence 0
             return out
-        # exp(-2 / tau) is the smallest weight: keep it well inside the normal
-        # floats, so that no model's weights underflow to an empty set.
-        dtype = torch.float32 if 2 / tau < 60 else torch.float64
+        dtype = torch.float32 if _float32_weights(tau) else torch.float64
         bank = pool.bank  # (U, F), unit rows
         unit = F.normalize(queries.to(bank.dtype), dim=-1)
         if neighbors is not None:
