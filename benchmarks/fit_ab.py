@@ -21,10 +21,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
-from _provenance import ROOT, git_commit, machine_info
+from _provenance import ROOT, machine_info
+from _worktree import base_worktree, short_revision, this_revision
 
 # Run in each child, with the revision's checkout first on sys.path.
 CHILD = """
@@ -63,35 +63,21 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
-    base = subprocess.run(
-        ["git", "-C", ROOT, "rev-parse", "--short", args.base],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+    base = short_revision(args.base)
     runs = {"base": [], "this": []}
-    with tempfile.TemporaryDirectory() as scratch:
-        worktree = os.path.join(scratch, "base")
-        subprocess.run(
-            ["git", "-C", ROOT, "worktree", "add", "--detach", "-q", worktree, base],
-            check=True,
-        )
-        try:
-            for round_ in range(args.rounds):
-                for arm, tree in (("base", worktree), ("this", ROOT)):
-                    result = _fit(tree, args.epochs)
-                    result["median_epoch_seconds"] = float(
-                        np.median(result["epoch_seconds"])
-                    )
-                    runs[arm].append(result)
-                    print(
-                        f"round {round_ + 1} {arm}: {result['seconds']:.1f} s, "
-                        f"median epoch {result['median_epoch_seconds']:.2f} s",
-                        flush=True,
-                    )
-        finally:
-            subprocess.run(
-                ["git", "-C", ROOT, "worktree", "remove", "--force", worktree],
-                check=False,
-            )
+    with base_worktree(base) as worktree:
+        for round_ in range(args.rounds):
+            for arm, tree in (("base", worktree), ("this", ROOT)):
+                result = _fit(tree, args.epochs)
+                result["median_epoch_seconds"] = float(
+                    np.median(result["epoch_seconds"])
+                )
+                runs[arm].append(result)
+                print(
+                    f"round {round_ + 1} {arm}: {result['seconds']:.1f} s, "
+                    f"median epoch {result['median_epoch_seconds']:.2f} s",
+                    flush=True,
+                )
     summary = {
         arm: float(np.median([r["median_epoch_seconds"] for r in rows]))
         for arm, rows in runs.items()
@@ -100,16 +86,11 @@ def main(argv=None):
         f"median epoch: base {base} {summary['base']:.2f} s, this checkout "
         f"{summary['this']:.2f} s ({summary['this'] / summary['base']:.2f}x)"
     )
-    # "this" is the working tree: say so when it is not the commit.
-    dirty = subprocess.run(
-        ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%d %H:%M UTC"
         ),
-        "commit": git_commit() + ("+uncommitted changes" if dirty else ""),
+        "commit": this_revision(),
         "base": base,
         "epochs": args.epochs,
         "machine": machine_info(load=os.getloadavg()),

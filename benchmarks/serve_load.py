@@ -110,7 +110,10 @@ def _bounds(router_path, texts, quick, backend="torch"):
     return out
 
 
-def _start_server(router_path, port, encoder, threads=THREADS, backend="torch"):
+def _start_server(
+    router_path, port, encoder, threads=THREADS, backend="torch", tree=ROOT
+):
+    """``locus serve`` in a subprocess, running the package of checkout ``tree``."""
     command = [
         sys.executable,
         "-m",
@@ -128,11 +131,14 @@ def _start_server(router_path, port, encoder, threads=THREADS, backend="torch"):
     ]
     if encoder:
         command += ["--encoder", encoder, "--encoder-backend", backend]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": tree}
     # The server's log goes to a file: a pipe nobody reads could fill and
-    # block it.
+    # block it. cwd=tree: ``python -m`` puts the working directory first on
+    # sys.path, ahead of PYTHONPATH.
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    process = subprocess.Popen(command, env=env, stderr=log, stdout=log, text=True)
+    process = subprocess.Popen(
+        command, env=env, stderr=log, stdout=log, text=True, cwd=tree
+    )
     process.log_path = log.name
     import httpx
 

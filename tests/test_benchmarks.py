@@ -513,3 +513,30 @@ def test_core_speed_keeps_sections_a_run_skipped():
     # Nothing earlier to keep: the skipped section stays null, no provenance.
     alone = core_speed.carry_over({"fit": None, "fit_scaling": None}, {"fit": None})
     assert alone == {"fit": None, "fit_scaling": None}
+
+
+def test_base_worktree_checks_out_the_revision_and_removes_it():
+    """The A/B scripts' base arm: a detached worktree of the revision, gone
+    (directory and git's record of it) after the block, even on an error."""
+    import subprocess
+    import sys
+
+    if subprocess.run(["git", "-C", ROOT, "rev-parse"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    worktree = _load_script("_worktree")
+    head = worktree.short_revision("HEAD")
+    assert head and worktree.this_revision().startswith(head)
+    with pytest.raises(KeyError), worktree.base_worktree(head) as tree:
+        checked_out = subprocess.run(
+            ["git", "-C", tree, "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert checked_out == head
+        assert os.path.exists(os.path.join(tree, "locus_sklearn", "__init__.py"))
+        raise KeyError("leaves through an error")
+    assert not os.path.exists(tree)
+    listed = subprocess.run(
+        ["git", "-C", ROOT, "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert tree not in listed

@@ -243,3 +243,25 @@ def test_standardized_embedding_fits_saves_and_loads(pool, tiny_embedder, tmp_pa
 def test_standardize_embedding_is_validated(pool, tiny_embedder):
     with pytest.raises(ValueError, match="standardize_embedding"):
         tiny_embedder(pool.encodings, standardize_embedding="yes").fit(pool.evals)
+
+
+def test_prediction_switches_a_submodule_left_in_training_mode(pool, tiny_embedder):
+    """predict_proba and transform skip ``module.eval()`` once the whole
+    network is in eval mode (it costs a walk of every submodule per call),
+    but a single submodule left in training mode, its dropout on, is still
+    switched off before anything is computed."""
+    emb = tiny_embedder(pool.encodings, dropout=0.5, max_epochs=1).fit(pool.evals)
+    module = emb.net_.module_
+    queries = pool.evals["query"].unique()[:20]
+    Z = emb.transform(pool.evals)
+    P = emb.predict_proba(Z, queries, evals=pool.evals)
+    submodules = [m for m in module.modules() if m is not module]
+    for call in (
+        lambda: emb.predict_proba(Z, queries, evals=pool.evals),
+        lambda: emb.transform(pool.evals),
+    ):
+        submodules[len(submodules) // 2].train()
+        assert module.training is False
+        out = call()
+        assert not any(m.training for m in module.modules())
+        np.testing.assert_array_equal(out, P if out.shape == P.shape else Z)

@@ -457,11 +457,15 @@ def _add_route_endpoint(app, service):
                     zip(map(str, classes), proba[i].tolist(), strict=True)
                 )
             results.append(result)
-        return {
-            "results": results,
-            "cost_weight": weight,
-            "router_version": state.version,
-        }
+        # Plain JSON types already: a JSONResponse skips FastAPI's
+        # jsonable_encoder walk over every value (about 0.3 ms a request).
+        return JSONResponse(
+            {
+                "results": results,
+                "cost_weight": weight,
+                "router_version": state.version,
+            }
+        )
 
 
 def _add_pool_endpoints(app, service, admin_token_env):

@@ -1,0 +1,44 @@
+"""A base revision checked out beside this one, for side-by-side A/B runs."""
+
+import contextlib
+import os
+import subprocess
+import tempfile
+
+from _provenance import ROOT, git_commit
+
+
+def short_revision(rev):
+    """``rev``'s short hash (raises CalledProcessError for an unknown one)."""
+    return subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", rev],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+@contextlib.contextmanager
+def base_worktree(rev):
+    """A temporary detached git worktree of ``rev``, removed on exit."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = os.path.join(scratch, "base")
+        subprocess.run(
+            ["git", "-C", ROOT, "worktree", "add", "--detach", "-q", tree, rev],
+            check=True,
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run(
+                ["git", "-C", ROOT, "worktree", "remove", "--force", tree],
+                check=False,
+            )
+
+
+def this_revision():
+    """This checkout's commit, marked when the working tree differs from it
+    (the A/B's "this" arm is the working tree)."""
+    dirty = subprocess.run(
+        ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return git_commit() + ("+uncommitted changes" if dirty else "")
