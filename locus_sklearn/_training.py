@@ -530,17 +530,18 @@ def build_net(
     """
     net_class = LocusNet
     extra = {"device": device, "verbose": verbose, **progress_params(verbose)}
-    if _has_fused_adamw(torch.device(device).type):
-        # AdamW's fused kernel: the same update in one pass over the
-        # parameters (about 2 ms a step on a CPU, where the default loop
-        # over parameter tensors took 9).
-        extra["optimizer__fused"] = True
     if accelerator is not None:
         # Imported here: _distributed builds on LocusNet.
         from ._distributed import AcceleratedLocusNet, accelerated_net_kwargs
 
         net_class = AcceleratedLocusNet
         extra = accelerated_net_kwargs(accelerator, verbose)
+        device = extra["device"]
+    if _has_fused_adamw(torch.device(device).type):
+        # AdamW's fused kernel: the same update in one pass over the
+        # parameters (about 2 ms a step on a CPU, where the default loop
+        # over parameter tensors took 9).
+        extra["optimizer__fused"] = True
     profile = None
     if params["n_profile_regions"] and profile_region is not None:
         profile = (profile_region, params["n_profile_regions"])

@@ -162,6 +162,13 @@ def test_one_process_accelerator_trains_like_no_accelerator(pool, accelerator):
     history, expected = accelerated.net_.history, plain.net_.history
     assert history[:, "train_batch_count"] == expected[:, "train_batch_count"]
     assert abs(_correlation(accelerated, pool) - _correlation(plain, pool)) < 0.1
+    # The same optimiser step as without the accelerator (AdamW's fused
+    # kernel where torch has it), through accelerate's optimizer wrapper.
+    from locus_sklearn._training import _has_fused_adamw
+
+    wrapped = accelerated.net_.optimizer_.optimizer  # accelerate's wrapper's
+    assert bool(wrapped.defaults["fused"]) is _has_fused_adamw("cpu")
+    assert bool(plain.net_.optimizer_.defaults["fused"]) is _has_fused_adamw("cpu")
 
 
 def test_saved_files_hold_no_accelerator(pool, accelerator, tmp_path):
