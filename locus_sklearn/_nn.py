@@ -52,7 +52,7 @@ class EvaluationTokenizer(nn.Module):
         self.score = nn.Parameter(torch.zeros(embedding_dim))
         nn.init.normal_(self.score, std=embedding_dim**-0.5)
 
-    def forward(self, features, query_index, score):
+    def forward(self, features, query_index, score, projected=None):
         """Tokens of shape (B, N, d).
 
         Parameters
@@ -62,9 +62,14 @@ class EvaluationTokenizer(nn.Module):
             Index into ``features`` of each token's query.
         score : Tensor of shape (B, N)
             y in [0, 1].
+        projected : Tensor of shape (U, 2d), default=None
+            ``self.query(features)``, when the caller has it already (one
+            projection for many batches over the same features).
         """
+        if projected is None:
+            projected = self.query(features)
         # One gather of both halves; the sum in two fused multiply-adds.
-        base, signed = self.query(features)[query_index].chunk(2, dim=-1)
+        base, signed = projected[query_index].chunk(2, dim=-1)
         y = score.unsqueeze(-1).to(base.dtype)
         return torch.addcmul(base, 2 * y - 1, signed).addcmul_(y, self.score)
 
@@ -216,7 +221,7 @@ class LocusEncoder(nn.Module):
             nn.BatchNorm1d(embedding_dim, affine=False) if standardize else None
         )
 
-    def forward(self, features, query_index, score, mask):
+    def forward(self, features, query_index, score, mask, projected=None):
         """Embeddings of shape (B, d).
 
         Parameters
@@ -226,13 +231,18 @@ class LocusEncoder(nn.Module):
         score : Tensor of shape (B, N)
         mask : BoolTensor of shape (B, N)
             True for real evaluations, False for padding.
+        projected : Tensor of shape (U, 2d), default=None
+            ``self.tokenizer.query(features)``, computed once by a caller
+            that embeds many batches over the same features; None projects
+            here.
         """
+        args = (features, query_index, score, mask)
         if not (self.training or torch.is_grad_enabled()) and not (
             torch.is_autocast_enabled(features.device.type)
         ):
-            z = self.forward_inference(features, query_index, score, mask)
+            z = self.forward_inference(*args, projected=projected)
         else:
-            z = self.forward_plain(features, query_index, score, mask)
+            z = self.forward_plain(*args, projected=projected)
         return z if self.standardize is None else self._standardize(z)
 
     def _standardize(self, z):
@@ -244,17 +254,19 @@ class LocusEncoder(nn.Module):
             )
         return norm(z)
 
-    def forward_plain(self, features, query_index, score, mask):
+    def forward_plain(self, features, query_index, score, mask, projected=None):
         """:meth:`forward` module by module (training's path, autograd)."""
         # Without padding, attention can take its fastest (unmasked) kernel.
         padding = None if bool(mask.all()) else ~mask
-        tokens = self.tokenizer(features, query_index, score)
+        tokens = self.tokenizer(features, query_index, score, projected)
         for block in self.blocks:
             tokens = block(tokens, padding)
         seed = self.seed.expand(tokens.shape[0], -1, -1)
         return self.pool(seed, tokens, padding).squeeze(1)
 
-    def forward_inference(self, features, query_index, score, mask, chunk_tokens=None):
+    def forward_inference(
+        self, features, query_index, score, mask, chunk_tokens=None, projected=None
+    ):
         """:meth:`forward` without autograd, streamed through the cache.
 
         Same maths as :meth:`forward_plain`, rearranged for inference (only
@@ -282,6 +294,8 @@ class LocusEncoder(nn.Module):
             As in :meth:`forward`.
         chunk_tokens : int, default=None
             Tokens per chunk; None uses ``inference_chunk_tokens``.
+        projected : Tensor of shape (U, 2d), default=None
+            As in :meth:`forward`.
 
         Returns
         -------
@@ -293,10 +307,11 @@ class LocusEncoder(nn.Module):
         d = self.seed.shape[-1]
         padding = None if bool(mask.all()) else ~mask
         chunks = list(_grid_chunks(n_models, width, chunk_tokens))
-        features = features.to(dtype)
         tokenizer = self.tokenizer
-        base, signed = tokenizer.query(features).chunk(2, dim=-1)
-        tokens = features.new_empty(n_models, width, d)
+        if projected is None:
+            projected = tokenizer.query(features.to(dtype))
+        base, signed = projected.to(dtype).chunk(2, dim=-1)
+        tokens = base.new_empty(n_models, width, d)
         # Padded keys get weight 0, but 0 * garbage may be NaN: zeros there.
         kv_buffer = (torch.empty if padding is None else torch.zeros)(
             n_models, width, 2 * d, dtype=dtype, device=features.device
@@ -604,7 +619,7 @@ class LocusNetwork(nn.Module):
             nn.Linear(embedding_dim, n_profile_regions) if n_profile_regions else None
         )
 
-    def embed(self, features, query_index, score, mask):
+    def embed(self, features, query_index, score, mask, projected=None):
         """Model embeddings z of shape (B, d) from padded evaluation sets.
 
         Parameters
@@ -615,8 +630,12 @@ class LocusNetwork(nn.Module):
         score : Tensor of shape (B, N)
         mask : BoolTensor of shape (B, N)
             True for real evaluations, False for padding.
+        projected : Tensor of shape (U, 2d), default=None
+            ``self.encoder.tokenizer.query(features)``, from a caller that
+            embeds many batches over the same features (see
+            :meth:`LocusEncoder.forward`).
         """
-        return self.encoder(features, query_index, score, mask)
+        return self.encoder(features, query_index, score, mask, projected)
 
     def pairwise_logits(
         self, z, queries, evaluations=None, *, readout_neighbors=None,

@@ -723,6 +723,10 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
     out = np.empty((table.n_models, module.embedding_dim), dtype=np.float32)
     start = 0
     with torch.inference_mode():
+        # Every batch gathers its tokens from the same features: project them
+        # once, not once per batch (each projection of all U rows cost about
+        # a sixth of a 16k-token batch's encoder pass).
+        projected = module.encoder.tokenizer.query(features)
         while start < table.n_models:
             # Sizes ascend along ``order``: the last model sets the width.
             stop = start + 1
@@ -739,7 +743,7 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
             rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
             rows = torch.where(mask, rows + positions, 0)
             # Gradients are off: the encoder takes its streamed inference path.
-            z = module.embed(features, query_index[rows], score[rows], mask)
+            z = module.embed(features, query_index[rows], score[rows], mask, projected)
             out[chunk] = z.float().cpu().numpy()
             start = stop
     return out

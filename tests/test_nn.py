@@ -248,6 +248,55 @@ def test_forward_streams_only_without_autograd():
         )
 
 
+def test_a_given_projection_gives_what_the_encoder_projects_itself():
+    """``projected`` (the tokenizer's projection of every feature row, computed
+    once by a caller embedding many batches) gives the same embeddings on both
+    paths, and the features are then not projected again."""
+    enc = _encoder(2)
+    features, index, score, mask = _ragged_batch([9, 4, 7], seed=2)
+    with torch.inference_mode():
+        projected = enc.tokenizer.query(features)
+        fast = enc.forward_inference(features, index, score, mask)
+        assert torch.equal(
+            enc.forward_inference(features, index, score, mask, projected=projected),
+            fast,
+        )
+        plain = enc.forward_plain(features, index, score, mask)
+        assert torch.equal(
+            enc.forward_plain(features, index, score, mask, projected=projected),
+            plain,
+        )
+        # Not read again: garbage features with the right projection.
+        assert torch.equal(
+            enc(features.fill_(float("nan")), index, score, mask, projected), fast
+        )
+
+
+def test_transform_projects_the_features_once_for_all_batches():
+    from locus_sklearn import LocusEmbedder, check_evals
+    from locus_sklearn._training import embed_models
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=80, evals_per_model=30, random_state=0)
+    emb = LocusEmbedder(pool.encodings, embedding_dim=8, n_latents=2, n_blocks=1,
+                        n_heads=2, max_epochs=1, random_state=0).fit(pool.evals)  # fmt: skip
+    module = emb.net_.module_
+    table = check_evals(pool.evals)
+    X = emb._encode(table.queries)
+    projections = []
+    linear = module.encoder.tokenizer.query
+    hook = linear.register_forward_hook(lambda m, i, o: projections.append(o.shape))
+    try:
+        one_batch = embed_models(module, table, X, batch_tokens=10_000)
+        n_one = len(projections)
+        per_model = embed_models(module, table, X, batch_tokens=30)  # 6 batches
+    finally:
+        hook.remove()
+    assert n_one == 1 and len(projections) == 2
+    assert projections[1] == (table.n_queries, 2 * 8)
+    np.testing.assert_allclose(per_model, one_batch, rtol=1e-5, atol=1e-6)
+
+
 def test_bfloat16_inference_path_is_close_to_float32():
     # bfloat16 keeps 8 significant bits: embeddings agree to about 1e-2.
     enc = _encoder(3)
