@@ -171,9 +171,11 @@ def child_route(args):
 
     torch.set_num_threads(os.cpu_count() if args.n_jobs == 1 else 1)
     # Fitted with the embedding-only predictor: scoring reads the embeddings.
+    # shrinkage=None: "auto" may choose 1 on these random scores, and a router
+    # at 1 answers every query with the mean scores without the network.
     embedder = joblib.load(args.embedder)
     evals = pd.concat(pool_frames(args.models, 256, args.queries, seed=1))
-    router = LocusRouter(FrozenEstimator(embedder)).fit(evals)
+    router = LocusRouter(FrozenEstimator(embedder), shrinkage=None).fit(evals)
     queries = _query_names(args.queries)
     times = []
     # The first call starts the workers (each imports torch); loky keeps them
