@@ -679,15 +679,6 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
     return net
 
 
-def _to_eval_mode(module):
-    """``module.eval()``, skipped when every submodule already is in eval mode:
-    ``eval`` sets ``training`` on each submodule through ``nn.Module``'s slow
-    ``__setattr__`` (0.6 ms for the default network), which a single-query
-    prediction, as a routing service makes, would pay on every call."""
-    if any(m.training for m in module.modules()):
-        module.eval()
-
-
 def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
     """Embed every model of ``table`` from all of its rows, in batches.
 
@@ -707,7 +698,7 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
     -------
     embeddings : ndarray of float32, shape (table.n_models, embedding_dim)
     """
-    _to_eval_mode(module)
+    module.eval()
     device = next(module.parameters()).device
     features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
     if bfloat16:
@@ -790,7 +781,7 @@ def predict_proba(
     -------
     proba : ndarray of float32, shape (n_queries, n_models)
     """
-    _to_eval_mode(module)
+    module.eval()
     device = next(module.parameters()).device
     queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
     with torch.inference_mode():

@@ -246,10 +246,9 @@ def test_standardize_embedding_is_validated(pool, tiny_embedder):
 
 
 def test_prediction_switches_a_submodule_left_in_training_mode(pool, tiny_embedder):
-    """predict_proba and transform skip ``module.eval()`` once the whole
-    network is in eval mode (it costs a walk of every submodule per call),
-    but a single submodule left in training mode, its dropout on, is still
-    switched off before anything is computed."""
+    """A network left partly in training mode (one submodule's dropout on) is
+    switched to eval mode by predict_proba and transform before anything is
+    computed: the same outputs as from a network in eval mode."""
     emb = tiny_embedder(pool.encodings, dropout=0.5, max_epochs=1).fit(pool.evals)
     module = emb.net_.module_
     queries = pool.evals["query"].unique()[:20]
