@@ -24,18 +24,22 @@ Usage: HF_HUB_OFFLINE=1 python benchmarks/serve_ab.py --base REV
 
 import argparse
 import datetime
-import http.client
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 from _provenance import ROOT, machine_info
 from _worktree import base_worktree, short_revision, this_revision
-from serve_load import CHARS, _fit_router, _free_port, _start_server
+from serve_load import (
+    CHARS,
+    _fit_router,
+    _free_port,
+    _load_blocking,
+    _start_server,
+)
 
 
 def _package_of(tree):
@@ -47,26 +51,13 @@ def _package_of(tree):
     ).stdout.strip()  # fmt: skip
 
 
-def _latencies(port, queries, n_requests, offset=0):
-    """ms per request, one kept-alive connection, each answer checked."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    out = []
-    try:
-        for i in range(n_requests):
-            query = queries[(offset + i) % len(queries)]
-            body = json.dumps({"query": query, "return_proba": False})
-            start = time.perf_counter()
-            connection.request(
-                "POST", "/route", body, {"Content-Type": "application/json"}
-            )
-            response = connection.getresponse()
-            payload = response.read()
-            out.append(time.perf_counter() - start)
-            if response.status != 200:
-                raise RuntimeError(f"HTTP {response.status}: {payload[:200]!r}")
-    finally:
-        connection.close()
-    return np.array(out) * 1000
+def _checked(port, queries, n_requests, offset=0):
+    """ms per request (serve_load's blocking client); a failed request stops
+    the comparison."""
+    ms, failures = _load_blocking(port, queries, n_requests, offset)
+    if failures:
+        raise RuntimeError(f"{len(failures)} failed requests: {failures[:3]}")
+    return ms
 
 
 def _summary(ms):
@@ -115,12 +106,10 @@ def main(argv=None):
                     path, port, encoder, args.threads, args.encoder_backend, tree
                 )
                 servers[arm] = (process, port)
-                _latencies(port, queries, 30)  # warm up
+                _checked(port, queries, 30)  # warm up
             for round_ in range(args.rounds):
                 for arm, (_, port) in servers.items():
-                    ms = _latencies(
-                        port, queries, args.requests, round_ * args.requests
-                    )
+                    ms = _checked(port, queries, args.requests, round_ * args.requests)
                     rounds[arm].append(_summary(ms) | {"ms": ms.round(3).tolist()})
                     print(
                         f"round {round_ + 1} {arm}: p50 {np.percentile(ms, 50):.2f} ms, "

@@ -25,6 +25,7 @@ on 2 cores; ``--quick`` for a smoke run).
 import argparse
 import asyncio
 import datetime
+import http.client
 import json
 import os
 import platform
@@ -186,9 +187,55 @@ async def _load(url, queries, n_requests, concurrency):
     lat = np.array(latencies) * 1000
     return {
         "clients": concurrency,
+        "client": "httpx",
         "requests": n_requests,
         "failed": len(failures),
         "failures": sorted(set(map(str, failures)))[:5],
+        "qps": n_requests / wall,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "wall_s": wall,
+    }
+
+
+def _load_blocking(port, queries, n_requests, offset=0):
+    """One client on one kept-alive connection of the standard library's
+    blocking ``http.client``, which costs the shared cores less per request
+    than an asyncio client: ms per request and the failures."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    latencies, failures = [], []
+    try:
+        for i in range(n_requests):
+            query = queries[(offset + i) % len(queries)]
+            body = json.dumps({"query": query, "return_proba": False})
+            start = time.perf_counter()
+            try:
+                connection.request(
+                    "POST", "/route", body, {"Content-Type": "application/json"}
+                )
+                response = connection.getresponse()
+                payload = response.read()
+                if response.status != 200:
+                    failures.append(f"HTTP {response.status}: {payload[:200]!r}")
+            except (OSError, http.client.HTTPException) as exc:
+                failures.append(type(exc).__name__)
+                connection.close()  # reconnects on the next request
+            latencies.append(time.perf_counter() - start)
+    finally:
+        connection.close()
+    return np.array(latencies) * 1000, failures
+
+
+def _blocking_row(port, queries, n_requests):
+    start = time.perf_counter()
+    lat, failures = _load_blocking(port, queries, n_requests)
+    wall = time.perf_counter() - start
+    return {
+        "clients": 1,
+        "client": "http.client",
+        "requests": n_requests,
+        "failed": len(failures),
+        "failures": sorted(set(failures))[:5],
         "qps": n_requests / wall,
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
@@ -215,12 +262,25 @@ def _run_mode(
             batches = after["batches"] - before["batches"]
             row["mean_batch"] = (after["queries"] - before["queries"]) / max(batches, 1)
             rows.append(row)
-            print(
-                f"  {n_clients:>2} clients: {row['qps']:7.1f} q/s  p50 {row['p50_ms']:6.1f} ms"
-                f"  p99 {row['p99_ms']:6.1f} ms  batch {row['mean_batch']:4.1f}"
-                f"  failed {row['failed']} {row['failures']}",
-                flush=True,
-            )
+            if n_clients == 1:
+                # The same requests from a lighter client: what the server
+                # takes, with less of the load generator's own work.
+                before = after
+                row = _blocking_row(port, queries, counts[1])
+                after = httpx.get(f"{url}/healthz").json()["batching"]
+                batches = after["batches"] - before["batches"]
+                row["mean_batch"] = (after["queries"] - before["queries"]) / max(
+                    batches, 1
+                )
+                rows.append(row)
+            for row in rows[-2 if n_clients == 1 else -1 :]:
+                print(
+                    f"  {n_clients:>2} clients ({row['client']}): {row['qps']:7.1f} q/s"
+                    f"  p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:6.1f} ms"
+                    f"  batch {row['mean_batch']:4.1f}"
+                    f"  failed {row['failed']} {row['failures']}",
+                    flush=True,
+                )
     finally:
         process.terminate()
         process.wait(30)
@@ -241,7 +301,10 @@ def _markdown(result):
         f"load average before the run {result['load_average']}.",
         "",
         "Single-query `POST /route` requests on 127.0.0.1 from asyncio + httpx clients "
-        "in the same machine (they share its CPUs with the server). Router: LocusRouter "
+        "in the same machine (they share its CPUs with the server); each one-client "
+        "run is repeated from the standard library's blocking `http.client` "
+        "(`1, http.client`), a lighter client, so that less of the load generator's "
+        "own work is in the latency. Router: LocusRouter "
         "on the built-in MMLU-Pro subset (32 models), kernel readout. `id`: queries "
         "resolved from precomputed encodings; `text`: MiniLM encodes each query, "
         f"the first {result['text_chars']} characters of an MMLU-Pro question (a "
@@ -266,8 +329,12 @@ def _markdown(result):
             ratio = ""
             if mode == "text":
                 ratio = f"{row['ratio_to_encoder']:.2f}"
+            # Runs of before the http.client rows have no "client".
+            clients = row["clients"]
+            if row.get("client", "httpx") != "httpx":
+                clients = f"{clients}, {row['client']}"
             lines.append(
-                f"| {mode} | {backend} | {row['clients']} | {row['requests']} | "
+                f"| {mode} | {backend} | {clients} | {row['requests']} | "
                 f"{row['failed']} | {row['qps']:.1f} | {row['p50_ms']:.1f} | "
                 f"{row['p99_ms']:.1f} | {row['mean_batch']:.1f} | {ratio} |"
             )
