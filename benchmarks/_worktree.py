@@ -1,11 +1,13 @@
 """A base revision checked out beside this one, for side-by-side A/B runs."""
 
 import contextlib
+import datetime
+import json
 import os
 import subprocess
 import tempfile
 
-from _provenance import ROOT, git_commit
+from _provenance import ROOT, git_commit, machine_info
 
 
 def short_revision(rev):
@@ -42,3 +44,21 @@ def this_revision():
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     return git_commit() + ("+uncommitted changes" if dirty else "")
+
+
+def write_ab_result(out, name, base, **fields):
+    """Write ``out/name``: the run's date, this revision, ``base`` and the
+    machine (with its load), then ``fields``."""
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        ),
+        "commit": this_revision(),
+        "base": base,
+        "machine": machine_info(load=os.getloadavg()),
+        **fields,
+    }
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name), "w") as handle:
+        json.dump(result, handle, indent=1)
+    return result

@@ -16,15 +16,14 @@ Usage: python benchmarks/fit_ab.py --base REV [--epochs 4] [--rounds 3]
 """
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
 import sys
 
 import numpy as np
-from _provenance import ROOT, machine_info
-from _worktree import base_worktree, short_revision, this_revision
+from _provenance import ROOT
+from _worktree import base_worktree, short_revision, write_ab_result
 
 # Run in each child, with the revision's checkout first on sys.path.
 CHILD = """
@@ -86,20 +85,14 @@ def main(argv=None):
         f"median epoch: base {base} {summary['base']:.2f} s, this checkout "
         f"{summary['this']:.2f} s ({summary['this'] / summary['base']:.2f}x)"
     )
-    result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M UTC"
-        ),
-        "commit": this_revision(),
-        "base": base,
-        "epochs": args.epochs,
-        "machine": machine_info(load=os.getloadavg()),
-        "median_epoch_seconds": summary,
-        "runs": runs,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fit_ab.json"), "w") as handle:
-        json.dump(result, handle, indent=1)
+    write_ab_result(
+        args.out,
+        "fit_ab.json",
+        base,
+        epochs=args.epochs,
+        median_epoch_seconds=summary,
+        runs=runs,
+    )
 
 
 if __name__ == "__main__":

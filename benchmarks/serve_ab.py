@@ -23,16 +23,14 @@ Usage: HF_HUB_OFFLINE=1 python benchmarks/serve_ab.py --base REV
 """
 
 import argparse
-import datetime
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
-from _provenance import ROOT, machine_info
-from _worktree import base_worktree, short_revision, this_revision
+from _provenance import ROOT
+from _worktree import base_worktree, short_revision, write_ab_result
 from serve_load import (
     CHARS,
     _fit_router,
@@ -130,22 +128,15 @@ def main(argv=None):
             f"{arm}: p50 {s['p50_ms']:.2f} ms, p99 {s['p99_ms']:.2f} ms, "
             f"mean {s['mean_ms']:.2f} ms over {s['requests']} requests"
         )
-    result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M UTC"
-        ),
-        "commit": this_revision(),
-        "base": base,
-        "queries": f"text ({args.encoder_backend})" if args.text else "id",
-        "server_threads": args.threads,
-        "machine": machine_info(load=os.getloadavg()),
-        "pooled": pooled,
-        "rounds": rounds,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    name = "serve_ab_text.json" if args.text else "serve_ab.json"
-    with open(os.path.join(args.out, name), "w") as handle:
-        json.dump(result, handle, indent=1)
+    write_ab_result(
+        args.out,
+        "serve_ab_text.json" if args.text else "serve_ab.json",
+        base,
+        queries=f"text ({args.encoder_backend})" if args.text else "id",
+        server_threads=args.threads,
+        pooled=pooled,
+        rounds=rounds,
+    )
 
 
 if __name__ == "__main__":

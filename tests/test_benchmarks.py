@@ -540,3 +540,16 @@ def test_base_worktree_checks_out_the_revision_and_removes_it():
         ["git", "-C", ROOT, "worktree", "list"], capture_output=True, text=True
     ).stdout
     assert tree not in listed
+
+
+def test_ab_result_names_both_revisions_and_the_machine(tmp_path):
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    worktree = _load_script("_worktree")
+    written = worktree.write_ab_result(str(tmp_path), "ab.json", "abc1234", rounds=[1])
+    with open(tmp_path / "ab.json") as handle:
+        assert json.load(handle) == json.loads(json.dumps(written))
+    assert written["base"] == "abc1234" and written["rounds"] == [1]
+    assert {"date", "commit", "machine"} <= set(written)
+    assert len(written["machine"]["load"]) == 3
