@@ -31,6 +31,17 @@ def _float32_weights(tau):
     return 2 / tau < 60
 
 
+def _readout_and_evidence(mass, total):
+    """The readout's two features from the kernel weights' sum ``mass`` and
+    their score-weighted sum ``total`` (same shapes): ``2 r − 1`` with
+    ``r = total / mass``, and the evidence ``log(1 + mass)``. A model with no
+    weight reads a neutral 0.5 with zero evidence, with no 0 / 0 whose NaN
+    would reach a gradient through the unused branch."""
+    has_mass = mass > 0
+    readout = torch.where(has_mass, total / torch.where(has_mass, mass, 1), 0.5)
+    return 2 * readout - 1, torch.log1p(mass)
+
+
 class KernelReadout(nn.Module):
     """What kNN knows: kernel regression of a model's scores at a query.
 
@@ -119,11 +130,7 @@ class KernelReadout(nn.Module):
             weights = weights * mask.unsqueeze(1).to(weights.dtype)
         mass = weights.sum(-1)  # (B, M)
         total = (weights @ score.unsqueeze(-1).to(weights.dtype)).squeeze(-1)
-        # No evaluations: a neutral 0.5 with zero evidence (and no 0 / 0,
-        # whose NaN would reach the gradient through the unused branch).
-        has_mass = mass > 0
-        readout = torch.where(has_mass, total / torch.where(has_mass, mass, 1), 0.5)
-        return torch.stack([2 * readout - 1, torch.log1p(mass)], dim=-1)
+        return torch.stack(_readout_and_evidence(mass, total), dim=-1)
 
     def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):
         """Readout features for every (query, model) pair, shape (Q, M, 2).
@@ -238,9 +245,7 @@ class KernelReadout(nn.Module):
         mass, total = sums[:, :n_counts], sums[:, n_counts:]
         if pool.count_row is not None:
             mass = mass[:, pool.count_row]
-        readout = torch.where(mass > 0, total / mass, 0.5)
-        out[:, :, 0] = 2 * readout - 1
-        out[:, :, 1] = torch.log1p(mass)
+        out[:, :, 0], out[:, :, 1] = _readout_and_evidence(mass, total)
         return out
 
     def pairwise_exact(
