@@ -184,16 +184,21 @@ async def _load(url, queries, n_requests, concurrency):
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - start
-    lat = np.array(latencies) * 1000
+    return _row("httpx", concurrency, np.array(latencies) * 1000, failures, wall)
+
+
+def _row(client, clients, latencies_ms, failures, wall):
+    """One load run's row: throughput, p50 / p99 latency and failures."""
+    n_requests = len(latencies_ms)
     return {
-        "clients": concurrency,
-        "client": "httpx",
+        "clients": clients,
+        "client": client,
         "requests": n_requests,
         "failed": len(failures),
         "failures": sorted(set(map(str, failures)))[:5],
         "qps": n_requests / wall,
-        "p50_ms": float(np.percentile(lat, 50)),
-        "p99_ms": float(np.percentile(lat, 99)),
+        "p50_ms": float(np.percentile(latencies_ms, 50)),
+        "p99_ms": float(np.percentile(latencies_ms, 99)),
         "wall_s": wall,
     }
 
@@ -229,18 +234,7 @@ def _load_blocking(port, queries, n_requests, offset=0):
 def _blocking_row(port, queries, n_requests):
     start = time.perf_counter()
     lat, failures = _load_blocking(port, queries, n_requests)
-    wall = time.perf_counter() - start
-    return {
-        "clients": 1,
-        "client": "http.client",
-        "requests": n_requests,
-        "failed": len(failures),
-        "failures": sorted(set(failures))[:5],
-        "qps": n_requests / wall,
-        "p50_ms": float(np.percentile(lat, 50)),
-        "p99_ms": float(np.percentile(lat, 99)),
-        "wall_s": wall,
-    }
+    return _row("http.client", 1, lat, failures, time.perf_counter() - start)
 
 
 def _run_mode(
@@ -256,24 +250,21 @@ def _run_mode(
     try:
         asyncio.run(_load(url, queries, 10, 1))  # warm up
         for n_clients in clients:
-            before = httpx.get(f"{url}/healthz").json()["batching"]
-            row = asyncio.run(_load(url, queries, counts[n_clients], n_clients))
-            after = httpx.get(f"{url}/healthz").json()["batching"]
-            batches = after["batches"] - before["batches"]
-            row["mean_batch"] = (after["queries"] - before["queries"]) / max(batches, 1)
-            rows.append(row)
+            n = counts[n_clients]
+            runs = [lambda c=n_clients, n=n: asyncio.run(_load(url, queries, n, c))]
             if n_clients == 1:
                 # The same requests from a lighter client: what the server
                 # takes, with less of the load generator's own work.
-                before = after
-                row = _blocking_row(port, queries, counts[1])
+                runs.append(lambda n=n: _blocking_row(port, queries, n))
+            for run in runs:
+                before = httpx.get(f"{url}/healthz").json()["batching"]
+                row = run()
                 after = httpx.get(f"{url}/healthz").json()["batching"]
                 batches = after["batches"] - before["batches"]
                 row["mean_batch"] = (after["queries"] - before["queries"]) / max(
                     batches, 1
                 )
                 rows.append(row)
-            for row in rows[-2 if n_clients == 1 else -1 :]:
                 print(
                     f"  {n_clients:>2} clients ({row['client']}): {row['qps']:7.1f} q/s"
                     f"  p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:6.1f} ms"
