@@ -523,16 +523,31 @@ class CorrectnessPredictor(nn.Module):
         flat_t = model_matrix.reshape(m * h, d).T
         bias = model_term.reshape(m * h)
         out_w = self.output.weight.reshape(h)
+        n_queries = features.shape[0]
+        # Without autograd, every chunk's products write into one hidden
+        # buffer and into the logits, and GELU runs in place: a fresh (q, M·h)
+        # array per chunk cost about as much in first-touch page faults as its
+        # product (4,096 queries x 112 models: 175 -> 105 ms, the same logits).
+        reuse = not torch.is_grad_enabled()
+        if reuse:
+            logits = bias.new_empty(n_queries, m)
+            buffer = bias.new_empty(min(query_chunk, n_queries), m * h)
         chunks = []
-        for start in range(0, features.shape[0], query_chunk):
+        for start in range(0, n_queries, query_chunk):
             u = self.project(features[start : start + query_chunk])  # (q, d)
             # The model terms ride in the product's epilogue: no extra pass.
-            hidden = torch.addmm(bias, u, flat_t)  # (q, M·h)
+            out = buffer[: len(u)] if reuse else None
+            hidden = torch.addmm(bias, u, flat_t, out=out)  # (q, M·h)
             if self.extra is not None:
                 pairs = extra[start : start + query_chunk].reshape(-1, extra.shape[-1])
                 hidden.view(-1, h).addmm_(pairs.to(hidden.dtype), self.extra.weight.T)
-            chunks.append(F.gelu(hidden).view(-1, m, h) @ out_w)
-        return torch.cat(chunks) + self.output.bias
+            if reuse:
+                torch.ops.aten.gelu_(hidden)
+                rows = logits[start : start + len(u)].view(-1)
+                torch.mv(hidden.view(-1, h), out_w, out=rows)
+            else:
+                chunks.append(F.gelu(hidden).view(-1, m, h) @ out_w)
+        return (logits if reuse else torch.cat(chunks)) + self.output.bias
 
 
 # Version of the module layout (parameter names and shapes) that saved files

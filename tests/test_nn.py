@@ -124,15 +124,40 @@ def test_predictor_is_the_mlp_of_z_u_and_their_product():
         torch.testing.assert_close(grad, expected_grad)
 
 
-def test_pairwise_logits_match_per_pair_forward():
+# pairwise_logits writes into reused buffers when autograd is off (prediction)
+# and allocates per chunk when it is on: both are checked.
+GRAD_MODES = [torch.enable_grad, torch.no_grad, torch.inference_mode]
+
+
+@pytest.mark.parametrize("grad_mode", GRAD_MODES)
+def test_pairwise_logits_match_per_pair_forward(grad_mode):
     torch.manual_seed(0)
     pred = CorrectnessPredictor(F, D, hidden_dim=8).eval()
     z = torch.randn(4, D)
     features = torch.randn(9, F)
-    pairwise = pred.pairwise_logits(z, features, query_chunk=4)
+    with grad_mode():  # chunks of 4, 4 and 1 queries
+        pairwise = pred.pairwise_logits(z, features, query_chunk=4)
     per_pair = pred(z, features, torch.arange(9).expand(4, 9)).T
     assert pairwise.shape == (9, 4)
     torch.testing.assert_close(pairwise, per_pair, rtol=1e-4, atol=1e-5)
+
+
+def test_pairwise_logits_without_autograd_equal_and_with_it_differentiate():
+    torch.manual_seed(0)
+    pred = CorrectnessPredictor(F, D, hidden_dim=8, n_extra=2)
+    z = torch.randn(4, D, requires_grad=True)
+    features, extra = torch.randn(9, F), torch.randn(9, 4, 2)
+    with torch.no_grad():
+        buffered = pred.pairwise_logits(z, features, extra, query_chunk=4)
+    logits = pred.pairwise_logits(z, features, extra, query_chunk=4)
+    assert torch.equal(buffered, logits.detach())
+    # The autograd path still gives gradients, equal to one chunk's.
+    (grad,) = torch.autograd.grad(logits.sum(), z)
+    (one_chunk,) = torch.autograd.grad(
+        pred.pairwise_logits(z, features, extra, query_chunk=9).sum(), z
+    )
+    torch.testing.assert_close(grad, one_chunk)
+    assert grad.abs().sum() > 0
 
 
 def test_forward_can_return_the_embeddings_of_embed():
@@ -173,7 +198,8 @@ def test_masked_bce_ignores_nan_padding_and_takes_fractions():
     assert loss(logits, target).item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_pairwise_logits_with_readout_match_per_pair_forward():
+@pytest.mark.parametrize("grad_mode", GRAD_MODES)
+def test_pairwise_logits_with_readout_match_per_pair_forward(grad_mode):
     torch.manual_seed(0)
     net = LocusNetwork(
         F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2, kernel_readout=True
@@ -191,7 +217,8 @@ def test_pairwise_logits_with_readout_match_per_pair_forward():
         torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]),
         [0, 4, 7],
     )
-    pairwise = net.pairwise_logits(z, bank[7:10], evaluations)
+    with grad_mode():
+        pairwise = net.pairwise_logits(z, bank[7:10], evaluations)
     torch.testing.assert_close(pairwise, per_pair.T, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="needs the models' evaluations"):
         net.pairwise_logits(z, bank[7:10])
