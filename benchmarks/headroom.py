@@ -14,9 +14,15 @@ rows:
 - *task, n rows, low rank*: a logistic model
   ``logit p(m, t) = a_m + b_t + u_m · v_t`` (rank ``--rank``, L2 penalty
   ``--l2``) fitted to the same n rows: models share task structure.
+- with ``--clusters K ...``: the same shrunk and low-rank tables with the task
+  replaced by the query's k-means cluster of the encodings (K clusters of all
+  queries' encodings, no label): how much of the task routers' gain the
+  encodings alone can give.
 
 The task routers read the task label of each test query, which the other
 routers do not get; the point is the size of the gap, not a router to use.
+Nothing here is chosen on the test queries: ``--prior``, ``--rank``, ``--l2``
+and ``--clusters`` are fixed before a run, and every row is reported.
 
 Usage::
 
@@ -130,7 +136,36 @@ def run_seed(data, seed, n, args):
     for name, table in per_task.items():
         # Rows of the (n_models, n_tasks) table, one per test query's task.
         out[name] = routing_accuracy(y, table[:, test_task].T)
+    for k in args.clusters:
+        cluster_of = encoding_clusters(data, k, seed)
+        labels = [str(c) for c in range(k)]
+        test_cluster = cluster_of.reindex(split.test_queries).to_numpy().astype(int)
+        tables = {
+            f"{k} clusters, {n} rows, shrunk (prior {args.prior:g})": task_table(
+                train, cluster_of.astype(str), models, labels, prior=args.prior
+            ),
+            f"{k} clusters, {n} rows, low rank (rank {args.rank}, l2 {args.l2:g})": (
+                low_rank_table(
+                    train, cluster_of.astype(str), models, labels, args.rank,
+                    args.l2, seed,
+                )
+            ),
+        }  # fmt: skip
+        for name, table in tables.items():
+            out[name] = routing_accuracy(y, table[:, test_cluster].T)
     return out
+
+
+def encoding_clusters(data, k, seed):
+    """Each query's k-means cluster (0..k-1) of every query's encoding: a
+    task label read from the encodings alone (training and test queries
+    alike, as an encoder sees them; no score or label enters)."""
+    from sklearn.cluster import KMeans
+
+    queries = pd.unique(data.evals["query"])
+    X = np.stack([data.encodings[q] for q in queries])
+    labels = KMeans(k, n_init=4, random_state=seed).fit_predict(X)
+    return pd.Series(labels, index=queries)
 
 
 def main(argv=None):
@@ -141,6 +176,10 @@ def main(argv=None):
     p.add_argument("--prior", type=float, default=10.0)
     p.add_argument("--rank", type=int, default=2)
     p.add_argument("--l2", type=float, default=1e-3)
+    p.add_argument(
+        "--clusters", nargs="*", type=int, default=[],
+        help="also route by k-means clusters of the encodings (K per value)",
+    )  # fmt: skip
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
     routing.set_threads(1)

@@ -68,7 +68,7 @@ from locus_sklearn.metrics import (  # noqa: E402
     routing_accuracy,
 )
 
-ALL_DATA = ("mmlu-open", "mmlu-all", "routerbench", "synthetic")
+ALL_DATA = ("mmlu-open", "mmlu-all", "routerbench", "bfcl", "shaberi", "synthetic")
 FULL_NS = (64, 128, 256, 512, 1024, "all")
 QUICK_NS = (256, "all")
 ONBOARD_KS = (16, 32, 64, 128, 256, 1024)

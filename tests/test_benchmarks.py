@@ -4,6 +4,7 @@ task-level routers of ``benchmarks/headroom.py`` on hand-computed tables."""
 import importlib.util
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -179,14 +180,33 @@ def test_low_rank_table_recovers_a_task_profile(headroom):
     np.testing.assert_allclose(table, truth, atol=0.05)
 
 
+def test_encoding_clusters_group_queries_by_encoding(headroom):
+    # Two tight groups of encodings far apart: two clusters, one per group,
+    # and a label for every query of the data.
+    rng = np.random.default_rng(0)
+    centres = np.eye(4)[:2] * 10
+    encodings = {
+        f"q{i}": (centres[i % 2] + 0.01 * rng.normal(size=4)).astype(np.float32)
+        for i in range(10)
+    }
+    evals = pd.DataFrame({"model": "a", "query": list(encodings), "score": 1.0})
+    data = SimpleNamespace(evals=evals, encodings=encodings)
+    labels = headroom.encoding_clusters(data, 2, seed=0)
+    assert list(labels.index) == list(encodings)
+    assert labels.nunique() == 2
+    assert (labels.iloc[::2].nunique(), labels.iloc[1::2].nunique()) == (1, 1)
+    assert labels.iloc[0] != labels.iloc[1]
+
+
 def test_headroom_on_a_synthetic_pool(headroom, tmp_path):
     import torch
 
     threads = torch.get_num_threads()  # main() sets one thread; restore it
     try:
         per_seed = headroom.main(
-            ["--data", "synthetic", "--n", "32", "--seeds", "0", "--out", str(tmp_path)]
-        )
+            ["--data", "synthetic", "--n", "32", "--seeds", "0", "--clusters", "3",
+             "--out", str(tmp_path)]
+        )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     result = per_seed[0]
@@ -195,6 +215,9 @@ def test_headroom_on_a_synthetic_pool(headroom, tmp_path):
     # router that only sees the task can do on those answers.
     task_rows = {k: v for k, v in result.items() if k.startswith("task")}
     assert len(task_rows) == 3
+    cluster_rows = {k: v for k, v in result.items() if k.startswith("3 clusters")}
+    assert len(cluster_rows) == 2  # shrunk and low rank
+    assert all(0 <= v <= 1 for v in cluster_rows.values())
     assert all(v <= oracle + 1e-12 for v in task_rows.values())
     assert (tmp_path / "headroom_synthetic_32.md").read_text().count("| task") == 4
     assert (tmp_path / "headroom_synthetic_32.json").exists()
