@@ -6,6 +6,10 @@ Usage::
         [--seeds 0 1 2] [--n 64 128 256 512 1024 all] [--encoder DIR] \
         [--evals PATH] [--out benchmarks/results] [--jobs N] [--rebuild]
 
+Data: ``mmlu-open`` and ``mmlu-all`` (the built-in MMLU-Pro subset),
+``routerbench``, ``bfcl`` and ``shaberi`` (read from ``../shared/data``, on
+development machines only), ``synthetic``, or ``evals`` with ``--evals PATH``.
+
 Seeds run in parallel processes, one per core (``--jobs``), each fit on one
 thread (``--threads``). ``--rebuild`` re-summarises the stored JSON and rewrites
 the README without running anything.
