@@ -399,7 +399,6 @@ def _broadcast_inference(t, tokens, hidden, chunks, next_weight, next_out):
     d = tokens.shape[-1]
     keys, values = _heads(attention.key_value(hidden), 2 * h).chunk(2, dim=1)
     ffn_in, ffn_out = t.ffn[0], t.ffn[3]
-    gelu_ = torch._C._nn.gelu_ if hasattr(torch._C._nn, "gelu_") else None
     for rows, cols in chunks:
         block = tokens[rows, cols]
         x = block.view(-1, d)
@@ -412,7 +411,7 @@ def _broadcast_inference(t, tokens, hidden, chunks, next_weight, next_out):
         x.add_(attention.out.bias).addmm_(attended, attention.out.weight.T)
         hid = F.layer_norm(x, (d,), t.norm1.weight, t.norm1.bias, t.norm1.eps)
         f = torch.addmm(ffn_in.bias, hid, ffn_in.weight.T)
-        f = gelu_(f) if gelu_ is not None else F.gelu(f)
+        torch.ops.aten.gelu_(f)
         hid.add_(ffn_out.bias).addmm_(f, ffn_out.weight.T)
         x.copy_(F.layer_norm(hid, (d,), t.norm2.weight, t.norm2.bias, t.norm2.eps))
         k = next_out.shape[-1]
