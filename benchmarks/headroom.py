@@ -138,16 +138,16 @@ def run_seed(data, seed, n, args):
         out[name] = routing_accuracy(y, table[:, test_task].T)
     for k in args.clusters:
         cluster_of = encoding_clusters(data, k, seed)
-        labels = [str(c) for c in range(k)]
-        test_cluster = cluster_of.reindex(split.test_queries).to_numpy().astype(int)
+        test_cluster = cluster_of.reindex(split.test_queries).to_numpy()
+        # The task tables take labels: cluster c is the task str(c).
+        task_of, labels = cluster_of.astype(str), [str(c) for c in range(k)]
         tables = {
             f"{k} clusters, {n} rows, shrunk (prior {args.prior:g})": task_table(
-                train, cluster_of.astype(str), models, labels, prior=args.prior
+                train, task_of, models, labels, prior=args.prior
             ),
             f"{k} clusters, {n} rows, low rank (rank {args.rank}, l2 {args.l2:g})": (
                 low_rank_table(
-                    train, cluster_of.astype(str), models, labels, args.rank,
-                    args.l2, seed,
+                    train, task_of, models, labels, args.rank, args.l2, seed
                 )
             ),
         }  # fmt: skip
