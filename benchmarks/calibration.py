@@ -48,7 +48,7 @@ N_NEIGHBORS = 20
 CV = 5
 
 
-def _routed(router, queries, weight):
+def routed_models(router, queries, weight):
     router.set_params(cost_weight=weight)
     try:
         return np.searchsorted(router.classes_, router.predict(queries))
@@ -179,7 +179,7 @@ def _calibrate(router_name, router, train, test, sources, records):
                 continue
             # Test queries are routed as deployed, among every model; the
             # accuracy counts the queries whose routed model has a score.
-            routed = _routed(router, test_table.queries, result.cost_weight)
+            routed = routed_models(router, test_table.queries, result.cost_weight)
             rows = np.arange(len(routed))
             scored = ~np.isnan(Y_test[rows, routed])
             test_cost = float(costs[routed].mean())
@@ -195,7 +195,7 @@ def _calibrate(router_name, router, train, test, sources, records):
                 "target_share": (routed == strong).astype(float),
                 "min_accuracy": Y_test[rows, routed][scored],
             }[name]
-            spread = _sampling_sd(per_query)
+            spread = sampling_sd(per_query)
             on_cal = {
                 "target_cost": result.mean_cost,
                 "target_share": result.share,
@@ -232,7 +232,7 @@ def _calibrate(router_name, router, train, test, sources, records):
     }
 
 
-def _sampling_sd(per_query, n_boot=2000):
+def sampling_sd(per_query, n_boot=2000):
     """Bootstrap standard deviation of the mean of ``per_query`` over
     resamples of the test queries (the routing held fixed)."""
     rng = np.random.default_rng(0)

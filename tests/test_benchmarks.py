@@ -576,3 +576,36 @@ def test_ab_result_names_both_revisions_and_the_machine(tmp_path):
     assert written["base"] == "abc1234" and written["rounds"] == [1]
     assert {"date", "commit", "machine"} <= set(written)
     assert len(written["machine"]["load"]) == 3
+
+
+def test_resplit_draws_disjoint_parts_of_the_given_sizes():
+    resplits = _load_script("calibration_resplits")
+    queries = np.array([f"q{i}" for i in range(10)], dtype=object)
+    train, test = resplits.resplit(queries, 3, seed=0)
+    assert len(train) == 7 and len(test) == 3
+    assert set(train) | set(test) == set(queries) and not set(train) & set(test)
+    again = resplits.resplit(queries, 3, seed=0)
+    assert list(again[1]) == list(test)
+    draws = {tuple(resplits.resplit(queries, 3, seed=s)[1]) for s in range(5)}
+    assert len(draws) > 1  # the seed moves the split
+
+
+def test_resplit_summary_hand_computed():
+    resplits = _load_script("calibration_resplits")
+    base = {"router": "r", "protocol": "p", "target": "target_cost"}
+    records = [
+        {**base, "unreachable": False, "test_relative_miss": 0.02,
+         "test_relative_sampling_sd": 0.03, "calibration_relative_miss": -0.01},
+        {**base, "unreachable": False, "test_relative_miss": -0.005,
+         "test_relative_sampling_sd": 0.01, "calibration_relative_miss": 0.0},
+        {**base, "unreachable": True},
+    ]  # fmt: skip
+    (row,) = resplits.summarize(records)
+    assert (row["splits"], row["reached"]) == (3, 2)
+    assert row["mean_miss"] == pytest.approx(0.0075)
+    assert row["mean_calibration_miss"] == pytest.approx(-0.005)
+    # sd of (0.02, -0.005) with ddof 1: 0.025 / sqrt(2); s.e. that / sqrt(2).
+    assert row["sd_miss"] == pytest.approx(0.025 / np.sqrt(2))
+    assert row["standard_error"] == pytest.approx(0.0125)
+    assert row["within_1pct"] == 0.5  # |-0.005| <= 1 %, 2 % is not
+    assert row["mean_sampling_sd"] == pytest.approx(0.02)
