@@ -196,6 +196,12 @@ def summarize(records):
     return rows
 
 
+def _percent(value, spec):
+    """``value`` formatted by ``spec``; a dash where no re-split reached the
+    target (or one did, for a spread)."""
+    return "–" if np.isnan(value) else format(value, spec)
+
+
 def markdown(result):
     s = result["settings"]
     lines = [
@@ -225,13 +231,17 @@ def markdown(result):
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["summary"]:
+        cells = [
+            _percent(r["mean_calibration_miss"], "+.2%"),
+            f"{_percent(r['mean_miss'], '+.2%')} ± "
+            f"{_percent(r['standard_error'], '.2%')}",
+            _percent(r["sd_miss"], ".2%"),
+            _percent(r["within_1pct"], ".0%"),
+            _percent(r["mean_sampling_sd"], ".2%"),
+        ]
         lines.append(
             f"| {r['router']} | {r['protocol']} | {r['target']} "
-            f"| {r['splits']} ({r['reached']}) "
-            f"| {r['mean_calibration_miss']:+.2%} "
-            f"| {r['mean_miss']:+.2%} ± {r['standard_error']:.2%} "
-            f"| {r['sd_miss']:.2%} | {r['within_1pct']:.0%} "
-            f"| {r['mean_sampling_sd']:.2%} |"
+            f"| {r['splits']} ({r['reached']}) | " + " | ".join(cells) + " |"
         )
     lines.append("")
     return "\n".join(lines)

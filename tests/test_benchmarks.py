@@ -609,3 +609,23 @@ def test_resplit_summary_hand_computed():
     assert row["standard_error"] == pytest.approx(0.0125)
     assert row["within_1pct"] == 0.5  # |-0.005| <= 1 %, 2 % is not
     assert row["mean_sampling_sd"] == pytest.approx(0.02)
+
+
+def test_resplit_report_marks_targets_no_split_reached():
+    resplits = _load_script("calibration_resplits")
+    base = {"router": "r", "protocol": "p"}
+    records = [
+        {**base, "target": "target_cost", "unreachable": False,
+         "test_relative_miss": 0.02, "test_relative_sampling_sd": 0.03,
+         "calibration_relative_miss": -0.01},
+        {**base, "target": "min_accuracy", "unreachable": True},
+    ]  # fmt: skip
+    settings = {"splits": 1, "n_queries": 10, "n_train": 7, "n_test": 3,
+                "shrinkage": None}  # fmt: skip
+    text = resplits.markdown(
+        {"date": "d", "commit": "c", "machine": "m", "wall_minutes": 1.0,
+         "settings": settings, "summary": resplits.summarize(records)}
+    )  # fmt: skip
+    rows = [line for line in text.splitlines() if line.startswith("| r |")]
+    assert rows[0].endswith("| 1 (1) | -1.00% | +2.00% ± – | – | 0% | 3.00% |")
+    assert rows[1].endswith("| 1 (0) | – | – ± – | – | – | – |")

@@ -410,7 +410,13 @@ def calibrate_cost_weight(
     did not read at fit (its kernel readout has their answers, so it is
     surer of them than of new traffic), or on its training evaluations with
     ``cv``: each query is then routed by a copy of the router fitted
-    without it, and no query has to be held out of the fit.
+    without it, and no query has to be held out of the fit. A
+    :class:`~locus_sklearn.LocusRouter`'s copies re-embed the pool but keep
+    the network trained on every query: over 30 re-splits of RouterBench
+    (``benchmarks/calibration_resplits.py``) its cost and accuracy targets
+    transferred to new queries as well as from held-out queries, but a share
+    cap landed 6.5 % under its target; calibrate share caps on queries the
+    router was not fitted on.
 
     Parameters
     ----------
