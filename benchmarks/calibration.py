@@ -48,6 +48,28 @@ N_NEIGHBORS = 20
 CV = 5
 
 
+def hold_out_quarter(train, seed):
+    """(fit part, calibration part) of ``train``: a seeded quarter of its
+    queries held out of the fit for calibration."""
+    rng = np.random.default_rng(seed)
+    queries = np.array(sorted(train["query"].unique()), dtype=object)
+    held = set(rng.choice(queries, size=len(queries) // 4, replace=False))
+    inside = train["query"].isin(held)
+    return train[~inside], train[inside]
+
+
+def small_locus_router(encodings, shrinkage, seed):
+    """The benchmark's LocusRouter: small (one block, embedding_dim 32), so
+    that a fit takes under a minute on one thread."""
+    from locus_sklearn import LocusEmbedder, LocusRouter
+
+    embedder = LocusEmbedder(
+        encodings, embedding_dim=32, n_latents=8, n_blocks=1, max_epochs=30,
+        random_state=seed,
+    )  # fmt: skip
+    return LocusRouter(embedder, shrinkage=shrinkage)
+
+
 def routed_models(router, queries, weight):
     router.set_params(cost_weight=weight)
     try:
@@ -76,31 +98,18 @@ def main(argv=None):
     torch.set_num_threads(1)
     from _data import load_routerbench
 
-    from locus_sklearn import LocusEmbedder, LocusRouter
     from locus_sklearn.baselines import KNNRouter
 
     data = load_routerbench()
     evals = data.evals
     split = evals["query"].map(data.split)
     train, test = evals[split == "train"], evals[split == "test"]
-    rng = np.random.default_rng(0)
-    train_queries = np.array(sorted(train["query"].unique()), dtype=object)
-    held = set(rng.choice(train_queries, size=len(train_queries) // 4, replace=False))
-    fit_part = train[~train["query"].isin(held)]
-    calibration = train[train["query"].isin(held)]
+    fit_part, calibration = hold_out_quarter(train, seed=0)
 
     def fit_locus(rows):
-        return LocusRouter(
-            LocusEmbedder(
-                data.encodings,
-                embedding_dim=32,
-                n_latents=8,
-                n_blocks=1,
-                max_epochs=30,
-                random_state=0,
-            ),
-            shrinkage=shrinkage,
-        ).fit(rows, model_costs=data.model_costs)
+        return small_locus_router(data.encodings, shrinkage, seed=0).fit(
+            rows, model_costs=data.model_costs
+        )
 
     def fit_knn(rows):
         return KNNRouter(N_NEIGHBORS, encoder=data.encodings).fit(
@@ -190,17 +199,9 @@ def _calibrate(router_name, router, train, test, sources, records):
                 "target_share": test_share,
                 "min_accuracy": test_accuracy,
             }[name]
-            per_query = {
-                "target_cost": costs[routed],
-                "target_share": (routed == strong).astype(float),
-                "min_accuracy": Y_test[rows, routed][scored],
-            }[name]
+            per_query = target_values(name, routed, costs, strong, Y_test)
             spread = sampling_sd(per_query)
-            on_cal = {
-                "target_cost": result.mean_cost,
-                "target_share": result.share,
-                "min_accuracy": result.accuracy,
-            }[name]
+            on_cal = calibration_value(name, result)
             records.append(
                 {
                     "router": router_name,
@@ -230,6 +231,28 @@ def _calibrate(router_name, router, train, test, sources, records):
         "lambda0_test_accuracy": float(curve.points["accuracy"].iloc[0]),
         "lambda0_test_cost": float(curve.points["mean_cost"].iloc[0]),
     }
+
+
+def target_values(name, routed, costs, strong, Y):
+    """Per query, what target ``name`` averages at the routing ``routed``
+    (model positions): its cost, whether it went to ``strong``, or (over the
+    queries whose routed model has a score in ``Y``) its score."""
+    if name == "target_cost":
+        return costs[routed]
+    if name == "target_share":
+        return (routed == strong).astype(float)
+    scores = Y[np.arange(len(routed)), routed]
+    return scores[~np.isnan(scores)]
+
+
+def calibration_value(name, result):
+    """What :func:`calibrate_cost_weight`'s ``result`` reached for target
+    ``name`` on its calibration queries."""
+    return {
+        "target_cost": result.mean_cost,
+        "target_share": result.share,
+        "min_accuracy": result.accuracy,
+    }[name]
 
 
 def sampling_sd(per_query, n_boot=2000):

@@ -45,7 +45,16 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 from _provenance import git_commit  # noqa: E402
-from calibration import N_NEIGHBORS, STRONG, routed_models, sampling_sd  # noqa: E402
+from calibration import (  # noqa: E402
+    N_NEIGHBORS,
+    STRONG,
+    calibration_value,
+    hold_out_quarter,
+    routed_models,
+    sampling_sd,
+    small_locus_router,
+    target_values,
+)
 
 CV = 5
 TARGETS = ("target_cost", "target_share", "min_accuracy")
@@ -64,7 +73,7 @@ def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
     import torch
 
     torch.set_num_threads(1)
-    from locus_sklearn import LocusEmbedder, LocusRouter, check_evals
+    from locus_sklearn import check_evals
     from locus_sklearn.baselines import KNNRouter
     from locus_sklearn.inspection import calibrate_cost_weight
 
@@ -72,19 +81,12 @@ def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
     train_q, test_q = resplit(queries, n_test, seed)
     train = evals[evals["query"].isin(set(train_q))]
     test = evals[evals["query"].isin(set(test_q))]
-    rng = np.random.default_rng(seed)
-    held = set(rng.choice(train_q, size=len(train_q) // 4, replace=False))
-    fit_part = train[~train["query"].isin(held)]
-    calibration = train[train["query"].isin(held)]
+    fit_part, calibration = hold_out_quarter(train, seed)
 
     def locus(rows):
-        return LocusRouter(
-            LocusEmbedder(
-                encodings, embedding_dim=32, n_latents=8, n_blocks=1,
-                max_epochs=30, random_state=seed,
-            ),
-            shrinkage=shrinkage,
-        ).fit(rows, model_costs=model_costs)  # fmt: skip
+        return small_locus_router(encodings, shrinkage, seed).fit(
+            rows, model_costs=model_costs
+        )
 
     def knn(rows):
         return KNNRouter(N_NEIGHBORS, encoder=encodings).fit(
@@ -124,19 +126,9 @@ def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
                     records.append({**record, "unreachable": True})
                     continue
                 routed = routed_models(router, test_table.queries, result.cost_weight)
-                positions = np.arange(len(routed))
-                scored = ~np.isnan(Y_test[positions, routed])
-                per_query = {
-                    "target_cost": costs[routed],
-                    "target_share": (routed == strong).astype(float),
-                    "min_accuracy": Y_test[positions, routed][scored],
-                }[name]
+                per_query = target_values(name, routed, costs, strong, Y_test)
                 achieved = float(per_query.mean())
-                on_cal = {
-                    "target_cost": result.mean_cost,
-                    "target_share": result.share,
-                    "min_accuracy": result.accuracy,
-                }[name]
+                on_cal = calibration_value(name, result)
                 records.append(
                     {
                         **record,

@@ -629,3 +629,29 @@ def test_resplit_report_marks_targets_no_split_reached():
     rows = [line for line in text.splitlines() if line.startswith("| r |")]
     assert rows[0].endswith("| 1 (1) | -1.00% | +2.00% ± – | – | 0% | 3.00% |")
     assert rows[1].endswith("| 1 (0) | – | – ± – | – | – | – |")
+
+
+def test_hold_out_quarter_keeps_each_query_on_one_side():
+    calibration = _load_script("calibration")
+    train = pd.DataFrame(
+        {"model": ["a", "b"] * 8, "query": np.repeat([f"q{i}" for i in range(8)], 2),
+         "score": 1.0}
+    )  # fmt: skip
+    fit_part, held = calibration.hold_out_quarter(train, seed=0)
+    assert held["query"].nunique() == 2 and fit_part["query"].nunique() == 6
+    assert not set(held["query"]) & set(fit_part["query"])
+    assert len(held) + len(fit_part) == len(train)
+    again = calibration.hold_out_quarter(train, seed=0)[1]
+    assert set(again["query"]) == set(held["query"])
+
+
+def test_target_values_hand_computed():
+    calibration = _load_script("calibration")
+    costs = np.array([1.0, 4.0, 10.0])
+    routed = np.array([0, 2, 2, 1])
+    Y = np.array([[1.0, 0, 0], [0, 0, 1.0], [0, 0, np.nan], [0, 1.0, 0]])
+    values = calibration.target_values
+    assert list(values("target_cost", routed, costs, 2, Y)) == [1, 10, 10, 4]
+    assert list(values("target_share", routed, costs, 2, Y)) == [0, 1, 1, 0]
+    # The third query's routed model has no score: left out of the accuracy.
+    assert list(values("min_accuracy", routed, costs, 2, Y)) == [1, 1, 1]
