@@ -72,7 +72,8 @@ def small_locus_router(encodings, shrinkage, seed):
 
 def routed_models(router, queries, weight):
     """Positions in ``router.classes_`` of the models ``router`` routes
-    ``queries`` to at cost weight ``weight`` (its own weight restored)."""
+    ``queries`` to at cost weight ``weight`` (the router is left at
+    cost_weight=0, where the benchmark keeps it)."""
     router.set_params(cost_weight=weight)
     try:
         return np.searchsorted(router.classes_, router.predict(queries))
