@@ -161,17 +161,11 @@ def _calibrate(router_name, router, train, test, sources, records):
     strong = int(np.searchsorted(router.classes_, STRONG))
     test_table = check_evals(test)
     Y_test = test_table.to_dense(router.classes_)
-    Y_train = check_evals(train).to_dense(router.classes_)
-    strong_train_accuracy = float(np.nanmean(Y_train[:, strong]))
-    targets = [
-        ("target_cost", costs[strong] / 2),
-        ("target_share", 0.20),
-        ("min_accuracy", strong_train_accuracy - 0.01),
-    ]
+    targets = target_levels(costs, strong, check_evals(train).to_dense(router.classes_))
     for calibrated_on, cal, cv in sources:
         # The same curve for every target (with cv, one more cross-fit).
         n_steps = len(cost_quality_curve(router, cal, cv=cv).points)
-        for name, target in targets:
+        for name, target in targets.items():
             # models= also reports the GPT-4 share for the other targets.
             try:
                 result = calibrate_cost_weight(
@@ -192,17 +186,11 @@ def _calibrate(router_name, router, train, test, sources, records):
             # Test queries are routed as deployed, among every model; the
             # accuracy counts the queries whose routed model has a score.
             routed = routed_models(router, test_table.queries, result.cost_weight)
-            rows = np.arange(len(routed))
-            scored = ~np.isnan(Y_test[rows, routed])
-            test_cost = float(costs[routed].mean())
-            test_share = float(np.mean(routed == strong))
-            test_accuracy = float(Y_test[rows, routed][scored].mean())
-            achieved = {
-                "target_cost": test_cost,
-                "target_share": test_share,
-                "min_accuracy": test_accuracy,
-            }[name]
-            per_query = target_values(name, routed, costs, strong, Y_test)
+            values = {
+                t: target_values(t, routed, costs, strong, Y_test) for t in targets
+            }
+            means = {t: float(v.mean()) for t, v in values.items()}
+            per_query, achieved = values[name], means[name]
             spread = sampling_sd(per_query)
             on_cal = calibration_value(name, result)
             records.append(
@@ -220,9 +208,9 @@ def _calibrate(router_name, router, train, test, sources, records):
                     # test split happens to hold, at this fixed routing.
                     "test_sampling_sd": spread,
                     "test_relative_sampling_sd": spread / target,
-                    "test_mean_cost": test_cost,
-                    "test_share_gpt4": test_share,
-                    "test_accuracy": test_accuracy,
+                    "test_mean_cost": means["target_cost"],
+                    "test_share_gpt4": means["target_share"],
+                    "test_accuracy": means["min_accuracy"],
                 }
             )
             print(json.dumps(records[-1]), flush=True)
@@ -233,6 +221,17 @@ def _calibrate(router_name, router, train, test, sources, records):
         "test_aiq": curve.auc,
         "lambda0_test_accuracy": float(curve.points["accuracy"].iloc[0]),
         "lambda0_test_cost": float(curve.points["mean_cost"].iloc[0]),
+    }
+
+
+def target_levels(costs, strong, Y_train):
+    """The three targets, by name: half the cost of always calling model
+    ``strong``, at most 20 % of calls to it, and an accuracy floor one point
+    under its accuracy in ``Y_train`` (queries x models, NaN unscored)."""
+    return {
+        "target_cost": float(costs[strong] / 2),
+        "target_share": 0.20,
+        "min_accuracy": float(np.nanmean(Y_train[:, strong])) - 0.01,
     }
 
 

@@ -53,11 +53,11 @@ from calibration import (  # noqa: E402
     routed_models,
     sampling_sd,
     small_locus_router,
+    target_levels,
     target_values,
 )
 
 CV = 5
-TARGETS = ("target_cost", "target_share", "min_accuracy")
 PROTOCOLS = ("held-out 25 % of train", f"all of train, {CV} folds cross-fitted")
 
 
@@ -93,7 +93,7 @@ def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
             rows, model_costs=model_costs
         )
 
-    test_table = check_evals(test)
+    train_table, test_table = check_evals(train), check_evals(test)
     records = []
     start = time.perf_counter()
     for router_name, fit in [
@@ -108,14 +108,10 @@ def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
             costs = router.model_costs_
             strong = int(np.searchsorted(router.classes_, STRONG))
             Y_test = test_table.to_dense(router.classes_)
-            Y_train = check_evals(train).to_dense(router.classes_)
-            targets = {
-                "target_cost": costs[strong] / 2,
-                "target_share": 0.20,
-                "min_accuracy": float(np.nanmean(Y_train[:, strong])) - 0.01,
-            }
-            for name in TARGETS:
-                target = float(targets[name])
+            targets = target_levels(
+                costs, strong, train_table.to_dense(router.classes_)
+            )
+            for name, target in targets.items():
                 record = {"seed": seed, "router": router_name,
                           "protocol": protocol, "target": name, "value": target}  # fmt: skip
                 try:

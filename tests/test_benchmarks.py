@@ -655,3 +655,12 @@ def test_target_values_hand_computed():
     assert list(values("target_share", routed, costs, 2, Y)) == [0, 1, 1, 0]
     # The third query's routed model has no score: left out of the accuracy.
     assert list(values("min_accuracy", routed, costs, 2, Y)) == [1, 1, 1]
+
+
+def test_target_levels_hand_computed():
+    calibration = _load_script("calibration")
+    Y_train = np.array([[1.0, 0.0], [np.nan, 1.0], [0.0, 1.0]])
+    levels = calibration.target_levels(np.array([1.0, 3.0]), 1, Y_train)
+    assert list(levels) == ["target_cost", "target_share", "min_accuracy"]
+    assert levels["target_cost"] == 1.5 and levels["target_share"] == 0.2
+    assert levels["min_accuracy"] == pytest.approx(2 / 3 - 0.01)
