@@ -28,7 +28,10 @@ Fingerprints: ``task-profile`` (per-task mean score, needs labels),
 ``probe-profile`` (task-free: each model's kernel-smoothed score at 16 k-means
 centres of the training queries' encodings, bandwidth 0.1, shrunk toward its
 mean with one pseudo-row), ``raw-scores`` (score vectors on the training
-queries, only with all rows of a dense pool; not for self-identification).
+queries, where the models answered the same training queries; not for
+self-identification), and LOCUS's ``predicted-profile`` (the fitted router's
+P(correct) of each model at the probe-profile's 16 probes, embedded and read
+out from the same rows).
 
 Usage::
 
@@ -345,6 +348,23 @@ def fit_locus(data, seed, variant, train):
     return router
 
 
+def predicted_profile(router, rows, probes):
+    """LOCUS's own profile of each model: the fitted router's P(correct) of
+    the models of ``rows``, embedded from those rows (and read out from them
+    when the predictor has the kernel readout), at the probe queries
+    ``probes`` (P, F) -> (n_models, P). The same probes as ``probe-profile``:
+    only the smoother differs (the trained predictor instead of a fixed
+    kernel)."""
+    from locus_sklearn._evals import check_evals
+
+    table = check_evals(rows)
+    X_table, Z = router._embed_table(table)
+    locus = router._locus
+    evaluations = (X_table, table) if locus.kernel_readout else None
+    P = locus._predict_proba_encoded(Z, probes.astype(np.float32), evaluations)
+    return np.asarray(P, dtype=np.float64).T
+
+
 def pair_sets(split, n, rng):
     """Two disjoint random sets of n training rows per model (None if too few)."""
     a, b = [], []
@@ -555,7 +575,9 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
             "task-profile": fp.task_profile(train),
             "probe-profile": fp.probe_profile(train),
         }
-        raw = fp.raw_scores(train) if n == "all" else None
+        # Where every model answered the same training queries (all rows, or
+        # Shaberi's 256 = all): None when the models do not share queries.
+        raw = fp.raw_scores(train)
         if raw is not None:
             fps["raw-scores"] = raw
         for name, Z in fps.items():
@@ -588,6 +610,27 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
                 for k, ab in pairs.items() if ab is not None for a, b in [ab]
             }  # fmt: skip
             emb["fit_s"] = fit_s
+            # LOCUS's predicted profile at the probe-profile's probes: the
+            # same rows, the same retrieval and self-identification.
+            pp = predicted_profile(router, train, fp.probes)
+            pp_emb = geometry(pp, strength) | {
+                "groups": group_recall(pp, split.models, groups)
+            }
+            pp_emb["self_id"] = {
+                str(k): self_identification(
+                    predicted_profile(router, a, fp.probes),
+                    predicted_profile(router, b, fp.probes),
+                )
+                for k, ab in pairs.items() if ab is not None for a, b in [ab]
+            }  # fmt: skip
+            res["embeddings"][f"LOCUS {variant} predicted-profile"] = pp_emb
+            log(
+                f"  {data.name} seed {seed} n={n} {variant} predicted-profile: "
+                f"PR {pp_emb['participation_ratio']:.2f} groups {pp_emb['groups']} "
+                f"self-id {pp_emb['self_id']}; probe-profile groups "
+                f"{res['embeddings']['probe-profile']['groups']} self-id "
+                f"{res['embeddings']['probe-profile']['self_id']}"
+            )
             emb["n_epochs"] = int(router.embedder_.n_epochs_)
             emb["distinct_routed"] = int(len(np.unique(proba.argmax(1))))
             res["embeddings"][f"LOCUS {variant}"] = emb
