@@ -31,7 +31,8 @@ mean with one pseudo-row), ``raw-scores`` (score vectors on the training
 queries, where the models answered the same training queries; not for
 self-identification), and LOCUS's ``predicted-profile`` (the fitted router's
 P(correct) of each model at the probe-profile's 16 probes, embedded and read
-out from the same rows).
+out from the same rows) and ``predicted-scores`` (the same at every training
+query of the split).
 
 Usage::
 
@@ -244,6 +245,7 @@ class Fingerprints:
         self.task_of = data.evals.drop_duplicates("query").set_index("query")["task"]
         self.tasks = np.array(sorted(self.task_of.unique()), dtype=object)
         train_q = split.train_rows["query"].unique()
+        self.train_queries = np.sort(train_q)
         X = np.stack([data.encodings[q] for q in train_q]).astype(np.float64)
         X /= np.linalg.norm(X, axis=1, keepdims=True)
         km = KMeans(n_probes, n_init=1, random_state=seed).fit(X)
@@ -624,6 +626,26 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
                 for k, ab in pairs.items() if ab is not None for a, b in [ab]
             }  # fmt: skip
             res["embeddings"][f"LOCUS {variant} predicted-profile"] = pp_emb
+            # The same at every training query of the split (the queries the
+            # raw score vectors are read on): LOCUS's predicted score vectors.
+            probes = np.stack([data.encodings[q] for q in fp.train_queries])
+            ps = predicted_profile(router, train, probes)
+            ps_emb = geometry(ps, strength) | {
+                "groups": group_recall(ps, split.models, groups)
+            }
+            ps_emb["self_id"] = {
+                str(k): self_identification(
+                    predicted_profile(router, a, probes),
+                    predicted_profile(router, b, probes),
+                )
+                for k, ab in pairs.items() if ab is not None for a, b in [ab]
+            }  # fmt: skip
+            res["embeddings"][f"LOCUS {variant} predicted-scores"] = ps_emb
+            log(
+                f"  {data.name} seed {seed} n={n} {variant} predicted-scores: "
+                f"PR {ps_emb['participation_ratio']:.2f} groups {ps_emb['groups']} "
+                f"self-id {ps_emb['self_id']}"
+            )
             log(
                 f"  {data.name} seed {seed} n={n} {variant} predicted-profile: "
                 f"PR {pp_emb['participation_ratio']:.2f} groups {pp_emb['groups']} "
