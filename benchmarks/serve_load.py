@@ -5,8 +5,9 @@ and serves it with ``python -m locus_sklearn.serve serve`` in a subprocess,
 twice: with precomputed query encodings (each query is looked up, so the
 encoder costs nothing) and with the default MiniLM encoder on the query text.
 For each, a fixed number of single-query ``POST /route`` requests is sent by
-1, 8 and 64 concurrent clients (asyncio + httpx in this process); the run
-stops by itself. Reported: sustained routed queries per second, p50 / p99
+1, 8 and 64 concurrent clients (asyncio + httpx in this process, and again
+from as many threads of the standard library's blocking ``http.client``, a
+lighter load generator); the run stops by itself. Reported: sustained routed queries per second, p50 / p99
 latency, failed requests, the mean micro-batch size (from ``/healthz``), and,
 measured in the same run, the encoder alone (MiniLM ``transform`` at batch 1,
 8 and 64) and the whole in-process router (``predict_proba`` on text), whose
@@ -33,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -203,38 +205,54 @@ def _row(client, clients, latencies_ms, failures, wall):
     }
 
 
-def _load_blocking(port, queries, n_requests, offset=0):
-    """One client on one kept-alive connection of the standard library's
-    blocking ``http.client``, which costs the shared cores less per request
-    than an asyncio client: ms per request and the failures."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+def _load_blocking(port, queries, n_requests, offset=0, concurrency=1):
+    """``concurrency`` clients, each a thread with one kept-alive connection
+    of the standard library's blocking ``http.client`` (which costs the
+    shared cores less per request than an asyncio client), taking requests
+    ``offset``, ``offset + 1``, ... in turn: ms per request and the
+    failures."""
+    requests = iter(range(n_requests))
+    lock = threading.Lock()
     latencies, failures = [], []
-    try:
-        for i in range(n_requests):
-            query = queries[(offset + i) % len(queries)]
-            body = json.dumps({"query": query, "return_proba": False})
-            start = time.perf_counter()
-            try:
-                connection.request(
-                    "POST", "/route", body, {"Content-Type": "application/json"}
-                )
-                response = connection.getresponse()
-                payload = response.read()
-                if response.status != 200:
-                    failures.append(f"HTTP {response.status}: {payload[:200]!r}")
-            except (OSError, http.client.HTTPException) as exc:
-                failures.append(type(exc).__name__)
-                connection.close()  # reconnects on the next request
-            latencies.append(time.perf_counter() - start)
-    finally:
-        connection.close()
+
+    def client():
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            while True:
+                with lock:
+                    i = next(requests, None)
+                if i is None:
+                    return
+                query = queries[(offset + i) % len(queries)]
+                body = json.dumps({"query": query, "return_proba": False})
+                start = time.perf_counter()
+                try:
+                    connection.request(
+                        "POST", "/route", body, {"Content-Type": "application/json"}
+                    )
+                    response = connection.getresponse()
+                    payload = response.read()
+                    if response.status != 200:
+                        failures.append(f"HTTP {response.status}: {payload[:200]!r}")
+                except (OSError, http.client.HTTPException) as exc:
+                    failures.append(type(exc).__name__)
+                    connection.close()  # reconnects on the next request
+                latencies.append(time.perf_counter() - start)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return np.array(latencies) * 1000, failures
 
 
-def _blocking_row(port, queries, n_requests):
+def _blocking_row(port, queries, n_requests, concurrency=1):
     start = time.perf_counter()
-    lat, failures = _load_blocking(port, queries, n_requests)
-    return _row("http.client", 1, lat, failures, time.perf_counter() - start)
+    lat, failures = _load_blocking(port, queries, n_requests, concurrency=concurrency)
+    return _row("http.client", concurrency, lat, failures, time.perf_counter() - start)
 
 
 def _run_mode(
@@ -251,11 +269,15 @@ def _run_mode(
         asyncio.run(_load(url, queries, 10, 1))  # warm up
         for n_clients in clients:
             n = counts[n_clients]
-            runs = [lambda c=n_clients, n=n: asyncio.run(_load(url, queries, n, c))]
-            if n_clients == 1:
-                # The same requests from a lighter client: what the server
-                # takes, with less of the load generator's own work.
-                runs.append(lambda n=n: _blocking_row(port, queries, n))
+            # The same requests from a lighter client, threads of http.client:
+            # what the server takes, with less of the load generator's own
+            # work. At 64 clients the asyncio one can also starve the server:
+            # it kept 64 requests in flight while the server's queue held 0-11
+            # of them (micro-batches of about 3 instead of 30).
+            runs = [
+                lambda c=n_clients, n=n: asyncio.run(_load(url, queries, n, c)),
+                lambda c=n_clients, n=n: _blocking_row(port, queries, n, c),
+            ]
             for run in runs:
                 before = httpx.get(f"{url}/healthz").json()["batching"]
                 row = run()
@@ -292,10 +314,11 @@ def _markdown(result):
         f"load average before the run {result['load_average']}.",
         "",
         "Single-query `POST /route` requests on 127.0.0.1 from asyncio + httpx clients "
-        "in the same machine (they share its CPUs with the server); each one-client "
-        "run is repeated from the standard library's blocking `http.client` "
-        "(`1, http.client`), a lighter client, so that less of the load generator's "
-        "own work is in the latency. Router: LocusRouter "
+        "in the same machine (they share its CPUs with the server); each run is "
+        "repeated from threads of the standard library's blocking `http.client` "
+        "(`N, http.client`: N threads, one kept-alive connection each), a lighter "
+        "client, so that less of the load generator's own work is in the latency. "
+        "Router: LocusRouter "
         "on the built-in MMLU-Pro subset (32 models), kernel readout. `id`: queries "
         "resolved from precomputed encodings; `text`: MiniLM encodes each query, "
         f"the first {result['text_chars']} characters of an MMLU-Pro question (a "
