@@ -310,6 +310,36 @@ def test_embedding_quality_tiny(quality, tmp_path):
     assert md.startswith("# Embedding") and "expected (true probabilities)" in md
 
 
+def test_predicted_profile_is_the_routers_own_prediction(quality):
+    """The predicted-profile fingerprint at the encodings of some queries is the
+    plain router's P(correct) there, transposed (models x probes); read from a
+    subset of rows, it is the prediction of models embedded from that subset."""
+    from locus_sklearn import LocusEmbedder, LocusRouter
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(
+        n_models=5, n_queries=100, evals_per_model=60, random_state=0
+    )
+    embedder = LocusEmbedder(
+        pool.encodings, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2,
+        max_epochs=1, episodes_per_epoch=8, enc_size=(16, 32), dec_size=16,
+        random_state=0,
+    )  # fmt: skip
+    router = LocusRouter(embedder, shrinkage=None).fit(pool.evals)
+    queries = sorted(pool.encodings)[:7]
+    probes = np.stack([pool.encodings[q] for q in queries])
+    P = quality.predicted_profile(router, pool.evals, probes)
+    assert P.shape == (5, 7)
+    np.testing.assert_allclose(P, router.predict_proba(queries).T, rtol=1e-5, atol=1e-6)
+    half = pool.evals.groupby("model").head(30)
+    Z = router.embed(half)
+    expected = router.embedder_.predict_proba(Z, queries, evals=half).T
+    np.testing.assert_allclose(
+        quality.predicted_profile(router, half, probes), expected, rtol=1e-5, atol=1e-6
+    )
+    assert not np.allclose(quality.predicted_profile(router, half, probes), P)
+
+
 def test_expected_routing_hand_computed(quality):
     # Two tasks, two queries each; model 1 is better on task a, model 0 on b.
     truth = np.array([[0.2, 0.9], [0.4, 0.7], [0.8, 0.1], [0.6, 0.5]])
@@ -664,3 +694,48 @@ def test_target_levels_hand_computed():
     assert list(levels) == ["target_cost", "target_share", "min_accuracy"]
     assert levels["target_cost"] == 1.5 and levels["target_share"] == 0.2
     assert levels["min_accuracy"] == pytest.approx(2 / 3 - 0.01)
+
+
+def test_serve_load_threaded_clients_send_each_request_once():
+    """``serve_load.py``'s http.client load generator, N threads: every request
+    index in ``offset, offset + 1, ...`` is sent exactly once, on loopback, and
+    a non-200 answer is counted as a failure, not dropped."""
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    serve_load = _load_script("serve_load")
+    seen, lock = [], threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # kept-alive connections, as uvicorn's
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                seen.append(body["query"])
+            status = 500 if body["query"] == "q4" else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        queries = [f"q{i}" for i in range(10)]
+        ms, failures = serve_load._load_blocking(
+            server.server_address[1], queries, 25, offset=3, concurrency=4
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(ms) == 25 and (ms > 0).all()
+    assert sorted(seen) == sorted(queries[(3 + i) % 10] for i in range(25))
+    # q4 is request 1, 11 and 21 (offset 3): three failures, each named.
+    assert failures == ["HTTP 500: b'{}'"] * 3
