@@ -367,6 +367,23 @@ def predicted_profile(router, rows, probes):
     return np.asarray(P, dtype=np.float64).T
 
 
+def predicted_row(router, train, probes, split, groups, strength, pairs):
+    """Geometry, group retrieval and self-identification of the predicted
+    profile at ``probes``, as for every fingerprint: from the training rows,
+    and from each of the two disjoint sets of ``pairs`` (n -> (a, b) or None)."""
+    profile = predicted_profile(router, train, probes)
+    row = geometry(profile, strength) | {
+        "groups": group_recall(profile, split.models, groups)
+    }
+    row["self_id"] = {
+        str(k): self_identification(
+            predicted_profile(router, a, probes), predicted_profile(router, b, probes)
+        )
+        for k, ab in pairs.items() if ab is not None for a, b in [ab]
+    }  # fmt: skip
+    return row
+
+
 def pair_sets(split, n, rng):
     """Two disjoint random sets of n training rows per model (None if too few)."""
     a, b = [], []
@@ -612,47 +629,23 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
                 for k, ab in pairs.items() if ab is not None for a, b in [ab]
             }  # fmt: skip
             emb["fit_s"] = fit_s
-            # LOCUS's predicted profile at the probe-profile's probes: the
-            # same rows, the same retrieval and self-identification.
-            pp = predicted_profile(router, train, fp.probes)
-            pp_emb = geometry(pp, strength) | {
-                "groups": group_recall(pp, split.models, groups)
-            }
-            pp_emb["self_id"] = {
-                str(k): self_identification(
-                    predicted_profile(router, a, fp.probes),
-                    predicted_profile(router, b, fp.probes),
+            # LOCUS's predicted profile at the probe-profile's probes, and the
+            # same at every training query of the split (the queries the raw
+            # score vectors are read on): the same rows, retrieval and
+            # self-identification as every fingerprint.
+            every_query = np.stack([data.encodings[q] for q in fp.train_queries])
+            for name, probes in (
+                ("predicted-profile", fp.probes), ("predicted-scores", every_query)
+            ):  # fmt: skip
+                row = predicted_row(
+                    router, train, probes, split, groups, strength, pairs
                 )
-                for k, ab in pairs.items() if ab is not None for a, b in [ab]
-            }  # fmt: skip
-            res["embeddings"][f"LOCUS {variant} predicted-profile"] = pp_emb
-            # The same at every training query of the split (the queries the
-            # raw score vectors are read on): LOCUS's predicted score vectors.
-            probes = np.stack([data.encodings[q] for q in fp.train_queries])
-            ps = predicted_profile(router, train, probes)
-            ps_emb = geometry(ps, strength) | {
-                "groups": group_recall(ps, split.models, groups)
-            }
-            ps_emb["self_id"] = {
-                str(k): self_identification(
-                    predicted_profile(router, a, probes),
-                    predicted_profile(router, b, probes),
+                res["embeddings"][f"LOCUS {variant} {name}"] = row
+                log(
+                    f"  {data.name} seed {seed} n={n} {variant} {name}: PR "
+                    f"{row['participation_ratio']:.2f} groups {row['groups']} "
+                    f"self-id {row['self_id']}"
                 )
-                for k, ab in pairs.items() if ab is not None for a, b in [ab]
-            }  # fmt: skip
-            res["embeddings"][f"LOCUS {variant} predicted-scores"] = ps_emb
-            log(
-                f"  {data.name} seed {seed} n={n} {variant} predicted-scores: "
-                f"PR {ps_emb['participation_ratio']:.2f} groups {ps_emb['groups']} "
-                f"self-id {ps_emb['self_id']}"
-            )
-            log(
-                f"  {data.name} seed {seed} n={n} {variant} predicted-profile: "
-                f"PR {pp_emb['participation_ratio']:.2f} groups {pp_emb['groups']} "
-                f"self-id {pp_emb['self_id']}; probe-profile groups "
-                f"{res['embeddings']['probe-profile']['groups']} self-id "
-                f"{res['embeddings']['probe-profile']['self_id']}"
-            )
             emb["n_epochs"] = int(router.embedder_.n_epochs_)
             emb["distinct_routed"] = int(len(np.unique(proba.argmax(1))))
             res["embeddings"][f"LOCUS {variant}"] = emb

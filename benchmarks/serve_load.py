@@ -7,9 +7,9 @@ encoder costs nothing) and with the default MiniLM encoder on the query text.
 For each, a fixed number of single-query ``POST /route`` requests is sent by
 1, 8 and 64 concurrent clients (asyncio + httpx in this process, and again
 from as many threads of the standard library's blocking ``http.client``, a
-lighter load generator); the run stops by itself. Reported: sustained routed queries per second, p50 / p99
-latency, failed requests, the mean micro-batch size (from ``/healthz``), and,
-measured in the same run, the encoder alone (MiniLM ``transform`` at batch 1,
+lighter load generator); the run stops by itself. Reported: sustained routed
+queries per second, p50 / p99 latency, failed requests, the mean micro-batch
+size (from ``/healthz``), and, measured in the same run, the encoder alone (MiniLM ``transform`` at batch 1,
 8 and 64) and the whole in-process router (``predict_proba`` on text), whose
 throughput bounds the service's. Writes ``results/serve_load.md`` and
 ``results/serve_load.json`` (``serve_load_threads{N}.*`` with ``--threads N``).
