@@ -16,8 +16,7 @@ on the same MiniLM encodings; half the cost of always calling GPT-4, at most
 tuned with :func:`~locus_sklearn.inspection.calibrate_cost_weight` either on a
 held-out quarter of the train queries (router fitted on the other three
 quarters) or on all train queries with ``cv=5`` (router fitted on all of
-them; ``--protocols cv-retrain``: with ``retrain=True``, the LocusRouter
-trained anew on each fold's rows); each tuned λ then routes the test queries among every model. Reported
+them); each tuned λ then routes the test queries among every model. Reported
 per router, protocol and target, over the re-splits: the mean relative miss
 on test and its standard error (the calibration's bias), the standard
 deviation of the miss (what one split shows), the share of re-splits within
@@ -59,16 +58,7 @@ from calibration import (  # noqa: E402
 )
 
 CV = 5
-PROTOCOLS = (
-    "held-out 25 % of train",
-    f"all of train, {CV} folds cross-fitted",
-    f"all of train, {CV} folds retrained",
-)
-#: --protocols names -> PROTOCOLS; "cv-retrain" is calibrate_cost_weight's
-#: retrain=True (a LocusRouter trained anew on each fold; KNNRouter is
-#: refitted per fold either way, so it runs only "cv").
-PROTOCOL_KEYS = dict(zip(("held-out", "cv", "cv-retrain"), PROTOCOLS, strict=True))
-ROUTERS = ("LocusRouter", f"KNNRouter({N_NEIGHBORS})")
+PROTOCOLS = ("held-out 25 % of train", f"all of train, {CV} folds cross-fitted")
 
 
 def resplit(queries, n_test, seed):
@@ -78,10 +68,7 @@ def resplit(queries, n_test, seed):
     return queries[np.sort(order[n_test:])], queries[np.sort(order[:n_test])]
 
 
-def one_split(
-    evals, encodings, model_costs, n_test, seed, shrinkage,
-    protocols=PROTOCOLS[:2], routers=ROUTERS,
-):  # fmt: skip
+def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
     """Every (router, protocol, target) record of one re-split."""
     import torch
 
@@ -109,20 +96,15 @@ def one_split(
     train_table, test_table = check_evals(train), check_evals(test)
     records = []
     start = time.perf_counter()
-    for router_name, fit in zip(ROUTERS, (locus, knn), strict=True):
-        if router_name not in routers:
-            continue
-        fitted = {}  # the router fitted on train serves both cv protocols
-        for protocol, rows, cal, cv, retrain in [
-            (PROTOCOLS[0], fit_part, calibration, None, False),
-            (PROTOCOLS[1], train, train, CV, False),
-            (PROTOCOLS[2], train, train, CV, True),
+    for router_name, fit in [
+        ("LocusRouter", locus),
+        (f"KNNRouter({N_NEIGHBORS})", knn),
+    ]:
+        for protocol, rows, cal, cv in [
+            (PROTOCOLS[0], fit_part, calibration, None),
+            (PROTOCOLS[1], train, train, CV),
         ]:
-            if protocol not in protocols or (retrain and router_name != ROUTERS[0]):
-                continue
-            if cv not in fitted:
-                fitted[cv] = fit(rows)
-            router = fitted[cv]
+            router = fit(rows)
             costs = router.model_costs_
             strong = int(np.searchsorted(router.classes_, STRONG))
             Y_test = test_table.to_dense(router.classes_)
@@ -134,9 +116,8 @@ def one_split(
                           "protocol": protocol, "target": name, "value": target}  # fmt: skip
                 try:
                     result = calibrate_cost_weight(
-                        router, cal, **{name: target}, models=[STRONG], cv=cv,
-                        retrain=retrain,
-                    )  # fmt: skip
+                        router, cal, **{name: target}, models=[STRONG], cv=cv
+                    )
                 except ValueError:  # out of the router's reach on this split
                     records.append({**record, "unreachable": True})
                     continue
@@ -223,9 +204,7 @@ def markdown(result):
         "targets as in `calibration.py` (LocusRouter: embedding_dim 32, one block, "
         f"30 epochs, `shrinkage={s['shrinkage']!r}`; KNNRouter({N_NEIGHBORS})); λ "
         "tuned with `calibrate_cost_weight` on a held-out quarter of the train "
-        f"queries or on all of them with `cv={CV}` (the LocusRouter's network "
-        "trained on every fold, or with `retrain=True` trained anew on each "
-        "fold's rows), then every test query routed "
+        f"queries or on all of them with `cv={CV}`, then every test query routed "
         "among every model. Miss: (test value − target) / target. Mean ± standard "
         "error over the re-splits is the calibration's bias; the standard deviation "
         "is how far one split's test value lands; the sampling sd is the bootstrap "
@@ -265,21 +244,7 @@ def main(argv=None):
     parser.add_argument("--splits", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--shrinkage", choices=["none", "auto"], default="none")
-    parser.add_argument(
-        "--protocols", nargs="+", choices=list(PROTOCOL_KEYS),
-        default=["held-out", "cv"],
-    )  # fmt: skip
-    parser.add_argument(
-        "--routers", nargs="+", choices=["locus", "knn"], default=["locus", "knn"]
-    )
-    parser.add_argument("--tag", default="", help="suffix of the output files")
     args = parser.parse_args(argv)
-    protocols = tuple(PROTOCOL_KEYS[p] for p in args.protocols)
-    routers = tuple(
-        r
-        for r, key in zip(ROUTERS, ("locus", "knn"), strict=True)
-        if key in args.routers
-    )
     shrinkage = None if args.shrinkage == "none" else "auto"
 
     from _data import load_routerbench
@@ -290,15 +255,8 @@ def main(argv=None):
     start = time.perf_counter()
     per_split = Parallel(n_jobs=args.jobs)(
         delayed(one_split)(
-            data.evals,
-            data.encodings,
-            data.model_costs,
-            n_test,
-            seed,
-            shrinkage,
-            protocols,
-            routers,
-        )  # fmt: skip
+            data.evals, data.encodings, data.model_costs, n_test, seed, shrinkage
+        )
         for seed in range(args.splits)
     )
     records = [r for rs in per_split for r in rs]
@@ -313,15 +271,12 @@ def main(argv=None):
             "n_train": int(n_queries - n_test),
             "n_test": int(n_test),
             "shrinkage": shrinkage,
-            "protocols": list(protocols),
-            "routers": list(routers),
         },
         "summary": summarize(records),
         "records": records,
     }
     os.makedirs(RESULTS, exist_ok=True)
     stem = "calibration_resplits" + ("_shrinkage_auto" if shrinkage else "")
-    stem += f"_{args.tag}" if args.tag else ""
     with open(os.path.join(RESULTS, f"{stem}.json"), "w") as f:
         json.dump(result, f, indent=2)
     with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:

@@ -102,55 +102,6 @@ def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
         cross_val_predict_proba(router, pool.evals, cv=_Everything())
 
 
-def test_locus_router_retrain_fits_a_clone_per_fold(tiny_embedder):
-    from sklearn.base import clone
-
-    from locus_sklearn.datasets import make_model_pool
-
-    pool = make_model_pool(n_models=4, n_families=2, n_queries=90,
-                           evals_per_model="all", random_state=1)  # fmt: skip
-    router = LocusRouter(
-        tiny_embedder(pool.encodings, max_epochs=1), shrinkage=None
-    ).fit(pool.evals, model_costs=pool.n_params)
-    weights = {k: v.clone() for k, v in router._locus.net_.module_.state_dict().items()}
-    proba = cross_val_predict_proba(router, pool.evals, cv=3, retrain=True)
-    # Each fold: a clone trained on the other folds' rows, with the costs.
-    queries = np.sort(pool.evals["query"].unique())
-    costs = dict(zip(router.classes_, router.model_costs_, strict=True))
-    expected = np.empty_like(proba)
-    for _, held in KFold(3, shuffle=True, random_state=0).split(queries):
-        inside = pool.evals[~pool.evals["query"].isin(queries[held])]
-        copy = clone(router).fit(inside, model_costs=costs)
-        expected[held] = copy.predict_proba(queries[held])
-    np.testing.assert_allclose(proba, expected, rtol=1e-6)
-    # Not the trained network's re-embedding, and the router is not changed.
-    reused = cross_val_predict_proba(router, pool.evals, cv=3)
-    assert np.abs(proba - reused).max() > 1e-3
-    for key, value in router._locus.net_.module_.state_dict().items():
-        assert torch.equal(value, weights[key])
-    # The calibration reads the same out-of-fold P(correct).
-    result = calibrate_cost_weight(
-        router, pool.evals, target_share=0.5, models=[router.classes_[0]], cv=3,
-        retrain=True,
-    )  # fmt: skip
-    routed = (expected - result.cost_weight * router.model_costs_).argmax(1)
-    assert result.share == pytest.approx(np.mean(routed == 0))
-
-
-def test_retrain_errors_name_the_parameter(knn):
-    with pytest.raises(TypeError, match="retrain must be True or False; got 'yes'"):
-        cross_val_predict_proba(knn, EVALS, cv=2, retrain="yes")
-    with pytest.raises(ValueError, match="retrain=True retrains the router on each"):
-        calibrate_cost_weight(knn, EVALS, target_cost=6.0, retrain=True)
-    with pytest.raises(ValueError, match="give cv="):
-        cost_quality_curve(knn, EVALS, retrain=True)
-    # A KNNRouter is refitted per fold either way: retrain changes nothing.
-    np.testing.assert_array_equal(
-        cross_val_predict_proba(knn, EVALS, cv=KFold(2), retrain=True),
-        cross_val_predict_proba(knn, EVALS, cv=KFold(2)),
-    )
-
-
 def test_errors_name_the_problem(knn):
     with pytest.raises(ValueError, match=r"cv must be an int in \[2, n_queries=4\]"):
         cross_val_predict_proba(knn, EVALS, cv=1)

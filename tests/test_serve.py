@@ -730,17 +730,6 @@ def test_calibrate_command(tmp_path, router_path, routers, pool, capsys):
     assert result["n_queries"] == pool.evals["query"].nunique()
     assert serve_main([*argv, str(target), "--cv", "1"]) == 1
     assert "cv must be an int in [2" in capsys.readouterr().err
-    # --retrain: a LocusRouter trained anew on each fold's rows (a loaded
-    # router has no random_state: the trainings are not seeded, so only what
-    # any λ found must satisfy is checked).
-    assert serve_main([*argv, str(target), "--cv", "2", "--retrain", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["n_queries"] == pool.evals["query"].nunique()
-    assert 0 <= result["cost_weight"] < np.inf and result["mean_cost"] <= target
-    with pytest.raises(SystemExit) as exit_info:
-        serve_main([*argv, str(target), "--retrain"])
-    assert exit_info.value.code == 2
-    assert "--retrain needs --cv" in capsys.readouterr().err
 
     text = tmp_path / "queries.txt"
     text.write_text("\n".join(evals["query"].unique()))

@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import check_model_subset, routing_utility
 from .._evals import check_evals, check_queries
 from ..metrics import route
-from ..model_selection._cross_val import check_retrain, out_of_fold_proba
+from ..model_selection._cross_val import out_of_fold_proba
 
 __all__ = ["calibrate_cost_weight", "cost_quality_curve"]
 
@@ -76,17 +76,11 @@ def _read_queries_or_evals(router, evals):
     return queries, None, np.ones((len(queries), len(classes)), dtype=bool), None
 
 
-def _queries_and_proba(router, evals, cv, *, retrain=False, scores_needed=None):
+def _queries_and_proba(router, evals, cv, *, scores_needed=None):
     """Queries, dense scores (or None), candidates and P(correct): the
-    router's predictions, or with ``cv`` its out-of-fold ones (``retrain``:
-    see :func:`~locus_sklearn.model_selection.cross_val_predict_proba`).
-    Raises TypeError with the message ``scores_needed`` if given and
-    ``evals`` holds queries only."""
-    if check_retrain(retrain) and cv is None:
-        raise ValueError(
-            "retrain=True retrains the router on each fold of cv; give cv= (the "
-            "number of folds or a splitter), or leave retrain=False."
-        )
+    router's predictions, or with ``cv`` its out-of-fold ones. Raises
+    TypeError with the message ``scores_needed`` if given and ``evals``
+    holds queries only."""
     queries, Y, candidates, table = _read_queries_or_evals(router, evals)
     if Y is None and scores_needed is not None:
         raise TypeError(scores_needed)
@@ -98,7 +92,7 @@ def _queries_and_proba(router, evals, cv, *, retrain=False, scores_needed=None):
             "must be scored evaluations (model, query, score); got queries only."
         )
     else:
-        proba = out_of_fold_proba(router, table, cv, retrain=retrain)
+        proba = out_of_fold_proba(router, table, cv)
     return queries, Y, candidates, np.asarray(proba, dtype=np.float64)
 
 
@@ -244,9 +238,7 @@ def _aiq(cost, accuracy):
     return float(np.trapezoid(y, x) / (x[-1] - x[0]))
 
 
-def cost_quality_curve(
-    router, evals, cost_weights=None, *, models=None, cv=None, retrain=False
-):
+def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None):
     """Accuracy and mean cost of a router's routing as the cost weight varies.
 
     Each query of ``evals`` is routed as :meth:`~locus_sklearn.LocusRouter.score`
@@ -277,10 +269,6 @@ def cost_quality_curve(
         P(correct) of a copy fitted without it
         (:func:`~locus_sklearn.model_selection.cross_val_predict_proba`), as
         for :func:`calibrate_cost_weight`.
-    retrain : bool, default=False
-        With ``cv``, fit a clone of a :class:`~locus_sklearn.LocusRouter` on
-        each fold's rows instead of re-embedding its pool with the trained
-        network, as for :func:`calibrate_cost_weight`.
 
     Returns
     -------
@@ -330,7 +318,6 @@ def cost_quality_curve(
         router,
         evals,
         cv,
-        retrain=retrain,
         scores_needed="evals must be a table of scored evaluations (model, query, "
         "score) to measure accuracy; got queries only.",
     )
@@ -398,7 +385,6 @@ def calibrate_cost_weight(
     models=None,
     min_accuracy=None,
     cv=None,
-    retrain=False,
 ):
     """The cost weight λ that meets a target on a set of calibration queries.
 
@@ -459,11 +445,6 @@ def calibrate_cost_weight(
         :func:`~locus_sklearn.model_selection.cross_val_predict_proba`
         (``cv`` folds of the queries; a LocusRouter re-embeds its pool per
         fold with its trained network, other routers are refitted).
-    retrain : bool, default=False
-        With ``cv``, fit a clone of a :class:`~locus_sklearn.LocusRouter` on
-        each fold's rows (its network trained without the fold; ``cv``
-        trainings) instead of re-embedding its pool with the trained
-        network. Other routers are refitted either way.
 
     Returns
     -------
@@ -531,7 +512,6 @@ def calibrate_cost_weight(
         router,
         evals,
         cv,
-        retrain=retrain,
         scores_needed=None
         if min_accuracy is None
         else "min_accuracy needs scored evaluations (model, query, score); got "

@@ -69,7 +69,7 @@ def _locus_folds(router, table, splitter):
         yield rows, shrink(proba, means, router.shrinkage_)
 
 
-def cross_val_predict_proba(router, evals, *, cv=5, retrain=False):
+def cross_val_predict_proba(router, evals, *, cv=5):
     """Each query's P(correct) from a copy of the router fitted without it.
 
     A router fitted on ``evals`` has read every answer there (the kernel
@@ -79,16 +79,13 @@ def cross_val_predict_proba(router, evals, *, cv=5, retrain=False):
     each fold a copy of ``router`` is fitted on the rows of the other folds
     and predicts the fold's queries, as scikit-learn's
     :func:`~sklearn.model_selection.cross_val_predict` does. A
-    :class:`~locus_sklearn.LocusRouter` is not retrained by default: its
-    trained network embeds the pool from the rows outside each fold and
-    predicts the fold (its kernel readout reading those rows), with its
-    fitted ``shrinkage_`` toward those rows' mean scores, which is what
-    ``LocusRouter(FrozenEstimator(router.embedder_),
-    shrinkage=router.shrinkage_)`` fitted on them predicts; the queries are
-    encoded once. The network has still learnt from every fold's answers;
-    ``retrain=True`` fits a clone of the LocusRouter on each fold's rows
-    instead (one training per fold). Any other router is cloned and refitted
-    on each fold's rows, with the router's costs.
+    :class:`~locus_sklearn.LocusRouter` is not retrained: its trained network
+    embeds the pool from the rows outside each fold and predicts the fold
+    (its kernel readout reading those rows), with its fitted ``shrinkage_``
+    toward those rows' mean scores, which is what ``LocusRouter(
+    FrozenEstimator(router.embedder_), shrinkage=router.shrinkage_)`` fitted
+    on them predicts; the queries are encoded once. Any other router is
+    cloned and refitted on each fold's rows, with the router's costs.
 
     Parameters
     ----------
@@ -101,15 +98,6 @@ def cross_val_predict_proba(router, evals, *, cv=5, retrain=False):
         ``random_state=0``) over the queries; a splitter's ``split`` is called
         on the sorted unique queries and must give each query to exactly one
         test fold.
-    retrain : bool, default=False
-        For a :class:`~locus_sklearn.LocusRouter`: fit a clone on each fold's
-        rows (its network trained without the fold, as scikit-learn's
-        ``cross_val_predict`` would) rather than re-embed the pool with the
-        trained network. ``cv`` trainings instead of none; the clones fit as
-        the router did (its parameters, costs and ``random_state``; a loaded
-        router has none, so seed them with
-        ``router.set_params(embedder__random_state=0)`` for reproducible
-        folds). Other routers are refitted either way.
 
     Returns
     -------
@@ -133,18 +121,10 @@ def cross_val_predict_proba(router, evals, *, cv=5, retrain=False):
     [0.0, 1.0, 1.0, 0.0]
     """
     check_is_fitted(router)
-    check_retrain(retrain)
-    return out_of_fold_proba(router, check_evals(evals), cv, retrain=retrain)
+    return out_of_fold_proba(router, check_evals(evals), cv)
 
 
-def check_retrain(retrain):
-    """``retrain`` is a bool (numpy's included), or a TypeError naming it."""
-    if not isinstance(retrain, (bool, np.bool_)):
-        raise TypeError(f"retrain must be True or False; got {retrain!r}.")
-    return bool(retrain)
-
-
-def out_of_fold_proba(router, table, cv, *, retrain=False):
+def out_of_fold_proba(router, table, cv):
     """:func:`cross_val_predict_proba` of a fitted router on an already
     validated :class:`~locus_sklearn.EvalTable` (callers that checked the
     evaluations themselves do not check them again)."""
@@ -158,8 +138,7 @@ def out_of_fold_proba(router, table, cv, *, retrain=False):
             + (f"no rows for: {_preview(absent)}." if len(absent) else "")
         )
     splitter = _check_cv(cv, table.n_queries)
-    locus = isinstance(router, LocusRouter) and not retrain
-    folds = _locus_folds if locus else _refitted_folds
+    folds = _locus_folds if isinstance(router, LocusRouter) else _refitted_folds
     proba = np.empty((table.n_queries, len(classes)))
     covered = np.zeros(table.n_queries, dtype=bool)
     for held, fold_proba in folds(router, table, splitter):

@@ -4,7 +4,7 @@
 
     locus serve          ROUTER [--config gateway.yaml] [--host 127.0.0.1] [--port 8000]
     locus calibrate      ROUTER EVALS (--target-cost C | --target-share S --models A,B
-                         | --min-accuracy A) [--cv K [--retrain]] [-o ROUTER_OUT]
+                         | --min-accuracy A) [--cv K] [-o ROUTER_OUT]
     locus litellm-config ROUTER --config gateway.yaml [-o litellm.yaml]
 
 :func:`add_subparsers` registers them on the ``locus`` parser; each parser's
@@ -99,7 +99,6 @@ def _cmd_calibrate(args):
         models=args.models,
         min_accuracy=args.min_accuracy,
         cv=args.cv,
-        retrain=args.retrain,
     )
     if args.output:
         router.set_params(cost_weight=result.cost_weight)
@@ -347,12 +346,6 @@ def _add_calibrate(subparsers):
         "copy of the router fitted without its fold, in K folds (K >= 2)",
     )
     p.add_argument(
-        "--retrain",
-        action="store_true",
-        help="with --cv, train a LocusRouter's network anew on each fold's rows "
-        "(K trainings) instead of re-embedding the pool with the trained one",
-    )
-    p.add_argument(
         "-o",
         "--output",
         metavar="ROUTER_OUT",
@@ -457,8 +450,6 @@ def main(argv=None):
         and not args.models
     ):
         parser.error("calibrate: --target-share needs --models")
-    if args.command == "calibrate" and args.retrain and args.cv is None:
-        parser.error("calibrate: --retrain needs --cv")
     try:
         return args.func(args)
     except KeyboardInterrupt:
