@@ -245,7 +245,9 @@ class Fingerprints:
         self.task_of = data.evals.drop_duplicates("query").set_index("query")["task"]
         self.tasks = np.array(sorted(self.task_of.unique()), dtype=object)
         train_q = split.train_rows["query"].unique()
-        self.train_queries = np.sort(train_q)
+        # Every training query as a probe (the queries the raw score
+        # vectors are read on), in sorted order.
+        self.query_probes = np.stack([data.encodings[q] for q in np.sort(train_q)])
         X = np.stack([data.encodings[q] for q in train_q]).astype(np.float64)
         X /= np.linalg.norm(X, axis=1, keepdims=True)
         km = KMeans(n_probes, n_init=1, random_state=seed).fit(X)
@@ -350,38 +352,47 @@ def fit_locus(data, seed, variant, train):
     return router
 
 
-def predicted_profile(router, rows, probes):
-    """LOCUS's own profile of each model: the fitted router's P(correct) of
-    the models of ``rows``, embedded from those rows (and read out from them
-    when the predictor has the kernel readout), at the probe queries
-    ``probes`` (P, F) -> (n_models, P). The same probes as ``probe-profile``:
-    only the smoother differs (the trained predictor instead of a fixed
-    kernel)."""
+def predicted_profiles(router, rows, probe_sets):
+    """LOCUS's own profiles of each model: the fitted router's P(correct) of
+    the models of ``rows``, embedded once from those rows (and read out from
+    them when the predictor has the kernel readout), at each probe set of
+    ``probe_sets`` (name -> (P, F)): name -> (n_models, P). The same probes
+    as ``probe-profile`` give a profile where only the smoother differs (the
+    trained predictor instead of a fixed kernel)."""
     from locus_sklearn._evals import check_evals
 
     table = check_evals(rows)
     X_table, Z = router._embed_table(table)
     locus = router._locus
     evaluations = (X_table, table) if locus.kernel_readout else None
-    P = locus._predict_proba_encoded(Z, probes.astype(np.float32), evaluations)
-    return np.asarray(P, dtype=np.float64).T
+    out = {}
+    for name, probes in probe_sets.items():
+        P = locus._predict_proba_encoded(Z, probes.astype(np.float32), evaluations)
+        out[name] = np.asarray(P, dtype=np.float64).T
+    return out
 
 
-def predicted_row(router, train, probes, split, groups, strength, pairs):
-    """Geometry, group retrieval and self-identification of the predicted
-    profile at ``probes``, as for every fingerprint: from the training rows,
-    and from each of the two disjoint sets of ``pairs`` (n -> (a, b) or None)."""
-    profile = predicted_profile(router, train, probes)
-    row = geometry(profile, strength) | {
-        "groups": group_recall(profile, split.models, groups)
+def predicted_rows(router, train, probe_sets, split, groups, strength, pairs):
+    """Per probe set (name -> (P, F)): geometry, group retrieval and
+    self-identification of the predicted profiles, as for every fingerprint:
+    from the training rows, and from each of the two disjoint sets of
+    ``pairs`` (n -> (a, b) or None). Each set of rows is embedded once."""
+    profiles = predicted_profiles(router, train, probe_sets)
+    rows = {
+        name: geometry(P, strength) | {"groups": group_recall(P, split.models, groups)}
+        for name, P in profiles.items()
     }
-    row["self_id"] = {
-        str(k): self_identification(
-            predicted_profile(router, a, probes), predicted_profile(router, b, probes)
-        )
-        for k, ab in pairs.items() if ab is not None for a, b in [ab]
-    }  # fmt: skip
-    return row
+    for name in rows:
+        rows[name]["self_id"] = {}
+    for k, ab in pairs.items():
+        if ab is None:
+            continue
+        first, second = (predicted_profiles(router, part, probe_sets) for part in ab)
+        for name in rows:
+            rows[name]["self_id"][str(k)] = self_identification(
+                first[name], second[name]
+            )
+    return rows
 
 
 def pair_sets(split, n, rng):
@@ -633,13 +644,14 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
             # same at every training query of the split (the queries the raw
             # score vectors are read on): the same rows, retrieval and
             # self-identification as every fingerprint.
-            every_query = np.stack([data.encodings[q] for q in fp.train_queries])
-            for name, probes in (
-                ("predicted-profile", fp.probes), ("predicted-scores", every_query)
-            ):  # fmt: skip
-                row = predicted_row(
-                    router, train, probes, split, groups, strength, pairs
-                )
+            probe_sets = {
+                "predicted-profile": fp.probes,
+                "predicted-scores": fp.query_probes,
+            }
+            rows = predicted_rows(
+                router, train, probe_sets, split, groups, strength, pairs
+            )
+            for name, row in rows.items():
                 res["embeddings"][f"LOCUS {variant} {name}"] = row
                 log(
                     f"  {data.name} seed {seed} n={n} {variant} {name}: PR "

@@ -328,16 +328,18 @@ def test_predicted_profile_is_the_routers_own_prediction(quality):
     router = LocusRouter(embedder, shrinkage=None).fit(pool.evals)
     queries = sorted(pool.encodings)[:7]
     probes = np.stack([pool.encodings[q] for q in queries])
-    P = quality.predicted_profile(router, pool.evals, probes)
+    sets = {"all": probes, "first two": probes[:2]}
+    profiles = quality.predicted_profiles(router, pool.evals, sets)
+    P = profiles["all"]
     assert P.shape == (5, 7)
     np.testing.assert_allclose(P, router.predict_proba(queries).T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(profiles["first two"], P[:, :2], rtol=1e-5, atol=1e-6)
     half = pool.evals.groupby("model").head(30)
     Z = router.embed(half)
     expected = router.embedder_.predict_proba(Z, queries, evals=half).T
-    np.testing.assert_allclose(
-        quality.predicted_profile(router, half, probes), expected, rtol=1e-5, atol=1e-6
-    )
-    assert not np.allclose(quality.predicted_profile(router, half, probes), P)
+    from_half = quality.predicted_profiles(router, half, sets)["all"]
+    np.testing.assert_allclose(from_half, expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(from_half, P)
 
 
 def test_expected_routing_hand_computed(quality):
