@@ -29,7 +29,9 @@ Fingerprints: ``task-profile`` (per-task mean score, needs labels),
 centres of the training queries' encodings, bandwidth 0.1, shrunk toward its
 mean with one pseudo-row), ``raw-scores`` (score vectors on the training
 queries, where the models answered the same training queries; not for
-self-identification), and LOCUS's ``predicted-profile`` (the fitted router's
+self-identification), ``score-disagreement`` (the library's duplicate finder,
+:func:`locus_sklearn.inspection.score_disagreement`: mean score difference on
+the training queries both models answered; retrieval only), and LOCUS's ``predicted-profile`` (the fitted router's
 P(correct) of each model at the probe-profile's 16 probes, embedded and read
 out from the same rows) and ``predicted-scores`` (the same at every training
 query of the split).
@@ -61,6 +63,7 @@ import _data  # noqa: E402
 import routing  # noqa: E402  (paths, offline env, LOCUS settings)
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
+from locus_sklearn.inspection import score_disagreement  # noqa: E402
 from locus_sklearn.metrics import oracle_accuracy, routing_accuracy  # noqa: E402
 
 POOLS = ("bfcl", "shaberi", "mmlu-open", "mmlu-all", "routerbench", "specialists")
@@ -213,8 +216,15 @@ def group_recall(Z, models, groups):
     """recall@1/@3: is another member of a model's group among its k nearest?"""
     if not groups:
         return None
+    return similarity_recall(
+        cosine_matrix(np.asarray(Z, dtype=np.float64)), models, groups
+    )
+
+
+def similarity_recall(S, models, groups):
+    """group_recall from a (n_models, n_models) similarity; NaN = not comparable."""
     index = {m: i for i, m in enumerate(models)}
-    S = cosine_matrix(np.asarray(Z, dtype=np.float64))
+    S = np.where(np.isnan(S), -np.inf, S)
     np.fill_diagonal(S, -np.inf)
     hits = {1: [], 3: []}
     for members in groups.values():
@@ -613,6 +623,15 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
         for name, Z in fps.items():
             res["embeddings"][name] = geometry(Z, strength) | {
                 "groups": group_recall(Z, split.models, groups)
+            }
+        if raw is not None and groups:
+            # The library's duplicate finder on the same shared queries: a
+            # distance, so retrieval only (no PR, no self-identification:
+            # disjoint rows share no query).
+            D = score_disagreement(train, min_shared=32).distance
+            D = D.loc[split.models, split.models].to_numpy()
+            res["embeddings"]["score-disagreement"] = {
+                "groups": similarity_recall(-D, split.models, groups)
             }
         pairs = {
             k: pair_sets(split, k, np.random.default_rng([seed, 31, k]))

@@ -255,6 +255,23 @@ def test_group_recall_and_self_identification(quality):
     assert quality.self_identification(Z, Z[::-1]) == 0.0
 
 
+def test_similarity_recall_reads_distances_and_skips_incomparable_pairs(quality):
+    # Negated disagreements: a's nearest is b (0.1); b's is c (0.05), since
+    # b-a2 is not comparable (NaN) and a2's only comparable model is c.
+    D = np.array(
+        [
+            [0.0, 0.3, 0.1, 0.6],
+            [0.3, 0.0, np.nan, 0.2],
+            [0.1, np.nan, 0.0, 0.05],
+            [0.6, 0.2, 0.05, 0.0],
+        ]
+    )
+    r = quality.similarity_recall(-D, ["a", "a2", "b", "c"], {"a": ["a", "a2"]})
+    assert r == {"recall@1": 0.0, "recall@3": 1.0, "n_queries": 2}
+    r = quality.similarity_recall(-D, ["a", "a2", "b", "c"], {"x": ["a", "b"]})
+    assert r["recall@1"] == 0.5  # a finds b; b finds c
+
+
 def test_bench_group_rules():
     import sys
 

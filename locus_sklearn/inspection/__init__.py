@@ -4,7 +4,9 @@
   :func:`fallback_routing_accuracy`.
 - Geometry: :func:`distance_disagreement_correlation`,
   :func:`neighbor_agreement`, :func:`model_linkage`.
-- Fingerprints: :func:`calibrate_fingerprint_threshold`, :func:`match_models`.
+- Fingerprints: :func:`calibrate_fingerprint_threshold`, :func:`match_models`;
+  on shared queries, :func:`score_disagreement`,
+  :func:`match_models_by_scores`.
 - Capability profiles: :func:`task_profiles`, :func:`embed_profile`,
   :func:`profile_recall_at_k`.
 - Portfolios: :func:`portfolio_curve`.
@@ -28,6 +30,7 @@ from ._neighbors import fallback_order, fallback_routing_accuracy, nearest_model
 from ._plotting import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
 from ._portfolio import portfolio_curve
 from ._profiles import embed_profile, profile_recall_at_k, task_profiles
+from ._score_agreement import match_models_by_scores, score_disagreement
 
 __all__ = [
     "calibrate_cost_weight",
@@ -38,6 +41,7 @@ __all__ = [
     "fallback_order",
     "fallback_routing_accuracy",
     "match_models",
+    "match_models_by_scores",
     "model_linkage",
     "nearest_models",
     "neighbor_agreement",
@@ -46,5 +50,6 @@ __all__ = [
     "plot_portfolio_curve",
     "portfolio_curve",
     "profile_recall_at_k",
+    "score_disagreement",
     "task_profiles",
 ]

@@ -131,36 +131,42 @@ def lookup(names, model, *, name="model"):
         ) from None
 
 
-def disagreement(Y):
+def disagreement(Y, X=None):
     """Disagreement rate and common-query count for every pair of models.
 
     Parameters
     ----------
     Y : ndarray of shape (n_queries, n_models)
         Scores with NaN where missing.
+    X : ndarray of shape (n_queries, n_other), default=None
+        Scores of other models on the same queries (rows), NaN where missing;
+        None compares the models of ``Y`` with each other.
 
     Returns
     -------
-    rate : ndarray of shape (n_models, n_models)
-        Mean ``|y_a - y_b|`` over the queries both models have a score for
+    rate : ndarray of shape (n_models, n_other)
+        Mean ``|y_a - x_b|`` over the queries both models have a score for
         (the fraction of queries where binary correctness differs); NaN where
         they share no query.
-    common : ndarray of int64, shape (n_models, n_models)
+    common : ndarray of int64, shape (n_models, n_other)
     """
-    observed = ~np.isnan(Y)
-    Y0 = np.where(observed, Y, 0.0)
-    O = observed.astype(np.float64)
-    common = O.T @ O
-    if np.isin(Y0[observed], (0.0, 1.0)).all():
+    X = Y if X is None else X
+    observed_y, observed_x = ~np.isnan(Y), ~np.isnan(X)
+    Y0 = np.where(observed_y, Y, 0.0)
+    X0 = np.where(observed_x, X, 0.0)
+    OY = observed_y.astype(np.float64)
+    OX = observed_x.astype(np.float64)
+    common = OY.T @ OX
+    if np.isin(Y0[observed_y], (0.0, 1.0)).all() and np.isin(
+        X0[observed_x], (0.0, 1.0)
+    ).all():
         # For 0/1 scores |a - b| = a (1 - b) + (1 - a) b: two matrix products.
-        wrong = O - Y0
-        total = Y0.T @ wrong
-        total += total.T
+        total = Y0.T @ (OX - X0) + (OY - Y0).T @ X0
     else:
         total = np.empty_like(common)
         for a in range(Y.shape[1]):
-            both = observed[:, [a]] & observed
-            total[a] = np.where(both, np.abs(Y0[:, [a]] - Y0), 0.0).sum(axis=0)
+            both = observed_y[:, [a]] & observed_x
+            total[a] = np.where(both, np.abs(Y0[:, [a]] - X0), 0.0).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(common > 0, total / np.maximum(common, 1), np.nan)
     return rate, common.round().astype(np.int64)

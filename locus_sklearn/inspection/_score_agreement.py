@@ -1,0 +1,230 @@
+"""Same model behind two names? Compare their scores query by query.
+
+Where two endpoints were scored on the same queries, how often their scores
+differ is a direct test of whether they serve the same model. On the Shaberi
+pool (169 chat models, graded scores) this finds a model's quantised, re-run
+and prompt variants about four times as often as the model embeddings, which
+are trained to predict correctness on *new* queries and so average that
+per-query agreement away (``benchmarks/results/embedding_quality.md``).
+"""
+
+from numbers import Integral, Real
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch
+
+from .._evals import _preview, check_evals
+from ._common import disagreement
+
+__all__ = ["match_models_by_scores", "score_disagreement"]
+
+
+def _check_min_shared(min_shared):
+    if (
+        isinstance(min_shared, bool)
+        or not isinstance(min_shared, Integral)
+        or min_shared < 1
+    ):
+        raise ValueError(f"min_shared={min_shared!r} should be an int >= 1.")
+
+
+def score_disagreement(evals, reference_evals=None, *, min_shared=32):
+    """Mean score difference between models on the queries both answered.
+
+    For models ``a`` and ``b`` the disagreement is the mean of
+    ``|score_a(q) - score_b(q)|`` over the queries ``q`` that both were
+    scored on: the share of those queries where their correctness differs,
+    for 0/1 scores. Two endpoints serving one model disagree only as much as
+    one model's reruns do; different models, as much as their answers differ.
+    Unlike an embedding, this needs the models scored on the same queries,
+    and reads nothing else about them.
+
+    Parameters
+    ----------
+    evals : DataFrame or mapping of columns
+        Scored evaluations (``model``, ``query``, ``score``) of the models to
+        compare (the rows of the result).
+    reference_evals : DataFrame or mapping of columns, default=None
+        Scored evaluations of the models to compare them with (the columns);
+        None compares the models of ``evals`` with each other.
+    min_shared : int, default=32
+        Pairs scored on fewer common queries get a NaN distance: with few
+        queries the rate is too noisy to tell models apart (its standard
+        error is up to ``0.5 / sqrt(n_shared)``).
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``distance``, a DataFrame of shape (n_models, n_reference) indexed by
+        the models of ``evals`` and with the reference models as columns (both
+        sorted), holding the disagreement in [0, 1], NaN where a pair shares
+        fewer than ``min_shared`` queries; ``n_shared``, a DataFrame of the
+        same shape with the number of common queries of each pair.
+
+    Raises
+    ------
+    ValueError
+        If no pair of (different) models shares ``min_shared`` queries, so
+        that nothing can be compared.
+
+    See Also
+    --------
+    match_models_by_scores : Each model's nearest reference model, and
+        whether it is close enough to be the same model.
+
+    Examples
+    --------
+    >>> from locus_sklearn.inspection import score_disagreement
+    >>> evals = {"model": ["a"] * 4 + ["a-int4"] * 4 + ["b"] * 4,
+    ...          "query": ["q1", "q2", "q3", "q4"] * 3,
+    ...          "score": [1, 1, 0, 0,  1, 1, 0, 1,  0, 0, 1, 1]}
+    >>> result = score_disagreement(evals, min_shared=4)
+    >>> result.distance
+               a  a-int4     b
+    a       0.00    0.25  1.00
+    a-int4  0.25    0.00  0.75
+    b       1.00    0.75  0.00
+
+    Each model's nearest other model:
+
+    >>> import numpy as np
+    >>> others = result.distance.mask(np.eye(3, dtype=bool))
+    >>> others.idxmin(axis=1).tolist()
+    ['a-int4', 'a', 'a-int4']
+    """
+    _check_min_shared(min_shared)
+    table = check_evals(evals, name="evals")
+    same_pool = reference_evals is None
+    reference = (
+        table if same_pool else check_evals(reference_evals, name="reference_evals")
+    )
+    # Only the queries both sides answered can count.
+    shared, rows, reference_rows = np.intersect1d(
+        table.queries, reference.queries, assume_unique=True, return_indices=True
+    )
+    Y = table.to_dense()[rows]
+    rate, common = disagreement(
+        Y, None if same_pool else reference.to_dense()[reference_rows]
+    )
+    comparable = common >= min_shared
+    if same_pool:
+        np.fill_diagonal(comparable, False)  # a model against itself proves nothing
+    if not comparable.any():
+        where = "in evals" if same_pool else "between evals and reference_evals"
+        off = common.copy()
+        if same_pool:
+            np.fill_diagonal(off, 0)
+        raise ValueError(
+            f"No pair of models {where} was scored on at least "
+            f"min_shared={min_shared} common queries (the most any pair shares: "
+            f"{int(off.max()) if off.size else 0}; {len(shared)} queries appear on "
+            "both sides). Score the models on the same queries, or lower min_shared."
+        )
+    distance = np.where(common >= min_shared, rate, np.nan)
+    index, columns = pd.Index(table.models), pd.Index(reference.models)
+    return Bunch(
+        distance=pd.DataFrame(distance, index=index, columns=columns),
+        n_shared=pd.DataFrame(common, index=index, columns=columns),
+    )
+
+
+def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
+    """Nearest reference model of each model by score disagreement, and whether it matches.
+
+    Score a new endpoint on queries the known models were scored on, and this
+    finds the known model whose scores it repeats most closely
+    (:func:`score_disagreement`); within ``threshold`` it is taken to be that
+    model (a rerun, a quantised copy, the same weights behind another API).
+    A threshold can be read off the known pool, for instance a low quantile
+    of the disagreement between different known models (see the example), or
+    from two runs of one model: their disagreement is what sampling alone
+    gives.
+
+    Parameters
+    ----------
+    evals : DataFrame or mapping of columns
+        Scored evaluations (``model``, ``query``, ``score``) of the models to
+        identify.
+    reference_evals : DataFrame or mapping of columns
+        Scored evaluations of the known models, on queries that include those
+        of ``evals``.
+    threshold : float
+        Largest disagreement in [0, 1] counted as a match.
+    min_shared : int, default=32
+        Reference models scored on fewer of a model's queries are not
+        candidates for it.
+
+    Returns
+    -------
+    matches : DataFrame of shape (n_models, 4)
+        Indexed by the models of ``evals`` (sorted), with columns ``nearest``
+        (the reference model with the smallest disagreement; ties go to the
+        first in sorted order), ``distance`` (that disagreement), ``n_shared``
+        (the queries it was measured on) and ``is_match``
+        (``distance <= threshold``).
+
+    Raises
+    ------
+    ValueError
+        If a model of ``evals`` shares fewer than ``min_shared`` queries with
+        every reference model (it is named, with the most it shares).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from locus_sklearn.inspection import match_models_by_scores, score_disagreement
+    >>> rng = np.random.default_rng(0)
+    >>> skill = {"llama": 0.7, "qwen": 0.6, "mistral": 0.5}
+    >>> answers = {m: rng.random(200) < p for m, p in skill.items()}
+    >>> queries = [f"q{i}" for i in range(200)]
+    >>> known = pd.DataFrame({"model": np.repeat(list(skill), 200),
+    ...                       "query": queries * 3,
+    ...                       "score": np.concatenate(list(answers.values())) * 1.0})
+    >>> # An endpoint serving qwen, with 5 % of its answers changed by sampling.
+    >>> flips = rng.random(100) < 0.05
+    >>> probe = pd.DataFrame({"model": "endpoint-1", "query": queries[:100],
+    ...                       "score": (answers["qwen"][:100] ^ flips) * 1.0})
+    >>> different = score_disagreement(known).distance.to_numpy()
+    >>> threshold = np.nanmin(different[~np.eye(3, dtype=bool)]) / 2
+    >>> matches = match_models_by_scores(probe, known, threshold=threshold)
+    >>> matches[["nearest", "n_shared", "is_match"]]
+               nearest  n_shared  is_match
+    endpoint-1    qwen       100      True
+    """
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, Real)
+        or not (0 <= threshold <= 1)
+    ):
+        raise ValueError(f"threshold={threshold!r} should be a number in [0, 1].")
+    _check_min_shared(min_shared)
+    result = score_disagreement(evals, reference_evals, min_shared=min_shared)
+    distance = result.distance.to_numpy()
+    n_shared = result.n_shared.to_numpy()
+    unmatched = np.isnan(distance).all(axis=1)
+    if unmatched.any():
+        names = result.distance.index[unmatched]
+        most = n_shared[unmatched].max(axis=1)
+        described = [
+            f"{m} ({k} shared at most)" for m, k in zip(names, most, strict=True)
+        ]
+        raise ValueError(
+            f"{len(names)} model(s) of evals share fewer than min_shared="
+            f"{min_shared} queries with every reference model: "
+            f"{_preview(described)}. "
+            "Score them on the reference models' queries, or lower min_shared."
+        )
+    nearest = np.nanargmin(distance, axis=1)
+    rows = np.arange(len(distance))
+    best = distance[rows, nearest]
+    return pd.DataFrame(
+        {
+            "nearest": result.distance.columns.to_numpy()[nearest],
+            "distance": best,
+            "n_shared": n_shared[rows, nearest],
+            "is_match": best <= threshold,
+        },
+        index=pd.Index(result.distance.index.to_numpy()),
+    )

@@ -1,0 +1,230 @@
+"""Score disagreement on shared queries: the duplicate finder that reads scores."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from locus_sklearn.inspection import match_models_by_scores, score_disagreement
+
+
+def _long(scores):
+    """A long table from {model: {query: score}}."""
+    return pd.DataFrame(
+        [(m, q, s) for m, row in scores.items() for q, s in row.items()],
+        columns=["model", "query", "score"],
+    )
+
+
+# ------------------------------------------------------------ hand-computed cases
+
+
+def test_binary_pool_against_itself():
+    evals = _long(
+        {
+            "b": {"q1": 1, "q2": 0, "q3": 1, "q4": 0},
+            "a": {"q1": 1, "q2": 1, "q3": 0, "q4": 0},
+            "c": {"q1": 1, "q2": 1, "q3": 0},  # no q4
+        }
+    )
+    result = score_disagreement(evals, min_shared=3)
+    assert result.distance.index.tolist() == ["a", "b", "c"]
+    assert result.distance.columns.tolist() == ["a", "b", "c"]
+    # a vs b differ on q2, q3 of 4; a vs c agree on q1-q3; b vs c differ on q2, q3 of 3.
+    expected = [[0, 2 / 4, 0], [2 / 4, 0, 2 / 3], [0, 2 / 3, 0]]
+    np.testing.assert_allclose(result.distance.to_numpy(), expected)
+    np.testing.assert_array_equal(
+        result.n_shared.to_numpy(), [[4, 4, 3], [4, 4, 3], [3, 3, 3]]
+    )
+
+
+def test_graded_scores_and_min_shared():
+    evals = _long(
+        {
+            "a": {"q1": 0.5, "q2": 1.0, "q3": 0.0},
+            "b": {"q1": 0.25, "q2": 0.5},
+            "c": {"q1": 0.5, "q2": 1.0, "q3": 1.0},
+        }
+    )
+    result = score_disagreement(evals, min_shared=2)
+    assert result.distance.loc["a", "b"] == pytest.approx((0.25 + 0.5) / 2)
+    assert result.distance.loc["b", "b"] == 0.0
+    # b's two queries are under min_shared=3: its pairs are not comparable.
+    result = score_disagreement(evals, min_shared=3)
+    assert np.isnan(result.distance.loc["a", "b"])
+    assert np.isnan(result.distance.loc["b", "b"])
+    assert result.distance.loc["a", "a"] == 0.0
+    assert result.distance.loc["a", "c"] == pytest.approx(1 / 3)
+    assert result.n_shared.loc["a", "b"] == 2
+
+
+def test_reference_pool_reads_only_shared_queries():
+    known = _long({"k1": {"q1": 1, "q2": 1, "q3": 0, "q4": 0}, "k2": {"q3": 1}})
+    probe = _long({"new": {"q3": 1, "q4": 0, "q5": 1, "q6": 1}})
+    result = score_disagreement(probe, known, min_shared=1)
+    assert result.distance.index.tolist() == ["new"]
+    assert result.distance.columns.tolist() == ["k1", "k2"]
+    np.testing.assert_array_equal(result.n_shared.to_numpy(), [[2, 1]])
+    np.testing.assert_allclose(result.distance.to_numpy(), [[0.5, 0.0]])
+
+
+def test_duplicate_rows_are_averaged_not_dropped():
+    # Two runs of one query average into 0.5 (check_evals), which is then compared.
+    evals = pd.DataFrame(
+        {
+            "model": ["a", "a", "a", "b", "b"],
+            "query": ["q1", "q1", "q2", "q1", "q2"],
+            "score": [1.0, 0.0, 1.0, 1.0, 1.0],
+        }
+    )
+    result = score_disagreement(evals, min_shared=2)
+    assert result.distance.loc["a", "b"] == pytest.approx(0.25)
+
+
+# ------------------------------------------------------------------- properties
+
+
+@st.composite
+def _pools(draw):
+    n_models = draw(st.integers(2, 5))
+    n_queries = draw(st.integers(1, 8))
+    binary = draw(st.booleans())
+    values = st.sampled_from([0.0, 1.0]) if binary else st.floats(0, 1, width=32)
+    scores = {}
+    for m in range(n_models):
+        row = {}
+        for q in range(n_queries):
+            if draw(st.booleans()):
+                row[f"q{q}"] = draw(values)
+        scores[f"m{m}"] = row
+    return scores
+
+
+@settings(max_examples=80, deadline=None)
+@given(scores=_pools())
+def test_equals_brute_force_and_is_symmetric(scores):
+    evals = _long(scores)
+    models = sorted(m for m, row in scores.items() if row)
+    assume(models)  # an empty table is check_evals' error, tested there
+    if len(models) < 2 or not any(
+        set(scores[a]) & set(scores[b]) for a in models for b in models if a < b
+    ):
+        with pytest.raises(ValueError, match="min_shared=1"):
+            score_disagreement(evals, min_shared=1)
+        return
+    result = score_disagreement(evals, min_shared=1)
+    D = result.distance.to_numpy()
+    np.testing.assert_array_equal(D, D.T)
+    for i, a in enumerate(models):
+        for j, b in enumerate(models):
+            common = sorted(set(scores[a]) & set(scores[b]))
+            assert result.n_shared.iloc[i, j] == len(common)
+            if not common:
+                assert np.isnan(D[i, j])
+                continue
+            expected = np.mean(
+                [
+                    abs(np.float32(scores[a][q]) - np.float32(scores[b][q]))
+                    for q in common
+                ]
+            )
+            assert D[i, j] == pytest.approx(expected, abs=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scores=_pools(), cut=st.integers(1, 4))
+def test_cross_pools_equal_the_joint_pool(scores, cut):
+    models = sorted(scores)
+    cut = min(cut, len(models) - 1)
+    new = _long({m: scores[m] for m in models[:cut]})
+    known = _long({m: scores[m] for m in models[cut:]})
+    if new.empty or known.empty:
+        return
+    joint = _long(scores)
+    try:
+        cross = score_disagreement(new, known, min_shared=1)
+    except ValueError:
+        assert not set(new["query"]) & set(known["query"])
+        return
+    whole = score_disagreement(joint, min_shared=1)
+    expected = whole.distance.loc[cross.distance.index, cross.distance.columns]
+    pd.testing.assert_frame_equal(cross.distance, expected)
+
+
+# ------------------------------------------------------------------------ matching
+
+
+def test_match_picks_the_nearest_and_applies_the_threshold():
+    known = _long(
+        {
+            "k1": {f"q{i}": float(i % 2) for i in range(10)},
+            "k2": {f"q{i}": float(i % 3 == 0) for i in range(10)},
+        }
+    )
+    copy = {f"q{i}": float(i % 2) for i in range(10)}
+    copy["q0"] = 1.0  # one answer in ten differs from k1
+    probe = _long({"copy": copy, "other": {f"q{i}": 1.0 for i in range(6)}})
+    matches = match_models_by_scores(probe, known, threshold=0.1, min_shared=5)
+    assert matches.index.tolist() == ["copy", "other"]
+    assert matches.columns.tolist() == ["nearest", "distance", "n_shared", "is_match"]
+    assert matches.loc["copy", "nearest"] == "k1"
+    assert matches.loc["copy", "distance"] == pytest.approx(0.1)
+    assert matches.loc["copy", "n_shared"] == 10
+    assert bool(matches.loc["copy", "is_match"])
+    # "other" (all correct on q0-q5): k1 differs on q0, q2, q4; k2 on q1, q2, q4, q5.
+    assert matches.loc["other", "nearest"] == "k1"
+    assert matches.loc["other", "distance"] == pytest.approx(3 / 6)
+    assert not matches.loc["other", "is_match"]
+    stricter = match_models_by_scores(probe, known, threshold=0.05, min_shared=5)
+    assert not stricter["is_match"].any()
+
+
+def test_match_ties_go_to_the_first_reference_in_sorted_order():
+    known = _long({"z": {"q1": 1, "q2": 0}, "y": {"q1": 1, "q2": 0}})
+    probe = _long({"p": {"q1": 1, "q2": 0}})
+    matches = match_models_by_scores(probe, known, threshold=0.0, min_shared=2)
+    assert matches.loc["p", "nearest"] == "y"
+
+
+def test_match_names_models_without_enough_shared_queries():
+    known = _long({"k": {f"q{i}": 1.0 for i in range(40)}})
+    probe = _long(
+        {
+            "ok": {f"q{i}": 1.0 for i in range(40)},
+            "short": {f"q{i}": 1.0 for i in range(5)},
+        }
+    )
+    with pytest.raises(ValueError, match=r"'short \(5 shared at most\)'.*min_shared"):
+        match_models_by_scores(probe, known, threshold=0.1)
+
+
+def test_no_shared_queries_at_all_is_an_error():
+    known = _long({"k": {"q1": 1.0}})
+    probe = _long({"p": {"q2": 1.0}})
+    with pytest.raises(ValueError, match="0 queries appear on both sides"):
+        score_disagreement(probe, known, min_shared=1)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "32", None])
+def test_min_shared_is_validated(bad):
+    evals = _long({"a": {"q1": 1.0}, "b": {"q1": 0.0}})
+    with pytest.raises(ValueError, match=f"min_shared={bad!r} should be an int >= 1"):
+        score_disagreement(evals, min_shared=bad)
+    with pytest.raises(ValueError, match="min_shared="):
+        match_models_by_scores(evals, evals, threshold=0.1, min_shared=bad)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "0.1", None])
+def test_threshold_is_validated(bad):
+    evals = _long({"a": {"q1": 1.0}, "b": {"q1": 0.0}})
+    with pytest.raises(
+        ValueError, match=r"threshold=.* should be a number in \[0, 1\]"
+    ):
+        match_models_by_scores(evals, evals, threshold=bad, min_shared=1)
+
+
+def test_bad_reference_table_is_named():
+    evals = _long({"a": {"q1": 1.0}, "b": {"q1": 0.0}})
+    with pytest.raises(ValueError, match="reference_evals is missing required column"):
+        score_disagreement(evals, {"model": ["a"], "score": [1.0]})
