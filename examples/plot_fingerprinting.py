@@ -9,7 +9,10 @@ models: if it lies closer to one of them than different models ever do, it is
 most likely that model.
 :func:`~locus_sklearn.inspection.calibrate_fingerprint_threshold` sets the
 distance threshold on the known pool;
-:func:`~locus_sklearn.inspection.match_models` applies it.
+:func:`~locus_sklearn.inspection.match_models` applies it. Where the endpoint
+can be scored on the known models' own queries,
+:func:`~locus_sklearn.inspection.match_models_by_scores` compares its answers
+with theirs query by query (the last section).
 """
 
 # %%
@@ -150,3 +153,41 @@ ax.set_xlabel("cosine distance between embeddings")
 ax.set_ylabel("density")
 ax.legend(loc="upper right")
 plt.show()
+
+# %%
+# When the endpoint answers the known queries: compare scores
+# -------------------------------------------------------------
+# If the endpoint can be scored on queries the known models were scored on,
+# compare the scores query by query instead:
+# :func:`~locus_sklearn.inspection.match_models_by_scores` finds the known
+# model whose answers it repeats most closely. This reads the answers
+# themselves, so it tells apart models only as far as each model's answers
+# repeat: it finds the same weights behind another API, a quantised copy or
+# a greedy re-run, while a model that samples its answers (as this synthetic
+# pool does, with probability ``p``) disagrees with itself on a share
+# ``2 p (1 - p)`` of the queries, as much as different models do. Here the
+# first endpoint serves known model 5 and gives its stored answers with 4 %
+# changed (a quantised copy); the second serves the unknown model. The
+# threshold is half the smallest disagreement between two known models: a
+# probe of 128 queries measures a disagreement only to within a few points
+# (its standard error is at most 0.5 / sqrt(128) = 0.044), so a quantile of
+# the known pairs, measured on 1,000 queries each, would sit too close.
+from locus_sklearn.inspection import match_models_by_scores, score_disagreement
+
+pairs = score_disagreement(known).distance.to_numpy()
+threshold = np.nanmin(pairs[~np.eye(len(pairs), dtype=bool)]) / 2
+queries = rng.choice(pool.queries["query"], 128, replace=False)
+stored = known.set_index(["model", "query"])["score"]
+copied = stored.loc[router.classes_[5]].loc[queries].to_numpy()
+copied = np.where(rng.random(128) < 0.04, 1 - copied, copied)
+fresh = pool.probabilities.loc[queries, unknown].to_numpy() > rng.random(128)
+endpoints = pd.DataFrame(
+    {
+        "model": np.repeat(["endpoint-d", "endpoint-e"], 128),
+        "query": np.concatenate([queries, queries]),
+        "score": np.concatenate([copied, fresh * 1.0]),
+    }
+)
+by_scores = match_models_by_scores(endpoints, known, threshold=threshold)
+by_scores["actually serves"] = [router.classes_[5], unknown]
+by_scores

@@ -157,9 +157,10 @@ def disagreement(Y, X=None):
     OY = observed_y.astype(np.float64)
     OX = observed_x.astype(np.float64)
     common = OY.T @ OX
-    if np.isin(Y0[observed_y], (0.0, 1.0)).all() and np.isin(
-        X0[observed_x], (0.0, 1.0)
-    ).all():
+    if (
+        np.isin(Y0[observed_y], (0.0, 1.0)).all()
+        and np.isin(X0[observed_x], (0.0, 1.0)).all()
+    ):
         # For 0/1 scores |a - b| = a (1 - b) + (1 - a) b: two matrix products.
         total = Y0.T @ (OX - X0) + (OY - Y0).T @ X0
     else:
