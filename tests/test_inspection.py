@@ -159,22 +159,33 @@ def test_linkage_recovers_families(family_embeddings):
 # ---------------------------------------------------------------- geometry vs behaviour
 
 
-def test_disagreement_matches_brute_force():
-    rng = np.random.default_rng(0)
-    for binary in (True, False):
-        Y = rng.integers(0, 2, (30, 5)).astype(float) if binary else rng.random((30, 5))
-        Y[rng.random(Y.shape) < 0.3] = np.nan
-        Y[:, 4] = np.nan
-        Y[0, 4] = 1.0  # model 4 has one query
-        rate, common = disagreement(Y)
+@pytest.mark.parametrize("n_levels", [2, 11, 64, None])
+def test_disagreement_matches_brute_force(n_levels):
+    # 0/1 scores, a judge's tenths and 64 levels take the per-step matrix
+    # products; continuous scores (some 250 distinct values) the pass over
+    # the models. Both, and a second matrix, against the definition.
+    rng = np.random.default_rng(n_levels or 0)
+    if n_levels is None:
+        Y = rng.random((70, 5))
+    else:
+        Y = rng.integers(0, n_levels, (70, 5)) / (n_levels - 1)
+        Y[:n_levels, 0] = np.arange(n_levels) / (n_levels - 1)  # every level
+    Y[rng.random(Y.shape) < 0.3] = np.nan
+    Y[:, 4] = np.nan
+    Y[0, 4] = 1.0  # model 4 has one query
+    X = Y[:, ::-1][:, :3]
+    for other in (None, X):
+        rate, common = disagreement(Y, other)
+        B = Y if other is None else other
+        assert rate.shape == common.shape == (5, B.shape[1])
         for a in range(5):
-            for b in range(5):
-                both = ~np.isnan(Y[:, a]) & ~np.isnan(Y[:, b])
+            for b in range(B.shape[1]):
+                both = ~np.isnan(Y[:, a]) & ~np.isnan(B[:, b])
                 assert common[a, b] == both.sum()
                 expected = (
-                    np.abs(Y[both, a] - Y[both, b]).mean() if both.any() else np.nan
+                    np.abs(Y[both, a] - B[both, b]).mean() if both.any() else np.nan
                 )
-                np.testing.assert_allclose(rate[a, b], expected)
+                np.testing.assert_allclose(rate[a, b], expected, rtol=1e-12, atol=1e-15)
 
 
 def test_distance_disagreement_correlation_counts_skipped_pairs():

@@ -131,6 +131,12 @@ def lookup(names, model, *, name="model"):
         ) from None
 
 
+# Up to this many distinct score values, disagreement() sums exact per-step
+# matrix products (2 per step) rather than looping over the models: cheaper
+# while the steps are fewer than about a hundred.
+_MAX_LEVELS = 64
+
+
 def disagreement(Y, X=None):
     """Disagreement rate and common-query count for every pair of models.
 
@@ -157,12 +163,20 @@ def disagreement(Y, X=None):
     OY = observed_y.astype(np.float64)
     OX = observed_x.astype(np.float64)
     common = OY.T @ OX
-    if (
-        np.isin(Y0[observed_y], (0.0, 1.0)).all()
-        and np.isin(X0[observed_x], (0.0, 1.0)).all()
-    ):
-        # For 0/1 scores |a - b| = a (1 - b) + (1 - a) b: two matrix products.
-        total = Y0.T @ (OX - X0) + (OY - Y0).T @ X0
+    levels = np.unique(np.concatenate([Y0[observed_y], X0[observed_x]]))
+    if len(levels) <= _MAX_LEVELS:
+        # With scores on levels v_0 < ... < v_K, |a - b| is the sum over steps
+        # k of (v_k - v_{k-1}) times whether a and b fall on different sides of
+        # v_k; for two 0/1 indicators |a - b| = a (1 - b) + (1 - a) b, two
+        # matrix products per step (one step for 0/1 scores, ten for a judge's
+        # 0.0-1.0 in tenths) instead of a pass over every pair of models.
+        total = np.zeros_like(common)
+        for low, high in zip(levels[:-1], levels[1:], strict=True):
+            above_y = np.where(observed_y & (Y0 >= high), 1.0, 0.0)
+            above_x = np.where(observed_x & (X0 >= high), 1.0, 0.0)
+            total += (high - low) * (
+                above_y.T @ (OX - above_x) + (OY - above_y).T @ above_x
+            )
     else:
         total = np.empty_like(common)
         for a in range(Y.shape[1]):
