@@ -167,15 +167,19 @@ plt.show()
 # pool does, with probability ``p``) disagrees with itself on a share
 # ``2 p (1 - p)`` of the queries, as much as different models do. Here the
 # first endpoint serves known model 5 and gives its stored answers with 4 %
-# changed (a quantised copy); the second serves the unknown model. The
-# threshold is half the smallest disagreement between two known models: a
-# probe of 128 queries measures a disagreement only to within a few points
-# (its standard error is at most 0.5 / sqrt(128) = 0.044), so a quantile of
-# the known pairs, measured on 1,000 queries each, would sit too close.
-from locus_sklearn.inspection import match_models_by_scores, score_disagreement
+# changed (a quantised copy); the second serves the unknown model.
+# :func:`~locus_sklearn.inspection.calibrate_score_threshold` sets the
+# threshold as it set the embeddings' one: on random sets of 128 of the known
+# queries (a probe measures a disagreement only to within a few points: its
+# standard error is up to 0.5 / sqrt(128) = 0.044), it lets 1 % of the pairs
+# of different known models through.
+from locus_sklearn.inspection import calibrate_score_threshold, match_models_by_scores
 
-pairs = score_disagreement(known).distance.to_numpy()
-threshold = np.nanmin(pairs[~np.eye(len(pairs), dtype=bool)]) / 2
+by_scores_calibration = calibrate_score_threshold(
+    known, n_evals=128, false_match_rate=0.01, random_state=0
+)
+threshold = by_scores_calibration.threshold
+print(f"threshold {threshold:.3f} (disagreement on a probe's 128 queries)")
 queries = rng.choice(pool.queries["query"], 128, replace=False)
 stored = known.set_index(["model", "query"])["score"]
 copied = stored.loc[router.classes_[5]].loc[queries].to_numpy()

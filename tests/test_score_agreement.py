@@ -6,7 +6,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from locus_sklearn.inspection import match_models_by_scores, score_disagreement
+from locus_sklearn.inspection import (
+    calibrate_score_threshold,
+    match_models_by_scores,
+    score_disagreement,
+)
 
 
 def _long(scores):
@@ -228,3 +232,117 @@ def test_bad_reference_table_is_named():
     evals = _long({"a": {"q1": 1.0}, "b": {"q1": 0.0}})
     with pytest.raises(ValueError, match="reference_evals is missing required column"):
         score_disagreement(evals, {"model": ["a"], "score": [1.0]})
+
+
+# --------------------------------------------------------------------- calibration
+
+
+def test_calibration_on_every_query_is_the_pools_own_disagreement():
+    # Probes of all four queries: each resample sees the whole pool, whose
+    # pairs disagree on 1/4 (a-b), 3/4 (a-c) and 2/4 (b-c) of the queries.
+    evals = _long(
+        {
+            "a": {"q1": 1, "q2": 1, "q3": 1, "q4": 1},
+            "b": {"q1": 1, "q2": 1, "q3": 1, "q4": 0},
+            "c": {"q1": 1, "q2": 0, "q3": 0, "q4": 0},
+        }
+    )
+    result = calibrate_score_threshold(
+        evals, n_evals=4, n_resamples=2, false_match_rate=0.4, min_shared=4
+    )
+    np.testing.assert_allclose(
+        np.sort(result.cross_distances), [0.25, 0.25, 0.5, 0.5, 0.75, 0.75]
+    )
+    # floor(0.4 * 6) = 2: midway between the 2nd and 3rd smallest.
+    assert result.threshold == pytest.approx((0.25 + 0.5) / 2)
+    assert result.false_match_rate == pytest.approx(2 / 6)
+    assert result.models.tolist() == ["a", "b", "c"]
+
+
+def test_calibration_skips_pairs_under_min_shared_and_is_seeded():
+    # b answered only q0-q2, so it shares 3 queries with a and with c.
+    evals = _long(
+        {
+            "a": {f"q{i}": 1 for i in range(6)},
+            "b": {"q0": 0, "q1": 0, "q2": 0},
+            "c": {f"q{i}": float(i % 2) for i in range(6)},
+        }
+    )
+    strict = calibrate_score_threshold(evals, n_evals=6, n_resamples=2, min_shared=4)
+    np.testing.assert_allclose(strict.cross_distances, [0.5, 0.5])  # a-c only
+    loose = calibrate_score_threshold(evals, n_evals=6, n_resamples=2, min_shared=3)
+    # a-b disagree on all 3, a-c on 3 of 6, b-c on q1 of 3.
+    np.testing.assert_allclose(
+        np.sort(loose.cross_distances), [1 / 3, 1 / 3, 0.5, 0.5, 1.0, 1.0]
+    )
+    # Probes of 3 of the 6 queries: seeded, and on levels of thirds.
+    first = calibrate_score_threshold(
+        evals, n_evals=3, n_resamples=30, min_shared=3, random_state=0
+    )
+    again = calibrate_score_threshold(
+        evals, n_evals=3, n_resamples=30, min_shared=3, random_state=0
+    )
+    np.testing.assert_array_equal(first.cross_distances, again.cross_distances)
+    assert len(first.cross_distances) >= 30  # a-c on every set
+    assert np.isin(np.round(first.cross_distances * 3), [0, 1, 2, 3]).all()
+
+
+def test_calibrated_threshold_finds_a_copy_and_not_a_stranger():
+    rng = np.random.default_rng(1)
+    queries = [f"q{i}" for i in range(400)]
+    answers = {f"m{i}": rng.random(400) < rng.uniform(0.4, 0.8) for i in range(8)}
+    known = pd.DataFrame(
+        {
+            "model": np.repeat(list(answers), 400),
+            "query": queries * 8,
+            "score": np.concatenate(list(answers.values())) * 1.0,
+        }
+    )
+    result = calibrate_score_threshold(
+        known, n_evals=128, false_match_rate=0.01, random_state=0
+    )
+    assert result.false_match_rate <= 0.01
+    picked = rng.choice(400, 128, replace=False)
+    copy = answers["m3"][picked] ^ (rng.random(128) < 0.03)  # 3 % changed
+    stranger = rng.random(128) < 0.6
+    probes = pd.DataFrame(
+        {
+            "model": np.repeat(["copy", "stranger"], 128),
+            "query": np.array(queries, dtype=object)[np.concatenate([picked, picked])],
+            "score": np.concatenate([copy, stranger]) * 1.0,
+        }
+    )
+    matches = match_models_by_scores(probes, known, threshold=result.threshold)
+    assert matches.loc["copy", "nearest"] == "m3"
+    assert matches["is_match"].tolist() == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_evals": 0}, "n_evals=0 should be an int >= 1"),
+        ({"n_evals": 2.0}, "n_evals=2.0 should be an int >= 1"),
+        ({"n_resamples": 0}, "n_resamples=0 should be an int >= 1"),
+        (
+            {"false_match_rate": 0.0},
+            r"false_match_rate=0.0 should be a number in \(0, 1\)",
+        ),
+        ({"false_match_rate": True}, "false_match_rate=True"),
+        ({"min_shared": 0}, "min_shared=0 should be an int >= 1"),
+        ({"n_evals": 4, "min_shared": 5}, "min_shared=5 exceeds n_evals=4"),
+        ({"n_evals": 7, "min_shared": 1}, "n_evals=7 exceeds the 6 queries of evals"),
+    ],
+)
+def test_calibration_validates(kwargs, message):
+    evals = _long({m: {f"q{i}": float(i % 2) for i in range(6)} for m in "ab"})
+    with pytest.raises(ValueError, match=message):
+        calibrate_score_threshold(evals, **kwargs)
+
+
+def test_calibration_needs_two_models_sharing_queries():
+    one = _long({"a": {f"q{i}": 1.0 for i in range(6)}})
+    with pytest.raises(ValueError, match="evals has 1 model"):
+        calibrate_score_threshold(one, n_evals=3, min_shared=1)
+    apart = _long({"a": {"q0": 1.0, "q1": 1.0}, "b": {"q2": 1.0, "q3": 0.0}})
+    with pytest.raises(ValueError, match="No pair of models answered min_shared=1"):
+        calibrate_score_threshold(apart, n_evals=4, min_shared=1)

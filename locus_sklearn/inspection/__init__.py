@@ -6,7 +6,7 @@
   :func:`neighbor_agreement`, :func:`model_linkage`.
 - Fingerprints: :func:`calibrate_fingerprint_threshold`, :func:`match_models`;
   on shared queries, :func:`score_disagreement`,
-  :func:`match_models_by_scores`.
+  :func:`calibrate_score_threshold`, :func:`match_models_by_scores`.
 - Capability profiles: :func:`task_profiles`, :func:`embed_profile`,
   :func:`profile_recall_at_k`.
 - Portfolios: :func:`portfolio_curve`.
@@ -30,11 +30,16 @@ from ._neighbors import fallback_order, fallback_routing_accuracy, nearest_model
 from ._plotting import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
 from ._portfolio import portfolio_curve
 from ._profiles import embed_profile, profile_recall_at_k, task_profiles
-from ._score_agreement import match_models_by_scores, score_disagreement
+from ._score_agreement import (
+    calibrate_score_threshold,
+    match_models_by_scores,
+    score_disagreement,
+)
 
 __all__ = [
     "calibrate_cost_weight",
     "calibrate_fingerprint_threshold",
+    "calibrate_score_threshold",
     "cost_quality_curve",
     "distance_disagreement_correlation",
     "embed_profile",

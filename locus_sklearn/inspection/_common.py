@@ -109,6 +109,17 @@ def pairwise(Z, Y=None, *, metric="cosine"):
     return np.asarray(pairwise_distances(Z, Y, metric=check_metric(metric)), np.float64)
 
 
+def match_threshold(cross_distances, false_match_rate):
+    """Distance under which a share ``false_match_rate`` of the cross pairs
+    (different models) falls: midway between the cross distances just under
+    and just over that share (half the smallest when the share is under one
+    pair), so that no pair sits on the threshold itself."""
+    ordered = np.sort(cross_distances)
+    j = int(np.floor(false_match_rate * len(ordered)))
+    below = ordered[j - 1] if j > 0 else 0.0
+    return float((below + ordered[j]) / 2)
+
+
 def neighbor_order(D):
     """Other models sorted by distance, shape (n_models, n_models - 1).
 

@@ -13,7 +13,7 @@ import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
 from .._evals import _preview, check_evals
-from ._common import as_pool, pairwise
+from ._common import as_pool, match_threshold, pairwise
 
 __all__ = ["calibrate_fingerprint_threshold", "match_models"]
 
@@ -146,11 +146,7 @@ def calibrate_fingerprint_threshold(
     same = owner[a] == owner[b]
     self_distances = distance[a, b][same]
     cross_distances = distance[a, b][~same]
-    # Midway between the cross distances just under and just over the target.
-    ordered = np.sort(cross_distances)
-    j = int(np.floor(false_match_rate * len(ordered)))
-    below = ordered[j - 1] if j > 0 else 0.0
-    threshold = float((below + ordered[j]) / 2)
+    threshold = match_threshold(cross_distances, false_match_rate)
     return Bunch(
         threshold=threshold,
         false_match_rate=float(np.mean(cross_distances <= threshold)),

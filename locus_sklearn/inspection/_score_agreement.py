@@ -12,12 +12,16 @@ from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
-from sklearn.utils import Bunch
+from sklearn.utils import Bunch, check_random_state
 
 from .._evals import _preview, check_evals
-from ._common import disagreement
+from ._common import disagreement, match_threshold
 
-__all__ = ["match_models_by_scores", "score_disagreement"]
+__all__ = [
+    "calibrate_score_threshold",
+    "match_models_by_scores",
+    "score_disagreement",
+]
 
 
 def _check_min_shared(min_shared):
@@ -81,6 +85,7 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     --------
     match_models_by_scores : Each model's nearest reference model, and
         whether it is close enough to be the same model.
+    calibrate_score_threshold : The threshold for such a match.
 
     Examples
     --------
@@ -145,10 +150,9 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     finds the known model whose scores it repeats most closely
     (:func:`score_disagreement`); within ``threshold`` it is taken to be that
     model (a rerun, a quantised copy, the same weights behind another API).
-    A threshold can be read off the known pool, for instance a low quantile
-    of the disagreement between different known models (see the example), or
-    from two runs of one model: their disagreement is what sampling alone
-    gives.
+    :func:`calibrate_score_threshold` reads a threshold off the known pool,
+    for probes of a given size; two runs of one model show what sampling
+    alone gives.
 
     Parameters
     ----------
@@ -159,7 +163,8 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
         Scored evaluations of the known models, on queries that include those
         of ``evals``.
     threshold : float
-        Largest disagreement in [0, 1] counted as a match.
+        Largest disagreement in [0, 1] counted as a match, e.g. the
+        ``threshold`` of :func:`calibrate_score_threshold`.
     min_shared : int, default=32
         Reference models scored on fewer of a model's queries are not
         candidates for it.
@@ -183,7 +188,8 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     --------
     >>> import numpy as np
     >>> import pandas as pd
-    >>> from locus_sklearn.inspection import match_models_by_scores, score_disagreement
+    >>> from locus_sklearn.inspection import (
+    ...     calibrate_score_threshold, match_models_by_scores)
     >>> rng = np.random.default_rng(0)
     >>> skill = {"llama": 0.7, "qwen": 0.6, "mistral": 0.5}
     >>> answers = {m: rng.random(200) < p for m, p in skill.items()}
@@ -195,8 +201,8 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     >>> flips = rng.random(100) < 0.05
     >>> probe = pd.DataFrame({"model": "endpoint-1", "query": queries[:100],
     ...                       "score": (answers["qwen"][:100] ^ flips) * 1.0})
-    >>> different = score_disagreement(known).distance.to_numpy()
-    >>> threshold = np.nanmin(different[~np.eye(3, dtype=bool)]) / 2
+    >>> threshold = calibrate_score_threshold(
+    ...     known, n_evals=100, false_match_rate=0.01, random_state=0).threshold
     >>> matches = match_models_by_scores(probe, known, threshold=threshold)
     >>> matches[["nearest", "n_shared", "is_match"]]
                nearest  n_shared  is_match
@@ -236,4 +242,133 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
             "is_match": best <= threshold,
         },
         index=pd.Index(result.distance.index.to_numpy()),
+    )
+
+
+def calibrate_score_threshold(
+    evals,
+    *,
+    n_evals=128,
+    n_resamples=20,
+    false_match_rate=0.01,
+    min_shared=32,
+    random_state=None,
+):
+    """Disagreement under which a probe is taken to repeat a known model.
+
+    A probe of an endpoint scores it on ``n_evals`` queries, and its
+    disagreement with a known model is measured on those of them the model
+    answered: a rate over about ``n_evals`` queries, noisier than the same
+    rate between two known models over all their common queries. So each
+    resample draws ``n_evals`` of the pool's queries at random and compares
+    every pair of different known models on the ones both answered among
+    them, as a probe would be compared (pairs sharing fewer than
+    ``min_shared`` of them are skipped). The threshold lets a share
+    ``false_match_rate`` of these different-model pairs through.
+
+    What a true match looks like depends on the endpoint (the same weights
+    repeat their answers; a model that samples its answers disagrees with
+    itself): where two runs of one known model are at hand, their
+    disagreement shows it.
+
+    Parameters
+    ----------
+    evals : DataFrame or mapping of columns
+        Scored evaluations (``model``, ``query``, ``score``) of the known
+        models, at least two.
+    n_evals : int, default=128
+        Queries per probe.
+    n_resamples : int, default=20
+        Random sets of ``n_evals`` queries.
+    false_match_rate : float, default=0.01
+        Target fraction of different-model pairs under the threshold.
+    min_shared : int, default=32
+        Pairs answering fewer of a set's queries in common are skipped, as
+        :func:`match_models_by_scores` skips such reference models; at most
+        ``n_evals``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the query sets.
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``threshold`` (float; pass it to :func:`match_models_by_scores` with
+        the same ``min_shared``), ``false_match_rate`` (the realised rate),
+        ``cross_distances`` (1-D array, every compared pair of every
+        resample) and ``models``.
+
+    Raises
+    ------
+    ValueError
+        If the pool has fewer than two models or fewer than ``n_evals``
+        queries, ``min_shared`` exceeds ``n_evals``, or no pair of models
+        shares ``min_shared`` queries of any set.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from locus_sklearn.inspection import calibrate_score_threshold
+    >>> rng = np.random.default_rng(0)
+    >>> known = pd.DataFrame({
+    ...     "model": np.repeat(["m1", "m2", "m3", "m4"], 500),
+    ...     "query": [f"q{i}" for i in range(500)] * 4,
+    ...     "score": (rng.random(2000) < 0.6) * 1.0})
+    >>> result = calibrate_score_threshold(known, n_evals=100, n_resamples=10,
+    ...                                    false_match_rate=0.05, random_state=0)
+    >>> result.cross_distances.shape  # 6 pairs x 10 sets of 100 queries
+    (60,)
+    >>> 0.2 < result.threshold < 0.5, result.false_match_rate <= 0.05
+    (True, True)
+    """
+    for name, value in (("n_evals", n_evals), ("n_resamples", n_resamples)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise ValueError(f"{name}={value!r} should be an int >= 1.")
+    if (
+        isinstance(false_match_rate, bool)
+        or not isinstance(false_match_rate, Real)
+        or not 0 < false_match_rate < 1
+    ):
+        raise ValueError(
+            f"false_match_rate={false_match_rate!r} should be a number in (0, 1)."
+        )
+    _check_min_shared(min_shared)
+    if min_shared > n_evals:
+        raise ValueError(
+            f"min_shared={min_shared} exceeds n_evals={n_evals}: no pair could be "
+            "compared on a probe's queries. Lower min_shared or raise n_evals."
+        )
+    table = check_evals(evals, name="evals")
+    if table.n_models < 2:
+        raise ValueError(
+            f"evals has {table.n_models} model; calibration compares pairs of "
+            "different models and needs at least 2."
+        )
+    if table.n_queries < n_evals:
+        raise ValueError(
+            f"n_evals={n_evals} exceeds the {table.n_queries} queries of evals; "
+            "lower n_evals to at most that."
+        )
+    rng = check_random_state(random_state)
+    Y = table.to_dense()
+    a, b = np.triu_indices(table.n_models, k=1)
+    cross = []
+    for _ in range(n_resamples):
+        rows = rng.choice(table.n_queries, n_evals, replace=False)
+        rate, common = disagreement(Y[rows])
+        compared = common[a, b] >= min_shared
+        cross.append(rate[a, b][compared])
+    cross_distances = np.concatenate(cross)
+    if not len(cross_distances):
+        raise ValueError(
+            f"No pair of models answered min_shared={min_shared} of any set of "
+            f"n_evals={n_evals} random queries in common; score the known models "
+            "on the same queries, raise n_evals or lower min_shared."
+        )
+    threshold = match_threshold(cross_distances, false_match_rate)
+    return Bunch(
+        threshold=threshold,
+        false_match_rate=float(np.mean(cross_distances <= threshold)),
+        cross_distances=cross_distances,
+        models=table.models.copy(),
     )
