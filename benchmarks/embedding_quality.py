@@ -55,6 +55,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -63,7 +64,10 @@ import _data  # noqa: E402
 import routing  # noqa: E402  (paths, offline env, LOCUS settings)
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
-from locus_sklearn.inspection import score_disagreement  # noqa: E402
+from locus_sklearn.inspection import (  # noqa: E402
+    fallback_routing_accuracy,
+    score_disagreement,
+)
 from locus_sklearn.metrics import oracle_accuracy, routing_accuracy  # noqa: E402
 
 POOLS = ("bfcl", "shaberi", "mmlu-open", "mmlu-all", "routerbench", "specialists")
@@ -624,15 +628,24 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
             res["embeddings"][name] = geometry(Z, strength) | {
                 "groups": group_recall(Z, split.models, groups)
             }
-        if raw is not None and groups:
+        agreement = None
+        if raw is not None:
             # The library's duplicate finder on the same shared queries: a
-            # distance, so retrieval only (no PR, no self-identification:
-            # disjoint rows share no query).
-            D = score_disagreement(train, min_shared=32).distance
-            D = D.loc[split.models, split.models].to_numpy()
+            # distance, so retrieval and fallback only (no PR, and no
+            # self-identification: disjoint rows share no query).
+            agreement = score_disagreement(train, min_shared=32).distance
+            agreement = agreement.loc[split.models, split.models]
+        if agreement is not None and groups:
             res["embeddings"]["score-disagreement"] = {
-                "groups": similarity_recall(-D, split.models, groups)
+                "groups": similarity_recall(-agreement.to_numpy(), split.models, groups)
             }
+        test_rows = pd.DataFrame(
+            {
+                "model": np.tile(split.models, len(y)),
+                "query": np.repeat(split.test_queries, len(split.models)),
+                "score": y.ravel(),
+            }
+        )
         pairs = {
             k: pair_sets(split, k, np.random.default_rng([seed, 31, k]))
             for k in SELF_NS
@@ -679,6 +692,19 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
                 )
             emb["n_epochs"] = int(router.embedder_.n_epochs_)
             emb["distinct_routed"] = int(len(np.unique(proba.argmax(1))))
+            # Fallback: each test query's routed model is down and its nearest
+            # model answers, nearest by z or, where the models share training
+            # queries, by their score disagreement on them.
+            fallback = fallback_routing_accuracy(router, test_rows, k=1)
+            emb["no_outage"] = float(fallback["no_outage_accuracy"].iloc[0])
+            emb["fallback@1"] = float(fallback["accuracy"].iloc[0])
+            if agreement is not None:
+                emb["fallback@1 by scores"] = float(
+                    fallback_routing_accuracy(
+                        router, test_rows, k=1, embeddings=agreement,
+                        metric="precomputed",
+                    )["accuracy"].iloc[0]
+                )  # fmt: skip
             res["embeddings"][f"LOCUS {variant}"] = emb
             if shrinkage_auto:
                 # The package's safeguard on the same trained embedder (no refit).
@@ -793,6 +819,9 @@ def summarise(runs):
                 row["recall@3"] = _ms([x["groups"]["recall@3"] for x in es])
             for key in e.get("self_id", {}):
                 row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
+            for key in ("no_outage", "fallback@1", "fallback@1 by scores"):
+                if key in e:
+                    row[key] = _ms([x.get(key) for x in es])
             if "shrinkage" in e:
                 row["shrinkage"] = _ms([x["shrinkage"] for x in es])
             if "guard_alpha" in e:
@@ -869,6 +898,9 @@ def markdown(results):
                 "recall@3",
             ]
             cols += [f"self-id@{k}" for k in SELF_NS] + [
+                "no_outage",
+                "fallback@1",
+                "fallback@1 by scores",
                 "shrinkage",
                 "guard alpha",
                 "cv-guard alpha",

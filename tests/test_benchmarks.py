@@ -295,7 +295,7 @@ def test_embedding_quality_tiny(quality, tmp_path):
     threads = torch.get_num_threads()
     try:
         results = quality.main(
-            ["--pools", "specialists", "--seeds", "0", "--n", "64",
+            ["--pools", "specialists", "--seeds", "0", "--n", "all",
              "--variants", "baseline", "profile", "--guard",
              "--out", str(tmp_path), "--threads", str(threads), "--locus",
              "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
@@ -306,7 +306,7 @@ def test_embedding_quality_tiny(quality, tmp_path):
         torch.set_num_threads(threads)
         quality.SETTINGS.clear()
         quality.SETTINGS.update(quality.routing.LOCUS_PARAMS)
-    s = results["specialists"]["summary"]["64"]
+    s = results["specialists"]["summary"]["all"]
     r = s["routing"]
     assert r["oracle"]["mean"] >= r["task oracle"]["mean"] >= r["per-task best"]["mean"]
     for name in ("baseline", "profile"):
@@ -314,9 +314,15 @@ def test_embedding_quality_tiny(quality, tmp_path):
         e = s["embeddings"][f"LOCUS {name}"]
         assert 1 <= e["participation_ratio"]["mean"] <= 8
         assert e["relative_spread"]["mean"] > 0
+        # Fallback with no outage is the router's own routing accuracy.
+        assert e["no_outage"]["mean"] == pytest.approx(r[f"LOCUS {name}"]["mean"])
+        assert 0 <= e["fallback@1"]["mean"] <= 1
+        # Every training query is shared: the fallback by score disagreement too.
+        assert 0 <= e["fallback@1 by scores"]["mean"] <= 1
         assert 0 <= r[f"LOCUS {name} +guard"]["mean"] <= 1
         assert 0 <= r[f"LOCUS {name} +cv-guard"]["mean"] <= 1
         assert e["cv-guard alpha"]["mean"] in (0.0, 0.25, 0.5, 0.75, 1.0)
+    assert s["embeddings"]["score-disagreement"]["recall@1"]["mean"] == 1.0
     # The planted pool's truth is known: every router also gets its expected
     # accuracy, and routing by task can at best reach the expected task oracle.
     x = s["expected"]

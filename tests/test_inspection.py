@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy.cluster.hierarchy import fcluster
-from sklearn.metrics import adjusted_rand_score
+from sklearn.metrics import adjusted_rand_score, pairwise_distances
 
 from locus_sklearn import (
     BudgetGreedySelector,
@@ -31,6 +31,7 @@ from locus_sklearn.inspection import (
     plot_portfolio_curve,
     portfolio_curve,
     profile_recall_at_k,
+    score_disagreement,
     task_profiles,
 )
 from locus_sklearn.inspection._common import disagreement
@@ -268,6 +269,114 @@ def test_fallback_routing_accuracy_with_a_router(router, pool):
         routing_accuracy(y_true[router.classes_].to_numpy(), proba)
     )
     assert ((0 <= result["accuracy"]) & (result["accuracy"] <= 1)).all()
+
+
+# ------------------------------------------------------- precomputed distances
+
+
+def test_precomputed_distances_give_what_the_embeddings_give(family_embeddings):
+    Z, names, _ = family_embeddings
+    for metric in ("cosine", "euclidean"):
+        D = pairwise_distances(Z, metric=metric)
+        frame = pd.DataFrame(D, index=names, columns=names)
+        for given in (frame, D):
+            kwargs = {} if given is frame else {"names": names}
+            pd.testing.assert_frame_equal(
+                nearest_models(given, names[3], k=4, metric="precomputed", **kwargs),
+                nearest_models(Z, names[3], k=4, metric=metric, names=names),
+                atol=1e-12,
+            )
+            pd.testing.assert_frame_equal(
+                fallback_order(given, metric="precomputed", **kwargs),
+                fallback_order(Z, metric=metric, names=names),
+            )
+        np.testing.assert_allclose(
+            model_linkage(frame, metric="precomputed"),
+            model_linkage(Z, metric=metric),
+            atol=1e-12,
+        )
+    fig = plot_model_dendrogram(frame, metric="precomputed")
+    assert len(fig.axes) == 3
+    assert fig.axes[1].get_xticklabels()[0].get_text() in set(names)
+
+
+def test_fallback_accuracy_from_precomputed_distances(router, pool):
+    classes = router.classes_
+    Z = router.model_embeddings_
+    D = pairwise_distances(Z, metric="cosine")
+    expected = fallback_routing_accuracy(router, pool.evals, k=[1, 2])
+    by_array = fallback_routing_accuracy(
+        router, pool.evals, k=[1, 2], embeddings=D, metric="precomputed"
+    )
+    # A DataFrame may list the models in any order: it is matched by name.
+    shuffled = np.random.default_rng(0).permutation(len(classes))
+    frame = pd.DataFrame(D, index=classes, columns=classes).iloc[shuffled, shuffled]
+    by_frame = fallback_routing_accuracy(
+        router, pool.evals, k=[1, 2], embeddings=frame, metric="precomputed"
+    )
+    pd.testing.assert_frame_equal(by_array, expected)
+    pd.testing.assert_frame_equal(by_frame, expected)
+    with pytest.raises(ValueError, match="needs embeddings= a matrix of distances"):
+        fallback_routing_accuracy(router, pool.evals, metric="precomputed")
+    with pytest.raises(ValueError, match="no distances for 1 model"):
+        fallback_routing_accuracy(
+            router, pool.evals, embeddings=frame.iloc[1:, 1:], metric="precomputed"
+        )
+    with pytest.raises(ValueError, match="has 15 rows but the router has 16"):
+        fallback_routing_accuracy(
+            router, pool.evals, embeddings=D[1:, 1:], metric="precomputed"
+        )
+
+
+def test_score_disagreement_drives_neighbors_and_families():
+    # m1 is a copy of m0 with one answer in 20 changed; m2, m3 two other models.
+    rng = np.random.default_rng(0)
+    base = rng.random((3, 40)) < 0.6
+    copy = base[0].copy()
+    copy[:2] = ~copy[:2]
+    answers = {"m0": base[0], "m1": copy, "m2": base[1], "m3": base[2]}
+    evals = pd.DataFrame(
+        {
+            "model": np.repeat(list(answers), 40),
+            "query": [f"q{i}" for i in range(40)] * 4,
+            "score": np.concatenate(list(answers.values())) * 1.0,
+        }
+    )
+    D = score_disagreement(evals).distance
+    assert nearest_models(D, "m0", k=1, metric="precomputed")["model"].tolist() == [
+        "m1"
+    ]
+    assert fallback_order(D, metric="precomputed").loc["m1", 1] == "m0"
+    tree = model_linkage(D, metric="precomputed")
+    assert fcluster(tree, t=3, criterion="maxclust")[:2].tolist() == [1, 1]
+
+
+def test_precomputed_distances_are_validated(router):
+    names = ["a", "b", "c"]
+    D = np.array([[0.0, 0.2, 0.5], [0.2, 0.0, 0.4], [0.5, 0.4, 0.0]])
+    frame = pd.DataFrame(D, index=names, columns=names)
+    with_nan = frame.copy()
+    with_nan.loc["a", "c"] = with_nan.loc["c", "a"] = np.nan
+    with pytest.raises(ValueError, match="2 NaN distance.*'a' and 'c'.*min_shared"):
+        fallback_order(with_nan, metric="precomputed")
+    with pytest.raises(ValueError, match="not symmetric"):
+        fallback_order(D + np.triu(np.ones((3, 3)), 1), metric="precomputed")
+    with pytest.raises(ValueError, match="Negative values"):
+        model_linkage(-D, metric="precomputed")
+    with pytest.raises(ValueError, match="square distance matrix"):
+        fallback_order(D[:2], metric="precomputed")
+    with pytest.raises(ValueError, match="same models as index and columns"):
+        nearest_models(frame[["b", "a", "c"]], "a", k=1, metric="precomputed")
+    with pytest.raises(ValueError, match="names must be None when embeddings is a"):
+        fallback_order(frame, metric="precomputed", names=names)
+    with pytest.raises(TypeError, match="metric='precomputed' takes a square"):
+        fallback_order(router, metric="precomputed")
+    with pytest.raises(ValueError, match="must be a model of the pool"):
+        nearest_models(frame, [0.1, 0.2, 0.3], metric="precomputed")
+    with pytest.raises(ValueError, match="method='ward' needs metric='euclidean'"):
+        model_linkage(frame, method="ward", metric="precomputed")
+    with pytest.raises(ValueError, match="metric must be one of"):
+        fallback_order(frame, metric="manhattan")
 
 
 # ---------------------------------------------------------------- fingerprints

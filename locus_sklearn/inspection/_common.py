@@ -1,18 +1,81 @@
 """Helpers shared by the inspection functions (validated pools, distances, scores)."""
 
 import numpy as np
+import pandas as pd
 from sklearn.metrics import pairwise_distances
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._evals import _preview, check_evals
+from .._selectors import _check_precomputed
 
 METRICS = ("cosine", "euclidean")
 
 
-def check_metric(metric):
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {list(METRICS)}; got {metric!r}.")
+def check_metric(metric, *, precomputed=False):
+    valid = METRICS + ("precomputed",) if precomputed else METRICS
+    if metric not in valid:
+        raise ValueError(f"metric must be one of {list(valid)}; got {metric!r}.")
     return metric
+
+
+def as_distances(distances, names=None, *, name="embeddings"):
+    """A precomputed distance matrix of shape (n_models, n_models) as float64,
+    and the model names.
+
+    A DataFrame names its models by its index, and its columns must be the
+    same models in the same order (as :func:`score_disagreement`'s
+    ``distance``); an array's models are named by ``names``, or by their row
+    index. NaN (a pair that could not be compared) is refused, naming a pair.
+    """
+    if hasattr(distances, "fit"):
+        raise TypeError(
+            f"{name} is a {type(distances).__name__}, but metric='precomputed' takes "
+            "a square matrix of distances between models, such as "
+            "score_disagreement(evals).distance."
+        )
+    if isinstance(distances, pd.DataFrame):
+        if names is not None:
+            raise ValueError(
+                f"names must be None when {name} is a DataFrame; its index names "
+                "the models."
+            )
+        if not distances.index.equals(distances.columns):
+            raise ValueError(
+                f"{name} must have the same models as index and columns, in the "
+                f"same order; got index {_preview(distances.index)} and columns "
+                f"{_preview(distances.columns)}."
+            )
+        names = distances.index.to_numpy(dtype=object)
+    D = check_array(
+        distances, dtype=np.float64, ensure_all_finite="allow-nan", input_name=name
+    )
+    names = (
+        np.arange(len(D)) if names is None else check_names(names, len(D), name=name)
+    )
+    _check_precomputed(np.nan_to_num(D, nan=0.0), name=name)
+    missing = np.isnan(D)
+    if missing.any():
+        i, j = np.argwhere(missing)[0]
+        raise ValueError(
+            f"{name} has {int(missing.sum())} NaN distance(s), e.g. between "
+            f"{names[i]!r} and {names[j]!r}: pairs that could not be compared "
+            "(score_disagreement leaves pairs under min_shared common queries NaN). "
+            "Score those models on common queries, lower min_shared, or leave them "
+            "out."
+        )
+    if not np.isfinite(D).all():
+        raise ValueError(f"{name} has infinite distances; distances must be finite.")
+    return D, names
+
+
+def pool_distances(embeddings, names=None, *, metric, name="embeddings"):
+    """Distances of shape (n_models, n_models) between the models of a pool
+    given as embeddings (with ``metric`` "cosine" or "euclidean") or as a
+    precomputed matrix (``metric="precomputed"``), and the model names."""
+    if check_metric(metric, precomputed=True) == "precomputed":
+        return as_distances(embeddings, names, name=name)
+    Z, names = as_pool(embeddings, names, name=name)
+    return pairwise(Z, metric=metric), names
 
 
 def as_pool(embeddings, names=None, *, name="embeddings"):

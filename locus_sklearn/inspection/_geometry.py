@@ -7,7 +7,13 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
-from ._common import as_pool, as_pool_for_evals, disagreement, neighbor_order, pairwise
+from ._common import (
+    as_pool_for_evals,
+    disagreement,
+    neighbor_order,
+    pairwise,
+    pool_distances,
+)
 from ._neighbors import _check_k
 
 __all__ = ["distance_disagreement_correlation", "model_linkage", "neighbor_agreement"]
@@ -180,13 +186,15 @@ def model_linkage(embeddings, *, method="average", metric="euclidean"):
 
     Parameters
     ----------
-    embeddings : fitted router or array-like of shape (n_models, d)
-        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    embeddings : fitted router, array-like of shape (n_models, d) or (n_models, n_models)
+        A router with ``model_embeddings_`` and ``classes_``, embeddings, or
+        with ``metric="precomputed"`` distances between the models (such as
+        :func:`score_disagreement`'s ``distance``).
     method : {"average", "complete", "single", "weighted", "ward"}, default="average"
         Linkage criterion (see :func:`scipy.cluster.hierarchy.linkage`);
         "ward" needs ``metric="euclidean"``.
-    metric : {"cosine", "euclidean"}, default="euclidean"
-        Distance between embeddings.
+    metric : {"cosine", "euclidean", "precomputed"}, default="euclidean"
+        Distance between embeddings, or "precomputed".
 
     Returns
     -------
@@ -201,16 +209,24 @@ def model_linkage(embeddings, *, method="average", metric="euclidean"):
     >>> fcluster(model_linkage(X), t=2, criterion="maxclust").tolist()
     [2, 2, 1, 1]
     """
+    check_linkage(method, metric)
+    distance, _ = pool_distances(embeddings, metric=metric)
+    return linkage_of(distance, method)
+
+
+def check_linkage(method, metric):
     if method not in _LINKAGE_METHODS:
         raise ValueError(
             f"method must be one of {list(_LINKAGE_METHODS)}; got {method!r}."
         )
     if method == "ward" and metric != "euclidean":
         raise ValueError(f"method='ward' needs metric='euclidean'; got {metric!r}.")
-    Z, _ = as_pool(embeddings)
-    if len(Z) < 2:
-        raise ValueError(f"Clustering needs at least 2 models; got {len(Z)}.")
-    distance = pairwise(Z, metric=metric)
+
+
+def linkage_of(distance, method):
+    """scipy's linkage matrix of a square distance matrix."""
+    if len(distance) < 2:
+        raise ValueError(f"Clustering needs at least 2 models; got {len(distance)}.")
     distance = (distance + distance.T) / 2  # exact symmetry for squareform
     np.fill_diagonal(distance, 0.0)
     return linkage(squareform(distance, checks=False), method=method)

@@ -4,15 +4,18 @@ from numbers import Integral
 
 import numpy as np
 import pandas as pd
-from sklearn.utils.validation import check_array
+from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._evals import check_evals
+from .._evals import _preview, check_evals
 from ..metrics import route
 from ._common import (
+    as_distances,
     as_pool,
+    check_metric,
     lookup,
     neighbor_order,
     pairwise,
+    pool_distances,
     router_embeddings,
     router_utility,
 )
@@ -42,18 +45,22 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
 
     Parameters
     ----------
-    embeddings : fitted router or array-like of shape (n_models, d)
+    embeddings : fitted router, array-like of shape (n_models, d) or (n_models, n_models)
         A router with ``model_embeddings_`` and ``classes_`` (e.g. a fitted
-        :class:`~locus_sklearn.LocusRouter`), or model embeddings.
+        :class:`~locus_sklearn.LocusRouter`), model embeddings, or with
+        ``metric="precomputed"`` distances between the models (a DataFrame
+        such as :func:`score_disagreement`'s ``distance`` names them).
     model : str, int or array-like of shape (d,)
         A model of the pool (its name; its row index when ``names`` is None),
-        which is left out of its own neighbors, or an embedding.
+        which is left out of its own neighbors, or an embedding (not with
+        precomputed distances).
     k : int, default=5
         Number of neighbors.
-    metric : {"cosine", "euclidean"}, default="cosine"
-        Distance between embeddings.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings, or "precomputed".
     names : array-like of shape (n_models,), default=None
-        Model names of an array's rows; must be None for a router.
+        Model names of an array's rows; must be None for a router or a
+        DataFrame.
 
     Returns
     -------
@@ -72,6 +79,17 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
     rank
     1        c  0.004963
     """
+    if metric == "precomputed":
+        if np.ndim(model) == 1:
+            raise ValueError(
+                "model must be a model of the pool when metric='precomputed' (the "
+                "distances say nothing about other points); got an array."
+            )
+        D, names = as_distances(embeddings, names)
+        i = lookup(names, model)
+        distances = D[i]
+        candidates = np.delete(np.arange(len(D)), i)
+        return _nearest(names, distances, candidates, k)
     Z, names = as_pool(embeddings, names)
     if np.ndim(model) == 1:
         point = check_array([model], dtype=np.float64, input_name="model")
@@ -86,6 +104,12 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
         i = lookup(names, model)
         distances = pairwise(Z[[i]], Z, metric=metric)[0]
         candidates = np.delete(np.arange(len(Z)), i)
+    return _nearest(names, distances, candidates, k)
+
+
+def _nearest(names, distances, candidates, k):
+    """The k ``candidates`` with the smallest ``distances``, as nearest_models
+    returns them (ties to the lowest row)."""
     (k,) = _check_k(k, len(candidates), what="the number of candidate models")
     order = candidates[np.argsort(distances[candidates], kind="stable")[:k]]
     return pd.DataFrame(
@@ -99,12 +123,16 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
 
     Parameters
     ----------
-    embeddings : fitted router or array-like of shape (n_models, d)
-        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
-    metric : {"cosine", "euclidean"}, default="cosine"
-        Distance between embeddings.
+    embeddings : fitted router, array-like of shape (n_models, d) or (n_models, n_models)
+        A router with ``model_embeddings_`` and ``classes_``, embeddings, or
+        with ``metric="precomputed"`` distances between the models (a
+        DataFrame such as :func:`score_disagreement`'s ``distance`` names
+        them).
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings, or "precomputed".
     names : array-like of shape (n_models,), default=None
-        Model names of an array's rows; must be None for a router.
+        Model names of an array's rows; must be None for a router or a
+        DataFrame.
 
     Returns
     -------
@@ -122,12 +150,12 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
     b     a  c
     c     b  a
     """
-    Z, names = as_pool(embeddings, names)
-    order = neighbor_order(pairwise(Z, metric=metric))
+    D, names = pool_distances(embeddings, names, metric=metric)
+    order = neighbor_order(D)
     return pd.DataFrame(
         names[order],
         index=pd.Index(names, name=None),
-        columns=pd.RangeIndex(1, len(Z), name="rank"),
+        columns=pd.RangeIndex(1, len(D), name="rank"),
     )
 
 
@@ -152,12 +180,16 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
         ``score``), typically held-out queries.
     k : int or sequence of int, default=1
         Neighbor rank(s) of the fallback model: 1 is the nearest.
-    embeddings : array-like of shape (n_models, d), default=None
+    embeddings : array-like of shape (n_models, d) or (n_models, n_models), default=None
         Embeddings of ``router.classes_``; defaults to
         ``router.model_embeddings_``. Pass them to study a router that has no
-        embeddings of its own (a black-box router).
-    metric : {"cosine", "euclidean"}, default="cosine"
-        Distance between embeddings.
+        embeddings of its own (a black-box router). With
+        ``metric="precomputed"``, distances between the models instead: a
+        DataFrame indexed by the models (any order, e.g.
+        :func:`score_disagreement`'s ``distance``) or an array in the order
+        of ``router.classes_``.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings, or "precomputed".
 
     Returns
     -------
@@ -180,7 +212,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     0  1       0.5                 1.0       0.5          2
     1  2       0.0                 1.0       0.0          2
     """
-    Z, classes = router_embeddings(router, embeddings)
+    D, classes = _router_distances(router, embeddings, metric)
     ks = _check_k(k, len(classes) - 1, what="the number of other models")
     table = check_evals(evals)
     Y = table.to_dense(classes)
@@ -188,7 +220,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     routed = route(router_utility(router, table.queries), observed)
     rows = np.arange(len(Y))
     routed_score = Y[rows, routed]
-    order = neighbor_order(pairwise(Z, metric=metric))[routed]  # (n_queries, n - 1)
+    order = neighbor_order(D)[routed]  # (n_queries, n - 1)
     n_available = np.cumsum(observed[rows[:, None], order], axis=1)
     records = []
     for kk in ks:
@@ -207,3 +239,35 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
             }
         )
     return pd.DataFrame.from_records(records)
+
+
+def _router_distances(router, embeddings, metric):
+    """Distances between a fitted router's models, in ``classes_`` order."""
+    if check_metric(metric, precomputed=True) != "precomputed":
+        Z, classes = router_embeddings(router, embeddings)
+        return pairwise(Z, metric=metric), classes
+    check_is_fitted(router)
+    classes = np.asarray(router.classes_, dtype=object)
+    if embeddings is None:
+        raise ValueError(
+            "metric='precomputed' needs embeddings= a matrix of distances between "
+            "the router's models (such as score_disagreement(evals).distance)."
+        )
+    if isinstance(embeddings, pd.DataFrame):
+        D, names = as_distances(embeddings)
+        position = {m: i for i, m in enumerate(names.tolist())}
+        absent = [m for m in classes if m not in position]
+        if absent:
+            raise ValueError(
+                f"embeddings has no distances for {len(absent)} model(s) of the "
+                f"router: {_preview(absent)}."
+            )
+        take = np.array([position[m] for m in classes])
+        return D[np.ix_(take, take)], classes
+    D, _ = as_distances(embeddings)
+    if len(D) != len(classes):
+        raise ValueError(
+            f"embeddings has {len(D)} rows but the router has {len(classes)} "
+            "models; pass one row and column per model of router.classes_."
+        )
+    return D, classes

@@ -9,8 +9,8 @@ from sklearn.decomposition import PCA
 from sklearn.manifold import TSNE
 from sklearn.preprocessing import normalize
 
-from ._common import as_pool, check_metric, import_pyplot, pairwise
-from ._geometry import model_linkage
+from ._common import as_pool, check_metric, import_pyplot, pool_distances
+from ._geometry import check_linkage, linkage_of
 
 __all__ = ["plot_model_dendrogram", "plot_model_map", "plot_portfolio_curve"]
 
@@ -25,15 +25,18 @@ def plot_model_dendrogram(
 
     Parameters
     ----------
-    embeddings : fitted router or array-like of shape (n_models, d)
-        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    embeddings : fitted router, array-like of shape (n_models, d) or (n_models, n_models)
+        A router with ``model_embeddings_`` and ``classes_``, embeddings, or
+        with ``metric="precomputed"`` distances between the models (a
+        DataFrame such as :func:`score_disagreement`'s ``distance`` names
+        them).
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows (row numbers when None); must be None
-        for a router.
+        for a router or a DataFrame.
     method : {"average", "complete", "single", "weighted", "ward"}, default="average"
         Linkage criterion (see :func:`model_linkage`).
-    metric : {"cosine", "euclidean"}, default="euclidean"
-        Distance between embeddings.
+    metric : {"cosine", "euclidean", "precomputed"}, default="euclidean"
+        Distance between embeddings, or "precomputed".
     heatmap : bool, default=True
         Whether to draw the distance heatmap under the dendrogram.
 
@@ -53,10 +56,11 @@ def plot_model_dendrogram(
     3
     """
     plt = import_pyplot()
-    Z, names = as_pool(embeddings, names)
-    tree = model_linkage(Z, method=method, metric=metric)
+    check_linkage(method, metric)
+    D, names = pool_distances(embeddings, names, metric=metric)
+    tree = linkage_of(D, method)
     labels = [str(n) for n in names]
-    size = max(4.0, 0.3 * len(Z) + 2.0)
+    size = max(4.0, 0.3 * len(D) + 2.0)
     if not heatmap:
         fig, ax = plt.subplots(figsize=(size, 4.0), layout="constrained")
         dendrogram(tree, labels=labels, ax=ax, leaf_rotation=90, color_threshold=None)
@@ -69,7 +73,7 @@ def plot_model_dendrogram(
     ax_tree.set_ylabel(f"{metric} distance")
     ax_tree.set_xticks([])
     ax_map = fig.add_subplot(grid[1, 0])
-    distance = pairwise(Z, metric=metric)[np.ix_(leaves, leaves)]
+    distance = D[np.ix_(leaves, leaves)]
     image = ax_map.imshow(distance, cmap="viridis", aspect="auto")
     ticks = np.arange(len(leaves))
     ordered = [labels[i] for i in leaves]

@@ -152,7 +152,10 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     model (a rerun, a quantised copy, the same weights behind another API).
     :func:`calibrate_score_threshold` reads a threshold off the known pool,
     for probes of a given size; two runs of one model show what sampling
-    alone gives.
+    alone gives. Models are told apart by name only within each table: a
+    name in both is compared with its namesake like with any other reference
+    model (to find duplicates within one pool, mask the diagonal of
+    :func:`score_disagreement`'s distance, as its example does).
 
     Parameters
     ----------
