@@ -100,12 +100,19 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     a-int4  0.25    0.00  0.75
     b       1.00    0.75  0.00
 
-    Each model's nearest other model:
+    Each model's nearest other model, and the neighbour and family functions
+    on these distances:
 
     >>> import numpy as np
     >>> others = result.distance.mask(np.eye(3, dtype=bool))
     >>> others.idxmin(axis=1).tolist()
     ['a-int4', 'a', 'a-int4']
+    >>> from locus_sklearn.inspection import fallback_order
+    >>> fallback_order(result.distance, metric="precomputed")
+    rank         1       2
+    a       a-int4       b
+    a-int4       a       b
+    b       a-int4       a
     """
     _check_min_shared(min_shared)
     table = check_evals(evals, name="evals")
