@@ -52,7 +52,7 @@ def as_distances(distances, names=None, *, name="embeddings"):
     names = (
         np.arange(len(D)) if names is None else check_names(names, len(D), name=name)
     )
-    _check_precomputed(np.nan_to_num(D, nan=0.0), name=name)
+    # check_array has refused infinities; NaN is named here, with its cause.
     missing = np.isnan(D)
     if missing.any():
         i, j = np.argwhere(missing)[0]
@@ -63,8 +63,7 @@ def as_distances(distances, names=None, *, name="embeddings"):
             "Score those models on common queries, lower min_shared, or leave them "
             "out."
         )
-    if not np.isfinite(D).all():
-        raise ValueError(f"{name} has infinite distances; distances must be finite.")
+    _check_precomputed(D, name=name)
     return D, names
 
 
