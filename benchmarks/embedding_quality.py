@@ -89,6 +89,10 @@ VARIANTS = {
     # Model mixtures (a model's rows in half the query regions, a partner's in
     # the other half), at session 3's setting, fixed before the run.
     "mixed": {"mix_prob": 0.5},
+    # No Gaussian noise on the query encodings in training (the default adds
+    # N(0, 0.05^2) per coordinate: a noise vector of norm ~1 on unit-norm
+    # 384-d encodings, which may hide which query a token is).
+    "no-query-noise": {"query_noise": 0.0},
     # Not LocusEmbedder parameters: the prototypes of benchmarks/_vicreg.py
     # and benchmarks/_identity.py.
     "vicreg": {"_vicreg": True},
@@ -691,6 +695,14 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
                     f"self-id {row['self_id']}"
                 )
             emb["n_epochs"] = int(router.embedder_.n_epochs_)
+            # The embedder's own held-out validation queries (never the test
+            # queries): what a choice between variants may rest on.
+            history = router.embedder_.net_.history
+            emb["best_valid_loss"] = float(min(history[:, "valid_loss"]))
+            if "valid_routing_accuracy" in history[-1]:
+                emb["best_valid_routing"] = float(
+                    max(history[:, "valid_routing_accuracy"])
+                )
             emb["distinct_routed"] = int(len(np.unique(proba.argmax(1))))
             # Fallback: each test query's routed model is down and its nearest
             # model answers, nearest by z or, where the models share training
