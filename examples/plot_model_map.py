@@ -3,10 +3,11 @@
 Map the pool: neighbors and families
 =====================================
 
-Models that answer the same queries correctly sit close together in LOCUS
-embedding space. Drawn in two dimensions, and clustered hierarchically, the
-embeddings recover the pool's model families -- here known, because the pool
-is synthetic.
+Models that answer the same queries correctly should sit close together in
+LOCUS embedding space. Here the embeddings are drawn in two dimensions and
+clustered hierarchically, and the clusters are checked against the pool's
+model families -- known, because the pool is synthetic -- and against the
+same clustering of the models' answers to shared queries.
 """
 
 # %%
@@ -82,3 +83,33 @@ model = router.classes_[0]
 print(f"nearest to {model}:")
 print(nearest_models(router, model, k=4))
 neighbor_agreement(router, pool.evals, k=[1, 2, 5, 10])
+
+# %%
+# The same questions asked of the answers themselves
+# --------------------------------------------------
+# Where models were scored on common queries (here any two share about 90),
+# :func:`~locus_sklearn.inspection.score_disagreement` measures how often two
+# models' answers differ on them. The map and the family functions take such
+# distances with ``metric="precomputed"``: ``method="mds"`` (classical
+# multidimensional scaling) draws the models so that their distances on the
+# page match these as closely as two dimensions allow. Compare the adjusted
+# Rand index below with the embeddings' above: on a pool whose models share
+# queries, the answers themselves can be the better family finder (the
+# benchmarks' ``embedding_quality.py`` measures both on real pools).
+from locus_sklearn.inspection import score_disagreement
+
+disagreement = score_disagreement(pool.evals).distance
+fig, ax = plt.subplots(figsize=(7, 5.5), layout="constrained")
+plot_model_map(
+    disagreement,
+    method="mds",
+    metric="precomputed",
+    groups=[pool.family[m] for m in disagreement.index],
+    ax=ax,
+)
+ax.set_title("The same 30 models by how often their answers differ")
+clusters = fcluster(
+    model_linkage(disagreement, metric="precomputed"), t=5, criterion="maxclust"
+)
+family_of_row = [pool.family[m] for m in disagreement.index]
+print(f"adjusted Rand index: {adjusted_rand_score(family_of_row, clusters):.2f}")

@@ -300,6 +300,62 @@ def test_precomputed_distances_give_what_the_embeddings_give(family_embeddings):
     assert fig.axes[1].get_xticklabels()[0].get_text() in set(names)
 
 
+def test_agreement_and_correlation_take_precomputed_distances(pool, family_embeddings):
+    Z, names, _ = family_embeddings
+    evals = pool.evals
+    for metric in ("cosine", "euclidean"):
+        D = pairwise_distances(Z, metric=metric)
+        frame = pd.DataFrame(D, index=names, columns=names)
+        expected = neighbor_agreement(Z, evals, k=[1, 3], names=names, metric=metric)
+        correlation = distance_disagreement_correlation(
+            Z, evals, names=names, metric=metric
+        )
+        # Names from the DataFrame's index, from names=, or (an array
+        # without names) the sorted models of evals, as for embeddings.
+        for given, kwargs in ((frame, {}), (D, {"names": names}), (D, {})):
+            got = neighbor_agreement(
+                given, evals, k=[1, 3], metric="precomputed", **kwargs
+            )
+            pd.testing.assert_frame_equal(got, expected)
+            r = distance_disagreement_correlation(
+                given, evals, metric="precomputed", **kwargs
+            )
+            assert r.spearman == pytest.approx(correlation.spearman, abs=1e-12)
+            pd.testing.assert_frame_equal(r.pairs, correlation.pairs, atol=1e-12)
+    # A DataFrame's own order is followed, whatever the order of evals.
+    order = names[::-1]
+    flipped = pd.DataFrame(
+        pairwise_distances(Z[::-1], metric="cosine"), index=order, columns=order
+    )
+    pd.testing.assert_frame_equal(
+        neighbor_agreement(flipped, evals, k=1, metric="precomputed"),
+        neighbor_agreement(Z, evals, k=1, names=names),
+    )
+    with pytest.raises(ValueError, match="has 3 rows but evals has"):
+        neighbor_agreement(D[:3, :3], evals, metric="precomputed")
+    with pytest.raises(ValueError, match="metric must be one of"):
+        neighbor_agreement(Z, evals, names=names, metric="manhattan")
+
+
+def test_neighbor_agreement_of_score_disagreement_by_hand():
+    # a and b agree on 3 of 4 shared queries, a and c on 1, b and c on 2:
+    # with distances = the disagreements themselves, each model's nearest is
+    # its most agreeing model.
+    evals = {
+        "model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+        "query": ["q1", "q2", "q3", "q4"] * 3,
+        "score": [1, 1, 0, 0, 1, 1, 0, 1, 0, 1, 1, 1],
+    }
+    D = score_disagreement(evals, min_shared=1).distance
+    result = neighbor_agreement(D, evals, k=[1, 2], metric="precomputed")
+    # nearest: a->b (0.75), b->a (0.75), c->b (0.5); second: a->c (0.25),
+    # b->c (0.5), c->a (0.25).
+    assert result["agreement"].tolist() == pytest.approx([2.0 / 3.0, 1.0 / 3.0])
+    assert result["random_agreement"].iloc[0] == pytest.approx(0.5)
+    r = distance_disagreement_correlation(D, evals, metric="precomputed")
+    assert r.pearson == pytest.approx(1.0)  # the distance is the disagreement
+
+
 def test_fallback_accuracy_from_precomputed_distances(router, pool):
     classes = router.classes_
     Z = router.model_embeddings_
@@ -557,8 +613,57 @@ def test_plots_return_figures(family_embeddings, router):
     assert len(ax.get_legend().get_texts()) == family.max() + 1
     ax = plot_model_map(router, method="tsne", annotate=False, random_state=0)
     assert isinstance(ax, Axes) and not ax.texts
-    with pytest.raises(ValueError, match="method must be 'pca' or 'tsne'"):
+    with pytest.raises(ValueError, match="method must be 'pca', 'mds' or 'tsne'"):
         plot_model_map(Z, method="umap")
+
+
+def test_principal_coordinates_keep_euclidean_distances_and_are_pca():
+    from scipy.spatial.distance import pdist, squareform
+
+    from locus_sklearn.inspection._plotting import principal_coordinates
+
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(6, 2)) * [3.0, 1.0]
+    D = squareform(pdist(Z))
+    P = principal_coordinates(D)
+    # Points in the plane: their distances are drawn exactly ...
+    np.testing.assert_allclose(squareform(pdist(P)), D, atol=1e-10)
+    # ... and the coordinates are the PCA scores, up to each axis's sign.
+    from sklearn.decomposition import PCA
+
+    scores = PCA(n_components=2).fit_transform(Z)
+    np.testing.assert_allclose(np.abs(P), np.abs(scores), atol=1e-10)
+
+
+def test_model_map_of_precomputed_distances(family_embeddings):
+    from scipy.spatial.distance import pdist, squareform
+
+    Z, names, family = family_embeddings
+    D = pd.DataFrame(squareform(pdist(Z)), index=names, columns=names)
+    ax = plot_model_map(D, method="mds", metric="precomputed", groups=family)
+    assert [t.get_text() for t in ax.texts] == [str(n) for n in names]
+    assert ax.get_xlabel() == "MDS 1"
+    # Classical MDS of the embeddings' own Euclidean distances is their PCA.
+    drawn = np.vstack([c.get_offsets() for c in ax.collections])
+    pca = plot_model_map(Z, names=names, groups=family, metric="euclidean")
+    expected = np.vstack([c.get_offsets() for c in pca.collections])
+    np.testing.assert_allclose(np.abs(drawn), np.abs(expected), atol=1e-8)
+    # The same map from embeddings with method="mds".
+    mds = plot_model_map(
+        Z, names=names, groups=family, method="mds", metric="euclidean"
+    )
+    again = np.vstack([c.get_offsets() for c in mds.collections])
+    np.testing.assert_allclose(again, drawn, atol=1e-8)
+    ax = plot_model_map(D, method="tsne", metric="precomputed", random_state=0)
+    assert len(ax.texts) == len(names)
+    with pytest.raises(ValueError, match="method='pca' needs embeddings"):
+        plot_model_map(D, metric="precomputed")
+    bad = D.copy()
+    bad.iloc[0, 1] = bad.iloc[1, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN distance"):
+        plot_model_map(bad, method="mds", metric="precomputed")
+    with pytest.raises(ValueError, match="names must be None"):
+        plot_model_map(D, names=names, method="mds", metric="precomputed")
 
 
 def test_plots_without_matplotlib(monkeypatch, family_embeddings):

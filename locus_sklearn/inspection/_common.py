@@ -166,6 +166,35 @@ def as_pool_for_evals(embeddings, evals, names=None):
     return Z, names, table
 
 
+def pool_distances_for_evals(embeddings, evals, names=None, *, metric):
+    """Like :func:`pool_distances`, plus the validated ``evals`` table.
+
+    Rows of an array without ``names`` (embeddings, or a precomputed
+    distance matrix) are matched to the models of ``evals`` in sorted order,
+    as in :func:`as_pool_for_evals`.
+
+    Returns
+    -------
+    D : ndarray of float64, shape (n_models, n_models)
+    names : ndarray of shape (n_models,)
+    table : EvalTable
+    """
+    if check_metric(metric, precomputed=True) != "precomputed":
+        Z, names, table = as_pool_for_evals(embeddings, evals, names)
+        return pairwise(Z, metric=metric), names, table
+    table = check_evals(evals)
+    by_row = names is None and not isinstance(embeddings, pd.DataFrame)
+    D, names = as_distances(embeddings, names)
+    if by_row:
+        if len(D) != table.n_models:
+            raise ValueError(
+                f"embeddings has {len(D)} rows but evals has {table.n_models} "
+                "models; pass names= (one model name per row) to match them."
+            )
+        names = table.models.copy()
+    return D, names, table
+
+
 def pairwise(Z, Y=None, *, metric="cosine"):
     """Distances of shape (n_Z, n_Y) in float64."""
     return np.asarray(pairwise_distances(Z, Y, metric=check_metric(metric)), np.float64)

@@ -8,11 +8,10 @@ from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
 from ._common import (
-    as_pool_for_evals,
     disagreement,
     neighbor_order,
-    pairwise,
     pool_distances,
+    pool_distances_for_evals,
 )
 from ._neighbors import _check_k
 
@@ -34,8 +33,11 @@ def distance_disagreement_correlation(
 
     Parameters
     ----------
-    embeddings : fitted router or array-like of shape (n_models, d)
-        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    embeddings : fitted router, array-like of shape (n_models, d) or (n_models, n_models)
+        A router with ``model_embeddings_`` and ``classes_``, embeddings, or
+        with ``metric="precomputed"`` distances between the models (a
+        DataFrame such as :func:`score_disagreement`'s ``distance`` names
+        them; e.g. on training queries, to check them against held-out ones).
     evals : DataFrame or mapping of columns
         Scored evaluations (``model``, ``query``, ``score``) of models of the
         pool, typically held-out queries.
@@ -43,8 +45,8 @@ def distance_disagreement_correlation(
         Model names of an array's rows. None matches the rows to the models
         of ``evals`` in sorted order, the row order of
         ``LocusEmbedder.transform(evals)``.
-    metric : {"cosine", "euclidean"}, default="cosine"
-        Distance between embeddings.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings, or "precomputed".
     min_common : int, default=1
         Pairs with fewer common queries are skipped (and counted).
 
@@ -74,10 +76,11 @@ def distance_disagreement_correlation(
     """
     if min_common < 1:
         raise ValueError(f"min_common={min_common} should be >= 1.")
-    Z, names, table = as_pool_for_evals(embeddings, evals, names)
+    distance, names, table = pool_distances_for_evals(
+        embeddings, evals, names, metric=metric
+    )
     rate, common = disagreement(table.to_dense(names))
-    distance = pairwise(Z, metric=metric)
-    a, b = np.triu_indices(len(Z), k=1)
+    a, b = np.triu_indices(len(names), k=1)
     used = common[a, b] >= min_common
     pairs = pd.DataFrame(
         {
@@ -118,8 +121,11 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
 
     Parameters
     ----------
-    embeddings : fitted router or array-like of shape (n_models, d)
-        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    embeddings : fitted router, array-like of shape (n_models, d) or (n_models, n_models)
+        A router with ``model_embeddings_`` and ``classes_``, embeddings, or
+        with ``metric="precomputed"`` distances between the models (a
+        DataFrame such as :func:`score_disagreement`'s ``distance`` names
+        them).
     evals : DataFrame or mapping of columns
         Scored evaluations (``model``, ``query``, ``score``) of the pool.
     k : int or sequence of int, default=1
@@ -127,8 +133,8 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows. None matches the rows to the models
         of ``evals`` in sorted order.
-    metric : {"cosine", "euclidean"}, default="cosine"
-        Distance between embeddings.
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
+        Distance between embeddings, or "precomputed".
 
     Returns
     -------
@@ -150,8 +156,10 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     0  1   0.583333          0.333333         3
     1  2   0.083333          0.333333         3
     """
-    Z, names, table = as_pool_for_evals(embeddings, evals, names)
-    ks = _check_k(k, len(Z) - 1, what="the number of other models")
+    distance, names, table = pool_distances_for_evals(
+        embeddings, evals, names, metric=metric
+    )
+    ks = _check_k(k, len(names) - 1, what="the number of other models")
     rate, _ = disagreement(table.to_dense(names))
     agreement = 1.0 - rate
     np.fill_diagonal(agreement, np.nan)
@@ -159,8 +167,8 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     n_defined = (~np.isnan(agreement)).sum(axis=1)
     per_model = np.nansum(agreement, axis=1)[n_defined > 0] / n_defined[n_defined > 0]
     random_agreement = per_model.mean() if per_model.size else np.nan
-    order = neighbor_order(pairwise(Z, metric=metric))
-    rows = np.arange(len(Z))
+    order = neighbor_order(distance)
+    rows = np.arange(len(names))
     records = []
     for kk in ks:
         values = agreement[rows, order[:, kk - 1]]

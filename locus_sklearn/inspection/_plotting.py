@@ -5,11 +5,18 @@ matplotlib is optional: it is imported when a plot is drawn.
 
 import numpy as np
 from scipy.cluster.hierarchy import dendrogram
-from sklearn.decomposition import PCA
+from sklearn.decomposition import PCA, KernelPCA
 from sklearn.manifold import TSNE
 from sklearn.preprocessing import normalize
 
-from ._common import as_pool, check_metric, import_pyplot, pool_distances
+from ._common import (
+    as_distances,
+    as_pool,
+    check_metric,
+    import_pyplot,
+    pairwise,
+    pool_distances,
+)
 from ._geometry import check_linkage, linkage_of
 
 __all__ = ["plot_model_dendrogram", "plot_model_map", "plot_portfolio_curve"]
@@ -83,6 +90,39 @@ def plot_model_dendrogram(
     return fig
 
 
+def principal_coordinates(distances, n_components=2):
+    """Classical multidimensional scaling: coordinates whose Euclidean
+    distances best match ``distances`` (Torgerson's principal coordinates).
+
+    The double-centred Gram matrix -J D² J / 2 is eigendecomposed by
+    :class:`~sklearn.decomposition.KernelPCA` (which centres a precomputed
+    kernel itself); for Euclidean distances between embeddings this is their
+    PCA. Negative eigenvalues (distances no Euclidean space holds exactly)
+    are not among the leading components of a map.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (n_models, n_models)
+        Symmetric, zero diagonal.
+    n_components : int, default=2
+
+    Returns
+    -------
+    ndarray of shape (n_models, n_components)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> D = np.array([[0.0, 3.0, 4.0], [3.0, 0.0, 5.0], [4.0, 5.0, 0.0]])
+    >>> P = principal_coordinates(D)  # a 3-4-5 right triangle, drawn exactly
+    >>> from scipy.spatial.distance import pdist, squareform
+    >>> bool(np.allclose(squareform(pdist(P)), D))
+    True
+    """
+    gram = -0.5 * np.square(distances)
+    return KernelPCA(n_components, kernel="precomputed").fit_transform(gram)
+
+
 def plot_model_map(
     embeddings,
     *,
@@ -94,22 +134,30 @@ def plot_model_map(
     ax=None,
     random_state=None,
 ):
-    """The models in two dimensions (PCA or t-SNE), labelled by name.
+    """The models in two dimensions (PCA, classical MDS or t-SNE), labelled by name.
 
     Parameters
     ----------
-    embeddings : fitted router or array-like of shape (n_models, d)
-        A router with ``model_embeddings_`` and ``classes_``, or embeddings.
+    embeddings : fitted router, array-like of shape (n_models, d) or (n_models, n_models)
+        A router with ``model_embeddings_`` and ``classes_``, embeddings, or
+        with ``metric="precomputed"`` distances between the models (a
+        DataFrame such as :func:`score_disagreement`'s ``distance`` names
+        them).
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows (row numbers when None); must be None
-        for a router.
+        for a router or a DataFrame.
     groups : array-like of shape (n_models,), default=None
         A group per model (e.g. its family), coloured with a legend.
-    method : {"pca", "tsne"}, default="pca"
-        :class:`~sklearn.decomposition.PCA` or :class:`~sklearn.manifold.TSNE`.
-    metric : {"cosine", "euclidean"}, default="cosine"
+    method : {"pca", "mds", "tsne"}, default="pca"
+        :class:`~sklearn.decomposition.PCA` of the embeddings, classical
+        multidimensional scaling of the distances (:func:`principal_coordinates`:
+        the map that keeps pairwise distances, and the PCA of Euclidean
+        distances), or :class:`~sklearn.manifold.TSNE`. Precomputed distances
+        take "mds" or "tsne".
+    metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Geometry to preserve: with "cosine" PCA runs on L2-normalised
-        embeddings and t-SNE on cosine distances.
+        embeddings, MDS and t-SNE on cosine distances; "precomputed" reads
+        ``embeddings`` as the distances themselves.
     annotate : bool, default=True
         Whether to write each model's name next to its point.
     ax : matplotlib Axes, default=None
@@ -131,34 +179,53 @@ def plot_model_map(
     ...                     groups=["a", "a", "b", "b"])
     >>> len(ax.texts)
     4
+
+    Distances between models, e.g. how often two models' answers disagree:
+
+    >>> import pandas as pd
+    >>> D = pd.DataFrame([[0.0, 0.1, 0.6], [0.1, 0.0, 0.5], [0.6, 0.5, 0.0]],
+    ...                  index=["m1", "m1-q4", "m2"], columns=["m1", "m1-q4", "m2"])
+    >>> ax = plot_model_map(D, method="mds", metric="precomputed")
+    >>> sorted(t.get_text() for t in ax.texts)
+    ['m1', 'm1-q4', 'm2']
     """
     plt = import_pyplot()
-    Z, names = as_pool(embeddings, names)
-    check_metric(metric)
+    if method not in ("pca", "mds", "tsne"):
+        raise ValueError(f"method must be 'pca', 'mds' or 'tsne'; got {method!r}.")
+    if check_metric(metric, precomputed=True) == "precomputed":
+        if method == "pca":
+            raise ValueError(
+                "method='pca' needs embeddings; with metric='precomputed' use "
+                "method='mds' (classical MDS: the PCA of distances) or 'tsne'."
+            )
+        D, names = as_distances(embeddings, names)
+    else:
+        Z, names = as_pool(embeddings, names)
+        D = pairwise(Z, metric=metric) if method == "mds" else None
     if method == "pca":
         points = PCA(n_components=2).fit_transform(
             normalize(Z) if metric == "cosine" else Z
         )
-    elif method == "tsne":
-        perplexity = float(min(30.0, max(1.0, (len(Z) - 1) / 3)))
+    elif method == "mds":
+        points = principal_coordinates(D)
+    else:
+        perplexity = float(min(30.0, max(1.0, (len(names) - 1) / 3)))
         points = TSNE(
             n_components=2,
             metric=metric,
             perplexity=perplexity,
             init="pca" if metric == "euclidean" else "random",
             random_state=random_state,
-        ).fit_transform(Z)
-    else:
-        raise ValueError(f"method must be 'pca' or 'tsne'; got {method!r}.")
+        ).fit_transform(D if metric == "precomputed" else Z)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 5.0), layout="constrained")
     if groups is None:
         ax.scatter(points[:, 0], points[:, 1])
     else:
         groups = np.asarray(groups, dtype=object)
-        if groups.shape != (len(Z),):
+        if groups.shape != (len(names),):
             raise ValueError(
-                f"groups must have one entry per model, shape ({len(Z)},); got "
+                f"groups must have one entry per model, shape ({len(names)},); got "
                 f"shape {groups.shape}."
             )
         for group in dict.fromkeys(groups.tolist()):
@@ -168,8 +235,9 @@ def plot_model_map(
     if annotate:
         for (x, y), name in zip(points, names, strict=True):
             ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(3, 3))
-    ax.set_xlabel(f"{method.upper() if method == 'pca' else 't-SNE'} 1")
-    ax.set_ylabel(f"{method.upper() if method == 'pca' else 't-SNE'} 2")
+    axis = {"pca": "PCA", "mds": "MDS", "tsne": "t-SNE"}[method]
+    ax.set_xlabel(f"{axis} 1")
+    ax.set_ylabel(f"{axis} 2")
     return ax
 
 
