@@ -23,8 +23,13 @@ queries (paper sections 3.4-3.5 and appendix E):
 - fallback routing accuracy (k = 1..3) next to the no-outage accuracy;
 - fingerprinting: a distance threshold calibrated from 128-evaluation probes.
 
-Every geometry number is also computed for a trivial baseline embedding: each
-model's 14-d per-category accuracy vector from its training evaluations.
+LOCUS runs at the package defaults (``LocusEmbedder(encodings,
+random_state=seed)``, the kernel readout included). Every geometry number is
+also computed for a trivial baseline embedding, each model's 14-d
+per-category accuracy vector from its training evaluations, and where a
+distance is enough (correlation, families, neighbors, fallback) for the
+library's score disagreement on the training queries
+(:func:`locus_sklearn.inspection.score_disagreement`, ``metric="precomputed"``).
 
 ``--data builtin`` (default) uses ``locus_sklearn.datasets.load_mmlu_pro()``
 (3,000 questions, precomputed MiniLM encodings). ``--data full`` uses the
@@ -81,38 +86,13 @@ from locus_sklearn.inspection import (  # noqa: E402
     plot_model_dendrogram,
     plot_portfolio_curve,
     portfolio_curve,
+    score_disagreement,
 )
 
-# LOCUS settings: paper architecture (d=128, r=64, L=2, 4 heads, predictor
-# hidden 64) with the regularisation of benchmarks/routing.py (query noise
-# 0.15, weight decay 0.1). Early stopping watches the held-out BCE loss, not
-# routing accuracy: on the 32-model pool routing accuracy is flat at the
-# single best model (Gemini 3.1 Pro) and would stop at epoch 1, while the
-# geometry depends on how well every model's correctness is predicted.
-# 64 episodes per epoch (two passes over the 32 models) keeps the CPU fit
-# within a few minutes. The paper's embedding-only predictor (no kernel
-# readout): this benchmark studies what the embeddings alone carry, and its
-# recorded results (results/geometry.md) were measured that way.
-LOCUS_PARAMS = dict(
-    embedding_dim=128,
-    n_latents=64,
-    n_blocks=2,
-    n_heads=4,
-    hidden_dim=64,
-    dropout=0.1,
-    query_noise=0.15,
-    weight_decay=0.1,
-    enc_size=(64, 1024),
-    dec_size=256,
-    lr=1e-3,
-    max_epochs=40,
-    episodes_per_epoch=64,
-    batch_size=16,
-    validation_fraction=0.1,
-    early_stopping="valid_loss",
-    patience=5,
-    kernel_readout=False,
-)
+# LOCUS settings: the package defaults (what a user's embeddings are; the
+# report of 2026-11-29 used the embedding-only predictor with routing.py's
+# regularisation, query noise 0.15 and weight decay 0.1, 40 epochs at most).
+LOCUS_PARAMS = {}
 QUICK_LOCUS = dict(
     embedding_dim=32,
     n_latents=8,
@@ -189,9 +169,9 @@ def category_profiles(train, names):
 # experiments
 
 
-def correlations(Z, names, test):
+def correlations(Z, names, test, metrics=("cosine", "euclidean")):
     out = {}
-    for metric in ("cosine", "euclidean"):
+    for metric in metrics:
         r = distance_disagreement_correlation(Z, test, names=names, metric=metric)
         out[metric] = dict(
             pearson=r.pearson,
@@ -333,7 +313,15 @@ def main(argv=None):
     assert (names == models).all()
     Z = np.asarray(router.model_embeddings_, dtype=np.float64)
     P, tasks = category_profiles(train, names)
-    embeddings = {"LOCUS": Z, "category accuracy (14-d)": P}
+    # The answers themselves: how often two models' training scores differ
+    # on the training queries both answered (a distance, not an embedding).
+    S = score_disagreement(train).distance.loc[names, names].to_numpy()
+    SCORES = "score disagreement (train)"
+    embeddings = {
+        "LOCUS": (Z, ("cosine", "euclidean")),
+        "category accuracy (14-d)": (P, ("cosine", "euclidean")),
+        SCORES: (S, ("precomputed",)),
+    }
 
     t = time.perf_counter()
     results = {"locus_routing_accuracy_test": float(router.score(test_full))}
@@ -351,14 +339,18 @@ def main(argv=None):
 
     # --- 1. distance vs disagreement, 2. families, 3. neighbors
     geometry = {}
-    for label, E in embeddings.items():
+    for label, (E, metrics) in embeddings.items():
         geometry[label] = dict(
-            correlation=correlations(E, names, test),
+            correlation=correlations(E, names, test, metrics),
             ari={
-                "euclidean/average": family_ari(E, names, family, seed),
-                "cosine/average": family_ari(E, names, family, seed, metric="cosine"),
+                f"{mt}/average": family_ari(E, names, family, seed, metric=mt)
+                for mt in reversed(metrics)
             },
-            neighbors=records(neighbor_agreement(E, test, k=NEIGHBOR_KS, names=names)),
+            neighbors=records(
+                neighbor_agreement(
+                    E, test, k=NEIGHBOR_KS, names=names, metric=metrics[0]
+                )
+            ),
         )
     results["geometry"] = geometry
     tagged = [f"{m} [{family[m]}]" for m in names]
@@ -369,6 +361,12 @@ def main(argv=None):
     fig = plot_model_dendrogram(P, names=tagged, metric="euclidean")
     fig.suptitle("Baseline: per-category training accuracy (14-d)")
     fig.savefig(os.path.join(args.out, "geometry_dendrogram_baseline.png"), dpi=110)
+    plt.close(fig)
+    fig = plot_model_dendrogram(
+        pd.DataFrame(S, index=tagged, columns=tagged), metric="precomputed"
+    )
+    fig.suptitle("Score disagreement on the training queries (average linkage)")
+    fig.savefig(os.path.join(args.out, "geometry_dendrogram_scores.png"), dpi=110)
     plt.close(fig)
     timings["geometry_s"] = time.perf_counter() - t
     print("geometry done", flush=True)
@@ -465,6 +463,11 @@ def main(argv=None):
         "LOCUS": records(fallback_routing_accuracy(router, test_full, k=FALLBACK_KS)),
         "category accuracy (14-d)": records(
             fallback_routing_accuracy(router, test_full, k=FALLBACK_KS, embeddings=P)
+        ),
+        SCORES: records(
+            fallback_routing_accuracy(
+                router, test_full, k=FALLBACK_KS, embeddings=S, metric="precomputed"
+            )
         ),
     }
     timings["fallback_s"] = time.perf_counter() - t
@@ -592,13 +595,16 @@ def markdown(report):
         f"({m['n_test_queries_complete']} test queries scored for all "
         f"{m['n_models']} models; used for routing, portfolio and fallback numbers; "
         "correlations and neighbor agreement use every test query, pairwise)\n"
-        f"- LOCUS: `LocusRouter(LocusEmbedder(encodings, random_state={m['seed']}, "
-        + ", ".join(f"{k}={v!r}" for k, v in m["locus_params"].items())
+        f"- LOCUS: `LocusRouter(LocusEmbedder(encodings, random_state={m['seed']}"
+        + "".join(f", {k}={v!r}" for k, v in m["locus_params"].items())
         + f"))` fitted on the {m['n_train_evals']} training evaluations; trained "
         f"{m['fit']['n_epochs']} epochs, best valid loss "
         f"{m['fit']['best_valid_loss']:.4f} at epoch {m['fit']['best_epoch']}\n"
         "- baseline embedding: each model's per-category accuracy on its training "
-        f"evaluations ({len(m['tasks'])}-d)\n"
+        f"evaluations ({len(m['tasks'])}-d); score disagreement (train): "
+        "`score_disagreement(train).distance`, the share of the training queries "
+        "both models answered on which their scores differ (a distance: sections "
+        "1-3 and 6)\n"
         f"- random baselines: {m['n_random']} draws; wall time "
         f"{m['timings']['total_s']:.0f} s (LOCUS fit {m['timings']['fit_s']:.0f} s)\n"
         f"- context: LOCUS routing accuracy on the complete test queries "
@@ -634,21 +640,17 @@ def markdown(report):
     out.append(
         "\n## 1. Embedding distance vs correctness disagreement (paper table 3)\n\n"
     )
+    columns = [(lab, mt) for lab in labels for mt in g[lab]["correlation"]]
     rows = []
     for stat in ("pearson", "spearman", "kendall"):
         row = [stat.capitalize()]
-        for lab in labels:
-            row += [
-                f3(g[lab]["correlation"][mt][stat]) for mt in ("cosine", "euclidean")
-            ]
+        row += [f3(g[lab]["correlation"][mt][stat]) for lab, mt in columns]
         rows.append(row)
     rows.append(
         ["paper (112 models)", "0.845 / 0.886 / 0.714", "0.887 / 0.876 / 0.702"]
-        + [""] * (2 * len(labels) - 2)
+        + [""] * (len(columns) - 2)
     )
-    header = ["correlation"] + [
-        f"{lab}, {mt}" for lab in labels for mt in ("cosine", "euclidean")
-    ]
+    header = ["correlation"] + [f"{lab}, {mt}" for lab, mt in columns]
     out.append(_t(rows, header))
     c = g["LOCUS"]["correlation"]["cosine"]
     out.append(
@@ -656,10 +658,7 @@ def markdown(report):
         f"{c['min_common']} test queries."
     )
     best = {
-        stat: max(
-            ((lab, mt) for lab in labels for mt in ("cosine", "euclidean")),
-            key=lambda lm: g[lm[0]]["correlation"][lm[1]][stat],
-        )
+        stat: max(columns, key=lambda lm: g[lm[0]]["correlation"][lm[1]][stat])
         for stat in ("pearson", "spearman", "kendall")
     }
     out.append(
@@ -698,12 +697,21 @@ def markdown(report):
     out.append("\nClusters of the LOCUS cut (euclidean, average linkage):\n\n")
     for cl, ms in g["LOCUS"]["ari"]["euclidean/average"]["clusters"].items():
         out.append(f"- {cl}: {', '.join(ms)}\n")
+    scores = g.get("score disagreement (train)")
+    if scores:
+        out.append("\nClusters of the score-disagreement cut (average linkage):\n\n")
+        for cl, ms in scores["ari"]["precomputed/average"]["clusters"].items():
+            out.append(f"- {cl}: {', '.join(ms)}\n")
     out.append(
         "\nFigures: `geometry_dendrogram.png` (LOCUS), "
-        "`geometry_dendrogram_baseline.png` (baseline).\n"
+        "`geometry_dendrogram_baseline.png` (baseline), "
+        "`geometry_dendrogram_scores.png` (score disagreement).\n"
     )
 
-    out.append("\n## 3. Nearest-neighbor correctness agreement (cosine)\n\n")
+    out.append(
+        "\n## 3. Nearest-neighbor correctness agreement (cosine; the score "
+        "disagreement as its own distance)\n\n"
+    )
     rows = []
     for i, k in enumerate(NEIGHBOR_KS):
         row = [k] + [f3(g[lab]["neighbors"][i]["agreement"]) for lab in labels]
@@ -762,7 +770,8 @@ def markdown(report):
     )
 
     out.append(
-        "\n## 6. Fallback routing (routed model down → its k-th neighbor, cosine)\n\n"
+        "\n## 6. Fallback routing (routed model down → its k-th neighbor: cosine "
+        "for embeddings, the score disagreement as its own distance)\n\n"
     )
     fb = r["fallback"]
     rows = []
