@@ -156,12 +156,7 @@ def as_pool_for_evals(embeddings, evals, names=None):
     table = check_evals(evals)
     if names is None and not hasattr(embeddings, "model_embeddings_"):
         Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
-        if len(Z) != table.n_models:
-            raise ValueError(
-                f"embeddings has {len(Z)} rows but evals has {table.n_models} models; "
-                "pass names= (one model name per row) to match them."
-            )
-        return Z, table.models.copy(), table
+        return Z, _models_by_row(len(Z), table), table
     Z, names = as_pool(embeddings, names)
     return Z, names, table
 
@@ -186,13 +181,19 @@ def pool_distances_for_evals(embeddings, evals, names=None, *, metric):
     by_row = names is None and not isinstance(embeddings, pd.DataFrame)
     D, names = as_distances(embeddings, names)
     if by_row:
-        if len(D) != table.n_models:
-            raise ValueError(
-                f"embeddings has {len(D)} rows but evals has {table.n_models} "
-                "models; pass names= (one model name per row) to match them."
-            )
-        names = table.models.copy()
+        names = _models_by_row(len(D), table)
     return D, names, table
+
+
+def _models_by_row(n_rows, table):
+    """The models of ``table`` in sorted order, one per row of an array
+    given without names (the row order of ``LocusEmbedder.transform``)."""
+    if n_rows != table.n_models:
+        raise ValueError(
+            f"embeddings has {n_rows} rows but evals has {table.n_models} models; "
+            "pass names= (one model name per row) to match them."
+        )
+    return table.models.copy()
 
 
 def pairwise(Z, Y=None, *, metric="cosine"):
