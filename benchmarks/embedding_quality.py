@@ -93,6 +93,9 @@ VARIANTS = {
     # N(0, 0.05^2) per coordinate: a noise vector of norm ~1 on unit-norm
     # 384-d encodings, which may hide which query a token is).
     "no-query-noise": {"query_noise": 0.0},
+    # Three times the default noise (the setting of the first routing
+    # benchmarks, 2026-11-29): the other side of the default.
+    "query-noise-0.15": {"query_noise": 0.15},
     # Not LocusEmbedder parameters: the prototypes of benchmarks/_vicreg.py
     # and benchmarks/_identity.py.
     "vicreg": {"_vicreg": True},
