@@ -277,6 +277,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
+    commit = git_commit()  # the code that runs, not what HEAD is at the end
     n_random = 5 if args.quick else 50
     seed = args.seed
     timings = {}
@@ -503,7 +504,7 @@ def main(argv=None):
 
     meta = dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"),
-        commit=git_commit(),
+        commit=commit,
         machine=machine(),
         data=args.data,
         description=data["description"],
