@@ -346,3 +346,34 @@ def test_calibration_needs_two_models_sharing_queries():
     apart = _long({"a": {"q0": 1.0, "q1": 1.0}, "b": {"q2": 1.0, "q3": 0.0}})
     with pytest.raises(ValueError, match="No pair of models answered min_shared=1"):
         calibrate_score_threshold(apart, n_evals=4, min_shared=1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    n_evals=st.integers(32, 60),
+    false_match_rate=st.sampled_from([0.01, 0.05, 0.1, 0.3]),
+)
+def test_calibrated_threshold_never_lets_more_pairs_through_than_asked(
+    seed, n_evals, false_match_rate
+):
+    # Binary scores on a few dozen queries: rates k / n tie a lot. A
+    # threshold on a tied value would let every tied pair through.
+    rng = np.random.default_rng(seed)
+    models, queries = 10, 80
+    known = pd.DataFrame(
+        {
+            "model": np.repeat([f"m{i}" for i in range(models)], queries),
+            "query": [f"q{j}" for j in range(queries)] * models,
+            "score": (rng.random(models * queries) < 0.6) * 1.0,
+        }
+    )
+    result = calibrate_score_threshold(
+        known,
+        n_evals=n_evals,
+        n_resamples=3,
+        false_match_rate=false_match_rate,
+        random_state=seed,
+    )
+    assert result.false_match_rate <= false_match_rate
+    assert not np.isin(result.threshold, result.cross_distances)

@@ -202,14 +202,28 @@ def pairwise(Z, Y=None, *, metric="cosine"):
 
 
 def match_threshold(cross_distances, false_match_rate):
-    """Distance under which a share ``false_match_rate`` of the cross pairs
-    (different models) falls: midway between the cross distances just under
-    and just over that share (half the smallest when the share is under one
-    pair), so that no pair sits on the threshold itself."""
-    ordered = np.sort(cross_distances)
-    j = int(np.floor(false_match_rate * len(ordered)))
-    below = ordered[j - 1] if j > 0 else 0.0
-    return float((below + ordered[j]) / 2)
+    """Distance under which at most a share ``false_match_rate`` of the cross
+    pairs (different models) falls: midway between the largest distance that
+    many pairs reach, ties counted, and the next distance (half the smallest
+    when even the pairs at the smallest are too many), so that no pair sits on
+    the threshold itself.
+
+    Rates over n queries take the values k / n, so many pairs tie: a
+    threshold on a tied value would let all of them through, more than the
+    share asked for.
+
+    Examples
+    --------
+    >>> d = [0.1] * 3 + [0.2] * 7  # three pairs tie at the smallest distance
+    >>> match_threshold(d, 0.3), match_threshold(d, 0.2)  # 3 of 10, then none
+    (0.15000000000000002, 0.05)
+    """
+    values, counts = np.unique(np.asarray(cross_distances), return_counts=True)
+    share = np.cumsum(counts) / counts.sum()
+    k = int(np.sum(share <= false_match_rate))  # distinct distances let through
+    if k == 0:
+        return float(values[0] / 2)
+    return float((values[k - 1] + values[k]) / 2)
 
 
 def neighbor_order(D):
