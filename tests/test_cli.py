@@ -369,6 +369,7 @@ def test_help_and_version(cli):
     assert status == 0
     for command in (
         "demo", "fit", "route", "embed", "onboard", "select", "portfolio", "neighbors",
+        "match",
     ):  # fmt: skip
         assert command in out
     status, out, _ = cli("--version")
@@ -763,3 +764,88 @@ def test_fit_bad_shrinkage_is_named(text, capsys):
         build_parser().parse_args(["fit", "e.csv", "-o", "r", "--shrinkage", text])
     err = capsys.readouterr().err
     assert "--shrinkage" in err and repr(text) in err and "[0, 1]" in err
+
+
+# ------------------------------------------------------------------ match
+
+
+@pytest.fixture(scope="module")
+def match_files(tmp_path_factory):
+    """Known models' scores, and two endpoints on 150 of their queries: a copy
+    of known model fam1-m05 with 3 % of its scores changed, and a model the
+    known pool does not have."""
+    path = tmp_path_factory.mktemp("match")
+    pool = make_model_pool(
+        n_models=12, n_queries=600, evals_per_model="all", random_state=0
+    )
+    evals = pool.evals
+    stranger = "fam4-m11"
+    evals[evals["model"] != stranger].to_csv(path / "known.csv", index=False)
+    rng = np.random.default_rng(1)
+    queries = rng.choice(evals["query"].unique(), 150, replace=False)
+    on_probe = evals["query"].isin(queries)
+    copy = evals[(evals["model"] == "fam1-m05") & on_probe].assign(model="endpoint-a")
+    changed = rng.random(len(copy)) < 0.03
+    copy.loc[changed, "score"] = 1 - copy.loc[changed, "score"]
+    fresh = evals[(evals["model"] == stranger) & on_probe].assign(model="endpoint-b")
+    pd.concat([copy, fresh]).to_csv(path / "endpoints.csv", index=False)
+    return path, changed.mean()
+
+
+def test_match_names_the_copy_and_not_the_stranger(match_files, cli):
+    path, changed = match_files
+    known, endpoints = path / "known.csv", path / "endpoints.csv"
+    status, out, err = cli("match", known, endpoints, "--tsv")
+    assert status == 0, err
+    rows = [line.split("\t") for line in out.strip().splitlines()]
+    assert rows[0] == [
+        "endpoint",
+        "nearest known model",
+        "disagreement",
+        "queries",
+        "match",
+    ]
+    table = {r[0]: r[1:] for r in rows[1:]}
+    assert table["endpoint-a"][0] == "fam1-m05"
+    assert float(table["endpoint-a"][1]) == pytest.approx(changed, abs=1e-4)
+    assert table["endpoint-a"][2:] == ["150", "yes"]
+    # The calibrated threshold (on random sets of 150 known queries) is on
+    # stderr; here it lies between the copy and the stranger.
+    threshold = float(err.split("threshold ")[1].split(":")[0])
+    assert float(table["endpoint-a"][1]) < threshold
+    assert (float(table["endpoint-b"][1]) <= threshold) == (
+        table["endpoint-b"][3] == "yes"
+    )
+    # A threshold given replaces the calibration; JSON for programs.
+    status, out, err = cli("match", known, endpoints, "--threshold", "0.1", "--json")
+    assert status == 0 and "threshold" not in err
+    document = json.loads(out)
+    assert document["threshold"] == 0.1
+    matches = {m["endpoint"]: m for m in document["matches"]}
+    assert (
+        matches["endpoint-a"]["is_match"] and matches["endpoint-a"]["n_shared"] == 150
+    )
+    assert not matches["endpoint-b"]["is_match"]
+
+
+@pytest.mark.parametrize(
+    "extra, status, message",
+    [
+        (["--min-shared", "500"], 1, "fewer than --min-shared 500"),
+        (["--false-match-rate", "1.5"], 1, "--false-match-rate must be in (0, 1)"),
+        (["--threshold", "0.1", "--false-match-rate", "0.1"], 2, "not allowed"),
+        (["--threshold", "-1"], 2, "--threshold"),
+    ],
+)
+def test_match_errors_are_one_line(match_files, cli, extra, status, message):
+    path, _ = match_files
+    code, out, err = cli("match", path / "known.csv", path / "endpoints.csv", *extra)
+    assert code == status, err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert out == ""
+
+
+def test_match_reads_missing_files_as_a_file_error(match_files, cli):
+    path, _ = match_files
+    code, _, err = cli("match", path / "missing.csv", path / "endpoints.csv")
+    assert code == 3 and "missing.csv" in err

@@ -469,3 +469,74 @@ def cmd_neighbors(args):
     rows = [[rank, m, f"{d:.4f}"] for rank, (m, d) in table.iterrows()]
     echo(format_table(["rank", "model", "distance"], rows, tsv=args.tsv))
     return 0
+
+
+def cmd_match(args):
+    from ..inspection import calibrate_score_threshold, match_models_by_scores
+
+    known = read_evals(args.known)
+    endpoints = read_evals(args.endpoints)
+    threshold = args.threshold
+    if threshold is None:
+        if not 0 < args.false_match_rate < 1:
+            raise ValueError(
+                f"--false-match-rate must be in (0, 1); got {args.false_match_rate}."
+            )
+        # Calibrate for the smallest probe: its rates are the noisiest, so a
+        # threshold that lets few different-model pairs through there lets
+        # fewer through for the larger probes.
+        sizes = endpoints.groupby("model")["query"].nunique()
+        n_evals = int(sizes.min())
+        if n_evals < args.min_shared:
+            raise ValueError(
+                f"Endpoint {sizes.idxmin()!r} has scores on {n_evals} queries, fewer "
+                f"than --min-shared {args.min_shared}: score it on more of the known "
+                "queries, or lower --min-shared."
+            )
+        n_known = known["query"].nunique()
+        calibration = calibrate_score_threshold(
+            known,
+            n_evals=min(n_evals, n_known),
+            false_match_rate=args.false_match_rate,
+            min_shared=args.min_shared,
+            random_state=args.random_state,
+        )
+        threshold = calibration.threshold
+        note(
+            f"threshold {threshold:.4f}: lets {calibration.false_match_rate:.1%} of "
+            f"the pairs of different known models through on random sets of "
+            f"{min(n_evals, n_known)} known queries (target {args.false_match_rate:.1%})"
+        )
+    table = match_models_by_scores(
+        endpoints, known, threshold=threshold, min_shared=args.min_shared
+    )
+    if args.json:
+        emit_json(
+            {
+                "threshold": float(threshold),
+                "matches": [
+                    {
+                        "endpoint": endpoint,
+                        "nearest": row["nearest"],
+                        "distance": float(row["distance"]),
+                        "n_shared": int(row["n_shared"]),
+                        "is_match": bool(row["is_match"]),
+                    }
+                    for endpoint, row in table.iterrows()
+                ],
+            }
+        )
+        return 0
+    rows = [
+        [
+            endpoint,
+            row["nearest"],
+            f"{row['distance']:.4f}",
+            int(row["n_shared"]),
+            "yes" if row["is_match"] else "no",
+        ]
+        for endpoint, row in table.iterrows()
+    ]
+    header = ["endpoint", "nearest known model", "disagreement", "queries", "match"]
+    echo(format_table(header, rows, tsv=args.tsv))
+    return 0

@@ -380,6 +380,58 @@ def _add_neighbors(sub, common, encoding, output):
     p.set_defaults(func=_commands.cmd_neighbors)
 
 
+def _add_match(sub, common, output):
+    p = sub.add_parser(
+        "match",
+        parents=[common, output],
+        help="which known model does each endpoint repeat? (from scores)",
+        description="For each model of ENDPOINTS, the known model of KNOWN whose "
+        "scores on the queries both answered differ least (the share of them on "
+        "which correctness differs), and whether that is a match: under "
+        "--threshold, or by default under a threshold that lets "
+        "--false-match-rate of the pairs of different known models through on "
+        "random sets of as many known queries as the smallest endpoint has.",
+    )
+    p.add_argument(
+        "known", metavar="KNOWN", help="evaluations (csv, parquet) of the known models"
+    )
+    p.add_argument(
+        "endpoints",
+        metavar="ENDPOINTS",
+        help="evaluations of the endpoints to identify, on queries of KNOWN",
+    )
+    how = p.add_mutually_exclusive_group()
+    how.add_argument(
+        "--threshold",
+        type=nonnegative_float,
+        metavar="D",
+        help="a disagreement under which an endpoint matches (default: calibrated)",
+    )
+    how.add_argument(
+        "--false-match-rate",
+        type=positive_float,
+        default=0.01,
+        metavar="P",
+        help="the calibrated threshold's share of different-model pairs let "
+        "through (default: %(default)s)",
+    )
+    p.add_argument(
+        "--min-shared",
+        type=positive_int,
+        default=32,
+        metavar="N",
+        help="fewest common queries to compare two models on (default: %(default)s)",
+    )
+    p.add_argument(
+        "--random-state",
+        type=int,
+        default=0,
+        metavar="SEED",
+        help="seeds the calibration's query sets (default: %(default)s)",
+    )
+    p.set_defaults(func=_commands.cmd_match)
+
+
 def _router_and_queries(parser):
     """ROUTER, then queries as arguments, from stdin ('-') or from --file."""
     parser.add_argument("router", metavar="ROUTER", help="a router saved by locus fit")
@@ -454,5 +506,6 @@ def build_parser():
     _add_select(sub, common, output)
     _add_portfolio(sub, common, encoding, output)
     _add_neighbors(sub, common, encoding, output)
+    _add_match(sub, common, output)
     _add_external(sub)
     return parser
