@@ -100,6 +100,9 @@ VARIANTS = {
     # and benchmarks/_identity.py.
     "vicreg": {"_vicreg": True},
     "identity": {"_identity": True},
+    # benchmarks/_readout_dropout.py: training episodes lose the kernel
+    # readout with probability 0.5 (fixed before the run).
+    "readout-dropout": {"_readout_dropout": True},
 }
 
 
@@ -354,6 +357,7 @@ def fit_locus(data, seed, variant, train):
     params = dict(SETTINGS) | VARIANTS[variant]
     vicreg = params.pop("_vicreg", False)
     identity = params.pop("_identity", False)
+    readout_dropout = params.pop("_readout_dropout", False)
     embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
     # The plain router: the variants compare embeddings and predictors; the
     # default's shrinkage is measured on top (--shrinkage-auto).
@@ -366,6 +370,10 @@ def fit_locus(data, seed, variant, train):
         from _identity import identity_training
 
         training = identity_training()
+    elif readout_dropout:
+        from _readout_dropout import readout_dropout_training
+
+        training = readout_dropout_training()
     else:
         training = contextlib.nullcontext()
     with training:
