@@ -150,9 +150,10 @@ def plot_model_map(
         A group per model (e.g. its family), coloured with a legend.
     method : {"pca", "mds", "tsne"}, default="pca"
         :class:`~sklearn.decomposition.PCA` of the embeddings, classical
-        multidimensional scaling of the distances (:func:`principal_coordinates`:
-        the map that keeps pairwise distances, and the PCA of Euclidean
-        distances), or :class:`~sklearn.manifold.TSNE`. Precomputed distances
+        multidimensional scaling of the distances (Torgerson's principal
+        coordinates: the map that keeps pairwise distances as well as two
+        dimensions can, and the PCA of Euclidean distances), or
+        :class:`~sklearn.manifold.TSNE`. Precomputed distances
         take "mds" or "tsne".
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Geometry to preserve: with "cosine" PCA runs on L2-normalised
