@@ -633,6 +633,13 @@ def test_principal_coordinates_keep_euclidean_distances_and_are_pca():
 
     scores = PCA(n_components=2).fit_transform(Z)
     np.testing.assert_allclose(np.abs(P), np.abs(scores), atol=1e-10)
+    # Distances no Euclidean space holds (1 + 1 < 5; score disagreements
+    # often are such): the negative eigenvalue is left out, no NaN.
+    bent = np.array([[0.0, 1.0, 5.0], [1.0, 0.0, 1.0], [5.0, 1.0, 0.0]])
+    P = principal_coordinates(bent)
+    assert np.isfinite(P).all()
+    np.testing.assert_allclose(np.abs(P[:, 0]), [2.5, 0.0, 2.5], atol=1e-12)
+    np.testing.assert_allclose(P[:, 1], 0.0, atol=1e-12)
 
 
 def test_model_map_of_precomputed_distances(family_embeddings):
