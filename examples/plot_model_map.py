@@ -72,6 +72,21 @@ clusters = fcluster(model_linkage(router, metric="cosine"), t=5, criterion="maxc
 print(f"adjusted Rand index: {adjusted_rand_score(family, clusters):.2f}")
 
 # %%
+# How many directions do the embeddings use?
+# :func:`~locus_sklearn.inspection.embedding_dimensionality` counts them (the
+# participation ratio: 1 when every model lies on a line) and says how closely
+# the first follows each model's mean score: an embedding that orders the
+# models by strength alone cannot separate families of equal strength.
+from locus_sklearn.inspection import embedding_dimensionality
+
+spread = embedding_dimensionality(router, pool.evals)
+print(
+    f"participation ratio {spread.participation_ratio:.2f}; first component "
+    f"{spread.explained_variance_ratio[0]:.0%} of the variance, correlation "
+    f"with mean score {spread.strength_correlation:.2f}"
+)
+
+# %%
 # Nearest models, and whether nearness means agreement
 # ----------------------------------------------------
 # :func:`~locus_sklearn.inspection.nearest_models` lists a model's proxies.

@@ -20,6 +20,7 @@ from locus_sklearn.inspection import (
     calibrate_fingerprint_threshold,
     distance_disagreement_correlation,
     embed_profile,
+    embedding_dimensionality,
     fallback_order,
     fallback_routing_accuracy,
     match_models,
@@ -298,6 +299,54 @@ def test_precomputed_distances_give_what_the_embeddings_give(family_embeddings):
     fig = plot_model_dendrogram(frame, metric="precomputed")
     assert len(fig.axes) == 3
     assert fig.axes[1].get_xticklabels()[0].get_text() in set(names)
+
+
+def test_embedding_dimensionality_by_hand(router, pool):
+    # Four models spread evenly along two axes: two directions, half each;
+    # their mean is the origin, so the spread is infinite relative to it.
+    cross = embedding_dimensionality([[1.0, 0], [-1, 0], [0, 1], [0, -1]])
+    assert cross.participation_ratio == pytest.approx(2.0)
+    np.testing.assert_allclose(cross.explained_variance_ratio, [0.5, 0.5])
+    assert cross.relative_spread == np.inf and cross.strength_correlation is None
+    # Two models 1 from their mean (11, 0): spread 1 / 11 of what they share.
+    pair = embedding_dimensionality([[10.0, 0], [12, 0]])
+    assert pair.relative_spread == pytest.approx(1 / 11)
+    assert pair.explained_variance_ratio.shape == (1,)
+    # The first component along x, strength 0, 1, 1, 0 along it: uncorrelated.
+    evals = {
+        "model": np.repeat(["a", "b", "c", "d"], 2),
+        "query": ["q1", "q2"] * 4,
+        "score": [0, 0, 1, 1, 1, 1, 0, 0],
+    }
+    Z = [[-2.0, 0.1], [-1, -0.1], [1, 0.1], [2, -0.1]]
+    assert embedding_dimensionality(Z, evals).strength_correlation == pytest.approx(
+        0.0, abs=1e-12
+    )
+    # The same ratio as from PCA's variances, on random embeddings.
+    from sklearn.decomposition import PCA
+
+    X = np.random.default_rng(0).normal(size=(9, 4)) * [3, 2, 1, 0.5]
+    variance = PCA().fit(X).explained_variance_
+    got = embedding_dimensionality(X)
+    assert got.participation_ratio == pytest.approx(
+        variance.sum() ** 2 / (variance**2).sum()
+    )
+    np.testing.assert_allclose(
+        got.explained_variance_ratio, variance / variance.sum(), atol=1e-12
+    )
+    # Every model at one point: nothing spreads, and nothing is NaN.
+    flat = embedding_dimensionality([[1.0, 2.0]] * 3)
+    assert flat.participation_ratio == 0.0 and flat.strength_correlation is None
+    assert not np.isnan(flat.explained_variance_ratio).any()
+    # A router and its evaluations.
+    fitted = embedding_dimensionality(router, pool.evals)
+    assert 1.0 <= fitted.participation_ratio <= router.model_embeddings_.shape[1]
+    assert 0.0 <= fitted.strength_correlation <= 1.0
+    with pytest.raises(ValueError, match="at least 2"):
+        embedding_dimensionality([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="no score for model 'e'"):
+        without_d = {k: v[:6] for k, v in evals.items()}  # a, b and c only
+        embedding_dimensionality(Z, without_d, names=["a", "b", "c", "e"])
 
 
 def test_agreement_and_correlation_take_precomputed_distances(pool, family_embeddings):

@@ -3,7 +3,8 @@
 - Neighbors: :func:`nearest_models`, :func:`fallback_order`,
   :func:`fallback_routing_accuracy`.
 - Geometry: :func:`distance_disagreement_correlation`,
-  :func:`neighbor_agreement`, :func:`model_linkage`.
+  :func:`neighbor_agreement`, :func:`model_linkage`,
+  :func:`embedding_dimensionality`.
 - Fingerprints: :func:`calibrate_fingerprint_threshold`, :func:`match_models`;
   on shared queries, :func:`score_disagreement`,
   :func:`calibrate_score_threshold`, :func:`match_models_by_scores`.
@@ -23,6 +24,7 @@ from ._cost import calibrate_cost_weight, cost_quality_curve
 from ._fingerprint import calibrate_fingerprint_threshold, match_models
 from ._geometry import (
     distance_disagreement_correlation,
+    embedding_dimensionality,
     model_linkage,
     neighbor_agreement,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "cost_quality_curve",
     "distance_disagreement_correlation",
     "embed_profile",
+    "embedding_dimensionality",
     "fallback_order",
     "fallback_routing_accuracy",
     "match_models",

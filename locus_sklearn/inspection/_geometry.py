@@ -8,6 +8,8 @@ from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
 from ._common import (
+    as_pool,
+    as_pool_for_evals,
     disagreement,
     neighbor_order,
     pool_distances,
@@ -15,7 +17,12 @@ from ._common import (
 )
 from ._neighbors import _check_k
 
-__all__ = ["distance_disagreement_correlation", "model_linkage", "neighbor_agreement"]
+__all__ = [
+    "distance_disagreement_correlation",
+    "embedding_dimensionality",
+    "model_linkage",
+    "neighbor_agreement",
+]
 
 _LINKAGE_METHODS = ("single", "complete", "average", "weighted", "ward")
 
@@ -182,6 +189,102 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
             }
         )
     return pd.DataFrame.from_records(records)
+
+
+def embedding_dimensionality(embeddings, evals=None, *, names=None):
+    """How many directions the models' embeddings use, and whether the first
+    is overall strength.
+
+    The *participation ratio* of the centred embeddings, (Σλ)² / Σλ² over
+    the variances λ of their principal components, counts the directions
+    the pool spreads along: 1 when every model lies on one line, d when the
+    spread is even in d directions. An embedding that carries only how good
+    each model is has a ratio near 1, a first component with nearly all the
+    variance, and that component tracks each model's mean score; neighbours,
+    families and portfolios read from such an embedding see strength alone.
+    (Where the models were scored on common queries,
+    :func:`score_disagreement` compares what they answered instead.)
+
+    Parameters
+    ----------
+    embeddings : fitted router or array-like of shape (n_models, d)
+        A router with ``model_embeddings_`` and ``classes_``, or embeddings
+        of at least two models.
+    evals : DataFrame or mapping of columns, default=None
+        Scored evaluations (``model``, ``query``, ``score``) of the pool's
+        models, for ``strength_correlation``; None leaves it out.
+    names : array-like of shape (n_models,), default=None
+        Model names of an array's rows. None matches the rows to the models
+        of ``evals`` in sorted order (the row order of
+        ``LocusEmbedder.transform(evals)``).
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``participation_ratio`` (float in [1, min(n_models - 1, d)], 0.0 when
+        the embeddings do not vary); ``explained_variance_ratio`` (ndarray of
+        shape (min(n_models - 1, d),), each principal component's share of
+        the variance, largest first: the quantity of
+        :class:`~sklearn.decomposition.PCA`'s ``explained_variance_ratio_``);
+        ``relative_spread`` (mean distance of a model from the mean
+        embedding over the mean embedding's norm: how far apart the models
+        are against what they share, ``inf`` when the mean is 0);
+        ``strength_correlation`` (absolute Pearson correlation of the first
+        component with each model's mean score in ``evals``; None without
+        ``evals``, or when either does not vary).
+
+    Examples
+    --------
+    >>> from locus_sklearn.inspection import embedding_dimensionality
+    >>> Z = [[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]]  # three models on a line
+    >>> result = embedding_dimensionality(Z)
+    >>> result.participation_ratio, result.explained_variance_ratio.tolist()
+    (1.0, [1.0, 0.0])
+    >>> evals = {"model": ["a", "a", "b", "b", "c", "c"],
+    ...          "query": ["q1", "q2"] * 3, "score": [0, 0, 1, 0, 1, 1]}
+    >>> round(embedding_dimensionality(Z, evals).strength_correlation, 6)
+    1.0
+    """
+    if evals is None:
+        Z, names = as_pool(embeddings, names)
+        table = None
+    else:
+        Z, names, table = as_pool_for_evals(embeddings, evals, names)
+    if len(Z) < 2:
+        raise ValueError(
+            f"embeddings has {len(Z)} model; the spread of a pool needs at least 2."
+        )
+    centred = Z - Z.mean(axis=0)
+    # Singular values of the centred rows: the principal components'
+    # variances up to a common factor, which the ratios do not see.
+    variance = np.square(np.linalg.svd(centred, compute_uv=False))
+    variance = variance[: min(len(Z) - 1, Z.shape[1])]
+    total = float(variance.sum())
+    shares = variance / total if total > 0 else np.zeros_like(variance)
+    ratio = float(total**2 / np.square(variance).sum()) if total > 0 else 0.0
+    mean_norm = float(np.linalg.norm(Z.mean(axis=0)))
+    spread = float(np.linalg.norm(centred, axis=1).mean())
+    relative = spread / mean_norm if mean_norm > 0 else float("inf")
+    correlation = None
+    if table is not None and total > 0:
+        first = centred @ np.linalg.svd(centred, full_matrices=False)[2][0]
+        dense = table.to_dense(names)
+        answered = ~np.isnan(dense)
+        if not answered.any(axis=0).all():
+            missing = names[~answered.any(axis=0)][0]
+            raise ValueError(
+                f"evals has no score for model {missing!r} of the embeddings; "
+                "strength_correlation needs every model's mean score."
+            )
+        strength = np.nanmean(dense, axis=0)
+        if np.ptp(first) > 0 and np.ptp(strength) > 0:
+            correlation = float(abs(stats.pearsonr(first, strength).statistic))
+    return Bunch(
+        participation_ratio=ratio,
+        explained_variance_ratio=shares,
+        relative_spread=relative,
+        strength_correlation=correlation,
+    )
 
 
 def model_linkage(embeddings, *, method="average", metric="euclidean"):
