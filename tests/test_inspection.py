@@ -338,6 +338,8 @@ def test_embedding_dimensionality_by_hand(router, pool):
     flat = embedding_dimensionality([[1.0, 2.0]] * 3)
     assert flat.participation_ratio == 0.0 and flat.strength_correlation is None
     assert not np.isnan(flat.explained_variance_ratio).any()
+    assert flat.relative_spread == 0.0
+    assert embedding_dimensionality([[0.0, 0.0]] * 2).relative_spread == 0.0
     # A router and its evaluations.
     fitted = embedding_dimensionality(router, pool.evals)
     assert 1.0 <= fitted.participation_ratio <= router.model_embeddings_.shape[1]

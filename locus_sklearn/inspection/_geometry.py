@@ -228,7 +228,8 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
         :class:`~sklearn.decomposition.PCA`'s ``explained_variance_ratio_``);
         ``relative_spread`` (mean distance of a model from the mean
         embedding over the mean embedding's norm: how far apart the models
-        are against what they share, ``inf`` when the mean is 0);
+        are against what they share; ``inf`` when the mean is 0 and the
+        models are not);
         ``strength_correlation`` (absolute Pearson correlation of the first
         component with each model's mean score in ``evals``; None without
         ``evals``, or when either does not vary).
@@ -254,20 +255,8 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
         raise ValueError(
             f"embeddings has {len(Z)} model; the spread of a pool needs at least 2."
         )
-    centred = Z - Z.mean(axis=0)
-    # Singular values of the centred rows: the principal components'
-    # variances up to a common factor, which the ratios do not see.
-    variance = np.square(np.linalg.svd(centred, compute_uv=False))
-    variance = variance[: min(len(Z) - 1, Z.shape[1])]
-    total = float(variance.sum())
-    shares = variance / total if total > 0 else np.zeros_like(variance)
-    ratio = float(total**2 / np.square(variance).sum()) if total > 0 else 0.0
-    mean_norm = float(np.linalg.norm(Z.mean(axis=0)))
-    spread = float(np.linalg.norm(centred, axis=1).mean())
-    relative = spread / mean_norm if mean_norm > 0 else float("inf")
-    correlation = None
-    if table is not None and total > 0:
-        first = centred @ np.linalg.svd(centred, full_matrices=False)[2][0]
+    strength = None
+    if table is not None:
         dense = table.to_dense(names)
         answered = ~np.isnan(dense)
         if not answered.any(axis=0).all():
@@ -277,6 +266,23 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
                 "strength_correlation needs every model's mean score."
             )
         strength = np.nanmean(dense, axis=0)
+    centred = Z - Z.mean(axis=0)
+    # The centred rows' squared singular values are the principal
+    # components' variances up to a common factor, which the ratios drop.
+    _, singular, components = np.linalg.svd(centred, full_matrices=False)
+    variance = np.square(singular)[: min(len(Z) - 1, Z.shape[1])]
+    total = float(variance.sum())
+    shares = variance / total if total > 0 else np.zeros_like(variance)
+    ratio = float(total**2 / np.square(variance).sum()) if total > 0 else 0.0
+    mean_norm = float(np.linalg.norm(Z.mean(axis=0)))
+    spread = float(np.linalg.norm(centred, axis=1).mean())
+    if spread == 0:
+        relative = 0.0
+    else:
+        relative = spread / mean_norm if mean_norm > 0 else float("inf")
+    correlation = None
+    if strength is not None and total > 0:
+        first = centred @ components[0]
         if np.ptp(first) > 0 and np.ptp(strength) > 0:
             correlation = float(abs(stats.pearsonr(first, strength).statistic))
     return Bunch(
