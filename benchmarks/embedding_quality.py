@@ -68,6 +68,7 @@ from locus_sklearn.inspection import (  # noqa: E402
     fallback_routing_accuracy,
     score_disagreement,
 )
+from locus_sklearn.inspection._geometry import spread_of  # noqa: E402
 from locus_sklearn.metrics import oracle_accuracy, routing_accuracy  # noqa: E402
 
 POOLS = ("bfcl", "shaberi", "mmlu-open", "mmlu-all", "routerbench", "specialists")
@@ -192,28 +193,21 @@ def _family_groups(family, models):
 
 
 # ----------------------------------------------------------- geometry
-def centred(Z):
-    Z = np.asarray(Z, dtype=np.float64)
-    return Z - Z.mean(0)
-
-
 def geometry(Z, strength):
-    C = centred(Z)
-    s = np.linalg.svd(C, compute_uv=False)
-    lam = s**2
-    pr = float(lam.sum() ** 2 / (lam**2).sum()) if lam.sum() > 0 else 0.0
-    u = np.linalg.svd(C, full_matrices=False)[0][:, 0]
-    corr = np.corrcoef(u, strength)[0, 1] if np.std(u) > 0 else 0.0
+    """The package's spread measures (``embedding_dimensionality``) under the
+    harness's names."""
+    Z = np.asarray(Z, dtype=np.float64)
+    r = spread_of(Z, np.asarray(strength, dtype=np.float64))
     # The centred geometry hides how far apart the models are: relative to
     # what every model shares, the LOCUS embeddings can differ by 0.1 %.
-    Z = np.asarray(Z, dtype=np.float64)
     common = float(np.linalg.norm(Z.mean(0)))
-    spread = float(np.linalg.norm(C, axis=1).mean())
     return {
-        "participation_ratio": pr,
-        "first_share": float(lam[0] / lam.sum()) if lam.sum() > 0 else 1.0,
-        "abs_corr_strength": float(abs(corr)),
-        "relative_spread": spread / common if common > 0 else None,
+        "participation_ratio": r.participation_ratio,
+        "first_share": (
+            float(r.explained_variance_ratio[0]) if r.participation_ratio else 1.0
+        ),
+        "abs_corr_strength": r.strength_correlation or 0.0,
+        "relative_spread": r.relative_spread if common > 0 else None,
     }
 
 

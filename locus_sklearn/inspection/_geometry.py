@@ -7,6 +7,7 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
+from .._shrinkage import mean_scores
 from ._common import (
     as_pool,
     as_pool_for_evals,
@@ -257,15 +258,20 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
         )
     strength = None
     if table is not None:
-        dense = table.to_dense(names)
-        answered = ~np.isnan(dense)
-        if not answered.any(axis=0).all():
-            missing = names[~answered.any(axis=0)][0]
+        strength = pd.Series(mean_scores(table), index=table.models).reindex(names)
+        if strength.isna().any():
             raise ValueError(
-                f"evals has no score for model {missing!r} of the embeddings; "
-                "strength_correlation needs every model's mean score."
+                f"evals has no score for model {strength.index[strength.isna()][0]!r} "
+                "of the embeddings; strength_correlation needs every model's mean "
+                "score."
             )
-        strength = np.nanmean(dense, axis=0)
+        strength = strength.to_numpy()
+    return spread_of(Z, strength)
+
+
+def spread_of(Z, strength=None):
+    """:func:`embedding_dimensionality` of embeddings ``Z`` (n_models, d) as
+    float64, with each model's mean score ``strength`` (n_models,) or None."""
     centred = Z - Z.mean(axis=0)
     # The centred rows' squared singular values are the principal
     # components' variances up to a common factor, which the ratios drop.
