@@ -493,10 +493,10 @@ def cmd_match(args):
                 f"than --min-shared {args.min_shared}: score it on more of the known "
                 "queries, or lower --min-shared."
             )
-        n_known = known["query"].nunique()
+        n_evals = min(n_evals, known["query"].nunique())
         calibration = calibrate_score_threshold(
             known,
-            n_evals=min(n_evals, n_known),
+            n_evals=n_evals,
             false_match_rate=args.false_match_rate,
             min_shared=args.min_shared,
             random_state=args.random_state,
@@ -505,7 +505,7 @@ def cmd_match(args):
         note(
             f"threshold {threshold:.4f}: lets {calibration.false_match_rate:.1%} of "
             f"the pairs of different known models through on random sets of "
-            f"{min(n_evals, n_known)} known queries (target {args.false_match_rate:.1%})"
+            f"{n_evals} known queries (target {args.false_match_rate:.1%})"
         )
     table = match_models_by_scores(
         endpoints, known, threshold=threshold, min_shared=args.min_shared
