@@ -39,6 +39,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 
 import numpy as np
 
@@ -87,6 +88,23 @@ def run_seed(data, seed, ns):
     probe.fit(unit_encodings(data, train_q), fp.task_of[train_q].to_numpy())
     true_task = fp.task_of[split.test_queries].to_numpy()
     predicted = probe.predict(unit_encodings(data, split.test_queries))
+    # What a router that knows queries by their encodings alone can see of the
+    # models: each model's rows kernel-smoothed at every test query (the probe
+    # profile's smoother, fp.profile_at), then the same with the task appended
+    # to every encoding. Its split-half ratio is the dimension of the models'
+    # differences that the encodings make visible: the label-free ceiling of
+    # the participation-ratio target.
+    tasked = eq.with_task_features(data, 1.0)
+    smoothers = {
+        "label-free profile": partial(
+            fp.profile_at, probes=unit_encodings(data, split.test_queries)
+        ),
+        "profile, task visible": partial(
+            fp.profile_at,
+            probes=unit_encodings(tasked, split.test_queries),
+            encodings=tasked.encodings,
+        ),
+    }
     task_seen = fp.task_of.copy()
     task_seen[split.test_queries] = predicted
     out = {
@@ -119,13 +137,22 @@ def run_seed(data, seed, ns):
         }
         profile = fp.task_profile(train)
         centred = profile - profile.mean(0)
-        out["by_n"][str(n)] = {
+        cell = {
             "routing": best,
             "profile_pr": participation_ratio(centred.T @ centred),
             "profile_split_half_pr": split_half_pr(
                 fp.task_profile, train, np.random.default_rng([seed, 53])
             ),
         }
+        for key, smoothed in smoothers.items():
+            P = smoothed(train)
+            best[f"argmax of the {key}"] = routing_accuracy(y, P.T)
+            P = P - P.mean(0)
+            cell[f"{key} PR"] = participation_ratio(P.T @ P)
+            cell[f"{key} split-half PR"] = split_half_pr(
+                smoothed, train, np.random.default_rng([seed, 53])
+            )
+        out["by_n"][str(n)] = cell
     return out
 
 
@@ -142,8 +169,7 @@ def summarise(runs):
         rs = [r["by_n"][n] for r in runs]
         out["by_n"][n] = {
             "routing": {k: ms([r["routing"][k] for r in rs]) for k in rs[0]["routing"]},
-            "profile_pr": ms([r["profile_pr"] for r in rs]),
-            "profile_split_half_pr": ms([r["profile_split_half_pr"] for r in rs]),
+            **{k: ms([r[k] for r in rs]) for k in rs[0] if k != "routing"},
         }
     return out
 
@@ -187,10 +213,14 @@ def markdown(results):
                 + " | ".join(fmt(s["by_n"][n]["routing"][key]) for n in ns)
                 + " |"
             )
-        for key, label in (
-            ("profile_pr", "per-task profile PR"),
-            ("profile_split_half_pr", "per-task profile split-half PR"),
-        ):
+        labels = {
+            "profile_pr": "per-task profile PR",
+            "profile_split_half_pr": "per-task profile split-half PR",
+        }
+        for key in s["by_n"][ns[0]]:
+            if key == "routing":
+                continue
+            label = labels.get(key, key)
             lines.append(
                 f"| {label} | "
                 + " | ".join(fmt(s["by_n"][n][key], 2) for n in ns)
