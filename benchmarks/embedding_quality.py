@@ -285,22 +285,24 @@ class Fingerprints:
     def probe_profile(self, rows):
         return self.profile_at(rows, self.probes)
 
-    def profile_at(self, rows, probes, encodings=None):
+    def profile_at(self, rows, probes, encodings=None, bandwidth=None):
         """Each model's kernel-smoothed score at each unit-norm probe, (M, P).
 
         The weight of a row is exp((cos − 1) / bandwidth), and one
         pseudo-row at the model's mean score keeps probes far from every row
         at that mean. ``encodings`` (query -> vector, default the pool's)
-        lets a caller smooth in another space, e.g. with the task appended.
+        lets a caller smooth in another space, e.g. with the task appended;
+        ``bandwidth`` defaults to the probe profile's.
         """
         encodings = self.encodings if encodings is None else encodings
+        bandwidth = self.bandwidth if bandwidth is None else bandwidth
         out = np.zeros((len(self.models), len(probes)))
         for i, (m, g) in enumerate(rows.groupby("model")):
             assert m == self.models[i]
             X = np.stack([encodings[q] for q in g["query"]]).astype(float)
             X /= np.linalg.norm(X, axis=1, keepdims=True)
             y = g["score"].to_numpy(float)
-            w = np.exp((probes @ X.T - 1) / self.bandwidth)  # (P, n)
+            w = np.exp((probes @ X.T - 1) / bandwidth)  # (P, n)
             out[i] = (w @ y + y.mean()) / (w.sum(1) + 1)
         return out
 

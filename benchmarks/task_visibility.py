@@ -23,7 +23,14 @@ minutes on two cores):
   the eigenvalues of the symmetrised cross-covariance of the two halves'
   centred profiles. Sampling noise is independent between halves, so it
   drops out of the cross-covariance: this is the dimension of the profile's
-  signal, which the plain ratio overstates when each task has few rows.
+  signal, which the plain ratio overstates when each task has few rows;
+- the same two ratios, routing by the argmax and self-identification for
+  *label-free* profiles: each model's rows kernel-smoothed at every test query
+  from the encodings alone (two bandwidths), against the same smoother with
+  the task appended to the encodings and the per-task profile read at every
+  test query. What the encodings let any label-free fingerprint see of the
+  models is the reference for the embedding's participation-ratio and
+  self-identification targets.
 
 Usage::
 
@@ -90,20 +97,47 @@ def run_seed(data, seed, ns):
     predicted = probe.predict(unit_encodings(data, split.test_queries))
     # What a router that knows queries by their encodings alone can see of the
     # models: each model's rows kernel-smoothed at every test query (the probe
-    # profile's smoother, fp.profile_at), then the same with the task appended
-    # to every encoding. Its split-half ratio is the dimension of the models'
-    # differences that the encodings make visible: the label-free ceiling of
-    # the participation-ratio target.
+    # profile's smoother, fp.profile_at, at its bandwidth and a narrower one),
+    # then the same with the task appended to every encoding. Its split-half
+    # ratio is the dimension of the models' differences that the encodings
+    # make visible: the label-free reference for the participation-ratio
+    # target. Beside it the per-task profile read at every test query (each
+    # query gets its task's column): the task profile weighted by how many
+    # queries each task has, as a query-level profile weighs them.
     tasked = eq.with_task_features(data, 1.0)
+    test_task = np.searchsorted(fp.tasks, fp.task_of[split.test_queries].to_numpy())
     smoothers = {
+        "per-task profile at the test queries": lambda r: fp.task_profile(r)[
+            :, test_task
+        ],
         "label-free profile": partial(
             fp.profile_at, probes=unit_encodings(data, split.test_queries)
+        ),
+        "label-free profile, bandwidth 0.03": partial(
+            fp.profile_at,
+            probes=unit_encodings(data, split.test_queries),
+            bandwidth=0.03,
         ),
         "profile, task visible": partial(
             fp.profile_at,
             probes=unit_encodings(tasked, split.test_queries),
             encodings=tasked.encodings,
         ),
+    }
+    # Self-identification (embedding_quality.py's measure and disjoint sets)
+    # of each profile, the per-task one included.
+    pairs = {
+        k: eq.pair_sets(split, k, np.random.default_rng([seed, 31, k]))
+        for k in eq.SELF_NS
+    }
+    self_id = {
+        name: {
+            str(k): eq.self_identification(f(a), f(b))
+            for k, ab in pairs.items()
+            if ab is not None
+            for a, b in [ab]
+        }  # fmt: skip
+        for name, f in {"per-task profile": fp.task_profile, **smoothers}.items()
     }
     task_seen = fp.task_of.copy()
     task_seen[split.test_queries] = predicted
@@ -114,6 +148,7 @@ def run_seed(data, seed, ns):
         "majority_share": float(
             fp.task_of[train_q].value_counts(normalize=True).iloc[0]
         ),
+        "self_id": self_id,
         "by_n": {},
     }
     for n in ns:
@@ -163,6 +198,10 @@ def summarise(runs):
     out = {
         "probe_accuracy": ms([r["probe_accuracy"] for r in runs]),
         "majority_share": ms([r["majority_share"] for r in runs]),
+        "self_id": {
+            name: {k: ms([r["self_id"][name][k] for r in runs]) for k in ks}
+            for name, ks in runs[0]["self_id"].items()
+        },
         "by_n": {},
     }
     for n in runs[0]["by_n"]:
@@ -187,7 +226,13 @@ def markdown(results):
         "of the task the probe predicts (chosen on the same n rows per model). "
         "*Split-half PR*: participation ratio of the cross-covariance of per-task "
         "profiles from two disjoint halves of each model's rows (sampling noise "
-        "cancels).",
+        "cancels). *Label-free profile*: each model's rows kernel-smoothed at every "
+        "test query from the encodings alone (weights exp((cos − 1) / bandwidth), "
+        "bandwidth 0.1 unless stated, the probe profile's smoother); *task visible*: "
+        "the same with one-hot(task) appended to every encoding; *per-task profile at "
+        "the test queries*: each test query reads its task's column, so tasks weigh "
+        "by their number of queries. *Self-identification*: whose nearest profile "
+        "(centred cosine) from the other set is its own, as in `embedding_quality.py`.",
         "",
     ]
     for pool, r in results.items():
@@ -226,6 +271,17 @@ def markdown(results):
                 + " | ".join(fmt(s["by_n"][n][key], 2) for n in ns)
                 + " |"
             )
+        ks = sorted({k for v in s["self_id"].values() for k in v}, key=int)
+        lines += [
+            "",
+            "| self-identification from two disjoint sets of k rows | "
+            + " | ".join(f"k = {k}" for k in ks)
+            + " |",
+            "|---|" + "---|" * len(ks),
+        ]
+        for name, v in s["self_id"].items():
+            cells = (fmt(v[k], 2) if k in v else "–" for k in ks)
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 

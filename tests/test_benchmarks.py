@@ -764,3 +764,28 @@ def test_serve_load_threaded_clients_send_each_request_once():
     assert sorted(seen) == sorted(queries[(3 + i) % 10] for i in range(25))
     # q4 is request 1, 11 and 21 (offset 3): three failures, each named.
     assert failures == ["HTTP 500: b'{}'"] * 3
+
+
+def test_profile_at_hand_computed(quality):
+    """Kernel smoothing at a probe, with one pseudo-row at the model's mean."""
+    fp = SimpleNamespace(
+        models=np.array(["a", "b"]),
+        encodings={"q1": np.array([2.0, 0.0]), "q2": np.array([0.0, 3.0])},
+        bandwidth=0.1,
+    )
+    rows = pd.DataFrame(
+        {
+            "model": ["a", "a", "b"],
+            "query": ["q1", "q2", "q2"],
+            "score": [1.0, 0.0, 1.0],
+        }
+    )
+    probes = np.array([[1.0, 0.0], [0.0, 1.0]])
+    out = quality.Fingerprints.profile_at(fp, rows, probes)
+    far = np.exp(-10.0)  # cos 0 at bandwidth 0.1
+    expected_a = [(1 + 0.5) / (1 + far + 1), (far + 0.5) / (far + 1 + 1)]
+    expected_b = [(far + 1) / (far + 1), (1 + 1) / (1 + 1)]
+    np.testing.assert_allclose(out, [expected_a, expected_b])
+    # A narrower bandwidth reads the nearest row more and the far one less.
+    narrow = quality.Fingerprints.profile_at(fp, rows, probes, bandwidth=0.01)
+    assert narrow[0, 0] > out[0, 0] and narrow[0, 1] < out[0, 1]
