@@ -306,6 +306,22 @@ class Fingerprints:
             out[i] = (w @ y + y.mean()) / (w.sum(1) + 1)
         return out
 
+    def knn_profile_at(self, rows, probes, k, encodings=None):
+        """Each model's mean score over its ``k`` rows nearest each unit-norm
+        probe (cosine), (M, P): a local average with no pull toward the
+        model's mean, unlike :meth:`profile_at`'s pseudo-row."""
+        encodings = self.encodings if encodings is None else encodings
+        out = np.zeros((len(self.models), len(probes)))
+        for i, (m, g) in enumerate(rows.groupby("model")):
+            assert m == self.models[i]
+            X = np.stack([encodings[q] for q in g["query"]]).astype(float)
+            X /= np.linalg.norm(X, axis=1, keepdims=True)
+            y = g["score"].to_numpy(float)
+            kk = min(k, len(y))
+            near = np.argpartition(-(probes @ X.T), kk - 1, axis=1)[:, :kk]
+            out[i] = y[near].mean(1)
+        return out
+
     def raw_scores(self, rows):
         wide = rows.pivot_table(index="model", columns="query", values="score")
         wide = wide.reindex(self.models)

@@ -25,10 +25,11 @@ minutes on two cores):
   drops out of the cross-covariance: this is the dimension of the profile's
   signal, which the plain ratio overstates when each task has few rows;
 - the same two ratios, routing by the argmax and self-identification for
-  *label-free* profiles: each model's rows kernel-smoothed at every test query
-  from the encodings alone (two bandwidths), against the same smoother with
-  the task appended to the encodings and the per-task profile read at every
-  test query. What the encodings let any label-free fingerprint see of the
+  *label-free* profiles: each model's rows averaged near every test query
+  from the encodings alone (the probe profile's kernel smoother, and the mean
+  of the model's 16 or 64 nearest rows), against the 16 nearest with the task
+  appended to the encodings and the per-task profile read at every test
+  query. What the encodings let any label-free fingerprint see of the
   models is the reference for the embedding's participation-ratio and
   self-identification targets.
 
@@ -96,32 +97,33 @@ def run_seed(data, seed, ns):
     true_task = fp.task_of[split.test_queries].to_numpy()
     predicted = probe.predict(unit_encodings(data, split.test_queries))
     # What a router that knows queries by their encodings alone can see of the
-    # models: each model's rows kernel-smoothed at every test query (the probe
-    # profile's smoother, fp.profile_at, at its bandwidth and a narrower one),
-    # then the same with the task appended to every encoding. Its split-half
-    # ratio is the dimension of the models' differences that the encodings
-    # make visible: the label-free reference for the participation-ratio
-    # target. Beside it the per-task profile read at every test query (each
-    # query gets its task's column): the task profile weighted by how many
-    # queries each task has, as a query-level profile weighs them.
+    # models: each model's rows averaged near every test query, from the
+    # encodings alone, then with the task appended to every encoding. Their
+    # split-half ratio is the dimension of the models' differences that the
+    # encodings make visible: the label-free reference for the
+    # participation-ratio target. The k-nearest-rows averages pull nothing
+    # toward the model's mean; the probe profile's kernel smoother
+    # (fp.profile_at) does, through its pseudo-row. Beside them the per-task
+    # profile read at every test query (each query gets its task's column):
+    # the task profile with tasks weighed by their number of queries, as any
+    # query-level profile weighs them.
     tasked = eq.with_task_features(data, 1.0)
+    test_probes = unit_encodings(data, split.test_queries)
+    tasked_probes = unit_encodings(tasked, split.test_queries)
     test_task = np.searchsorted(fp.tasks, fp.task_of[split.test_queries].to_numpy())
     smoothers = {
         "per-task profile at the test queries": lambda r: fp.task_profile(r)[
             :, test_task
         ],
-        "label-free profile": partial(
-            fp.profile_at, probes=unit_encodings(data, split.test_queries)
-        ),
-        "label-free profile, bandwidth 0.03": partial(
-            fp.profile_at,
-            probes=unit_encodings(data, split.test_queries),
-            bandwidth=0.03,
-        ),
-        "profile, task visible": partial(
-            fp.profile_at,
-            probes=unit_encodings(tasked, split.test_queries),
-            encodings=tasked.encodings,
+        "label-free kernel profile": partial(fp.profile_at, probes=test_probes),
+        **{
+            f"label-free {k}-NN profile": partial(
+                fp.knn_profile_at, probes=test_probes, k=k
+            )
+            for k in (16, 64)
+        },
+        "16-NN profile, task visible": partial(
+            fp.knn_profile_at, probes=tasked_probes, k=16, encodings=tasked.encodings
         ),
     }
     # Self-identification (embedding_quality.py's measure and disjoint sets)
@@ -226,10 +228,12 @@ def markdown(results):
         "of the task the probe predicts (chosen on the same n rows per model). "
         "*Split-half PR*: participation ratio of the cross-covariance of per-task "
         "profiles from two disjoint halves of each model's rows (sampling noise "
-        "cancels). *Label-free profile*: each model's rows kernel-smoothed at every "
-        "test query from the encodings alone (weights exp((cos − 1) / bandwidth), "
-        "bandwidth 0.1 unless stated, the probe profile's smoother); *task visible*: "
-        "the same with one-hot(task) appended to every encoding; *per-task profile at "
+        "cancels). *Label-free kernel profile*: each model's rows kernel-smoothed at "
+        "every test query from the encodings alone (the probe profile's smoother: "
+        "weights exp((cos − 1) / 0.1) and one pseudo-row at the model's mean score); "
+        "*label-free k-NN profile*: the mean score of the model's k rows nearest each "
+        "test query (cosine of the encodings); *task visible*: the same with "
+        "one-hot(task) appended to every encoding; *per-task profile at "
         "the test queries*: each test query reads its task's column, so tasks weigh "
         "by their number of queries. *Self-identification*: whose nearest profile "
         "(centred cosine) from the other set is its own, as in `embedding_quality.py`.",

@@ -789,3 +789,24 @@ def test_profile_at_hand_computed(quality):
     # A narrower bandwidth reads the nearest row more and the far one less.
     narrow = quality.Fingerprints.profile_at(fp, rows, probes, bandwidth=0.01)
     assert narrow[0, 0] > out[0, 0] and narrow[0, 1] < out[0, 1]
+
+
+def test_knn_profile_at_hand_computed(quality):
+    """The mean score of each model's k rows nearest the probe, no prior."""
+    fp = SimpleNamespace(
+        models=np.array(["a"]),
+        encodings={
+            "q1": np.array([1.0, 0.0]),
+            "q2": np.array([0.8, 0.6]),
+            "q3": np.array([0.0, 1.0]),
+        },
+    )
+    rows = pd.DataFrame(
+        {"model": ["a"] * 3, "query": ["q1", "q2", "q3"], "score": [1.0, 0.0, 0.0]}
+    )
+    probes = np.array([[1.0, 0.0], [0.0, 1.0]])
+    knn = quality.Fingerprints.knn_profile_at
+    np.testing.assert_allclose(knn(fp, rows, probes, k=1), [[1.0, 0.0]])
+    np.testing.assert_allclose(knn(fp, rows, probes, k=2), [[0.5, 0.0]])
+    # k beyond the model's rows: its mean score everywhere.
+    np.testing.assert_allclose(knn(fp, rows, probes, k=10), [[1 / 3, 1 / 3]])
