@@ -81,6 +81,10 @@ VARIANTS = {
     "baseline": {},
     "embedding-only": {"kernel_readout": False},
     "profile": {"n_profile_regions": 16},
+    # The profile head over 64 regions of the query encodings (session 21,
+    # fixed before the run): local enough that a region holds about 1/64 of a
+    # model's rows, as the 16-NN profile's neighbourhoods do at 1,024 rows.
+    "profile-64": {"n_profile_regions": 64},
     "embedding-only+profile": {"kernel_readout": False, "n_profile_regions": 16},
     "standardized": {"standardize_embedding": True},
     "embedding-only+standardized": {
@@ -247,6 +251,23 @@ def similarity_recall(S, models, groups):
     }
 
 
+def participation_ratio(C):
+    """(Σλ)² / Σλ² of the eigenvalues of the symmetric part of ``C`` (λ < 0 -> 0)."""
+    w = np.clip(np.linalg.eigvalsh((C + C.T) / 2), 0.0, None)
+    return float(w.sum() ** 2 / (w**2).sum()) if w.sum() > 0 else 0.0
+
+
+def split_half_ratio(Z1, Z2):
+    """Participation ratio of the cross-covariance of two fingerprints of the
+    same models from disjoint rows (rows of ``Z1`` and ``Z2`` are the same
+    models): what varies between sets, not between models, is independent in
+    the two and drops out, so this counts the directions the models differ
+    in, which the plain ratio overstates by every direction of noise."""
+    A = np.asarray(Z1, float) - np.mean(Z1, axis=0)
+    B = np.asarray(Z2, float) - np.mean(Z2, axis=0)
+    return participation_ratio(A.T @ B / len(A))
+
+
 def self_identification(Z1, Z2):
     centre = np.concatenate([Z1, Z2]).mean(0)
     S = cosine_matrix(np.asarray(Z1, float), np.asarray(Z2, float), centre)
@@ -305,6 +326,11 @@ class Fingerprints:
             w = np.exp((probes @ X.T - 1) / bandwidth)  # (P, n)
             out[i] = (w @ y + y.mean()) / (w.sum(1) + 1)
         return out
+
+    def knn_profile(self, rows, k=16):
+        """:meth:`knn_profile_at` at every training query of the split."""
+        P = self.query_probes / np.linalg.norm(self.query_probes, axis=1, keepdims=True)
+        return self.knn_profile_at(rows, P, k)
 
     def knn_profile_at(self, rows, probes, k, encodings=None):
         """Each model's mean score over its ``k`` rows nearest each unit-norm
@@ -462,6 +488,19 @@ def pair_sets(split, n, rng):
         tr.iloc[np.concatenate(a)].reset_index(drop=True),
         tr.iloc[np.concatenate(b)].reset_index(drop=True),
     )
+
+
+def identity_measures(fingerprint, pairs):
+    """Self-identification at every n of ``pairs`` (n -> two disjoint row sets
+    or None) and the split-half participation ratio at the largest n."""
+    out = {"self_id": {}}
+    for k, ab in pairs.items():
+        if ab is not None:
+            Z1, Z2 = fingerprint(ab[0]), fingerprint(ab[1])
+            out["self_id"][str(k)] = self_identification(Z1, Z2)
+            out["split_half_pr"] = split_half_ratio(Z1, Z2)
+            out["split_half_n"] = k
+    return out
 
 
 def _blend_choice(blocks, grid):
@@ -656,6 +695,7 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
         fps = {
             "task-profile": fp.task_profile(train),
             "probe-profile": fp.probe_profile(train),
+            "16-NN-profile": fp.knn_profile(train),
         }
         # Where every model answered the same training queries (all rows, or
         # Shaberi's 256 = all): None when the models do not share queries.
@@ -688,12 +728,9 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
             k: pair_sets(split, k, np.random.default_rng([seed, 31, k]))
             for k in SELF_NS
         }
-        for name in ("task-profile", "probe-profile"):
-            f = getattr(fp, name.replace("-", "_"))
-            res["embeddings"][name]["self_id"] = {
-                str(k): self_identification(f(a), f(b))
-                for k, ab in pairs.items() if ab is not None for a, b in [ab]
-            }  # fmt: skip
+        for name in ("task-profile", "probe-profile", "16-NN-profile"):
+            f = getattr(fp, name.replace("-", "_").replace("16_NN", "knn"))
+            res["embeddings"][name] |= identity_measures(f, pairs)
         for variant in variants:
             tv = time.perf_counter()
             router = fit_locus(data, seed, variant, train)
@@ -705,10 +742,7 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
             emb = geometry(Z, strength) | {
                 "groups": group_recall(Z, split.models, groups)
             }
-            emb["self_id"] = {
-                str(k): self_identification(router.embed(a), router.embed(b))
-                for k, ab in pairs.items() if ab is not None for a, b in [ab]
-            }  # fmt: skip
+            emb |= identity_measures(router.embed, pairs)
             emb["fit_s"] = fit_s
             # LOCUS's predicted profile at the probe-profile's probes, and the
             # same at every training query of the split (the queries the raw
@@ -855,6 +889,7 @@ def summarise(runs):
                 m: _ms([x.get(m) for x in es])
                 for m in (
                     "participation_ratio",
+                    "split_half_pr",
                     "first_share",
                     "abs_corr_strength",
                     "relative_spread",
@@ -905,7 +940,11 @@ def markdown(results):
         "training score; spread = mean distance of a model's embedding from the mean "
         "embedding, over the mean embedding's norm; recall@k = twins (BFCL), siblings (Shaberi) or same-specialty "
         "models (specialists) among the k nearest (cosine, centred); self-id@n = share of "
-        "models whose nearest embedding from a disjoint set of n rows is its own.",
+        "models whose nearest embedding from a disjoint set of n rows is its own; "
+        "split-half PR = participation ratio of the cross-covariance of the two "
+        "embeddings of the largest self-id n (noise between sets cancels). "
+        "16-NN-profile = each model's mean score over its 16 rows nearest each "
+        "training query of the split.",
         "",
     ]
     for pool, res in results.items():
@@ -937,6 +976,7 @@ def markdown(results):
             lines.append("")
             cols = [
                 "participation_ratio",
+                "split_half_pr",
                 "first_share",
                 "abs_corr_strength",
                 "relative_spread",
@@ -958,6 +998,7 @@ def markdown(results):
             present = [c for c in cols if any(c in r for r in s["embeddings"].values())]
             names = {
                 "participation_ratio": "PR",
+                "split_half_pr": "split-half PR",
                 "first_share": "1st",
                 "abs_corr_strength": "abs r",
                 "relative_spread": "spread",

@@ -62,10 +62,7 @@ from locus_sklearn.metrics import routing_accuracy  # noqa: E402
 POOLS = ("bfcl", "shaberi", "mmlu-open", "routerbench")
 
 
-def participation_ratio(C):
-    """(Σλ)² / Σλ² of the eigenvalues of the symmetric part of ``C`` (λ < 0 -> 0)."""
-    w = np.clip(np.linalg.eigvalsh((C + C.T) / 2), 0.0, None)
-    return float(w.sum() ** 2 / (w**2).sum()) if w.sum() > 0 else 0.0
+participation_ratio = eq.participation_ratio
 
 
 def split_half_pr(profile, rows, rng):
@@ -75,9 +72,7 @@ def split_half_pr(profile, rows, rng):
         idx = rng.permutation(idx)
         halves[0].append(idx[: len(idx) // 2])
         halves[1].append(idx[len(idx) // 2 :])
-    A, B = (profile(rows.iloc[np.concatenate(h)]) for h in halves)
-    A, B = A - A.mean(0), B - B.mean(0)
-    return participation_ratio(A.T @ B / len(A))
+    return eq.split_half_ratio(*(profile(rows.iloc[np.concatenate(h)]) for h in halves))
 
 
 def unit_encodings(data, queries):

@@ -810,3 +810,14 @@ def test_knn_profile_at_hand_computed(quality):
     np.testing.assert_allclose(knn(fp, rows, probes, k=2), [[0.5, 0.0]])
     # k beyond the model's rows: its mean score everywhere.
     np.testing.assert_allclose(knn(fp, rows, probes, k=10), [[1 / 3, 1 / 3]])
+
+
+def test_split_half_ratio_hand_computed(quality):
+    Z = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+    # The same fingerprint twice: the plain ratio, two even axes.
+    assert np.isclose(quality.split_half_ratio(Z, Z), 2.0)
+    # The second axis flips between the sets: it is not a way the models
+    # differ, the cross-covariance there is negative and counts as zero.
+    assert np.isclose(quality.split_half_ratio(Z, Z * [1.0, -1.0]), 1.0)
+    # A constant shift of one set is centred away.
+    assert np.isclose(quality.split_half_ratio(Z, Z + 5.0), 2.0)
