@@ -821,3 +821,30 @@ def test_split_half_ratio_hand_computed(quality):
     assert np.isclose(quality.split_half_ratio(Z, Z * [1.0, -1.0]), 1.0)
     # A constant shift of one set is centred away.
     assert np.isclose(quality.split_half_ratio(Z, Z + 5.0), 2.0)
+
+
+def test_whitener_evens_the_pool_directions(quality):
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(4000, 2)) * [2.0, 0.5] + [3.0, -1.0]
+    white = quality.whitener(Z)(Z)
+    np.testing.assert_allclose(white.mean(0), 0.0, atol=1e-9)
+    # Ledoit-Wolf shrinks little with 4,000 samples in 2-d: close to identity.
+    np.testing.assert_allclose(np.cov(white.T, bias=True), np.eye(2), atol=0.05)
+
+
+def test_whitened_measures_read_the_pools_whitening(quality):
+    """Retrieval and self-identification of the whitened fingerprints: the
+    plain measures of the fingerprints mapped through the pool's whitener."""
+    rng = np.random.default_rng(1)
+    n = 12
+    base = rng.normal(0, [10.0, 1.0, 0.3], (n, 3))
+    sets = [base + rng.normal(0, 0.1, (n, 3)) for _ in range(2)]
+    models = [f"m{i}" for i in range(n)]
+    groups = {"g": ["m0", "m1"], "h": ["m2", "m3", "m4"]}
+    pairs = {64: (0, 1), 128: None}
+    got = quality.whitened_measures(base, sets.__getitem__, pairs, models, groups)
+    white = quality.whitener(base)
+    assert got["groups"] == quality.group_recall(white(base), models, groups)
+    expected = quality.identity_measures(lambda i: white(sets[i]), pairs)
+    assert got["self_id"] == expected["self_id"] and list(got["self_id"]) == ["64"]
+    assert "split_half_pr" not in got  # whitening evens the directions
