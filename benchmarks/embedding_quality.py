@@ -721,11 +721,12 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
             scores[name] = r.fit(train).predict_proba(split.test_queries)
             res["routing"][name] = routing_accuracy(y, scores[name])
         # Fingerprints from the same rows.
-        fps = {
-            "task-profile": fp.task_profile(train),
-            "probe-profile": fp.probe_profile(train),
-            "16-NN-profile": fp.knn_profile(train),
+        fingerprints = {
+            "task-profile": fp.task_profile,
+            "probe-profile": fp.probe_profile,
+            "16-NN-profile": fp.knn_profile,
         }
+        fps = {name: f(train) for name, f in fingerprints.items()}
         # Where every model answered the same training queries (all rows, or
         # Shaberi's 256 = all): None when the models do not share queries.
         raw = fp.raw_scores(train)
@@ -757,8 +758,7 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
             k: pair_sets(split, k, np.random.default_rng([seed, 31, k]))
             for k in SELF_NS
         }
-        for name in ("task-profile", "probe-profile", "16-NN-profile"):
-            f = getattr(fp, name.replace("-", "_").replace("16_NN", "knn"))
+        for name, f in fingerprints.items():
             res["embeddings"][name] |= identity_measures(f, pairs)
             res["embeddings"][f"{name} whitened"] = whitened_measures(
                 fps[name], f, pairs, split.models, groups

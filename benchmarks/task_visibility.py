@@ -128,12 +128,7 @@ def run_seed(data, seed, ns):
         for k in eq.SELF_NS
     }
     self_id = {
-        name: {
-            str(k): eq.self_identification(f(a), f(b))
-            for k, ab in pairs.items()
-            if ab is not None
-            for a, b in [ab]
-        }  # fmt: skip
+        name: eq.identity_measures(f, pairs)["self_id"]
         for name, f in {"per-task profile": fp.task_profile, **smoothers}.items()
     }
     task_seen = fp.task_of.copy()
