@@ -315,17 +315,22 @@ class Fingerprints:
         lets a caller smooth in another space, e.g. with the task appended;
         ``bandwidth`` defaults to the probe profile's.
         """
-        encodings = self.encodings if encodings is None else encodings
         bandwidth = self.bandwidth if bandwidth is None else bandwidth
         out = np.zeros((len(self.models), len(probes)))
+        for i, X, y in self._unit_rows(rows, encodings):
+            w = np.exp((probes @ X.T - 1) / bandwidth)  # (P, n)
+            out[i] = (w @ y + y.mean()) / (w.sum(1) + 1)
+        return out
+
+    def _unit_rows(self, rows, encodings=None):
+        """(model index, unit-norm encodings (n, F), scores (n,)) per model of
+        ``rows``, in the order of ``self.models``."""
+        encodings = self.encodings if encodings is None else encodings
         for i, (m, g) in enumerate(rows.groupby("model")):
             assert m == self.models[i]
             X = np.stack([encodings[q] for q in g["query"]]).astype(float)
             X /= np.linalg.norm(X, axis=1, keepdims=True)
-            y = g["score"].to_numpy(float)
-            w = np.exp((probes @ X.T - 1) / bandwidth)  # (P, n)
-            out[i] = (w @ y + y.mean()) / (w.sum(1) + 1)
-        return out
+            yield i, X, g["score"].to_numpy(float)
 
     def knn_profile(self, rows, k=16):
         """:meth:`knn_profile_at` at every training query of the split."""
@@ -336,13 +341,8 @@ class Fingerprints:
         """Each model's mean score over its ``k`` rows nearest each unit-norm
         probe (cosine), (M, P): a local average with no pull toward the
         model's mean, unlike :meth:`profile_at`'s pseudo-row."""
-        encodings = self.encodings if encodings is None else encodings
         out = np.zeros((len(self.models), len(probes)))
-        for i, (m, g) in enumerate(rows.groupby("model")):
-            assert m == self.models[i]
-            X = np.stack([encodings[q] for q in g["query"]]).astype(float)
-            X /= np.linalg.norm(X, axis=1, keepdims=True)
-            y = g["score"].to_numpy(float)
+        for i, X, y in self._unit_rows(rows, encodings):
             kk = min(k, len(y))
             near = np.argpartition(-(probes @ X.T), kk - 1, axis=1)[:, :kk]
             out[i] = y[near].mean(1)

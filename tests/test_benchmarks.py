@@ -766,9 +766,17 @@ def test_serve_load_threaded_clients_send_each_request_once():
     assert failures == ["HTTP 500: b'{}'"] * 3
 
 
+def _fingerprints(quality, **attributes):
+    """A Fingerprints with the given attributes, without a pool to build it."""
+    fp = quality.Fingerprints.__new__(quality.Fingerprints)
+    vars(fp).update(attributes)
+    return fp
+
+
 def test_profile_at_hand_computed(quality):
     """Kernel smoothing at a probe, with one pseudo-row at the model's mean."""
-    fp = SimpleNamespace(
+    fp = _fingerprints(
+        quality,
         models=np.array(["a", "b"]),
         encodings={"q1": np.array([2.0, 0.0]), "q2": np.array([0.0, 3.0])},
         bandwidth=0.1,
@@ -781,19 +789,20 @@ def test_profile_at_hand_computed(quality):
         }
     )
     probes = np.array([[1.0, 0.0], [0.0, 1.0]])
-    out = quality.Fingerprints.profile_at(fp, rows, probes)
+    out = fp.profile_at(rows, probes)
     far = np.exp(-10.0)  # cos 0 at bandwidth 0.1
     expected_a = [(1 + 0.5) / (1 + far + 1), (far + 0.5) / (far + 1 + 1)]
     expected_b = [(far + 1) / (far + 1), (1 + 1) / (1 + 1)]
     np.testing.assert_allclose(out, [expected_a, expected_b])
     # A narrower bandwidth reads the nearest row more and the far one less.
-    narrow = quality.Fingerprints.profile_at(fp, rows, probes, bandwidth=0.01)
+    narrow = fp.profile_at(rows, probes, bandwidth=0.01)
     assert narrow[0, 0] > out[0, 0] and narrow[0, 1] < out[0, 1]
 
 
 def test_knn_profile_at_hand_computed(quality):
     """The mean score of each model's k rows nearest the probe, no prior."""
-    fp = SimpleNamespace(
+    fp = _fingerprints(
+        quality,
         models=np.array(["a"]),
         encodings={
             "q1": np.array([1.0, 0.0]),
@@ -805,11 +814,10 @@ def test_knn_profile_at_hand_computed(quality):
         {"model": ["a"] * 3, "query": ["q1", "q2", "q3"], "score": [1.0, 0.0, 0.0]}
     )
     probes = np.array([[1.0, 0.0], [0.0, 1.0]])
-    knn = quality.Fingerprints.knn_profile_at
-    np.testing.assert_allclose(knn(fp, rows, probes, k=1), [[1.0, 0.0]])
-    np.testing.assert_allclose(knn(fp, rows, probes, k=2), [[0.5, 0.0]])
+    np.testing.assert_allclose(fp.knn_profile_at(rows, probes, k=1), [[1.0, 0.0]])
+    np.testing.assert_allclose(fp.knn_profile_at(rows, probes, k=2), [[0.5, 0.0]])
     # k beyond the model's rows: its mean score everywhere.
-    np.testing.assert_allclose(knn(fp, rows, probes, k=10), [[1 / 3, 1 / 3]])
+    np.testing.assert_allclose(fp.knn_profile_at(rows, probes, k=10), [[1 / 3] * 2])
 
 
 def test_split_half_ratio_hand_computed(quality):
