@@ -296,10 +296,19 @@ class Fingerprints:
         self.bandwidth = bandwidth
         self.models = split.models
 
-    def task_profile(self, rows):
+    def task_profile(self, rows, task_of=None):
+        """Each model's mean score per task, (M, T); a task a model has no
+        row of reads its overall mean. ``task_of`` (query -> label, labels
+        0..T-1) replaces the pool's tasks, e.g. by clusters of the encodings."""
         from locus_sklearn.inspection import task_profiles
 
-        P = task_profiles(rows).reindex(index=self.models, columns=self.tasks)
+        if task_of is None:
+            tasks = self.tasks
+        else:  # column i is label i; task_profiles takes string labels
+            tasks = [str(t) for t in range(task_of.max() + 1)]
+            labels = task_of.reindex(rows["query"]).astype(str).to_numpy()
+            rows = rows.assign(task=labels)
+        P = task_profiles(rows).reindex(index=self.models, columns=tasks)
         means = rows.groupby("model")["score"].mean().reindex(self.models)
         return P.apply(lambda col: col.fillna(means)).to_numpy(dtype=float)
 

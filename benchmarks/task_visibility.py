@@ -28,8 +28,9 @@ minutes on two cores):
   *label-free* profiles: each model's rows averaged near every test query
   from the encodings alone (the probe profile's kernel smoother, and the mean
   of the model's 16 or 64 nearest rows), against the 16 nearest with the task
-  appended to the encodings and the per-task profile read at every test
-  query. What the encodings let any label-free fingerprint see of the
+  appended to the encodings, the per-task profile read at every test query,
+  and the same table over 12 k-means clusters of the encodings instead of
+  the tasks. What the encodings let any label-free fingerprint see of the
   models is the reference for the embedding's participation-ratio and
   self-identification targets.
 
@@ -55,6 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import embedding_quality as eq  # noqa: E402
+import headroom  # noqa: E402
 import routing  # noqa: E402  (paths, offline env)
 
 from locus_sklearn.metrics import routing_accuracy  # noqa: E402
@@ -106,10 +108,18 @@ def run_seed(data, seed, ns):
     test_probes = unit_encodings(data, split.test_queries)
     tasked_probes = unit_encodings(tasked, split.test_queries)
     test_task = np.searchsorted(fp.tasks, fp.task_of[split.test_queries].to_numpy())
+    # The per-task profile's label-free twin: the same table over 12 k-means
+    # clusters of the encodings (headroom.py's clusters; 12 = BFCL's number
+    # of categories), read at the test queries.
+    clusters = headroom.encoding_clusters(data, 12, seed)
+    test_cluster = clusters[split.test_queries].to_numpy()
     smoothers = {
         "per-task profile at the test queries": lambda r: fp.task_profile(r)[
             :, test_task
         ],
+        "12-cluster profile at the test queries": lambda r: fp.task_profile(
+            r, clusters
+        )[:, test_cluster],
         "label-free kernel profile": partial(fp.profile_at, probes=test_probes),
         **{
             f"label-free {k}-NN profile": partial(
@@ -225,7 +235,8 @@ def markdown(results):
         "test query (cosine of the encodings); *task visible*: the same with "
         "one-hot(task) appended to every encoding; *per-task profile at "
         "the test queries*: each test query reads its task's column, so tasks weigh "
-        "by their number of queries. *Self-identification*: whose nearest profile "
+        "by their number of queries; *12-cluster profile*: the same over 12 k-means "
+        "clusters of the encodings (no label). *Self-identification*: whose nearest profile "
         "(centred cosine) from the other set is its own, as in `embedding_quality.py`.",
         "",
     ]

@@ -856,3 +856,20 @@ def test_whitened_measures_read_the_pools_whitening(quality):
     expected = quality.identity_measures(lambda i: white(sets[i]), pairs)
     assert got["self_id"] == expected["self_id"] and list(got["self_id"]) == ["64"]
     assert "split_half_pr" not in got  # whitening evens the directions
+
+
+def test_task_profile_over_given_labels_hand_computed(quality):
+    """The per-task table over labels given per query (e.g. clusters of the
+    encodings); a label a model has no row of reads its overall mean."""
+    fp = _fingerprints(quality, models=np.array(["a", "b"]))
+    rows = pd.DataFrame(
+        {
+            "model": ["a", "a", "a", "b", "b"],
+            "query": ["q1", "q2", "q3", "q1", "q2"],
+            "score": [1.0, 0.0, 1.0, 0.0, 1.0],
+        }
+    )
+    clusters = pd.Series([0, 1, 1, 2], index=["q1", "q2", "q3", "q4"])
+    np.testing.assert_allclose(
+        fp.task_profile(rows, clusters), [[1.0, 0.5, 2 / 3], [0.0, 1.0, 0.5]]
+    )
