@@ -521,23 +521,31 @@ def whitened_measures(Z, fingerprint, pairs, models, groups):
     """Retrieval and self-identification of a fingerprint read through
     :func:`whitener` of the pool's ``Z`` (the same rows as the plain read)."""
     white = whitener(Z)
-    identity = identity_measures(lambda rows: white(fingerprint(rows)), pairs)
-    return {
-        "groups": group_recall(white(Z), models, groups),
-        "self_id": identity["self_id"],  # no ratio: whitening evens them
-    }
+    self_id, _ = self_identifications(lambda rows: white(fingerprint(rows)), pairs)
+    # No ratio: whitening evens the directions by construction.
+    return {"groups": group_recall(white(Z), models, groups), "self_id": self_id}
 
 
-def identity_measures(fingerprint, pairs):
+def self_identifications(fingerprint, pairs):
     """Self-identification at every n of ``pairs`` (n -> two disjoint row sets
-    or None) and the split-half participation ratio at the largest n."""
-    out = {"self_id": {}}
+    or None), and (n, Z1, Z2) of the largest such n (None if there is none)."""
+    self_id, last = {}, None
     for k, ab in pairs.items():
         if ab is not None:
             Z1, Z2 = fingerprint(ab[0]), fingerprint(ab[1])
-            out["self_id"][str(k)] = self_identification(Z1, Z2)
-            out["split_half_pr"] = split_half_ratio(Z1, Z2)
-            out["split_half_n"] = k
+            self_id[str(k)] = self_identification(Z1, Z2)
+            last = (k, Z1, Z2)
+    return self_id, last
+
+
+def identity_measures(fingerprint, pairs):
+    """:func:`self_identifications` and the split-half participation ratio of
+    the largest n's two fingerprints."""
+    self_id, last = self_identifications(fingerprint, pairs)
+    out = {"self_id": self_id}
+    if last is not None:
+        k, Z1, Z2 = last
+        out |= {"split_half_pr": split_half_ratio(Z1, Z2), "split_half_n": k}
     return out
 
 

@@ -138,7 +138,7 @@ def run_seed(data, seed, ns):
         for k in eq.SELF_NS
     }
     self_id = {
-        name: eq.identity_measures(f, pairs)["self_id"]
+        name: eq.self_identifications(f, pairs)[0]
         for name, f in {"per-task profile": fp.task_profile, **smoothers}.items()
     }
     task_seen = fp.task_of.copy()
