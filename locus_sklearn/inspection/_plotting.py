@@ -14,7 +14,6 @@ from ._common import (
     as_pool,
     check_metric,
     import_pyplot,
-    pairwise,
     pool_distances,
 )
 from ._geometry import check_linkage, linkage_of
@@ -193,23 +192,24 @@ def plot_model_map(
     plt = import_pyplot()
     if method not in ("pca", "mds", "tsne"):
         raise ValueError(f"method must be 'pca', 'mds' or 'tsne'; got {method!r}.")
-    if check_metric(metric, precomputed=True) == "precomputed":
-        if method == "pca":
+    precomputed = check_metric(metric, precomputed=True) == "precomputed"
+    if method == "pca":
+        if precomputed:
             raise ValueError(
                 "method='pca' needs embeddings; with metric='precomputed' use "
                 "method='mds' (classical MDS: the PCA of distances) or 'tsne'."
             )
-        D, names = as_distances(embeddings, names)
-    else:
         Z, names = as_pool(embeddings, names)
-        D = pairwise(Z, metric=metric) if method == "mds" else None
-    if method == "pca":
         points = PCA(n_components=2).fit_transform(
             normalize(Z) if metric == "cosine" else Z
         )
     elif method == "mds":
+        D, names = pool_distances(embeddings, names, metric=metric)
         points = principal_coordinates(D)
     else:
+        # t-SNE computes the metric's distances itself (squared for
+        # "euclidean"), so it is given the embeddings unless they are distances.
+        X, names = (as_distances if precomputed else as_pool)(embeddings, names)
         perplexity = float(min(30.0, max(1.0, (len(names) - 1) / 3)))
         points = TSNE(
             n_components=2,
@@ -217,7 +217,7 @@ def plot_model_map(
             perplexity=perplexity,
             init="pca" if metric == "euclidean" else "random",
             random_state=random_state,
-        ).fit_transform(D if metric == "precomputed" else Z)
+        ).fit_transform(X)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 5.0), layout="constrained")
     if groups is None:
