@@ -101,6 +101,11 @@ VARIANTS = {
     # Three times the default noise (the setting of the first routing
     # benchmarks, 2026-11-29): the other side of the default.
     "query-noise-0.15": {"query_noise": 0.15},
+    # The decoder set drawn from all of an episode's rows, its encoder set's
+    # included (session 22, fixed before the run): the loss then also rewards
+    # an embedding that keeps the encoder rows' own answers, the query-level
+    # agreement that finds Shaberi's siblings in the raw scores.
+    "non-disjoint": {"disjoint": False},
     # Not LocusEmbedder parameters: the prototypes of benchmarks/_vicreg.py
     # and benchmarks/_identity.py.
     "vicreg": {"_vicreg": True},
