@@ -16,6 +16,14 @@ the InfoNCE of the halves' cosines *after subtracting the batch mean* (what
 the benchmark's neighbour measures compare) is added. Validation loss and
 early stopping read the correctness loss alone.
 
+Session 23's variant, ``views="overlapping"`` (fixed before its run): each
+view keeps every real position independently with probability 1/2, so the two
+views share about half of their rows, with the same answers. Disjoint views
+can only be told apart by what generalises to new queries, which for 96-256
+outcomes is strength; overlapping views reward an embedding that keeps *which*
+queries a model got right (a sketch of its score vector), the query-level
+agreement that finds Shaberi's quantised and re-run siblings in raw scores.
+
 Settings fixed before any run (not tuned): weight 1 (the correctness BCE is
 about 0.6 at the start, the InfoNCE about log B = 2.8 for B = 16 episodes),
 temperature 0.1 (session 4's). Two episodes of one model in a batch count as
@@ -61,9 +69,31 @@ def half_masks(mask):
     return mask & even, mask & ~even
 
 
+def overlapping_masks(mask):
+    """Two views of each row's real positions, each keeping every position
+    with probability 1/2 independently (torch's generator, so seeded); a view
+    left empty keeps the row's first real position."""
+    first_real = torch.zeros_like(mask)
+    first_real[torch.arange(len(mask)), mask.int().argmax(dim=1)] = True
+    views = []
+    for _ in range(2):
+        view = mask & (torch.rand(mask.shape, device=mask.device) < 0.5)
+        empty = ~view.any(dim=1, keepdim=True)
+        views.append(view | (empty & first_real))
+    return tuple(views)
+
+
+VIEWS = {"disjoint": half_masks, "overlapping": overlapping_masks}
+
+
 @contextlib.contextmanager
-def identity_training(weight=WEIGHT, temperature=TEMPERATURE, record=None):
+def identity_training(
+    weight=WEIGHT, temperature=TEMPERATURE, record=None, views="disjoint"
+):
     """Within the block, LOCUS's training loss includes the identity term.
+
+    ``views``: "disjoint" halves (session 12) or "overlapping" random halves
+    (session 23), see :data:`VIEWS`.
 
     ``record``: a list that gets, per training step, the InfoNCE value and
     the batch's self-identification (:func:`identity_top1`) of the halves.
@@ -75,7 +105,7 @@ def identity_training(weight=WEIGHT, temperature=TEMPERATURE, record=None):
         out = forward(self, features, enc_index, enc_score, enc_mask, *a, **k)
         self._identity_term = None
         if self.training and enc_index.shape[0] > 1:
-            first, second = half_masks(enc_mask)
+            first, second = VIEWS[views](enc_mask)
             z_a = self.embed(features, enc_index, enc_score, first)
             z_b = self.embed(features, enc_index, enc_score, second)
             self._identity_term = identity_nce(z_a, z_b, temperature)

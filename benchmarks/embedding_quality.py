@@ -109,7 +109,10 @@ VARIANTS = {
     # Not LocusEmbedder parameters: the prototypes of benchmarks/_vicreg.py
     # and benchmarks/_identity.py.
     "vicreg": {"_vicreg": True},
-    "identity": {"_identity": True},
+    "identity": {"_identity": "disjoint"},
+    # The identity term with views that share about half of their rows
+    # (session 23, fixed before the run; see benchmarks/_identity.py).
+    "identity-overlap": {"_identity": "overlapping"},
     # benchmarks/_readout_dropout.py: training episodes lose the kernel
     # readout with probability 0.5 (fixed before the run).
     "readout-dropout": {"_readout_dropout": True},
@@ -432,7 +435,7 @@ def fit_locus(data, seed, variant, train):
     elif identity:
         from _identity import identity_training
 
-        training = identity_training()
+        training = identity_training(views=identity)
     elif readout_dropout:
         from _readout_dropout import readout_dropout_training
 
