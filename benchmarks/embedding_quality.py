@@ -113,9 +113,9 @@ VARIANTS = {
     # The identity term with views that share about half of their rows
     # (session 23, fixed before the run; see benchmarks/_identity.py).
     "identity-overlap": {"_identity": "overlapping"},
-    # The same without query noise (session 23, after identity-overlap's run):
-    # noise of norm ~1 on unit encodings blurs which query a token is, and so
-    # whether two views share it.
+    # The same without query noise (session 23, added after identity-overlap's
+    # Shaberi seed 0): noise of norm ~1 on unit encodings blurs which query a
+    # token is, and so whether two views share it.
     "identity-overlap+no-query-noise": {"_identity": "overlapping", "query_noise": 0.0},
     # benchmarks/_readout_dropout.py: training episodes lose the kernel
     # readout with probability 0.5 (fixed before the run).
