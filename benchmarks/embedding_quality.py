@@ -120,6 +120,10 @@ VARIANTS = {
     # benchmarks/_readout_dropout.py: training episodes lose the kernel
     # readout with probability 0.5 (fixed before the run).
     "readout-dropout": {"_readout_dropout": True},
+    # benchmarks/_query_identity.py: a learned vector per training query
+    # beside its encoding, kept with probability 1/2 in training (session 24,
+    # fixed before the run).
+    "query-identity": {"_query_identity": True},
 }
 
 
@@ -428,6 +432,7 @@ def fit_locus(data, seed, variant, train):
     vicreg = params.pop("_vicreg", False)
     identity = params.pop("_identity", False)
     readout_dropout = params.pop("_readout_dropout", False)
+    query_identity = params.pop("_query_identity", False)
     embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
     # The plain router: the variants compare embeddings and predictors; the
     # default's shrinkage is measured on top (--shrinkage-auto).
@@ -444,6 +449,10 @@ def fit_locus(data, seed, variant, train):
         from _readout_dropout import readout_dropout_training
 
         training = readout_dropout_training()
+    elif query_identity:
+        from _query_identity import query_identity_training
+
+        training = query_identity_training()
     else:
         training = contextlib.nullcontext()
     with training:
