@@ -33,6 +33,7 @@ tokenizer's, predictor's and readout's existing projections read them).
 """
 
 import contextlib
+from unittest import mock
 
 import numpy as np
 import torch
@@ -96,17 +97,15 @@ def query_identity_training(keep=KEEP):
         self.net_.module_.query_identity_queries_ = np.asarray(table.queries)
         return out
 
-    _nn.LocusNetwork.__init__ = init_with_vectors
-    _nn.LocusNetwork.forward = forward_with_ids
-    _training.LocusNet._inputs = inputs_with_ids
-    _embedder.LocusEmbedder._fit_encoded = fit_encoded_with_vectors
-    try:
+    with contextlib.ExitStack() as stack:
+        for owner, name, value in (
+            (_nn.LocusNetwork, "__init__", init_with_vectors),
+            (_nn.LocusNetwork, "forward", forward_with_ids),
+            (_training.LocusNet, "_inputs", inputs_with_ids),
+            (_embedder.LocusEmbedder, "_fit_encoded", fit_encoded_with_vectors),
+        ):
+            stack.enter_context(mock.patch.object(owner, name, value))
         yield
-    finally:
-        _nn.LocusNetwork.__init__ = init
-        _nn.LocusNetwork.forward = forward
-        _training.LocusNet._inputs = inputs
-        _embedder.LocusEmbedder._fit_encoded = fit_encoded
 
 
 _transform_encoded = _embedder.LocusEmbedder._transform_encoded
