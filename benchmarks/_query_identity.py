@@ -25,7 +25,8 @@ query per batch, shared by every episode and both sides), and the network
 learns to work with and without. Validation (held-out queries: no vector,
 their encoder rows with theirs), ``transform`` (each model's rows: the
 training queries' vectors) and prediction of the test queries (unseen: no
-vector) read what inference reads.
+vector; the kernel readout's stored rows there read their plain encodings, a
+combination training also sees) read what inference reads.
 
 Settings fixed before any run (not tuned): zero initialisation, keep
 probability 1/2, the vectors in the 384-d encoding space (so that the
