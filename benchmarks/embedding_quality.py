@@ -427,35 +427,39 @@ def expected_routing(truth, scores, test_tasks):
     return out
 
 
+def _prototype(key, value):
+    """The training context of a variant's prototype key (``VARIANTS``'
+    keys that start with an underscore), imported when a variant uses it:
+    importing ``_query_identity`` patches ``transform`` for good."""
+    if key == "_vicreg":
+        from _vicreg import vicreg_training
+
+        return vicreg_training()
+    if key == "_identity":
+        from _identity import identity_training
+
+        return identity_training(views=value)
+    if key == "_readout_dropout":
+        from _readout_dropout import readout_dropout_training
+
+        return readout_dropout_training()
+    if key == "_query_identity":
+        from _query_identity import query_identity_training
+
+        return query_identity_training()
+    raise KeyError(f"no training prototype {key!r}")
+
+
 def fit_locus(data, seed, variant, train):
     params = dict(SETTINGS) | VARIANTS[variant]
-    vicreg = params.pop("_vicreg", False)
-    identity = params.pop("_identity", False)
-    readout_dropout = params.pop("_readout_dropout", False)
-    query_identity = params.pop("_query_identity", False)
+    prototypes = {k: params.pop(k) for k in list(params) if k.startswith("_")}
     embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
     # The plain router: the variants compare embeddings and predictors; the
     # default's shrinkage is measured on top (--shrinkage-auto).
     router = LocusRouter(embedder, shrinkage=None)
-    if vicreg:
-        from _vicreg import vicreg_training
-
-        training = vicreg_training()
-    elif identity:
-        from _identity import identity_training
-
-        training = identity_training(views=identity)
-    elif readout_dropout:
-        from _readout_dropout import readout_dropout_training
-
-        training = readout_dropout_training()
-    elif query_identity:
-        from _query_identity import query_identity_training
-
-        training = query_identity_training()
-    else:
-        training = contextlib.nullcontext()
-    with training:
+    with contextlib.ExitStack() as training:
+        for key, value in prototypes.items():
+            training.enter_context(_prototype(key, value))
         router.fit(train)
     return router
 
