@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 import tempfile
 
 from _provenance import ROOT, git_commit, machine_info
@@ -34,6 +35,17 @@ def base_worktree(rev):
                 ["git", "-C", ROOT, "worktree", "remove", "--force", tree],
                 check=False,
             )
+
+
+def run_child(tree, code, *args):
+    """Run ``code`` in a fresh Python with ``tree``'s checkout first on the
+    path (``sys.argv[1:]`` = ``tree, *args``); the last line it prints, as JSON."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run(
+        [sys.executable, "-c", code, tree, *map(str, args)],
+        capture_output=True, text=True, check=True, env=env, cwd=tree,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def this_revision():

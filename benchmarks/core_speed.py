@@ -148,7 +148,8 @@ def bench_transform(repeats, floors, time_bfloat16=True):
     _, table, X = synthetic_table(112, 4096, 12000)
     # Before issue 14: the module-by-module path at the old default batch.
     encoder = embedder.net_.module_.encoder
-    encoder.forward, batch = encoder.forward_plain, embedder.transform_batch_tokens
+    batch = embedder.transform_batch_tokens
+    encoder.forward = lambda *args: encoder.forward_plain(*args[:4])  # no tables
     embedder.transform_batch_tokens = 262144
     embedder._transform_encoded(table, X)
     t = _median_time(lambda: embedder._transform_encoded(table, X), repeats)

@@ -16,14 +16,11 @@ Usage: python benchmarks/fit_ab.py --base REV [--epochs 4] [--rounds 3]
 """
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 from _provenance import ROOT
-from _worktree import base_worktree, short_revision, write_ab_result
+from _worktree import base_worktree, run_child, short_revision, write_ab_result
 
 # Run in each child, with the revision's checkout first on sys.path.
 CHILD = """
@@ -46,15 +43,6 @@ print(json.dumps({"seconds": seconds, "epoch_seconds": epochs}))
 """
 
 
-def _fit(tree, epochs):
-    env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, tree, str(epochs)],
-        capture_output=True, text=True, check=True, env=env, cwd=tree,
-    )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="git revision to compare with")
@@ -67,7 +55,7 @@ def main(argv=None):
     with base_worktree(base) as worktree:
         for round_ in range(args.rounds):
             for arm, tree in (("base", worktree), ("this", ROOT)):
-                result = _fit(tree, args.epochs)
+                result = run_child(tree, CHILD, args.epochs)
                 result["median_epoch_seconds"] = float(
                     np.median(result["epoch_seconds"])
                 )

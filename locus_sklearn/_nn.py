@@ -52,7 +52,7 @@ class EvaluationTokenizer(nn.Module):
         self.score = nn.Parameter(torch.zeros(embedding_dim))
         nn.init.normal_(self.score, std=embedding_dim**-0.5)
 
-    def forward(self, features, query_index, score, projected=None):
+    def forward(self, features, query_index, score):
         """Tokens of shape (B, N, d).
 
         Parameters
@@ -62,16 +62,27 @@ class EvaluationTokenizer(nn.Module):
             Index into ``features`` of each token's query.
         score : Tensor of shape (B, N)
             y in [0, 1].
-        projected : Tensor of shape (U, 2d), default=None
-            ``self.query(features)``, when the caller has it already (one
-            projection for many batches over the same features).
         """
-        if projected is None:
-            projected = self.query(features)
+        projected = self.query(features)
         # One gather of both halves; the sum in two fused multiply-adds.
         base, signed = projected[query_index].chunk(2, dim=-1)
         y = score.unsqueeze(-1).to(base.dtype)
         return torch.addcmul(base, 2 * y - 1, signed).addcmul_(y, self.score)
+
+    def tables(self, features):
+        """Every query's token at y = 0 and at y = 1, shape (U, 2, d).
+
+        h_ω is affine in y, so the token of any score is the linear
+        interpolation of the two: h(φ, y) = (1 − y) h(φ, 0) + y h(φ, 1); a
+        binary score selects one row. Each row is computed with the same
+        operations as :meth:`forward`, so selected rows equal its tokens.
+
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+        """
+        base, signed = self.query(features).chunk(2, dim=-1)
+        return torch.stack([base - signed, (base + signed).add_(self.score)], dim=1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -221,7 +232,7 @@ class LocusEncoder(nn.Module):
             nn.BatchNorm1d(embedding_dim, affine=False) if standardize else None
         )
 
-    def forward(self, features, query_index, score, mask, projected=None):
+    def forward(self, features, query_index, score, mask, tables=None):
         """Embeddings of shape (B, d).
 
         Parameters
@@ -231,18 +242,19 @@ class LocusEncoder(nn.Module):
         score : Tensor of shape (B, N)
         mask : BoolTensor of shape (B, N)
             True for real evaluations, False for padding.
-        projected : Tensor of shape (U, 2d), default=None
-            ``self.tokenizer.query(features)``, computed once by a caller
-            that embeds many batches over the same features; None projects
-            here.
+        tables : tuple of Tensor, default=None
+            ``self.inference_tables(features)``, computed once by a caller
+            that embeds many batches over the same features; None computes
+            them here. Read by the inference path only (the training path,
+            with autograd or under autocast, projects ``features`` itself).
         """
         args = (features, query_index, score, mask)
         if not (self.training or torch.is_grad_enabled()) and not (
             torch.is_autocast_enabled(features.device.type)
         ):
-            z = self.forward_inference(*args, projected=projected)
+            z = self.forward_inference(*args, tables=tables)
         else:
-            z = self.forward_plain(*args, projected=projected)
+            z = self.forward_plain(*args)
         return z if self.standardize is None else self._standardize(z)
 
     def _standardize(self, z):
@@ -254,25 +266,30 @@ class LocusEncoder(nn.Module):
             )
         return norm(z)
 
-    def forward_plain(self, features, query_index, score, mask, projected=None):
+    def forward_plain(self, features, query_index, score, mask):
         """:meth:`forward` module by module (training's path, autograd)."""
         # Without padding, attention can take its fastest (unmasked) kernel.
         padding = None if bool(mask.all()) else ~mask
-        tokens = self.tokenizer(features, query_index, score, projected)
+        tokens = self.tokenizer(features, query_index, score)
         for block in self.blocks:
             tokens = block(tokens, padding)
         seed = self.seed.expand(tokens.shape[0], -1, -1)
         return self.pool(seed, tokens, padding).squeeze(1)
 
     def forward_inference(
-        self, features, query_index, score, mask, chunk_tokens=None, projected=None
+        self, features, query_index, score, mask, chunk_tokens=None, tables=None
     ):
         """:meth:`forward` without autograd, streamed through the cache.
 
         Same maths as :meth:`forward_plain`, rearranged for inference (only
         rounding differs, about 1e-6 relative in float32):
 
-        - every per-token step (tokenizer, the broadcast TBlock with its FFN,
+        - the tokens and the first block's keys/values are affine in the
+          score, so both are computed per query at y = 0 and y = 1
+          (:meth:`inference_tables`) and each token only selects its row (a
+          binary score) or interpolates the two: no per-token projection
+          before the first attention;
+        - every later per-token step (the broadcast TBlock with its FFN,
           the next key/value projection) runs on chunks of about
           ``chunk_tokens`` tokens that stay in cache, writing in place into
           one (B, N, d) token buffer and one (B, N, 2d) key/value buffer;
@@ -294,7 +311,7 @@ class LocusEncoder(nn.Module):
             As in :meth:`forward`.
         chunk_tokens : int, default=None
             Tokens per chunk; None uses ``inference_chunk_tokens``.
-        projected : Tensor of shape (U, 2d), default=None
+        tables : tuple of Tensor, default=None
             As in :meth:`forward`.
 
         Returns
@@ -307,23 +324,43 @@ class LocusEncoder(nn.Module):
         d = self.seed.shape[-1]
         padding = None if bool(mask.all()) else ~mask
         chunks = list(_grid_chunks(n_models, width, chunk_tokens))
-        tokenizer = self.tokenizer
-        if projected is None:
-            projected = tokenizer.query(features.to(dtype))
-        base, signed = projected.to(dtype).chunk(2, dim=-1)
-        tokens = base.new_empty(n_models, width, d)
+        if tables is None:
+            tables = self.inference_tables(features.to(dtype))
+        token_table, kv_table = (t.to(dtype) for t in tables)
+        tokens = token_table.new_empty(n_models, width, d)
         # Padded keys get weight 0, but 0 * garbage may be NaN: zeros there.
         kv_buffer = (torch.empty if padding is None else torch.zeros)(
             n_models, width, 2 * d, dtype=dtype, device=features.device
         )
-        first_kv = self.blocks[0].compress.attention.key_value.weight
+        # Padding's scores are never read, whatever they hold.
+        binary = bool(((score == 0) | (score == 1) | ~mask).all())
+        if binary:
+            # Row 2u + y of the (2U, k) views is query u's token at score y.
+            token_rows, kv_rows = token_table.flatten(0, 1), kv_table.flatten(0, 1)
+            table_index = 2 * query_index + (score == 1)
+        else:
+            token_pairs, kv_pairs = token_table.flatten(1), kv_table.flatten(1)
+            # Reused by every chunk: a fresh array each time cost about as
+            # much in first-touch page faults as the gather itself.
+            most = max((r.stop - r.start) * (c.stop - c.start) for r, c in chunks)
+            pair_buffer = token_table.new_empty(most * 4 * d)
         for rows, cols in chunks:
-            index = query_index[rows, cols].reshape(-1)
-            y = score[rows, cols].reshape(-1, 1).to(dtype)
             x = tokens[rows, cols].view(-1, d)
-            torch.index_select(base, 0, index, out=x)
-            x.addcmul_(2 * y - 1, signed[index]).addcmul_(y, tokenizer.score)
-            torch.mm(x, first_kv.T, out=kv_buffer[rows, cols].view(-1, 2 * d))
+            kv = kv_buffer[rows, cols].view(-1, 2 * d)
+            # index_select, not advanced indexing: several times faster here.
+            if binary:
+                index = table_index[rows, cols].reshape(-1)
+                torch.index_select(token_rows, 0, index, out=x)
+                torch.index_select(kv_rows, 0, index, out=kv)
+            else:
+                index = query_index[rows, cols].reshape(-1)
+                y = score[rows, cols].reshape(-1, 1).to(dtype)
+                pair = pair_buffer[: len(index) * 2 * d].view(-1, 2 * d)
+                torch.index_select(token_pairs, 0, index, out=pair)
+                torch.lerp(pair[:, :d], pair[:, d:], y, out=x)
+                pair = pair_buffer[: len(index) * 4 * d].view(-1, 4 * d)
+                torch.index_select(kv_pairs, 0, index, out=pair)
+                torch.lerp(pair[:, : 2 * d], pair[:, 2 * d :], y, out=kv)
         pool_logits = None
         for i, block in enumerate(self.blocks):
             hidden = _compress_inference(block, kv_buffer, padding)
@@ -339,6 +376,28 @@ class LocusEncoder(nn.Module):
                 block.broadcast, tokens, hidden, chunks, next_weight, next_out
             )
         return _pool_inference(self.pool, self.seed, tokens, pool_logits, padding)
+
+    def inference_tables(self, features):
+        """What :meth:`forward_inference` reads per query instead of per token.
+
+        Every query's token (:meth:`EvaluationTokenizer.tables`) and the first
+        block's keys/values of that token, at y = 0 and y = 1. The key bias is
+        left out and the value bias is added after the attention, as
+        :meth:`forward_inference` does.
+
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+
+        Returns
+        -------
+        tokens : Tensor of shape (U, 2, d)
+        keys_values : Tensor of shape (U, 2, 2d)
+        """
+        tokens = self.tokenizer.tables(features)
+        first_kv = self.blocks[0].compress.attention.key_value.weight
+        keys_values = tokens.flatten(0, 1) @ first_kv.T
+        return tokens, keys_values.view(len(tokens), 2, -1)
 
     # Tokens per chunk of forward_inference: its temporaries (about 3 KiB per
     # token in float32) stay in a 32 MiB L3 cache. 2048 and 8192 measured the
@@ -633,7 +692,7 @@ class LocusNetwork(nn.Module):
             nn.Linear(embedding_dim, n_profile_regions) if n_profile_regions else None
         )
 
-    def embed(self, features, query_index, score, mask, projected=None):
+    def embed(self, features, query_index, score, mask, tables=None):
         """Model embeddings z of shape (B, d) from padded evaluation sets.
 
         Parameters
@@ -644,12 +703,18 @@ class LocusNetwork(nn.Module):
         score : Tensor of shape (B, N)
         mask : BoolTensor of shape (B, N)
             True for real evaluations, False for padding.
-        projected : Tensor of shape (U, 2d), default=None
-            ``self.encoder.tokenizer.query(features)``, from a caller that
-            embeds many batches over the same features (see
+        tables : tuple of Tensor, default=None
+            ``self.inference_tables(features)``, from a caller that embeds
+            many batches over the same features (see
             :meth:`LocusEncoder.forward`).
         """
-        return self.encoder(features, query_index, score, mask, projected)
+        return self.encoder(features, query_index, score, mask, tables)
+
+    def inference_tables(self, features):
+        """The per-query tables :meth:`embed` reads at inference
+        (:meth:`LocusEncoder.inference_tables`), for a caller that embeds many
+        batches over the same ``features`` of shape (U, F)."""
+        return self.encoder.inference_tables(features)
 
     def pairwise_logits(
         self, z, queries, evaluations=None, *, readout_neighbors=None,

@@ -714,10 +714,11 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
     out = np.empty((table.n_models, module.embedding_dim), dtype=np.float32)
     start = 0
     with torch.inference_mode():
-        # Every batch gathers its tokens from the same features: project them
-        # once, not once per batch (each projection of all U rows cost about
-        # a sixth of a 16k-token batch's encoder pass).
-        projected = module.encoder.tokenizer.query(features)
+        # Every batch gathers its tokens from the same features: compute the
+        # per-query tables once, not once per batch (each projection of all U
+        # rows cost about a sixth of a 16k-token batch's encoder pass). They
+        # hold 6d numbers per query (3 KiB at d = 128 in float32).
+        tables = module.inference_tables(features)
         while start < table.n_models:
             # Sizes ascend along ``order``: the last model sets the width.
             stop = start + 1
@@ -734,7 +735,7 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
             rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
             rows = torch.where(mask, rows + positions, 0)
             # Gradients are off: the encoder takes its streamed inference path.
-            z = module.embed(features, query_index[rows], score[rows], mask, projected)
+            z = module.embed(features, query_index[rows], score[rows], mask, tables)
             out[chunk] = z.float().cpu().numpy()
             start = stop
     return out

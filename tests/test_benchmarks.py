@@ -633,6 +633,59 @@ def test_ab_result_names_both_revisions_and_the_machine(tmp_path):
     assert len(written["machine"]["load"]) == 3
 
 
+def test_run_child_runs_the_trees_package_and_reads_its_last_line(tmp_path):
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    worktree = _load_script("_worktree")
+    package = tmp_path / "locus_sklearn"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    code = (
+        "import json, sys, locus_sklearn\n"
+        "print('not this line')\n"
+        "print(json.dumps([locus_sklearn.__file__, sys.argv[1:]]))\n"
+    )
+    where, args = worktree.run_child(str(tmp_path), code, 3, "x")
+    assert where == str(package / "__init__.py")
+    assert args == [str(tmp_path), "3", "x"]
+
+
+def test_transform_ab_tiny(tmp_path):
+    """Both arms embed the same pool; this checkout against itself gives the
+    same embeddings, and every time comes with its ratio to the floor."""
+    import subprocess
+
+    if subprocess.run(["git", "-C", ROOT, "rev-parse"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    transform_ab = _load_script("transform_ab")
+    transform_ab.main(
+        ["--base", "HEAD", "--rounds", "1", "--repeats", "1", "--models", "3",
+         "--evals", "64", "--out", str(tmp_path)]
+    )  # fmt: skip
+    with open(tmp_path / "transform_ab.json") as handle:
+        result = json.load(handle)
+    assert result["pool"] == {"models": 3, "evaluations_per_model": 64}
+    for arm in ("base", "this"):
+        (run,) = result["runs"][arm]
+        for name in ("binary", "graded"):
+            ratio = run["seconds"][name] / run["floor_seconds"]
+            assert run["floor_ratio"][name] == pytest.approx(ratio)
+            assert result["median_floor_ratio"][arm][name] == run["floor_ratio"][name]
+    difference = result["max_relative_embedding_difference"]
+    assert set(difference) == {"binary", "graded"}
+    assert all(0 <= value < 1e-3 for value in difference.values())
+
+
+def test_max_relative_difference_hand_computed(tmp_path):
+    transform_ab = _load_script("transform_ab")
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    np.savez(a, x=np.array([[3.0, 4.0], [1.0, 0.0]]))
+    np.savez(b, x=np.array([[3.0, 4.5], [1.0, 0.0]]))
+    # Row 0 moves by 0.5 against a norm of 5: 0.1; row 1 does not move.
+    assert transform_ab._max_relative_difference(a, b) == {"x": pytest.approx(0.1)}
+
+
 def test_resplit_draws_disjoint_parts_of_the_given_sizes():
     resplits = _load_script("calibration_resplits")
     queries = np.array([f"q{i}" for i in range(10)], dtype=object)

@@ -239,14 +239,20 @@ def _ragged_batch(sizes, seed, n_queries=50):
     sizes=st.lists(st.integers(1, 40), min_size=1, max_size=5),
     chunk=st.integers(1, 90),
     n_blocks=st.integers(1, 2),
+    binary=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_streamed_inference_path_equals_the_module_path(sizes, chunk, n_blocks, seed):
-    # forward_inference rearranges the maths (chunks, folded biases, pooling
-    # without token projections); only rounding may differ, for any padding
-    # and any chunking of the (models, tokens) grid.
+def test_streamed_inference_path_equals_the_module_path(
+    sizes, chunk, n_blocks, binary, seed
+):
+    # forward_inference rearranges the maths (per-query tables, chunks, folded
+    # biases, pooling without token projections); only rounding may differ,
+    # for binary or graded scores, any padding and any chunking of the
+    # (models, tokens) grid.
     enc = _encoder(seed, n_blocks=n_blocks)
     features, index, score, mask = _ragged_batch(sizes, seed)
+    if binary:  # its own path (one table row per token); padding keeps junk
+        score = torch.where(mask, score.round(), score)
     with torch.inference_mode():
         plain = enc.forward_plain(features, index, score, mask)
         fast = enc.forward_inference(features, index, score, mask, chunk_tokens=chunk)
@@ -275,28 +281,40 @@ def test_forward_streams_only_without_autograd():
         )
 
 
-def test_a_given_projection_gives_what_the_encoder_projects_itself():
-    """``projected`` (the tokenizer's projection of every feature row, computed
-    once by a caller embedding many batches) gives the same embeddings on both
-    paths, and the features are then not projected again."""
+def test_given_tables_give_what_the_encoder_computes_itself():
+    """``tables`` (the per-query tokens and first keys/values, computed once by
+    a caller embedding many batches) give the same embeddings, and the
+    features are then not read again."""
     enc = _encoder(2)
     features, index, score, mask = _ragged_batch([9, 4, 7], seed=2)
     with torch.inference_mode():
-        projected = enc.tokenizer.query(features)
+        tables = enc.inference_tables(features)
         fast = enc.forward_inference(features, index, score, mask)
         assert torch.equal(
-            enc.forward_inference(features, index, score, mask, projected=projected),
-            fast,
+            enc.forward_inference(features, index, score, mask, tables=tables), fast
         )
-        plain = enc.forward_plain(features, index, score, mask)
+        # Not read again: garbage features with the right tables.
         assert torch.equal(
-            enc.forward_plain(features, index, score, mask, projected=projected),
-            plain,
+            enc(features.fill_(float("nan")), index, score, mask, tables), fast
         )
-        # Not read again: garbage features with the right projection.
-        assert torch.equal(
-            enc(features.fill_(float("nan")), index, score, mask, projected), fast
-        )
+
+
+def test_tables_hold_the_tokenizers_tokens_at_both_scores():
+    # Hand-checkable: h(φ, y) = W_φ φ + W_± φ (2y − 1) + w_y y at y = 0 and 1,
+    # and any score's token is their interpolation (h is affine in y).
+    tok = EvaluationTokenizer(F, D)
+    features = torch.randn(5, F)
+    with torch.no_grad():
+        table = tok.tables(features)
+        base, signed = tok.query(features).chunk(2, dim=-1)
+        assert table.shape == (5, 2, D)
+        assert torch.equal(table[:, 0], base - signed)
+        torch.testing.assert_close(table[:, 1], base + signed + tok.score)
+        index = torch.tensor([[4, 0, 2]])
+        for y in (0.0, 0.3, 1.0):
+            score = torch.full((1, 3), y)
+            expected = torch.lerp(table[index, 0], table[index, 1], y)
+            torch.testing.assert_close(tok(features, index, score), expected)
 
 
 def test_transform_projects_the_features_once_for_all_batches():
