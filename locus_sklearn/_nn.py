@@ -332,7 +332,7 @@ class LocusEncoder(nn.Module):
         kv_buffer = (torch.empty if padding is None else torch.zeros)(
             n_models, width, 2 * d, dtype=dtype, device=features.device
         )
-        # Padding's scores are never read, whatever they hold.
+        # Padding's scores do not decide the path: its tokens are masked out.
         binary = bool(((score == 0) | (score == 1) | ~mask).all())
         if binary:
             # Row 2u + y of the (2U, k) views is query u's token at score y.
