@@ -7,7 +7,8 @@ scores in [0, 1] (the two input paths of the encoder), each revision in a
 fresh process, the processes alternating between a base revision (checked out
 into a temporary git worktree) and this checkout: on a shared machine whose
 speed drifts by tens of percent from minute to minute, only alternation makes
-two timings comparable. Every process also measures the float32 matmul rate
+two timings comparable: each round's ratio of the two arms' times is reported
+with the medians. Every process also measures the float32 matmul rate
 before and after its transforms, so that each time is reported as a ratio to
 the FLOP floor at the faster of the two rates (as ``core_speed.py`` does), and
 saves its embeddings: the largest relative difference between the two
@@ -109,10 +110,25 @@ def main(argv=None):
         }
         for arm, rows in runs.items()
     }
+    # Each round's two arms ran back to back: the ratio of their seconds is the
+    # comparison least moved by the machine's drift (the floors are measured
+    # by a separate product and drift on their own).
+    time_ratio = {
+        name: float(
+            np.median(
+                [
+                    this["seconds"][name] / base_run["seconds"][name]
+                    for base_run, this in zip(runs["base"], runs["this"], strict=True)
+                ]
+            )
+        )
+        for name in summary["base"]
+    }
     for name in summary["base"]:
         print(
             f"{name} scores, median ratio to the floor: base {base} "
             f"{summary['base'][name]:.2f}x, this checkout {summary['this'][name]:.2f}x; "
+            f"median time this / base per round {time_ratio[name]:.2f}; "
             f"embeddings differ by at most {difference[name]:.1e} relative"
         )
     write_ab_result(
@@ -122,6 +138,7 @@ def main(argv=None):
         repeats=args.repeats,
         pool={"models": args.models, "evaluations_per_model": args.evals},
         median_floor_ratio=summary,
+        median_time_ratio_this_to_base=time_ratio,
         max_relative_embedding_difference=difference,
         runs=runs,
     )

@@ -672,6 +672,9 @@ def test_transform_ab_tiny(tmp_path):
             ratio = run["seconds"][name] / run["floor_seconds"]
             assert run["floor_ratio"][name] == pytest.approx(ratio)
             assert result["median_floor_ratio"][arm][name] == run["floor_ratio"][name]
+    (base,), (this,) = result["runs"]["base"], result["runs"]["this"]
+    for name, ratio in result["median_time_ratio_this_to_base"].items():
+        assert ratio == pytest.approx(this["seconds"][name] / base["seconds"][name])
     difference = result["max_relative_embedding_difference"]
     assert set(difference) == {"binary", "graded"}
     assert all(0 <= value < 1e-3 for value in difference.values())
