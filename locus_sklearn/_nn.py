@@ -350,17 +350,16 @@ class LocusEncoder(nn.Module):
             # index_select, not advanced indexing: several times faster here.
             if binary:
                 index = table_index[rows, cols].reshape(-1)
-                torch.index_select(token_rows, 0, index, out=x)
-                torch.index_select(kv_rows, 0, index, out=kv)
+                for table, out in ((token_rows, x), (kv_rows, kv)):
+                    torch.index_select(table, 0, index, out=out)
             else:
                 index = query_index[rows, cols].reshape(-1)
                 y = score[rows, cols].reshape(-1, 1).to(dtype)
-                pair = pair_buffer[: len(index) * 2 * d].view(-1, 2 * d)
-                torch.index_select(token_pairs, 0, index, out=pair)
-                torch.lerp(pair[:, :d], pair[:, d:], y, out=x)
-                pair = pair_buffer[: len(index) * 4 * d].view(-1, 4 * d)
-                torch.index_select(kv_pairs, 0, index, out=pair)
-                torch.lerp(pair[:, : 2 * d], pair[:, 2 * d :], y, out=kv)
+                for table, out in ((token_pairs, x), (kv_pairs, kv)):
+                    k = out.shape[1]
+                    pair = pair_buffer[: len(index) * 2 * k].view(-1, 2 * k)
+                    torch.index_select(table, 0, index, out=pair)
+                    torch.lerp(pair[:, :k], pair[:, k:], y, out=out)
         pool_logits = None
         for i, block in enumerate(self.blocks):
             hidden = _compress_inference(block, kv_buffer, padding)
