@@ -124,6 +124,10 @@ VARIANTS = {
     # beside its encoding, kept with probability 1/2 in training (session 24,
     # fixed before the run).
     "query-identity": {"_query_identity": True},
+    # benchmarks/_model_ranking.py: a Bradley-Terry term across the batch's
+    # models at the decoder queries they share (session 26, fixed before the
+    # run).
+    "model-ranking": {"_model_ranking": True},
 }
 
 
@@ -447,6 +451,10 @@ def _prototype(key, value):
         from _query_identity import query_identity_training
 
         return query_identity_training()
+    if key == "_model_ranking":
+        from _model_ranking import model_ranking_training
+
+        return model_ranking_training()
     raise KeyError(f"no training prototype {key!r}")
 
 

@@ -563,6 +563,69 @@ def test_identity_training_adds_the_term_in_training_steps_only():
     assert _training.LocusNet.get_loss is get_loss
 
 
+def test_ranking_term_hand_computed():
+    ranking = _load_script("_model_ranking")
+    import math
+
+    import torch
+
+    nan = float("nan")
+    # Episode 0 has queries 7 and 3, episode 1 has 3 and 9, episode 2 has 7
+    # and padding (NaN target; its query id 3 must not count).
+    query_id = torch.tensor([[7, 3], [3, 9], [7, 3]])
+    target = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, nan]])
+    logits = torch.tensor([[2.0, 0.5], [1.0, -3.0], [0.0, 9.0]])
+    loss, n_pairs = ranking.ranking_term(logits, target, query_id)
+    # Disagreeing pairs: query 7, episode 0 (1) over episode 2 (0): margin
+    # 2 - 0; query 3, episode 1 (1) over episode 0 (0): margin 1 - 0.5.
+    # Episode 2's query 3 is padding; query 9 has one answer.
+    expected = (math.log1p(math.exp(-2.0)) + math.log1p(math.exp(-0.5))) / 2
+    assert n_pairs == 2
+    assert loss.item() == pytest.approx(expected)
+    # Graded: the target is (1 + gap) / 2 for the higher scorer.
+    graded = torch.tensor([[0.75, 0.25], [0.25, 0.5]])
+    loss, n_pairs = ranking.ranking_term(
+        torch.tensor([[0.3, 0.0], [0.0, 0.0]]), graded, torch.tensor([[1, 2], [1, 3]])
+    )
+    p = 1 / (1 + math.exp(-0.3))
+    t = (1 + 0.5) / 2
+    assert n_pairs == 1
+    assert loss.item() == pytest.approx(-(t * math.log(p) + (1 - t) * math.log(1 - p)))
+    # Ties and single answers give no pair.
+    assert ranking.ranking_term(
+        logits[:2], torch.tensor([[1.0, 1.0], [1.0, 0.0]]), query_id[:2]
+    ) == (None, 0)
+    # The difficulty of a query cancels: adding a constant to every logit of
+    # a query column changes nothing.
+    shifted = logits + torch.tensor([[5.0, -1.0], [-1.0, 0.0], [5.0, 0.0]])
+    assert ranking.ranking_term(shifted, target, query_id)[0].item() == pytest.approx(
+        ranking.ranking_term(logits, target, query_id)[0].item()
+    )
+
+
+def test_model_ranking_training_adds_the_term_in_training_steps_only():
+    ranking = _load_script("_model_ranking")
+    from locus_sklearn import LocusEmbedder, _training
+    from locus_sklearn.datasets import make_model_pool
+
+    # Every model answers every query, so decoder sets share queries.
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=60, random_state=0)
+    record = []
+    get_loss = _training.LocusNet.get_loss
+    embedder = LocusEmbedder(
+        pool.encodings, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2,
+        max_epochs=2, episodes_per_epoch=8, batch_size=4, enc_size=(8, 16),
+        random_state=0,
+    )  # fmt: skip
+    with ranking.model_ranking_training(record=record):
+        embedder.fit(pool.evals)
+    steps = [b for epoch in embedder.net_.history for b in epoch["batches"]]
+    n_train = sum("train_loss" in b for b in steps)
+    assert n_train > 0 and len(record) == n_train
+    assert all(term > 0 and n > 0 for term, n in record)
+    assert _training.LocusNet.get_loss is get_loss  # restored
+
+
 def test_core_speed_keeps_sections_a_run_skipped():
     """A run without --fit / --fit-scaling keeps those sections of the file it
     replaces, each named with the date and commit of the run that measured it

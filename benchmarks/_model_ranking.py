@@ -1,0 +1,96 @@
+"""A training prototype for embedding_quality.py: a ranking term across the
+models of a training batch, at the queries their decoder sets share.
+
+Routing reads P(correct) across models at one query: the argmax. The
+correctness loss reads it per (model, query) pair, where most of what it
+rewards is the query's difficulty and the model's overall strength, which
+together explain most binary outcomes; a direction of z that only says which
+of two equally strong models wins at a query moves that loss little. Sessions
+4-24 changed what z is asked to keep (identity, profiles, variance) and left
+the correctness loss alone. One change here: in training steps, wherever two
+episodes of a batch have the same query in their decoder sets with different
+scores, a logistic loss on the difference of their two logits, toward the
+one that scored higher (Bradley-Terry across models; the query's difficulty
+cancels in the difference). Ties carry no ranking and are left out. With
+graded scores the target is ``(1 + y_a - y_b) / 2`` for ``y_a > y_b``.
+
+The correctness loss and every forward pass are untouched; validation loss and
+early stopping read the correctness loss alone. Settings fixed before any run
+(not tuned): weight 1 (the correctness BCE is about 0.6 at the start, the
+ranking term log 2 = 0.69), the mean over the batch's disagreeing pairs.
+"""
+
+import contextlib
+
+import torch
+from torch.nn import functional as F
+
+from locus_sklearn import _training
+
+WEIGHT = 1.0
+
+
+def ranking_term(logits, target, query_id):
+    """Mean logistic loss of ``logit_a - logit_b`` over every pair of
+    episodes a != b whose decoder sets hold the same query with
+    ``target_a > target_b``, toward ``(1 + target_a - target_b) / 2``.
+
+    Parameters
+    ----------
+    logits, target : Tensor of shape (B, M)
+        ``target`` NaN on padding.
+    query_id : LongTensor of shape (B, M)
+        The training query of each decoder position.
+
+    Returns
+    -------
+    loss : scalar Tensor, or None when no pair disagrees
+    n_pairs : int
+    """
+    valid = ~torch.isnan(target)
+    episode = torch.arange(len(logits), device=logits.device)[:, None].expand_as(valid)
+    ids, column = torch.unique(query_id[valid], return_inverse=True)
+    where = (episode[valid], column)
+    shape = (len(logits), len(ids))
+    dense_logit = logits.new_zeros(shape).index_put(where, logits[valid])
+    dense_target = target.new_zeros(shape).index_put(where, target[valid])
+    answered = torch.zeros(shape, dtype=torch.bool, device=logits.device)
+    answered[where] = True
+    gap = dense_target[:, None, :] - dense_target[None, :, :]
+    pair = answered[:, None, :] & answered[None, :, :] & (gap > 0)
+    n_pairs = int(pair.sum())
+    if n_pairs == 0:
+        return None, 0
+    margin = dense_logit[:, None, :] - dense_logit[None, :, :]
+    loss = F.binary_cross_entropy_with_logits(margin[pair], (1 + gap[pair]) / 2)
+    return loss, n_pairs
+
+
+@contextlib.contextmanager
+def model_ranking_training(weight=WEIGHT, record=None):
+    """Within the block, LOCUS's training loss includes the ranking term.
+
+    ``record``: a list that gets, per training step, the term's value and the
+    number of pairs it averaged.
+    """
+    get_loss = _training.LocusNet.get_loss
+
+    def loss_with_ranking(self, y_pred, y_true, X=None, training=False):
+        loss = get_loss(self, y_pred, y_true, X=X, training=training)
+        if not training or X is None:
+            return loss
+        logits = y_pred[0]
+        target = y_true.to(logits.device)
+        query_id = X["dec_index"].to(logits.device)
+        term, n_pairs = ranking_term(logits, target, query_id)
+        if term is None:
+            return loss
+        if record is not None:
+            record.append((float(term.detach()), n_pairs))
+        return loss + weight * term
+
+    _training.LocusNet.get_loss = loss_with_ranking
+    try:
+        yield
+    finally:
+        _training.LocusNet.get_loss = get_loss
