@@ -18,6 +18,13 @@ The correctness loss and every forward pass are untouched; validation loss and
 early stopping read the correctness loss alone. Settings fixed before any run
 (not tuned): weight 1 (the correctness BCE is about 0.6 at the start, the
 ranking term log 2 = 0.69), the mean over the batch's disagreeing pairs.
+
+Session 26's first run found that term narrowing z: on these pools which of
+two models wins at a query is mostly which is stronger. Its second variant,
+``near=True`` (fixed before its run), weighs each pair by how alike the two
+episodes' mean scores are, ``exp(-(s_a - s_b)^2 / (2 h^2))`` with h = 0.05
+(each episode's mean over its encoder and decoder rows): among models of one
+strength, who wins at a query is what they are good at, not how good.
 """
 
 import contextlib
@@ -28,9 +35,10 @@ from torch.nn import functional as F
 from locus_sklearn import _training
 
 WEIGHT = 1.0
+BANDWIDTH = 0.05
 
 
-def ranking_term(logits, target, query_id):
+def ranking_term(logits, target, query_id, strength=None, bandwidth=BANDWIDTH):
     """Mean logistic loss of ``logit_a - logit_b`` over every pair of
     episodes a != b whose decoder sets hold the same query with
     ``target_a > target_b``, toward ``(1 + target_a - target_b) / 2``.
@@ -41,6 +49,10 @@ def ranking_term(logits, target, query_id):
         ``target`` NaN on padding.
     query_id : LongTensor of shape (B, M)
         The training query of each decoder position.
+    strength : Tensor of shape (B,), default=None
+        Each episode's mean score: the pairs are then weighed by
+        ``exp(-(strength_a - strength_b)^2 / (2 bandwidth^2))``.
+    bandwidth : float, default=BANDWIDTH
 
     Returns
     -------
@@ -62,13 +74,30 @@ def ranking_term(logits, target, query_id):
     if n_pairs == 0:
         return None, 0
     margin = dense_logit[:, None, :] - dense_logit[None, :, :]
-    loss = F.binary_cross_entropy_with_logits(margin[pair], (1 + gap[pair]) / 2)
-    return loss, n_pairs
+    losses = F.binary_cross_entropy_with_logits(
+        margin[pair], (1 + gap[pair]) / 2, reduction="none"
+    )
+    if strength is None:
+        return losses.mean(), n_pairs
+    apart = strength[:, None] - strength[None, :]
+    weight = torch.exp(-(apart**2) / (2 * bandwidth**2))[:, :, None].expand_as(pair)
+    weight = weight[pair]
+    return (weight * losses).sum() / weight.sum(), n_pairs
+
+
+def episode_strength(X, target):
+    """Each episode's mean score over its encoder and decoder rows, shape (B,)."""
+    mask = X["enc_mask"].to(target.device)
+    enc_score = X["enc_score"].to(target.device)
+    valid = ~torch.isnan(target)
+    total = (enc_score * mask).sum(dim=1) + torch.where(valid, target, 0.0).sum(dim=1)
+    return total / (mask.sum(dim=1) + valid.sum(dim=1))
 
 
 @contextlib.contextmanager
-def model_ranking_training(weight=WEIGHT, record=None):
-    """Within the block, LOCUS's training loss includes the ranking term.
+def model_ranking_training(weight=WEIGHT, record=None, near=False):
+    """Within the block, LOCUS's training loss includes the ranking term
+    (pairs weighed by their likeness in mean score with ``near``).
 
     ``record``: a list that gets, per training step, the term's value and the
     number of pairs it averaged.
@@ -82,7 +111,8 @@ def model_ranking_training(weight=WEIGHT, record=None):
         logits = y_pred[0]
         target = y_true.to(logits.device)
         query_id = X["dec_index"].to(logits.device)
-        term, n_pairs = ranking_term(logits, target, query_id)
+        strength = episode_strength(X, target) if near else None
+        term, n_pairs = ranking_term(logits, target, query_id, strength)
         if term is None:
             return loss
         if record is not None:

@@ -128,6 +128,10 @@ VARIANTS = {
     # models at the decoder queries they share (session 26, fixed before the
     # run).
     "model-ranking": {"_model_ranking": True},
+    # The same term with each pair weighed by how alike the two models' mean
+    # scores are (bandwidth 0.05; session 26, fixed after model-ranking's run
+    # and before this one's).
+    "model-ranking-near": {"_model_ranking": "near"},
 }
 
 
@@ -454,7 +458,7 @@ def _prototype(key, value):
     if key == "_model_ranking":
         from _model_ranking import model_ranking_training
 
-        return model_ranking_training()
+        return model_ranking_training(near=value == "near")
     raise KeyError(f"no training prototype {key!r}")
 
 

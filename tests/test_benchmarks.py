@@ -603,6 +603,33 @@ def test_ranking_term_hand_computed():
     )
 
 
+def test_ranking_term_weighs_pairs_by_likeness_in_strength():
+    ranking = _load_script("_model_ranking")
+    import math
+
+    import torch
+
+    # Query 1: episode 0 beats 1 and 2; episodes 0 and 1 of one strength,
+    # episode 2 0.1 apart from both (weight exp(-0.01 / 0.005) = exp(-2)).
+    logits = torch.tensor([[1.0], [0.0], [-1.0]])
+    target = torch.tensor([[1.0], [0.0], [0.0]])
+    query_id = torch.ones(3, 1, dtype=torch.long)
+    strength = torch.tensor([0.5, 0.5, 0.6])
+    loss, n_pairs = ranking.ranking_term(logits, target, query_id, strength)
+    w = math.exp(-2.0)
+    expected = (math.log1p(math.exp(-1.0)) + w * math.log1p(math.exp(-2.0))) / (1 + w)
+    assert n_pairs == 2
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    # Each episode's strength: its mean over encoder and decoder rows.
+    X = {
+        "enc_score": torch.tensor([[1.0, 0.0, 5.0], [1.0, 1.0, 1.0]]),
+        "enc_mask": torch.tensor([[True, True, False], [True, True, True]]),
+    }
+    dec = torch.tensor([[1.0, float("nan")], [0.0, 0.0]])
+    strength = ranking.episode_strength(X, dec)
+    assert strength.tolist() == pytest.approx([2 / 3, 3 / 5])
+
+
 def test_model_ranking_training_adds_the_term_in_training_steps_only():
     ranking = _load_script("_model_ranking")
     from locus_sklearn import LocusEmbedder, _training
@@ -617,7 +644,7 @@ def test_model_ranking_training_adds_the_term_in_training_steps_only():
         max_epochs=2, episodes_per_epoch=8, batch_size=4, enc_size=(8, 16),
         random_state=0,
     )  # fmt: skip
-    with ranking.model_ranking_training(record=record):
+    with ranking.model_ranking_training(record=record, near=True):
         embedder.fit(pool.evals)
     steps = [b for epoch in embedder.net_.history for b in epoch["batches"]]
     n_train = sum("train_loss" in b for b in steps)
