@@ -32,11 +32,13 @@ episodes from 71 models that is 1.7 pairs per batch on average.
 """
 
 import contextlib
+from unittest import mock
 
 import torch
+from _loss_terms import training_terms
 from torch.nn import functional as F
 
-from locus_sklearn import _nn, _training
+from locus_sklearn import _nn
 
 WEIGHT = 1.0
 TEMPERATURE = 0.1
@@ -99,7 +101,6 @@ def identity_training(
     the batch's self-identification (:func:`identity_top1`) of the halves.
     """
     forward = _nn.LocusNetwork.forward
-    get_loss = _training.LocusNet.get_loss
 
     def forward_with_halves(self, features, enc_index, enc_score, enc_mask, *a, **k):
         out = forward(self, features, enc_index, enc_score, enc_mask, *a, **k)
@@ -112,20 +113,17 @@ def identity_training(
             self._identity_top1 = identity_top1(z_a.detach(), z_b.detach())
         return out
 
-    def loss_with_identity(self, y_pred, y_true, X=None, training=False):
-        loss = get_loss(self, y_pred, y_true, X=X, training=training)
-        term = getattr(self._network(), "_identity_term", None)
-        if not training or term is None:
-            return loss
+    def terms(net, y_pred, y_true, X):
+        term = getattr(net._network(), "_identity_term", None)
+        if term is None:
+            return ()
         if record is not None:
-            top1 = float(self._network()._identity_top1)
+            top1 = float(net._network()._identity_top1)
             record.append((float(term.detach()), top1))
-        return loss + weight * term
+        return (weight * term,)
 
-    _nn.LocusNetwork.forward = forward_with_halves
-    _training.LocusNet.get_loss = loss_with_identity
-    try:
+    with (
+        mock.patch.object(_nn.LocusNetwork, "forward", forward_with_halves),
+        training_terms(terms),
+    ):
         yield
-    finally:
-        _nn.LocusNetwork.forward = forward
-        _training.LocusNet.get_loss = get_loss

@@ -27,12 +27,9 @@ episodes' mean scores are, ``exp(-(s_a - s_b)^2 / (2 h^2))`` with h = 0.05
 strength, who wins at a query is what they are good at, not how good.
 """
 
-import contextlib
-
 import torch
+from _loss_terms import training_terms
 from torch.nn import functional as F
-
-from locus_sklearn import _training
 
 WEIGHT = 1.0
 BANDWIDTH = 0.05
@@ -94,7 +91,6 @@ def episode_strength(X, target):
     return total / (mask.sum(dim=1) + valid.sum(dim=1))
 
 
-@contextlib.contextmanager
 def model_ranking_training(weight=WEIGHT, record=None, near=False):
     """Within the block, LOCUS's training loss includes the ranking term
     (pairs weighed by their likeness in mean score with ``near``).
@@ -102,25 +98,19 @@ def model_ranking_training(weight=WEIGHT, record=None, near=False):
     ``record``: a list that gets, per training step, the term's value and the
     number of pairs it averaged.
     """
-    get_loss = _training.LocusNet.get_loss
 
-    def loss_with_ranking(self, y_pred, y_true, X=None, training=False):
-        loss = get_loss(self, y_pred, y_true, X=X, training=training)
-        if not training or X is None:
-            return loss
+    def terms(net, y_pred, y_true, X):
+        if X is None:
+            return ()
         logits = y_pred[0]
         target = y_true.to(logits.device)
         query_id = X["dec_index"].to(logits.device)
         strength = episode_strength(X, target) if near else None
         term, n_pairs = ranking_term(logits, target, query_id, strength)
         if term is None:
-            return loss
+            return ()
         if record is not None:
             record.append((float(term.detach()), n_pairs))
-        return loss + weight * term
+        return (weight * term,)
 
-    _training.LocusNet.get_loss = loss_with_ranking
-    try:
-        yield
-    finally:
-        _training.LocusNet.get_loss = get_loss
+    return training_terms(terms)

@@ -16,11 +16,8 @@ covariance weight, 25 : 1, with the variance weight at 1 (the correctness
 BCE is about 0.6 at the start), gamma = 1, eps = 1e-4 as in the paper.
 """
 
-import contextlib
-
 import torch
-
-from locus_sklearn import _training
+from _loss_terms import training_terms
 
 VARIANCE_WEIGHT = 1.0
 COVARIANCE_WEIGHT = 0.04
@@ -53,7 +50,6 @@ def participation_ratio(z):
     return float(lam.sum() ** 2 / (lam**2).sum()) if lam.sum() > 0 else 0.0
 
 
-@contextlib.contextmanager
 def vicreg_training(
     variance_weight=VARIANCE_WEIGHT, covariance_weight=COVARIANCE_WEIGHT, record=None
 ):
@@ -62,21 +58,15 @@ def vicreg_training(
     ``record``: a list that gets, per training step, the two terms and the
     participation ratio of that batch's embeddings (a diagnostic).
     """
-    original = _training.LocusNet.get_loss
 
-    def get_loss(self, y_pred, y_true, X=None, training=False):
-        loss = original(self, y_pred, y_true, X=X, training=training)
+    def terms(net, y_pred, y_true, X):
         z = y_pred[1]
-        if not training or z.shape[0] < 2:
-            return loss
+        if z.shape[0] < 2:
+            return ()
         variance, covariance = variance_covariance(z)
         if record is not None:
             pr = participation_ratio(z.detach().float())
             record.append((float(variance.detach()), float(covariance.detach()), pr))
-        return loss + variance_weight * variance + covariance_weight * covariance
+        return variance_weight * variance, covariance_weight * covariance
 
-    _training.LocusNet.get_loss = get_loss
-    try:
-        yield
-    finally:
-        _training.LocusNet.get_loss = original
+    return training_terms(terms)

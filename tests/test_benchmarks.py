@@ -4,6 +4,7 @@ task-level routers of ``benchmarks/headroom.py`` on hand-computed tables."""
 import importlib.util
 import json
 import os
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +18,9 @@ def _load_script(name):
     path = os.path.join(ROOT, "benchmarks", f"{name}.py")
     if not os.path.exists(path):  # pragma: no cover - source checkout only
         pytest.skip("benchmarks/ is not part of this installation")
+    # The scripts import their sibling helpers (_provenance, _loss_terms, ...).
+    if os.path.dirname(path) not in sys.path:
+        sys.path.insert(0, os.path.dirname(path))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
