@@ -132,6 +132,10 @@ VARIANTS = {
     # scores are (bandwidth 0.05; session 26, fixed after model-ranking's run
     # and before this one's).
     "model-ranking-near": {"_model_ranking": "near"},
+    # benchmarks/_relative_scores.py: the encoder reads each score against
+    # the fit table's mean score on its query, (1 + y - p) / 2 (session 27,
+    # fixed before the run).
+    "relative-scores": {"_relative_scores": True},
 }
 
 
@@ -459,6 +463,10 @@ def _prototype(key, value):
         from _model_ranking import model_ranking_training
 
         return model_ranking_training(near=value == "near")
+    if key == "_relative_scores":
+        from _relative_scores import relative_scores_training
+
+        return relative_scores_training()
     raise KeyError(f"no training prototype {key!r}")
 
 

@@ -1,11 +1,13 @@
 """Smoke tests of the benchmark entry points on tiny synthetic pools, and the
 task-level routers of ``benchmarks/headroom.py`` on hand-computed tables."""
 
+import dataclasses
 import importlib.util
 import json
 import os
 import sys
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -655,6 +657,90 @@ def test_model_ranking_training_adds_the_term_in_training_steps_only():
     assert n_train > 0 and len(record) == n_train
     assert all(term > 0 and n > 0 for term, n in record)
     assert _training.LocusNet.get_loss is get_loss  # restored
+
+
+def test_relative_scores_hand_computed():
+    relative = _load_script("_relative_scores")
+    from locus_sklearn._evals import check_evals
+
+    # q1: scores 1, 0 (two rows); q2: 1 (one row). Table mean g = 2 / 3.
+    table = check_evals(
+        {"model": ["a", "b", "a"], "query": ["q1", "q1", "q2"], "score": [1.0, 0, 1]}
+    )
+    p, g = relative.query_means(table)
+    assert g == pytest.approx(2 / 3)
+    # (sum + g) / (count + 1): q1 (1 + 2/3) / 3, q2 (1 + 2/3) / 2.
+    np.testing.assert_allclose(p, [5 / 9, 5 / 6])
+    np.testing.assert_allclose(
+        relative.relative(np.array([1.0, 0.0]), np.array([0.25, 0.75])), [0.875, 0.125]
+    )
+    module = SimpleNamespace(
+        relative_queries_=table.queries, relative_means_=p, relative_mean_=g
+    )
+    # A query the fit table did not hold reads the table's mean.
+    np.testing.assert_allclose(
+        relative.means_for(module, np.array(["q0", "q2", "q1", "q9"])),
+        [2 / 3, 5 / 6, 5 / 9, 2 / 3],
+    )
+    assert relative.means_for(SimpleNamespace(), np.array(["q1"])) is None
+
+
+def test_relative_scores_reach_the_encoder_and_not_the_readout():
+    relative = _load_script("_relative_scores")
+    relative = _load_script("_relative_scores")  # a second load wraps nothing twice
+    from locus_sklearn import LocusEmbedder, _embedder, _nn, _readout
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=40, random_state=0)
+    params = dict(
+        embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2, max_epochs=2,
+        episodes_per_epoch=8, batch_size=4, enc_size=(8, 16), random_state=0,
+    )  # fmt: skip
+    seen = {"encoder": [], "readout": []}
+    embed, episodes = _nn.LocusNetwork.embed, _readout.KernelReadout.episodes
+
+    def spy_embed(self, features, query_index, score, mask, tables=None):
+        if self.training:
+            seen["encoder"].append(score[mask].detach().clone())
+        return embed(self, features, query_index, score, mask, tables)
+
+    def spy_episodes(self, features, query_index, set_index, set_score, set_mask):
+        if self.training:
+            seen["readout"].append(set_score[set_mask].detach().clone())
+        return episodes(self, features, query_index, set_index, set_score, set_mask)
+
+    embedder = LocusEmbedder(pool.encodings, **params)
+    forward = _nn.LocusNetwork.forward
+    with (
+        relative.relative_scores_training(),
+        mock.patch.object(_nn.LocusNetwork, "embed", spy_embed),
+        mock.patch.object(_readout.KernelReadout, "episodes", spy_episodes),
+    ):
+        embedder.fit(pool.evals)
+    assert _nn.LocusNetwork.forward is forward  # restored
+    table = check_evals(pool.evals)
+    p, _ = relative.query_means(table)
+    assert seen["encoder"] and len(seen["encoder"]) == len(seen["readout"])
+    for enc, raw in zip(seen["encoder"], seen["readout"], strict=True):
+        assert set(np.unique(raw.numpy())) <= {0.0, 1.0}  # the pool's raw scores
+        # Each encoder score is (1 + y - p_q) / 2 of its raw score y: the
+        # implied p is one of the table's query means.
+        implied = (1 + raw.numpy() - 2 * enc.numpy()).astype(np.float64)
+        nearest = np.abs(implied[:, None] - p[None, :]).min(axis=1)
+        assert nearest.max() < 1e-6
+    # transform (after the block) embeds from the relative scores ...
+    X_query = embedder._encode(table.queries)
+    package = _embedder.LocusEmbedder._transform_encoded.package_transform
+    shifted = relative.relative(table.score, p[table.query_index]).astype(np.float32)
+    expected = package(embedder, dataclasses.replace(table, score=shifted), X_query)
+    np.testing.assert_allclose(embedder.transform(pool.evals), expected, rtol=1e-6)
+    assert not np.allclose(expected, package(embedder, table, X_query))
+    # ... and an embedder fitted without the block is unaffected.
+    plain = LocusEmbedder(pool.encodings, **params).fit(pool.evals)
+    np.testing.assert_array_equal(
+        plain.transform(pool.evals), package(plain, table, X_query)
+    )
 
 
 def test_core_speed_keeps_sections_a_run_skipped():

@@ -1,0 +1,147 @@
+"""A training prototype for embedding_quality.py: the encoder reads each
+evaluation's score relative to the pool's mean score on that query.
+
+LOCUS's encoder reads a model's evaluations as (query encoding, score) tokens
+and averages them by attention. Whether a model got a query right says
+mostly how hard the query is: a right answer on a query every model gets
+right and one on a query few do are the same token, so each set's average
+is dominated by which queries it happened to draw and by overall strength
+(session 8: embeddings 0.1 % apart on the planted specialists; the first
+component of z correlates 0.93 with the mean score on BFCL). Item response
+theory reads a model's ability against each item's difficulty; the fit
+table holds that difficulty for every query it covers, from the other
+models' answers, which the encoder never sees. Measured first on the simple
+fingerprints (seeds 0-2, the harness's disjoint self-identification sets, a
+throwaway script): the per-task profile of difficulty-centred scores
+identifies models better than that of raw scores at 256 rows on BFCL (0.33
+against 0.25) and at 1,024 on RouterBench (0.91 / 0.64 against 0.82 / 0.55
+on seeds 1 and 0), and so does the 12-cluster table on RouterBench at 1,024.
+
+One change against the package's training and transform: the *encoder* reads
+``(1 + y - p_q) / 2`` in place of each score ``y`` (a score in [0, 1]: 1 a
+right answer that the pool usually misses, 0 a miss where it is usually
+right, 1/2 as expected), where ``p_q = (S_q + g) / (C_q + 1)`` is the fit
+table's mean score on query ``q`` (its sum ``S_q`` over ``C_q`` rows, every
+model's), shrunk by one pseudo-row at the table's mean score ``g``: a query
+the fit table does not hold reads ``p = g``. The decoder's targets and the
+kernel readout's stored scores stay the raw scores; validation, ``transform``
+(every later embedding, from any rows) and the readout at prediction read
+what training read. The queries' means are those of the fit table only
+(training rows: no test query's answers).
+
+Settings fixed before any run (not tuned): the map ``(1 + y - p) / 2`` (the
+only affine map of ``y - p`` in [-1, 1] onto [0, 1]); one pseudo-row.
+"""
+
+import contextlib
+import dataclasses
+from unittest import mock
+
+import numpy as np
+import torch
+
+from locus_sklearn import _embedder, _nn, _training
+
+
+def query_means(table):
+    """(``p`` per query of ``table``, shape (n_queries,); the table's mean ``g``):
+    each query's mean score over every row, shrunk by one pseudo-row at ``g``."""
+    score = np.asarray(table.score, dtype=np.float64)
+    g = float(score.mean())
+    total = np.bincount(table.query_index, weights=score, minlength=table.n_queries)
+    count = np.bincount(table.query_index, minlength=table.n_queries)
+    return (total + g) / (count + 1), g
+
+
+def relative(score, p):
+    """``(1 + score - p) / 2``: a score read against the query's mean ``p``."""
+    return (1 + score - p) / 2
+
+
+def means_for(module, queries):
+    """The fitted query means of ``module`` at ``queries`` (the table's mean
+    where the fit table held no row of a query), or None when ``module``
+    was not fitted with relative scores."""
+    known = getattr(module, "relative_queries_", None)
+    if known is None:
+        return None
+    queries = np.asarray(queries)
+    position = np.minimum(np.searchsorted(known, queries), len(known) - 1)
+    hit = known[position] == queries
+    return np.where(hit, module.relative_means_[position], module.relative_mean_)
+
+
+@contextlib.contextmanager
+def relative_scores_training():
+    """Within the block, a LocusEmbedder's fit trains its encoder on
+    relative scores, and its ``transform`` (also after the block) reads them."""
+    forward = _nn.LocusNetwork.forward
+    inputs = _training.LocusNet._inputs
+    fit_encoded = _embedder.LocusEmbedder._fit_encoded
+    bank_means = {}
+
+    def inputs_with_relative(self, x):
+        out = inputs(self, x)
+        index = torch.as_tensor(x["enc_index"], device=self.device)
+        p = bank_means["p"].to(self.device)[index]
+        out["enc_relative"] = relative(out["enc_score"], p.to(out["enc_score"].dtype))
+        return out
+
+    def forward_with_relative(self, *args, enc_relative=None, **kwargs):
+        if enc_relative is None:
+            return forward(self, *args, **kwargs)
+        embed = self.embed
+
+        def embed_relative(features, query_index, score, mask, tables=None):
+            return embed(features, query_index, enc_relative, mask, tables)
+
+        # forward reads self.embed for z only; the readout keeps enc_score.
+        self.embed = embed_relative
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            del self.embed
+
+    def fit_encoded_with_means(self, table, X_query, encoder):
+        p, g = query_means(table)
+        bank_means["p"] = torch.as_tensor(p, dtype=torch.float32)
+        out = fit_encoded(self, table, X_query, encoder)
+        module = self.net_.module_
+        module.relative_queries_ = np.asarray(table.queries)
+        module.relative_means_ = p
+        module.relative_mean_ = g
+        return out
+
+    with contextlib.ExitStack() as stack:
+        for owner, name, value in (
+            (_nn.LocusNetwork, "forward", forward_with_relative),
+            (_training.LocusNet, "_inputs", inputs_with_relative),
+            (_embedder.LocusEmbedder, "_fit_encoded", fit_encoded_with_means),
+        ):
+            stack.enter_context(mock.patch.object(owner, name, value))
+        yield
+
+
+# The package's own transform, also when this module is loaded again (a
+# second wrapper would map the scores twice).
+_transform_encoded = getattr(
+    _embedder.LocusEmbedder._transform_encoded,
+    "package_transform",
+    _embedder.LocusEmbedder._transform_encoded,
+)
+
+
+def _transform_relative(self, table, X_query):
+    p = means_for(self.net_.module_, table.queries)
+    if p is not None:
+        score = relative(table.score, p[table.query_index]).astype(np.float32)
+        table = dataclasses.replace(table, score=score)
+    return _transform_encoded(self, table, X_query)
+
+
+_transform_relative.package_transform = _transform_encoded
+
+# Installed on import and left installed: a router fitted in the block embeds
+# its models (at fit, and on every later ``embed``) from relative scores; a
+# module fitted without them is unaffected.
+_embedder.LocusEmbedder._transform_encoded = _transform_relative
