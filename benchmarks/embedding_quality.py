@@ -136,6 +136,9 @@ VARIANTS = {
     # the fit table's mean score on its query, (1 + y - p) / 2 (session 27,
     # fixed before the run).
     "relative-scores": {"_relative_scores": True},
+    # The same with each fit-table row's own score left out of its query's
+    # mean (session 27, fixed after relative-scores' run, before this one's).
+    "relative-scores-loo": {"_relative_scores": "leave-one-out"},
 }
 
 
@@ -466,7 +469,7 @@ def _prototype(key, value):
     if key == "_relative_scores":
         from _relative_scores import relative_scores_training
 
-        return relative_scores_training()
+        return relative_scores_training(leave_one_out=value == "leave-one-out")
     raise KeyError(f"no training prototype {key!r}")
 
 

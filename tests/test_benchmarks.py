@@ -674,8 +674,12 @@ def test_relative_scores_hand_computed():
     np.testing.assert_allclose(
         relative.relative(np.array([1.0, 0.0]), np.array([0.25, 0.75])), [0.875, 0.125]
     )
+    total, count, _ = relative.query_sums(table)
     module = SimpleNamespace(
-        relative_queries_=table.queries, relative_means_=p, relative_mean_=g
+        relative_queries_=table.queries,
+        relative_sums_=total,
+        relative_counts_=count,
+        relative_mean_=g,
     )
     # A query the fit table did not hold reads the table's mean.
     np.testing.assert_allclose(
@@ -683,9 +687,22 @@ def test_relative_scores_hand_computed():
         [2 / 3, 5 / 6, 5 / 9, 2 / 3],
     )
     assert relative.means_for(SimpleNamespace(), np.array(["q1"])) is None
+    # Leaving the row's own score out: a's 1 on q1 leaves b's 0 and the
+    # pseudo-row, (0 + 2/3) / 2; a's 1 on q2 leaves the pseudo-row alone.
+    module.relative_rows_ = {("a", "q1"): 1.0, ("b", "q1"): 0.0, ("a", "q2"): 1.0}
+    np.testing.assert_allclose(
+        relative.means_for(
+            module,
+            np.array(["q1", "q1", "q2", "q2", "q1"]),
+            np.array(["a", "b", "a", "b", "c"]),
+        ),
+        # b on q2 and c on q1 are not fit rows: the plain shrunk means.
+        [1 / 3, 5 / 6, 2 / 3, 5 / 6, 5 / 9],
+    )
 
 
-def test_relative_scores_reach_the_encoder_and_not_the_readout():
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_relative_scores_reach_the_encoder_and_not_the_readout(leave_one_out):
     relative = _load_script("_relative_scores")
     relative = _load_script("_relative_scores")  # a second load wraps nothing twice
     from locus_sklearn import LocusEmbedder, _embedder, _nn, _readout
@@ -713,26 +730,35 @@ def test_relative_scores_reach_the_encoder_and_not_the_readout():
     embedder = LocusEmbedder(pool.encodings, **params)
     forward = _nn.LocusNetwork.forward
     with (
-        relative.relative_scores_training(),
+        relative.relative_scores_training(leave_one_out=leave_one_out),
         mock.patch.object(_nn.LocusNetwork, "embed", spy_embed),
         mock.patch.object(_readout.KernelReadout, "episodes", spy_episodes),
     ):
         embedder.fit(pool.evals)
     assert _nn.LocusNetwork.forward is forward  # restored
     table = check_evals(pool.evals)
-    p, _ = relative.query_means(table)
+    total, count, g = relative.query_sums(table)
+    # The means an encoder row may read: its query's, plain or without a
+    # 0 or a 1 of its own.
+    if leave_one_out:
+        p = np.concatenate([relative.mean_without(total, count, g, y) for y in (0, 1)])
+        q = table.query_index
+        p_rows = relative.mean_without(total[q], count[q], g, table.score)
+    else:
+        p = (total + g) / (count + 1)
+        p_rows = p[table.query_index]
     assert seen["encoder"] and len(seen["encoder"]) == len(seen["readout"])
     for enc, raw in zip(seen["encoder"], seen["readout"], strict=True):
         assert set(np.unique(raw.numpy())) <= {0.0, 1.0}  # the pool's raw scores
-        # Each encoder score is (1 + y - p_q) / 2 of its raw score y: the
-        # implied p is one of the table's query means.
+        # Each encoder score is (1 + y - p) / 2 of its raw score y: the
+        # implied p is one of the means above.
         implied = (1 + raw.numpy() - 2 * enc.numpy()).astype(np.float64)
         nearest = np.abs(implied[:, None] - p[None, :]).min(axis=1)
         assert nearest.max() < 1e-6
     # transform (after the block) embeds from the relative scores ...
     X_query = embedder._encode(table.queries)
     package = _embedder.LocusEmbedder._transform_encoded.package_transform
-    shifted = relative.relative(table.score, p[table.query_index]).astype(np.float32)
+    shifted = relative.relative(table.score, p_rows).astype(np.float32)
     expected = package(embedder, dataclasses.replace(table, score=shifted), X_query)
     np.testing.assert_allclose(embedder.transform(pool.evals), expected, rtol=1e-6)
     assert not np.allclose(expected, package(embedder, table, X_query))
