@@ -1,6 +1,9 @@
-"""The training-loss patch that the loss prototypes of embedding_quality.py
-share (``_vicreg``, ``_identity``, ``_model_ranking``)."""
+"""The patches that the training prototypes of embedding_quality.py share:
+the training-loss patch of the loss prototypes (``_vicreg``, ``_identity``,
+``_model_ranking``) and several methods patched at once (``_query_identity``,
+``_relative_scores``)."""
 
+import contextlib
 from unittest import mock
 
 from locus_sklearn import _training
@@ -24,3 +27,13 @@ def training_terms(terms):
         return loss
 
     return mock.patch.object(_training.LocusNet, "get_loss", loss_with_terms)
+
+
+@contextlib.contextmanager
+def patched(*replacements):
+    """Within the block, each ``(owner, name, value)`` of ``replacements`` is
+    in place (``mock.patch.object``); the exit restores every one."""
+    with contextlib.ExitStack() as stack:
+        for owner, name, value in replacements:
+            stack.enter_context(mock.patch.object(owner, name, value))
+        yield

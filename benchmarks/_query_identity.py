@@ -34,10 +34,10 @@ tokenizer's, predictor's and readout's existing projections read them).
 """
 
 import contextlib
-from unittest import mock
 
 import numpy as np
 import torch
+from _loss_terms import patched
 from torch import nn
 
 from locus_sklearn import _embedder, _nn, _training
@@ -98,14 +98,12 @@ def query_identity_training(keep=KEEP):
         self.net_.module_.query_identity_queries_ = np.asarray(table.queries)
         return out
 
-    with contextlib.ExitStack() as stack:
-        for owner, name, value in (
-            (_nn.LocusNetwork, "__init__", init_with_vectors),
-            (_nn.LocusNetwork, "forward", forward_with_ids),
-            (_training.LocusNet, "_inputs", inputs_with_ids),
-            (_embedder.LocusEmbedder, "_fit_encoded", fit_encoded_with_vectors),
-        ):
-            stack.enter_context(mock.patch.object(owner, name, value))
+    with patched(
+        (_nn.LocusNetwork, "__init__", init_with_vectors),
+        (_nn.LocusNetwork, "forward", forward_with_ids),
+        (_training.LocusNet, "_inputs", inputs_with_ids),
+        (_embedder.LocusEmbedder, "_fit_encoded", fit_encoded_with_vectors),
+    ):
         yield
 
 

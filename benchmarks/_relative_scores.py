@@ -44,11 +44,11 @@ answer.
 
 import contextlib
 import dataclasses
-from unittest import mock
 
 import numpy as np
 import pandas as pd
 import torch
+from _loss_terms import patched
 
 from locus_sklearn import _embedder, _nn, _training
 
@@ -166,13 +166,11 @@ def relative_scores_training(leave_one_out=False):
             )
         return out
 
-    with contextlib.ExitStack() as stack:
-        for owner, name, value in (
-            (_nn.LocusNetwork, "forward", forward_with_relative),
-            (_training.LocusNet, "_inputs", inputs_with_relative),
-            (_embedder.LocusEmbedder, "_fit_encoded", fit_encoded_with_means),
-        ):
-            stack.enter_context(mock.patch.object(owner, name, value))
+    with patched(
+        (_nn.LocusNetwork, "forward", forward_with_relative),
+        (_training.LocusNet, "_inputs", inputs_with_relative),
+        (_embedder.LocusEmbedder, "_fit_encoded", fit_encoded_with_means),
+    ):
         yield
 
 
