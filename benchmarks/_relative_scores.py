@@ -15,7 +15,9 @@ fingerprints (seeds 0-2, the harness's disjoint self-identification sets, a
 throwaway script): the per-task profile of difficulty-centred scores
 identifies models better than that of raw scores at 256 rows on BFCL (0.33
 against 0.25) and at 1,024 on RouterBench (0.91 / 0.64 against 0.82 / 0.55
-on seeds 1 and 0), and so does the 12-cluster table on RouterBench at 1,024.
+on seeds 1 and 0), and so does the 12-cluster table on RouterBench at 1,024
+(there each query's mean read every training row of the split, leaving the
+row's own out; the fit table below holds far fewer rows a query).
 
 One change against the package's training and transform: the *encoder* reads
 ``(1 + y - p_q) / 2`` in place of each score ``y`` (a score in [0, 1]: 1 a
@@ -37,7 +39,7 @@ own): a row of the fit table reads its query's mean *without its own score*,
 ``(S_q - y + g) / C_q``, so that ``p`` is the other models' answers only (with
 one pseudo-row; ``g`` where no other model answered). Rows the fit table did
 not hold read ``(S_q + g) / (C_q + 1)`` as before. At 256 rows per model a
-query holds about 11 of the fit table's rows on BFCL but about 3 on MMLU-Pro
+query holds about 13 of the fit table's rows on BFCL but about 3 on MMLU-Pro
 open and 1.3 on RouterBench, where the plain mean is mostly the row's own
 answer.
 """
