@@ -64,11 +64,10 @@ def query_sums(table):
     return total, count, float(score.mean())
 
 
-def query_means(table):
-    """(``p`` per query of ``table``, shape (n_queries,); the table's mean ``g``):
-    each query's mean score over every row, shrunk by one pseudo-row at ``g``."""
-    total, count, g = query_sums(table)
-    return (total + g) / (count + 1), g
+def shrunk_mean(total, count, g):
+    """A query's mean score over its ``count`` rows summing to ``total``,
+    shrunk by one pseudo-row at ``g``: ``g`` for a query with no row."""
+    return (total + g) / (count + 1)
 
 
 def relative(score, p):
@@ -97,7 +96,7 @@ def means_for(module, queries, models=None):
     total = np.where(hit, module.relative_sums_[position], 0.0)
     count = np.where(hit, module.relative_counts_[position], 0)
     g = module.relative_mean_
-    p = (total + g) / (count + 1)
+    p = shrunk_mean(total, count, g)
     fitted = getattr(module, "relative_rows_", None)
     if fitted is not None:
         own = pd.Series(zip(models, queries, strict=True)).map(fitted).to_numpy(float)
@@ -130,7 +129,7 @@ def relative_scores_training(leave_one_out=False):
             # its own score is one of its query's count.
             p = mean_without(total, count.clamp(min=1), g, score.to(total.dtype))
         else:
-            p = (total + g) / (count + 1)
+            p = shrunk_mean(total, count, g)
         out["enc_relative"] = relative(score, p.to(score.dtype))
         return out
 

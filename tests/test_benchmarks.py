@@ -667,14 +667,15 @@ def test_relative_scores_hand_computed():
     table = check_evals(
         {"model": ["a", "b", "a"], "query": ["q1", "q1", "q2"], "score": [1.0, 0, 1]}
     )
-    p, g = relative.query_means(table)
+    total, count, g = relative.query_sums(table)
+    np.testing.assert_array_equal(total, [1, 1])
+    np.testing.assert_array_equal(count, [2, 1])
     assert g == pytest.approx(2 / 3)
     # (sum + g) / (count + 1): q1 (1 + 2/3) / 3, q2 (1 + 2/3) / 2.
-    np.testing.assert_allclose(p, [5 / 9, 5 / 6])
+    np.testing.assert_allclose(relative.shrunk_mean(total, count, g), [5 / 9, 5 / 6])
     np.testing.assert_allclose(
         relative.relative(np.array([1.0, 0.0]), np.array([0.25, 0.75])), [0.875, 0.125]
     )
-    total, count, _ = relative.query_sums(table)
     module = SimpleNamespace(
         relative_queries_=table.queries,
         relative_sums_=total,
@@ -745,7 +746,7 @@ def test_relative_scores_reach_the_encoder_and_not_the_readout(leave_one_out):
         q = table.query_index
         p_rows = relative.mean_without(total[q], count[q], g, table.score)
     else:
-        p = (total + g) / (count + 1)
+        p = relative.shrunk_mean(total, count, g)
         p_rows = p[table.query_index]
     assert seen["encoder"] and len(seen["encoder"]) == len(seen["readout"])
     for enc, raw in zip(seen["encoder"], seen["readout"], strict=True):
