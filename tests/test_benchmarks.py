@@ -16,13 +16,19 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _benchmarks_on_path():
+    """Put ``benchmarks/`` on ``sys.path`` (once): the scripts import their
+    sibling helpers (_provenance, _loss_terms, ...)."""
+    directory = os.path.join(ROOT, "benchmarks")
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+
+
 def _load_script(name):
     path = os.path.join(ROOT, "benchmarks", f"{name}.py")
     if not os.path.exists(path):  # pragma: no cover - source checkout only
         pytest.skip("benchmarks/ is not part of this installation")
-    # The scripts import their sibling helpers (_provenance, _loss_terms, ...).
-    if os.path.dirname(path) not in sys.path:
-        sys.path.insert(0, os.path.dirname(path))
+    _benchmarks_on_path()
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -279,9 +285,7 @@ def test_similarity_recall_reads_distances_and_skips_incomparable_pairs(quality)
 
 
 def test_bench_group_rules():
-    import sys
-
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    _benchmarks_on_path()
     import _data
 
     assert _data.shaberi_base_name("Qwen__Qwen3-30B-A3B-FP8") == "qwen3-30b-a3b"
@@ -774,9 +778,6 @@ def test_core_speed_keeps_sections_a_run_skipped():
     """A run without --fit / --fit-scaling keeps those sections of the file it
     replaces, each named with the date and commit of the run that measured it
     (carried over twice, it keeps its first source); run sections replace."""
-    import sys
-
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     core_speed = _load_script("core_speed")
     first = {"date": "d1", "commit": "c1", "fit": {"seconds": 400.0},
              "fit_scaling": {"slopes": 1}}  # fmt: skip
@@ -804,11 +805,9 @@ def test_base_worktree_checks_out_the_revision_and_removes_it():
     """The A/B scripts' base arm: a detached worktree of the revision, gone
     (directory and git's record of it) after the block, even on an error."""
     import subprocess
-    import sys
 
     if subprocess.run(["git", "-C", ROOT, "rev-parse"], capture_output=True).returncode:
         pytest.skip("not a git checkout")
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     worktree = _load_script("_worktree")
     head = worktree.short_revision("HEAD")
     assert head and worktree.this_revision().startswith(head)
@@ -828,9 +827,6 @@ def test_base_worktree_checks_out_the_revision_and_removes_it():
 
 
 def test_ab_result_names_both_revisions_and_the_machine(tmp_path):
-    import sys
-
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     worktree = _load_script("_worktree")
     written = worktree.write_ab_result(str(tmp_path), "ab.json", "abc1234", rounds=[1])
     with open(tmp_path / "ab.json") as handle:
@@ -841,9 +837,6 @@ def test_ab_result_names_both_revisions_and_the_machine(tmp_path):
 
 
 def test_run_child_runs_the_trees_package_and_reads_its_last_line(tmp_path):
-    import sys
-
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     worktree = _load_script("_worktree")
     package = tmp_path / "locus_sklearn"
     package.mkdir()
@@ -988,11 +981,9 @@ def test_serve_load_threaded_clients_send_each_request_once():
     """``serve_load.py``'s http.client load generator, N threads: every request
     index in ``offset, offset + 1, ...`` is sent exactly once, on loopback, and
     a non-200 answer is counted as a failure, not dropped."""
-    import sys
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     serve_load = _load_script("serve_load")
     seen, lock = [], threading.Lock()
 
