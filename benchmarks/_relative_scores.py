@@ -42,6 +42,16 @@ not hold read ``(S_q + g) / (C_q + 1)`` as before. At 256 rows per model a
 query holds about 13 of the fit table's rows on BFCL but about 3 on MMLU-Pro
 open and 1.3 on RouterBench, where the plain mean is mostly the row's own
 answer.
+
+``both=True`` (session 28, fixed before its run): the encoder keeps the raw
+score and reads the relative one beside it, so that it loses nothing the
+baseline's tokens carry. The token gains one term, ``(y - p_q) W_r φ + b_r``
+(``W_r``, ``b_r`` a new linear map of the query encoding, initialised at zero
+so that training starts from the baseline's network, drawn outside the
+global random stream so that every other weight starts as the baseline's);
+``p_q`` is the plain shrunk mean above (not left out). Such an encoder takes
+its plain path also at inference (the per-query tables are affine in ``y``
+only).
 """
 
 import contextlib
@@ -106,12 +116,16 @@ def means_for(module, queries, models=None):
 
 
 @contextlib.contextmanager
-def relative_scores_training(leave_one_out=False):
+def relative_scores_training(leave_one_out=False, both=False):
     """Within the block, a LocusEmbedder's fit trains its encoder on
     relative scores, and its ``transform`` (also after the block) reads them.
     With ``leave_one_out``, a row of the fit table reads its query's mean
-    without its own score."""
+    without its own score; with ``both``, the encoder reads the raw score
+    and ``y - p`` beside it."""
+    if leave_one_out and both:
+        raise ValueError("leave_one_out and both are separate variants")
     forward = _nn.LocusNetwork.forward
+    tokenizer_init = _nn.EvaluationTokenizer.__init__
     inputs = _training.LocusNet._inputs
     fit_encoded = _embedder.LocusEmbedder._fit_encoded
     bank = {}
@@ -130,8 +144,21 @@ def relative_scores_training(leave_one_out=False):
             p = mean_without(total, count.clamp(min=1), g, score.to(total.dtype))
         else:
             p = shrunk_mean(total, count, g)
-        out["enc_relative"] = relative(score, p.to(score.dtype))
+        p = p.to(score.dtype)
+        if both:
+            out["enc_relative"] = torch.stack([score, score - p], dim=-1)
+        else:
+            out["enc_relative"] = relative(score, p)
         return out
+
+    def tokenizer_init_with_relative(self, n_features, embedding_dim):
+        tokenizer_init(self, n_features, embedding_dim)
+        # Outside the global stream: every other weight starts as the
+        # baseline's, and at zero the network starts as the baseline's.
+        with torch.random.fork_rng(devices=[]):
+            self.relative = torch.nn.Linear(n_features, embedding_dim)
+        torch.nn.init.zeros_(self.relative.weight)
+        torch.nn.init.zeros_(self.relative.bias)
 
     def forward_with_relative(self, *args, enc_relative=None, **kwargs):
         if enc_relative is None:
@@ -156,6 +183,7 @@ def relative_scores_training(leave_one_out=False):
         module.relative_queries_ = np.asarray(table.queries)
         module.relative_sums_, module.relative_counts_ = total, count
         module.relative_mean_ = g
+        module.relative_both_ = both
         if leave_one_out:
             keys = zip(
                 table.models[table.model_index],
@@ -167,11 +195,16 @@ def relative_scores_training(leave_one_out=False):
             )
         return out
 
-    with patched(
+    patches = [
         (_nn.LocusNetwork, "forward", forward_with_relative),
         (_training.LocusNet, "_inputs", inputs_with_relative),
         (_embedder.LocusEmbedder, "_fit_encoded", fit_encoded_with_means),
-    ):
+    ]
+    if both:
+        patches.append(
+            (_nn.EvaluationTokenizer, "__init__", tokenizer_init_with_relative)
+        )
+    with patched(*patches):
         yield
 
 
@@ -191,14 +224,50 @@ def _transform_relative(self, table, X_query):
         table.models[table.model_index],
     )
     if p is not None:
-        score = relative(table.score, p).astype(np.float32)
-        table = dataclasses.replace(table, score=score)
+        if getattr(self.net_.module_, "relative_both_", False):
+            # (n_rows, 2): each row's raw and relative score, gathered per
+            # token by the package's batching into (B, N, 2).
+            score = np.stack([table.score, table.score - p], axis=-1)
+        else:
+            score = relative(table.score, p)
+        table = dataclasses.replace(table, score=score.astype(np.float32))
     return _transform_encoded(self, table, X_query)
 
 
 _transform_relative.package_transform = _transform_encoded
 
+# The package's tokenizer and encoder, also when this module is loaded again.
+_tokenize = getattr(
+    _nn.EvaluationTokenizer.forward, "package_forward", _nn.EvaluationTokenizer.forward
+)
+_encode = getattr(_nn.LocusEncoder.forward, "package_forward", _nn.LocusEncoder.forward)
+
+
+def _tokenize_both(self, features, query_index, score):
+    """The package's token at the raw score ``score[..., 0]`` plus
+    ``r (W_r φ + b_r)`` at the relative score ``r = score[..., 1]``."""
+    if score.dim() == query_index.dim():
+        return _tokenize(self, features, query_index, score)
+    tokens = _tokenize(self, features, query_index, score[..., 0])
+    r = score[..., 1].unsqueeze(-1).to(tokens.dtype)
+    return tokens.addcmul_(r, self.relative(features)[query_index])
+
+
+def _encode_both(self, features, query_index, score, mask, tables=None):
+    """Two score channels take the plain path (the inference tables hold a
+    token per query at y = 0 and y = 1 only)."""
+    if score.dim() == query_index.dim():
+        return _encode(self, features, query_index, score, mask, tables)
+    z = self.forward_plain(features, query_index, score, mask)
+    return z if self.standardize is None else self._standardize(z)
+
+
+_tokenize_both.package_forward = _tokenize
+_encode_both.package_forward = _encode
+
 # Installed on import and left installed: a router fitted in the block embeds
 # its models (at fit, and on every later ``embed``) from relative scores; a
 # module fitted without them is unaffected.
 _embedder.LocusEmbedder._transform_encoded = _transform_relative
+_nn.EvaluationTokenizer.forward = _tokenize_both
+_nn.LocusEncoder.forward = _encode_both

@@ -139,6 +139,9 @@ VARIANTS = {
     # The same with each fit-table row's own score left out of its query's
     # mean (session 27, fixed after relative-scores' run, before this one's).
     "relative-scores-loo": {"_relative_scores": "leave-one-out"},
+    # The encoder reads the raw score and y - p beside it, through one new
+    # zero-initialised term of the token (session 28, fixed before the run).
+    "relative-channel": {"_relative_scores": "both"},
 }
 
 
@@ -469,7 +472,9 @@ def _prototype(key, value):
     if key == "_relative_scores":
         from _relative_scores import relative_scores_training
 
-        return relative_scores_training(leave_one_out=value == "leave-one-out")
+        return relative_scores_training(
+            leave_one_out=value == "leave-one-out", both=value == "both"
+        )
     raise KeyError(f"no training prototype {key!r}")
 
 

@@ -12,6 +12,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -771,6 +772,101 @@ def test_relative_scores_reach_the_encoder_and_not_the_readout(leave_one_out):
     plain = LocusEmbedder(pool.encodings, **params).fit(pool.evals)
     np.testing.assert_array_equal(
         plain.transform(pool.evals), package(plain, table, X_query)
+    )
+
+
+def test_relative_channel_token_hand_computed():
+    """With ``both``, a new tokenizer starts every other weight (and the
+    global random stream) as the package's, its relative term at zero; a
+    token of two score channels is the package's token at the raw score plus
+    ``r (W_r φ + b_r)``; one channel is the package's token."""
+    relative = _load_script("_relative_scores")
+    from locus_sklearn import _nn
+
+    torch.manual_seed(0)
+    package = _nn.EvaluationTokenizer(3, 2)
+    after_package = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    with relative.relative_scores_training(both=True):
+        tokenizer = _nn.EvaluationTokenizer(3, 2)
+    assert torch.equal(torch.random.get_rng_state(), after_package)
+    assert torch.equal(tokenizer.query.weight, package.query.weight)
+    assert torch.equal(tokenizer.score, package.score)
+    assert not tokenizer.relative.weight.any() and not tokenizer.relative.bias.any()
+    with torch.no_grad():
+        tokenizer.relative.weight.copy_(torch.tensor([[1.0, 0, 0], [0, 2, 0]]))
+        tokenizer.relative.bias.copy_(torch.tensor([0.5, -1.0]))
+    features = torch.tensor([[1.0, 2.0, 3.0], [0.0, -1.0, 1.0]])
+    query_index = torch.tensor([[0, 1, 1]])
+    y = torch.tensor([[1.0, 0.0, 1.0]])
+    r = torch.tensor([[0.25, -0.5, 0.0]])
+    tokens = tokenizer(features, query_index, torch.stack([y, r], dim=-1))
+    plain = tokenizer(features, query_index, y)
+    # W_r φ + b_r: [1.5, 3.0] for query 0, [0.5, -3.0] for query 1.
+    extra = torch.tensor([[[0.375, 0.75], [-0.25, 1.5], [0.0, 0.0]]])
+    torch.testing.assert_close(tokens, plain + extra)
+    torch.testing.assert_close(plain, package(features, query_index, y))
+
+
+def test_relative_channel_fit_and_transform():
+    """In a fit with ``both``, the encoder reads (raw, raw - p) with p a
+    fitted shrunk mean, the readout the raw scores; ``transform`` equals the
+    plain encoder path run model by model on the two channels; the relative
+    term trained away from zero; an embedder fitted outside is unaffected."""
+    relative = _load_script("_relative_scores")
+    from locus_sklearn import LocusEmbedder, _embedder, _nn
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=40, random_state=0)
+    params = dict(
+        embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2, max_epochs=2,
+        episodes_per_epoch=8, batch_size=4, enc_size=(8, 16), random_state=0,
+    )  # fmt: skip
+    seen = []
+    embed = _nn.LocusNetwork.embed
+
+    def spy_embed(self, features, query_index, score, mask, tables=None):
+        if self.training:
+            seen.append(score[mask].detach().clone())
+        return embed(self, features, query_index, score, mask, tables)
+
+    embedder = LocusEmbedder(pool.encodings, **params)
+    with (
+        relative.relative_scores_training(both=True),
+        mock.patch.object(_nn.LocusNetwork, "embed", spy_embed),
+    ):
+        embedder.fit(pool.evals)
+    table = check_evals(pool.evals)
+    total, count, g = relative.query_sums(table)
+    p = relative.shrunk_mean(total, count, g)
+    assert seen
+    for pair in seen:
+        raw, shifted = pair[:, 0].numpy(), pair[:, 1].numpy()
+        assert set(np.unique(raw)) <= {0.0, 1.0}
+        implied = (raw - shifted).astype(np.float64)
+        assert np.abs(implied[:, None] - p[None, :]).min(axis=1).max() < 1e-6
+    module = embedder.net_.module_
+    assert module.encoder.tokenizer.relative.weight.abs().sum() > 0
+    X_query = torch.as_tensor(embedder._encode(table.queries), dtype=torch.float32)
+    p_rows = p[table.query_index]
+    both = torch.as_tensor(np.stack([table.score, table.score - p_rows], -1))
+    expected = []
+    with torch.no_grad():
+        for start, stop in zip(table.indptr[:-1], table.indptr[1:], strict=True):
+            index = torch.as_tensor(table.query_index[start:stop])[None]
+            mask = torch.ones_like(index, dtype=torch.bool)
+            score = both[start:stop][None].float()
+            z = module.encoder.forward_plain(X_query, index, score, mask)
+            expected.append(z[0].numpy())
+    np.testing.assert_allclose(
+        embedder.transform(pool.evals), np.stack(expected), rtol=1e-5, atol=1e-6
+    )
+    plain = LocusEmbedder(pool.encodings, **params).fit(pool.evals)
+    assert not hasattr(plain.net_.module_.encoder.tokenizer, "relative")
+    package = _embedder.LocusEmbedder._transform_encoded.package_transform
+    np.testing.assert_array_equal(
+        plain.transform(pool.evals), package(plain, table, X_query.numpy())
     )
 
 
