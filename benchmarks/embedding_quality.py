@@ -142,6 +142,10 @@ VARIANTS = {
     # The encoder reads the raw score and y - p beside it, through one new
     # zero-initialised term of the token (session 28, fixed before the run).
     "relative-channel": {"_relative_scores": "both"},
+    # benchmarks/_z_refinement.py: every embedding moved from the encoder's
+    # by 200 Adam steps on the model's own rows under the frozen predictor
+    # (session 3's settings; session 28, fixed before the run).
+    "z-refinement": {"_z_refinement": True},
 }
 
 
@@ -475,6 +479,10 @@ def _prototype(key, value):
         return relative_scores_training(
             leave_one_out=value == "leave-one-out", both=value == "both"
         )
+    if key == "_z_refinement":
+        from _z_refinement import z_refinement_training
+
+        return z_refinement_training()
     raise KeyError(f"no training prototype {key!r}")
 
 

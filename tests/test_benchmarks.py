@@ -870,6 +870,92 @@ def test_relative_channel_fit_and_transform():
     )
 
 
+def test_z_refinement_readout_leaves_the_row_out():
+    """The leave-one-out readout at a model's row equals the kernel readout
+    of its other rows, padding ignored."""
+    refinement = _load_script("_z_refinement")
+    from locus_sklearn import _readout
+    from locus_sklearn._evals import check_evals
+
+    table = check_evals(
+        pd.DataFrame(
+            {"model": ["a", "a", "a", "b", "b"],
+             "query": ["q0", "q1", "q2", "q0", "q2"],
+             "score": [1.0, 0.0, 1.0, 0.0, 1.0]}
+        )
+    )  # fmt: skip
+    query_index, score, mask = refinement.padded_rows(table)
+    assert query_index.tolist() == [[0, 1, 2], [0, 2, 0]]
+    assert mask.tolist() == [[True, True, True], [True, True, False]]
+    features = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    readout = _readout.KernelReadout(bandwidth=0.5)
+    got = refinement.leave_one_out_readout(readout, features, query_index, score, mask)
+    # Model a, row 0: its other rows are q1 (cos 0.6, y 0) and q2 (cos 0, y 1).
+    w1, w2 = np.exp((0.6 - 1) / 0.5), np.exp((0.0 - 1) / 0.5)
+    np.testing.assert_allclose(
+        got[0, 0].detach().numpy(),
+        [2 * w2 / (w1 + w2) - 1, np.log1p(w1 + w2)],
+        rtol=1e-5,
+    )
+    # Model b, row 1 (q2): its one other row is q0 (cos 0, y 0).
+    np.testing.assert_allclose(
+        got[1, 1].detach().numpy(), [-1.0, np.log1p(w2)], rtol=1e-5
+    )
+
+
+def test_z_refinement_fits_the_rows_and_reaches_transform():
+    """Refinement lowers each model's loss on its own rows under the frozen
+    predictor, stays at z0 with no steps, moves less under a stronger prior,
+    leaves the network's weights alone; an embedder fitted in the block
+    transforms to the refinement of the package's embeddings, one fitted
+    outside to the package's."""
+    refinement = _load_script("_z_refinement")
+    refinement = _load_script("_z_refinement")  # a second load wraps nothing twice
+    from locus_sklearn import LocusEmbedder
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=40, random_state=0)
+    params = dict(
+        embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2, max_epochs=2,
+        episodes_per_epoch=8, batch_size=4, enc_size=(8, 16), random_state=0,
+    )  # fmt: skip
+    with refinement.z_refinement_training():
+        embedder = LocusEmbedder(pool.encodings, **params).fit(pool.evals)
+    plain = LocusEmbedder(pool.encodings, **params).fit(pool.evals)
+    table = check_evals(pool.evals)
+    X_query = embedder._encode(table.queries)
+    z0 = plain.transform(pool.evals)  # the same fit, unrefined
+    module = embedder.net_.module_
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+
+    def own_loss(z):
+        query_index, score, mask = refinement.padded_rows(table)
+        features = torch.as_tensor(X_query, dtype=torch.float32)
+        with torch.no_grad():
+            extra = refinement.leave_one_out_readout(
+                module.readout, features, query_index, score, mask
+            )
+            logits = module.predictor(torch.as_tensor(z), features, query_index, extra)
+            bce = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, score, weight=mask.float(), reduction="none"
+            )
+        return (bce.sum(1) / mask.sum(1)).numpy()
+
+    refined = refinement.refine(module, table, X_query, z0)
+    assert (own_loss(refined) < own_loss(z0)).all()
+    np.testing.assert_array_equal(
+        refinement.refine(module, table, X_query, z0, steps=0), z0
+    )
+    strong = refinement.refine(module, table, X_query, z0, prior=100.0)
+    assert np.abs(strong - z0).sum() < np.abs(refined - z0).sum()
+    for k, v in module.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert all(p.requires_grad for p in module.parameters())
+    np.testing.assert_allclose(embedder.transform(pool.evals), refined, rtol=1e-5)
+    np.testing.assert_array_equal(plain.transform(pool.evals), z0)
+
+
 def test_core_speed_keeps_sections_a_run_skipped():
     """A run without --fit / --fit-scaling keeps those sections of the file it
     replaces, each named with the date and commit of the run that measured it
