@@ -146,6 +146,9 @@ VARIANTS = {
     # by 200 Adam steps on the model's own rows under the frozen predictor
     # (session 3's settings; session 28, fixed before the run).
     "z-refinement": {"_z_refinement": True},
+    # The same refinement as the package's option (LocusEmbedder's
+    # refine_steps; the step unit is the fit pool's spread, fitted once).
+    "refine": {"refine_steps": 200},
 }
 
 

@@ -23,6 +23,7 @@ from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
 from ._evals import check_evals, check_queries
 from ._persistence import load_embedder, save_embedder
 from ._readout import ReadoutPool
+from ._refinement import embedding_scale, refine_embeddings
 from ._training import (
     MONITORS,
     embed_models,
@@ -290,6 +291,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "accelerator": [None, HasMethods(["prepare", "reduce"])],
         "inference_dtype": [StrOptions({"float32", "bfloat16"})],
         "transform_batch_tokens": [Interval(Integral, 1, None, closed="left")],
+        "refine_steps": [Interval(Integral, 0, None, closed="left")],
+        "refine_step_size": [Interval(Real, 0, None, closed="neither")],
+        "refine_prior": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }
@@ -331,6 +335,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         accelerator=None,
         inference_dtype="float32",
         transform_batch_tokens=16384,
+        refine_steps=0,
+        refine_step_size=0.05,
+        refine_prior=0.1,
         random_state=None,
         verbose=0,
     ):
@@ -368,6 +375,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.accelerator = accelerator
         self.inference_dtype = inference_dtype
         self.transform_batch_tokens = transform_batch_tokens
+        self.refine_steps = refine_steps
+        self.refine_step_size = refine_step_size
+        self.refine_prior = refine_prior
         self.random_state = random_state
         self.verbose = verbose
 
@@ -519,6 +529,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.net_ = net
         self.classes_ = table.models.copy()
         self.n_epochs_ = len(net.history)
+        self.embedding_scale_ = embedding_scale(
+            self._encoder_embeddings(table, X_query)
+        )
         return self
 
     # --------------------------------------------------------------- transform
@@ -574,6 +587,30 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             )
 
     def _transform_encoded(self, table, X_query):
+        embeddings = self._encoder_embeddings(table, X_query)
+        if self.refine_steps == 0:
+            return embeddings
+        if getattr(self, "embedding_scale_", None) is None:
+            raise ValueError(
+                f"refine_steps={self.refine_steps} needs the training pool's "
+                "embedding scale (embedding_scale_), which this embedder lacks: "
+                "it was saved by a version without refinement. Refit it, or use "
+                "refine_steps=0."
+            )
+        return refine_embeddings(
+            self.net_.module_,
+            table,
+            X_query,
+            embeddings,
+            scale=self.embedding_scale_,
+            steps=self.refine_steps,
+            step_size=self.refine_step_size,
+            prior=self.refine_prior,
+            batch_tokens=self.transform_batch_tokens,
+        )
+
+    def _encoder_embeddings(self, table, X_query):
+        """The encoder's embeddings of the models of ``table`` (unrefined)."""
         return embed_models(
             self.net_.module_,
             table,

@@ -53,6 +53,9 @@ _ADDED_PARAMS = {
     "readout_neighbors": None,
     "readout_index": "exact",
     "readout_dtype": "float32",
+    "refine_steps": 0,
+    "refine_step_size": 0.05,
+    "refine_prior": 0.1,
 }
 
 _ENCODER_KINDS = ("default", "path", "mapping", "hashed_mapping", "object")
@@ -204,6 +207,15 @@ def _check_embedder(check, cls):
         check.fail("header field 'encoder'", "is incomplete")
     for name, (shape, dtype) in expected.items():
         check.tensor(f"net.{name}", shape, (dtype,))
+    # Files of versions before refinement have no scale; refine_steps > 0
+    # then needs a refit (transform says so).
+    if "embedding_scale" in check.tensors or params["refine_steps"] > 0:
+        scale = check.tensor(
+            "embedding_scale", (params["embedding_dim"],), (torch.float32,)
+        )
+        if not bool((scale > 0).all()):
+            check.fail("tensor 'embedding_scale'", "is not positive")
+        names.append("embedding_scale")
     return names
 
 
@@ -323,6 +335,9 @@ def _embedder_state(embedder, *, include_query_text=True):
     }
     for name, value in embedder.net_.module_.state_dict().items():
         tensors[f"net.{name}"] = value
+    scale = getattr(embedder, "embedding_scale_", None)
+    if scale is not None:
+        tensors["embedding_scale"] = torch.as_tensor(scale, dtype=torch.float32)
     return metadata, tensors
 
 
@@ -346,6 +361,8 @@ def _embedder_from_state(cls, metadata, tensors, *, encoder=None, device=None):
     net.module_.load_state_dict(state)
     net.module_.eval()
     embedder.net_ = net
+    scale = tensors.get("embedding_scale")
+    embedder.embedding_scale_ = None if scale is None else scale.numpy()
     return embedder
 
 

@@ -1,0 +1,215 @@
+"""Semi-amortised refinement of model embeddings (``refine_steps``): the
+leave-one-out readout hand-computed, what the refinement optimises, its
+independence of batching, its place in transform, routing and saved files.
+
+The tiny settings and the fitted ``pool`` / ``router`` fixtures are in conftest.py.
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.utils._param_validation import InvalidParameterError
+
+from locus_sklearn import LocusEmbedder, LocusRouter, _refinement
+from locus_sklearn._evals import check_evals
+from locus_sklearn._files import read_file, write_file
+from locus_sklearn._readout import KernelReadout
+
+
+def _with_fitted_state(embedder, **params):
+    """A clone of a fitted embedder with its fitted attributes and ``params``."""
+    other = clone(embedder).set_params(**params)
+    other.__dict__.update(
+        {k: v for k, v in embedder.__dict__.items() if k.endswith("_")}
+    )
+    return other
+
+
+def _own_loss(module, table, X_query, z):
+    """Each model's mean BCE on its own rows of ``table`` at embeddings ``z``,
+    the readout read from its other rows: what the refinement lowers."""
+    models = np.arange(table.n_models)
+    query_index, score, mask = _refinement._padded_rows(table, models, "cpu")
+    features = torch.as_tensor(X_query, dtype=torch.float32)
+    unit = torch.nn.functional.normalize(features, dim=-1)
+    with torch.no_grad():
+        extra = _refinement._leave_one_out_readout(
+            module.readout, unit, query_index, score, mask
+        )
+        logits = module.predictor(torch.as_tensor(z), features, query_index, extra)
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, score, weight=mask.float(), reduction="none"
+        )
+    return (bce.sum(1) / mask.sum(1)).numpy()
+
+
+def test_leave_one_out_readout_hand_computed(monkeypatch):
+    table = check_evals(
+        pd.DataFrame(
+            {"model": ["a", "a", "a", "b", "b"],
+             "query": ["q0", "q1", "q2", "q0", "q2"],
+             "score": [1.0, 0.0, 1.0, 0.0, 1.0]}
+        )
+    )  # fmt: skip
+    query_index, score, mask = _refinement._padded_rows(table, np.arange(2), "cpu")
+    assert query_index.tolist() == [[0, 1, 2], [0, 2, 0]]
+    assert score.tolist() == [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
+    assert mask.tolist() == [[True, True, True], [True, True, False]]
+    unit = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    readout = KernelReadout(bandwidth=0.5)
+    with torch.no_grad():
+        got = _refinement._leave_one_out_readout(
+            readout, unit, query_index, score, mask
+        )
+    w_06, w_0 = np.exp((0.6 - 1) / 0.5), np.exp((0.0 - 1) / 0.5)
+    # Model a at q0 reads q1 (cosine 0.6, score 0) and q2 (cosine 0, score 1).
+    np.testing.assert_allclose(
+        got[0, 0].numpy(), [2 * w_0 / (w_06 + w_0) - 1, np.log1p(w_06 + w_0)], rtol=1e-5
+    )
+    # Model a at q1 reads q0 (0.6, 1) and q2 (0.8, 1): every score 1.
+    w_08 = np.exp((0.8 - 1) / 0.5)
+    np.testing.assert_allclose(
+        got[0, 1].numpy(), [1.0, np.log1p(w_06 + w_08)], rtol=1e-5
+    )
+    # Model b at q2 reads q0 only (cosine 0, score 0); its padding is not read.
+    np.testing.assert_allclose(got[1, 1].numpy(), [-1.0, np.log1p(w_0)], rtol=1e-5)
+    # Blocks of one row give the same features.
+    monkeypatch.setattr(_refinement, "_READOUT_CELLS", 1)
+    blocked = _refinement._leave_one_out_readout(
+        readout, unit, query_index, score, mask
+    )
+    torch.testing.assert_close(blocked, got)
+
+
+def test_embedding_scale_hand_computed():
+    z = np.array([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])
+    np.testing.assert_allclose(_refinement.embedding_scale(z), [2.0, 1e-6])
+    np.testing.assert_array_equal(_refinement.embedding_scale(z[:1]), [1.0, 1.0])
+
+
+def test_refinement_lowers_each_models_own_loss(router, pool):
+    embedder = router.embedder_
+    module = embedder.net_.module_
+    table = check_evals(pool.evals)
+    X_query = embedder._encode(table.queries)
+    z0 = embedder.transform(pool.evals)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    grads = [None if p.grad is None else p.grad.clone() for p in module.parameters()]
+    kwargs = dict(scale=embedder.embedding_scale_, step_size=0.05, batch_tokens=16384)
+    refined = _refinement.refine_embeddings(
+        module, table, X_query, z0, steps=200, prior=0.1, **kwargs
+    )
+    assert (
+        _own_loss(module, table, X_query, refined)
+        < _own_loss(module, table, X_query, z0)
+    ).all()
+    # No steps: the encoder's embeddings; a stronger prior: a shorter move.
+    np.testing.assert_array_equal(
+        _refinement.refine_embeddings(
+            module, table, X_query, z0, steps=0, prior=0.1, **kwargs
+        ),
+        z0,
+    )
+    strong = _refinement.refine_embeddings(
+        module, table, X_query, z0, steps=200, prior=100.0, **kwargs
+    )
+    assert np.linalg.norm(strong - z0) < np.linalg.norm(refined - z0)
+    # The network is left as it was: weights, gradients, mode.
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    for p, grad in zip(module.parameters(), grads, strict=True):
+        assert (p.grad is None) if grad is None else torch.equal(p.grad, grad)
+    assert not module.training
+
+
+def test_scale_is_the_fit_pools_spread(router, pool):
+    embedder = router.embedder_
+    unrefined = embedder.transform(pool.evals)  # refine_steps=0: the encoder's
+    np.testing.assert_allclose(
+        embedder.embedding_scale_, unrefined.std(axis=0, ddof=1), rtol=1e-5
+    )
+    assert embedder.embedding_scale_.shape == (16,)
+
+
+def test_transform_refines_each_model_on_its_own(router, pool, rows_of):
+    refined = _with_fitted_state(router.embedder_, refine_steps=50)
+    table = check_evals(pool.evals)
+    X_query = refined._encode(table.queries)
+    z0 = router.embedder_.transform(pool.evals)
+    z = refined.transform(pool.evals)
+    expected = _refinement.refine_embeddings(
+        refined.net_.module_, table, X_query, z0,
+        scale=refined.embedding_scale_, steps=50, step_size=0.05, prior=0.1,
+        batch_tokens=16384,
+    )  # fmt: skip
+    np.testing.assert_array_equal(z, expected)
+    assert not np.allclose(z, z0)
+    # A model's refinement does not depend on the models beside it, nor on
+    # how many rows go through one pass.
+    alone = refined.transform(rows_of(pool.evals, ["fam1-m05"]))
+    np.testing.assert_allclose(alone[0], z[5], atol=1e-5)
+    one_by_one = _with_fitted_state(
+        router.embedder_, refine_steps=50, transform_batch_tokens=1
+    )
+    np.testing.assert_allclose(one_by_one.transform(pool.evals), z, atol=1e-5)
+
+
+def test_router_routes_with_refined_embeddings(pool, tiny_embedder):
+    router = LocusRouter(tiny_embedder(pool.encodings, refine_steps=20)).fit(pool.evals)
+    np.testing.assert_allclose(
+        router.model_embeddings_, router.embedder_.transform(pool.evals), atol=1e-6
+    )
+    proba = router.predict_proba(pool.queries["query"].to_numpy()[:50])
+    assert proba.shape == (50, 12) and np.isfinite(proba).all()
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"refine_steps": -1}, "refine_steps"),
+        ({"refine_steps": 1.5}, "refine_steps"),
+        ({"refine_step_size": 0.0}, "refine_step_size"),
+        ({"refine_prior": -0.1}, "refine_prior"),
+    ],
+)
+def test_invalid_refinement_parameters(pool, tiny_embedder, params, match):
+    with pytest.raises(InvalidParameterError, match=match):
+        tiny_embedder(pool.encodings, **params).fit(pool.evals)
+
+
+def test_saved_scale_round_trip_and_checks(router, pool, tmp_path):
+    refined = _with_fitted_state(router.embedder_, refine_steps=30)
+    path = tmp_path / "refined.locus"
+    refined.save(path)
+    loaded = LocusEmbedder.load(path)
+    assert loaded.refine_steps == 30
+    np.testing.assert_array_equal(loaded.embedding_scale_, refined.embedding_scale_)
+    np.testing.assert_allclose(
+        loaded.transform(pool.evals), refined.transform(pool.evals), atol=1e-6
+    )
+    metadata, tensors, _ = read_file(path, "LocusEmbedder")
+    # A scale that is not positive is refused, naming the tensor.
+    bad = dict(tensors, embedding_scale=torch.zeros_like(tensors["embedding_scale"]))
+    write_file(tmp_path / "bad.locus", metadata, bad)
+    with pytest.raises(ValueError, match="'embedding_scale' is not positive"):
+        LocusEmbedder.load(tmp_path / "bad.locus")
+    # Refinement without the scale is refused at load ...
+    without = {k: v for k, v in tensors.items() if k != "embedding_scale"}
+    write_file(tmp_path / "without.locus", metadata, without)
+    with pytest.raises(ValueError, match="'embedding_scale' is missing"):
+        LocusEmbedder.load(tmp_path / "without.locus")
+    # ... while a file of an earlier version (no scale, no refinement
+    # parameters) loads, and asks for a refit only if refinement is set.
+    params = {
+        k: v for k, v in metadata["params"].items() if not k.startswith("refine_")
+    }
+    write_file(tmp_path / "old.locus", dict(metadata, params=params), without)
+    old = LocusEmbedder.load(tmp_path / "old.locus")
+    assert old.refine_steps == 0 and old.embedding_scale_ is None
+    np.testing.assert_allclose(
+        old.transform(pool.evals), router.embedder_.transform(pool.evals), atol=1e-6
+    )
+    with pytest.raises(ValueError, match="refine_steps=5 needs .*Refit it"):
+        old.set_params(refine_steps=5).transform(pool.evals)
