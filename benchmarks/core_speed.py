@@ -13,13 +13,16 @@ Measures, with random weights and synthetic data (384-d query encodings):
 - fit scaling (``--fit-scaling``): a fixed number of epochs at 1x, 2x and 4x
   the models, the evaluations per model and the queries of a small base pool,
   each fit in a fresh process (time and its own peak memory), with the fitted
-  log-log slope per axis (1 is linear).
+  log-log slope per axis (1 is linear);
+- refinement (``--refine``): transform with ``refine_steps=200`` against the
+  encoder's pass alone, at 71 models x 256 evaluations (BFCL's pool at the
+  embedding benchmark's size) and 112 x 1,024.
 Prints medians over repeats, ratios to the FLOP floor measured in the same run
 and peak memory (RSS), and writes JSON. A run without ``--fit`` or
-``--fit-scaling`` keeps those sections of the JSON it replaces, named under
+``--fit-scaling`` (or ``--refine``) keeps those sections of the JSON it replaces, named under
 ``earlier_sections`` with the date and commit of the run that measured them.
 
-Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--repeats 3]
+Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--refine] [--repeats 3]
        [--out benchmarks/results]
 """
 
@@ -38,6 +41,7 @@ from _provenance import git_commit, machine_info
 
 from locus_sklearn import LocusEmbedder
 from locus_sklearn._evals import check_evals
+from locus_sklearn._refinement import embedding_scale
 from locus_sklearn._training import build_net
 
 N_FEATURES = 384
@@ -169,6 +173,32 @@ def bench_transform(repeats, floors, time_bfloat16=True):
     rel = float(np.max(np.linalg.norm(z16 - z32, axis=1) / np.linalg.norm(z32, axis=1)))
     print(f"bfloat16 vs float32: max relative embedding difference {rel:.4f}")
     return rows, rel
+
+
+def bench_refine(repeats, steps=200):
+    """Seconds of ``transform`` with ``refine_steps=steps`` and without, per
+    pool size; the step unit is the pool's own spread, as a fit sets it."""
+    embedder = fitted_random_embedder()
+    out = {}
+    for n_models, n_evals in [(71, 256), (112, 1024)]:
+        _, table, X = synthetic_table(n_models, n_evals, 12000)
+        embedder.refine_steps = 0
+        embedder.embedding_scale_ = embedding_scale(
+            embedder._transform_encoded(table, X)
+        )
+        encoder = _median_time(
+            lambda t=table, x=X: embedder._transform_encoded(t, x), repeats
+        )
+        embedder.refine_steps = steps
+        refined = _median_time(
+            lambda t=table, x=X: embedder._transform_encoded(t, x), max(1, repeats // 3)
+        )
+        out[f"{n_models}x{n_evals}"] = {"encoder": encoder, f"refined_{steps}": refined}
+        print(
+            f"transform {n_models:4d} models x {n_evals:5d} evals: encoder {encoder:.2f} s, "
+            f"refined ({steps} steps) {refined:.1f} s, {refined / encoder:.0f}x"
+        )
+    return out
 
 
 def bench_predict(repeats):
@@ -336,6 +366,11 @@ def main(argv=None):
         help="also time fits at 1x, 2x, 4x models, evaluations and queries",
     )
     parser.add_argument(
+        "--refine",
+        action="store_true",
+        help="also time transform with refine_steps=200",
+    )
+    parser.add_argument(
         "--fit-one", metavar="JSON", help="(internal) one fit of --fit-scaling"
     )
     parser.add_argument(
@@ -371,6 +406,7 @@ def main(argv=None):
     print(f"transform 112 x 4096 at the faster rate: {strict_ratio:.2f}x the floor")
     predict = bench_predict(args.repeats)
     torch.set_grad_enabled(True)
+    refine = bench_refine(args.repeats) if args.refine else None
     fit = bench_fit() if args.fit else None
     fit_scaling = bench_fit_scaling() if args.fit_scaling else None
     result = {
@@ -391,6 +427,7 @@ def main(argv=None):
         "transform_floor_ratio_112x4096_at_faster_rate": strict_ratio,
         "bfloat16_max_relative_difference": bf16_rel,
         "predict_proba_seconds": predict,
+        "refine_seconds": refine,
         "fit": fit,
         "fit_scaling": fit_scaling,
         "peak_rss_mb": _peak_rss_mb(),
@@ -409,8 +446,8 @@ def main(argv=None):
     print(f"peak RSS {result['peak_rss_mb']:.0f} MB; wrote {path}")
 
 
-# The sections a run may skip (``--fit``, ``--fit-scaling``).
-OPTIONAL_SECTIONS = ("fit", "fit_scaling")
+# The sections a run may skip (``--fit``, ``--fit-scaling``, ``--refine``).
+OPTIONAL_SECTIONS = ("fit", "fit_scaling", "refine_seconds")
 
 
 def carry_over(result, previous):

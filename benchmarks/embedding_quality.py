@@ -142,12 +142,10 @@ VARIANTS = {
     # The encoder reads the raw score and y - p beside it, through one new
     # zero-initialised term of the token (session 28, fixed before the run).
     "relative-channel": {"_relative_scores": "both"},
-    # benchmarks/_z_refinement.py: every embedding moved from the encoder's
-    # by 200 Adam steps on the model's own rows under the frozen predictor
-    # (session 3's settings; session 28, fixed before the run).
-    "z-refinement": {"_z_refinement": True},
-    # The same refinement as the package's option (LocusEmbedder's
-    # refine_steps; the step unit is the fit pool's spread, fitted once).
+    # Every embedding moved from the encoder's by 200 Adam steps on the
+    # model's own rows under the frozen predictor (LocusEmbedder's
+    # refine_steps, session 3's settings; session 28, fixed before the run;
+    # first run as the prototype benchmarks/_z_refinement.py of d235334).
     "refine": {"refine_steps": 200},
 }
 
@@ -482,10 +480,6 @@ def _prototype(key, value):
         return relative_scores_training(
             leave_one_out=value == "leave-one-out", both=value == "both"
         )
-    if key == "_z_refinement":
-        from _z_refinement import z_refinement_training
-
-        return z_refinement_training()
     raise KeyError(f"no training prototype {key!r}")
 
 

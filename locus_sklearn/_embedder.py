@@ -211,6 +211,31 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         thousands of models. The default keeps a pass's buffers (about
         1.5 KiB per token in float32) under 32 MiB, so they are reused
         rather than mapped afresh, and was the fastest measured.
+    refine_steps : int, default=0
+        Semi-amortised inference: ``transform`` (so also the router's pool,
+        ``add_models`` and every function that reads the embeddings) moves
+        each model's embedding from the encoder's by this many Adam steps
+        that fit the model's own evaluations under the frozen predictor,
+        with a Gaussian prior toward the encoder's embedding; with the
+        kernel readout, each row is predicted from the model's other rows.
+        The encoder, one forward pass amortised over every set, reads
+        mostly how strong a model is; the refined embedding also keeps what
+        the predictor can read of the model's own answers. 0 returns the
+        encoder's embedding (the paper's). A model's refinement does not
+        depend on the models embedded beside it. At 200 steps and 256
+        evaluations per model (``benchmarks/results/TUNING.md``, session
+        28; three seeds): Shaberi's same-base siblings recall@1 0.27
+        against 0.10, BFCL's self-identification from 256 disjoint rows
+        0.17 against 0.10, routing within the seed spread on four pools
+        (BFCL 0.899 against 0.896). It costs the steps' predictor passes
+        over every row, several times the encoder's pass, so it is off by
+        default.
+    refine_step_size : float, default=0.05
+        Adam's step size, in units of each coordinate's spread over the
+        training models' embeddings (``embedding_scale_``).
+    refine_prior : float, default=0.1
+        Weight of the prior, the mean square of the move in those units,
+        beside the mean BCE over the model's rows.
     random_state : int, RandomState instance or None, default=None
         Seeds the validation split, initial weights and episode sampling; an
         int makes a CPU fit reproducible bit for bit.
@@ -230,6 +255,10 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         ``net_.history`` holds the training curves.
     n_epochs_ : int
         Epochs trained.
+    embedding_scale_ : ndarray of shape (embedding_dim,)
+        Each coordinate's standard deviation over the encoder's embeddings
+        of the training models: the unit of ``refine_step_size``. None for
+        an embedder loaded from a file of a version without refinement.
 
     Notes
     -----

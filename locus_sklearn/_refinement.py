@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from ._training import size_batches
+
 __all__ = ["embedding_scale", "refine_embeddings"]
 
 # Most cosine cells (rows x stored rows) of one block of the leave-one-out
@@ -112,28 +114,28 @@ def refine_embeddings(
     out = np.asarray(z0, dtype=np.float32).copy()
     if steps == 0:
         return out
+    # The steps need autograd, also when the caller embeds under no_grad or
+    # inference_mode (every tensor below is created inside this block).
+    with torch.inference_mode(False), torch.enable_grad():
+        return _refine(
+            module, table, X_query, out, scale, steps, step_size, prior, batch_tokens
+        )
+
+
+def _refine(module, table, X_query, out, scale, steps, step_size, prior, batch_tokens):
+    """:func:`refine_embeddings` on ``out`` (the encoder's, refined in place),
+    batch by batch of models of similar size."""
     module.eval()
     device = next(module.parameters()).device
     features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
     unit = F.normalize(features, dim=-1)
     unit_scale = torch.as_tensor(scale, dtype=torch.float32, device=device)
-    counts = np.diff(table.indptr)
-    order = np.argsort(counts, kind="stable")  # similar sizes share a batch
-    start = 0
-    while start < table.n_models:
-        stop = start + 1
-        while (
-            stop < table.n_models
-            and (stop + 1 - start) * counts[order[stop]] <= batch_tokens
-        ):
-            stop += 1
-        models = order[start:stop]
+    for models in size_batches(np.diff(table.indptr), batch_tokens):
         start_z = torch.as_tensor(out[models], device=device)
         out[models] = _refine_batch(
             module, features, unit, table, models, start_z, unit_scale,
             steps, step_size, prior,
         )  # fmt: skip
-        start = stop
     return out
 
 

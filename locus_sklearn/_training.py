@@ -40,6 +40,7 @@ __all__ = [
     "collate_episodes",
     "DivergenceCheck",
     "embed_models",
+    "size_batches",
     "EpisodeCollator",
     "evaluation_sets",
     "FixedEpisodes",
@@ -706,28 +707,16 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
         features = features.to(torch.bfloat16)
     indptr = table.indptr
     counts = np.diff(indptr)
-    # Batch models of similar size together so little compute goes to padding;
-    # padding never changes an embedding, so the order does not matter.
-    order = np.argsort(counts, kind="stable")
     query_index = torch.as_tensor(table.query_index, device=device)
     score = torch.as_tensor(table.score, device=device)
     out = np.empty((table.n_models, module.embedding_dim), dtype=np.float32)
-    start = 0
     with torch.inference_mode():
         # Every batch gathers its tokens from the same features: compute the
         # per-query tables once, not once per batch (each projection of all U
         # rows cost about a sixth of a 16k-token batch's encoder pass). They
         # hold 6d numbers per query (3 KiB at d = 128 in float32).
         tables = module.inference_tables(features)
-        while start < table.n_models:
-            # Sizes ascend along ``order``: the last model sets the width.
-            stop = start + 1
-            while (
-                stop < table.n_models
-                and (stop + 1 - start) * counts[order[stop]] <= batch_tokens
-            ):
-                stop += 1
-            chunk = order[start:stop]
+        for chunk in size_batches(counts, batch_tokens):
             width = int(counts[chunk].max())
             positions = torch.arange(width, device=device)
             lengths = torch.as_tensor(counts[chunk], device=device)
@@ -737,8 +726,41 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
             # Gradients are off: the encoder takes its streamed inference path.
             z = module.embed(features, query_index[rows], score[rows], mask, tables)
             out[chunk] = z.float().cpu().numpy()
-            start = stop
     return out
+
+
+def size_batches(counts, batch_tokens):
+    """Batches of models (index arrays) of at most ``batch_tokens`` padded
+    rows each, from models of similar size, so that little compute goes to
+    padding; a model with more rows gets a batch of its own.
+
+    Parameters
+    ----------
+    counts : ndarray of int, shape (n_models,)
+        Each model's rows.
+    batch_tokens : int
+
+    Yields
+    ------
+    models : ndarray of int
+        Indices into ``counts``, in ascending size: the last sets the width.
+
+    Examples
+    --------
+    >>> [b.tolist() for b in size_batches(np.array([5, 1, 2, 2]), 4)]
+    [[1, 2], [3], [0]]
+    """
+    order = np.argsort(counts, kind="stable")
+    start = 0
+    while start < len(order):
+        stop = start + 1
+        while (
+            stop < len(order)
+            and (stop + 1 - start) * counts[order[stop]] <= batch_tokens
+        ):
+            stop += 1
+        yield order[start:stop]
+        start = stop
 
 
 def evaluation_sets(X_table, table, device):

@@ -146,6 +146,11 @@ def test_transform_refines_each_model_on_its_own(router, pool, rows_of):
     )  # fmt: skip
     np.testing.assert_array_equal(z, expected)
     assert not np.allclose(z, z0)
+    # Also when the caller has switched autograd off.
+    with torch.no_grad():
+        np.testing.assert_array_equal(refined.transform(pool.evals), z)
+    with torch.inference_mode():
+        np.testing.assert_array_equal(refined.transform(pool.evals), z)
     # A model's refinement does not depend on the models beside it, nor on
     # how many rows go through one pass.
     alone = refined.transform(rows_of(pool.evals, ["fam1-m05"]))
