@@ -227,9 +227,10 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         28; three seeds): Shaberi's same-base siblings recall@1 0.27
         against 0.10, BFCL's self-identification from 256 disjoint rows
         0.17 against 0.10, routing within the seed spread on four pools
-        (BFCL 0.899 against 0.896). It costs the steps' predictor passes
-        over every row, several times the encoder's pass, so it is off by
-        default.
+        (BFCL 0.899 against 0.896). Each step is a predictor pass, forward
+        and backward, over every row: about 30 times the encoder's pass
+        (71 models x 256 rows: 7.1 s against 0.22 s on 2 CPU cores,
+        ``benchmarks/core_speed.py --refine``), so it is off by default.
     refine_step_size : float, default=0.05
         Adam's step size, in units of each coordinate's spread over the
         training models' embeddings (``embedding_scale_``).

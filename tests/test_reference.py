@@ -24,7 +24,8 @@ P(correct) (also the pool embeddings in the saved file) are compared within
 the routed models exactly. The reference router is the plain one
 (``shrinkage=None``); its saved file has since gained one tensor, each model's
 mean score, checked against the pool (and recorded since the second
-re-recording).
+re-recording), and then another, the embedder's ``embedding_scale`` (session
+28), checked against the spread of the saved pool embeddings and not recorded.
 """
 
 import os
@@ -55,6 +56,13 @@ def test_outputs_and_saved_tensors_match_the_reference(kernel_readout, tmp_path)
     means = actual["file.pool.mean_scores"]
     scores = make_model_pool(**POOL).evals.groupby("model")["score"].mean()
     np.testing.assert_allclose(means, scores.sort_index().to_numpy())
+    # Saved since refinement: each coordinate's spread over the encoder's
+    # embeddings of the training models, here the router's pool.
+    scale = actual.pop("file.embedding_scale")
+    pool_embeddings = actual["file.pool.embeddings"]
+    np.testing.assert_allclose(
+        scale, np.maximum(pool_embeddings.std(axis=0, ddof=1), 1e-6), rtol=1e-5
+    )
     assert sorted(actual) == sorted(expected.files)
     for key in expected.files:
         if key in INFERENCE_OUTPUTS:
