@@ -45,7 +45,7 @@ answer.
 
 ``both=True`` (session 28, fixed before its run): the encoder keeps the raw
 score and reads the relative one beside it, so that it loses nothing the
-baseline's tokens carry. The token gains one term, ``(y - p_q) W_r φ + b_r``
+baseline's tokens carry. The token gains one term, ``(y - p_q) (W_r φ + b_r)``
 (``W_r``, ``b_r`` a new linear map of the query encoding, initialised at zero
 so that training starts from the baseline's network, drawn outside the
 global random stream so that every other weight starts as the baseline's);

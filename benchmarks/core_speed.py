@@ -18,12 +18,13 @@ Measures, with random weights and synthetic data (384-d query encodings):
   encoder's pass alone, at 71 models x 256 evaluations (BFCL's pool at the
   embedding benchmark's size) and 112 x 1,024.
 Prints medians over repeats, ratios to the FLOP floor measured in the same run
-and peak memory (RSS), and writes JSON. A run without ``--fit`` or
-``--fit-scaling`` (or ``--refine``) keeps those sections of the JSON it replaces, named under
-``earlier_sections`` with the date and commit of the run that measured them.
+and peak memory (RSS), and writes JSON. A run without ``--fit``,
+``--fit-scaling`` or ``--refine`` keeps those sections of the JSON it
+replaces, named under ``earlier_sections`` with the date and commit of the
+run that measured them.
 
-Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--refine] [--repeats 3]
-       [--out benchmarks/results]
+Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--refine]
+       [--repeats 3] [--out benchmarks/results]
 """
 
 import argparse
