@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ._training import size_batches
+from ._training import padded_rows, size_batches
 
 __all__ = ["embedding_scale", "refine_embeddings"]
 
@@ -38,11 +38,7 @@ def embedding_scale(embeddings):
 def _padded_rows(table, models, device):
     """Query index, score and mask of the rows of ``models`` (indices into
     ``table.models``), each of shape (len(models), widest model's rows)."""
-    starts = table.indptr[:-1][models]
-    counts = np.diff(table.indptr)[models]
-    positions = np.arange(int(counts.max()))
-    mask = positions[None, :] < counts[:, None]
-    rows = np.where(mask, starts[:, None] + positions, 0)
+    rows, mask = padded_rows(table.indptr, models)
     as_tensor = torch.as_tensor
     return (
         as_tensor(table.query_index[rows], device=device),

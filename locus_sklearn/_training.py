@@ -40,6 +40,7 @@ __all__ = [
     "collate_episodes",
     "DivergenceCheck",
     "embed_models",
+    "padded_rows",
     "size_batches",
     "EpisodeCollator",
     "evaluation_sets",
@@ -717,16 +718,42 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
         # hold 6d numbers per query (3 KiB at d = 128 in float32).
         tables = module.inference_tables(features)
         for chunk in size_batches(counts, batch_tokens):
-            width = int(counts[chunk].max())
-            positions = torch.arange(width, device=device)
-            lengths = torch.as_tensor(counts[chunk], device=device)
-            mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
-            rows = torch.as_tensor(indptr[chunk], device=device).unsqueeze(1)
-            rows = torch.where(mask, rows + positions, 0)
+            rows, mask = (
+                torch.as_tensor(a, device=device) for a in padded_rows(indptr, chunk)
+            )
             # Gradients are off: the encoder takes its streamed inference path.
             z = module.embed(features, query_index[rows], score[rows], mask, tables)
             out[chunk] = z.float().cpu().numpy()
     return out
+
+
+def padded_rows(indptr, models):
+    """Row indices of ``models``' evaluations, padded to the widest model.
+
+    Parameters
+    ----------
+    indptr : ndarray of int, shape (n_models + 1,)
+        Model m's rows are ``indptr[m]:indptr[m + 1]`` (an EvalTable's).
+    models : ndarray of int, shape (B,)
+
+    Returns
+    -------
+    rows : ndarray of int, shape (B, N)
+        Row 0 at padding.
+    mask : ndarray of bool, shape (B, N)
+        True for real rows.
+
+    Examples
+    --------
+    >>> rows, mask = padded_rows(np.array([0, 3, 4]), np.array([1, 0]))
+    >>> rows.tolist(), mask.tolist()
+    ([[3, 0, 0], [0, 1, 2]], [[True, False, False], [True, True, True]])
+    """
+    starts = indptr[:-1][models]
+    counts = np.diff(indptr)[models]
+    positions = np.arange(int(counts.max()))
+    mask = positions[None, :] < counts[:, None]
+    return np.where(mask, starts[:, None] + positions, 0), mask
 
 
 def size_batches(counts, batch_tokens):

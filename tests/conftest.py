@@ -102,6 +102,23 @@ def tiny_embedder():
 
 
 @pytest.fixture(scope="session")
+def fitted_copy():
+    """``fitted_copy(estimator, **params)``: a clone of a fitted estimator with
+    its fitted attributes and ``params`` set (a run-time setting changed
+    without refitting, the original left alone)."""
+    from sklearn.base import clone
+
+    def copy(estimator, **params):
+        other = clone(estimator).set_params(**params)
+        other.__dict__.update(
+            {k: v for k, v in estimator.__dict__.items() if k.endswith("_")}
+        )
+        return other
+
+    return copy
+
+
+@pytest.fixture(scope="session")
 def tiny_settings():
     """A copy of the TINY hyper-parameters (dict)."""
     return dict(TINY)

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import Pipeline
 from sklearn.utils._param_validation import InvalidParameterError
@@ -41,13 +40,9 @@ def test_embedding_invariant_to_row_order_hypothesis(router, pool, seed, rows_of
     assert np.abs(router.embedder_.transform(perm) - z).max() < 1e-5
 
 
-def test_batching_does_not_change_embeddings(router, pool):
+def test_batching_does_not_change_embeddings(router, pool, fitted_copy):
     # Tiny token budget -> one model per forward pass; must equal the batched run.
-    embedder = clone(router.embedder_)
-    embedder.__dict__.update(
-        {k: v for k, v in router.embedder_.__dict__.items() if k.endswith("_")}
-    )
-    embedder.transform_batch_tokens = 1
+    embedder = fitted_copy(router.embedder_, transform_batch_tokens=1)
     np.testing.assert_allclose(
         embedder.transform(pool.evals),
         router.embedder_.transform(pool.evals),

@@ -9,22 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from sklearn.base import clone
 from sklearn.utils._param_validation import InvalidParameterError
 
 from locus_sklearn import LocusEmbedder, LocusRouter, _refinement
 from locus_sklearn._evals import check_evals
 from locus_sklearn._files import read_file, write_file
 from locus_sklearn._readout import KernelReadout
-
-
-def _with_fitted_state(embedder, **params):
-    """A clone of a fitted embedder with its fitted attributes and ``params``."""
-    other = clone(embedder).set_params(**params)
-    other.__dict__.update(
-        {k: v for k, v in embedder.__dict__.items() if k.endswith("_")}
-    )
-    return other
 
 
 def _own_loss(module, table, X_query, z):
@@ -133,8 +123,8 @@ def test_scale_is_the_fit_pools_spread(router, pool):
     assert embedder.embedding_scale_.shape == (16,)
 
 
-def test_transform_refines_each_model_on_its_own(router, pool, rows_of):
-    refined = _with_fitted_state(router.embedder_, refine_steps=50)
+def test_transform_refines_each_model_on_its_own(router, pool, rows_of, fitted_copy):
+    refined = fitted_copy(router.embedder_, refine_steps=50)
     table = check_evals(pool.evals)
     X_query = refined._encode(table.queries)
     z0 = router.embedder_.transform(pool.evals)
@@ -155,7 +145,7 @@ def test_transform_refines_each_model_on_its_own(router, pool, rows_of):
     # how many rows go through one pass.
     alone = refined.transform(rows_of(pool.evals, ["fam1-m05"]))
     np.testing.assert_allclose(alone[0], z[5], atol=1e-5)
-    one_by_one = _with_fitted_state(
+    one_by_one = fitted_copy(
         router.embedder_, refine_steps=50, transform_batch_tokens=1
     )
     np.testing.assert_allclose(one_by_one.transform(pool.evals), z, atol=1e-5)
@@ -184,8 +174,8 @@ def test_invalid_refinement_parameters(pool, tiny_embedder, params, match):
         tiny_embedder(pool.encodings, **params).fit(pool.evals)
 
 
-def test_saved_scale_round_trip_and_checks(router, pool, tmp_path):
-    refined = _with_fitted_state(router.embedder_, refine_steps=30)
+def test_saved_scale_round_trip_and_checks(router, pool, tmp_path, fitted_copy):
+    refined = fitted_copy(router.embedder_, refine_steps=30)
     path = tmp_path / "refined.locus"
     refined.save(path)
     loaded = LocusEmbedder.load(path)
