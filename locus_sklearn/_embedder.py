@@ -214,26 +214,24 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     refine_steps : int, default=0
         Semi-amortised inference: ``transform`` (so also the router's pool,
         ``add_models`` and every function that reads the embeddings) moves
-        each model's embedding from the encoder's by this many Adam steps
-        that fit the model's own evaluations under the frozen predictor,
-        with a Gaussian prior toward the encoder's embedding; with the
-        kernel readout, each row is predicted from the model's other rows.
-        The encoder, one forward pass amortised over every set, reads
-        mostly how strong a model is; the refined embedding also keeps what
-        the predictor can read of the model's own answers. 0 returns the
-        encoder's embedding (the paper's). A model's refinement does not
-        depend on the models embedded beside it. At 200 steps and 256
-        evaluations per model (``benchmarks/results/TUNING.md``, session
-        28; three seeds): Shaberi's same-base siblings recall@1 0.27
-        against 0.10, BFCL's self-identification from 256 disjoint rows
-        0.17 against 0.10, routing within the seed spread on four pools
-        (BFCL 0.899 against 0.896). Each step is a predictor pass, forward
-        and backward, over every row: about 30 times the encoder's pass
-        (71 models x 256 rows: 7.1 s against 0.22 s on 2 CPU cores,
-        ``benchmarks/core_speed.py --refine``), so it is off by default.
-    refine_step_size : float, default=0.05
-        Adam's step size, in units of each coordinate's spread over the
-        training models' embeddings (``embedding_scale_``).
+        each model's embedding from the encoder's to the maximum a
+        posteriori fit of the model's own evaluations under the frozen
+        predictor, with a Gaussian prior toward the encoder's embedding, by
+        at most this many damped Gauss-Newton steps (a model stops once its
+        step no longer changes the fit in float32; 3-5 steps on the
+        benchmark pools, so 10 is ample); with the kernel readout, each row
+        is predicted from the model's other rows. The encoder, one forward
+        pass amortised over every set, reads mostly how strong a model is;
+        the refined embedding also keeps what the predictor can read of the
+        model's own answers. 0 returns the encoder's embedding (the
+        paper's). A model's refinement does not depend on the models
+        embedded beside it. At 256 evaluations per model
+        (``benchmarks/results/TUNING.md``, session 28; three seeds):
+        Shaberi's same-base siblings recall@1 0.27 against 0.10, BFCL's
+        self-identification from 256 disjoint rows 0.17 against 0.10,
+        routing within the seed spread on four pools (BFCL 0.899 against
+        0.896). Each step costs about four predictor passes over every
+        row: TIMING_PLACEHOLDER
     refine_prior : float, default=0.1
         Weight of the prior, the mean square of the move in those units,
         beside the mean BCE over the model's rows.
@@ -258,7 +256,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         Epochs trained.
     embedding_scale_ : ndarray of shape (embedding_dim,)
         Each coordinate's standard deviation over the encoder's embeddings
-        of the training models: the unit of ``refine_step_size``. None for
+        of the training models: the unit in which ``refine_prior`` measures
+        the refinement's move. None for
         an embedder loaded from a file of a version without refinement.
 
     Notes
@@ -322,7 +321,6 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "inference_dtype": [StrOptions({"float32", "bfloat16"})],
         "transform_batch_tokens": [Interval(Integral, 1, None, closed="left")],
         "refine_steps": [Interval(Integral, 0, None, closed="left")],
-        "refine_step_size": [Interval(Real, 0, None, closed="neither")],
         "refine_prior": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -366,7 +364,6 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         inference_dtype="float32",
         transform_batch_tokens=16384,
         refine_steps=0,
-        refine_step_size=0.05,
         refine_prior=0.1,
         random_state=None,
         verbose=0,
@@ -406,7 +403,6 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.inference_dtype = inference_dtype
         self.transform_batch_tokens = transform_batch_tokens
         self.refine_steps = refine_steps
-        self.refine_step_size = refine_step_size
         self.refine_prior = refine_prior
         self.random_state = random_state
         self.verbose = verbose
@@ -634,7 +630,6 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             embeddings,
             scale=self.embedding_scale_,
             steps=self.refine_steps,
-            step_size=self.refine_step_size,
             prior=self.refine_prior,
             batch_tokens=self.transform_batch_tokens,
         )

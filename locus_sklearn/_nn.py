@@ -539,15 +539,58 @@ class CorrectnessPredictor(nn.Module):
         query_index : LongTensor of shape (B, M)
         extra : Tensor of shape (B, M, n_extra), default=None
         """
-        u = self.project(features)[query_index]  # (B, M, d)
+        hidden = self._hidden(z, *self.row_terms(features, query_index, extra))
+        return self.output(self.dropout(F.gelu(hidden))).squeeze(-1)
+
+    def row_terms(self, features, query_index, extra=None):
+        """What the logits at B models' rows need besides the embeddings:
+        the query projections u (B, M, d) and the readout's term of the
+        first layer (B, M, h), None without a readout. Fixed while only z
+        changes, as in the refinement's steps.
+
+        Parameters
+        ----------
+        features : Tensor of shape (U, F)
+        query_index : LongTensor of shape (B, M)
+        extra : Tensor of shape (B, M, n_extra), default=None
+        """
+        u = self.project(features)[query_index]
+        return u, None if self.extra is None else self.extra(extra)
+
+    def _hidden(self, z, u, extra_term):
+        """The first layer's pre-activations (B, M, h) at embeddings z (B, d)."""
         # W[z, u, z⊙u] + b as (W_u + W_zu⊙z) u + (W_z z + b), one (h, d)
         # matrix per model as in pairwise_logits: a third of the product's
         # multiply-adds, and no (B, M, 3d) concatenation.
         model_term, model_matrix = self._model_terms(z)
         hidden = torch.baddbmm(model_term.unsqueeze(1), u, model_matrix.transpose(1, 2))
-        if self.extra is not None:
-            hidden = hidden + self.extra(extra)
-        return self.output(self.dropout(F.gelu(hidden))).squeeze(-1)
+        return hidden if extra_term is None else hidden + extra_term
+
+    def logits_and_jacobian(self, z, u, extra_term, jacobian=True):
+        """Logits (B, M) in evaluation mode (no dropout) at the rows of
+        :meth:`row_terms`, and their Jacobian with respect to z, shape
+        (B, M, d) (None with ``jacobian=False``): what a Gauss-Newton step
+        on z needs, without autograd's one backward pass per row.
+
+        Parameters
+        ----------
+        z : Tensor of shape (B, d)
+        u, extra_term : the outputs of :meth:`row_terms`
+        jacobian : bool, default=True
+        """
+        hidden = self._hidden(z, u, extra_term)
+        w_out = self.output.weight.reshape(-1)
+        logits = F.gelu(hidden) @ w_out + self.output.bias
+        if not jacobian:
+            return logits, None
+        # d logit / d hidden = w_out ⊙ GELU'(hidden), GELU'(h) = Φ(h) + h φ(h)
+        # (F.gelu's exact form); d hidden / d z_k = W_z[:, k] + W_zu[:, k] u_k.
+        cdf = 0.5 * (1.0 + torch.erf(hidden * 0.5**0.5))
+        pdf = torch.exp(-0.5 * hidden.square()) * (2.0 * torch.pi) ** -0.5
+        g = w_out * (cdf + hidden * pdf)  # (B, M, h)
+        d = z.shape[1]
+        w = self.hidden.weight
+        return logits, g @ w[:, :d] + (g @ w[:, 2 * d :]) * u
 
     def _model_terms(self, z):
         """The first layer's model-only parts for embeddings z (M, d):

@@ -22,6 +22,16 @@ __all__ = ["embedding_scale", "refine_embeddings"]
 # readout: 4 M floats, 16 MiB in float32, whatever a model's size.
 _READOUT_CELLS = 1 << 22
 
+# A model's steps stop once its Newton decrement g^T H^-1 g (about twice the
+# decrease the step promises) is below this: a mean BCE near 0.5 in float32
+# resolves changes of about 3e-8, so smaller steps only move rounding noise.
+_DECREMENT_TOL = 1e-8
+# Backtracking: a step is shortened (halved) until the objective falls by at
+# least this share of the promised decrease (Armijo's rule), at most
+# _HALVINGS times; a model whose step never passes has converged in float32.
+_ARMIJO = 1e-4
+_HALVINGS = 20
+
 
 def embedding_scale(embeddings):
     """Each coordinate's standard deviation over a pool's embeddings, shape
@@ -74,20 +84,24 @@ def _leave_one_out_readout(readout, unit, query_index, score, mask):
     return torch.cat(out, dim=1)
 
 
-def refine_embeddings(
-    module, table, X_query, z0, *, scale, steps, step_size, prior, batch_tokens
-):
+def refine_embeddings(module, table, X_query, z0, *, scale, steps, prior, batch_tokens):
     """Each model's embedding moved from ``z0`` to fit its own rows.
 
-    With ``z = z0 + scale ⊙ δ``, ``δ`` starts at zero and takes ``steps``
-    Adam steps of size ``step_size`` on, per model,
+    With ``z = z0 + scale ⊙ δ``, ``δ`` starts at zero and minimises, per
+    model,
 
-        mean over its rows of BCE(G_ψ(z, φ(x_i)), y_i) + prior · mean(δ²),
+        J(δ) = mean over its rows of BCE(G_ψ(z, φ(x_i)), y_i) + prior · mean(δ²)
 
-    the predictor frozen (its weights and dropout untouched, evaluation
-    mode). With the kernel readout, the predictor's readout input at a row
-    reads the model's *other* rows. Every model's objective is its own: the
-    result does not depend on which other models are refined alongside.
+    under the frozen predictor (its weights and dropout untouched,
+    evaluation mode), by at most ``steps`` damped Gauss-Newton steps: the
+    step solves ``(Jᵀ S J / n + 2·prior/d · I) s = ∇J`` with J the logits'
+    Jacobian in δ and S the Bernoulli variances p(1 - p), then backtracks
+    until J falls (Armijo). The prior makes the system positive definite, and
+    a model stops once its Newton decrement is below float32's resolution.
+    With the kernel readout, the predictor's readout input at a row reads the
+    model's *other* rows. Every model's objective, steps and stopping are its
+    own: the result does not depend on which other models are refined
+    alongside.
 
     Parameters
     ----------
@@ -97,9 +111,11 @@ def refine_embeddings(
     z0 : ndarray of shape (table.n_models, d)
         The encoder's embeddings.
     scale : ndarray of shape (d,)
-        The unit of each coordinate's steps (positive).
+        The unit of each coordinate's move (positive), in which the prior is
+        measured.
     steps : int
-    step_size, prior : float
+        Most Gauss-Newton steps per model.
+    prior : float
     batch_tokens : int
         Most evaluation rows refined together (bounds memory).
 
@@ -110,52 +126,73 @@ def refine_embeddings(
     out = np.asarray(z0, dtype=np.float32).copy()
     if steps == 0:
         return out
-    # The steps need autograd, also when the caller embeds under no_grad or
-    # inference_mode (every tensor below is created inside this block).
-    with torch.inference_mode(False), torch.enable_grad():
-        return _refine(
-            module, table, X_query, out, scale, steps, step_size, prior, batch_tokens
-        )
-
-
-def _refine(module, table, X_query, out, scale, steps, step_size, prior, batch_tokens):
-    """:func:`refine_embeddings` on ``out`` (the encoder's, refined in place),
-    batch by batch of models of similar size."""
     module.eval()
     device = next(module.parameters()).device
-    features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
-    unit = F.normalize(features, dim=-1)
-    unit_scale = torch.as_tensor(scale, dtype=torch.float32, device=device)
-    for models in size_batches(np.diff(table.indptr), batch_tokens):
-        start_z = torch.as_tensor(out[models], device=device)
-        out[models] = _refine_batch(
-            module, features, unit, table, models, start_z, unit_scale,
-            steps, step_size, prior,
-        )  # fmt: skip
+    # The embedder may run under inference_mode; every tensor below is made
+    # inside this block, and no step needs autograd.
+    with torch.inference_mode(False), torch.no_grad():
+        features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
+        unit = F.normalize(features, dim=-1)
+        unit_scale = torch.as_tensor(scale, dtype=torch.float32, device=device)
+        for models in size_batches(np.diff(table.indptr), batch_tokens):
+            start_z = torch.as_tensor(out[models], device=device)
+            out[models] = _refine_batch(
+                module, features, unit, table, models, start_z, unit_scale,
+                steps, prior,
+            )  # fmt: skip
     return out
 
 
-def _refine_batch(
-    module, features, unit, table, models, z0, scale, steps, step_size, prior
-):
+def _refine_batch(module, features, unit, table, models, z0, scale, steps, prior):
     query_index, score, mask = _padded_rows(table, models, features.device)
     weight = mask.to(torch.float32)
-    rows = weight.sum(1)
-    with torch.no_grad():
-        extra = None
-        if module.readout is not None:
-            extra = _leave_one_out_readout(
-                module.readout, unit, query_index, score, mask
-            )
-    delta = torch.zeros_like(z0, requires_grad=True)
-    optimizer = torch.optim.Adam([delta], lr=step_size)
+    weight = weight / weight.sum(1, keepdim=True)  # each model's mean
+    extra = None
+    if module.readout is not None:
+        extra = _leave_one_out_readout(module.readout, unit, query_index, score, mask)
+    predictor = module.predictor
+    rows = predictor.row_terms(features, query_index, extra)
+    d = z0.shape[1]
+    curvature = 2.0 * prior / d  # the prior's Hessian, times the identity
+
+    def objective(delta, jacobian=False):
+        logits, jac = predictor.logits_and_jacobian(
+            z0 + scale * delta, *rows, jacobian=jacobian
+        )
+        bce = F.binary_cross_entropy_with_logits(logits, score, reduction="none")
+        value = (bce * weight).sum(1) + prior * delta.square().mean(1)
+        return value, logits, jac
+
+    delta = torch.zeros_like(z0)
+    active = torch.ones(len(z0), dtype=torch.bool, device=z0.device)
+    value, logits, jac = objective(delta, jacobian=True)
+    eye = torch.eye(d, device=z0.device)
     for _ in range(steps):
-        logits = module.predictor(z0 + scale * delta, features, query_index, extra)
-        fit = F.binary_cross_entropy_with_logits(
-            logits, score, weight=weight, reduction="none"
-        ).sum(1)
-        loss = (fit / rows + prior * delta.pow(2).mean(1)).sum()
-        # Gradients for δ only: the predictor's weights collect none.
-        (delta.grad,) = torch.autograd.grad(loss, delta)
-        optimizer.step()
-    return (z0 + scale * delta).detach().cpu().numpy()
+        p = torch.sigmoid(logits)
+        jac = jac * scale  # d logit / d δ
+        residual = ((p - score) * weight).unsqueeze(1)  # (B, 1, M)
+        grad = torch.bmm(residual, jac).squeeze(1) + curvature * delta
+        variance = (p * (1 - p) * weight).unsqueeze(-1)  # (B, M, 1)
+        hessian = torch.bmm((jac * variance).transpose(1, 2), jac)  # (B, d, d)
+        # A touch of Levenberg damping keeps the solve defined with no prior
+        # (prior=0); the fixed point, where the gradient is zero, is the same.
+        damping = curvature + 1e-6 * hessian.diagonal(dim1=1, dim2=2).mean(1) + 1e-12
+        hessian = hessian + damping[:, None, None] * eye
+        step = torch.linalg.solve(hessian, grad)
+        decrement = (grad * step).sum(1)
+        active &= decrement > _DECREMENT_TOL
+        if not active.any():
+            break
+        length = active.to(torch.float32)
+        for _ in range(_HALVINGS):
+            trial, _, _ = objective(delta - length[:, None] * step)
+            short = (length > 0) & (trial > value - _ARMIJO * length * decrement)
+            if not short.any():
+                break
+            length = torch.where(short, length / 2, length)
+        else:
+            length = torch.where(short, 0.0, length)
+            active &= ~short
+        delta = delta - length[:, None] * step
+        value, logits, jac = objective(delta, jacobian=True)
+    return (z0 + scale * delta).cpu().numpy()

@@ -14,6 +14,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 from locus_sklearn import LocusEmbedder, LocusRouter, _refinement
 from locus_sklearn._evals import check_evals
 from locus_sklearn._files import read_file, write_file
+from locus_sklearn._nn import CorrectnessPredictor
 from locus_sklearn._readout import KernelReadout
 
 
@@ -79,22 +80,59 @@ def test_embedding_scale_hand_computed():
     np.testing.assert_array_equal(_refinement.embedding_scale(z[:1]), [1.0, 1.0])
 
 
-def test_refinement_lowers_each_models_own_loss(router, pool):
+def _objective(module, table, X_query, z0, scale, prior, z):
+    """Each model's refinement objective at z, with autograd: own loss plus
+    prior · mean(((z - z0) / scale)²)."""
+    models = np.arange(table.n_models)
+    query_index, score, mask = _refinement._padded_rows(table, models, "cpu")
+    features = torch.as_tensor(X_query, dtype=torch.float32)
+    unit = torch.nn.functional.normalize(features, dim=-1)
+    with torch.no_grad():
+        extra = _refinement._leave_one_out_readout(
+            module.readout, unit, query_index, score, mask
+        )
+    logits = module.predictor(z, features, query_index, extra)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, score, weight=mask.float(), reduction="none"
+    )
+    delta = (z - torch.as_tensor(z0)) / torch.as_tensor(scale)
+    return bce.sum(1) / mask.sum(1) + prior * delta.square().mean(1)
+
+
+def test_refinement_reaches_each_models_optimum(router, pool):
     embedder = router.embedder_
     module = embedder.net_.module_
     table = check_evals(pool.evals)
     X_query = embedder._encode(table.queries)
     z0 = embedder.transform(pool.evals)
+    scale = embedder.embedding_scale_
     before = {k: v.clone() for k, v in module.state_dict().items()}
     grads = [None if p.grad is None else p.grad.clone() for p in module.parameters()]
-    kwargs = dict(scale=embedder.embedding_scale_, step_size=0.05, batch_tokens=16384)
+    kwargs = dict(scale=scale, batch_tokens=16384)
     refined = _refinement.refine_embeddings(
-        module, table, X_query, z0, steps=200, prior=0.1, **kwargs
+        module, table, X_query, z0, steps=10, prior=0.1, **kwargs
     )
     assert (
         _own_loss(module, table, X_query, refined)
         < _own_loss(module, table, X_query, z0)
     ).all()
+    # A stationary point of every model's objective (autograd's gradient,
+    # not the steps' hand-written one): under a hundredth of the gradient at
+    # z0 (float32 rounding leaves about 1e-7).
+    gradients = []
+    for z in (z0, refined):
+        z = torch.tensor(z, requires_grad=True)
+        objective = _objective(module, table, X_query, z0, scale, 0.1, z).sum()
+        (gradient,) = torch.autograd.grad(objective, z)
+        gradients.append(np.linalg.norm(gradient.numpy() * scale, axis=1))
+    assert (gradients[1] < 1e-2 * gradients[0]).all()
+    # Steps stop at convergence: more allowed steps change nothing.
+    np.testing.assert_array_equal(
+        _refinement.refine_embeddings(
+            module, table, X_query, z0, steps=100, prior=0.1, **kwargs
+        ),
+        refined,
+    )
     # No steps: the encoder's embeddings; a stronger prior: a shorter move.
     np.testing.assert_array_equal(
         _refinement.refine_embeddings(
@@ -103,15 +141,45 @@ def test_refinement_lowers_each_models_own_loss(router, pool):
         z0,
     )
     strong = _refinement.refine_embeddings(
-        module, table, X_query, z0, steps=200, prior=100.0, **kwargs
+        module, table, X_query, z0, steps=10, prior=100.0, **kwargs
     )
     assert np.linalg.norm(strong - z0) < np.linalg.norm(refined - z0)
+    # No prior: still a finite fit (the steps' damping keeps them defined).
+    free = _refinement.refine_embeddings(
+        module, table, X_query, z0, steps=10, prior=0.0, **kwargs
+    )
+    assert np.isfinite(free).all()
+    assert (
+        _own_loss(module, table, X_query, free)
+        <= _own_loss(module, table, X_query, refined) + 1e-6
+    ).all()
     # The network is left as it was: weights, gradients, mode.
     for name, value in module.state_dict().items():
         assert torch.equal(value, before[name]), name
     for p, grad in zip(module.parameters(), grads, strict=True):
         assert (p.grad is None) if grad is None else torch.equal(p.grad, grad)
     assert not module.training
+
+
+@pytest.mark.parametrize("readout", [True, False])
+def test_logits_and_jacobian_match_forward_and_autograd(readout):
+    torch.manual_seed(0)
+    predictor = CorrectnessPredictor(5, 4, hidden_dim=6, n_extra=2 if readout else 0)
+    predictor.eval()
+    features = torch.randn(7, 5)
+    query_index = torch.tensor([[0, 3, 6], [1, 1, 2]])
+    extra = torch.randn(2, 3, 2) if readout else None
+    z = torch.randn(2, 4)
+    rows = predictor.row_terms(features, query_index, extra)
+    logits, jacobian = predictor.logits_and_jacobian(z, *rows)
+    torch.testing.assert_close(logits, predictor(z, features, query_index, extra))
+    assert predictor.logits_and_jacobian(z, *rows, jacobian=False)[1] is None
+    # Model b's logits depend on z_b only: the full Jacobian's diagonal blocks.
+    full = torch.autograd.functional.jacobian(
+        lambda z: predictor(z, features, query_index, extra), z
+    )  # (B, M, B, d)
+    torch.testing.assert_close(jacobian, full[[0, 1], :, [0, 1]])
+    torch.testing.assert_close(full[0, :, 1], torch.zeros(3, 4))
 
 
 def test_scale_is_the_fit_pools_spread(router, pool):
@@ -124,15 +192,14 @@ def test_scale_is_the_fit_pools_spread(router, pool):
 
 
 def test_transform_refines_each_model_on_its_own(router, pool, rows_of, fitted_copy):
-    refined = fitted_copy(router.embedder_, refine_steps=50)
+    refined = fitted_copy(router.embedder_, refine_steps=10)
     table = check_evals(pool.evals)
     X_query = refined._encode(table.queries)
     z0 = router.embedder_.transform(pool.evals)
     z = refined.transform(pool.evals)
     expected = _refinement.refine_embeddings(
         refined.net_.module_, table, X_query, z0,
-        scale=refined.embedding_scale_, steps=50, step_size=0.05, prior=0.1,
-        batch_tokens=16384,
+        scale=refined.embedding_scale_, steps=10, prior=0.1, batch_tokens=16384,
     )  # fmt: skip
     np.testing.assert_array_equal(z, expected)
     assert not np.allclose(z, z0)
@@ -146,7 +213,7 @@ def test_transform_refines_each_model_on_its_own(router, pool, rows_of, fitted_c
     alone = refined.transform(rows_of(pool.evals, ["fam1-m05"]))
     np.testing.assert_allclose(alone[0], z[5], atol=1e-5)
     one_by_one = fitted_copy(
-        router.embedder_, refine_steps=50, transform_batch_tokens=1
+        router.embedder_, refine_steps=10, transform_batch_tokens=1
     )
     np.testing.assert_allclose(one_by_one.transform(pool.evals), z, atol=1e-5)
 
@@ -165,7 +232,6 @@ def test_router_routes_with_refined_embeddings(pool, tiny_embedder):
     [
         ({"refine_steps": -1}, "refine_steps"),
         ({"refine_steps": 1.5}, "refine_steps"),
-        ({"refine_step_size": 0.0}, "refine_step_size"),
         ({"refine_prior": -0.1}, "refine_prior"),
     ],
 )
@@ -175,11 +241,11 @@ def test_invalid_refinement_parameters(pool, tiny_embedder, params, match):
 
 
 def test_saved_scale_round_trip_and_checks(router, pool, tmp_path, fitted_copy):
-    refined = fitted_copy(router.embedder_, refine_steps=30)
+    refined = fitted_copy(router.embedder_, refine_steps=10)
     path = tmp_path / "refined.locus"
     refined.save(path)
     loaded = LocusEmbedder.load(path)
-    assert loaded.refine_steps == 30
+    assert loaded.refine_steps == 10
     np.testing.assert_array_equal(loaded.embedding_scale_, refined.embedding_scale_)
     np.testing.assert_allclose(
         loaded.transform(pool.evals), refined.transform(pool.evals), atol=1e-6
@@ -208,3 +274,16 @@ def test_saved_scale_round_trip_and_checks(router, pool, tmp_path, fitted_copy):
     )
     with pytest.raises(ValueError, match="refine_steps=5 needs .*Refit it"):
         old.set_params(refine_steps=5).transform(pool.evals)
+    # A file of the version whose refinement took Adam steps holds their
+    # step size, which the Gauss-Newton steps do not need: it loads.
+    adam = dict(metadata, params=dict(metadata["params"], refine_step_size=0.05))
+    write_file(tmp_path / "adam.locus", adam, tensors)
+    np.testing.assert_array_equal(
+        LocusEmbedder.load(tmp_path / "adam.locus").transform(pool.evals),
+        loaded.transform(pool.evals),
+    )
+    # Any other unknown parameter is still refused.
+    unknown = dict(metadata, params=dict(metadata["params"], refine_rate=0.05))
+    write_file(tmp_path / "unknown.locus", unknown, tensors)
+    with pytest.raises(ValueError, match="unknown names \\['refine_rate'\\]"):
+        LocusEmbedder.load(tmp_path / "unknown.locus")
