@@ -1223,3 +1223,34 @@ def test_task_profile_over_given_labels_hand_computed(quality):
     np.testing.assert_allclose(
         fp.task_profile(rows, clusters), [[1.0, 0.5, 2 / 3], [0.0, 1.0, 0.5]]
     )
+
+
+def test_refine_solver_adam_reaches_the_gauss_newton_optimum(router, pool):
+    """The benchmark's Adam reference and the package's Gauss-Newton steps
+    minimise the same objective: a long Adam run ends where the steps do."""
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn._refinement import refine_embeddings
+
+    solver = _load_script("refine_solver")
+    embedder = router.embedder_
+    module = embedder.net_.module_.eval()
+    table = check_evals(pool.evals)
+    X_query = embedder._encode(table.queries)
+    z0 = embedder.transform(pool.evals)
+    scale = embedder.embedding_scale_
+    newton = refine_embeddings(
+        module, table, X_query, z0, scale=scale, steps=10, prior=solver.PRIOR,
+        batch_tokens=16384,
+    )  # fmt: skip
+    by_adam = solver.adam(module, table, X_query, z0, scale, 300, 0.05)
+    move = np.linalg.norm((newton - z0) / scale, axis=1)
+    assert (move > 0).all()
+    off = np.linalg.norm((by_adam - newton) / scale, axis=1) / move
+    assert off.max() < 0.02
+    m = solver.measures(module, table, X_query, z0, scale, by_adam, newton)
+    assert m["distance_to_reference_over_move_max"] == pytest.approx(off.max())
+    # Adam's objective is no lower than the optimum's (beyond float32 noise).
+    at_newton = solver.objective(
+        module, table, X_query, z0, scale, torch.as_tensor(newton)
+    )
+    assert (m["_value"] >= at_newton.detach().numpy() - 1e-6).all()
