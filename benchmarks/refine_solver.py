@@ -39,18 +39,25 @@ from locus_sklearn._evals import check_evals  # noqa: E402
 PRIOR = 0.1
 
 
-def objective(module, table, X_query, z0, scale, z):
-    """Each model's refinement objective at z (B,), differentiable in z."""
+def problem(module, table, X_query):
+    """What every evaluation of the objective reads: the padded rows of each
+    model and the kernel readout's leave-one-out features (fixed while only
+    z moves; computed once)."""
     models = np.arange(table.n_models)
     query_index, score, mask = _refinement._padded_rows(table, models, "cpu")
     features = torch.as_tensor(X_query, dtype=torch.float32)
-    unit = F.normalize(features, dim=-1)
-    with torch.no_grad():
-        extra = None
-        if module.readout is not None:
+    extra = None
+    if module.readout is not None:
+        with torch.no_grad():
             extra = _refinement._leave_one_out_readout(
-                module.readout, unit, query_index, score, mask
+                module.readout, F.normalize(features, dim=-1), query_index, score, mask
             )
+    return module, features, query_index, score, mask, extra
+
+
+def objective(rows, z0, scale, z):
+    """Each model's refinement objective at z (B,), differentiable in z."""
+    module, features, query_index, score, mask, extra = rows
     logits = module.predictor(z, features, query_index, extra)
     bce = F.binary_cross_entropy_with_logits(
         logits, score, weight=mask.float(), reduction="none"
@@ -59,7 +66,7 @@ def objective(module, table, X_query, z0, scale, z):
     return bce.sum(1) / mask.sum(1) + PRIOR * delta.square().mean(1)
 
 
-def adam(module, table, X_query, z0, scale, steps, step_size):
+def adam(rows, z0, scale, steps, step_size):
     """Session 28's solver: ``steps`` Adam steps on δ (z = z0 + scale ⊙ δ),
     all models at once (Adam is per coordinate, so they do not interact)."""
     z0_t, scale_t = torch.as_tensor(z0), torch.as_tensor(scale)
@@ -67,15 +74,15 @@ def adam(module, table, X_query, z0, scale, steps, step_size):
     optimizer = torch.optim.Adam([delta], lr=step_size)
     for _ in range(steps):
         z = z0_t + scale_t * delta
-        loss = objective(module, table, X_query, z0, scale, z).sum()
+        loss = objective(rows, z0, scale, z).sum()
         (delta.grad,) = torch.autograd.grad(loss, delta)
         optimizer.step()
     return (z0_t + scale_t * delta).detach().numpy()
 
 
-def measures(module, table, X_query, z0, scale, z, reference):
+def measures(rows, z0, scale, z, reference):
     z_t = torch.tensor(z, requires_grad=True)
-    value = objective(module, table, X_query, z0, scale, z_t)
+    value = objective(rows, z0, scale, z_t)
     (grad,) = torch.autograd.grad(value.sum(), z_t)
     move = np.linalg.norm((reference - z0) / scale, axis=1)
     off = np.linalg.norm((z - reference) / scale, axis=1) / move
@@ -107,11 +114,10 @@ def run(pool, seed, log):
         out = fn()
         return out, time.perf_counter() - start
 
-    reference, _ = timed(lambda: adam(module, table, X_query, z0, scale, 2000, 0.01))
+    rows = problem(module, table, X_query)
+    reference, _ = timed(lambda: adam(rows, z0, scale, 2000, 0.01))
     solvers = {
-        "adam 200 x 0.05 (session 28)": lambda: adam(
-            module, table, X_query, z0, scale, 200, 0.05
-        ),
+        "adam 200 x 0.05 (session 28)": lambda: adam(rows, z0, scale, 200, 0.05),
     }
     for steps in (1, 2, 3, 5, 10):
         solvers[f"gauss-newton, at most {steps}"] = lambda s=steps: (
@@ -120,14 +126,14 @@ def run(pool, seed, log):
                 batch_tokens=embedder.transform_batch_tokens,
             )
         )  # fmt: skip
-    ref_value = measures(module, table, X_query, z0, scale, reference, reference)
+    ref_value = measures(rows, z0, scale, reference, reference)
     out = {"n_models": table.n_models, "rows": int(table.indptr[-1]), "solvers": {}}
-    start = measures(module, table, X_query, z0, scale, z0, reference)
+    start = measures(rows, z0, scale, z0, reference)
     start.pop("_value")
     out["encoder"] = start
     for name, fn in solvers.items():
         z, seconds = timed(fn)
-        m = measures(module, table, X_query, z0, scale, z, reference)
+        m = measures(rows, z0, scale, z, reference)
         m["objective_above_reference_max"] = float(
             (m.pop("_value") - ref_value["_value"]).max()
         )

@@ -1242,15 +1242,14 @@ def test_refine_solver_adam_reaches_the_gauss_newton_optimum(router, pool):
         module, table, X_query, z0, scale=scale, steps=10, prior=solver.PRIOR,
         batch_tokens=16384,
     )  # fmt: skip
-    by_adam = solver.adam(module, table, X_query, z0, scale, 300, 0.05)
+    rows = solver.problem(module, table, X_query)
+    by_adam = solver.adam(rows, z0, scale, 300, 0.05)
     move = np.linalg.norm((newton - z0) / scale, axis=1)
     assert (move > 0).all()
     off = np.linalg.norm((by_adam - newton) / scale, axis=1) / move
     assert off.max() < 0.02
-    m = solver.measures(module, table, X_query, z0, scale, by_adam, newton)
+    m = solver.measures(rows, z0, scale, by_adam, newton)
     assert m["distance_to_reference_over_move_max"] == pytest.approx(off.max())
     # Adam's objective is no lower than the optimum's (beyond float32 noise).
-    at_newton = solver.objective(
-        module, table, X_query, z0, scale, torch.as_tensor(newton)
-    )
+    at_newton = solver.objective(rows, z0, scale, torch.as_tensor(newton))
     assert (m["_value"] >= at_newton.detach().numpy() - 1e-6).all()
