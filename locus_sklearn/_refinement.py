@@ -22,15 +22,17 @@ __all__ = ["embedding_scale", "refine_embeddings"]
 # readout: 4 M floats, 16 MiB in float32, whatever a model's size.
 _READOUT_CELLS = 1 << 22
 
-# A model's steps stop once its Newton decrement g^T H^-1 g (about twice the
-# decrease the step promises) is below this: a mean BCE near 0.5 in float32
-# resolves changes of about 3e-8, so smaller steps only move rounding noise.
-_DECREMENT_TOL = 1e-8
-# Backtracking: a step is shortened (halved) until the objective falls by at
-# least this share of the promised decrease (Armijo's rule), at most
-# _HALVINGS times; a model whose step never passes has converged in float32.
+# A model's steps stop once its Newton decrement g^T H^-1 g (twice the
+# decrease a full step promises; the usual stopping rule of Newton's method)
+# is below this share of its objective: a promised decrease under float32's
+# resolution of the objective (eps 1.19e-7), where a step and rounding noise
+# can no longer be told apart.
+_DECREMENT_RTOL = 2 * float(torch.finfo(torch.float32).eps)
+# Backtracking: a step is halved until the objective falls by at least this
+# share of the promised decrease (Armijo's rule), at most _HALVINGS times; a
+# model whose step never passes has converged as far as float32 can tell.
 _ARMIJO = 1e-4
-_HALVINGS = 20
+_HALVINGS = 10
 
 
 def embedding_scale(embeddings):
@@ -180,7 +182,7 @@ def _refine_batch(module, features, unit, table, models, z0, scale, steps, prior
         hessian = hessian + damping[:, None, None] * eye
         step = torch.linalg.solve(hessian, grad)
         decrement = (grad * step).sum(1)
-        active &= decrement > _DECREMENT_TOL
+        active &= decrement > _DECREMENT_RTOL * value.abs()
         if not active.any():
             break
         length = active.to(torch.float32)
