@@ -1253,3 +1253,33 @@ def test_refine_solver_adam_reaches_the_gauss_newton_optimum(router, pool):
     # Adam's objective is no lower than the optimum's (beyond float32 noise).
     at_newton = solver.objective(rows, z0, scale, torch.as_tensor(newton))
     assert (m["_value"] >= at_newton.detach().numpy() - 1e-6).all()
+
+
+def test_refine_prior_holds_out_whole_queries_and_scores_their_rows(router, pool):
+    bench = _load_script("refine_prior")
+    seen, held = bench.split_rows(pool.evals, seed=0)
+    assert len(seen) + len(held) == len(pool.evals)
+    assert not set(seen["query"]) & set(held["query"])
+    n_queries = pool.evals["query"].nunique()
+    assert held["query"].nunique() == round(bench.HELD_SHARE * n_queries)
+    embedder = router.embedder_
+    z = embedder.transform(seen)
+    got = bench.held_out_scores(embedder, z, seen, held)
+    # By hand: each held row's P(correct) from the full matrix, each model's
+    # mean log-loss and correctness, then the mean over models.
+    models = sorted(seen["model"].unique())
+    queries = list(held["query"].unique())
+    proba = embedder.predict_proba(z, queries, evals=seen)
+    losses, correct = {}, {}
+    for row in held.itertuples():
+        p = proba[queries.index(row.query), models.index(row.model)]
+        losses.setdefault(row.model, []).append(
+            -(row.score * np.log(p) + (1 - row.score) * np.log(1 - p))
+        )
+        correct.setdefault(row.model, []).append((p >= 0.5) == (row.score >= 0.5))
+    assert got["log_loss"] == pytest.approx(
+        np.mean([np.mean(v) for v in losses.values()]), rel=1e-6
+    )
+    assert got["correctness"] == pytest.approx(
+        np.mean([np.mean(v) for v in correct.values()])
+    )
