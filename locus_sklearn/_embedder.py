@@ -233,8 +233,13 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         0.896). Each step costs about four predictor passes over every
         row: TIMING_PLACEHOLDER
     refine_prior : float, default=0.1
-        Weight of the prior, the mean square of the move in those units,
-        beside the mean BCE over the model's rows.
+        Weight of the prior, the mean square of the move in units of each
+        coordinate's spread over the training models' embeddings
+        (``embedding_scale_``), beside the mean BCE over the model's rows.
+        0.1 minimises the log-loss on held-out training queries on BFCL
+        and Shaberi and is within 0.001 of the minimum on MMLU-Pro and
+        RouterBench; with no prior (0) the fit overfits a model's rows
+        (``benchmarks/refine_prior.py``, TUNING.md session 29).
     random_state : int, RandomState instance or None, default=None
         Seeds the validation split, initial weights and episode sampling; an
         int makes a CPU fit reproducible bit for bit.
