@@ -60,7 +60,8 @@ _ADDED_PARAMS = {
 # has, each with why reading the file without it builds the same estimator.
 _RETIRED_PARAMS = {
     # Adam's step size for the refinement, which now takes Gauss-Newton steps
-    # to the same optimum (the embeddings agree within 0.4 % of the move).
+    # to the same optimum (the embeddings agree within 1 % of the move,
+    # benchmarks/refine_solver.py).
     "refine_step_size",
 }
 

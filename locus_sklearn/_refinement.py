@@ -92,14 +92,15 @@ def refine_embeddings(module, table, X_query, z0, *, scale, steps, prior, batch_
     With ``z = z0 + scale ⊙ δ``, ``δ`` starts at zero and minimises, per
     model,
 
-        J(δ) = mean over its rows of BCE(G_ψ(z, φ(x_i)), y_i) + prior · mean(δ²)
+        L(δ) = mean over its rows of BCE(G_ψ(z, φ(x_i)), y_i) + prior · mean(δ²)
 
     under the frozen predictor (its weights and dropout untouched,
     evaluation mode), by at most ``steps`` damped Gauss-Newton steps: the
-    step solves ``(Jᵀ S J / n + 2·prior/d · I) s = ∇J`` with J the logits'
-    Jacobian in δ and S the Bernoulli variances p(1 - p), then backtracks
-    until J falls (Armijo). The prior makes the system positive definite, and
-    a model stops once its Newton decrement is below float32's resolution.
+    step solves ``(Jᵀ S J / n + 2·prior/d · I) s = ∇L`` with J the logits'
+    Jacobian in δ (n rows by d) and S the Bernoulli variances p(1 - p), then
+    backtracks until L falls (Armijo). The prior makes the system positive
+    definite, and a model stops once its Newton decrement is below float32's
+    resolution of L.
     With the kernel readout, the predictor's readout input at a row reads the
     model's *other* rows. Every model's objective, steps and stopping are its
     own: the result does not depend on which other models are refined
@@ -176,9 +177,11 @@ def _refine_batch(module, features, unit, table, models, z0, scale, steps, prior
         grad = torch.bmm(residual, jac).squeeze(1) + curvature * delta
         variance = (p * (1 - p) * weight).unsqueeze(-1)  # (B, M, 1)
         hessian = torch.bmm((jac * variance).transpose(1, 2), jac)  # (B, d, d)
-        # A touch of Levenberg damping keeps the solve defined with no prior
-        # (prior=0); the fixed point, where the gradient is zero, is the same.
-        damping = curvature + 1e-6 * hessian.diagonal(dim1=1, dim2=2).mean(1) + 1e-12
+        # The prior's curvature, plus a touch of Levenberg damping that keeps
+        # the solve defined with no prior (prior=0); damping changes the
+        # steps, not the fixed point, where the gradient is zero.
+        levenberg = 1e-6 * hessian.diagonal(dim1=1, dim2=2).mean(1)
+        damping = curvature + levenberg + 1e-12
         hessian = hessian + damping[:, None, None] * eye
         step = torch.linalg.solve(hessian, grad)
         decrement = (grad * step).sum(1)
