@@ -17,20 +17,17 @@ Usage: python benchmarks/refine_prior.py [--pools bfcl mmlu-open]
        [--seeds 0 1 2] [--priors 0 0.001 ... 1] [--tag T]
 """
 
-import argparse
-import json
 import os
 import sys
 import time
 
 import numpy as np
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import embedding_quality as eq  # noqa: E402
 import routing  # noqa: E402
-from _provenance import git_commit, machine_info  # noqa: E402
+from refine_solver import command_line  # noqa: E402
 
 HELD_SHARE = 0.25
 
@@ -66,7 +63,7 @@ def held_out_scores(embedder, z, seen, held):
     }
 
 
-def run(pool, seed, priors, log):
+def run(pool, seed, args, log):
     data = eq.load_pool(pool, seed)
     split = routing.Split(data, seed)
     # The embedder trains on the seen rows only: the held-out queries are new
@@ -77,7 +74,7 @@ def run(pool, seed, priors, log):
     embedder.set_params(refine_steps=0)
     z0 = embedder.transform(seen)
     out["encoder"] = held_out_scores(embedder, z0, seen, held)
-    for prior in priors:
+    for prior in args.priors:
         embedder.set_params(refine_steps=10, refine_prior=prior)
         start = time.perf_counter()
         z = embedder.transform(seen)
@@ -92,40 +89,18 @@ def run(pool, seed, priors, log):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pools", nargs="+", default=["bfcl", "mmlu-open"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument(
-        "--priors",
-        nargs="+",
-        type=float,
-        default=[0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0],
-    )
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default=os.path.join(eq.HERE, "results"))
-    p.add_argument("--tag", default="", help="refine_prior_TAG.json")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    eq.SETTINGS["max_epochs"] = 20  # embedding_quality.py --quick
-    log = lambda *a: print(*a, flush=True)  # noqa: E731
-    commit = git_commit()  # the code of the start, as embedding_quality.py
-    results = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "commit": commit,
-        "dirty": routing.git_dirty(),
-        "machine": machine_info(torch_threads=args.threads),
-        "held_share": HELD_SHARE,
-        "pools": {
-            pool: {str(s): run(pool, s, args.priors, log) for s in args.seeds}
-            for pool in args.pools
-        },
-    }
-    os.makedirs(args.out, exist_ok=True)
-    name = f"refine_prior_{args.tag}.json" if args.tag else "refine_prior.json"
-    path = os.path.join(args.out, name)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
-    log(f"wrote {path}")
+    def add_priors(parser):
+        parser.add_argument(
+            "--priors",
+            nargs="+",
+            type=float,
+            default=[0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0],
+        )
+
+    command_line(
+        __doc__, "refine_prior", run, argv, add_arguments=add_priors,
+        header=lambda _: {"held_share": HELD_SHARE},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def measures(rows, z0, scale, z, reference):
     }
 
 
-def run(pool, seed, log):
+def run(pool, seed, args, log):
     data = eq.load_pool(pool, seed)
     split = routing.Split(data, seed)
     train = split.training_rows(256)
@@ -148,34 +148,47 @@ def run(pool, seed, log):
     return out
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(doc, stem, run, argv=None, add_arguments=None, header=None):
+    """The refinement benchmarks' command line (this script's and
+    ``refine_prior.py``'s): ``--pools --seeds --threads --out --tag``, the
+    embedding benchmark's quick settings, each (pool, seed) through
+    ``run(pool, seed, args, log)``, and one JSON named ``stem[_tag].json``
+    with the run's date, commit (of the start), package changes and machine,
+    plus ``header(args)``."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--pools", nargs="+", default=["bfcl", "mmlu-open"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=os.path.join(eq.HERE, "results"))
-    p.add_argument("--tag", default="", help="refine_solver_TAG.json")
+    p.add_argument("--tag", default="", help=f"{stem}_TAG.json")
+    if add_arguments is not None:
+        add_arguments(p)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     eq.SETTINGS["max_epochs"] = 20  # embedding_quality.py --quick
     log = lambda *a: print(*a, flush=True)  # noqa: E731
-    commit = git_commit()  # the code of the start, as embedding_quality.py
     results = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "commit": commit,
+        "commit": git_commit(),  # the code of the start, as embedding_quality.py
         "dirty": routing.git_dirty(),
         "machine": machine_info(torch_threads=args.threads),
-        "prior": PRIOR,
-        "pools": {
-            pool: {str(s): run(pool, s, log) for s in args.seeds} for pool in args.pools
-        },
+        **(header(args) if header is not None else {}),
+    }
+    results["pools"] = {
+        pool: {str(s): run(pool, s, args, log) for s in args.seeds}
+        for pool in args.pools
     }
     os.makedirs(args.out, exist_ok=True)
-    name = f"refine_solver_{args.tag}.json" if args.tag else "refine_solver.json"
-    path = os.path.join(args.out, name)
+    path = os.path.join(
+        args.out, f"{stem}_{args.tag}.json" if args.tag else f"{stem}.json"
+    )
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
     log(f"wrote {path}")
+
+
+def main(argv=None):
+    command_line(__doc__, "refine_solver", run, argv, header=lambda _: {"prior": PRIOR})
 
 
 if __name__ == "__main__":

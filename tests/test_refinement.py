@@ -18,9 +18,10 @@ from locus_sklearn._nn import CorrectnessPredictor
 from locus_sklearn._readout import KernelReadout
 
 
-def _own_loss(module, table, X_query, z):
-    """Each model's mean BCE on its own rows of ``table`` at embeddings ``z``,
-    the readout read from its other rows: what the refinement lowers."""
+def _objective(module, table, X_query, z, prior=0.0, z0=None, scale=None):
+    """Each model's refinement objective at the tensor z (autograd flows):
+    the mean BCE on its own rows of ``table``, the readout read from its
+    other rows, plus ``prior · mean(((z - z0) / scale)²)``."""
     models = np.arange(table.n_models)
     query_index, score, mask = _refinement._padded_rows(table, models, "cpu")
     features = torch.as_tensor(X_query, dtype=torch.float32)
@@ -29,11 +30,22 @@ def _own_loss(module, table, X_query, z):
         extra = _refinement._leave_one_out_readout(
             module.readout, unit, query_index, score, mask
         )
-        logits = module.predictor(torch.as_tensor(z), features, query_index, extra)
-        bce = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits, score, weight=mask.float(), reduction="none"
-        )
-    return (bce.sum(1) / mask.sum(1)).numpy()
+    logits = module.predictor(z, features, query_index, extra)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, score, weight=mask.float(), reduction="none"
+    )
+    loss = bce.sum(1) / mask.sum(1)
+    if prior:
+        delta = (z - torch.as_tensor(z0)) / torch.as_tensor(scale)
+        loss = loss + prior * delta.square().mean(1)
+    return loss
+
+
+def _own_loss(module, table, X_query, z):
+    """Each model's mean BCE on its own rows at embeddings ``z``: what the
+    refinement lowers."""
+    with torch.no_grad():
+        return _objective(module, table, X_query, torch.as_tensor(z)).numpy()
 
 
 def test_leave_one_out_readout_hand_computed(monkeypatch):
@@ -80,25 +92,6 @@ def test_embedding_scale_hand_computed():
     np.testing.assert_array_equal(_refinement.embedding_scale(z[:1]), [1.0, 1.0])
 
 
-def _objective(module, table, X_query, z0, scale, prior, z):
-    """Each model's refinement objective at z, with autograd: own loss plus
-    prior · mean(((z - z0) / scale)²)."""
-    models = np.arange(table.n_models)
-    query_index, score, mask = _refinement._padded_rows(table, models, "cpu")
-    features = torch.as_tensor(X_query, dtype=torch.float32)
-    unit = torch.nn.functional.normalize(features, dim=-1)
-    with torch.no_grad():
-        extra = _refinement._leave_one_out_readout(
-            module.readout, unit, query_index, score, mask
-        )
-    logits = module.predictor(z, features, query_index, extra)
-    bce = torch.nn.functional.binary_cross_entropy_with_logits(
-        logits, score, weight=mask.float(), reduction="none"
-    )
-    delta = (z - torch.as_tensor(z0)) / torch.as_tensor(scale)
-    return bce.sum(1) / mask.sum(1) + prior * delta.square().mean(1)
-
-
 def test_refinement_reaches_each_models_optimum(router, pool):
     embedder = router.embedder_
     module = embedder.net_.module_
@@ -122,7 +115,7 @@ def test_refinement_reaches_each_models_optimum(router, pool):
     gradients = []
     for z in (z0, refined):
         z = torch.tensor(z, requires_grad=True)
-        objective = _objective(module, table, X_query, z0, scale, 0.1, z).sum()
+        objective = _objective(module, table, X_query, z, 0.1, z0, scale).sum()
         (gradient,) = torch.autograd.grad(objective, z)
         gradients.append(np.linalg.norm(gradient.numpy() * scale, axis=1))
     assert (gradients[1] < 1e-2 * gradients[0]).all()
