@@ -111,7 +111,7 @@ def test_refinement_reaches_each_models_optimum(router, pool):
     ).all()
     # A stationary point of every model's objective (autograd's gradient,
     # not the steps' hand-written one): under a hundredth of the gradient at
-    # z0 (float32 rounding leaves about 1e-7).
+    # z0 (the steps stop where float32 no longer resolves the objective).
     gradients = []
     for z in (z0, refined):
         z = torch.tensor(z, requires_grad=True)
@@ -144,7 +144,7 @@ def test_refinement_reaches_each_models_optimum(router, pool):
     assert np.isfinite(free).all()
     # Without the prior the own loss is what is minimised: no higher than
     # with it, up to where float32 stops the steps (flat directions, which
-    # only the damping curves, leave a few ulps: 2e-6 on one model here).
+    # only the damping curves, leave about 2e-6 on one model here).
     assert (
         _own_loss(module, table, X_query, free)
         <= _own_loss(module, table, X_query, refined) + 1e-5
