@@ -1283,3 +1283,30 @@ def test_refine_prior_holds_out_whole_queries_and_scores_their_rows(router, pool
     assert got["correctness"] == pytest.approx(
         np.mean([np.mean(v) for v in correct.values()])
     )
+
+
+def test_refine_fingerprints_row_hand_computed():
+    bench = _load_script("refine_fingerprints")
+    models = ["a", "b", "c", "d"]
+    groups = {"g": ["a", "b"], "h": ["c", "d"]}
+    # Siblings share a direction; each model has a small one of its own, in
+    # whichever rows it is read from: recall and self-identification are 1.
+    own = np.eye(4) * 0.1
+    base = np.array([[1.0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0]])
+
+    def fingerprint(rows):
+        present = sorted(rows["model"].unique())
+        return np.vstack([base[models.index(m)] + own[models.index(m)] for m in present])
+
+    rows = pd.DataFrame({"model": models, "query": "q", "score": 1.0})
+    row = bench.fingerprint_row(
+        fingerprint, rows, models, groups, {2: (rows, rows), 4: None}
+    )
+    assert row["groups"]["recall@1"] == 1.0 and row["groups"]["n_queries"] == 4
+    assert row["self_id"] == {"2": 1.0}
+    assert row["split_half_n"] == 2
+    assert row["whitened"]["self_id"] == {"2": 1.0}
+    # Swapping two models' groups: nobody's nearest is a sibling any more.
+    swapped = {"g": ["a", "c"], "h": ["b", "d"]}
+    row = bench.fingerprint_row(fingerprint, rows, models, swapped, {2: None})
+    assert row["groups"]["recall@1"] == 0.0 and row["self_id"] == {}
