@@ -1296,7 +1296,9 @@ def test_refine_fingerprints_row_hand_computed():
 
     def fingerprint(rows):
         present = sorted(rows["model"].unique())
-        return np.vstack([base[models.index(m)] + own[models.index(m)] for m in present])
+        return np.vstack(
+            [base[models.index(m)] + own[models.index(m)] for m in present]
+        )
 
     rows = pd.DataFrame({"model": models, "query": "q", "score": 1.0})
     row = bench.fingerprint_row(
