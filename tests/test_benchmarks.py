@@ -1312,3 +1312,26 @@ def test_refine_fingerprints_row_hand_computed():
     swapped = {"g": ["a", "c"], "h": ["b", "d"]}
     row = bench.fingerprint_row(fingerprint, rows, models, swapped, {2: None})
     assert row["groups"]["recall@1"] == 0.0 and row["self_id"] == {}
+
+
+def test_top_k_routing_route_and_choice_hand_computed():
+    bench = _load_script("top_k_routing")
+    means = np.array([0.5, 0.9, 0.7])  # strongest: 1, then 2, then 0
+    proba = np.array([[0.95, 0.8, 0.6], [0.2, 0.3, 0.9]])
+    # Every model: the largest P; top-1: model 1 always; top-2: models 1, 2.
+    assert bench.route(proba, means, 0.0, None).tolist() == [0, 2]
+    assert bench.route(proba, means, 0.0, 1).tolist() == [1, 1]
+    assert bench.route(proba, means, 0.0, 2).tolist() == [1, 2]
+    # s = 1: the means alone.
+    assert bench.route(proba, means, 1.0, None).tolist() == [1, 1]
+    # One fold; query 0 answered by model 0 only (right), query 1 by all.
+    y = np.array([[1.0, np.nan, np.nan], [0.0, 0.0, 1.0]])
+    folds = [(y, proba, means, np.arange(3), np.arange(2))]
+    grid = [(0.0, None), (0.0, 1), (0.0, 2), (1.0, None)]
+    choice, scores = bench.choose(folds, grid)
+    # (0, None): both judged, both right -> 1; (0, 1) and (1, None): query 0
+    # routed to model 1, unanswered, not judged; query 1 wrong -> 0;
+    # (0, 2): query 0 unjudged, query 1 right -> 1.
+    assert scores == {(0.0, None): 1.0, (0.0, 1): 0.0, (0.0, 2): 1.0, (1.0, None): 0.0}
+    # A tie between (0, None) and (0, 2): the smaller k.
+    assert choice == (0.0, 2)
