@@ -20,6 +20,21 @@ def git_commit():
         return "unknown"
 
 
+def git_dirty():
+    """The package's files with uncommitted changes (the commit alone does not
+    pin the code that ran), or None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--", "locus_sklearn"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return [line[3:] for line in out.stdout.splitlines()]
+
+
 def machine_info(**extra):
     """Processor and core count, plus ``extra`` fields (torch threads, load)."""
     return {

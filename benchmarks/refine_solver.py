@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import embedding_quality as eq  # noqa: E402
 import routing  # noqa: E402
-from _provenance import git_commit, machine_info  # noqa: E402
+from _provenance import git_commit, git_dirty, machine_info  # noqa: E402
 
 from locus_sklearn import _refinement  # noqa: E402
 from locus_sklearn._evals import check_evals  # noqa: E402
@@ -170,7 +170,7 @@ def command_line(doc, stem, run, argv=None, add_arguments=None, header=None):
     results = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "commit": git_commit(),  # the code of the start, as embedding_quality.py
-        "dirty": routing.git_dirty(),
+        "dirty": git_dirty(),
         "machine": machine_info(torch_threads=args.threads),
         **(header(args) if header is not None else {}),
     }

@@ -39,7 +39,6 @@ import glob
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
@@ -56,6 +55,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import _data  # noqa: E402
+from _provenance import git_commit, git_dirty  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.baselines import (  # noqa: E402
@@ -170,32 +170,6 @@ def machine_info():
         "python": platform.python_version(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
-
-
-def git_dirty():
-    """Uncommitted changes to the package (the commit alone does not pin the code)."""
-    try:
-        out = subprocess.run(
-            ["git", "status", "--porcelain", "--", "locus_sklearn"],
-            cwd=os.path.dirname(HERE),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return [line[3:] for line in out.stdout.splitlines()]
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def git_commit():
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-            text=True, check=True,
-        )  # fmt: skip
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 class Split:
