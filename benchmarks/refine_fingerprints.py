@@ -31,7 +31,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import embedding_quality as eq  # noqa: E402
 import routing  # noqa: E402
-from refine_solver import command_line  # noqa: E402
+from refine_solver import command_line, priors_argument  # noqa: E402
+
+# The priors read besides the encoder's embeddings (0.1 is the default).
+PRIORS = (1.0, 0.1, 0.03, 0.01, 0.003)
 
 
 def fingerprint_row(fingerprint, train, models, groups, pairs):
@@ -71,11 +74,7 @@ def run(pool, seed, args, log):
 
 
 def main(argv=None):
-    def add_priors(parser):
-        parser.add_argument(
-            "--priors", nargs="+", type=float, default=[1.0, 0.1, 0.03, 0.01, 0.003]
-        )
-
+    add_priors = priors_argument(PRIORS)
     command_line(__doc__, "refine_fingerprints", run, argv, add_arguments=add_priors)
 
 

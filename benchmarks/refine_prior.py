@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import embedding_quality as eq  # noqa: E402
 import routing  # noqa: E402
-from refine_solver import command_line  # noqa: E402
+from refine_solver import command_line, priors_argument  # noqa: E402
 
 HELD_SHARE = 0.25
 
@@ -89,16 +89,9 @@ def run(pool, seed, args, log):
 
 
 def main(argv=None):
-    def add_priors(parser):
-        parser.add_argument(
-            "--priors",
-            nargs="+",
-            type=float,
-            default=[0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0],
-        )
-
     command_line(
-        __doc__, "refine_prior", run, argv, add_arguments=add_priors,
+        __doc__, "refine_prior", run, argv,
+        add_arguments=priors_argument([0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]),
         header=lambda _: {"held_share": HELD_SHARE},
     )  # fmt: skip
 

@@ -148,6 +148,16 @@ def run(pool, seed, args, log):
     return out
 
 
+def priors_argument(default):
+    """An ``add_arguments`` for :func:`command_line`: a ``--priors`` list of
+    refinement prior weights, ``default`` when not given."""
+
+    def add(parser):
+        parser.add_argument("--priors", nargs="+", type=float, default=list(default))
+
+    return add
+
+
 def command_line(doc, stem, run, argv=None, add_arguments=None, header=None):
     """The refinement benchmarks' command line (this script's and
     ``refine_prior.py``'s): ``--pools --seeds --threads --out --tag``, the
