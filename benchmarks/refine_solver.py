@@ -159,8 +159,9 @@ def priors_argument(default):
 
 
 def command_line(doc, stem, run, argv=None, add_arguments=None, header=None):
-    """The refinement benchmarks' command line (this script's and
-    ``refine_prior.py``'s): ``--pools --seeds --threads --out --tag``, the
+    """The command line of this script, ``refine_prior.py``,
+    ``refine_fingerprints.py`` and ``top_k_routing.py``: ``--pools --seeds
+    --threads --out --tag``, the
     embedding benchmark's quick settings, each (pool, seed) through
     ``run(pool, seed, args, log)``, and one JSON named ``stem[_tag].json``
     with the run's date, commit (of the start), package changes and machine,

@@ -21,8 +21,8 @@ judged where the routed model answered; ties toward the single best):
 Each choice is then applied to the test queries. ``test_curve`` holds every
 (s, k)'s test accuracy: read for the ceiling only, never for a choice.
 
-Usage: python benchmarks/top_k_routing.py --pools bfcl shaberi mmlu-all
-       [--seeds 0 1 2] [--tag T]
+Usage: python benchmarks/top_k_routing.py
+       --pools bfcl mmlu-open mmlu-all shaberi routerbench [--seeds 0 1 2] [--tag T]
 """
 
 import os
