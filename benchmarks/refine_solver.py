@@ -161,11 +161,10 @@ def priors_argument(default):
 def command_line(doc, stem, run, argv=None, add_arguments=None, header=None):
     """The command line of this script, ``refine_prior.py``,
     ``refine_fingerprints.py`` and ``top_k_routing.py``: ``--pools --seeds
-    --threads --out --tag``, the
-    embedding benchmark's quick settings, each (pool, seed) through
-    ``run(pool, seed, args, log)``, and one JSON named ``stem[_tag].json``
-    with the run's date, commit (of the start), package changes and machine,
-    plus ``header(args)``."""
+    --threads --out --tag``, the embedding benchmark's quick settings, each
+    (pool, seed) through ``run(pool, seed, args, log)``, and one JSON named
+    ``stem[_tag].json`` with the run's date, commit (of the start), package
+    changes and machine, plus ``header(args)``."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--pools", nargs="+", default=["bfcl", "mmlu-open"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
