@@ -7,8 +7,8 @@ the k models with the best mean training score only (k in ``KS``; None is
 every model), so that the argmax over many noisy estimates cannot land on a
 weak model overestimated at that query, while the strong models' per-query
 differences stay at full strength. Per pool and seed it fits the embedding
-benchmark's embedder (``embedding_quality.py --quick`` settings) on 256
-training rows per model, computes the package's cross-fitted fold predictions
+benchmark's embedder (``embedding_quality.py --quick`` settings) on ``--n``
+training rows per model (256, or ``all``), computes the package's cross-fitted fold predictions
 once (``_shrinkage.cross_fitted_predictions``, the folds "auto" uses), and
 chooses by the package's criterion (each fold query routed among all models,
 judged where the routed model answered; ties toward the single best):
@@ -22,7 +22,8 @@ Each choice is then applied to the test queries. ``test_curve`` holds every
 (s, k)'s test accuracy: read for the ceiling only, never for a choice.
 
 Usage: python benchmarks/top_k_routing.py
-       --pools bfcl mmlu-open mmlu-all shaberi routerbench [--seeds 0 1 2] [--tag T]
+       --pools bfcl mmlu-open mmlu-all shaberi routerbench [--n 256 | all]
+       [--seeds 0 1 2] [--tag T]
 """
 
 import os
@@ -76,7 +77,7 @@ def choose(folds, grid):
 def run(pool, seed, args, log):
     data = eq.load_pool(pool, seed)
     split = routing.Split(data, seed)
-    train = split.training_rows(256)
+    train = split.training_rows(args.n if args.n == "all" else int(args.n))
     router = eq.fit_locus(data, seed, "baseline", train)  # shrinkage=None
     table = check_evals(train)
     folds = list(
@@ -108,7 +109,7 @@ def run(pool, seed, args, log):
         f"s={s:g},k={k}": accuracy(s, k) for s in SHRINKAGE_GRID for k in KS
     }
     log(
-        f"{pool} seed {seed}: single best {out['single best']:.4f} plain "
+        f"{pool} seed {seed} n={args.n}: single best {out['single best']:.4f} plain "
         f"{out['plain']:.4f} "
         + " ".join(f"{n} {out[n]['choice']} {out[n]['test']:.4f}" for n in rules)
     )
@@ -116,7 +117,13 @@ def run(pool, seed, args, log):
 
 
 def main(argv=None):
-    command_line(__doc__, "top_k_routing", run, argv)
+    def add_n(parser):
+        parser.add_argument("--n", default="256", help="rows per model, or 'all'")
+
+    command_line(
+        __doc__, "top_k_routing", run, argv, add_arguments=add_n,
+        header=lambda args: {"n": args.n},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
