@@ -8,10 +8,11 @@ every model), so that the argmax over many noisy estimates cannot land on a
 weak model overestimated at that query, while the strong models' per-query
 differences stay at full strength. Per pool and seed it fits the embedding
 benchmark's embedder (``embedding_quality.py --quick`` settings) on ``--n``
-training rows per model (256, or ``all``), computes the package's cross-fitted fold predictions
-once (``_shrinkage.cross_fitted_predictions``, the folds "auto" uses), and
-chooses by the package's criterion (each fold query routed among all models,
-judged where the routed model answered; ties toward the single best):
+training rows per model (256, or ``all``), computes the package's
+cross-fitted fold predictions once (``_shrinkage.cross_fitted_predictions``,
+the folds "auto" uses), and chooses by the package's criterion (each fold
+query routed among all models, judged where the routed model answered; ties
+toward the single best):
 
 - ``shrinkage``: s in ``SHRINKAGE_GRID``, every model (the default router's
   rule; its test figure is the default's);
