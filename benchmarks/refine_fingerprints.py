@@ -65,10 +65,10 @@ def run(pool, seed, args, log):
         router.embedder_.set_params(**params)
         row = fingerprint_row(router.embed, train, split.models, groups, pairs)
         out[key] = row
+        ratio = row.get("split_half_pr", float("nan"))
         log(
             f"{pool} seed {seed} {key:12s} recall {row['groups']} self-id "
-            f"{row['self_id']} split-half PR {row.get('split_half_pr', float('nan')):.2f}"
-            f" whitened {row['whitened']}"
+            f"{row['self_id']} split-half PR {ratio:.2f} whitened {row['whitened']}"
         )
     return out
 
