@@ -559,6 +559,15 @@ def pair_sets(split, n, rng):
     )
 
 
+def self_id_pairs(split, seed):
+    """n -> :func:`pair_sets` for every n of ``SELF_NS``, each drawn from its
+    own seeded generator: the disjoint row sets every script that reports
+    self-identification reads, so their figures compare."""
+    return {
+        k: pair_sets(split, k, np.random.default_rng([seed, 31, k])) for k in SELF_NS
+    }
+
+
 def whitener(Z):
     """Z -> its whitened coordinates under the pool ``Z``'s covariance.
 
@@ -831,10 +840,7 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
                 "score": y.ravel(),
             }
         )
-        pairs = {
-            k: pair_sets(split, k, np.random.default_rng([seed, 31, k]))
-            for k in SELF_NS
-        }
+        pairs = self_id_pairs(split, seed)
         for name, f in fingerprints.items():
             res["embeddings"][name] |= identity_measures(f, pairs)
             res["embeddings"][f"{name} whitened"] = whitened_measures(

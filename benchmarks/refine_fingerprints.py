@@ -25,8 +25,6 @@ Usage: python benchmarks/refine_fingerprints.py --pools bfcl shaberi
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import embedding_quality as eq  # noqa: E402
@@ -53,10 +51,7 @@ def run(pool, seed, args, log):
     groups = data.info.get("groups", {})
     train = split.training_rows(256)
     router = eq.fit_locus(data, seed, "baseline", train)
-    pairs = {
-        k: eq.pair_sets(split, k, np.random.default_rng([seed, 31, k]))
-        for k in eq.SELF_NS
-    }
+    pairs = eq.self_id_pairs(split, seed)
     settings = [("encoder", {"refine_steps": 0})] + [
         (f"prior {p:g}", {"refine_steps": 10, "refine_prior": p}) for p in args.priors
     ]

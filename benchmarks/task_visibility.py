@@ -133,10 +133,7 @@ def run_seed(data, seed, ns):
     }
     # Self-identification (embedding_quality.py's measure and disjoint sets)
     # of each profile, the per-task one included.
-    pairs = {
-        k: eq.pair_sets(split, k, np.random.default_rng([seed, 31, k]))
-        for k in eq.SELF_NS
-    }
+    pairs = eq.self_id_pairs(split, seed)
     self_id = {
         name: eq.self_identifications(f, pairs)[0]
         for name, f in {"per-task profile": fp.task_profile, **smoothers}.items()
