@@ -11,8 +11,8 @@ rule): every value is compared on the same run, the same rows and the same
 random stream.
 
 Per pool and seed the embedder is fitted at the package's defaults (not the
-embedding benchmark's quick settings) on the routing benchmark's 256 training
-rows per model less a seeded fifth of their queries, held out as *selection*
+embedding benchmark's quick settings) on the routing benchmark's training rows
+(``--n``: 256 per model, or ``all``) less a seeded fifth of their queries, held out as *selection*
 queries. For each patience in ``PATIENCES`` it records the epochs run, their
 summed duration, the restored epoch, the log-loss of P(correct) on the
 selection rows (each model embedded from its fitting rows; the measure a
@@ -27,7 +27,7 @@ answered.
 
 Usage: python benchmarks/stopping_rules.py
        --pools bfcl mmlu-open mmlu-all shaberi routerbench speed
-       [--seeds 0 1 2] [--threads 1] [--tag T]
+       [--n 256 | all] [--seeds 0 1 2] [--threads 1] [--tag T]
 """
 
 import contextlib
@@ -114,7 +114,7 @@ def _rows_by_query(frame, queries):
     return frame[frame["query"].isin(set(queries))]
 
 
-def _pool(name, seed):
+def _pool(name, seed, n):
     """(encodings, fit rows, selection rows or None, test split or None, truth)."""
     if name == "speed":
         from locus_sklearn.datasets import make_model_pool
@@ -126,7 +126,7 @@ def _pool(name, seed):
         return pool.encodings, pool.evals, None, None, pool.probabilities
     data = eq.load_pool(name, seed)
     split = routing.Split(data, seed)
-    train = split.training_rows(256)
+    train = split.training_rows(n)
     queries = np.sort(train["query"].unique().astype(str))
     rng = np.random.default_rng([seed, 29])
     held = rng.choice(queries, int(round(SELECTION_FRACTION * len(queries))), False)
@@ -161,7 +161,7 @@ def _measures(embedder, fit_rows, selection, split, truth):
 
 
 def run(pool, seed, args, log):
-    encodings, fit_rows, selection, split, truth = _pool(pool, seed)
+    encodings, fit_rows, selection, split, truth = _pool(pool, seed, args.n)
     embedder = LocusEmbedder(encodings, patience=max(PATIENCES), random_state=seed)
     with keeping_weights() as kept:
         embedder.fit(fit_rows)
@@ -186,10 +186,17 @@ def run(pool, seed, args, log):
     return out
 
 
+def _n(value):
+    return value if value == "all" else int(value)
+
+
 def main(argv=None):
     command_line(
         __doc__, "stopping_rules", run, argv,
-        header=lambda args: {"patiences": list(PATIENCES), "threshold": THRESHOLD},
+        add_arguments=lambda p: p.add_argument("--n", type=_n, default=256),
+        header=lambda args: {
+            "patiences": list(PATIENCES), "threshold": THRESHOLD, "n": args.n,
+        },
     )  # fmt: skip
 
 
