@@ -179,9 +179,7 @@ def run(pool, seed, args, log):
         log(
             f"{pool} seed {seed} patience {patience:2d}: {ran:3d} epochs "
             f"({rule['seconds']:.0f} s), restored {best:3d}, "
-            + ", ".join(
-                f"{k} {v:.4f}" for k, v in rule.items() if isinstance(v, float)
-            )
+            + ", ".join(f"{k} {v:.4f}" for k, v in rule.items() if isinstance(v, float))
         )
     return out
 
