@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -1335,3 +1337,46 @@ def test_top_k_routing_route_and_choice_hand_computed():
     assert scores == {(0.0, None): 1.0, (0.0, 1): 0.0, (0.0, 2): 1.0, (1.0, None): 0.0}
     # A tie between (0, None) and (0, 2): the smaller k.
     assert choice == (0.0, 2)
+
+
+def test_stopping_point_hand_computed():
+    bench = _load_script("stopping_rules")
+    curve = [1.0, 0.9, 0.95, 0.9, 0.96, 0.85, 0.9]
+    # Patience 2: epochs 3 and 4 miss (0.9 is no gain on 0.9): stop at 4, best 2.
+    assert bench.stopping_point(curve, 2) == (4, 2)
+    # Patience 3: epochs 3-5 miss: stop at 5, best 2.
+    assert bench.stopping_point(curve, 3) == (5, 2)
+    # Patience 4: epoch 6 improves; the curve ends one miss later.
+    assert bench.stopping_point(curve, 4) == (7, 6)
+    # The relative threshold: 0.89995 is within 1e-4 of 0.9, not a gain.
+    assert bench.stopping_point([0.9, 0.89995, 0.89995], 2) == (3, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    curve=st.lists(st.sampled_from([0.5, 0.50002, 0.6, 0.7]), min_size=1, max_size=25),
+    patience=st.integers(1, 6),
+)
+def test_stopping_point_replays_skorch_early_stopping(curve, patience):
+    """The replay stops where skorch's EarlyStopping (as the embedder sets it
+    up) raises, and restores the epoch whose weights it keeps."""
+    from skorch.callbacks import EarlyStopping
+    from skorch.history import History
+
+    bench = _load_script("stopping_rules")
+    stopper = EarlyStopping(
+        monitor="valid_loss", patience=patience, threshold=1e-4, load_best=True
+    ).initialize()
+    net = SimpleNamespace(history=History(), module_=torch.nn.Linear(1, 1), verbose=0)
+    stopper.on_train_begin(net)
+    ran = len(curve)
+    for epoch, loss in enumerate(curve, start=1):
+        net.history.new_epoch()
+        net.history.record("epoch", epoch)
+        net.history.record("valid_loss", loss)
+        try:
+            stopper.on_epoch_end(net)
+        except KeyboardInterrupt:
+            ran = epoch
+            break
+    assert bench.stopping_point(curve, patience) == (ran, stopper.best_epoch_)
