@@ -83,7 +83,7 @@ ROBUST_NS = (64, 128, 256, 512, 1024)
 # LOCUS settings: the one place they are set. The package defaults (the
 # paper's d=128, r=64, L=2, 4 heads, predictor hidden 64, enc sizes 64..1024,
 # disjoint S_enc/S_dec, dropout 0.1, query noise 0.05, weight decay 0.01,
-# early stopping on valid_loss, patience 10, plus the kernel readout), with
+# early stopping on valid_loss, patience 7, plus the kernel readout), with
 # max_epochs capped at 40 for CPU time. Chosen in benchmarks/results/TUNING.md
 # (mmlu-open, seeds 0-2 at n=256 and seed 0 at n=all): the kernel readout is
 # the one change that helps at both n; heavier regularisation or a shorter
@@ -108,7 +108,7 @@ LOCUS_PARAMS = dict(
     batch_size=16,
     validation_fraction=0.1,
     early_stopping="valid_loss",
-    patience=10,
+    patience=7,
     kernel_readout=True,
 )
 TINY_LOCUS = dict(

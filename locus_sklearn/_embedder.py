@@ -188,8 +188,12 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     early_stopping : {"valid_loss", "valid_routing_accuracy"} or None, default="valid_loss"
         Validation score monitored for early stopping; the best epoch's
         weights are restored. None trains for ``max_epochs``.
-    patience : int, default=10
-        Epochs without improvement before stopping.
+    patience : int, default=7
+        Epochs without improvement before stopping. Against 10, 7 restored
+        the same weights in 20 of 21 benchmark fits, 3 epochs sooner, and in
+        the other (112 models x 1,024 rows) stopped 18 epochs sooner at a
+        held-out log-loss 0.0008 higher; 5 stopped that fit at an early local
+        minimum (``benchmarks/results/TUNING.md``, session 31).
     memory : None, str or joblib.Memory, default=None
         Caches query encodings across fits (as in sklearn's Pipeline).
     device : str or None, default=None
@@ -364,7 +368,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         gradient_clip=1.0,
         validation_fraction=0.1,
         early_stopping="valid_loss",
-        patience=10,
+        patience=7,
         memory=None,
         device=None,
         accelerator=None,
