@@ -190,7 +190,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         weights are restored. None trains for ``max_epochs``.
     patience : int, default=7
         Epochs without improvement before stopping. Against 10, 7 restored
-        the same weights in 20 of 21 benchmark fits, 3 epochs sooner, and in
+        the same weights in 23 of 24 benchmark fits, 3 epochs sooner, and in
         the other (112 models x 1,024 rows) stopped 18 epochs sooner at a
         held-out log-loss 0.0008 higher; 5 stopped that fit at an early local
         minimum (``benchmarks/results/TUNING.md``, session 31).
