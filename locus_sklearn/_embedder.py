@@ -191,9 +191,10 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     patience : int, default=7
         Epochs without improvement before stopping. Against 10, 7 restored
         the same weights in 23 of 24 benchmark fits, 3 epochs sooner, and in
-        the other (112 models x 1,024 rows) stopped 18 epochs sooner at a
-        held-out log-loss 0.0008 higher; 5 stopped that fit at an early local
-        minimum (``benchmarks/results/TUNING.md``, session 31).
+        the other (112 synthetic models x 1,024 rows) stopped 18 epochs
+        sooner at a log-loss against the true P(correct) 0.0008 higher; 5
+        stopped that fit at an early local minimum
+        (``benchmarks/results/TUNING.md``, session 31).
     memory : None, str or joblib.Memory, default=None
         Caches query encodings across fits (as in sklearn's Pipeline).
     device : str or None, default=None
