@@ -46,6 +46,7 @@ from sklearn.frozen import FrozenEstimator  # noqa: E402
 from skorch.callbacks import Callback  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter, _training  # noqa: E402
+from locus_sklearn.metrics import correctness_log_loss  # noqa: E402
 
 #: The patience values compared; the largest is the one the fit runs at.
 PATIENCES = (10, 7, 5, 3)
@@ -105,15 +106,6 @@ def keeping_weights():
         _training._callbacks = original
 
 
-def bce(p, y):
-    p = np.clip(p, 1e-7, 1 - 1e-7)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
-
-
-def _rows_by_query(frame, queries):
-    return frame[frame["query"].isin(set(queries))]
-
-
 def _pool(name, seed, n):
     """(encodings, fit rows, selection rows or None, test split or None, truth)."""
     if name == "speed":
@@ -141,13 +133,15 @@ def _measures(embedder, fit_rows, selection, split, truth):
     if truth is not None:
         proba = plain.predict_proba(list(truth.index))
         true = truth[models].to_numpy()
-        out["true_log_loss"] = bce(proba, true)
+        out["true_log_loss"] = correctness_log_loss(true, proba)
         return out
     sel_queries = np.unique(selection["query"].astype(str))
     proba = plain.predict_proba(list(sel_queries))
     row = np.searchsorted(sel_queries, selection["query"].astype(str))
     col = np.searchsorted(models, selection["model"])
-    out["selection_log_loss"] = bce(proba[row, col], selection["score"].to_numpy())
+    out["selection_log_loss"] = correctness_log_loss(
+        selection["score"].to_numpy()[None], proba[row, col][None]
+    )
     default = LocusRouter(FrozenEstimator(embedder)).fit(fit_rows)
     for key, router in (("plain", plain), ("default", default)):
         proba = router.predict_proba(list(split.test_queries))

@@ -1380,3 +1380,49 @@ def test_stopping_point_replays_skorch_early_stopping(curve, patience):
             ran = epoch
             break
     assert bench.stopping_point(curve, patience) == (ran, stopper.best_epoch_)
+
+
+def test_stopping_rules_run_measures_each_patience_at_its_restored_epoch(monkeypatch):
+    import functools
+
+    from locus_sklearn import LocusEmbedder
+    from locus_sklearn.datasets import make_model_pool
+
+    bench = _load_script("stopping_rules")
+    pool = make_model_pool(
+        n_models=6, n_queries=150, n_families=2, evals_per_model="all",
+        n_features=8, random_state=0,
+    )  # fmt: skip
+    queries = np.array(sorted(pool.evals["query"].unique()))
+    is_test = pool.evals["query"].isin(queries[:30])
+    is_sel = pool.evals["query"].isin(queries[30:60])
+    test = pool.evals[is_test].pivot(index="query", columns="model", values="score")
+    split = SimpleNamespace(
+        models=np.array(test.columns), test_queries=test.index.to_numpy(),
+        y_test=test.to_numpy(),
+    )  # fmt: skip
+    rows = (pool.evals[~is_test & ~is_sel], pool.evals[is_sel])
+    monkeypatch.setattr(
+        bench, "_pool", lambda name, seed, n: (pool.encodings, *rows, split, None)
+    )
+    monkeypatch.setattr(
+        bench, "LocusEmbedder",
+        functools.partial(
+            LocusEmbedder, embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2,
+            hidden_dim=16, enc_size=(8, 32), dec_size=16, episodes_per_epoch=32,
+            max_epochs=20, lr=0.01,  # noisy enough for the patiences to differ
+        ),
+    )  # fmt: skip
+    out = bench.run("tiny", 0, SimpleNamespace(n=256), log=lambda *a: None)
+    losses = out["valid_loss"]
+    assert len(losses) == len(out["epoch_seconds"]) <= 20
+    by_epoch = {}
+    for patience, rule in out["rules"].items():
+        assert (rule["epochs"], rule["restored"]) == bench.stopping_point(
+            losses, int(patience)
+        )
+        assert np.isfinite(rule["selection_log_loss"])
+        assert 0 <= rule["test_routing_plain"] <= 1
+        # The same restored weights give the same figures, whatever the patience.
+        measures = {k: v for k, v in rule.items() if k not in ("epochs", "seconds")}
+        assert by_epoch.setdefault(rule["restored"], measures) == measures
