@@ -190,11 +190,12 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         weights are restored. None trains for ``max_epochs``.
     patience : int, default=7
         Epochs without improvement before stopping. Against 10, 7 restored
-        the same weights in 23 of 24 benchmark fits, 3 epochs sooner, and in
-        the other (112 synthetic models x 1,024 rows) stopped 18 epochs
-        sooner at a log-loss against the true P(correct) 0.0008 higher; 5
-        stopped that fit at an early local minimum
-        (``benchmarks/results/TUNING.md``, session 31).
+        the same weights in 28 of 30 benchmark fits, 3 epochs sooner; the
+        other two stopped 18 and 29 epochs sooner at a slightly worse minimum
+        (112 synthetic models: +0.0008 nats against the true P(correct);
+        BFCL: the same routing, +0.015 test log-loss). 5 stopped the first
+        at an early local minimum (``benchmarks/results/TUNING.md``,
+        session 31).
     memory : None, str or joblib.Memory, default=None
         Caches query encodings across fits (as in sklearn's Pipeline).
     device : str or None, default=None
