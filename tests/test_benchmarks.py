@@ -1426,3 +1426,36 @@ def test_stopping_rules_run_measures_each_patience_at_its_restored_epoch(monkeyp
         # The same restored weights give the same figures, whatever the patience.
         measures = {k: v for k, v in rule.items() if k not in ("epochs", "seconds")}
         assert by_epoch.setdefault(rule["restored"], measures) == measures
+
+
+def test_epoch_geometry_run_measures_the_kept_epochs(monkeypatch):
+    import functools
+
+    from locus_sklearn import LocusEmbedder
+    from locus_sklearn.datasets import make_model_pool
+
+    bench = _load_script("epoch_geometry")
+    pool = make_model_pool(
+        n_models=6, n_queries=120, n_families=2, evals_per_model="all",
+        n_features=8, random_state=0,
+    )  # fmt: skip
+    monkeypatch.setattr(bench, "_pool", lambda name, seed: (pool.encodings, pool.evals))
+    monkeypatch.setattr(
+        bench, "LocusEmbedder",
+        functools.partial(
+            LocusEmbedder, embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2,
+            hidden_dim=16, enc_size=(8, 32), dec_size=16, episodes_per_epoch=32,
+        ),
+    )  # fmt: skip
+    out = bench.run("tiny", 0, SimpleNamespace(epochs=5), log=lambda *a: None)
+    losses = out["valid_loss"]
+    assert len(losses) == 5  # no early stopping
+    assert out["restored_at_patience_7"] == bench.stopping_point(losses, 7)[1]
+    assert list(out["epochs"]) == ["1", "2", "4"]  # EPOCHS up to --epochs
+    for epoch, row in out["epochs"].items():
+        assert row["valid_loss"] == losses[int(epoch) - 1]
+        assert 1 <= row["participation_ratio"] <= 16
+        assert 0 < row["first_share"] <= 1
+    # Each epoch's own weights: the embeddings differ from epoch to epoch.
+    ratios = {row["participation_ratio"] for row in out["epochs"].values()}
+    assert len(ratios) == 3
