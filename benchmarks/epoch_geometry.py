@@ -62,12 +62,13 @@ def run(pool, seed, args, log):
     return out
 
 
+def _add_epochs(parser):
+    parser.add_argument("--epochs", type=int, default=24, help="epochs of the run")
+
+
 def main(argv=None):
-    command_line(
-        __doc__, "epoch_geometry", run, argv,
-        add_arguments=lambda p: p.add_argument("--epochs", type=int, default=24),
-        header=lambda args: {"epochs": args.epochs},
-    )  # fmt: skip
+    header = lambda args: {"epochs": args.epochs}  # noqa: E731
+    command_line(__doc__, "epoch_geometry", run, argv, _add_epochs, header)
 
 
 if __name__ == "__main__":

@@ -1382,10 +1382,9 @@ def test_stopping_point_replays_skorch_early_stopping(curve, patience):
     assert bench.stopping_point(curve, patience) == (ran, stopper.best_epoch_)
 
 
-def test_stopping_rules_run_measures_each_patience_at_its_restored_epoch(monkeypatch):
-    import functools
-
-    from locus_sklearn import LocusEmbedder
+def test_stopping_rules_run_measures_each_patience_at_its_restored_epoch(
+    monkeypatch, tiny_embedder
+):
     from locus_sklearn.datasets import make_model_pool
 
     bench = _load_script("stopping_rules")
@@ -1405,13 +1404,10 @@ def test_stopping_rules_run_measures_each_patience_at_its_restored_epoch(monkeyp
     monkeypatch.setattr(
         bench, "_pool", lambda name, seed, n: (pool.encodings, *rows, split, None)
     )
+    # A large step: a curve noisy enough for the patiences to differ.
     monkeypatch.setattr(
         bench, "LocusEmbedder",
-        functools.partial(
-            LocusEmbedder, embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2,
-            hidden_dim=16, enc_size=(8, 32), dec_size=16, episodes_per_epoch=32,
-            max_epochs=20, lr=0.01,  # noisy enough for the patiences to differ
-        ),
+        lambda encoder, **kw: tiny_embedder(encoder, max_epochs=20, lr=0.01, **kw),
     )  # fmt: skip
     out = bench.run("tiny", 0, SimpleNamespace(n=256), log=lambda *a: None)
     losses = out["valid_loss"]
@@ -1428,10 +1424,7 @@ def test_stopping_rules_run_measures_each_patience_at_its_restored_epoch(monkeyp
         assert by_epoch.setdefault(rule["restored"], measures) == measures
 
 
-def test_epoch_geometry_run_measures_the_kept_epochs(monkeypatch):
-    import functools
-
-    from locus_sklearn import LocusEmbedder
+def test_epoch_geometry_run_measures_the_kept_epochs(monkeypatch, tiny_embedder):
     from locus_sklearn.datasets import make_model_pool
 
     bench = _load_script("epoch_geometry")
@@ -1440,13 +1433,7 @@ def test_epoch_geometry_run_measures_the_kept_epochs(monkeypatch):
         n_features=8, random_state=0,
     )  # fmt: skip
     monkeypatch.setattr(bench, "_pool", lambda name, seed: (pool.encodings, pool.evals))
-    monkeypatch.setattr(
-        bench, "LocusEmbedder",
-        functools.partial(
-            LocusEmbedder, embedding_dim=16, n_latents=4, n_blocks=1, n_heads=2,
-            hidden_dim=16, enc_size=(8, 32), dec_size=16, episodes_per_epoch=32,
-        ),
-    )  # fmt: skip
+    monkeypatch.setattr(bench, "LocusEmbedder", tiny_embedder)
     out = bench.run("tiny", 0, SimpleNamespace(epochs=5), log=lambda *a: None)
     losses = out["valid_loss"]
     assert len(losses) == 5  # no early stopping
