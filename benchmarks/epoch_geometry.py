@@ -10,7 +10,7 @@ epoch's weights (``stopping_rules.keeping_weights``), and at each epoch of
 ``EPOCHS`` embeds every model from its rows and records the validation loss
 and ``embedding_quality.geometry``: participation ratio, share of the first
 principal component, its |correlation| with the model's mean score. The epoch
-early stopping would restore (patience 7) is recorded beside them. A
+early stopping would restore (at the default patience) is recorded beside them. A
 measurement: nothing is chosen from it.
 
 Usage: python benchmarks/epoch_geometry.py --pools bfcl shaberi
@@ -48,7 +48,11 @@ def run(pool, seed, args, log):
         embedder.fit(train)
     losses = [float(v) for v in embedder.net_.history[:, "valid_loss"]]
     strength = train.groupby("model")["score"].mean().sort_index().to_numpy()
-    out = {"valid_loss": losses, "restored_at_patience_7": stopping_point(losses, 7)[1]}
+    patience = LocusEmbedder().patience  # the default's
+    out = {
+        "valid_loss": losses,
+        f"restored_at_patience_{patience}": stopping_point(losses, patience)[1],
+    }
     out["epochs"] = {}
     for epoch in (e for e in EPOCHS if e <= len(losses)):
         embedder.net_.module_.load_state_dict(kept[0].states_[epoch - 1])

@@ -12,8 +12,8 @@ random stream.
 
 Per pool and seed the embedder is fitted at the package's defaults (not the
 embedding benchmark's quick settings) on the routing benchmark's training rows
-(``--n``: 256 per model, or ``all``) less a seeded fifth of their queries, held out as *selection*
-queries. For each patience in ``PATIENCES`` it records the epochs run, their
+(``--n``: 256 per model, or ``all``) less a seeded fifth of their queries, held
+out as *selection* queries. For each patience in ``PATIENCES`` it records the epochs run, their
 summed duration, the restored epoch, the log-loss of P(correct) on the
 selection rows (each model embedded from its fitting rows; the measure a
 choice reads) and the test queries' routing accuracy, plain and with the
@@ -46,12 +46,12 @@ from sklearn.frozen import FrozenEstimator  # noqa: E402
 from skorch.callbacks import Callback  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter, _training  # noqa: E402
-from locus_sklearn.metrics import correctness_log_loss  # noqa: E402
+from locus_sklearn.metrics import correctness_log_loss, routing_accuracy  # noqa: E402
 
 #: The patience values compared; the largest is the one the fit runs at.
 PATIENCES = (10, 7, 5, 3)
-#: skorch's relative threshold, as ``_training._callbacks`` sets it.
-THRESHOLD = 1e-4
+#: skorch's relative threshold, as the embedder's training sets it.
+THRESHOLD = _training.EARLY_STOPPING_THRESHOLD
 SELECTION_FRACTION = 0.2
 
 
@@ -146,10 +146,7 @@ def _measures(embedder, fit_rows, selection, split, truth):
     for key, router in (("plain", plain), ("default", default)):
         proba = router.predict_proba(list(split.test_queries))
         assert list(router.classes_) == list(split.models)
-        chosen = proba.argmax(axis=1)
-        out[f"test_routing_{key}"] = float(
-            split.y_test[np.arange(len(chosen)), chosen].mean()
-        )
+        out[f"test_routing_{key}"] = routing_accuracy(split.y_test, proba)
     out["shrinkage"] = float(default.shrinkage_)
     return out
 
@@ -161,8 +158,9 @@ def run(pool, seed, args, log):
         embedder.fit(fit_rows)
     history = embedder.net_.history
     losses = [float(v) for v in history[:, "valid_loss"]]
-    seconds = np.cumsum([float(v) for v in history[:, "dur"]])
-    out = {"valid_loss": losses, "epoch_seconds": np.diff(seconds, prepend=0).tolist()}
+    durations = [float(v) for v in history[:, "dur"]]
+    seconds = np.cumsum(durations)
+    out = {"valid_loss": losses, "epoch_seconds": durations}
     out["rules"] = {}
     for patience in PATIENCES:
         ran, best = stopping_point(losses, patience)

@@ -65,6 +65,9 @@ NETWORK_PARAMS = (
 
 # Early-stopping monitors: is lower better?
 MONITORS = {"valid_loss": True, "valid_routing_accuracy": False}
+#: EarlyStopping's relative threshold: a score counts as a new best only when
+#: it beats the last best by this fraction of it.
+EARLY_STOPPING_THRESHOLD = 1e-4
 
 
 def split_rows_by_query(table, validation_fraction, rng):
@@ -592,7 +595,7 @@ def _callbacks(params, valid_ds, n_models, bank):
                     monitor=monitor,
                     lower_is_better=MONITORS[monitor],
                     patience=params["patience"],
-                    threshold=1e-4,
+                    threshold=EARLY_STOPPING_THRESHOLD,
                     load_best=True,
                 ),
             )
