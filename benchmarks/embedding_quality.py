@@ -149,6 +149,9 @@ VARIANTS = {
     # d235334); from session 29 at most 10 Gauss-Newton steps to the same
     # optimum (within 0.3 % of the move on BFCL and MMLU-Pro open).
     "refine": {"refine_steps": 10},
+    # benchmarks/_slow_predictor.py: the predictor learns at 0.25 times the
+    # learning rate, the encoder at it (session 32, fixed before the run).
+    "slow-predictor": {"_slow_predictor": True},
 }
 
 
@@ -482,6 +485,10 @@ def _prototype(key, value):
         return relative_scores_training(
             leave_one_out=value == "leave-one-out", both=value == "both"
         )
+    if key == "_slow_predictor":
+        from _slow_predictor import slow_predictor_training
+
+        return slow_predictor_training()
     raise KeyError(f"no training prototype {key!r}")
 
 

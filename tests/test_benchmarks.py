@@ -1446,3 +1446,29 @@ def test_epoch_geometry_run_measures_the_kept_epochs(monkeypatch, tiny_embedder)
     # Each epoch's own weights: the embeddings differ from epoch to epoch.
     ratios = {row["participation_ratio"] for row in out["epochs"].values()}
     assert len(ratios) == 3
+
+
+def test_slow_predictor_training_slows_the_predictor_only():
+    slow = _load_script("_slow_predictor")
+    from locus_sklearn import LocusEmbedder, _training
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=40, random_state=0)
+    build_net = _training.build_net
+    embedder = LocusEmbedder(
+        pool.encodings, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2,
+        max_epochs=2, episodes_per_epoch=8, batch_size=4, enc_size=(8, 16),
+        lr=2e-3, random_state=0,
+    )  # fmt: skip
+    with slow.slow_predictor_training():
+        embedder.fit(pool.evals)
+    assert _training.build_net is build_net  # restored
+    net = embedder.net_
+    groups = net.optimizer_.param_groups
+    by_param = {id(p): g["lr"] for g in groups for p in g["params"]}
+    for name, param in net.module_.named_parameters():
+        expected = 5e-4 if name.startswith("predictor.") else 2e-3
+        assert by_param[id(param)] == pytest.approx(expected), name
+    # Both groups were trained: no parameter was left out of the optimizer.
+    assert len(by_param) == len(list(net.module_.parameters()))
+    assert sorted(g["lr"] for g in groups) == pytest.approx([5e-4, 2e-3])
