@@ -42,6 +42,32 @@ def _readout_and_evidence(mass, total):
     return 2 * readout - 1, torch.log1p(mass)
 
 
+class _KernelSums(torch.autograd.Function):
+    """``exp(offset / τ) @ values`` for a scalar τ, the only input with a
+    gradient: (B, M, N) offsets, (B, N, k) values -> (B, M, k).
+
+    Autograd through the plain expression keeps the (B, M, N) weights and
+    walks them again in the backward pass with five elementwise kernels
+    (about a sixth of a training step). The derivative in τ,
+    ``−(offset · exp(offset / τ)) @ values / τ²``, is a (B, M, k) tensor:
+    computed here while the weights are at hand, only it is kept.
+    """
+
+    @staticmethod
+    def forward(ctx, tau, offset, values):
+        weights = torch.exp(offset / tau)
+        sums = weights @ values
+        if ctx.needs_input_grad[0]:
+            slope = (weights.mul_(offset) @ values).div_(-(tau * tau))
+            ctx.save_for_backward(slope)
+        return sums
+
+    @staticmethod
+    def backward(ctx, grad):
+        (slope,) = ctx.saved_tensors
+        return (grad * slope).sum(), None, None
+
+
 class KernelReadout(nn.Module):
     """What kNN knows: kernel regression of a model's scores at a query.
 
@@ -117,7 +143,7 @@ class KernelReadout(nn.Module):
         """Readout features (B, M, 2) from cosines (B, M, N) to a set.
 
         The weights themselves, ``exp((cos − 1) / τ)`` in [exp(−2/τ), 1], are
-        summed directly (one exp, one sum and one product with the scores)
+        summed directly (one exp and one product with [1, y] per evaluation)
         while exp(−2/τ) is well inside float32's normal range, as in
         :meth:`pairwise_pool`; narrower bandwidths go through the
         log-sum-exp of :meth:`_features`. Padding weighs 0.
@@ -125,11 +151,18 @@ class KernelReadout(nn.Module):
         tau = self.log_bandwidth.exp()
         if not _float32_weights(float(tau.detach())):
             return self._features(similarity, score.unsqueeze(1), mask.unsqueeze(1))
-        weights = ((similarity - 1) / tau).exp()
-        if not bool(mask.all()):
-            weights = weights * mask.unsqueeze(1).to(weights.dtype)
-        mass = weights.sum(-1)  # (B, M)
-        total = (weights @ score.unsqueeze(-1).to(weights.dtype)).squeeze(-1)
+        # Both sums in one product with the values [1, y], zero on padding:
+        # no masked copy of the (B, M, N) weights.
+        dtype = similarity.dtype
+        values = torch.stack(
+            [mask.to(dtype), torch.where(mask, score, 0).to(dtype)], -1
+        )
+        offset = similarity - 1
+        if similarity.requires_grad:
+            sums = (offset / tau).exp() @ values
+        else:
+            sums = _KernelSums.apply(tau, offset, values)
+        mass, total = sums.unbind(-1)  # (B, M) each
         return torch.stack(_readout_and_evidence(mass, total), dim=-1)
 
     def pairwise(self, queries, bank, set_index, set_score, indptr, query_chunk=256):

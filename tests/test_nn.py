@@ -281,6 +281,53 @@ def test_forward_streams_only_without_autograd():
         )
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_training_pooling_is_the_pool_tblock_with_the_same_dropout(training):
+    """forward_plain pools through the pooling TBlock's maths without
+    projecting the tokens (``_pool_plain``): the same embeddings and
+    gradients as the TBlock itself, with the same dropout masks in training
+    and padding, and every parameter of the block still gets a gradient
+    (data-parallel training needs one for each)."""
+    from locus_sklearn._nn import _pool_plain
+
+    enc = _encoder(3, dropout=0.3).train(training)
+    gen = torch.Generator().manual_seed(3)
+    tokens = torch.randn(3, 7, D, generator=gen, requires_grad=True)
+    padding = torch.zeros(3, 7, dtype=torch.bool)
+    padding[1, 4:] = True
+    results = []
+    for pool in (
+        lambda: enc.pool(enc.seed.expand(3, -1, -1), tokens, padding).squeeze(1),
+        lambda: _pool_plain(enc.pool, enc.seed, tokens, padding),
+    ):
+        enc.zero_grad()
+        tokens.grad = None
+        torch.manual_seed(0)
+        z = pool()
+        (z * torch.arange(D)).sum().backward()
+        grads = {n: p.grad.clone() for n, p in enc.pool.named_parameters()}
+        results.append((z, tokens.grad.clone(), enc.seed.grad.clone(), grads))
+    (z_ref, tok_ref, seed_ref, ref), (z, tok, seed, got) = results
+    torch.testing.assert_close(z, z_ref)
+    torch.testing.assert_close(tok, tok_ref)
+    torch.testing.assert_close(seed, seed_ref)
+    assert torch.equal(tok[1, 4:], torch.zeros(3, D))  # padding is not read
+    bias = "attention.key_value.bias"
+    for name, grad in ref.items():
+        if name == bias:
+            # The key bias shifts every score of a head alike: softmax
+            # ignores it, so its gradient is 0 (rounding, through the TBlock).
+            torch.testing.assert_close(got[name][D:], grad[D:])
+            assert torch.equal(got[name][:D], torch.zeros(D))
+            torch.testing.assert_close(grad[:D], torch.zeros(D), atol=1e-6, rtol=0)
+        else:
+            torch.testing.assert_close(got[name], grad, msg=name)
+    # and dropout did act in training: another seed, other embeddings.
+    torch.manual_seed(1)
+    other = _pool_plain(enc.pool, enc.seed, tokens, padding)
+    assert torch.equal(other, z) != training
+
+
 def test_given_tables_give_what_the_encoder_computes_itself():
     """``tables`` (the per-query tokens and first keys/values, computed once by
     a caller embedding many batches) give the same embeddings, and the

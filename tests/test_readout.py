@@ -299,12 +299,16 @@ def test_kernel_readout_empty_set_gives_zeros_not_nan():
     assert torch.equal(out[:, 0], torch.zeros(3, 2))
 
 
+@pytest.mark.parametrize("features_grad", [True, False])
 @pytest.mark.parametrize("bandwidth", [0.5, 0.1, 0.02])
-def test_episode_readout_equals_log_sum_exp_and_its_gradients(bandwidth):
+def test_episode_readout_equals_log_sum_exp_and_its_gradients(bandwidth, features_grad):
     """Training's readout (``episodes``: each feature row normalised once, the
     weights summed directly while exp(-2/τ) is a normal float, else the
     log-sum-exp) gives the log-sum-exp features of the gathered rows and the
-    same gradients, with padding and a model whose whole set is padding."""
+    same gradients, with padding and a model whose whole set is padding.
+    Without a gradient for the features (as in training, where they are
+    inputs), the bandwidth's gradient comes from the sums' own derivative
+    (``_KernelSums``), not from autograd through the weights."""
     gen = torch.Generator().manual_seed(1)
     features = torch.randn(15, 6, generator=gen, dtype=torch.float64)
     query_index = torch.randint(0, 15, (3, 4), generator=gen)
@@ -314,7 +318,7 @@ def test_episode_readout_equals_log_sum_exp_and_its_gradients(bandwidth):
     mask[1, 5:] = False
     mask[2] = False  # no evaluation: readout 0.5 (feature 0), evidence 0
     readout = KernelReadout(bandwidth=bandwidth).double()
-    features.requires_grad_(True)
+    features.requires_grad_(features_grad)
 
     def log_sum_exp(features):
         unit = torch.nn.functional.normalize(features, dim=-1)
@@ -330,7 +334,9 @@ def test_episode_readout_equals_log_sum_exp_and_its_gradients(bandwidth):
         readout(features[query_index], features[set_index], score, mask), got
     )
     weights = torch.randn(got.shape, generator=gen, dtype=torch.float64)
-    inputs = (features, readout.log_bandwidth)
+    inputs = (
+        (features, readout.log_bandwidth) if features_grad else (readout.log_bandwidth,)
+    )
     grads = torch.autograd.grad((got * weights).sum(), inputs)
     expected_grads = torch.autograd.grad((expected * weights).sum(), inputs)
     for grad, expected_grad in zip(grads, expected_grads, strict=True):
