@@ -1,12 +1,18 @@
 """Fixed-seed outputs match the reference recorded before the
 training code moved into one home (tests/data/reference/make_reference.py),
-re-recorded twice since: when training's CPU dropout masks changed random
-stream (``_dropout.py``), and when a training step's arithmetic was regrouped
+re-recorded three times since: when training's CPU dropout masks changed random
+stream (``_dropout.py``), when a training step's arithmetic was regrouped
 for speed (the readout's weights summed directly, the predictor's first layer
 through per-model matrices, the tokenizer's fused multiply-adds, the attention
 scale applied to the queries, AdamW's fused kernel; the same dropout masks):
 against the reference before it, the same routed models, P(correct) within
-1e-7 and embeddings within 2e-6.
+1e-7 and embeddings within 2e-6; and when training's pooling stopped projecting
+the tokens, the readout's bandwidth gradient came from its sums' own
+derivative and projected rows were gathered with ``index_select`` (2026-12-04;
+the same masks): the same routed models, P(correct) within 9e-8, embeddings
+within 1.1e-6, weights within 1e-6 relative but the attention key biases
+(up to 1e-4: softmax ignores them, so their gradients are rounding noise,
+which AdamW's normalised step carries to the size of any other update).
 
 The reference was written on this project's CI machine type with one torch
 thread; a different CPU or torch build may round differently, so the files are
