@@ -76,6 +76,7 @@ from locus_sklearn import (  # noqa: E402
     LocusEmbedder,
     LocusRouter,
 )
+from locus_sklearn._training import EARLY_STOPPING_THRESHOLD  # noqa: E402
 from locus_sklearn.datasets import load_mmlu_pro  # noqa: E402
 from locus_sklearn.inspection import (  # noqa: E402
     calibrate_fingerprint_threshold,
@@ -304,10 +305,20 @@ def main(argv=None):
     timings["fit_s"] = time.perf_counter() - t
     locus = router.embedder_
     history = locus.net_.history
+    # The restored weights are early stopping's best: the last epoch that beat
+    # the best before it by the relative threshold, which need not be the
+    # epoch of the lowest loss.
+    stopping = dict(locus.net_.callbacks_).get("early_stopping")
     fit_info = dict(
         n_epochs=int(locus.n_epochs_),
         best_epoch=int(np.argmin(history[:, "valid_loss"])) + 1,
         best_valid_loss=float(np.min(history[:, "valid_loss"])),
+        restored_epoch=int(stopping.best_epoch_) if stopping else None,
+        restored_valid_loss=(
+            float(history[int(stopping.best_epoch_) - 1, "valid_loss"])
+            if stopping
+            else None
+        ),
     )
     print(f"LOCUS fit: {timings['fit_s']:.0f}s, {fit_info}", flush=True)
     names = np.asarray(router.classes_, dtype=object)
@@ -599,8 +610,16 @@ def markdown(report):
         f"- LOCUS: `LocusRouter(LocusEmbedder(encodings, random_state={m['seed']}"
         + "".join(f", {k}={v!r}" for k, v in m["locus_params"].items())
         + f"))` fitted on the {m['n_train_evals']} training evaluations; trained "
-        f"{m['fit']['n_epochs']} epochs, best valid loss "
-        f"{m['fit']['best_valid_loss']:.4f} at epoch {m['fit']['best_epoch']}\n"
+        f"{m['fit']['n_epochs']} epochs, lowest valid loss "
+        f"{m['fit']['best_valid_loss']:.4f} at epoch {m['fit']['best_epoch']}"
+        + (
+            f", weights of epoch {m['fit']['restored_epoch']} restored (valid loss "
+            f"{m['fit']['restored_valid_loss']:.4f}: early stopping's best, which "
+            f"later epochs must beat by a relative {EARLY_STOPPING_THRESHOLD:g})"
+            if m["fit"].get("restored_epoch")
+            else ""
+        )
+        + "\n"
         "- baseline embedding: each model's per-category accuracy on its training "
         f"evaluations ({len(m['tasks'])}-d); score disagreement (train): "
         "`score_disagreement(train).distance`, the share of the training queries "
