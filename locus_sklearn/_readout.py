@@ -47,8 +47,9 @@ class _KernelSums(torch.autograd.Function):
     gradient: (B, M, N) offsets, (B, N, k) values -> (B, M, k).
 
     Autograd through the plain expression keeps the (B, M, N) weights and
-    walks them again in the backward pass with five elementwise kernels
-    (about a sixth of a training step). The derivative in τ,
+    walks them again in the backward pass with five elementwise kernels and
+    an outer product (with the forward, about a sixth of a training step on
+    a CPU). The derivative in τ,
     ``−(offset · exp(offset / τ)) @ values / τ²``, is a (B, M, k) tensor:
     computed here while the weights are at hand, only it is kept.
     """
