@@ -10,7 +10,7 @@ against the reference before it, the same routed models, P(correct) within
 the tokens, the readout's bandwidth gradient came from its sums' own
 derivative and projected rows were gathered with ``index_select`` (2026-12-04;
 the same masks): the same routed models, P(correct) within 9e-8, embeddings
-within 1.1e-6, weights within 1e-6 relative but the attention key biases
+within 1.1e-6, weights within 1.2e-6 relative but the attention key biases
 (up to 1e-4: softmax ignores them, so their gradients are rounding noise,
 which AdamW's normalised step carries to the size of any other update).
 
