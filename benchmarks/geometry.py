@@ -309,15 +309,14 @@ def main(argv=None):
     # the best before it by the relative threshold, which need not be the
     # epoch of the lowest loss.
     stopping = dict(locus.net_.callbacks_).get("early_stopping")
+    restored = int(stopping.best_epoch_) if stopping else None
     fit_info = dict(
         n_epochs=int(locus.n_epochs_),
         best_epoch=int(np.argmin(history[:, "valid_loss"])) + 1,
         best_valid_loss=float(np.min(history[:, "valid_loss"])),
-        restored_epoch=int(stopping.best_epoch_) if stopping else None,
+        restored_epoch=restored,
         restored_valid_loss=(
-            float(history[int(stopping.best_epoch_) - 1, "valid_loss"])
-            if stopping
-            else None
+            float(history[restored - 1, "valid_loss"]) if restored else None
         ),
     )
     print(f"LOCUS fit: {timings['fit_s']:.0f}s, {fit_info}", flush=True)

@@ -506,39 +506,43 @@ def _pool_plain(t, seed, tokens, padding):
     weights are dropped as (B, h, N), the layout of the attention's own
     (B, h, 1, N) weights: the same masks as through ``t``.
     """
-    attention = t.attention
-    h = attention.n_heads
-    n_models, _, d = tokens.shape
     logits = (tokens @ _pool_key_matrix(t, seed)).transpose(1, 2)  # (B, h, N)
     if padding is not None:
         logits = logits.masked_fill(padding.unsqueeze(1), float("-inf"))
-    weights = dropout(torch.softmax(logits, dim=-1), attention.dropout, t.training)
-    mixed = weights @ tokens  # (B, h, d)
-    w_v = attention.key_value.weight[d:].view(h, d // h, d)
-    b_v = attention.key_value.bias[d:].view(h, d // h)
-    values = torch.einsum("bhd,hed->bhe", mixed, w_v)
-    values = values + weights.sum(-1, keepdim=True) * b_v
-    attended = attention.out(values.reshape(n_models, d))
-    hidden = t.norm1(seed.reshape(1, d) + t.dropout(attended))
-    return t.norm2(hidden + t.dropout(t.ffn(hidden)))
+    weights = dropout(torch.softmax(logits, dim=-1), t.attention.dropout, t.training)
+    return _pool_output(t, seed, tokens, weights, weights.sum(-1, keepdim=True))
 
 
 def _pool_inference(t, seed, tokens, logits, padding):
     """Learned-query pooling (TBlock ``t``) from per-token scores ``logits``
     (B, N, h): Σ a x first, then the value projection; shape (B, d)."""
-    attention = t.attention
-    h = attention.n_heads
-    n_models, _, d = tokens.shape
     logits = logits.float()
     if padding is not None:
         logits = logits.masked_fill(padding.unsqueeze(-1), float("-inf"))
     weights = torch.softmax(logits, dim=1).to(tokens.dtype)  # (B, N, h)
-    mixed = weights.transpose(1, 2) @ tokens  # (B, h, d)
+    return _pool_output(t, seed, tokens, weights.transpose(1, 2))
+
+
+def _pool_output(t, seed, tokens, weights, weight_sum=None):
+    """The pooling TBlock ``t``'s output (B, d) from its attention weights
+    (B, h, N) over ``tokens`` (B, N, d): the values ``W_v Σ a x + b_v Σ a``,
+    with ``weight_sum`` Σ a of shape (B, h, 1), or None where the weights sum
+    to one; then the output projection, residual, LayerNorms and FFN."""
+    attention = t.attention
+    h = attention.n_heads
+    n_models, _, d = tokens.shape
+    mixed = weights @ tokens  # (B, h, d)
     w_v = attention.key_value.weight[d:].view(h, d // h, d)
-    values = torch.einsum("bhd,hed->bhe", mixed, w_v).reshape(n_models, d)
-    attended = attention.out(values + attention.key_value.bias[d:])
-    hidden = t.norm1(seed.reshape(1, d) + attended)
-    return t.norm2(hidden + t.ffn(hidden))
+    b_v = attention.key_value.bias[d:]
+    values = torch.einsum("bhd,hed->bhe", mixed, w_v)
+    if weight_sum is None:
+        values = values.reshape(n_models, d) + b_v
+    else:
+        values = (values + weight_sum * b_v.view(h, d // h)).reshape(n_models, d)
+    attended = attention.out(values)
+    # Dropout acts in training only: the inference path passes through it.
+    hidden = t.norm1(seed.reshape(1, d) + t.dropout(attended))
+    return t.norm2(hidden + t.dropout(t.ffn(hidden)))
 
 
 class CorrectnessPredictor(nn.Module):
