@@ -8,7 +8,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def git_commit():
-    """Short hash of the checkout's HEAD, or "unknown" outside a git checkout."""
+    """Short hash of the checkout's HEAD; outside a git checkout (a copy of the
+    tree sent to another machine) the ``LOCUS_COMMIT`` variable, else "unknown"."""
     try:
         return subprocess.run(
             ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -17,7 +18,7 @@ def git_commit():
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("LOCUS_COMMIT", "unknown")
 
 
 def git_dirty():

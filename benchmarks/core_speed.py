@@ -24,8 +24,12 @@ and peak memory (RSS), and writes JSON. A run without ``--fit``,
 replaces, named under ``earlier_sections`` with the date and commit of the
 run that measured them.
 
+With ``--device cuda`` every section runs on the GPU (timers synchronise
+with it; the floors are that GPU's matmul rates) and the JSON is written as
+``core_speed_cuda.json`` beside the CPU's ``core_speed.json``.
+
 Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--refine]
-       [--repeats 3] [--out benchmarks/results]
+       [--repeats 3] [--device cpu] [--out benchmarks/results]
 """
 
 import argparse
@@ -42,18 +46,29 @@ import torch
 from _provenance import git_commit, machine_info
 
 from locus_sklearn import LocusEmbedder
+from locus_sklearn._device import resolve_device
 from locus_sklearn._evals import check_evals
 from locus_sklearn._refinement import embedding_scale
 from locus_sklearn._training import build_net
 
 N_FEATURES = 384
+# Where every section runs: set once by ``--device`` before any section.
+DEVICE = "cpu"
+
+
+def _synchronize():
+    """Wait for the GPU's queued work: its calls return before it is done."""
+    if torch.device(DEVICE).type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def _median_time(fn, repeats):
     times = []
     for _ in range(repeats):
+        _synchronize()
         start = time.perf_counter()
         fn()
+        _synchronize()
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
@@ -63,8 +78,8 @@ def _peak_rss_mb():
 
 
 def matmul_gflops(dtype, n=2048, repeats=5):
-    a = torch.randn(n, n, dtype=dtype)
-    b = torch.randn(n, n, dtype=dtype)
+    a = torch.randn(n, n, dtype=dtype, device=DEVICE)
+    b = torch.randn(n, n, dtype=dtype, device=DEVICE)
     a @ b
     t = _median_time(lambda: a @ b, repeats)
     return 2 * n**3 / t / 1e9
@@ -86,8 +101,8 @@ def encoder_flops_per_token(d=128, r=64, n_blocks=2):
 
 def fitted_random_embedder(n_features=N_FEATURES, **params):
     """An embedder with random weights, ready to transform (no training)."""
-    embedder = LocusEmbedder(**params)
-    net = build_net(embedder._saved_params(), n_features, device="cpu")
+    embedder = LocusEmbedder(device=DEVICE, **params)
+    net = build_net(embedder._saved_params(), n_features, device=DEVICE)
     torch.manual_seed(0)
     net.initialize()
     net.module_.eval()
@@ -221,13 +236,15 @@ def bench_predict(repeats):
         )
     # The unfactorised way: expand every (query, model) pair, then the MLP.
     module = embedder.net_.module_
-    Z = torch.as_tensor(rng.normal(size=(112, 128)).astype(np.float32))
+    Z = torch.as_tensor(rng.normal(size=(112, 128)).astype(np.float32)).to(DEVICE)
     X = torch.as_tensor(rng.normal(size=(4096, N_FEATURES)).astype(np.float32))
+    X = X.to(DEVICE)
+    pairs = torch.arange(4096, device=DEVICE).expand(112, 4096)
 
     def expanded():
         with torch.inference_mode():
             # The network's per-pair forward path (training's), on all pairs.
-            return module.predictor(Z, X, torch.arange(4096).expand(112, 4096))
+            return module.predictor(Z, X, pairs)
 
     t = _median_time(expanded, max(1, repeats // 2))
     out["4096x112/expanded"] = t
@@ -274,7 +291,7 @@ def bench_fit():
         n_features=384,
         random_state=0,
     )
-    embedder = LocusEmbedder(pool.encodings, random_state=0, verbose=1)
+    embedder = LocusEmbedder(pool.encodings, random_state=0, verbose=1, device=DEVICE)
     start = time.perf_counter()
     embedder.fit(pool.evals)
     t = time.perf_counter() - start
@@ -303,6 +320,7 @@ def _fit_once(config):
         episodes_per_epoch=SCALING_EPISODES,
         early_stopping=None,
         random_state=0,
+        device=DEVICE,
     )
     before = _proc_status_mb("VmRSS")
     start = time.perf_counter()
@@ -333,7 +351,8 @@ def bench_fit_scaling():
             if axis == "evals_per_model":  # a model cannot have more rows than queries
                 config["n_queries"] = max(config["n_queries"], config[axis])
             out = subprocess.run(
-                [sys.executable, __file__, "--fit-one", json.dumps(config)],
+                [sys.executable, __file__, "--fit-one", json.dumps(config),
+                 "--device", DEVICE],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -376,19 +395,27 @@ def main(argv=None):
         "--fit-one", metavar="JSON", help="(internal) one fit of --fit-scaling"
     )
     parser.add_argument(
+        "--device", default="cpu", help="torch device every section runs on"
+    )
+    parser.add_argument(
         "--out", default=os.path.join(os.path.dirname(__file__), "results")
     )
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = resolve_device(args.device, name="--device")
+    gpu = torch.device(DEVICE).type == "cuda"
     if args.fit_one:
         print(json.dumps(_fit_once(json.loads(args.fit_one))))
         return
     torch.set_grad_enabled(False)
-    f32 = matmul_gflops(torch.float32)
+    # A GPU needs a larger product than 2048^3 to reach its rate.
+    n_matmul = 8192 if gpu else 2048
+    f32 = matmul_gflops(torch.float32, n=n_matmul)
     # A first look at a small size: without bfloat16 matrix units, a 2048^3
     # bfloat16 product takes about a minute.
     bf16 = matmul_gflops(torch.bfloat16, n=256, repeats=3)
     if bf16 >= f32 / 4:
-        bf16 = matmul_gflops(torch.bfloat16)
+        bf16 = matmul_gflops(torch.bfloat16, n=n_matmul)
     flop = encoder_flops_per_token() * 112 * 4096
     print(
         f"matmul: {f32:.0f} GFLOP/s float32, {bf16:.0f} GFLOP/s bfloat16; embedding "
@@ -400,7 +427,7 @@ def main(argv=None):
     if not time_bfloat16:
         print("bfloat16 transform not timed: no bfloat16 matrix units on this CPU")
     transform, bf16_rel = bench_transform(args.repeats, floors, time_bfloat16)
-    f32_after = matmul_gflops(torch.float32)
+    f32_after = matmul_gflops(torch.float32, n=n_matmul)
     print(f"matmul after the transforms: {f32_after:.0f} GFLOP/s float32")
     # On a shared machine the measured rate moves by a third within minutes:
     # the ratio at the faster of the two rates is the conservative one.
@@ -415,7 +442,10 @@ def main(argv=None):
         "date": time.strftime("%Y-%m-%d"),
         "commit": git_commit(),
         "machine": machine_info(
-            torch=torch.__version__, threads=torch.get_num_threads()
+            torch=torch.__version__,
+            threads=torch.get_num_threads(),
+            device=DEVICE,
+            **({"gpu": torch.cuda.get_device_name(DEVICE)} if gpu else {}),
         ),
         "matmul_gflops": {"float32": f32, "bfloat16": bf16},
         "matmul_gflops_float32_after_transforms": f32_after,
@@ -435,7 +465,8 @@ def main(argv=None):
         "peak_rss_mb": _peak_rss_mb(),
     }
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "core_speed.json")
+    suffix = "" if DEVICE == "cpu" else "_" + torch.device(DEVICE).type
+    path = os.path.join(args.out, f"core_speed{suffix}.json")
     if os.path.exists(path):
         with open(path) as handle:
             result = carry_over(result, json.load(handle))
