@@ -14,6 +14,8 @@ Measures, with random weights and synthetic data (384-d query encodings):
   the models, the evaluations per model and the queries of a small base pool,
   each fit in a fresh process (time and its own peak memory), with the fitted
   log-log slope per axis (1 is linear);
+- transform per ``transform_batch_tokens`` and chunking (``--batch-sweep``),
+  float32 and bfloat16, at 112 x 4,096;
 - refinement (``--refine``): transform with ``refine_steps=10`` (Gauss-Newton
   steps; each model stops at convergence) against the
   encoder's pass alone, at 71 models x 256 evaluations (BFCL's pool at the
@@ -29,10 +31,11 @@ with it; the floors are that GPU's matmul rates) and the JSON is written as
 ``core_speed_cuda.json`` beside the CPU's ``core_speed.json``.
 
 Usage: python benchmarks/core_speed.py [--fit] [--fit-scaling] [--refine]
-       [--repeats 3] [--device cpu] [--out benchmarks/results]
+       [--batch-sweep] [--repeats 3] [--device cpu] [--out benchmarks/results]
 """
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -190,6 +193,38 @@ def bench_transform(repeats, floors, time_bfloat16=True):
     rel = float(np.max(np.linalg.norm(z16 - z32, axis=1) / np.linalg.norm(z32, axis=1)))
     print(f"bfloat16 vs float32: max relative embedding difference {rel:.4f}")
     return rows, rel
+
+
+def bench_batch_sweep(repeats, floors):
+    """Transform 112 x 4,096 per ``transform_batch_tokens`` and chunking.
+
+    "chunked" streams each pass in the CPU's cache-sized chunks of 8,192
+    tokens (the CPU's path, and the GPU's before ``transform_batch_tokens``
+    became "auto"); "whole pass" runs each pass at once (the GPU's path now).
+    """
+    embedder = fitted_random_embedder()
+    encoder = embedder.net_.module_.encoder
+    _, table, X = synthetic_table(112, 4096, 12000)
+    rows = {}
+    for chunking, chunk in (("chunked", 8192), ("whole pass", None)):
+        if chunk is not None:
+            encoder.forward_inference = functools.partial(
+                type(encoder).forward_inference, encoder, chunk_tokens=chunk
+            )
+        for dtype in ("float32", "bfloat16"):
+            embedder.inference_dtype = dtype
+            for batch in (16384, 65536, 262144, 1048576):
+                embedder.transform_batch_tokens = batch
+                embedder._transform_encoded(table, X)
+                t = _median_time(lambda: embedder._transform_encoded(table, X), repeats)
+                rows[f"{chunking}/{dtype}/{batch}"] = t
+                print(
+                    f"transform 112 x 4096 [{dtype}, {batch} tokens per pass, "
+                    f"{chunking}]: {t * 1000:.1f} ms, {t / floors[dtype]:.1f}x the floor"
+                )
+        if chunk is not None:
+            del encoder.forward_inference
+    return rows
 
 
 def bench_refine(repeats, steps=10):
@@ -398,6 +433,11 @@ def main(argv=None):
         "--device", default="cpu", help="torch device every section runs on"
     )
     parser.add_argument(
+        "--batch-sweep",
+        action="store_true",
+        help="also time transform per transform_batch_tokens and chunking",
+    )
+    parser.add_argument(
         "--out", default=os.path.join(os.path.dirname(__file__), "results")
     )
     args = parser.parse_args(argv)
@@ -411,10 +451,10 @@ def main(argv=None):
     # A GPU needs a larger product than 2048^3 to reach its rate.
     n_matmul = 8192 if gpu else 2048
     f32 = matmul_gflops(torch.float32, n=n_matmul)
-    # A first look at a small size: without bfloat16 matrix units, a 2048^3
-    # bfloat16 product takes about a minute.
-    bf16 = matmul_gflops(torch.bfloat16, n=256, repeats=3)
-    if bf16 >= f32 / 4:
+    # A first look at a small size on a CPU: without bfloat16 matrix units, a
+    # 2048^3 bfloat16 product takes about a minute.
+    bf16 = 0 if gpu else matmul_gflops(torch.bfloat16, n=256, repeats=3)
+    if gpu or bf16 >= f32 / 4:
         bf16 = matmul_gflops(torch.bfloat16, n=n_matmul)
     flop = encoder_flops_per_token() * 112 * 4096
     print(
@@ -426,6 +466,7 @@ def main(argv=None):
     time_bfloat16 = bf16 >= f32 / 2
     if not time_bfloat16:
         print("bfloat16 transform not timed: no bfloat16 matrix units on this CPU")
+    sweep = bench_batch_sweep(args.repeats, floors) if args.batch_sweep else None
     transform, bf16_rel = bench_transform(args.repeats, floors, time_bfloat16)
     f32_after = matmul_gflops(torch.float32, n=n_matmul)
     print(f"matmul after the transforms: {f32_after:.0f} GFLOP/s float32")
@@ -451,6 +492,7 @@ def main(argv=None):
         "matmul_gflops_float32_after_transforms": f32_after,
         "embedding_gflop_112x4096": flop / 1e9,
         "transform_seconds": transform,
+        "transform_batch_sweep_seconds": sweep,
         "transform_floor_ratio_112x4096": {
             dtype: transform[f"112x4096/{dtype}"] / floor
             for dtype, floor in floors.items()
@@ -480,7 +522,12 @@ def main(argv=None):
 
 
 # The sections a run may skip (``--fit``, ``--fit-scaling``, ``--refine``).
-OPTIONAL_SECTIONS = ("fit", "fit_scaling", "refine_seconds")
+OPTIONAL_SECTIONS = (
+    "fit",
+    "fit_scaling",
+    "refine_seconds",
+    "transform_batch_sweep_seconds",
+)
 
 
 def carry_over(result, previous):

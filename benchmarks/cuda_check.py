@@ -17,6 +17,8 @@ paths are checked here, on a machine that has one, in one short run:
    loaded on the CPU (the same P(correct)), onboards held-out models with
    ``add_models`` on both devices (the same embeddings) and drops one with
    ``remove_models``; ``refine_steps`` transforms on both devices agree.
+3. determinism: two fits with one ``random_state`` on the GPU, by default and
+   with ``torch.use_deterministic_algorithms(True)``.
 
 Each check prints its figures and the limit it is held to; the run ends with a
 table and writes ``cuda_check.json``. ``--device cpu`` runs the same code on
@@ -28,6 +30,7 @@ Usage: python benchmarks/cuda_check.py [--device cuda] [--out DIR]
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -233,6 +236,42 @@ def fit(device):
     return out
 
 
+def fit_twice(device):
+    """Largest difference between the embeddings of two fits with one seed."""
+    pool = make_model_pool(
+        n_models=12, n_queries=600, evals_per_model=200, n_features=N_FEATURES,
+        random_state=0,
+    )  # fmt: skip
+    params = dict(device=device, max_epochs=2, random_state=0, early_stopping=None)
+    params.update(embedding_dim=32, n_latents=8, n_blocks=1, n_heads=2)
+    z = [
+        LocusEmbedder(pool.encodings, **params).fit(pool.evals).transform(pool.evals)
+        for _ in range(2)
+    ]
+    return float(np.max(np.abs(z[0] - z[1])))
+
+
+def determinism(device):
+    """Two fits with one ``random_state`` on ``device``: by default (atomic
+    adds on a GPU sum in any order) and, in a fresh process, with
+    ``torch.use_deterministic_algorithms(True)`` (cuBLAS then needs
+    ``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts)."""
+    default = fit_twice(device)
+    print(f"two fits, one seed, default: max abs difference {default:.3g}")
+    env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    run = subprocess.run(
+        [sys.executable, __file__, "--fit-twice-deterministic", "--device", device],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    if run.returncode != 0:
+        print(run.stderr[-3000:])
+        check("deterministic fits ran", 0.0, 1.0, at_least=True)
+        return {"default_abs": default, "deterministic_error": run.stderr[-3000:]}
+    strict = float(run.stdout.strip().splitlines()[-1])
+    check("two fits, one seed, deterministic algorithms: max abs", strict, 0.0)
+    return {"default_abs": default, "deterministic_abs": strict}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -240,8 +279,15 @@ def main(argv=None):
         "--out", default=os.path.join(os.path.dirname(__file__), "results")
     )
     parser.add_argument("--skip-fit", action="store_true")
+    parser.add_argument(
+        "--fit-twice-deterministic", action="store_true", help="(internal)"
+    )
     args = parser.parse_args(argv)
     device = resolve_device(args.device, name="--device")
+    if args.fit_twice_deterministic:
+        torch.use_deterministic_algorithms(True)
+        print(fit_twice(device))
+        return 0
     gpu = torch.device(device).type == "cuda"
     result = {
         "date": time.strftime("%Y-%m-%d"),
@@ -256,6 +302,7 @@ def main(argv=None):
         result["parity"] = parity(device)
     if not args.skip_fit:
         result["fit"] = fit(device)
+        result["determinism"] = determinism(device)
     result["checks"] = CHECKS
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "cuda_check.json")

@@ -317,7 +317,8 @@ class LocusEncoder(nn.Module):
         features, query_index, score, mask
             As in :meth:`forward`.
         chunk_tokens : int, default=None
-            Tokens per chunk; None uses ``inference_chunk_tokens``.
+            Tokens per chunk; None uses ``inference_chunk_tokens`` on the
+            CPU and one chunk of the whole pass on other devices.
         tables : tuple of Tensor, default=None
             As in :meth:`forward`.
 
@@ -325,9 +326,13 @@ class LocusEncoder(nn.Module):
         -------
         z : Tensor of shape (B, d)
         """
-        chunk_tokens = chunk_tokens or self.inference_chunk_tokens
         dtype = self.seed.dtype
         n_models, width = query_index.shape
+        if chunk_tokens is None and features.device.type != "cpu":
+            # The chunks exist for a CPU's cache; on a GPU each is a round of
+            # kernel launches, and the pass (bounded by the caller) fits.
+            chunk_tokens = n_models * width
+        chunk_tokens = chunk_tokens or self.inference_chunk_tokens
         d = self.seed.shape[-1]
         padding = None if bool(mask.all()) else ~mask
         chunks = list(_grid_chunks(n_models, width, chunk_tokens))

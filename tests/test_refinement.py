@@ -23,18 +23,20 @@ def _objective(module, table, X_query, z, prior=0.0, z0=None, scale=None):
     the mean BCE on its own rows of ``table``, the readout read from its
     other rows, plus ``prior · mean(((z - z0) / scale)²)``."""
     models = np.arange(table.n_models)
-    query_index, score, mask = _refinement._padded_rows(table, models, "cpu")
-    features = torch.as_tensor(X_query, dtype=torch.float32)
+    # The module's device: a GPU where the estimators chose one.
+    device = next(module.parameters()).device
+    query_index, score, mask = _refinement._padded_rows(table, models, device)
+    features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
     unit = torch.nn.functional.normalize(features, dim=-1)
     with torch.no_grad():
         extra = _refinement._leave_one_out_readout(
             module.readout, unit, query_index, score, mask
         )
-    logits = module.predictor(z, features, query_index, extra)
+    logits = module.predictor(z.to(device), features, query_index, extra)
     bce = torch.nn.functional.binary_cross_entropy_with_logits(
         logits, score, weight=mask.float(), reduction="none"
     )
-    loss = bce.sum(1) / mask.sum(1)
+    loss = (bce.sum(1) / mask.sum(1)).cpu()
     if prior:
         delta = (z - torch.as_tensor(z0)) / torch.as_tensor(scale)
         loss = loss + prior * delta.square().mean(1)
