@@ -174,24 +174,25 @@ def _rows_of(evals, models):
     return evals[evals["model"].isin(models)]
 
 
-def _assert_same_fit(a, b):
+def _assert_reproduced(a, b):
     import torch
 
     if torch.cuda.is_available():
         # Estimators run on the GPU here (device=None), where atomic additions
-        # sum in any order: two fits agree to float32 rounding, not bit for
-        # bit (benchmarks/cuda_check.py measures both, and that
-        # torch.use_deterministic_algorithms(True) restores the bits).
+        # sum in any order: two fits, or two predictions, agree to float32
+        # rounding, not bit for bit (benchmarks/cuda_check.py measures it,
+        # and that torch.use_deterministic_algorithms(True) restores the bits).
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     else:
         np.testing.assert_array_equal(a, b)
 
 
 @pytest.fixture(scope="session")
-def assert_same_fit():
-    """``assert_same_fit(a, b)``: the outputs of two fits with one seed are
-    equal, bit for bit on the CPU."""
-    return _assert_same_fit
+def assert_reproduced():
+    """``assert_reproduced(a, b)``: two runs' outputs (fits with one seed, a
+    saved and loaded estimator's predictions) are equal, bit for bit on the
+    CPU."""
+    return _assert_reproduced
 
 
 @pytest.fixture(scope="session")

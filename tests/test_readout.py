@@ -195,7 +195,7 @@ def test_cache_follows_refit_set_params_pickle_and_load(
 
 
 def test_neighbour_options_predict_saved_and_loaded(
-    readout_router, query_texts, tmp_path
+    readout_router, query_texts, tmp_path, assert_reproduced
 ):
     r = readout_router
     queries = query_texts[:20]

@@ -146,9 +146,10 @@ def test_refinement_reaches_each_models_optimum(router, pool):
     assert np.isfinite(free).all()
     # Without the prior the own loss is what is minimised: no higher than
     # with it, up to where float32 stops the steps (flat directions, which
-    # only the damping curves, leave about 2e-6 on one model here; a GPU's
-    # other rounding left 3e-5, on one H200).
-    slack = 1e-5 if next(module.parameters()).device.type == "cpu" else 1e-4
+    # only the damping curves, leave about 2e-6 on one model here; on a GPU,
+    # whose atomic sums change the rounding from run to run, 3e-5 and 1.1e-4
+    # in two runs on one H200, against gaps of 0.1 on the other models).
+    slack = 1e-5 if next(module.parameters()).device.type == "cpu" else 1e-3
     assert (
         _own_loss(module, table, X_query, free)
         <= _own_loss(module, table, X_query, refined) + slack
