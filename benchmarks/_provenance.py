@@ -8,8 +8,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def git_commit():
-    """Short hash of the checkout's HEAD; outside a git checkout (a copy of the
-    tree sent to another machine) the ``LOCUS_COMMIT`` variable, else "unknown"."""
+    """Short hash of the checkout's HEAD, or the ``LOCUS_COMMIT`` variable
+    where it is set (a copy of the tree run on another machine, whose .git may
+    not be the one that made it); "unknown" outside a git checkout."""
+    if os.environ.get("LOCUS_COMMIT"):
+        return os.environ["LOCUS_COMMIT"]
     try:
         return subprocess.run(
             ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -18,7 +21,7 @@ def git_commit():
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("LOCUS_COMMIT", "unknown")
+        return "unknown"
 
 
 def git_dirty():

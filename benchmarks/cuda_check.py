@@ -226,12 +226,20 @@ def fit(device):
     for router in (gpu, loaded):
         embedder = router.embedder_
         embedders.append(getattr(embedder, "estimator", embedder))
+    unrefined = embedders[0].transform(new)
     z = [e.set_params(refine_steps=5).transform(new) for e in embedders]
     refined = _max_rel(z[0], z[1])
     check("transform with refine_steps=5, GPU vs CPU: max rel", refined, REFINED_REL)
+    # How far the steps moved the embeddings, in units of the pool's spread
+    # (the refinement's own unit): where they stop at once (a pool whose
+    # embeddings barely differ, so moving one barely changes its loss) the
+    # check above compares the encoder's embeddings only.
+    move = float(np.max(np.abs(z[0] - unrefined) / embedders[0].embedding_scale_))
+    print(f"refinement moved the new models by at most {move:.3g} pool spreads")
     out.update(
         {"loaded_proba_abs": diff, "loaded_routing_agreement": agree,
-         "add_models_rel": added, "refined_rel": refined}
+         "add_models_rel": added, "refined_rel": refined,
+         "refine_move_in_spreads": move}
     )  # fmt: skip
     return out
 

@@ -219,8 +219,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         they are reused rather than mapped afresh, and was the fastest
         measured; and 262,144 on a GPU (about 1.2 GiB of buffers in float32),
         where small passes leave it waiting on kernel launches (on one H200,
-        112 models x 4,096 evaluations: 80 ms at 16,384 tokens, see
-        ``benchmarks/results/core_speed_cuda.json``).
+        112 models x 4,096 evaluations: 81 ms at 16,384 tokens, 25 ms at
+        262,144; ``benchmarks/results/core_speed_cuda.json``).
     refine_steps : int, default=0
         Semi-amortised inference: ``transform`` (so also the router's pool,
         ``add_models`` and every function that reads the embeddings) moves
@@ -254,7 +254,11 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         (``benchmarks/refine_prior.py``, TUNING.md session 29).
     random_state : int, RandomState instance or None, default=None
         Seeds the validation split, initial weights and episode sampling; an
-        int makes a CPU fit reproducible bit for bit.
+        int makes a CPU fit reproducible bit for bit. On a GPU two such fits
+        agree to float32 rounding (atomic additions sum in any order; 6e-7
+        apart on one H200), and bit for bit under
+        ``torch.use_deterministic_algorithms(True)`` with
+        ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA starts.
     verbose : int, default=0
         1 prints skorch's epoch table.
 
@@ -600,6 +604,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             order. Independent of row order; deterministic.
         """
         check_is_fitted(self)
+        # Run-time settings (inference_dtype, transform_batch_tokens,
+        # refine_steps) may have been set after fit.
+        self._validate_params()
         table = check_evals(evals)
         # Frames: _warn_few_evaluations, transform, set_output's wrapper, caller.
         self._warn_few_evaluations(table, stacklevel=4)

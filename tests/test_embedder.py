@@ -50,6 +50,25 @@ def test_batching_does_not_change_embeddings(router, pool, fitted_copy):
     )
 
 
+def test_auto_batch_tokens_follow_the_networks_device(router, fitted_copy):
+    import copy
+
+    embedder = fitted_copy(router.embedder_)
+    assert embedder.transform_batch_tokens == "auto"
+    device = next(embedder.net_.module_.parameters()).device.type
+    assert embedder._batch_tokens() == (16384 if device == "cpu" else 262144)
+    assert fitted_copy(embedder, transform_batch_tokens=300)._batch_tokens() == 300
+    # Any device but the CPU takes the accelerator's size (the meta device
+    # allocates nothing; the network is a copy).
+    embedder.net_ = copy.deepcopy(embedder.net_)
+    embedder.net_.module_.to("meta")
+    assert embedder._batch_tokens() == 262144
+    with pytest.raises(InvalidParameterError, match="transform_batch_tokens.*'big'"):
+        fitted_copy(router.embedder_, transform_batch_tokens="big").transform(
+            pd.DataFrame({"model": ["a"], "query": ["q"], "score": [1.0]})
+        )
+
+
 def test_same_random_state_gives_identical_fit(
     pool, tiny_embedder, model_names, rows_of, assert_reproduced
 ):

@@ -208,7 +208,7 @@ def test_neighbour_options_predict_saved_and_loaded(
     r.save(tmp_path / "k.safetensors")
     loaded = LocusRouter.load(tmp_path / "k.safetensors")
     assert loaded.embedder_.readout_neighbors == 5
-    np.testing.assert_array_equal(loaded.predict_proba(queries), approx)
+    assert_reproduced(loaded.predict_proba(queries), approx)
 
 
 @pytest.mark.parametrize(
