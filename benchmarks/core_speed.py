@@ -102,10 +102,12 @@ def encoder_flops_per_token(d=128, r=64, n_blocks=2):
     return 2 * (n_blocks * per_block + pool)
 
 
-def fitted_random_embedder(n_features=N_FEATURES, **params):
-    """An embedder with random weights, ready to transform (no training)."""
-    embedder = LocusEmbedder(device=DEVICE, **params)
-    net = build_net(embedder._saved_params(), n_features, device=DEVICE)
+def fitted_random_embedder(n_features=N_FEATURES, device=None, **params):
+    """An embedder with random weights (seeded), ready to transform (no
+    training), on ``device`` (default: ``--device``)."""
+    device = device or DEVICE
+    embedder = LocusEmbedder(device=device, **params)
+    net = build_net(embedder._saved_params(), n_features, device=device)
     torch.manual_seed(0)
     net.initialize()
     net.module_.eval()
