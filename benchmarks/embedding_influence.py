@@ -1,0 +1,155 @@
+"""How much of the default router's routing comes from the model embeddings?
+
+The default predictor reads two things per (query, model): the model's
+embedding z (through the MLP) and a kernel readout of the model's own stored
+evaluations near the query. This script fits the default ``LocusEmbedder``
+(the routing benchmark's settings) on n training rows per model and, on the
+test queries every model answered, compares the plain router's P(correct)
+(no shrinkage) with the same prediction after every model's z is replaced by
+
+- the pool's mean embedding (what the models share), and
+- another model's embedding (a seeded permutation of the rows of Z),
+
+the readout left as it is. If routing barely moves, the routing is the
+readout's and the embedding is close to a bias: the collapse of issue 12
+seen from the router's side. Also reported: the embeddings' spread (mean
+over coordinates of the standard deviation across models) relative to the
+norm of their mean, the share of test queries routed to the same model, the
+mean absolute change of P(correct), and the test routing accuracy of each
+(read, not used to choose anything: nothing is tuned here).
+
+Usage::
+
+    python benchmarks/embedding_influence.py [--pools mmlu-open bfcl shaberi
+        routerbench] [--seeds 0 1 2] [--n 256] [--threads 1]
+"""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import torch
+from _data import load
+from _provenance import git_commit, machine_info
+from routing import LOCUS_PARAMS
+
+from locus_sklearn import LocusEmbedder
+
+TEST_FRACTION = 0.2
+
+
+def split(evals, seed, n):
+    """A seeded 80/20 query split; n random training rows per model."""
+    queries = np.array(sorted(evals["query"].unique()), dtype=object)
+    rng = np.random.RandomState(seed)
+    test = set(rng.permutation(queries)[: int(round(TEST_FRACTION * len(queries)))])
+    is_test = evals["query"].isin(test).to_numpy()
+    train = evals[~is_test]
+    if n is not None:
+        train = train.groupby("model", group_keys=False).apply(
+            lambda rows: rows.sample(min(n, len(rows)), random_state=seed)
+        )
+    return train.reset_index(drop=True), evals[is_test].reset_index(drop=True)
+
+
+def routing(P, scores):
+    """Mean score of the argmax model per test query."""
+    return float(scores[np.arange(len(scores)), P.argmax(1)].mean())
+
+
+def one_fit(data, seed, n):
+    train, test = split(data.evals, seed, n)
+    models = np.array(sorted(train["model"].unique()), dtype=object)
+    full = test.groupby("query")["model"].nunique()
+    test = test[test["query"].isin(full.index[full == len(models)])]
+    scores = test.pivot(index="query", columns="model", values="score")[models]
+    queries = scores.index.to_numpy()
+    scores = scores.to_numpy(dtype=np.float64)
+    embedder = LocusEmbedder(data.encodings, random_state=seed, **LOCUS_PARAMS)
+    start = time.perf_counter()
+    embedder.fit(train)
+    seconds = time.perf_counter() - start
+    Z = embedder.transform(train)
+    rng = np.random.default_rng(seed)
+    variants = {
+        "own z": Z,
+        "mean z": np.repeat(Z.mean(0, keepdims=True), len(Z), axis=0),
+        "permuted z": Z[rng.permutation(len(Z))],
+    }
+    P = {
+        name: embedder.predict_proba(z, queries, evals=train)
+        for name, z in variants.items()
+    }
+    own = P["own z"]
+    single_best = models[train.groupby("model")["score"].mean()[models].argmax()]
+    out = {
+        "seed": seed,
+        "n_models": len(models),
+        "n_test_queries": len(queries),
+        "fit_seconds": seconds,
+        "epochs": int(embedder.n_epochs_),
+        "relative_spread": float(Z.std(0).mean() / np.linalg.norm(Z.mean(0))),
+        "routing": {name: routing(p, scores) for name, p in P.items()},
+        "single_best_routing": float(scores[:, list(models).index(single_best)].mean()),
+        "oracle": float(scores.max(1).mean()),
+    }
+    for name in ("mean z", "permuted z"):
+        out[f"same_routing_{name}"] = float(np.mean(P[name].argmax(1) == own.argmax(1)))
+        out[f"mean_abs_change_{name}"] = float(np.abs(P[name] - own).mean())
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--pools",
+        nargs="+",
+        default=["mmlu-open", "bfcl", "shaberi", "routerbench"],
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--n", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--out",
+        default=os.path.join(os.path.dirname(__file__), "results"),
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "commit": git_commit(),
+        "machine": machine_info(torch=torch.__version__, threads=args.threads),
+        "n": args.n,
+        "locus": {k: list(v) if isinstance(v, tuple) else v
+                  for k, v in LOCUS_PARAMS.items()},
+        "pools": {},
+    }  # fmt: skip
+    for pool in args.pools:
+        data = load(pool)
+        rows = []
+        for seed in args.seeds:
+            row = one_fit(data, seed, args.n)
+            rows.append(row)
+            print(
+                f"{pool} seed {seed}: spread {row['relative_spread']:.2e} of |mean z|; "
+                f"routing own z {row['routing']['own z']:.3f}, mean z "
+                f"{row['routing']['mean z']:.3f}, permuted z "
+                f"{row['routing']['permuted z']:.3f} (single best "
+                f"{row['single_best_routing']:.3f}); same routing with mean z "
+                f"{row['same_routing_mean z']:.3f}, permuted "
+                f"{row['same_routing_permuted z']:.3f}; mean |dP| "
+                f"{row['mean_abs_change_mean z']:.4f} / "
+                f"{row['mean_abs_change_permuted z']:.4f}",
+                flush=True,
+            )
+        result["pools"][pool] = rows
+    os.makedirs(args.out, exist_ok=True)
+    name = "embedding_influence_" + "_".join(args.pools) + ".json"
+    with open(os.path.join(args.out, name), "w") as handle:
+        json.dump(result, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
