@@ -48,9 +48,7 @@ def split(evals, seed, n):
     is_test = evals["query"].isin(test).to_numpy()
     train = evals[~is_test]
     if n is not None:
-        train = train.groupby("model", group_keys=False).apply(
-            lambda rows: rows.sample(min(n, len(rows)), random_state=seed)
-        )
+        train = train.sample(frac=1.0, random_state=seed).groupby("model").head(n)
     return train.reset_index(drop=True), evals[is_test].reset_index(drop=True)
 
 
