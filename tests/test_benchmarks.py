@@ -1472,3 +1472,65 @@ def test_slow_predictor_training_slows_the_predictor_only():
     # Both groups were trained: no parameter was left out of the optimizer.
     assert len(by_param) == len(list(net.module_.parameters()))
     assert sorted(g["lr"] for g in groups) == pytest.approx([5e-4, 2e-3])
+
+
+def test_core_speed_keeps_a_skipped_batch_sweep():
+    core_speed = _load_script("core_speed")
+    previous = {"date": "d1", "commit": "c1",
+                "transform_batch_sweep_seconds": {"whole pass/float32/262144": 0.025}}  # fmt: skip
+    kept = core_speed.carry_over(
+        {"date": "d2", "commit": "c2", "transform_batch_sweep_seconds": None}, previous
+    )
+    assert kept["transform_batch_sweep_seconds"] == {"whole pass/float32/262144": 0.025}
+    assert kept["earlier_sections"] == {
+        "transform_batch_sweep_seconds": {"date": "d1", "commit": "c1"}
+    }
+
+
+def test_provenance_commit_override(monkeypatch):
+    """A tree copied to another machine names the commit it was made from."""
+    _benchmarks_on_path()
+    import _provenance
+
+    monkeypatch.setenv("LOCUS_COMMIT", "abc1234")
+    assert _provenance.git_commit() == "abc1234"
+    monkeypatch.delenv("LOCUS_COMMIT")
+    assert _provenance.git_commit() != "abc1234"
+
+
+def test_embedding_influence_split_and_routing_hand_computed():
+    influence = _load_script("embedding_influence")
+    evals = pd.DataFrame(
+        {"model": np.repeat(["a", "b"], 10),
+         "query": np.tile([f"q{i}" for i in range(10)], 2),
+         "score": np.tile([1.0, 0.0], 10)}
+    )  # fmt: skip
+    train, test = influence.split(evals, seed=0, n=3)
+    # 20 % of the queries held out, disjoint; 3 training rows per model.
+    assert test["query"].nunique() == 2
+    assert not set(train["query"]) & set(test["query"])
+    assert train.groupby("model").size().to_dict() == {"a": 3, "b": 3}
+    assert influence.split(evals, seed=0, n=3)[0].equals(train)  # seeded
+    # Mean score of each query's argmax model: rows route to b, a, a.
+    P = np.array([[0.2, 0.8], [0.9, 0.1], [0.6, 0.4]])
+    scores = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    assert influence.routing(P, scores) == pytest.approx((0.0 + 1.0 + 0.0) / 3)
+
+
+def test_cuda_check_limits_and_true_accuracy():
+    cuda_check = _load_script("cuda_check")
+    cuda_check.CHECKS.clear()
+    cuda_check.check("upper", 1e-5, 1e-4)
+    cuda_check.check("upper, over", 1e-3, 1e-4)
+    cuda_check.check("lower", 0.995, 0.99, at_least=True)
+    assert [c["ok"] for c in cuda_check.CHECKS] == [True, False, True]
+    cuda_check.CHECKS.clear()
+    pool = SimpleNamespace(
+        probabilities=pd.DataFrame(
+            {"m0": [0.9, 0.2], "m1": [0.1, 0.7]}, index=["q0", "q1"]
+        )
+    )
+    # q0 routed to m1 (0.1), q1 to m1 (0.7).
+    assert cuda_check._true_accuracy(
+        pool, ["q0", "q1"], ["m0", "m1"], ["m1", "m1"]
+    ) == pytest.approx(0.4)
