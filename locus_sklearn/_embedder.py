@@ -217,9 +217,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         thousands of models. "auto" is 16,384 on the CPU, where it keeps a
         pass's buffers (about 1.5 KiB per token in float32) under 32 MiB, so
         they are reused rather than mapped afresh, and was the fastest
-        measured; and 262,144 on a GPU (about 1.2 GiB of buffers in float32),
-        where small passes leave it waiting on kernel launches (on one H200,
-        112 models x 4,096 evaluations: 81 ms at 16,384 tokens, 25 ms at
+        measured; and 262,144 on a GPU (an estimated 1.2 GiB of buffers in
+        float32), which small passes of many small kernels underuse (on one
+        H200, 112 models x 4,096 evaluations: 81 ms at 16,384 tokens, 25 ms at
         262,144; ``benchmarks/results/core_speed_cuda.json``).
     refine_steps : int, default=0
         Semi-amortised inference: ``transform`` (so also the router's pool,
