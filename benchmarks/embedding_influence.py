@@ -36,6 +36,7 @@ from _provenance import git_commit, machine_info
 from routing import LOCUS_PARAMS
 
 from locus_sklearn import LocusEmbedder
+from locus_sklearn.metrics import oracle_accuracy, routing_accuracy
 
 TEST_FRACTION = 0.2
 
@@ -50,11 +51,6 @@ def split(evals, seed, n):
     if n is not None:
         train = train.sample(frac=1.0, random_state=seed).groupby("model").head(n)
     return train.reset_index(drop=True), evals[is_test].reset_index(drop=True)
-
-
-def routing(P, scores):
-    """Mean score of the argmax model per test query."""
-    return float(scores[np.arange(len(scores)), P.argmax(1)].mean())
 
 
 def one_fit(data, seed, n):
@@ -89,9 +85,9 @@ def one_fit(data, seed, n):
         "fit_seconds": seconds,
         "epochs": int(embedder.n_epochs_),
         "relative_spread": float(Z.std(0).mean() / np.linalg.norm(Z.mean(0))),
-        "routing": {name: routing(p, scores) for name, p in P.items()},
+        "routing": {name: routing_accuracy(scores, p) for name, p in P.items()},
         "single_best_routing": float(scores[:, list(models).index(single_best)].mean()),
-        "oracle": float(scores.max(1).mean()),
+        "oracle": oracle_accuracy(scores),
     }
     for name in ("mean z", "permuted z"):
         out[f"same_routing_{name}"] = float(np.mean(P[name].argmax(1) == own.argmax(1)))

@@ -639,18 +639,19 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 stacklevel=stacklevel,
             )
 
-    # transform_batch_tokens="auto" by device type (see the parameter's doc).
-    _AUTO_BATCH_TOKENS = {"cpu": 16384}
-    _AUTO_BATCH_TOKENS_ACCELERATOR = 262144
+    # transform_batch_tokens="auto" on the CPU and on any other device (see
+    # the parameter's doc).
+    _CPU_BATCH_TOKENS = 16384
+    _ACCELERATOR_BATCH_TOKENS = 262144
 
     def _batch_tokens(self):
         """``transform_batch_tokens``, "auto" resolved for the network's device."""
         if self.transform_batch_tokens != "auto":
             return self.transform_batch_tokens
         device = next(self.net_.module_.parameters()).device
-        return self._AUTO_BATCH_TOKENS.get(
-            device.type, self._AUTO_BATCH_TOKENS_ACCELERATOR
-        )
+        if device.type == "cpu":
+            return self._CPU_BATCH_TOKENS
+        return self._ACCELERATOR_BATCH_TOKENS
 
     def _transform_encoded(self, table, X_query):
         embeddings = self._encoder_embeddings(table, X_query)

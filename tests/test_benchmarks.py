@@ -1511,10 +1511,11 @@ def test_embedding_influence_split_and_routing_hand_computed():
     assert not set(train["query"]) & set(test["query"])
     assert train.groupby("model").size().to_dict() == {"a": 3, "b": 3}
     assert influence.split(evals, seed=0, n=3)[0].equals(train)  # seeded
-    # Mean score of each query's argmax model: rows route to b, a, a.
+    # Its routing accuracy (the package's): the mean score of each query's
+    # argmax model; rows route to b, a, a.
     P = np.array([[0.2, 0.8], [0.9, 0.1], [0.6, 0.4]])
     scores = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
-    assert influence.routing(P, scores) == pytest.approx((0.0 + 1.0 + 0.0) / 3)
+    assert influence.routing_accuracy(scores, P) == pytest.approx((0.0 + 1.0 + 0.0) / 3)
 
 
 def test_cuda_check_limits_and_true_accuracy():
