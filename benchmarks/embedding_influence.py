@@ -3,8 +3,9 @@
 The default predictor reads two things per (query, model): the model's
 embedding z (through the MLP) and a kernel readout of the model's own stored
 evaluations near the query. This script fits the default ``LocusEmbedder``
-(the routing benchmark's settings) on n training rows per model and, on the
-test queries every model answered, compares the plain router's P(correct)
+(the routing benchmark's settings) on the routing benchmark's rows
+(``routing.Split``: its query split, the data's own where it has one, and its
+n training rows per model) and, on the test queries every model answered, compares the plain router's P(correct)
 (no shrinkage) with the same prediction after every model's z is replaced by
 
 - the pool's mean embedding (what the models share), and
@@ -21,7 +22,7 @@ mean absolute change of P(correct), and the test routing accuracy of each
 Usage::
 
     python benchmarks/embedding_influence.py [--pools mmlu-open bfcl shaberi
-        routerbench] [--seeds 0 1 2] [--n 256] [--threads 1]
+        routerbench] [--seeds 0 1 2] [--n 256 | all] [--threads 1]
 """
 
 import argparse
@@ -33,34 +34,19 @@ import numpy as np
 import torch
 from _data import load
 from _provenance import git_commit, machine_info
-from routing import LOCUS_PARAMS
+from routing import LOCUS_PARAMS, Split
 
 from locus_sklearn import LocusEmbedder
 from locus_sklearn.metrics import oracle_accuracy, routing_accuracy
 
-TEST_FRACTION = 0.2
-
-
-def split(evals, seed, n):
-    """A seeded 80/20 query split; n random training rows per model."""
-    queries = np.array(sorted(evals["query"].unique()), dtype=object)
-    rng = np.random.RandomState(seed)
-    test = set(rng.permutation(queries)[: int(round(TEST_FRACTION * len(queries)))])
-    is_test = evals["query"].isin(test).to_numpy()
-    train = evals[~is_test]
-    if n is not None:
-        train = train.sample(frac=1.0, random_state=seed).groupby("model").head(n)
-    return train.reset_index(drop=True), evals[is_test].reset_index(drop=True)
-
 
 def one_fit(data, seed, n):
-    train, test = split(data.evals, seed, n)
-    models = np.array(sorted(train["model"].unique()), dtype=object)
-    full = test.groupby("query")["model"].nunique()
-    test = test[test["query"].isin(full.index[full == len(models)])]
-    scores = test.pivot(index="query", columns="model", values="score")[models]
-    queries = scores.index.to_numpy()
-    scores = scores.to_numpy(dtype=np.float64)
+    """One seed on the routing benchmark's rows: ``routing.Split`` (the
+    data's own split where it has one, RouterBench's) and its n training
+    rows per model, scored on the test queries every model answered."""
+    split = Split(data, seed)
+    train = split.training_rows(n)
+    models, queries, scores = split.models, split.test_queries, split.y_test
     embedder = LocusEmbedder(data.encodings, random_state=seed, **LOCUS_PARAMS)
     start = time.perf_counter()
     embedder.fit(train)
@@ -103,7 +89,7 @@ def main(argv=None):
         default=["mmlu-open", "bfcl", "shaberi", "routerbench"],
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--n", type=int, default=256)
+    parser.add_argument("--n", type=lambda v: v if v == "all" else int(v), default=256)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--out",
@@ -140,7 +126,8 @@ def main(argv=None):
             )
         result["pools"][pool] = rows
     os.makedirs(args.out, exist_ok=True)
-    name = "embedding_influence_" + "_".join(args.pools) + ".json"
+    suffix = "" if args.n == 256 else f"_n{args.n}"
+    name = "embedding_influence_" + "_".join(args.pools) + suffix + ".json"
     with open(os.path.join(args.out, name), "w") as handle:
         json.dump(result, handle, indent=2)
 

@@ -1498,24 +1498,43 @@ def test_provenance_commit_override(monkeypatch):
     assert _provenance.git_commit() != "abc1234"
 
 
-def test_embedding_influence_split_and_routing_hand_computed():
+def test_embedding_influence_runs_on_the_routing_benchmarks_rows(
+    monkeypatch, tiny_embedder
+):
+    from locus_sklearn.datasets import make_model_pool
+    from locus_sklearn.metrics import oracle_accuracy
+
     influence = _load_script("embedding_influence")
-    evals = pd.DataFrame(
-        {"model": np.repeat(["a", "b"], 10),
-         "query": np.tile([f"q{i}" for i in range(10)], 2),
-         "score": np.tile([1.0, 0.0], 10)}
+    pool = make_model_pool(
+        n_models=4, n_queries=60, n_families=2, evals_per_model="all",
+        n_features=8, random_state=0,
     )  # fmt: skip
-    train, test = influence.split(evals, seed=0, n=3)
-    # 20 % of the queries held out, disjoint; 3 training rows per model.
-    assert test["query"].nunique() == 2
-    assert not set(train["query"]) & set(test["query"])
-    assert train.groupby("model").size().to_dict() == {"a": 3, "b": 3}
-    assert influence.split(evals, seed=0, n=3)[0].equals(train)  # seeded
-    # Its routing accuracy (the package's): the mean score of each query's
-    # argmax model; rows route to b, a, a.
-    P = np.array([[0.2, 0.8], [0.9, 0.1], [0.6, 0.4]])
-    scores = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
-    assert influence.routing_accuracy(scores, P) == pytest.approx((0.0 + 1.0 + 0.0) / 3)
+    data = SimpleNamespace(evals=pool.evals, encodings=pool.encodings, split=None)
+    seen = {}
+
+    def recording_embedder(encoder, random_state, **_):
+        embedder = tiny_embedder(encoder, random_state=random_state)
+        fit = embedder.fit
+
+        def recording_fit(X, y=None):
+            seen["train"] = X
+            return fit(X, y)
+
+        embedder.fit = recording_fit
+        return embedder
+
+    monkeypatch.setattr(influence, "LocusEmbedder", recording_embedder)
+    out = influence.one_fit(data, seed=1, n=20)
+    split = influence.Split(data, 1)
+    # The routing benchmark's training rows and complete test queries.
+    pd.testing.assert_frame_equal(seen["train"], split.training_rows(20))
+    assert out["n_test_queries"] == len(split.test_queries) > 0
+    assert out["oracle"] == oracle_accuracy(split.y_test)
+    best = seen["train"].groupby("model")["score"].mean().reindex(split.models)
+    assert out["single_best_routing"] == split.y_test[:, best.argmax()].mean()
+    assert set(out["routing"]) == {"own z", "mean z", "permuted z"}
+    assert all(0 <= v <= out["oracle"] for v in out["routing"].values())
+    assert 0 <= out["same_routing_mean z"] <= 1
 
 
 def test_cuda_check_limits_and_true_accuracy():
