@@ -11,9 +11,20 @@ fitted weights by float rounding, and again on 2026-12-04 for the same reason):
 
 It fits a tiny LocusRouter with each predictor on a synthetic pool, then stores
 the model embeddings, P(correct) on every query, the routed models and every
-tensor of the saved router file.
+tensor of the saved router file. ``--out DIR`` writes the same outputs to DIR
+instead (with the embedder's ``embedding_scale``, which the test checks against
+the saved pool embeddings rather than a recorded value): what the test runs.
+
+The fits run with one torch thread and with PyTorch's and oneDNN's CPU kernels
+held to AVX2 (``PINNED_ISA``; run as a script, it restarts itself with them
+set, since they are read when torch loads). A CPU with AVX-512 otherwise takes
+other kernels whose sums round differently: on such a machine (2026-12-04) the
+unpinned fit's attention key biases differed from the reference by 1e-5 and the
+pinned one matched it bit for bit. The reference was recorded on AVX2-only
+machines, where the pins change nothing.
 """
 
+import argparse
 import os
 import sys
 
@@ -21,6 +32,18 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
+
+# The instruction set every reference fit runs with; read by torch at import.
+PINNED_ISA = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
+
+if __name__ == "__main__" and any(
+    os.environ.get(k) != v for k, v in PINNED_ISA.items()
+):
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **PINNED_ISA})
 
 import torch  # noqa: E402
 
@@ -57,16 +80,28 @@ def reference_outputs(kernel_readout, tmp_path):
     return out
 
 
-if __name__ == "__main__":
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out",
+        help="write every output, the embedding scale included, to this folder "
+        "(default: record the reference here, without the scale)",
+    )
+    args = parser.parse_args(argv)
     import tempfile
 
     torch.set_num_threads(1)
     for readout in (True, False):
         with tempfile.TemporaryDirectory() as tmp:
             arrays = reference_outputs(readout, tmp)
-        # Checked against the saved pool embeddings' spread, not recorded
-        # (tests/test_reference.py).
-        arrays.pop("file.embedding_scale")
+        if args.out is None:
+            # Checked against the saved pool embeddings' spread, not recorded
+            # (tests/test_reference.py).
+            arrays.pop("file.embedding_scale")
         name = "readout" if readout else "embedding_only"
-        np.savez_compressed(os.path.join(HERE, f"{name}.npz"), **arrays)
+        np.savez_compressed(os.path.join(args.out or HERE, f"{name}.npz"), **arrays)
         print(name, {k: v.shape for k, v in arrays.items()})
+
+
+if __name__ == "__main__":
+    main()
