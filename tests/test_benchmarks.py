@@ -1554,3 +1554,21 @@ def test_cuda_check_limits_and_true_accuracy():
     assert cuda_check._true_accuracy(
         pool, ["q0", "q1"], ["m0", "m1"], ["m1", "m1"]
     ) == pytest.approx(0.4)
+
+
+def test_bfloat16_routing_compares_the_two_dtypes_of_one_fit(tiny_embedder):
+    from locus_sklearn.datasets import make_model_pool
+
+    bench = _load_script("bfloat16_routing")
+    pool = make_model_pool(
+        n_models=4, n_queries=60, n_families=2, evals_per_model="all",
+        n_features=8, random_state=0,
+    )  # fmt: skip
+    embedder = tiny_embedder(pool.encodings, enc_size=(8, 64)).fit(pool.evals)
+    test = pool.evals.pivot(index="query", columns="model", values="score")
+    out = bench.compare(embedder, pool.evals, test.index.to_numpy(), test.to_numpy())
+    # bfloat16 keeps 8 bits of mantissa: embeddings within a few 1e-3.
+    assert 0 < out["max_relative_embedding_difference"] < 0.05
+    assert 0 <= out["same_routing"] <= 1
+    assert set(out["routing"]) == {"float32", "bfloat16"}
+    assert embedder.inference_dtype == "float32"  # left as it was
