@@ -6,7 +6,7 @@ retraining, compare models and choose portfolios.
 """
 
 from ._accuracy_selector import ExpectedAccuracySelector
-from ._embedder import FewEvaluationsWarning, LocusEmbedder
+from ._embedder import CollapsedEmbeddingWarning, FewEvaluationsWarning, LocusEmbedder
 from ._encoders import QueryEncoder, SharedEncodingsWarning
 from ._evals import EvalTable, check_evals, check_model_costs, check_queries
 from ._router import LocusRouter
@@ -22,6 +22,7 @@ from ._version import __version__
 
 __all__ = [
     "BudgetGreedySelector",
+    "CollapsedEmbeddingWarning",
     "EvalTable",
     "ExpectedAccuracySelector",
     "FewEvaluationsWarning",

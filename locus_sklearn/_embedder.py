@@ -64,6 +64,76 @@ class FewEvaluationsWarning(UserWarning):
     """
 
 
+class CollapsedEmbeddingWarning(UserWarning):
+    """The trained models' embeddings are nearly identical.
+
+    Raised by ``fit`` when the training models' embeddings spread (each
+    coordinate's standard deviation over the models, averaged) by less than
+    ``COLLAPSE_SPREAD`` (1e-3) of the norm of their mean embedding. Then
+    similar models, families, fingerprints and portfolios read from the
+    embeddings are close to arbitrary, and the embedding-only predictor
+    (``kernel_readout=False``) gives every model about the same P(correct);
+    the kernel readout still reads each model's own evaluations. Of fifteen
+    fits of the default embedder on four real pools (2026-12-04,
+    ``benchmarks/results/embedding_influence.md``), two ended so (spread
+    1.2e-4 and 1.8e-4; the others 0.015 to 0.067).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> from locus_sklearn import CollapsedEmbeddingWarning
+    >>> from locus_sklearn._embedder import warn_if_collapsed
+    >>> Z = np.ones((3, 4)) + np.array([[0.0], [1e-5], [2e-5]])
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_if_collapsed(Z, kernel_readout=True, stacklevel=2)
+    >>> caught[0].category is CollapsedEmbeddingWarning
+    True
+    """
+
+
+# Below this spread (relative to the norm of the mean embedding) fit warns.
+COLLAPSE_SPREAD = 1e-3
+
+
+def embedding_spread(embeddings):
+    """Each coordinate's standard deviation over the models (ddof 1),
+    averaged, over the norm of their mean embedding: 0 when every model has
+    the same embedding. ``embeddings`` has shape (n_models, d), n_models >= 2."""
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    norm = np.linalg.norm(embeddings.mean(axis=0))
+    spread = embeddings.std(axis=0, ddof=1).mean()
+    return float(spread / norm) if norm > 0 else float("inf")
+
+
+def warn_if_collapsed(embeddings, kernel_readout, stacklevel):
+    """Warn (:class:`CollapsedEmbeddingWarning`) when the training models'
+    ``embeddings`` (n_models, d) spread by less than ``COLLAPSE_SPREAD``;
+    ``stacklevel`` as for :func:`warnings.warn` called here."""
+    if len(embeddings) < 2:
+        return
+    spread = embedding_spread(embeddings)
+    if spread >= COLLAPSE_SPREAD:
+        return
+    routing = (
+        "routing still reads each model's own evaluations through the kernel "
+        "readout"
+        if kernel_readout
+        else "the embedding-only predictor (kernel_readout=False) gives every "
+        "model about the same P(correct)"
+    )
+    warnings.warn(
+        f"The {len(embeddings)} training models' embeddings are nearly identical: "
+        f"they spread by {spread:.1e} of the norm of their mean (under "
+        f"{COLLAPSE_SPREAD:g}). Similar models, families, fingerprints and "
+        f"portfolios read from them will be close to arbitrary; {routing}. "
+        "Another random_state or more evaluations per model may train apart.",
+        CollapsedEmbeddingWarning,
+        stacklevel=stacklevel,
+    )
+
+
 class LocusEmbedder(TransformerMixin, BaseEstimator):
     """Learn LOCUS model embeddings from scored evaluations.
 
@@ -541,6 +611,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         # <- _fit_evals <- fit or fit_transform <- _fit_context's wrapper <- caller
         warn_shared_encodings(X_query, table.queries, stacklevel=5)
         self._fit_encoded(table, X_query, encoder)
+        self._warn_if_collapsed(stacklevel=5)
         return table, X_query
 
     def _query_encoder(self):
@@ -579,10 +650,17 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.net_ = net
         self.classes_ = table.models.copy()
         self.n_epochs_ = len(net.history)
-        self.embedding_scale_ = embedding_scale(
-            self._encoder_embeddings(table, X_query)
-        )
+        embeddings = self._encoder_embeddings(table, X_query)
+        self.embedding_scale_ = embedding_scale(embeddings)
+        # Read by _warn_if_collapsed, which the public fit methods call.
+        self._training_embeddings = embeddings
         return self
+
+    def _warn_if_collapsed(self, stacklevel):
+        """:func:`warn_if_collapsed` on the embeddings of the last fit."""
+        embeddings = self.__dict__.pop("_training_embeddings", None)
+        if embeddings is not None:
+            warn_if_collapsed(embeddings, self.kernel_readout, stacklevel + 1)
 
     # --------------------------------------------------------------- transform
     def _encode(self, queries):

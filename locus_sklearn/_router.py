@@ -140,6 +140,8 @@ class LocusRouter(BaseRouter):
         locus = _unwrap(embedder)
         if not isinstance(embedder, FrozenEstimator):
             locus._fit_encoded(table, X_query, encoder)
+            # <- _fit_encoded <- fit <- _fit_context's wrapper <- caller
+            locus._warn_if_collapsed(stacklevel=5)
         self.embedder_ = embedder
         self.model_embeddings_ = locus._transform_encoded(table, X_query)
         # The kernel readout reads the pool's evaluations at prediction.

@@ -158,3 +158,74 @@ def test_pipeline_with_selector(pool, tiny_embedder):
 def test_unfitted_embedder_raises(pool, tiny_embedder):
     with pytest.raises(NotFittedError):
         tiny_embedder(pool.encodings).transform(pool.evals)
+
+
+def test_embedding_spread_hand_computed():
+    from locus_sklearn._embedder import embedding_spread
+
+    # Coordinates' std (ddof 1): sqrt(2) and 0, mean sqrt(2)/2; mean embedding
+    # (2, 0), norm 2.
+    Z = np.array([[1.0, 0.0], [3.0, 0.0]])
+    assert embedding_spread(Z) == pytest.approx(np.sqrt(2) / 4)
+    assert embedding_spread(np.ones((3, 4))) == 0.0
+
+
+@pytest.mark.parametrize("kernel_readout", [True, False])
+def test_warn_if_collapsed_below_the_threshold_only(kernel_readout, recwarn):
+    from locus_sklearn import CollapsedEmbeddingWarning
+    from locus_sklearn._embedder import COLLAPSE_SPREAD, warn_if_collapsed
+
+    rng = np.random.default_rng(0)
+    base = np.full((5, 8), 10.0)
+    for relative, warns in (
+        (0.1 * COLLAPSE_SPREAD, True),
+        (10 * COLLAPSE_SPREAD, False),
+    ):
+        # Unit-variance noise scaled to the wanted spread of a norm-28 mean.
+        noise = rng.normal(size=base.shape)
+        noise /= noise.std(axis=0, ddof=1).mean()
+        Z = base + relative * np.linalg.norm(base[0]) * noise
+        recwarn.clear()
+        warn_if_collapsed(Z, kernel_readout, stacklevel=2)
+        caught = [w for w in recwarn if w.category is CollapsedEmbeddingWarning]
+        assert len(caught) == warns
+    with pytest.warns(CollapsedEmbeddingWarning) as caught:
+        warn_if_collapsed(base, kernel_readout, stacklevel=2)
+    message = str(caught[0].message)
+    assert "spread by 0.0e+00" in message
+    assert ("kernel readout" in message) is kernel_readout
+    recwarn.clear()
+    warn_if_collapsed(base[:1], kernel_readout, stacklevel=2)  # one model: no spread
+    assert not [w for w in recwarn if w.category is CollapsedEmbeddingWarning]
+
+
+def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
+    pool, tiny_embedder, monkeypatch
+):
+    import warnings
+
+    from locus_sklearn import CollapsedEmbeddingWarning, LocusEmbedder, LocusRouter
+
+    # Every model embedded alike: what a collapsed fit returns.
+    monkeypatch.setattr(
+        LocusEmbedder,
+        "_encoder_embeddings",
+        lambda self, table, X: np.ones(
+            (table.n_models, self.embedding_dim), np.float32
+        ),
+    )
+    rows = pool.evals.groupby("model").head(40)
+    for estimator in (
+        tiny_embedder(pool.encodings, max_epochs=1),
+        LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)),
+    ):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            estimator.fit(rows)
+        collapsed = [w for w in caught if w.category is CollapsedEmbeddingWarning]
+        assert len(collapsed) == 1, type(estimator).__name__
+        assert collapsed[0].filename == __file__
+        assert "12 training models" in str(collapsed[0].message)
+        # The embeddings are not kept on the estimator once checked.
+        locus = getattr(estimator, "embedder_", estimator)
+        assert not hasattr(locus, "_training_embeddings")
