@@ -5,8 +5,9 @@ embedding z (through the MLP) and a kernel readout of the model's own stored
 evaluations near the query. This script fits the default ``LocusEmbedder``
 (the routing benchmark's settings) on the routing benchmark's rows
 (``routing.Split``: its query split, the data's own where it has one, and its
-n training rows per model) and, on the test queries every model answered, compares the plain router's P(correct)
-(no shrinkage) with the same prediction after every model's z is replaced by
+n training rows per model) and, on the test queries every model answered,
+compares the plain router's P(correct) (no shrinkage) with the same
+prediction after every model's z is replaced by
 
 - the pool's mean embedding (what the models share), and
 - another model's embedding (a seeded permutation of the rows of Z),

@@ -104,7 +104,9 @@ def embedding_spread(embeddings):
     embeddings = np.asarray(embeddings, dtype=np.float64)
     norm = np.linalg.norm(embeddings.mean(axis=0))
     spread = embeddings.std(axis=0, ddof=1).mean()
-    return float(spread / norm) if norm > 0 else float("inf")
+    if norm == 0:  # models around the origin: only identical ones collapsed
+        return 0.0 if spread == 0 else float("inf")
+    return float(spread / norm)
 
 
 def warn_if_collapsed(embeddings, kernel_readout, stacklevel):
@@ -117,8 +119,7 @@ def warn_if_collapsed(embeddings, kernel_readout, stacklevel):
     if spread >= COLLAPSE_SPREAD:
         return
     routing = (
-        "routing still reads each model's own evaluations through the kernel "
-        "readout"
+        "routing still reads each model's own evaluations through the kernel readout"
         if kernel_readout
         else "the embedding-only predictor (kernel_readout=False) gives every "
         "model about the same P(correct)"

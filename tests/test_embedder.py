@@ -168,6 +168,8 @@ def test_embedding_spread_hand_computed():
     Z = np.array([[1.0, 0.0], [3.0, 0.0]])
     assert embedding_spread(Z) == pytest.approx(np.sqrt(2) / 4)
     assert embedding_spread(np.ones((3, 4))) == 0.0
+    assert embedding_spread(np.zeros((3, 4))) == 0.0  # identical, at the origin
+    assert embedding_spread(np.array([[1.0], [-1.0]])) == np.inf
 
 
 @pytest.mark.parametrize("kernel_readout", [True, False])
