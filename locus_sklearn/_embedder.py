@@ -129,7 +129,8 @@ def warn_if_collapsed(embeddings, kernel_readout, stacklevel):
         f"they spread by {spread:.1e} of the norm of their mean (under "
         f"{COLLAPSE_SPREAD:g}). Similar models, families, fingerprints and "
         f"portfolios read from them will be close to arbitrary; {routing}. "
-        "Another random_state or more evaluations per model may train apart.",
+        "Another random_state may train apart (on one pool's rows, seeds "
+        "have differed in this).",
         CollapsedEmbeddingWarning,
         stacklevel=stacklevel,
     )
