@@ -612,8 +612,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         X_query = encoder.transform(table.queries)
         # <- _fit_evals <- fit or fit_transform <- _fit_context's wrapper <- caller
         warn_shared_encodings(X_query, table.queries, stacklevel=5)
-        self._fit_encoded(table, X_query, encoder)
-        self._warn_if_collapsed(stacklevel=5)
+        # <- warn_if_collapsed <- _fit_encoded <- its _fit_context wrapper
+        # <- _fit_evals <- fit or fit_transform <- _fit_context's wrapper <- caller
+        self._fit_encoded(table, X_query, encoder, warn_stacklevel=7)
         return table, X_query
 
     def _query_encoder(self):
@@ -621,8 +622,11 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         return as_query_encoder(self.encoder, memory=self.memory, device=self.device)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def _fit_encoded(self, table, X_query, encoder):
-        """Fit on a validated table whose queries ``encoder`` encoded as ``X_query``."""
+    def _fit_encoded(self, table, X_query, encoder, warn_stacklevel=None):
+        """Fit on a validated table whose queries ``encoder`` encoded as ``X_query``.
+
+        ``warn_stacklevel``: where a :class:`CollapsedEmbeddingWarning` points,
+        counted from :func:`warn_if_collapsed` (None: no check)."""
         self._check_structure()
         rng = check_random_state(self.random_state)
         if self.accelerator is None:
@@ -654,15 +658,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.n_epochs_ = len(net.history)
         embeddings = self._encoder_embeddings(table, X_query)
         self.embedding_scale_ = embedding_scale(embeddings)
-        # Read by _warn_if_collapsed, which the public fit methods call.
-        self._training_embeddings = embeddings
+        if warn_stacklevel is not None:
+            warn_if_collapsed(embeddings, self.kernel_readout, warn_stacklevel)
         return self
-
-    def _warn_if_collapsed(self, stacklevel):
-        """:func:`warn_if_collapsed` on the embeddings of the last fit."""
-        embeddings = self.__dict__.pop("_training_embeddings", None)
-        if embeddings is not None:
-            warn_if_collapsed(embeddings, self.kernel_readout, stacklevel + 1)
 
     # --------------------------------------------------------------- transform
     def _encode(self, queries):

@@ -139,9 +139,9 @@ class LocusRouter(BaseRouter):
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
         if not isinstance(embedder, FrozenEstimator):
-            locus._fit_encoded(table, X_query, encoder)
-            # <- _fit_encoded <- fit <- _fit_context's wrapper <- caller
-            locus._warn_if_collapsed(stacklevel=5)
+            # <- warn_if_collapsed <- locus._fit_encoded <- its _fit_context
+            # wrapper <- _fit_encoded <- fit <- _fit_context's wrapper <- caller
+            locus._fit_encoded(table, X_query, encoder, warn_stacklevel=7)
         self.embedder_ = embedder
         self.model_embeddings_ = locus._transform_encoded(table, X_query)
         # The kernel readout reads the pool's evaluations at prediction.

@@ -228,6 +228,3 @@ def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
         assert len(collapsed) == 1, type(estimator).__name__
         assert collapsed[0].filename == __file__
         assert "12 training models" in str(collapsed[0].message)
-        # The embeddings are not kept on the estimator once checked.
-        locus = getattr(estimator, "embedder_", estimator)
-        assert not hasattr(locus, "_training_embeddings")
