@@ -92,9 +92,9 @@ def query_identity_training(keep=KEEP):
             features = features + vectors
         return forward(self, features, *args, **kwargs)
 
-    def fit_encoded_with_vectors(self, table, X_query, encoder):
+    def fit_encoded_with_vectors(self, table, X_query, encoder, **kwargs):
         n_queries["n"] = table.n_queries
-        out = fit_encoded(self, table, X_query, encoder)
+        out = fit_encoded(self, table, X_query, encoder, **kwargs)
         self.net_.module_.query_identity_queries_ = np.asarray(table.queries)
         return out
 

@@ -175,10 +175,10 @@ def relative_scores_training(leave_one_out=False, both=False):
         finally:
             del self.embed
 
-    def fit_encoded_with_means(self, table, X_query, encoder):
+    def fit_encoded_with_means(self, table, X_query, encoder, **kwargs):
         total, count, g = query_sums(table)
         bank.update(total=torch.as_tensor(total), count=torch.as_tensor(count), g=g)
-        out = fit_encoded(self, table, X_query, encoder)
+        out = fit_encoded(self, table, X_query, encoder, **kwargs)
         module = self.net_.module_
         module.relative_queries_ = np.asarray(table.queries)
         module.relative_sums_, module.relative_counts_ = total, count
