@@ -359,11 +359,12 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     protected interface that works on encoded queries, so queries are encoded
     once per call: ``_query_encoder()`` (the fitted query encoder for this
     embedder's ``encoder``, ``memory`` and ``device``),
-    ``_fit_encoded(table, X_query, encoder)``, ``_transform_encoded(table,
-    X_query)`` and ``_predict_proba_encoded(embeddings, X_query,
-    evaluations)``, where ``table`` is a validated
-    :class:`~locus_sklearn.EvalTable` and ``X_query`` the encodings of its
-    queries.
+    ``_fit_encoded(table, X_query, encoder, warn_stacklevel=None)``,
+    ``_transform_encoded(table, X_query)`` and
+    ``_predict_proba_encoded(embeddings, X_query, evaluations)``, where
+    ``table`` is a validated :class:`~locus_sklearn.EvalTable` and ``X_query``
+    the encodings of its queries; ``warn_stacklevel`` turns on the
+    :class:`CollapsedEmbeddingWarning` check and says where it points.
 
     Examples
     --------
