@@ -48,6 +48,17 @@ def headroom():
     return _load_script("headroom")
 
 
+@pytest.fixture(scope="module")
+def complete_pool():
+    """4 models, each scored on all 60 queries (8-d encodings)."""
+    from locus_sklearn.datasets import make_model_pool
+
+    return make_model_pool(
+        n_models=4, n_queries=60, n_families=2, evals_per_model="all",
+        n_features=8, random_state=0,
+    )  # fmt: skip
+
+
 def test_routing_benchmark_tiny(routing, tmp_path):
     import torch
 
@@ -1499,16 +1510,12 @@ def test_provenance_commit_override(monkeypatch):
 
 
 def test_embedding_influence_runs_on_the_routing_benchmarks_rows(
-    monkeypatch, tiny_embedder
+    monkeypatch, tiny_embedder, complete_pool
 ):
-    from locus_sklearn.datasets import make_model_pool
     from locus_sklearn.metrics import oracle_accuracy
 
     influence = _load_script("embedding_influence")
-    pool = make_model_pool(
-        n_models=4, n_queries=60, n_families=2, evals_per_model="all",
-        n_features=8, random_state=0,
-    )  # fmt: skip
+    pool = complete_pool
     data = SimpleNamespace(evals=pool.evals, encodings=pool.encodings, split=None)
     seen = {}
 
@@ -1556,14 +1563,11 @@ def test_cuda_check_limits_and_true_accuracy():
     ) == pytest.approx(0.4)
 
 
-def test_bfloat16_routing_compares_the_two_dtypes_of_one_fit(tiny_embedder):
-    from locus_sklearn.datasets import make_model_pool
-
+def test_bfloat16_routing_compares_the_two_dtypes_of_one_fit(
+    tiny_embedder, complete_pool
+):
     bench = _load_script("bfloat16_routing")
-    pool = make_model_pool(
-        n_models=4, n_queries=60, n_families=2, evals_per_model="all",
-        n_features=8, random_state=0,
-    )  # fmt: skip
+    pool = complete_pool
     embedder = tiny_embedder(pool.encodings, enc_size=(8, 64)).fit(pool.evals)
     test = pool.evals.pivot(index="query", columns="model", values="score")
     out = bench.compare(embedder, pool.evals, test.index.to_numpy(), test.to_numpy())
