@@ -152,6 +152,10 @@ VARIANTS = {
     # benchmarks/_slow_predictor.py: the predictor learns at 0.25 times the
     # learning rate, the encoder at it (session 32, fixed before the run).
     "slow-predictor": {"_slow_predictor": True},
+    # benchmarks/_score_geometry.py: z's distances within a batch follow the
+    # models' score disagreement on shared queries (session 36, fixed before
+    # the run).
+    "score-geometry": {"_score_geometry": True},
 }
 
 
@@ -489,6 +493,10 @@ def _prototype(key, value):
         from _slow_predictor import slow_predictor_training
 
         return slow_predictor_training()
+    if key == "_score_geometry":
+        from _score_geometry import score_geometry_training
+
+        return score_geometry_training()
     raise KeyError(f"no training prototype {key!r}")
 
 

@@ -1,0 +1,117 @@
+"""A training prototype for embedding_quality.py: model embeddings whose
+distances follow the models' score disagreement on shared queries.
+
+Sessions 18-24 located what finds Shaberi's siblings and separates
+same-strength specialists: query-level agreement (raw score vectors on the
+training queries 0.36 recall@1, the library's score disagreement 0.40, LOCUS's
+z 0.10). The terms tried so far rewarded either one model's two views being
+near each other (identity InfoNCE, sessions 12 and 23), a spread of z
+(VICReg, session 11) or an order of strengths (session 26); none asks two
+*different* models to be as near as their answers are alike. Here one thing
+changes in training: a stress term (metric multidimensional scaling) on each
+batch's episodes. For episodes i and j of a batch, the target is their root
+mean squared score difference over the training queries both episodes hold
+(encoder and decoder rows, with their answers):
+
+    t_ij = sqrt(mean over shared q of (y_iq - y_jq)^2)
+
+(for 0/1 scores, the square root of the share of shared queries on which they
+disagree), and the term is the weighted mean of
+``(d_ij / mean d - t_ij / mean t)^2`` over pairs with at least ``MIN_SHARED``
+shared queries, weighted by the number shared, where d_ij = |z_i - z_j|.
+Both distances are divided by their weighted batch mean, so the term fixes
+the *shape* of the batch's embeddings, not their scale or position: the
+correctness loss keeps both. Validation loss and early stopping read the
+correctness loss alone.
+
+Settings fixed before any run (not tuned): weight 1 (the correctness BCE is
+about 0.6 at the start, the stress about 0.1-0.5), ``MIN_SHARED = 8``.
+"""
+
+import torch
+from _loss_terms import training_terms
+
+WEIGHT = 1.0
+MIN_SHARED = 8
+
+
+def episode_scores(X, y_true, n_queries):
+    """Each episode's scores as a dense row over the training queries.
+
+    Parameters
+    ----------
+    X : dict
+        A training batch: ``enc_index``, ``enc_score``, ``enc_mask`` (B, N)
+        and ``dec_index`` (B, M), indices into the ``n_queries`` training
+        queries.
+    y_true : Tensor of shape (B, M)
+        Decoder scores, NaN for padding.
+
+    Returns
+    -------
+    held, scores : Tensor of shape (B, n_queries)
+        1 where the episode holds the query (encoder or decoder row), and
+        its score there (0 elsewhere).
+    """
+    index = torch.cat([X["enc_index"], X["dec_index"]], dim=1)
+    dec_held = ~torch.isnan(y_true)
+    held = torch.cat([X["enc_mask"], dec_held], dim=1).float()
+    score = torch.cat([X["enc_score"], torch.nan_to_num(y_true)], dim=1).float()
+    b = index.shape[0]
+    dense_held = torch.zeros(b, n_queries).scatter_add_(1, index, held)
+    dense_score = torch.zeros(b, n_queries).scatter_add_(1, index, score * held)
+    return dense_held, dense_score
+
+
+def disagreement(held, scores):
+    """Root mean squared score difference of every pair of rows over the
+    columns both hold, and the number of such columns: two (B, B) tensors
+    (the root is 0 where nothing is shared)."""
+    shared = held @ held.T
+    squares = (scores * scores) @ held.T
+    sq_diff = squares + squares.T - 2 * scores @ scores.T
+    rms = torch.sqrt((sq_diff / shared.clamp(min=1)).clamp(min=0))
+    return rms, shared
+
+
+def stress(z, target, weight):
+    """Weighted mean of ``(d / mean d - t / mean t)^2`` over the pairs i < j
+    with positive weight, d the euclidean distances of the rows of ``z``
+    (B, d'); 0 when no pair has weight."""
+    b = z.shape[0]
+    upper = torch.triu(torch.ones(b, b, dtype=torch.bool), diagonal=1)
+    w = torch.where(upper, weight, torch.zeros_like(weight))
+    total = w.sum()
+    if total <= 0:
+        return z.sum() * 0
+    diff = z.unsqueeze(0) - z.unsqueeze(1)
+    d = torch.sqrt((diff * diff).sum(-1) + 1e-12)
+    d_mean = (w * d).sum() / total
+    t_mean = (w * target).sum() / total
+    if t_mean <= 0:
+        return z.sum() * 0
+    return (w * (d / d_mean - target / t_mean) ** 2).sum() / total
+
+
+def score_geometry_training(weight=WEIGHT, min_shared=MIN_SHARED, record=None):
+    """Within the block, LOCUS's training loss includes the stress term.
+
+    ``record``: a list that gets, per training step, the term's value and
+    its number of weighted pairs (a diagnostic).
+    """
+
+    def terms(net, y_pred, y_true, X):
+        z = y_pred[1]
+        if z.shape[0] < 2:
+            return ()
+        n_queries = len(net.query_bank_)
+        held, scores = episode_scores(X, y_true, n_queries)
+        target, shared = disagreement(held, scores)
+        pair_weight = torch.where(shared >= min_shared, shared, 0.0)
+        value = stress(z.float(), target, pair_weight)
+        if record is not None:
+            pairs = int((torch.triu(pair_weight, 1) > 0).sum())
+            record.append((float(value.detach()), pairs))
+        return (weight * value,)
+
+    return training_terms(terms)
