@@ -155,7 +155,10 @@ VARIANTS = {
     # benchmarks/_score_geometry.py: z's distances within a batch follow the
     # models' score disagreement on shared queries (session 36, fixed before
     # the run).
-    "score-geometry": {"_score_geometry": True},
+    "score-geometry": {"_score_geometry": 1.0},
+    # The same term at weight 0.3 (session 36's second run, fixed after the
+    # first run's rule failed on self-identification and BFCL's twins).
+    "score-geometry-0.3": {"_score_geometry": 0.3},
 }
 
 
@@ -496,7 +499,7 @@ def _prototype(key, value):
     if key == "_score_geometry":
         from _score_geometry import score_geometry_training
 
-        return score_geometry_training()
+        return score_geometry_training(weight=value)
     raise KeyError(f"no training prototype {key!r}")
 
 
