@@ -999,33 +999,22 @@ def routing_settings():
 
 
 # ------------------------------------------------------------- summary
-def _ms(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {
-        "mean": float(np.mean(values)),
-        "std": float(np.std(values)),
-        "n": len(values),
-    }
-
-
 def summarise(runs):
     out = {}
     for n in runs[0]["by_n"]:
         blocks = [r["by_n"][n] for r in runs if n in r["by_n"]]
         s = {"routing": {}, "embeddings": {}}
         for k in blocks[0]["routing"]:
-            s["routing"][k] = _ms([b["routing"].get(k) for b in blocks])
+            s["routing"][k] = routing.mean_std([b["routing"].get(k) for b in blocks])
         if "expected" in blocks[0]:
             s["expected"] = {
-                k: _ms([b["expected"].get(k) for b in blocks])
+                k: routing.mean_std([b["expected"].get(k) for b in blocks])
                 for k in blocks[0]["expected"]
             }
         for k, e in blocks[0]["embeddings"].items():
             es = [b["embeddings"][k] for b in blocks if k in b["embeddings"]]
             row = {
-                m: _ms([x.get(m) for x in es])
+                m: routing.mean_std([x.get(m) for x in es])
                 for m in (
                     "participation_ratio",
                     "split_half_pr",
@@ -1035,22 +1024,28 @@ def summarise(runs):
                 )
             }
             if e.get("groups"):
-                row["recall@1"] = _ms([x["groups"]["recall@1"] for x in es])
-                row["recall@3"] = _ms([x["groups"]["recall@3"] for x in es])
+                row["recall@1"] = routing.mean_std(
+                    [x["groups"]["recall@1"] for x in es]
+                )
+                row["recall@3"] = routing.mean_std(
+                    [x["groups"]["recall@3"] for x in es]
+                )
             for key in e.get("self_id", {}):
-                row[f"self-id@{key}"] = _ms([x["self_id"].get(key) for x in es])
+                row[f"self-id@{key}"] = routing.mean_std(
+                    [x["self_id"].get(key) for x in es]
+                )
             for key in ("no_outage", "fallback@1", "fallback@1 by scores"):
                 if key in e:
-                    row[key] = _ms([x.get(key) for x in es])
+                    row[key] = routing.mean_std([x.get(key) for x in es])
             if "shrinkage" in e:
-                row["shrinkage"] = _ms([x["shrinkage"] for x in es])
+                row["shrinkage"] = routing.mean_std([x["shrinkage"] for x in es])
             if "guard_alpha" in e:
-                row["guard alpha"] = _ms([x["guard_alpha"] for x in es])
+                row["guard alpha"] = routing.mean_std([x["guard_alpha"] for x in es])
             for key in (
                 "cv_guard", "ll_guard", "cv_ll_guard", "routed_guard", "cv_routed_guard"
             ):  # fmt: skip
                 if f"{key}_alpha" in e:
-                    row[f"{key.replace('_', '-')} alpha"] = _ms(
+                    row[f"{key.replace('_', '-')} alpha"] = routing.mean_std(
                         [x[f"{key}_alpha"] for x in es]
                     )
             s["embeddings"][k] = row
@@ -1200,7 +1195,8 @@ def summarise_union(runs):
         emb_keys = dict.fromkeys(k for b in blocks for k in b["embeddings"])
         s = {
             "routing": {
-                k: _ms([b["routing"].get(k) for b in blocks]) for k in routing_keys
+                k: routing.mean_std([b["routing"].get(k) for b in blocks])
+                for k in routing_keys
             }
         }
         s["embeddings"] = {}
