@@ -159,6 +159,8 @@ VARIANTS = {
     # The same term at weight 0.3 (session 36's second run, fixed after the
     # first run's rule failed on self-identification and BFCL's twins).
     "score-geometry-0.3": {"_score_geometry": 0.3},
+    # The same term in the package (LocusEmbedder(agreement_weight=0.3)).
+    "agreement-0.3": {"agreement_weight": 0.3},
 }
 
 

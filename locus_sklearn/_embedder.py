@@ -229,6 +229,15 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     profile_weight : float, default=1.0
         Weight of the profile objective next to the correctness BCE (used
         when ``n_profile_regions > 0``).
+    agreement_weight : float, default=0.0
+        Weight of the agreement term next to the correctness BCE, in
+        training steps: within each batch of episodes, the distances between
+        the models' embeddings are fitted, up to scale, to how much their
+        scores differ on the training queries both hold (root mean squared
+        difference; pairs sharing at least 8 queries), so that models that
+        answer alike sit near each other whatever their strength. 0 trains
+        on correctness alone (the paper's objective). See
+        ``benchmarks/results/TUNING.md``, session 36.
     standardize_embedding : bool, default=False
         Standardise the embeddings across models: each coordinate of z minus
         its mean over the training batch's models, divided by its standard
@@ -399,6 +408,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         "readout_dtype": [StrOptions({"float32", "bfloat16"})],
         "n_profile_regions": [Interval(Integral, 0, None, closed="left")],
         "profile_weight": [Interval(Real, 0, None, closed="left")],
+        "agreement_weight": [Interval(Real, 0, None, closed="left")],
         "standardize_embedding": ["boolean"],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "episodes_per_epoch": [Interval(Integral, 1, None, closed="left")],
@@ -445,6 +455,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         readout_dtype="float32",
         n_profile_regions=0,
         profile_weight=1.0,
+        agreement_weight=0.0,
         standardize_embedding=False,
         max_epochs=100,
         episodes_per_epoch=256,
@@ -484,6 +495,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.readout_dtype = readout_dtype
         self.n_profile_regions = n_profile_regions
         self.profile_weight = profile_weight
+        self.agreement_weight = agreement_weight
         self.standardize_embedding = standardize_embedding
         self.max_epochs = max_epochs
         self.episodes_per_epoch = episodes_per_epoch

@@ -50,6 +50,7 @@ _ADDED_PARAMS = {
     "n_profile_regions": 0,
     "standardize_embedding": False,
     "profile_weight": 1.0,
+    "agreement_weight": 0.0,
     "readout_neighbors": None,
     "readout_index": "exact",
     "readout_dtype": "float32",

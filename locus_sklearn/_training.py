@@ -31,6 +31,7 @@ from skorch.dataset import unpack_data
 from skorch.helper import predefined_split
 from skorch.utils import to_tensor
 
+from ._agreement import agreement_stress
 from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
 from ._readout import EvaluationSets, ReadoutPool
 from .metrics._routing import routing_accuracy
@@ -454,9 +455,10 @@ class LocusNet(NeuralNet):
 
     query_bank_ = None
 
-    def __init__(self, *args, profile_weight=0.0, **kwargs):
+    def __init__(self, *args, profile_weight=0.0, agreement_weight=0.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.profile_weight = profile_weight
+        self.agreement_weight = agreement_weight
 
     def _network(self):
         """The LocusNetwork, unwrapped from any data-parallel wrapper."""
@@ -477,18 +479,25 @@ class LocusNet(NeuralNet):
 
     def get_loss(self, y_pred, y_true, X=None, training=False):
         """BCE of the logits, plus ``profile_weight`` times the profile head's
-        BCE against each episode's mean score per region (weighted by rows)."""
+        BCE against each episode's mean score per region (weighted by rows),
+        plus, in training steps, ``agreement_weight`` times the agreement
+        term of the batch's embeddings (:mod:`._agreement`; validation loss
+        and early stopping read the other terms only)."""
         logits, z = y_pred
         loss = super().get_loss(logits, y_true, X=X, training=training)
         profile = self._network().profile
-        if profile is None or not self.profile_weight or "profile" not in X:
-            return loss
-        target = to_tensor(X["profile"], device=self.device)
-        count = to_tensor(X["profile_count"], device=self.device)
-        fit = torch.nn.functional.binary_cross_entropy_with_logits(
-            profile(z), target, weight=count, reduction="sum"
-        ) / count.sum().clamp(min=1)
-        return loss + self.profile_weight * fit
+        if profile is not None and self.profile_weight and "profile" in X:
+            target = to_tensor(X["profile"], device=self.device)
+            count = to_tensor(X["profile_count"], device=self.device)
+            fit = torch.nn.functional.binary_cross_entropy_with_logits(
+                profile(z), target, weight=count, reduction="sum"
+            ) / count.sum().clamp(min=1)
+            loss = loss + self.profile_weight * fit
+        if training and self.agreement_weight and len(z) > 1:
+            y_true = to_tensor(y_true, device=z.device)
+            term = agreement_stress(z, X, y_true, len(self.query_bank_))
+            loss = loss + self.agreement_weight * term
+        return loss
 
     def validation_step(self, batch, **fit_params):
         self._set_training(False)
@@ -568,6 +577,7 @@ def build_net(
             collate_episodes, profile_regions=profile
         ),
         profile_weight=params["profile_weight"],
+        agreement_weight=params["agreement_weight"],
         train_split=predefined_split(valid_dataset) if valid_dataset else None,
         callbacks=list(callbacks),
         **extra,
