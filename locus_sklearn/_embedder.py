@@ -603,7 +603,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         self : LocusEmbedder
         """
-        self._fit_evals(evals)
+        self._fit_evals(evals, wrappers=1)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -614,20 +614,24 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         embeddings : ndarray of shape (n_models, embedding_dim)
         """
-        table, X_query = self._fit_evals(evals)
+        # fit_transform is also wrapped by set_output's wrapper.
+        table, X_query = self._fit_evals(evals, wrappers=2)
         return self._as_output(self._transform_encoded(table, X_query), table)
 
-    def _fit_evals(self, evals):
-        """Validate, encode the queries once, fit; return (table, X_query)."""
+    def _fit_evals(self, evals, wrappers):
+        """Validate, encode the queries once, fit; return (table, X_query).
+
+        ``wrappers``: how many decorators' frames stand between the public
+        method that called this and its caller, where warnings point."""
         table = check_evals(evals)
         self._check_structure()  # before the encoder loads: fail fast
         encoder = self._query_encoder()
         X_query = encoder.transform(table.queries)
-        # <- _fit_evals <- fit or fit_transform <- _fit_context's wrapper <- caller
-        warn_shared_encodings(X_query, table.queries, stacklevel=5)
+        # <- _fit_evals <- fit or fit_transform <- its wrappers <- caller
+        warn_shared_encodings(X_query, table.queries, stacklevel=4 + wrappers)
         # <- warn_if_collapsed <- _fit_encoded <- its _fit_context wrapper
-        # <- _fit_evals <- fit or fit_transform <- _fit_context's wrapper <- caller
-        self._fit_encoded(table, X_query, encoder, warn_stacklevel=7)
+        # <- _fit_evals <- fit or fit_transform <- its wrappers <- caller
+        self._fit_encoded(table, X_query, encoder, warn_stacklevel=6 + wrappers)
         return table, X_query
 
     def _query_encoder(self):

@@ -217,14 +217,16 @@ def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
         ),
     )
     rows = pool.evals.groupby("model").head(40)
-    for estimator in (
-        tiny_embedder(pool.encodings, max_epochs=1),
-        LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)),
+    # fit_transform has one wrapper more than fit (set_output's).
+    for estimator, method in (
+        (tiny_embedder(pool.encodings, max_epochs=1), "fit"),
+        (tiny_embedder(pool.encodings, max_epochs=1), "fit_transform"),
+        (LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)), "fit"),
     ):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            estimator.fit(rows)
+            getattr(estimator, method)(rows)
         collapsed = [w for w in caught if w.category is CollapsedEmbeddingWarning]
-        assert len(collapsed) == 1, type(estimator).__name__
+        assert len(collapsed) == 1, (type(estimator).__name__, method)
         assert collapsed[0].filename == __file__
         assert "12 training models" in str(collapsed[0].message)

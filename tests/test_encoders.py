@@ -543,15 +543,18 @@ def test_shared_encodings_below_five_percent_are_quiet(recwarn):
     assert not [w for w in recwarn if "share their" in str(w.message)]
 
 
-@pytest.mark.parametrize("estimator", ["embedder", "router"])
-def test_locus_fit_warns_shared_encodings_once(estimator, tiny_settings):
+@pytest.mark.parametrize(
+    "estimator, method",
+    [("embedder", "fit"), ("embedder", "fit_transform"), ("router", "fit")],
+)
+def test_locus_fit_warns_shared_encodings_once(estimator, method, tiny_settings):
     from locus_sklearn import LocusEmbedder, LocusRouter, SharedEncodingsWarning
 
     encodings, evals = _shared_pool(8, 4)
     embedder = LocusEmbedder(encodings, **tiny_settings)
     model = embedder if estimator == "embedder" else LocusRouter(embedder)
     with pytest.warns(SharedEncodingsWarning) as record:
-        model.fit(evals)
+        getattr(model, method)(evals)
     shared = [w for w in record if w.category is SharedEncodingsWarning]
     assert len(shared) == 1
     assert shared[0].filename == __file__
