@@ -236,8 +236,11 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         scores differ on the training queries both hold (root mean squared
         difference; pairs sharing at least 8 queries), so that models that
         answer alike sit near each other whatever their strength. 0 trains
-        on correctness alone (the paper's objective). See
-        ``benchmarks/results/TUNING.md``, session 36.
+        on correctness alone (the paper's objective). At 0.3, on four real
+        pools at 256 evaluations per model, it found more near-duplicate
+        models (Shaberi's variants of one base: recall@1 0.15 against 0.10)
+        and lowered the held-out loss, but routed MMLU-Pro a point lower, so
+        it is off by default (``benchmarks/results/TUNING.md``, session 36).
     standardize_embedding : bool, default=False
         Standardise the embeddings across models: each coordinate of z minus
         its mean over the training batch's models, divided by its standard
