@@ -201,6 +201,30 @@ def test_router_trains_through_the_accelerator(pool, accelerator):
     assert roc_auc_score(truth.ravel() > 0.5, proba.ravel()) > 0.5
 
 
+def test_agreement_term_trains_through_the_accelerator(
+    pool, accelerator, monkeypatch
+):
+    from locus_sklearn import _training
+
+    values = []
+    term = _training.agreement_stress
+
+    def recorded(*args, **kwargs):
+        values.append(term(*args, **kwargs))
+        return values[-1]
+
+    monkeypatch.setattr(_training, "agreement_stress", recorded)
+    embedder = LocusEmbedder(
+        pool.encodings, random_state=0, accelerator=accelerator, **TINY
+    )
+    embedder.set_params(agreement_weight=0.5).fit(pool.evals)
+    # One term per training step (validation steps read none), each finite
+    # and with a gradient.
+    n_steps = sum(embedder.net_.history[:, "train_batch_count"])
+    assert len(values) == n_steps > 0
+    assert all(torch.isfinite(v) and v.requires_grad for v in values)
+
+
 def test_device_must_be_the_accelerators(pool, accelerator):
     embedder = LocusEmbedder(
         pool.encodings, device="cuda:7", accelerator=accelerator, **TINY
