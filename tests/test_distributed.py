@@ -201,9 +201,7 @@ def test_router_trains_through_the_accelerator(pool, accelerator):
     assert roc_auc_score(truth.ravel() > 0.5, proba.ravel()) > 0.5
 
 
-def test_agreement_term_trains_through_the_accelerator(
-    pool, accelerator, monkeypatch
-):
+def test_agreement_term_trains_through_the_accelerator(pool, accelerator, monkeypatch):
     from locus_sklearn import _training
 
     values = []
