@@ -74,6 +74,34 @@ def disagreement(held, scores):
     return rms, shared
 
 
+def correlation_distance(held, scores, eps=1e-6):
+    """``sqrt(1 - r_ij)``, r the Pearson correlation of rows i and j over the
+    columns both hold (0 where either is constant there), and the number of
+    such columns: two (B, B) tensors.
+
+    Session 36's third variant: on 0/1 scores the squared difference of two
+    models that answer independently is ``p_i (1 - p_j) + p_j (1 - p_i)``,
+    set by their accuracies, so the RMS target mostly restates strength. The
+    correlation removes each model's mean and spread on the shared queries;
+    ``sqrt(1 - r)`` is proportional to the distance of the standardised
+    score vectors.
+    """
+    shared = held @ held.T
+    n = shared.clamp(min=1)
+    sum_i = scores @ held.T  # row i's scores over the columns j holds
+    sq_i = (scores * scores) @ held.T
+    mean_i, mean_j = sum_i / n, sum_i.T / n
+    var_i = (sq_i / n - mean_i * mean_i).clamp(min=0)
+    var_j = (sq_i.T / n - mean_j * mean_j).clamp(min=0)
+    cov = (scores @ scores.T) / n - mean_i * mean_j
+    ok = (var_i > eps) & (var_j > eps)
+    r = torch.where(ok, cov / torch.sqrt(var_i * var_j).clamp(min=eps), 0.0)
+    return torch.sqrt((1 - r.clamp(-1, 1)).clamp(min=0)), shared
+
+
+TARGETS = {"rms": disagreement, "correlation": correlation_distance}
+
+
 def stress(z, target, weight):
     """Weighted mean of ``(d / mean d - t / mean t)^2`` over the pairs i < j
     with positive weight, d the euclidean distances of the rows of ``z``
@@ -93,8 +121,13 @@ def stress(z, target, weight):
     return (w * (d / d_mean - target / t_mean) ** 2).sum() / total
 
 
-def score_geometry_training(weight=WEIGHT, min_shared=MIN_SHARED, record=None):
+def score_geometry_training(
+    weight=WEIGHT, min_shared=MIN_SHARED, record=None, target="rms"
+):
     """Within the block, LOCUS's training loss includes the stress term.
+
+    ``target``: "rms" (:func:`disagreement`) or "correlation"
+    (:func:`correlation_distance`).
 
     ``record``: a list that gets, per training step, the term's value and
     its number of weighted pairs (a diagnostic).
@@ -106,9 +139,9 @@ def score_geometry_training(weight=WEIGHT, min_shared=MIN_SHARED, record=None):
             return ()
         n_queries = len(net.query_bank_)
         held, scores = episode_scores(X, y_true, n_queries)
-        target, shared = disagreement(held, scores)
+        distance, shared = TARGETS[target](held, scores)
         pair_weight = torch.where(shared >= min_shared, shared, 0.0)
-        value = stress(z.float(), target, pair_weight)
+        value = stress(z.float(), distance, pair_weight)
         if record is not None:
             pairs = int((torch.triu(pair_weight, 1) > 0).sum())
             record.append((float(value.detach()), pairs))

@@ -161,6 +161,10 @@ VARIANTS = {
     "score-geometry-0.3": {"_score_geometry": 0.3},
     # The same term in the package (LocusEmbedder(agreement_weight=0.3)).
     "agreement-0.3": {"agreement_weight": 0.3},
+    # Its target the correlation distance sqrt(1 - r) of the shared scores
+    # instead of their RMS difference (session 36's fourth run, fixed before
+    # it; benchmarks/_score_geometry.py).
+    "agreement-corr-0.3": {"_score_geometry": (0.3, "correlation")},
 }
 
 
@@ -501,7 +505,8 @@ def _prototype(key, value):
     if key == "_score_geometry":
         from _score_geometry import score_geometry_training
 
-        return score_geometry_training(weight=value)
+        weight, target = value if isinstance(value, tuple) else (value, "rms")
+        return score_geometry_training(weight=weight, target=target)
     raise KeyError(f"no training prototype {key!r}")
 
 
