@@ -84,7 +84,9 @@ def correlation_distance(held, scores, eps=1e-6):
     set by their accuracies, so the RMS target mostly restates strength. The
     correlation removes each model's mean and spread on the shared queries;
     ``sqrt(1 - r)`` is proportional to the distance of the standardised
-    score vectors.
+    score vectors. (It narrowed the planted specialists' embedding as much
+    as the RMS target: the strength in that target was not the cause;
+    TUNING.md session 36.)
     """
     shared = held @ held.T
     n = shared.clamp(min=1)
