@@ -31,47 +31,13 @@ about 0.6 at the start, the stress about 0.1-0.5), ``MIN_SHARED = 8``.
 import torch
 from _loss_terms import training_terms
 
+# The package's term (LocusEmbedder(agreement_weight=...)) since the second
+# run; the prototype kept its own copy until then, with the same figures per
+# seed to the last digit.
+from locus_sklearn._agreement import disagreement, episode_scores, stress
+
 WEIGHT = 1.0
 MIN_SHARED = 8
-
-
-def episode_scores(X, y_true, n_queries):
-    """Each episode's scores as a dense row over the training queries.
-
-    Parameters
-    ----------
-    X : dict
-        A training batch: ``enc_index``, ``enc_score``, ``enc_mask`` (B, N)
-        and ``dec_index`` (B, M), indices into the ``n_queries`` training
-        queries.
-    y_true : Tensor of shape (B, M)
-        Decoder scores, NaN for padding.
-
-    Returns
-    -------
-    held, scores : Tensor of shape (B, n_queries)
-        1 where the episode holds the query (encoder or decoder row), and
-        its score there (0 elsewhere).
-    """
-    index = torch.cat([X["enc_index"], X["dec_index"]], dim=1)
-    dec_held = ~torch.isnan(y_true)
-    held = torch.cat([X["enc_mask"], dec_held], dim=1).float()
-    score = torch.cat([X["enc_score"], torch.nan_to_num(y_true)], dim=1).float()
-    b = index.shape[0]
-    dense_held = torch.zeros(b, n_queries).scatter_add_(1, index, held)
-    dense_score = torch.zeros(b, n_queries).scatter_add_(1, index, score * held)
-    return dense_held, dense_score
-
-
-def disagreement(held, scores):
-    """Root mean squared score difference of every pair of rows over the
-    columns both hold, and the number of such columns: two (B, B) tensors
-    (the root is 0 where nothing is shared)."""
-    shared = held @ held.T
-    squares = (scores * scores) @ held.T
-    sq_diff = squares + squares.T - 2 * scores @ scores.T
-    rms = torch.sqrt((sq_diff / shared.clamp(min=1)).clamp(min=0))
-    return rms, shared
 
 
 def correlation_distance(held, scores, eps=1e-6):
@@ -102,25 +68,6 @@ def correlation_distance(held, scores, eps=1e-6):
 
 
 TARGETS = {"rms": disagreement, "correlation": correlation_distance}
-
-
-def stress(z, target, weight):
-    """Weighted mean of ``(d / mean d - t / mean t)^2`` over the pairs i < j
-    with positive weight, d the euclidean distances of the rows of ``z``
-    (B, d'); 0 when no pair has weight."""
-    b = z.shape[0]
-    upper = torch.triu(torch.ones(b, b, dtype=torch.bool), diagonal=1)
-    w = torch.where(upper, weight, torch.zeros_like(weight))
-    total = w.sum()
-    if total <= 0:
-        return z.sum() * 0
-    diff = z.unsqueeze(0) - z.unsqueeze(1)
-    d = torch.sqrt((diff * diff).sum(-1) + 1e-12)
-    d_mean = (w * d).sum() / total
-    t_mean = (w * target).sum() / total
-    if t_mean <= 0:
-        return z.sum() * 0
-    return (w * (d / d_mean - target / t_mean) ** 2).sum() / total
 
 
 def score_geometry_training(
