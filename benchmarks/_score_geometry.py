@@ -34,10 +34,9 @@ from _loss_terms import training_terms
 # The package's term (LocusEmbedder(agreement_weight=...)) since the second
 # run; the prototype kept its own copy until then, with the same figures per
 # seed to the last digit.
-from locus_sklearn._agreement import disagreement, episode_scores, stress
+from locus_sklearn._agreement import MIN_SHARED, disagreement, episode_scores, stress
 
 WEIGHT = 1.0
-MIN_SHARED = 8
 
 
 def correlation_distance(held, scores, eps=1e-6):
