@@ -175,8 +175,7 @@ class BaseRouter(BaseEstimator):
         if self._uses_query_encodings:
             encoder = self._query_encoder()
             X_query = encoder.transform(table.queries)
-            # warn_shared_encodings <- fit <- _fit_context's wrapper <- caller
-            warn_shared_encodings(X_query, table.queries, stacklevel=4)
+            warn_shared_encodings(X_query, table.queries)
         else:
             X_query = np.zeros((table.n_queries, 0), dtype=np.float32)
         self._fit_encoded(table, X_query, encoder, model_costs=costs)

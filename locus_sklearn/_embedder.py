@@ -1,6 +1,5 @@
 """LocusEmbedder: learn F_θ and G_ψ from scored evaluations; embed models."""
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -31,6 +30,7 @@ from ._training import (
     predict_proba,
     readout_pool,
 )
+from ._warnings import warn_external
 
 __all__ = ["FewEvaluationsWarning", "LocusEmbedder"]
 
@@ -87,7 +87,7 @@ class CollapsedEmbeddingWarning(UserWarning):
     >>> Z = np.ones((3, 4)) + np.array([[0.0], [1e-5], [2e-5]])
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     warn_if_collapsed(Z, kernel_readout=True, stacklevel=2)
+    ...     warn_if_collapsed(Z, kernel_readout=True)
     >>> caught[0].category is CollapsedEmbeddingWarning
     True
     """
@@ -109,10 +109,10 @@ def embedding_spread(embeddings):
     return float(spread / norm)
 
 
-def warn_if_collapsed(embeddings, kernel_readout, stacklevel):
-    """Warn (:class:`CollapsedEmbeddingWarning`) when the training models'
-    ``embeddings`` (n_models, d) spread by less than ``COLLAPSE_SPREAD``;
-    ``stacklevel`` as for :func:`warnings.warn` called here."""
+def warn_if_collapsed(embeddings, kernel_readout):
+    """Warn (:class:`CollapsedEmbeddingWarning`, at the user's line) when
+    the training models' ``embeddings`` (n_models, d) spread by less than
+    ``COLLAPSE_SPREAD``."""
     if len(embeddings) < 2:
         return
     spread = embedding_spread(embeddings)
@@ -124,7 +124,7 @@ def warn_if_collapsed(embeddings, kernel_readout, stacklevel):
         else "the embedding-only predictor (kernel_readout=False) gives every "
         "model about the same P(correct)"
     )
-    warnings.warn(
+    warn_external(
         f"The {len(embeddings)} training models' embeddings are nearly identical: "
         f"they spread by {spread:.1e} of the norm of their mean (under "
         f"{COLLAPSE_SPREAD:g}). Similar models, families, fingerprints and "
@@ -132,7 +132,6 @@ def warn_if_collapsed(embeddings, kernel_readout, stacklevel):
         "Another random_state may train apart (on one pool's rows, seeds "
         "have differed in this).",
         CollapsedEmbeddingWarning,
-        stacklevel=stacklevel,
     )
 
 
@@ -371,12 +370,12 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
     protected interface that works on encoded queries, so queries are encoded
     once per call: ``_query_encoder()`` (the fitted query encoder for this
     embedder's ``encoder``, ``memory`` and ``device``),
-    ``_fit_encoded(table, X_query, encoder, warn_stacklevel=None)``,
+    ``_fit_encoded(table, X_query, encoder, check_collapse=False)``,
     ``_transform_encoded(table, X_query)`` and
     ``_predict_proba_encoded(embeddings, X_query, evaluations)``, where
     ``table`` is a validated :class:`~locus_sklearn.EvalTable` and ``X_query``
-    the encodings of its queries; ``warn_stacklevel`` turns on the
-    :class:`CollapsedEmbeddingWarning` check and says where it points.
+    the encodings of its queries; ``check_collapse`` turns on the
+    :class:`CollapsedEmbeddingWarning` check.
 
     Examples
     --------
@@ -606,7 +605,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         self : LocusEmbedder
         """
-        self._fit_evals(evals, wrappers=1)
+        self._fit_evals(evals)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -617,24 +616,17 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         -------
         embeddings : ndarray of shape (n_models, embedding_dim)
         """
-        # fit_transform is also wrapped by set_output's wrapper.
-        table, X_query = self._fit_evals(evals, wrappers=2)
+        table, X_query = self._fit_evals(evals)
         return self._as_output(self._transform_encoded(table, X_query), table)
 
-    def _fit_evals(self, evals, wrappers):
-        """Validate, encode the queries once, fit; return (table, X_query).
-
-        ``wrappers``: how many decorators' frames stand between the public
-        method that called this and its caller, where warnings point."""
+    def _fit_evals(self, evals):
+        """Validate, encode the queries once, fit; return (table, X_query)."""
         table = check_evals(evals)
         self._check_structure()  # before the encoder loads: fail fast
         encoder = self._query_encoder()
         X_query = encoder.transform(table.queries)
-        # <- _fit_evals <- fit or fit_transform <- its wrappers <- caller
-        warn_shared_encodings(X_query, table.queries, stacklevel=4 + wrappers)
-        # <- warn_if_collapsed <- _fit_encoded <- its _fit_context wrapper
-        # <- _fit_evals <- fit or fit_transform <- its wrappers <- caller
-        self._fit_encoded(table, X_query, encoder, warn_stacklevel=6 + wrappers)
+        warn_shared_encodings(X_query, table.queries)
+        self._fit_encoded(table, X_query, encoder, check_collapse=True)
         return table, X_query
 
     def _query_encoder(self):
@@ -642,11 +634,11 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         return as_query_encoder(self.encoder, memory=self.memory, device=self.device)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def _fit_encoded(self, table, X_query, encoder, warn_stacklevel=None):
+    def _fit_encoded(self, table, X_query, encoder, check_collapse=False):
         """Fit on a validated table whose queries ``encoder`` encoded as ``X_query``.
 
-        ``warn_stacklevel``: where a :class:`CollapsedEmbeddingWarning` points,
-        counted from :func:`warn_if_collapsed` (None: no check)."""
+        ``check_collapse``: warn (:class:`CollapsedEmbeddingWarning`) when the
+        training models' embeddings are nearly identical."""
         self._check_structure()
         rng = check_random_state(self.random_state)
         if self.accelerator is None:
@@ -678,8 +670,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         self.n_epochs_ = len(net.history)
         embeddings = self._encoder_embeddings(table, X_query)
         self.embedding_scale_ = embedding_scale(embeddings)
-        if warn_stacklevel is not None:
-            warn_if_collapsed(embeddings, self.kernel_readout, warn_stacklevel)
+        if check_collapse:
+            warn_if_collapsed(embeddings, self.kernel_readout)
         return self
 
     # --------------------------------------------------------------- transform
@@ -706,8 +698,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         # refine_steps) may have been set after fit.
         self._validate_params()
         table = check_evals(evals)
-        # Frames: _warn_few_evaluations, transform, set_output's wrapper, caller.
-        self._warn_few_evaluations(table, stacklevel=4)
+        self._warn_few_evaluations(table)
         embeddings = self._transform_encoded(table, self._encode(table.queries))
         return self._as_output(embeddings, table)
 
@@ -722,19 +713,18 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             columns=self.get_feature_names_out(),
         )
 
-    def _warn_few_evaluations(self, table, stacklevel):
+    def _warn_few_evaluations(self, table):
         low = int(self.enc_size[0])
         counts = np.diff(table.indptr)
         few = table.models[counts < low]
         if len(few):
-            warnings.warn(
+            warn_external(
                 f"{len(few)} model(s) have fewer than enc_size[0]={low} evaluations "
                 f"(the smallest set the encoder trained on), e.g. {list(few[:3])} "
                 f"with {int(counts[counts < low].min())}: their embeddings are "
                 "extrapolated and less reliable; give each model at least "
                 f"{low} scored queries.",
                 FewEvaluationsWarning,
-                stacklevel=stacklevel,
             )
 
     # transform_batch_tokens="auto" on the CPU and on any other device (see

@@ -19,7 +19,6 @@ loaded.
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Mapping
 from importlib import resources
 from itertools import islice
@@ -35,6 +34,7 @@ from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._evals import _preview, check_queries
 from ._length_batches import encode_in_length_batches
+from ._warnings import warn_external
 
 __all__ = ["QueryEncoder", "SharedEncodingsWarning", "as_query_encoder"]
 
@@ -723,15 +723,15 @@ class SharedEncodingsWarning(UserWarning):
 _SHARED_FRACTION = 0.05
 
 
-def warn_shared_encodings(X_query, queries, stacklevel=3):
+def warn_shared_encodings(X_query, queries):
     """Warn with :class:`SharedEncodingsWarning` when at least 5 % of the
-    distinct ``queries`` share their (bit-identical) encoding ``X_query`` row.
+    distinct ``queries`` share their (bit-identical) encoding ``X_query`` row
+    (pointed at the user's line).
 
     Parameters
     ----------
     X_query : ndarray of shape (n_queries, n_features)
     queries : ndarray of str, shape (n_queries,)
-    stacklevel : int, default=3
     """
     X = np.ascontiguousarray(X_query)
     if len(X) < 2 or X.shape[1] == 0:
@@ -742,7 +742,7 @@ def warn_shared_encodings(X_query, queries, stacklevel=3):
     if shared.mean() < _SHARED_FRACTION:
         return
     largest = np.flatnonzero(group.ravel() == np.argmax(counts))
-    warnings.warn(
+    warn_external(
         f"{int(shared.sum())} of the {len(X)} training queries share their "
         f"encoding with another query (the largest group has {int(counts.max())} "
         f"queries, e.g. {_preview(list(queries[largest[:3]]))}); a router cannot "
@@ -750,5 +750,4 @@ def warn_shared_encodings(X_query, queries, stacklevel=3):
         "read only a long shared prefix (all-MiniLM-L6-v2 reads 256 tokens): "
         "encode the part of each prompt that differs.",
         SharedEncodingsWarning,
-        stacklevel=stacklevel,
     )

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ._length_batches import encode_in_length_batches
+from ._warnings import warn_external
 
 __all__ = ["OnnxSentenceEncoder"]
 
@@ -79,12 +80,11 @@ def _fused_for_onnxruntime(graph, feed):
             raise ValueError(f"the fused graph's outputs differ by up to {worst:.2g}")
         return fused
     except Exception as exc:  # any rewrite error: run the graph as exported
-        warnings.warn(
+        warn_external(
             "backend='onnx': onnxscript could not fuse the exported graph for "
             f"ONNX Runtime ({type(exc).__name__}: {exc}); running it as exported "
             "(the same encodings, somewhat slower).",
             RuntimeWarning,
-            stacklevel=2,
         )
         return graph
 

@@ -139,9 +139,7 @@ class LocusRouter(BaseRouter):
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
         if not isinstance(embedder, FrozenEstimator):
-            # <- warn_if_collapsed <- locus._fit_encoded <- its _fit_context
-            # wrapper <- _fit_encoded <- fit <- _fit_context's wrapper <- caller
-            locus._fit_encoded(table, X_query, encoder, warn_stacklevel=7)
+            locus._fit_encoded(table, X_query, encoder, check_collapse=True)
         self.embedder_ = embedder
         self.model_embeddings_ = locus._transform_encoded(table, X_query)
         # The kernel readout reads the pool's evaluations at prediction.
@@ -358,7 +356,6 @@ class LocusRouter(BaseRouter):
 
     def _embed_table(self, table):
         """(query encodings, embeddings) of the models of ``table``."""
-        # Frames: _warn_few_evaluations, _embed_table, add_models or embed, caller.
-        self._locus._warn_few_evaluations(table, stacklevel=4)
+        self._locus._warn_few_evaluations(table)
         X_query = self._encode(table.queries)
         return X_query, self._locus._transform_encoded(table, X_query)

@@ -20,7 +20,6 @@ input (``_k_center`` on a kernel matrix), as scikit-learn pairs
 
 import heapq
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -38,6 +37,7 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._evals import check_model_costs
+from ._warnings import warn_external
 
 __all__ = [
     "BudgetGreedySelector",
@@ -547,11 +547,10 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
 
 
 def _warn_max_iter(max_iter):
-    warnings.warn(
+    warn_external(
         f"The swap search stopped at max_iter={max_iter} passes; the selection "
         "may not be a local optimum of J. Increase max_iter.",
         ConvergenceWarning,
-        stacklevel=3,
     )
 
 

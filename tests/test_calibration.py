@@ -203,8 +203,11 @@ def test_a_router_shrunk_to_the_mean_scores_is_named(fitted):
     frozen = FrozenEstimator(router.embedder_)
     blind = LocusRouter(frozen, shrinkage=1.0).fit(test, model_costs=costs)
     target = float(max(costs.values()))
-    with pytest.warns(UserWarning, match=r"shrinkage_ is 1: .* shrinkage='auto'"):
+    with pytest.warns(
+        UserWarning, match=r"shrinkage_ is 1: .* shrinkage='auto'"
+    ) as record:
         result = calibrate_cost_weight(blind, test, target_cost=target)
+    assert record[0].filename == __file__  # the caller's line
     assert result.mean_cost <= target
     with pytest.warns(UserWarning, match="shrinkage_ is 1"):
         curve = cost_quality_curve(blind, test)

@@ -188,16 +188,16 @@ def test_warn_if_collapsed_below_the_threshold_only(kernel_readout, recwarn):
         noise /= noise.std(axis=0, ddof=1).mean()
         Z = base + relative * np.linalg.norm(base[0]) * noise
         recwarn.clear()
-        warn_if_collapsed(Z, kernel_readout, stacklevel=2)
+        warn_if_collapsed(Z, kernel_readout)
         caught = [w for w in recwarn if w.category is CollapsedEmbeddingWarning]
         assert len(caught) == warns
     with pytest.warns(CollapsedEmbeddingWarning) as caught:
-        warn_if_collapsed(base, kernel_readout, stacklevel=2)
+        warn_if_collapsed(base, kernel_readout)
     message = str(caught[0].message)
     assert "spread by 0.0e+00" in message
     assert ("kernel readout" in message) is kernel_readout
     recwarn.clear()
-    warn_if_collapsed(base[:1], kernel_readout, stacklevel=2)  # one model: no spread
+    warn_if_collapsed(base[:1], kernel_readout)  # one model: no spread
     assert not [w for w in recwarn if w.category is CollapsedEmbeddingWarning]
 
 
@@ -205,6 +205,8 @@ def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
     pool, tiny_embedder, monkeypatch
 ):
     import warnings
+
+    from sklearn.model_selection import GroupKFold, cross_validate
 
     from locus_sklearn import CollapsedEmbeddingWarning, LocusEmbedder, LocusRouter
 
@@ -217,16 +219,22 @@ def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
         ),
     )
     rows = pool.evals.groupby("model").head(40)
-    # fit_transform has one wrapper more than fit (set_output's).
+    # fit_transform has one wrapper more than fit (set_output's); a Pipeline
+    # and cross_validate call through scikit-learn's and joblib's frames.
     for estimator, method in (
         (tiny_embedder(pool.encodings, max_epochs=1), "fit"),
         (tiny_embedder(pool.encodings, max_epochs=1), "fit_transform"),
         (LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)), "fit"),
+        (Pipeline([("embed", tiny_embedder(pool.encodings, max_epochs=1))]), "fit"),
+        (LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)), cross_validate),
     ):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            getattr(estimator, method)(rows)
+            if method is cross_validate:
+                cross_validate(estimator, rows, cv=GroupKFold(2), groups=rows["query"])
+            else:
+                getattr(estimator, method)(rows)
         collapsed = [w for w in caught if w.category is CollapsedEmbeddingWarning]
-        assert len(collapsed) == 1, (type(estimator).__name__, method)
-        assert collapsed[0].filename == __file__
-        assert "12 training models" in str(collapsed[0].message)
+        assert len(collapsed) == (2 if method is cross_validate else 1), method
+        assert {w.filename for w in collapsed} == {__file__}
+        assert "training models" in str(collapsed[0].message)

@@ -163,8 +163,9 @@ def test_onboarding_from_fewer_rows_than_training_warns(router, pool):
     """Item 17: an embedding from fewer rows than enc_size[0] was silent."""
     model = router.classes_[0]
     few = pool.evals[pool.evals["model"] == model].head(5)
-    with pytest.warns(FewEvaluationsWarning, match="enc_size\\[0\\]=16"):
+    with pytest.warns(FewEvaluationsWarning, match="enc_size\\[0\\]=16") as record:
         router.embed(few)
+    assert record[0].filename == __file__  # the caller's line
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         router.embed(pool.evals[pool.evals["model"] == model])

@@ -156,8 +156,9 @@ def test_functions_match_estimators():
 
 def test_max_iter_reached_warns():
     X = random_pool(2, 60, d=2)
-    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+    with pytest.warns(ConvergenceWarning, match="max_iter=1") as record:
         KMedoidsSelector(6, max_iter=1, method="pam").fit(X)
+    assert record[0].filename == __file__  # the caller's line
 
 
 # ---------------------------------------------------------------- validation

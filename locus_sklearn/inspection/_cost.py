@@ -9,7 +9,6 @@ upper envelope of the lines ``P_m - λ·c_m`` per query), so the curve and the
 calibration need no grid and miss no step.
 """
 
-import warnings
 from collections.abc import Mapping
 from numbers import Real
 
@@ -20,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._base import check_model_subset, routing_utility
 from .._evals import check_evals, check_queries
+from .._warnings import warn_external
 from ..metrics import route
 from ..model_selection._cross_val import out_of_fold_proba
 
@@ -41,14 +41,13 @@ def _router_costs(router):
         )
     if getattr(router, "shrinkage_", 0.0) == 1.0:
         # LocusRouter's safeguard at its end point: no per-query signal left.
-        warnings.warn(
+        warn_external(
             f"{type(router).__name__}.shrinkage_ is 1: every query's P(correct) "
             "is its model's mean score, so the cost weight can only move the "
             "whole traffic from one model to another. For cost-aware routing, "
             "fit with shrinkage='auto' (with costs it stays below 1), "
             "shrinkage=None or a fixed shrinkage below 1.",
             UserWarning,
-            stacklevel=3,
         )
     return np.asarray(costs, dtype=np.float64)
 

@@ -183,8 +183,7 @@ def transform_chunked(
     summary = SimpleNamespace(
         models=models, indptr=np.concatenate([[0], np.cumsum(counts)])
     )
-    # Frames: _warn_few_evaluations, transform_chunked, caller.
-    locus._warn_few_evaluations(summary, stacklevel=3)
+    locus._warn_few_evaluations(summary)
     output = locus._as_output(embeddings, summary)
     return (output, models) if return_models else output
 
