@@ -1576,3 +1576,36 @@ def test_bfloat16_routing_compares_the_two_dtypes_of_one_fit(
     assert 0 <= out["same_routing"] <= 1
     assert set(out["routing"]) == {"float32", "bfloat16"}
     assert embedder.inference_dtype == "float32"  # left as it was
+
+
+def test_agreement_specialists_target_and_geometry_by_hand():
+    script = _load_script("agreement_specialists")
+    # Two models; a holds q0-q2, b holds q1-q3: they share q1 and q2.
+    train = pd.DataFrame(
+        {
+            "model": ["a"] * 3 + ["b"] * 3,
+            "query": ["q0", "q1", "q2", "q1", "q2", "q3"],
+            "score": [1.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        }
+    )
+    truth = pd.DataFrame(
+        {"a": [0.5, 0.8, 0.2, 0.5], "b": [0.5, 0.4, 0.2, 0.5]},
+        index=["q0", "q1", "q2", "q3"],
+    )
+    observed, signal, noise, shared = script.target(train, ["a", "b"], truth)
+    assert shared[0, 1] == 2 and shared[0, 0] == 3
+    # Shared scores (1, 0) against (0, 0): one difference of 1 in 2.
+    assert observed[0, 1] == pytest.approx(0.5)
+    # (0.8 - 0.4)^2 and (0.2 - 0.2)^2 over the 2 shared queries.
+    assert signal[0, 1] == pytest.approx(0.16 / 2)
+    # (0.16 + 0.24) + (0.16 + 0.16) over 2.
+    assert noise[0, 1] == pytest.approx(0.72 / 2)
+    # Three points: two together, one 3 away; across / within = 3 / 1.
+    D = np.array([[0.0, 1.0, 3.0], [1.0, 0.0, 3.0], [3.0, 3.0, 0.0]])
+    same = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=bool)
+    same[2, 2] = True
+    assert script.across_over_within(D, same) == pytest.approx(3.0)
+    # Points on a line: one direction; a square's corners: two equal ones.
+    assert script.participation_ratio(np.array([[0.0, 0], [1, 1], [2, 2]])) == 1
+    square = np.array([[0.0, 0], [1, 0], [0, 1], [1, 1]])
+    assert script.participation_ratio(square) == pytest.approx(2.0)
