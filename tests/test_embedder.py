@@ -238,3 +238,4 @@ def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
         assert len(collapsed) == (2 if method is cross_validate else 1), method
         assert {w.filename for w in collapsed} == {__file__}
         assert "training models" in str(collapsed[0].message)
+        assert "agreement_weight=0.3" in str(collapsed[0].message)
