@@ -161,6 +161,8 @@ VARIANTS = {
     "score-geometry-0.3": {"_score_geometry": 0.3},
     # The same term in the package (LocusEmbedder(agreement_weight=0.3)).
     "agreement-0.3": {"agreement_weight": 0.3},
+    # A lighter weight (session 37's run, fixed before it).
+    "agreement-0.1": {"agreement_weight": 0.1},
     # Its target the correlation distance sqrt(1 - r) of the shared scores
     # instead of their RMS difference (session 36's fourth run, fixed before
     # it; benchmarks/_score_geometry.py).
