@@ -243,7 +243,8 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         pools at 256 evaluations per model, it found more near-duplicate
         models (Shaberi's variants of one base: recall@1 0.15 against 0.10)
         and lowered the held-out loss, but routed MMLU-Pro a point lower, so
-        it is off by default (``benchmarks/results/TUNING.md``, session 36).
+        it is off by default (``benchmarks/results/TUNING.md``, session 36);
+        0.1 found as many and kept more self-identification (session 37).
     standardize_embedding : bool, default=False
         Standardise the embeddings across models: each coordinate of z minus
         its mean over the training batch's models, divided by its standard
