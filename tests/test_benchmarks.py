@@ -1603,7 +1603,6 @@ def test_agreement_specialists_target_and_geometry_by_hand():
     # Three points: two together, one 3 away; across / within = 3 / 1.
     D = np.array([[0.0, 1.0, 3.0], [1.0, 0.0, 3.0], [3.0, 3.0, 0.0]])
     same = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=bool)
-    same[2, 2] = True
     assert script.across_over_within(D, same) == pytest.approx(3.0)
     # Points on a line: one direction; a square's corners: two equal ones.
     assert script.participation_ratio(np.array([[0.0, 0], [1, 1], [2, 2]])) == 1
