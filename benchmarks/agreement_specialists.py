@@ -36,15 +36,11 @@ from _provenance import git_commit, machine_info
 from embedding_quality import fit_locus, load_pool
 from routing import Split
 
+from locus_sklearn._agreement import disagreement
 from locus_sklearn._embedder import embedding_spread
+from locus_sklearn.inspection._geometry import spread_of
 
 VARIANTS = ("baseline", "agreement-0.3")
-
-
-def participation_ratio(X):
-    """(Σσ²)² / Σσ⁴ of the singular values of the centred rows of ``X``."""
-    s2 = np.linalg.svd(X - X.mean(0), compute_uv=False) ** 2
-    return float(s2.sum() ** 2 / (s2**2).sum())
 
 
 def across_over_within(D, same):
@@ -55,20 +51,21 @@ def across_over_within(D, same):
 
 
 def target(train, models, truth):
-    """The agreement term's target on the models' whole training rows."""
+    """The agreement term's target on the models' whole training rows: its
+    square (observed), and the signal and noise parts of its expectation."""
     S = train.pivot_table(index="model", columns="query", values="score")
     S = S.reindex(models)
     held = S.notna().to_numpy(float)
     x = np.nan_to_num(S.to_numpy(float))
     p = truth.reindex(index=S.columns, columns=models).to_numpy(float).T
-    shared = np.maximum(held @ held.T, 1)
-    squares = (x * x) @ held.T
-    observed = (squares + squares.T - 2 * x @ x.T) / shared
+    rms, n_shared = disagreement(torch.tensor(held), torch.tensor(x))
+    observed, n_shared = rms.numpy() ** 2, n_shared.numpy()
+    shared = np.maximum(n_shared, 1)
     both = held[:, None, :] * held[None, :, :]
     signal = ((p[:, None] - p[None]) ** 2 * both).sum(-1) / shared
     variance = p * (1 - p)
     noise = ((variance[:, None] + variance[None]) * both).sum(-1) / shared
-    return observed, signal, noise, held @ held.T
+    return observed, signal, noise, n_shared
 
 
 def one_seed(data, seed):
@@ -101,10 +98,10 @@ def one_seed(data, seed):
         D = np.linalg.norm(Z[:, None] - Z[None], axis=-1)
         out[variant] = {
             "relative_spread": embedding_spread(Z),
-            "participation_ratio": participation_ratio(Z),
+            "participation_ratio": spread_of(Z).participation_ratio,
             "within_specialty_variance_share": float(within / (C**2).sum()),
             "distance_across_over_within": across_over_within(D, same),
-            "centroid_participation_ratio": participation_ratio(centroids),
+            "centroid_participation_ratio": spread_of(centroids).participation_ratio,
             "fit_seconds": time.perf_counter() - start,
         }
     return out

@@ -1604,7 +1604,9 @@ def test_agreement_specialists_target_and_geometry_by_hand():
     D = np.array([[0.0, 1.0, 3.0], [1.0, 0.0, 3.0], [3.0, 3.0, 0.0]])
     same = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=bool)
     assert script.across_over_within(D, same) == pytest.approx(3.0)
-    # Points on a line: one direction; a square's corners: two equal ones.
-    assert script.participation_ratio(np.array([[0.0, 0], [1, 1], [2, 2]])) == 1
+    # The ratio it reads (the package's): points on a line use one direction,
+    # a square's corners two equal ones.
+    line = np.array([[0.0, 0], [1, 1], [2, 2]])
+    assert script.spread_of(line).participation_ratio == 1
     square = np.array([[0.0, 0], [1, 0], [0, 1], [1, 1]])
-    assert script.participation_ratio(square) == pytest.approx(2.0)
+    assert script.spread_of(square).participation_ratio == pytest.approx(2.0)
