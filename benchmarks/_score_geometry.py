@@ -44,7 +44,7 @@ def correlation_distance(held, scores, eps=1e-6):
     columns both hold (0 where either is constant there), and the number of
     such columns: two (B, B) tensors.
 
-    Session 36's third variant: on 0/1 scores the squared difference of two
+    Session 36's fourth run: on 0/1 scores the squared difference of two
     models that answer independently is ``p_i (1 - p_j) + p_j (1 - p_i)``,
     set by their accuracies, so the RMS target mostly restates strength. The
     correlation removes each model's mean and spread on the shared queries;
