@@ -167,6 +167,10 @@ VARIANTS = {
     # instead of their RMS difference (session 36's fourth run, fixed before
     # it; benchmarks/_score_geometry.py).
     "agreement-corr-0.3": {"_score_geometry": (0.3, "correlation")},
+    # benchmarks/_neighbour_geometry.py: each episode's nearest embeddings
+    # follow its nearest answers, against a queue of recent episodes
+    # (session 38, settings fixed before the run).
+    "neighbour-geometry": {"_neighbour_geometry": True},
 }
 
 
@@ -509,6 +513,10 @@ def _prototype(key, value):
 
         weight, target = value if isinstance(value, tuple) else (value, "rms")
         return score_geometry_training(weight=weight, target=target)
+    if key == "_neighbour_geometry":
+        from _neighbour_geometry import neighbour_geometry_training
+
+        return neighbour_geometry_training()
     raise KeyError(f"no training prototype {key!r}")
 
 

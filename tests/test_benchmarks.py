@@ -1610,3 +1610,73 @@ def test_agreement_specialists_target_and_geometry_by_hand():
     assert script.spread_of(line).participation_ratio == 1
     square = np.array([[0.0, 0], [1, 0], [0, 1], [1, 1]])
     assert script.spread_of(square).participation_ratio == pytest.approx(2.0)
+
+
+def test_neighbour_divergence_hand_computed():
+    neighbour = _load_script("_neighbour_geometry")
+    import math
+
+    # a holds q0, q1 with scores (1, 0); b holds q0-q2 with (0, 0, 1): they
+    # share q0 and q1, one difference of 1 in 2.
+    rms, shared = neighbour.cross_disagreement(
+        torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]]),
+        torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[0.0, 0.0, 1.0]]),
+    )  # fmt: skip
+    assert shared.tolist() == [[2.0]]
+    assert rms.item() == pytest.approx(math.sqrt(0.5))
+    z = torch.tensor([[0.0]], dtype=torch.float64)
+    candidates = torch.tensor([[1.0], [3.0]], dtype=torch.float64)
+    valid = torch.ones(1, 2, dtype=torch.bool)
+    # Distances (1, 3) and targets in the same proportion: P = Q.
+    same = torch.tensor([[2.0, 6.0]], dtype=torch.float64)
+    assert neighbour.neighbour_divergence(z, candidates, same, valid, 1.0).item() == (
+        pytest.approx(0.0, abs=1e-12)
+    )
+    # Targets reversed: over their mean 2, logits -1.5 / -0.5 against
+    # -0.5 / -1.5; P = (s, 1 - s) with s = sigmoid(-1), Q = (1 - s, s), and
+    # KL = (1 - 2s) log((1 - s) / s) = (1 - 2s) * 1.
+    s = 1 / (1 + math.e)
+    reversed_ = torch.tensor([[3.0, 1.0]], dtype=torch.float64)
+    value = neighbour.neighbour_divergence(z, candidates, reversed_, valid, 1.0)
+    assert value.item() == pytest.approx(1 - 2 * s)
+    # Orders, not scales: the distances times 10 (z and candidates) give the same.
+    scaled = neighbour.neighbour_divergence(
+        z * 10, candidates * 10, reversed_, valid, 1.0
+    )
+    assert scaled.item() == pytest.approx(1 - 2 * s)
+    # A third candidate left out by the mask weighs nothing; with one valid
+    # candidate no row counts and the term is 0.
+    wide = torch.cat([candidates, torch.tensor([[0.5]], dtype=torch.float64)])
+    masked = torch.tensor([[True, True, False]])
+    target = torch.tensor([[3.0, 1.0, 0.0]], dtype=torch.float64)
+    value = neighbour.neighbour_divergence(z, wide, target, masked, 1.0)
+    assert value.item() == pytest.approx(1 - 2 * s)
+    one = torch.tensor([[True, False, False]])
+    assert neighbour.neighbour_divergence(z, wide, target, one, 1.0).item() == 0
+
+
+def test_neighbour_geometry_training_reads_a_queue_of_other_models():
+    neighbour = _load_script("_neighbour_geometry")
+    from locus_sklearn import LocusEmbedder, _training
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=40, random_state=0)
+    call, get_loss = _training.EpisodeCollator.__call__, _training.LocusNet.get_loss
+    record = []
+    embedder = LocusEmbedder(
+        pool.encodings, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2,
+        max_epochs=2, episodes_per_epoch=8, batch_size=4, enc_size=(8, 16),
+        random_state=0,
+    )  # fmt: skip
+    with neighbour.neighbour_geometry_training(queue=6, record=record):
+        embedder.fit(pool.evals)
+    assert _training.EpisodeCollator.__call__ is call  # restored
+    assert _training.LocusNet.get_loss is get_loss
+    steps = [b for epoch in embedder.net_.history for b in epoch["batches"]]
+    n_train = sum("train_loss" in b for b in steps)
+    assert n_train > 1 and len(record) == n_train
+    # The first step sees its own batch's other models (at most 3 of 4
+    # episodes); later ones the queue too (at most 3 + 6 candidates).
+    assert 0 < record[0][1] <= 3
+    assert max(c for _, c in record[1:]) > 3
+    assert all(c <= 9 and value >= 0 for value, c in record)
