@@ -170,7 +170,11 @@ VARIANTS = {
     # benchmarks/_neighbour_geometry.py: each episode's nearest embeddings
     # follow its nearest answers, against a queue of recent episodes
     # (session 38, settings fixed before the run).
-    "neighbour-geometry": {"_neighbour_geometry": True},
+    "neighbour-geometry": {"_neighbour_geometry": 0.3},
+    # The same term at weight 0.1 (session 38's second run, fixed after the
+    # first run's rule failed on BFCL's held-out loss and the specialists'
+    # self-identification).
+    "neighbour-geometry-0.1": {"_neighbour_geometry": 0.1},
 }
 
 
@@ -516,7 +520,7 @@ def _prototype(key, value):
     if key == "_neighbour_geometry":
         from _neighbour_geometry import neighbour_geometry_training
 
-        return neighbour_geometry_training()
+        return neighbour_geometry_training(weight=value)
     raise KeyError(f"no training prototype {key!r}")
 
 
