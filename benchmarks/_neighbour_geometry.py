@@ -147,14 +147,17 @@ def neighbour_geometry_training(
         )
         new = (z.detach(), held, scores, models)
         if past is not None:
-            new = tuple(torch.cat([a, b])[:queue] for a, b in zip(new, past))
+            new = tuple(
+                torch.cat([a, b])[:queue] for a, b in zip(new, past, strict=True)
+            )
         state["queue"] = new
         if record is not None:
             record.append((float(value.detach()), float(valid.sum(1).float().mean())))
         return (weight * value,)
 
     call = _training.EpisodeCollator.__call__
-    with training_terms(terms), patched(
-        (_training.EpisodeCollator, "__call__", _with_models(call))
+    with (
+        training_terms(terms),
+        patched((_training.EpisodeCollator, "__call__", _with_models(call))),
     ):
         yield
