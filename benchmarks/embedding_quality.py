@@ -175,6 +175,11 @@ VARIANTS = {
     # first run's rule failed on BFCL's held-out loss and the specialists'
     # self-identification).
     "neighbour-geometry-0.1": {"_neighbour_geometry": 0.1},
+    # Either term at weight 3, where it outweighs the correctness loss: how
+    # much of the models' score agreement the encoder can carry at all
+    # (session 38, a ceiling measurement; nothing is chosen from it).
+    "neighbour-geometry-3": {"_neighbour_geometry": 3.0},
+    "agreement-3": {"agreement_weight": 3.0},
 }
 
 
