@@ -1680,3 +1680,36 @@ def test_neighbour_geometry_training_reads_a_queue_of_other_models():
     assert 0 < record[0][1] <= 3
     assert max(c for _, c in record[1:]) > 3
     assert all(c <= 9 and value >= 0 for value, c in record)
+
+
+def test_agreement_ceiling_measures_hand_computed():
+    script = _load_script("agreement_ceiling")
+    # Four shared queries: a and b differ on one (RMS 0.5), a and c on three
+    # (sqrt 0.75), b and c on all four (1).
+    train = pd.DataFrame(
+        {
+            "model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+            "query": ["q0", "q1", "q2", "q3"] * 3,
+            "score": [1.0, 0, 0, 0] + [1.0, 0, 0, 1] + [0.0, 1, 1, 0],
+        }
+    )
+    T = script.disagreement_matrix(train, ["a", "b", "c"])
+    assert T[0, 1] == pytest.approx(0.5) and T[1, 2] == pytest.approx(1.0)
+    assert T[0, 2] == pytest.approx(np.sqrt(0.75))
+    # Embeddings on a line at 0, 1 and -2: distances 1, 2, 3 in T's order.
+    measures = script.follow(np.array([[0.0], [1.0], [-2.0]]), T)
+    assert measures["spearman"] == pytest.approx(1.0)
+    assert measures["neighbour_recall@1"] == 1.0
+    # c at +2.5 instead: its nearest becomes b (1.5 away), not a; the pair
+    # order (ab 1, bc 1.5, ac 2.5) no longer follows T's.
+    measures = script.follow(np.array([[0.0], [1.0], [2.5]]), T)
+    assert measures["neighbour_recall@1"] == pytest.approx(2 / 3)
+    assert measures["neighbour_recall@3"] == 1.0
+    assert measures["spearman"] == pytest.approx(0.5)
+    # Four points on a line at 0, 1, 3, 7; by T4 the nearest of each is
+    # 1, 0, 0, 2: the line's nearest (1, 0, 1, 2) match for rows 0, 1 and 3.
+    D = np.abs(np.subtract.outer([0.0, 1, 3, 7], [0.0, 1, 3, 7]))
+    T4 = np.array([[0, 1, 5, 5], [1, 0, 5, 5], [2, 5, 0, 5], [5, 5, 1, 0]], dtype=float)
+    assert script.neighbour_recall(D, T4, 1) == 0.75
+    # Row 2's two nearest by D are 1 and 0.
+    assert script.neighbour_recall(D, T4, 2) == 1.0
