@@ -180,6 +180,12 @@ VARIANTS = {
     # (session 38, a ceiling measurement; nothing is chosen from it).
     "neighbour-geometry-3": {"_neighbour_geometry": 3.0},
     "agreement-3": {"agreement_weight": 3.0},
+    # The same and the baseline trained all 40 epochs, without early stopping
+    # (which reads the correctness loss and restores its best epoch): whether
+    # the encoder can carry the neighbour order given the time (session 38, a
+    # ceiling measurement).
+    "baseline-40": {"early_stopping": None},
+    "neighbour-geometry-3-40": {"_neighbour_geometry": 3.0, "early_stopping": None},
 }
 
 
