@@ -1,8 +1,10 @@
 """Where a benchmark figure comes from: the commit and the machine."""
 
+import json
 import os
 import platform
 import subprocess
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,3 +48,25 @@ def machine_info(**extra):
         "cores": os.cpu_count(),
         **extra,
     }
+
+
+def stamp(**machine):
+    """The date, commit and machine (``machine_info(**machine)``) that open a
+    benchmark's result."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "commit": git_commit(),
+        "machine": machine_info(**machine),
+    }
+
+
+def write_result(stem, result, report):
+    """``result`` to ``stem``.json and ``report(result)`` (markdown) to
+    ``stem``.md, making the folder; prints the report."""
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    with open(stem + ".json", "w") as handle:
+        json.dump(result, handle, indent=2)
+    text = report(result)
+    with open(stem + ".md", "w") as handle:
+        handle.write(text)
+    print(text)

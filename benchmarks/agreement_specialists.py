@@ -26,13 +26,12 @@ Usage::
 """
 
 import argparse
-import json
 import os
 import time
 
 import numpy as np
 import torch
-from _provenance import git_commit, machine_info
+from _provenance import stamp, write_result
 from embedding_quality import fit_locus, load_pool
 from routing import Split
 
@@ -153,20 +152,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = load_pool("specialists")
-    result = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "commit": git_commit(),
-        "machine": machine_info(torch=torch.__version__, threads=args.threads),
+    result = stamp(torch=torch.__version__, threads=args.threads) | {
         "description": data.description,
         "runs": [one_seed(data, seed) for seed in args.seeds],
     }
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, "agreement_specialists")
-    with open(stem + ".json", "w") as handle:
-        json.dump(result, handle, indent=2)
-    with open(stem + ".md", "w") as handle:
-        handle.write(report(result))
-    print(report(result))
+    write_result(os.path.join(args.out, "agreement_specialists"), result, report)
 
 
 if __name__ == "__main__":

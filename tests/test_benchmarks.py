@@ -1713,3 +1713,19 @@ def test_agreement_ceiling_measures_hand_computed():
     assert script.neighbour_recall(D, T4, 1) == 0.75
     # Row 2's two nearest by D are 1 and 0.
     assert script.neighbour_recall(D, T4, 2) == 1.0
+
+
+def test_stamp_and_write_result(tmp_path, capsys):
+    _benchmarks_on_path()
+    import _provenance
+
+    result = _provenance.stamp(threads=1) | {"runs": [1, 2]}
+    assert list(result)[:3] == ["date", "commit", "machine"]
+    assert result["machine"]["threads"] == 1 and result["runs"] == [1, 2]
+    stem = str(tmp_path / "sub" / "result")
+    _provenance.write_result(stem, result, lambda r: f"# {len(r['runs'])} runs\n")
+    with open(stem + ".json") as handle:
+        assert json.load(handle) == result
+    with open(stem + ".md") as handle:
+        assert handle.read() == "# 2 runs\n"
+    assert capsys.readouterr().out == "# 2 runs\n\n"
