@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -111,6 +112,16 @@ def serve(app):
         sock.close()
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """The fake backends' server: a stalled backend answers after the gateway
+    has timed out and closed the connection, so its write fails; that is the
+    case under test, not an error to print."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeBackends:
     """One threaded HTTP server playing an OpenAI-compatible API per model.
 
@@ -192,7 +203,7 @@ class FakeBackends:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
