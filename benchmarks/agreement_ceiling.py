@@ -33,10 +33,8 @@ import time
 
 import numpy as np
 import torch
-from _neighbour_geometry import cross_disagreement, neighbour_geometry_training
 from _provenance import stamp, write_result
 from embedding_quality import (
-    SETTINGS,
     VARIANTS,
     fit_locus,
     group_recall,
@@ -46,7 +44,7 @@ from embedding_quality import (
 from routing import Split
 from scipy.stats import spearmanr
 
-from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn._agreement import disagreement
 
 DEFAULT_VARIANTS = ("baseline", "agreement-3", "neighbour-geometry-3")
 
@@ -58,7 +56,7 @@ def disagreement_matrix(train, models):
     scores = scores.reindex(models)
     held = torch.tensor(scores.notna().to_numpy(float))
     values = torch.tensor(np.nan_to_num(scores.to_numpy(float)))
-    rms, _ = cross_disagreement(held, values, held, values)
+    rms, _ = disagreement(held, values)
     return rms.numpy()
 
 
@@ -86,21 +84,6 @@ def follow(Z, T):
     }
 
 
-def fit(data, seed, variant, train):
-    """The harness's fit; the neighbour term's variants keep its per-step
-    record (the term's value, candidates per episode)."""
-    params = dict(SETTINGS) | VARIANTS[variant]
-    weight = params.pop("_neighbour_geometry", None)
-    if weight is None:
-        return fit_locus(data, seed, variant, train), []
-    record = []
-    embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
-    router = LocusRouter(embedder, shrinkage=None)
-    with neighbour_geometry_training(weight=weight, record=record):
-        router.fit(train)
-    return router, record
-
-
 def one_seed(data, seed, variants):
     split = Split(data, seed)
     train = split.training_rows(256)
@@ -110,7 +93,8 @@ def one_seed(data, seed, variants):
     out = {"seed": seed, "disagreement": similarity_recall(-T, models, groups)}
     for variant in variants:
         start = time.perf_counter()
-        router, record = fit(data, seed, variant, train)
+        record = []  # the neighbour term's (value, candidates) per step
+        router = fit_locus(data, seed, variant, train, record=record)
         Z = np.asarray(router.model_embeddings_, float)
         history = router.embedder_.net_.history
         row = follow(Z, T) | {

@@ -489,10 +489,13 @@ def expected_routing(truth, scores, test_tasks):
     return out
 
 
-def _prototype(key, value):
+def _prototype(key, value, record=None):
     """The training context of a variant's prototype key (``VARIANTS``'
     keys that start with an underscore), imported when a variant uses it:
-    importing ``_query_identity`` patches ``transform`` for good."""
+    importing ``_query_identity`` patches ``transform`` for good.
+    ``record``: a list that the loss terms' prototypes that keep one
+    (``_score_geometry``, ``_neighbour_geometry``) append each training
+    step's diagnostic to."""
     if key == "_vicreg":
         from _vicreg import vicreg_training
 
@@ -527,15 +530,17 @@ def _prototype(key, value):
         from _score_geometry import score_geometry_training
 
         weight, target = value if isinstance(value, tuple) else (value, "rms")
-        return score_geometry_training(weight=weight, target=target)
+        return score_geometry_training(weight=weight, target=target, record=record)
     if key == "_neighbour_geometry":
         from _neighbour_geometry import neighbour_geometry_training
 
-        return neighbour_geometry_training(weight=value)
+        return neighbour_geometry_training(weight=value, record=record)
     raise KeyError(f"no training prototype {key!r}")
 
 
-def fit_locus(data, seed, variant, train):
+def fit_locus(data, seed, variant, train, record=None):
+    """The plain LocusRouter of ``variant`` fitted on ``train``; ``record``
+    as for :func:`_prototype`."""
     params = dict(SETTINGS) | VARIANTS[variant]
     prototypes = {k: params.pop(k) for k in list(params) if k.startswith("_")}
     embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
@@ -544,7 +549,7 @@ def fit_locus(data, seed, variant, train):
     router = LocusRouter(embedder, shrinkage=None)
     with contextlib.ExitStack() as training:
         for key, value in prototypes.items():
-            training.enter_context(_prototype(key, value))
+            training.enter_context(_prototype(key, value, record))
         router.fit(train)
     return router
 
