@@ -11,6 +11,11 @@ every shrinkage in the grid, two ways on the same 5 query folds:
   more fits): no fold row has touched the weights, so the estimate is free of
   the optimism of judging the network on rows it trained on.
 
+With ``--fold-seeds`` the ``fitted`` curves are also computed on other
+shuffles of the 5 folds (``KFold``'s ``random_state``; the estimator's is 0),
+each with the value the estimator's rule (best accuracy, ties to the larger)
+would choose from it: how much the choice turns on which queries share a fold.
+
 For each value it also counts the judged fold queries (the routed model
 answered) and, of those, the ones where the routing differs from ``s = 1``
 (always the model with the best mean score): only those carry evidence about
@@ -19,7 +24,7 @@ the choice.
 Usage::
 
     python benchmarks/shrinkage_cv.py --pool mmlu-all --seed 2 [--n 256]
-        [--kinds fitted refit] [--out DIR]
+        [--kinds fitted refit] [--fold-seeds 1 2 3 4] [--out DIR]
 """
 
 import argparse
@@ -30,6 +35,7 @@ import sys
 import time
 
 import numpy as np
+from sklearn.model_selection import KFold
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -46,14 +52,16 @@ from locus_sklearn._shrinkage import (  # noqa: E402
 )
 
 
-def fold_curves(make_embedder, fitted, table, X_query, refit):
-    """Per grid value: judged routed scores and how many differ from s = 1."""
+def fold_curves(make_embedder, fitted, table, X_query, refit, folds=5):
+    """Per grid value: judged routed scores and how many differ from s = 1;
+    ``folds`` as ``cross_fitted_predictions``' ``n_folds`` (an int: the
+    estimator's folds)."""
     hits = {s: [] for s in SHRINKAGE_GRID}
     differ = dict.fromkeys(SHRINKAGE_GRID, 0)
     fit_fold = (lambda evals: make_embedder().fit(evals)) if refit else None
     # The estimator's folds (choose_shrinkage reads the same generator).
     for y, proba, means, _, _ in cross_fitted_predictions(
-        fitted, table, X_query, 5, fit_fold=fit_fold
+        fitted, table, X_query, folds, fit_fold=fit_fold
     ):
         rows = np.arange(len(y))
         best = shrink(proba, means, 1.0).argmax(axis=1)
@@ -72,6 +80,13 @@ def fold_curves(make_embedder, fitted, table, X_query, refit):
     }
 
 
+def rule_choice(curve):
+    """The value ``choose_shrinkage`` takes from a curve: the best accuracy,
+    ties to the larger value."""
+    best = max(v["accuracy"] for v in curve.values())
+    return max(float(s) for s, v in curve.items() if v["accuracy"] >= best - 1e-12)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pool", required=True, choices=eq.POOLS)
@@ -83,6 +98,13 @@ def main(argv=None):
         default=["fitted", "refit"],
         choices=["fitted", "refit"],
         help="refit trains 5 more embedders",
+    )
+    p.add_argument(
+        "--fold-seeds",
+        nargs="*",
+        type=int,
+        default=[],
+        help="more shuffles of the 5 folds for the fitted curves",
     )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=os.path.join(HERE, "results", "shrinkage_cv"))
@@ -108,6 +130,15 @@ def main(argv=None):
             make_embedder, router.embedder_, table, X_query, kind == "refit"
         )
         print(args.pool, args.seed, n, kind, json.dumps(curves[kind]), flush=True)
+    shuffles = {}
+    for fold_seed in args.fold_seeds:
+        folds = KFold(5, shuffle=True, random_state=fold_seed)
+        curve = fold_curves(
+            make_embedder, router.embedder_, table, X_query, False, folds
+        )
+        shuffles[str(fold_seed)] = {"choice": rule_choice(curve), "curve": curve}
+        print(args.pool, args.seed, n, "fold seed", fold_seed, "chooses",
+              rule_choice(curve), flush=True)  # fmt: skip
     result = {
         "pool": args.pool,
         "seed": args.seed,
@@ -119,6 +150,7 @@ def main(argv=None):
         "chosen": router.shrinkage_,
         "estimator_scores": {str(k): v for k, v in router.shrinkage_scores_.items()},
         "curves": curves,
+        "fold_shuffles": shuffles,
         "wall_s": time.perf_counter() - start,
     }
     os.makedirs(args.out, exist_ok=True)
