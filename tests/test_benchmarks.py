@@ -1729,3 +1729,40 @@ def test_stamp_and_write_result(tmp_path, capsys):
     with open(stem + ".md") as handle:
         assert handle.read() == "# 2 runs\n"
     assert capsys.readouterr().out == "# 2 runs\n\n"
+
+
+def test_shrinkage_cv_rule_choice_and_fold_shuffles(router, pool):
+    """The rule's choice from a curve (best accuracy, ties to the larger
+    value, as ``choose_shrinkage``), and the curve of the estimator's own
+    folds given as a splitter equals the estimator's scores."""
+    from sklearn.model_selection import KFold
+
+    from locus_sklearn import check_evals
+
+    scv = _load_script("shrinkage_cv")
+    curve = {
+        "0.0": {"accuracy": 0.7},
+        "0.5": {"accuracy": 0.8},
+        "1.0": {"accuracy": 0.8},
+    }
+    assert scv.rule_choice(curve) == 1.0
+    curve["0.5"]["accuracy"] = 0.81
+    assert scv.rule_choice(curve) == 0.5
+
+    table = check_evals(pool.evals)
+    X_query = router._encode(table.queries)
+    locus = router.embedder_
+    ours = scv.fold_curves(None, locus, table, X_query, False)
+    as_splitter = scv.fold_curves(
+        None, locus, table, X_query, False, KFold(5, shuffle=True, random_state=0)
+    )
+    assert ours == as_splitter
+    estimator = router.shrinkage_scores_
+    assert {float(s): v["accuracy"] for s, v in ours.items()} == pytest.approx(
+        estimator
+    )
+    assert scv.rule_choice(ours) == router.shrinkage_
+    other = scv.fold_curves(
+        None, locus, table, X_query, False, KFold(5, shuffle=True, random_state=1)
+    )
+    assert other != ours  # other folds, other held-out predictions
