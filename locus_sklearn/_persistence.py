@@ -286,6 +286,11 @@ def _check_shrinkage(check, n_pool):
         and 0 <= param <= 1
     ):
         check.fail("header field 'shrinkage'", 'must be null, "auto" or in [0, 1]')
+    repeats = check.metadata.get("shrinkage_repeats", 1)
+    if not (
+        isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 1
+    ):
+        check.fail("header field 'shrinkage_repeats'", "must be an int of at least 1")
     fitted = check.field("shrinkage_fitted", "number")
     if not 0 <= fitted <= 1:
         check.fail("header field 'shrinkage_fitted'", "is outside [0, 1]")
@@ -410,7 +415,9 @@ def save_router(router, path, *, include_query_text=True):
     # without stored evaluations: saved as it came, without the fields.
     if np.isfinite(means).all():
         metadata.update(
-            shrinkage=router.shrinkage, shrinkage_fitted=float(router.shrinkage_)
+            shrinkage=router.shrinkage,
+            shrinkage_fitted=float(router.shrinkage_),
+            shrinkage_repeats=int(router.shrinkage_repeats),
         )
         tensors["pool.mean_scores"] = torch.from_numpy(means)
     if router.pool_evals_ is not None:
@@ -439,6 +446,8 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
         embedder,
         cost_weight=metadata["cost_weight"],
         shrinkage=metadata.get("shrinkage"),
+        # Files of versions before the option judged one shuffle of the folds.
+        shrinkage_repeats=metadata.get("shrinkage_repeats", 1),
     )
     router.embedder_ = embedder
     router.encoder_ = embedder.encoder_

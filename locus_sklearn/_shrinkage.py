@@ -74,7 +74,7 @@ def shrink(proba, model_mean_scores, shrinkage):
 
 def choose_shrinkage(
     embedder, table, X_query, *, n_folds=5, grid=SHRINKAGE_GRID,
-    model_costs=None, cost_weight=0.0,
+    model_costs=None, cost_weight=0.0, n_repeats=1,
 ):  # fmt: skip
     """The shrinkage with the best cross-fitted routing utility.
 
@@ -96,6 +96,14 @@ def choose_shrinkage(
     chose the same value once and a smaller one once:
     benchmarks/results/TUNING.md, session 10). Ties go to the larger value.
 
+    With ``n_repeats`` > 1 the folds are drawn that many times (``KFold``
+    shuffled with seeds 0, 1, ...; seed 0 is the single draw's) and each
+    value is judged on the fold queries of every draw together: which
+    queries share a fold then weighs less in the choice (at 256 evaluations
+    per model the single draw's choice changed with the shuffle on 7 of 12
+    fits of four real pools; benchmarks/results/TUNING.md, session 39). It
+    costs ``n_repeats`` times the embeddings and predictions.
+
     With ``model_costs`` the fold queries are routed as ``predict`` routes
     them, by ``shrunk P(correct) - cost_weight · cost``, and each value is
     judged by the mean of ``score - cost_weight · cost`` of the routed model
@@ -115,6 +123,8 @@ def choose_shrinkage(
         Each model's cost, in ``table.models`` order.
     cost_weight : float, default=0.0
         λ of the routing judged; ignored without ``model_costs``.
+    n_repeats : int, default=1
+        How many shuffles of the folds the values are judged on.
 
     Returns
     -------
@@ -130,7 +140,13 @@ def choose_shrinkage(
         model_costs, cost_weight = np.zeros(table.n_models), 0.0
     penalty_of = cost_weight * np.asarray(model_costs, dtype=np.float64)
     hits = {s: [] for s in grid}
-    folds = cross_fitted_predictions(embedder, table, X_query, n_folds)
+    folds = (
+        fold
+        for repeat in range(n_repeats)
+        for fold in cross_fitted_predictions(
+            embedder, table, X_query, query_folds(n_folds, random_state=repeat)
+        )
+    )
     for y, proba, means, columns, _ in folds:
         rows = np.arange(len(y))
         penalty = penalty_of[columns]
@@ -146,13 +162,13 @@ def choose_shrinkage(
     return max(s for s, v in scores.items() if v >= best - 1e-12), scores
 
 
-def query_folds(n_folds):
+def query_folds(n_folds, random_state=0):
     """The folds of the training queries for an int: sklearn's ``KFold``,
-    shuffled with seed 0 (query ids often sort by source, all of one
-    benchmark together, and a fold of one source would have no near
+    shuffled with seed ``random_state`` (query ids often sort by source, all
+    of one benchmark together, and a fold of one source would have no near
     neighbours). Shared by the shrinkage choice and
-    :func:`~locus_sklearn.model_selection.cross_val_predict_proba`."""
-    return KFold(int(n_folds), shuffle=True, random_state=0)
+    :func:`~locus_sklearn.model_selection.cross_val_predict_proba` (seed 0)."""
+    return KFold(int(n_folds), shuffle=True, random_state=random_state)
 
 
 def cross_fitted_predictions(embedder, table, X_query, n_folds, fit_fold=None):

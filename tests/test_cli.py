@@ -90,8 +90,12 @@ def workdir(tmp_path_factory, tiny_cli_args, tiny_settings):
     result = locus(
         "fit", path / "evals.csv", "-o", path / "router.locus", "--json",
         "--encodings", path / "enc.npz", "--costs", path / "costs.csv", *tiny_cli_args,
+        "--shrinkage-repeats", "2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    from locus_sklearn._files import read_file
+
+    assert read_file(path / "router.locus", "LocusRouter")[0]["shrinkage_repeats"] == 2
     assert "Saved a LocusRouter (6 models" in result.stderr
     # Progress (the epoch table) went to stderr without colour codes; stdout
     # holds only the JSON summary.
@@ -754,6 +758,22 @@ def test_fit_shrinkage_option(text, value):
     args = build_parser().parse_args(["fit", "e.csv", "-o", "r", "--shrinkage", text])
     assert args.shrinkage == value
     assert build_parser().parse_args(["fit", "e.csv", "-o", "r"]).shrinkage == "auto"
+
+
+def test_fit_shrinkage_repeats_option(capsys):
+    from locus_sklearn._cli._parser import build_parser
+
+    fit = ["fit", "e.csv", "-o", "r"]
+    assert build_parser().parse_args(fit).shrinkage_repeats == 1
+    assert (
+        build_parser().parse_args([*fit, "--shrinkage-repeats", "3"]).shrinkage_repeats
+        == 3
+    )
+    for text in ("0", "2.5", "many"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*fit, "--shrinkage-repeats", text])
+        err = capsys.readouterr().err
+        assert "--shrinkage-repeats" in err and repr(text) in err
 
 
 @pytest.mark.parametrize("text", ["1.5", "-0.1", "always", "nan"])

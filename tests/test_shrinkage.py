@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import KFold
 
 from locus_sklearn import LocusRouter, check_evals
 from locus_sklearn._files import read_file, write_file
@@ -284,3 +285,68 @@ def test_save_load_keeps_the_shrinkage(frozen, pool, query_texts, tmp_path):
 def test_bad_shrinkage_is_named(frozen, pool, bad):
     with pytest.raises((ValueError, TypeError), match="shrinkage"):
         LocusRouter(frozen, shrinkage=bad).fit(pool.evals)
+
+
+def test_choose_shrinkage_judges_every_shuffle_of_the_folds():
+    # The two-model pool with knowing probabilities, judged at s = 0.66 only.
+    # In a fold holding k of m0's 30 right queries (of 8), m0's mean outside
+    # is a = (30 - k) / 32, and m1 keeps m0's failures while 0.34 + 0.66(1 -
+    # a) > 0.66 a, i.e. a < 1 / 1.32, k >= 6: the fold routes perfectly (8
+    # right), otherwise everything goes to m0 (k right). Every query is
+    # judged, so each shuffle's accuracy is over 40 queries and n shuffles
+    # average them.
+    table, X, truth = _two_model_pool()
+    m0_right = np.array([int(q[1:]) % 4 != 0 for q in table.queries])
+
+    def by_hand(seed):
+        folds = KFold(5, shuffle=True, random_state=seed).split(table.queries)
+        right = 0
+        for _, held in folds:
+            k = int(m0_right[held].sum())
+            right += len(held) if k >= 6 else k
+        return right / table.n_queries
+
+    per_shuffle = [by_hand(seed) for seed in range(4)]
+    assert len(set(per_shuffle)) > 1  # the shuffles disagree here
+    for n_repeats in (1, 2, 4):
+        s, scores = choose_shrinkage(
+            _KnownProba(truth), table, X, grid=(0.66,), n_repeats=n_repeats
+        )
+        assert s == 0.66
+        assert scores[0.66] == pytest.approx(np.mean(per_shuffle[:n_repeats]))
+    # One shuffle is the estimator's single draw.
+    assert choose_shrinkage(_KnownProba(truth), table, X, n_repeats=1) == (
+        choose_shrinkage(_KnownProba(truth), table, X)
+    )
+
+
+def test_router_passes_its_repeats_to_the_choice(frozen, pool):
+    router = LocusRouter(frozen, shrinkage_repeats=2).fit(pool.evals)
+    table = check_evals(pool.evals)
+    X = router._encode(table.queries)
+    expected = choose_shrinkage(router._locus, table, X, n_repeats=2)
+    assert (router.shrinkage_, router.shrinkage_scores_) == expected
+    single = LocusRouter(frozen).fit(pool.evals)
+    assert single.shrinkage_scores_ != router.shrinkage_scores_
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_bad_shrinkage_repeats_is_named(frozen, pool, bad):
+    with pytest.raises((ValueError, TypeError), match="shrinkage_repeats"):
+        LocusRouter(frozen, shrinkage_repeats=bad).fit(pool.evals)
+
+
+def test_save_load_keeps_the_repeats(frozen, pool, tmp_path):
+    router = LocusRouter(frozen, shrinkage=0.25, shrinkage_repeats=3).fit(pool.evals)
+    path = tmp_path / "router.locus"
+    router.save(path)
+    assert LocusRouter.load(path, encoder=pool.encodings).shrinkage_repeats == 3
+    metadata, tensors, _ = read_file(path, "LocusRouter")
+    metadata.pop("shrinkage_repeats")  # a file of an earlier version
+    write_file(path, metadata, tensors)
+    assert LocusRouter.load(path, encoder=pool.encodings).shrinkage_repeats == 1
+    for damaged in (0, 2.0, True, "3"):
+        metadata["shrinkage_repeats"] = damaged
+        write_file(path, metadata, tensors)
+        with pytest.raises(ValueError, match="'shrinkage_repeats' must be an int"):
+            LocusRouter.load(path, encoder=pool.encodings)

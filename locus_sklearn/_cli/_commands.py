@@ -173,9 +173,11 @@ def cmd_fit(args):
             f"{evals['query'].nunique():,} queries ..."
         )
     with progress_to_stderr(), _in_option_terms():
-        router = LocusRouter(embedder, shrinkage=args.shrinkage).fit(
-            evals, model_costs=model_costs
-        )
+        router = LocusRouter(
+            embedder,
+            shrinkage=args.shrinkage,
+            shrinkage_repeats=args.shrinkage_repeats,
+        ).fit(evals, model_costs=model_costs)
     write_estimator(router, args.output, "ROUTER")
     dim = router.model_embeddings_.shape[1]
     note(

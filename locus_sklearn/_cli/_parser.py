@@ -224,6 +224,15 @@ def _add_fit(sub, common, encoding):
         "number in [0, 1]",
     )
     p.add_argument(
+        "--shrinkage-repeats",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="with --shrinkage auto: judge each value on N shuffles of the 5 "
+        "folds together (default 1; more take out the choice's dependence on "
+        "which queries share a fold, at N times its cost)",
+    )
+    p.add_argument(
         "--set",
         type=_assignment,
         action="append",
