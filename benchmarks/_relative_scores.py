@@ -34,6 +34,15 @@ what training read. The queries' means are those of the fit table only
 Settings fixed before any run (not tuned): the map ``(1 + y - p) / 2`` (the
 only affine map of ``y - p`` in [-1, 1] onto [0, 1]); one pseudo-row.
 
+``pseudo_rows=8`` with ``leave_one_out`` (session 39, fixed before its run):
+each query's mean shrunk by eight pseudo-rows at ``g`` instead of one, so
+that where a query holds only a few other answers (1-3 on MMLU-Pro open and
+RouterBench at 256 rows per model) ``p`` stays near ``g`` and the encoder
+reads nearly the raw score (an affine map of it), while a query answered by
+many models (about 12 others on BFCL, 168 on Shaberi) keeps most of its own
+difficulty. The weight of the query's own mean, ``C / (C + 8)`` for ``C``
+other answers: 0.11-0.27 at 1-3, 0.6 at 12, 0.95 at 168.
+
 ``leave_one_out=True`` (session 27, fixed after the first run and before its
 own): a row of the fit table reads its query's mean *without its own score*,
 ``(S_q - y + g) / C_q``, so that ``p`` is the other models' answers only (with
@@ -74,10 +83,11 @@ def query_sums(table):
     return total, count, float(score.mean())
 
 
-def shrunk_mean(total, count, g):
+def shrunk_mean(total, count, g, pseudo_rows=1):
     """A query's mean score over its ``count`` rows summing to ``total``,
-    shrunk by one pseudo-row at ``g``: ``g`` for a query with no row."""
-    return (total + g) / (count + 1)
+    shrunk by ``pseudo_rows`` pseudo-rows at ``g``: ``g`` for a query with
+    no row."""
+    return (total + pseudo_rows * g) / (count + pseudo_rows)
 
 
 def relative(score, p):
@@ -85,10 +95,11 @@ def relative(score, p):
     return (1 + score - p) / 2
 
 
-def mean_without(total, count, g, score):
+def mean_without(total, count, g, score, pseudo_rows=1):
     """The query's mean without the row's own ``score`` (one of the ``count``
-    rows summing to ``total``), shrunk by one pseudo-row at ``g``."""
-    return (total - score + g) / count
+    rows summing to ``total``), shrunk by ``pseudo_rows`` pseudo-rows at
+    ``g``."""
+    return (total - score + pseudo_rows * g) / (count - 1 + pseudo_rows)
 
 
 def means_for(module, queries, models=None):
@@ -106,22 +117,24 @@ def means_for(module, queries, models=None):
     total = np.where(hit, module.relative_sums_[position], 0.0)
     count = np.where(hit, module.relative_counts_[position], 0)
     g = module.relative_mean_
-    p = shrunk_mean(total, count, g)
+    pseudo = getattr(module, "relative_pseudo_rows_", 1)
+    p = shrunk_mean(total, count, g, pseudo)
     fitted = getattr(module, "relative_rows_", None)
     if fitted is not None:
         own = pd.Series(zip(models, queries, strict=True)).map(fitted).to_numpy(float)
         held = ~np.isnan(own)
-        p[held] = mean_without(total[held], count[held], g, own[held])
+        p[held] = mean_without(total[held], count[held], g, own[held], pseudo)
     return p
 
 
 @contextlib.contextmanager
-def relative_scores_training(leave_one_out=False, both=False):
+def relative_scores_training(leave_one_out=False, both=False, pseudo_rows=1):
     """Within the block, a LocusEmbedder's fit trains its encoder on
     relative scores, and its ``transform`` (also after the block) reads them.
     With ``leave_one_out``, a row of the fit table reads its query's mean
     without its own score; with ``both``, the encoder reads the raw score
-    and ``y - p`` beside it."""
+    and ``y - p`` beside it; ``pseudo_rows`` at the table's mean shrink
+    every query's mean."""
     if leave_one_out and both:
         raise ValueError("leave_one_out and both are separate variants")
     forward = _nn.LocusNetwork.forward
@@ -141,9 +154,11 @@ def relative_scores_training(leave_one_out=False, both=False):
         if leave_one_out:
             # Every encoder row, training or validation, is a fit-table row:
             # its own score is one of its query's count.
-            p = mean_without(total, count.clamp(min=1), g, score.to(total.dtype))
+            p = mean_without(
+                total, count.clamp(min=1), g, score.to(total.dtype), pseudo_rows
+            )
         else:
-            p = shrunk_mean(total, count, g)
+            p = shrunk_mean(total, count, g, pseudo_rows)
         p = p.to(score.dtype)
         if both:
             out["enc_relative"] = torch.stack([score, score - p], dim=-1)
@@ -183,6 +198,7 @@ def relative_scores_training(leave_one_out=False, both=False):
         module.relative_queries_ = np.asarray(table.queries)
         module.relative_sums_, module.relative_counts_ = total, count
         module.relative_mean_ = g
+        module.relative_pseudo_rows_ = pseudo_rows
         module.relative_both_ = both
         if leave_one_out:
             keys = zip(

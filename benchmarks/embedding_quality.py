@@ -142,6 +142,10 @@ VARIANTS = {
     # The encoder reads the raw score and y - p beside it, through one new
     # zero-initialised term of the token (session 28, fixed before the run).
     "relative-channel": {"_relative_scores": "both"},
+    # The leave-one-out means shrunk by eight pseudo-rows at the table's mean
+    # instead of one: near-raw scores where a query holds few other answers
+    # (session 39, fixed before the run).
+    "relative-scores-loo-8": {"_relative_scores": ("leave-one-out", 8)},
     # Every embedding moved from the encoder's to the fit of the model's own
     # rows under the frozen predictor (LocusEmbedder's refine_steps; prior
     # 0.1, session 3's setting). Session 28 took 200 Adam steps (session 3's
@@ -519,8 +523,11 @@ def _prototype(key, value, record=None):
     if key == "_relative_scores":
         from _relative_scores import relative_scores_training
 
+        value, pseudo_rows = value if isinstance(value, tuple) else (value, 1)
         return relative_scores_training(
-            leave_one_out=value == "leave-one-out", both=value == "both"
+            leave_one_out=value == "leave-one-out",
+            both=value == "both",
+            pseudo_rows=pseudo_rows,
         )
     if key == "_slow_predictor":
         from _slow_predictor import slow_predictor_training

@@ -718,10 +718,27 @@ def test_relative_scores_hand_computed():
         # b on q2 and c on q1 are not fit rows: the plain shrunk means.
         [1 / 3, 5 / 6, 2 / 3, 5 / 6, 5 / 9],
     )
+    # Eight pseudo-rows at g = 2/3 (16/3 in all): q1 (1 + 16/3) / 10, q2
+    # (1 + 16/3) / 9; a's 1 on q1 left out, (0 + 16/3) / 9; a's 1 on q2
+    # left out, the pseudo-rows alone: g.
+    np.testing.assert_allclose(
+        relative.shrunk_mean(total, count, g, 8), [19 / 30, 19 / 27]
+    )
+    module.relative_pseudo_rows_ = 8
+    np.testing.assert_allclose(
+        relative.means_for(
+            module, np.array(["q1", "q2", "q1", "q9"]), np.array(["a", "a", "c", "a"])
+        ),
+        [16 / 27, 2 / 3, 19 / 30, 2 / 3],
+    )
 
 
-@pytest.mark.parametrize("leave_one_out", [False, True])
-def test_relative_scores_reach_the_encoder_and_not_the_readout(leave_one_out):
+@pytest.mark.parametrize(
+    "leave_one_out, pseudo_rows", [(False, 1), (True, 1), (True, 8)]
+)
+def test_relative_scores_reach_the_encoder_and_not_the_readout(
+    leave_one_out, pseudo_rows
+):
     relative = _load_script("_relative_scores")
     relative = _load_script("_relative_scores")  # a second load wraps nothing twice
     from locus_sklearn import LocusEmbedder, _embedder, _nn, _readout
@@ -749,7 +766,9 @@ def test_relative_scores_reach_the_encoder_and_not_the_readout(leave_one_out):
     embedder = LocusEmbedder(pool.encodings, **params)
     forward = _nn.LocusNetwork.forward
     with (
-        relative.relative_scores_training(leave_one_out=leave_one_out),
+        relative.relative_scores_training(
+            leave_one_out=leave_one_out, pseudo_rows=pseudo_rows
+        ),
         mock.patch.object(_nn.LocusNetwork, "embed", spy_embed),
         mock.patch.object(_readout.KernelReadout, "episodes", spy_episodes),
     ):
@@ -759,12 +778,15 @@ def test_relative_scores_reach_the_encoder_and_not_the_readout(leave_one_out):
     total, count, g = relative.query_sums(table)
     # The means an encoder row may read: its query's, plain or without a
     # 0 or a 1 of its own.
+    k = pseudo_rows
     if leave_one_out:
-        p = np.concatenate([relative.mean_without(total, count, g, y) for y in (0, 1)])
+        p = np.concatenate(
+            [relative.mean_without(total, count, g, y, k) for y in (0, 1)]
+        )
         q = table.query_index
-        p_rows = relative.mean_without(total[q], count[q], g, table.score)
+        p_rows = relative.mean_without(total[q], count[q], g, table.score, k)
     else:
-        p = relative.shrunk_mean(total, count, g)
+        p = relative.shrunk_mean(total, count, g, k)
         p_rows = p[table.query_index]
     assert seen["encoder"] and len(seen["encoder"]) == len(seen["readout"])
     for enc, raw in zip(seen["encoder"], seen["readout"], strict=True):
