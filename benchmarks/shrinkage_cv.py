@@ -35,7 +35,6 @@ import sys
 import time
 
 import numpy as np
-from sklearn.model_selection import KFold
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -48,6 +47,7 @@ from locus_sklearn import LocusEmbedder, LocusRouter, check_evals  # noqa: E402
 from locus_sklearn._shrinkage import (  # noqa: E402
     SHRINKAGE_GRID,
     cross_fitted_predictions,
+    query_folds,
     shrink,
 )
 
@@ -132,7 +132,8 @@ def main(argv=None):
         print(args.pool, args.seed, n, kind, json.dumps(curves[kind]), flush=True)
     shuffles = {}
     for fold_seed in args.fold_seeds:
-        folds = KFold(5, shuffle=True, random_state=fold_seed)
+        # The estimator's folds with another shuffle (its own is seed 0).
+        folds = query_folds(5, random_state=fold_seed)
         curve = fold_curves(
             make_embedder, router.embedder_, table, X_query, False, folds
         )
