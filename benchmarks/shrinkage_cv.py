@@ -15,6 +15,9 @@ With ``--fold-seeds`` the ``fitted`` curves are also computed on other
 shuffles of the 5 folds (``KFold``'s ``random_state``; the estimator's is 0),
 each with the value the estimator's rule (best accuracy, ties to the larger)
 would choose from it: how much the choice turns on which queries share a fold.
+``--n-folds`` sets the folds of the ``fitted`` curves and their shuffles
+(the estimator's 5): with more, each model is embedded from more of its rows
+for the held-out predictions.
 
 For each value it also counts the judged fold queries (the routed model
 answered) and, of those, the ones where the routing differs from ``s = 1``
@@ -104,7 +107,13 @@ def main(argv=None):
         nargs="*",
         type=int,
         default=[],
-        help="more shuffles of the 5 folds for the fitted curves",
+        help="more shuffles of the folds for the fitted curves",
+    )
+    p.add_argument(
+        "--n-folds",
+        type=int,
+        default=5,
+        help="folds of the fitted curves and their shuffles (the estimator's: 5)",
     )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=os.path.join(HERE, "results", "shrinkage_cv"))
@@ -127,13 +136,14 @@ def main(argv=None):
     curves = {}
     for kind in args.kinds:
         curves[kind] = fold_curves(
-            make_embedder, router.embedder_, table, X_query, kind == "refit"
-        )
+            make_embedder, router.embedder_, table, X_query, kind == "refit",
+            args.n_folds if kind == "fitted" else 5,
+        )  # fmt: skip
         print(args.pool, args.seed, n, kind, json.dumps(curves[kind]), flush=True)
     shuffles = {}
     for fold_seed in args.fold_seeds:
         # The estimator's folds with another shuffle (its own is seed 0).
-        folds = query_folds(5, random_state=fold_seed)
+        folds = query_folds(args.n_folds, random_state=fold_seed)
         curve = fold_curves(
             make_embedder, router.embedder_, table, X_query, False, folds
         )
@@ -151,11 +161,13 @@ def main(argv=None):
         "chosen": router.shrinkage_,
         "estimator_scores": {str(k): v for k, v in router.shrinkage_scores_.items()},
         "curves": curves,
+        "n_folds": args.n_folds,
         "fold_shuffles": shuffles,
         "wall_s": time.perf_counter() - start,
     }
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"{args.pool}_seed{args.seed}_n{args.n}.json")
+    folds = "" if args.n_folds == 5 else f"_folds{args.n_folds}"
+    path = os.path.join(args.out, f"{args.pool}_seed{args.seed}_n{args.n}{folds}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print("wrote", path)
