@@ -34,7 +34,12 @@ from _loss_terms import training_terms
 # The package's term (LocusEmbedder(agreement_weight=...)) since the second
 # run; the prototype kept its own copy until then, with the same figures per
 # seed to the last digit.
-from locus_sklearn._agreement import MIN_SHARED, disagreement, episode_scores, stress
+from locus_sklearn._agreement import (
+    MIN_SHARED,
+    episode_scores,
+    rms_disagreement,
+    stress,
+)
 
 WEIGHT = 1.0
 
@@ -66,7 +71,7 @@ def correlation_distance(held, scores, eps=1e-6):
     return torch.sqrt((1 - r.clamp(-1, 1)).clamp(min=0)), shared
 
 
-TARGETS = {"rms": disagreement, "correlation": correlation_distance}
+TARGETS = {"rms": rms_disagreement, "correlation": correlation_distance}
 
 
 def score_geometry_training(
@@ -74,7 +79,7 @@ def score_geometry_training(
 ):
     """Within the block, LOCUS's training loss includes the stress term.
 
-    ``target``: "rms" (:func:`disagreement`) or "correlation"
+    ``target``: "rms" (:func:`rms_disagreement`) or "correlation"
     (:func:`correlation_distance`).
 
     ``record``: a list that gets, per training step, the term's value and

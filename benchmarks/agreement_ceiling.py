@@ -44,7 +44,7 @@ from embedding_quality import (
 from routing import Split
 from scipy.stats import spearmanr
 
-from locus_sklearn._agreement import disagreement
+from locus_sklearn._agreement import rms_disagreement
 
 DEFAULT_VARIANTS = ("baseline", "agreement-3", "neighbour-geometry-3")
 
@@ -56,7 +56,7 @@ def disagreement_matrix(train, models):
     scores = scores.reindex(models)
     held = torch.tensor(scores.notna().to_numpy(float))
     values = torch.tensor(np.nan_to_num(scores.to_numpy(float)))
-    rms, _ = disagreement(held, values)
+    rms, _ = rms_disagreement(held, values)
     return rms.numpy()
 
 

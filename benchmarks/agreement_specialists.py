@@ -35,7 +35,7 @@ from _provenance import stamp, write_result
 from embedding_quality import fit_locus, load_pool
 from routing import Split
 
-from locus_sklearn._agreement import disagreement
+from locus_sklearn._agreement import rms_disagreement
 from locus_sklearn._embedder import embedding_spread
 from locus_sklearn.inspection._geometry import spread_of
 
@@ -57,7 +57,7 @@ def target(train, models, truth):
     held = S.notna().to_numpy(float)
     x = np.nan_to_num(S.to_numpy(float))
     p = truth.reindex(index=S.columns, columns=models).to_numpy(float).T
-    rms, n_shared = disagreement(torch.tensor(held), torch.tensor(x))
+    rms, n_shared = rms_disagreement(torch.tensor(held), torch.tensor(x))
     observed, n_shared = rms.numpy() ** 2, n_shared.numpy()
     shared = np.maximum(n_shared, 1)
     both = held[:, None, :] * held[None, :, :]

@@ -22,7 +22,13 @@ models disagree.
 
 import torch
 
-__all__ = ["MIN_SHARED", "agreement_stress", "disagreement", "episode_scores", "stress"]
+__all__ = [
+    "MIN_SHARED",
+    "agreement_stress",
+    "episode_scores",
+    "rms_disagreement",
+    "stress",
+]
 
 #: Pairs of episodes sharing fewer training queries have too noisy a
 #: disagreement to be a target (fixed before the benchmark run that chose
@@ -70,7 +76,7 @@ def episode_scores(X, y_true, n_queries):
     return dense_held, dense_score
 
 
-def disagreement(held, scores):
+def rms_disagreement(held, scores):
     """Root mean squared score difference of every pair of rows over the
     columns both hold, and the number of such columns.
 
@@ -89,7 +95,7 @@ def disagreement(held, scores):
     >>> import torch
     >>> held = torch.tensor([[1., 1., 0.], [1., 1., 1.]])
     >>> scores = torch.tensor([[1., 0., 0.], [0., 0., 1.]])
-    >>> rms, shared = disagreement(held, scores)
+    >>> rms, shared = rms_disagreement(held, scores)
     >>> round(float(rms[0, 1]) ** 2, 6), float(shared[0, 1])
     (0.5, 2.0)
     """
@@ -163,6 +169,6 @@ def agreement_stress(z, X, y_true, n_queries, min_shared=MIN_SHARED):
         for k in ("enc_index", "enc_score", "enc_mask", "dec_index")
     }
     held, scores = episode_scores(X, y_true.to(z.device), n_queries)
-    target, shared = disagreement(held, scores)
+    target, shared = rms_disagreement(held, scores)
     weight = torch.where(shared >= min_shared, shared, 0)
     return stress(z.float(), target, weight)

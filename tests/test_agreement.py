@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from locus_sklearn._agreement import (
     MIN_SHARED,
     agreement_stress,
-    disagreement,
     episode_scores,
+    rms_disagreement,
     stress,
 )
 
@@ -37,7 +37,7 @@ def test_episode_scores_lays_out_encoder_and_decoder_rows():
 def test_disagreement_is_the_rms_score_difference_on_shared_queries():
     held = torch.tensor([[1.0, 1, 1, 0], [1, 1, 0, 1], [0, 1, 1, 1]])
     scores = torch.tensor([[1.0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 1, 0]])
-    rms, shared = disagreement(held, scores)
+    rms, shared = rms_disagreement(held, scores)
     # 0-1 share q0, q1: differences 1, 0; 0-2 share q1, q2: 1, 0;
     # 1-2 share q1, q3: 1, 1.
     expected = torch.tensor(
@@ -47,12 +47,12 @@ def test_disagreement_is_the_rms_score_difference_on_shared_queries():
     torch.testing.assert_close(rms, expected)
     assert shared.tolist() == [[3, 2, 2], [2, 3, 2], [2, 2, 3]]
     # Graded scores: the root of the mean squared difference.
-    rms, _ = disagreement(torch.ones(2, 2), torch.tensor([[0.2, 0.9], [0.6, 0.6]]))
+    rms, _ = rms_disagreement(torch.ones(2, 2), torch.tensor([[0.2, 0.9], [0.6, 0.6]]))
     assert float(rms[0, 1]) == pytest.approx(np.sqrt((0.4**2 + 0.3**2) / 2))
 
 
 def test_disagreement_of_rows_sharing_nothing_is_zero():
-    rms, shared = disagreement(torch.tensor([[1.0, 0], [0, 1]]), torch.ones(2, 2))
+    rms, shared = rms_disagreement(torch.tensor([[1.0, 0], [0, 1]]), torch.ones(2, 2))
     assert float(rms[0, 1]) == 0 and float(shared[0, 1]) == 0
 
 
@@ -136,7 +136,7 @@ def test_agreement_stress_counts_pairs_sharing_min_shared_queries():
     # Sharing MIN_SHARED - 1 is enough when asked for: three pairs now count.
     value = agreement_stress(z, X, y_true, 3 * n, min_shared=n - 1)
     held, scores = episode_scores(X, y_true, 3 * n)
-    rms, shared = disagreement(held, scores)
+    rms, shared = rms_disagreement(held, scores)
     expected = stress(z, rms, torch.where(shared >= n - 1, shared, 0))
     assert float(value) == pytest.approx(float(expected))
 
