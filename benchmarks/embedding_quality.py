@@ -189,6 +189,11 @@ VARIANTS = {
     # the encoder can carry the neighbour order given the time (session 38, a
     # ceiling measurement).
     "baseline-40": {"early_stopping": None},
+    # The baseline with the embedder's random_state moved by 1000 and 2000 on
+    # the same training rows and splits: how far a fit's own randomness moves
+    # each measure (session 39, a measurement).
+    "baseline-rs1000": {"_seed_offset": 1000},
+    "baseline-rs2000": {"_seed_offset": 2000},
     "neighbour-geometry-3-40": {"_neighbour_geometry": 3.0, "early_stopping": None},
 }
 
@@ -549,8 +554,10 @@ def fit_locus(data, seed, variant, train, record=None):
     """The plain LocusRouter of ``variant`` fitted on ``train``; ``record``
     as for :func:`_prototype`."""
     params = dict(SETTINGS) | VARIANTS[variant]
+    # Another initialisation and draw of episodes on the same rows.
+    seed_offset = params.pop("_seed_offset", 0)
     prototypes = {k: params.pop(k) for k in list(params) if k.startswith("_")}
-    embedder = LocusEmbedder(data.encodings, random_state=seed, **params)
+    embedder = LocusEmbedder(data.encodings, random_state=seed + seed_offset, **params)
     # The plain router: the variants compare embeddings and predictors; the
     # default's shrinkage is measured on top (--shrinkage-auto).
     router = LocusRouter(embedder, shrinkage=None)

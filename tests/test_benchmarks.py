@@ -1788,3 +1788,18 @@ def test_shrinkage_cv_rule_choice_and_fold_shuffles(router, pool):
         None, locus, table, X_query, False, KFold(5, shuffle=True, random_state=1)
     )
     assert other != ours  # other folds, other held-out predictions
+
+
+def test_fit_locus_seed_offset_moves_only_the_random_state(quality, monkeypatch):
+    """The ``baseline-rs*`` variants: the embedder's random_state moves by the
+    offset; every other setting is the baseline's and no prototype is
+    entered for the key."""
+    from locus_sklearn import LocusRouter
+
+    monkeypatch.setattr(LocusRouter, "fit", lambda self, evals: self)
+    data = SimpleNamespace(encodings={"q": np.zeros(3)})
+    base = quality.fit_locus(data, 2, "baseline", None).embedder
+    moved = quality.fit_locus(data, 2, "baseline-rs1000", None).embedder
+    assert (base.random_state, moved.random_state) == (2, 1002)
+    moved.set_params(random_state=2)
+    assert moved.get_params() == base.get_params()
