@@ -286,11 +286,10 @@ def _check_shrinkage(check, n_pool):
         and 0 <= param <= 1
     ):
         check.fail("header field 'shrinkage'", 'must be null, "auto" or in [0, 1]')
-    repeats = check.metadata.get("shrinkage_repeats", 1)
-    if not (
-        isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 1
-    ):
-        check.fail("header field 'shrinkage_repeats'", "must be an int of at least 1")
+    # Files of versions before the option have none (they judged one draw).
+    if "shrinkage_repeats" in check.metadata:
+        if check.field("shrinkage_repeats", "int") < 1:
+            check.fail("header field 'shrinkage_repeats'", "is under 1")
     fitted = check.field("shrinkage_fitted", "number")
     if not 0 <= fitted <= 1:
         check.fail("header field 'shrinkage_fitted'", "is outside [0, 1]")
