@@ -49,6 +49,7 @@ from _provenance import git_commit, machine_info  # noqa: E402
 from locus_sklearn import LocusEmbedder, LocusRouter, check_evals  # noqa: E402
 from locus_sklearn._shrinkage import (  # noqa: E402
     SHRINKAGE_GRID,
+    best_shrinkage,
     cross_fitted_predictions,
     query_folds,
     shrink,
@@ -84,10 +85,9 @@ def fold_curves(make_embedder, fitted, table, X_query, refit, folds=5):
 
 
 def rule_choice(curve):
-    """The value ``choose_shrinkage`` takes from a curve: the best accuracy,
-    ties to the larger value."""
-    best = max(v["accuracy"] for v in curve.values())
-    return max(float(s) for s, v in curve.items() if v["accuracy"] >= best - 1e-12)
+    """The value ``choose_shrinkage`` takes from a curve (its rule,
+    ``best_shrinkage``, on the curve's accuracies)."""
+    return best_shrinkage({float(s): v["accuracy"] for s, v in curve.items()})
 
 
 def main(argv=None):

@@ -19,6 +19,7 @@ from ._evals import check_evals
 
 __all__ = [
     "SHRINKAGE_GRID",
+    "best_shrinkage",
     "choose_shrinkage",
     "cross_fitted_predictions",
     "mean_scores",
@@ -158,8 +159,20 @@ def choose_shrinkage(
     if min(len(h) for h in hits.values()) == 0:
         return 0.0, {}
     scores = {s: float(h.mean()) for s, h in hits.items()}
+    return best_shrinkage(scores), scores
+
+
+def best_shrinkage(scores):
+    """The value ``choose_shrinkage`` takes from its ``scores`` (float to
+    float): the best, ties (within 1e-12) going to the larger value.
+
+    Examples
+    --------
+    >>> best_shrinkage({0.0: 0.7, 0.5: 0.8, 1.0: 0.8})
+    1.0
+    """
     best = max(scores.values())
-    return max(s for s, v in scores.items() if v >= best - 1e-12), scores
+    return max(s for s, v in scores.items() if v >= best - 1e-12)
 
 
 def query_folds(n_folds, random_state=0):
