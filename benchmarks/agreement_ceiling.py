@@ -34,6 +34,7 @@ import time
 import numpy as np
 import torch
 from _provenance import stamp, write_result
+from agreement_specialists import score_matrix
 from embedding_quality import (
     VARIANTS,
     fit_locus,
@@ -52,11 +53,8 @@ DEFAULT_VARIANTS = ("baseline", "agreement-3", "neighbour-geometry-3")
 def disagreement_matrix(train, models):
     """Each pair of models' root mean squared score difference over the
     training queries both hold, (M, M) in the order of ``models``."""
-    scores = train.pivot_table(index="model", columns="query", values="score")
-    scores = scores.reindex(models)
-    held = torch.tensor(scores.notna().to_numpy(float))
-    values = torch.tensor(np.nan_to_num(scores.to_numpy(float)))
-    rms, _ = rms_disagreement(held, values)
+    held, values, _ = score_matrix(train, models)
+    rms, _ = rms_disagreement(torch.tensor(held), torch.tensor(values))
     return rms.numpy()
 
 

@@ -49,14 +49,20 @@ def across_over_within(D, same):
     return float(D[distinct & ~same].mean() / D[distinct & same].mean())
 
 
+def score_matrix(train, models):
+    """The rows' scores as (M, Q) arrays in the order of ``models``: which
+    queries each model holds (1.0 / 0.0) and its scores there (0 elsewhere),
+    the input of ``rms_disagreement``; and the Q queries, sorted."""
+    S = train.pivot_table(index="model", columns="query", values="score")
+    S = S.reindex(models)
+    return S.notna().to_numpy(float), np.nan_to_num(S.to_numpy(float)), S.columns
+
+
 def target(train, models, truth):
     """The agreement term's target on the models' whole training rows: its
     square (observed), and the signal and noise parts of its expectation."""
-    S = train.pivot_table(index="model", columns="query", values="score")
-    S = S.reindex(models)
-    held = S.notna().to_numpy(float)
-    x = np.nan_to_num(S.to_numpy(float))
-    p = truth.reindex(index=S.columns, columns=models).to_numpy(float).T
+    held, x, queries = score_matrix(train, models)
+    p = truth.reindex(index=queries, columns=models).to_numpy(float).T
     rms, n_shared = rms_disagreement(torch.tensor(held), torch.tensor(x))
     observed, n_shared = rms.numpy() ** 2, n_shared.numpy()
     shared = np.maximum(n_shared, 1)

@@ -189,12 +189,12 @@ VARIANTS = {
     # the encoder can carry the neighbour order given the time (session 38, a
     # ceiling measurement).
     "baseline-40": {"early_stopping": None},
+    "neighbour-geometry-3-40": {"_neighbour_geometry": 3.0, "early_stopping": None},
     # The baseline with the embedder's random_state moved by 1000 and 2000 on
     # the same training rows and splits: how far a fit's own randomness moves
     # each measure (session 39, a measurement).
     "baseline-rs1000": {"_seed_offset": 1000},
     "baseline-rs2000": {"_seed_offset": 2000},
-    "neighbour-geometry-3-40": {"_neighbour_geometry": 3.0, "early_stopping": None},
 }
 
 
