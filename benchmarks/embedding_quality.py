@@ -195,6 +195,11 @@ VARIANTS = {
     # each measure (session 39, a measurement).
     "baseline-rs1000": {"_seed_offset": 1000},
     "baseline-rs2000": {"_seed_offset": 2000},
+    # agreement-0.1 at the same two random_states: session 37's candidate
+    # judged on each split against the baseline of the same random_state
+    # (session 40, a paired comparison fixed before the run).
+    "agreement-0.1-rs1000": {"agreement_weight": 0.1, "_seed_offset": 1000},
+    "agreement-0.1-rs2000": {"agreement_weight": 0.1, "_seed_offset": 2000},
 }
 
 
@@ -841,7 +846,9 @@ def guard_proba(
 
 
 # ----------------------------------------------------------------- run
-def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
+def run_one(
+    data, seed, ns, variants, log, guard, shrinkage_auto=False, shrinkage_repeats=1
+):
     split = routing.Split(data, seed)
     fp = Fingerprints(data, split, seed=seed)
     y = split.y_test
@@ -992,6 +999,20 @@ def run_one(data, seed, ns, variants, log, guard, shrinkage_auto=False):
                 log(
                     f"  shrinkage=auto chose {shrunk.shrinkage_}: {res['routing'][key]:.4f}"
                 )
+                if shrinkage_repeats > 1:
+                    # The same choice judged on several shuffles of the folds.
+                    shrunk = LocusRouter(
+                        FrozenEstimator(router.embedder_), shrinkage="auto",
+                        shrinkage_repeats=shrinkage_repeats,
+                    ).fit(train)  # fmt: skip
+                    key = f"LOCUS {variant} shrinkage=auto x{shrinkage_repeats}"
+                    scores[key] = shrunk.predict_proba(split.test_queries)
+                    res["routing"][key] = routing_accuracy(y, scores[key])
+                    emb["shrinkage_repeated"] = shrunk.shrinkage_
+                    log(
+                        f"  shrinkage=auto x{shrinkage_repeats} chose "
+                        f"{shrunk.shrinkage_}: {res['routing'][key]:.4f}"
+                    )
             if guard:
                 gp, alpha, valid = guard_proba(router, train, seed, proba)
                 scores[f"LOCUS {variant} +guard"] = gp
@@ -1090,6 +1111,10 @@ def summarise(runs):
                     row[key] = routing.mean_std([x.get(key) for x in es])
             if "shrinkage" in e:
                 row["shrinkage"] = routing.mean_std([x["shrinkage"] for x in es])
+            if "shrinkage_repeated" in e:
+                row["shrinkage repeated"] = routing.mean_std(
+                    [x["shrinkage_repeated"] for x in es]
+                )
             if "guard_alpha" in e:
                 row["guard alpha"] = routing.mean_std([x["guard_alpha"] for x in es])
             for key in (
@@ -1278,6 +1303,14 @@ def main(argv=None):
         "embedder (the variants themselves are plain routers)",
     )
     p.add_argument(
+        "--shrinkage-repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --shrinkage-auto and N > 1, also the default router choosing "
+        "its shrinkage on N shuffles of the folds (LocusRouter's shrinkage_repeats)",
+    )
+    p.add_argument(
         "--task-features",
         type=float,
         default=0.0,
@@ -1317,7 +1350,14 @@ def main(argv=None):
             pool_ns = sorted({256 if n == "all" else n for n in ns}, key=str)
         runs = [
             run_one(
-                data, s, pool_ns, args.variants, log, args.guard, args.shrinkage_auto
+                data,
+                s,
+                pool_ns,
+                args.variants,
+                log,
+                args.guard,
+                shrinkage_auto=args.shrinkage_auto,
+                shrinkage_repeats=args.shrinkage_repeats,
             )
             for s in args.seeds
         ]

@@ -357,6 +357,43 @@ def test_embedding_quality_tiny(quality, tmp_path):
     assert md.startswith("# Embedding") and "expected (true probabilities)" in md
 
 
+def test_embedding_quality_repeated_shrinkage(quality, tmp_path):
+    """--shrinkage-repeats adds the default router choosing its shrinkage on
+    several shuffles of the folds, beside the single draw, for every variant
+    (the random_state variants included)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        results = quality.main(
+            ["--pools", "specialists", "--seeds", "0", "--n", "all",
+             "--variants", "baseline", "baseline-rs1000", "--shrinkage-auto",
+             "--shrinkage-repeats", "3",
+             "--out", str(tmp_path), "--threads", str(threads), "--locus",
+             "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
+             "hidden_dim=8", "max_epochs=1", "episodes_per_epoch=16",
+             "enc_size=[8,32]", "dec_size=16"]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+        quality.SETTINGS.clear()
+        quality.SETTINGS.update(quality.routing.LOCUS_PARAMS)
+    s = results["specialists"]["summary"]["all"]
+    grid = (0.0, 0.25, 0.5, 0.75, 1.0)
+    for name in ("baseline", "baseline-rs1000"):
+        for key in (f"LOCUS {name} shrinkage=auto", f"LOCUS {name} shrinkage=auto x3"):
+            assert 0 <= s["routing"][key]["mean"] <= s["routing"]["oracle"]["mean"]
+        e = s["embeddings"][f"LOCUS {name}"]
+        assert e["shrinkage"]["mean"] in grid
+        assert e["shrinkage repeated"]["mean"] in grid
+    # Another random_state on the same rows is another fit.
+    a, b = (
+        results["specialists"]["runs"][0]["by_n"]["all"]["embeddings"][k]
+        for k in ("LOCUS baseline", "LOCUS baseline-rs1000")
+    )
+    assert a["participation_ratio"] != b["participation_ratio"]
+
+
 def test_predicted_profile_is_the_routers_own_prediction(quality):
     """The predicted-profile fingerprint at the encodings of some queries is the
     plain router's P(correct) there, transposed (models x probes); read from a
