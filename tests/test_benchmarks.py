@@ -394,6 +394,148 @@ def test_embedding_quality_repeated_shrinkage(quality, tmp_path):
     assert a["participation_ratio"] != b["participation_ratio"]
 
 
+def _paired_pool(base, cand, routed=None):
+    """An embedding_quality.py result of two splits x two random_states:
+    ``base`` / ``cand`` map a measure to its four values in pairing order
+    (split 0 at +0, +1000, then split 1)."""
+    runs = []
+    for split in range(2):
+        emb, routing = {}, {"kNN": 0.80, "single best": 0.70, "MF": 0.75}
+        for side, name, values in (
+            ("baseline", "b", base),
+            ("agreement-0.1", "c", cand),
+        ):
+            for j, offset in enumerate(("", "-rs1000")):
+                i = 2 * split + j
+                emb[f"LOCUS {side}{offset}"] = {
+                    "best_valid_loss": values["loss"][i],
+                    "best_valid_routing": values["routing"][i],
+                    "groups": {"recall@1": values["recall"][i]},
+                    "self_id": {"64": 0.0, "256": values["self_id"][i]},
+                    "relative_spread": values["spread"][i],
+                    "participation_ratio": 1.0,
+                    "n_epochs": 10,
+                    "shrinkage": 0.0,
+                }
+                for key in (
+                    f"LOCUS {side}{offset}",
+                    f"LOCUS {side}{offset} shrinkage=auto",
+                ):
+                    routing[key] = (routed or {}).get(name, [0.8] * 4)[i]
+        runs.append({"by_n": {"256": {"embeddings": emb, "routing": routing}}})
+    return {"runs": runs}
+
+
+def test_paired_random_state_rule():
+    """Session 40's paired rule on hand-made fits: each candidate fit is read
+    against the baseline fit of the same split and random_state."""
+    _benchmarks_on_path()
+    import paired_random_state as pr
+
+    base = {
+        "loss": [0.50, 0.52, 0.54, 0.56],
+        "routing": [0.90, 0.80, 0.90, 0.80],
+        "recall": [0.10, 0.20, 0.30, 0.40],
+        "self_id": [0.5, 0.5, 0.5, 0.5],
+        "spread": [0.1, 0.005, 0.1, 0.1],
+    }
+    # Loss +0.001 on every pair (passes 1); recall up 0.04 on every pair
+    # (passes 5 at 0.03); self-identification lower by 0.1 on every pair
+    # (SE 0: clearly lower, fails 3); one more collapsed fit (fails 4).
+    cand = {
+        "loss": [x + 0.001 for x in base["loss"]],
+        "routing": base["routing"],
+        "recall": [x + 0.04 for x in base["recall"]],
+        "self_id": [0.4, 0.4, 0.4, 0.4],
+        "spread": [0.005, 0.005, 0.1, 0.1],
+    }
+    results = {"shaberi": _paired_pool(base, cand)}
+    offsets = ["", "-rs1000"]
+    rows, failed = pr.judge(
+        "shaberi", results["shaberi"], "baseline", "agreement-0.1", offsets, "256"
+    )
+    assert failed == ["(3) self-identification", "(4)"]
+    got = dict(rows)
+    assert got["(1) best validation loss"]["d"] == pytest.approx(0.001)
+    assert got["(1) best validation loss"]["se"] == pytest.approx(0.0, abs=1e-12)
+    assert got["(3) recall@1"]["base"] == pytest.approx(0.25)
+    assert got["(3) recall@1"]["d"] == pytest.approx(0.04)
+    assert got["(4) collapsed fits"] == [1, 2]
+    # A noisy fall of the same mean is not "clearly lower": d = -0.1 with
+    # SE 0.058 (pairs at 0 and -0.2), so d + 2 SE > 0.
+    cand["self_id"] = [0.5, 0.3, 0.5, 0.3]
+    cand["spread"] = base["spread"]
+    results = {"shaberi": _paired_pool(base, cand)}
+    rows, failed = pr.judge(
+        "shaberi", results["shaberi"], "baseline", "agreement-0.1", offsets, "256"
+    )
+    assert failed == []
+    r = dict(rows)["(3) self-identification"]
+    assert r["d"] == pytest.approx(-0.1)
+    assert r["se"] == pytest.approx((0.04 / 3) ** 0.5 / 2)  # sample sd / sqrt(4)
+    # The default router lower by 1 point on every pair: clearly lower.
+    routed = {"b": [0.80] * 4, "c": [0.79] * 4}
+    pool = _paired_pool(base, cand, routed)
+    trows, lower, peers, chosen = pr.routing_rows(
+        pool, "baseline", "agreement-0.1", offsets, "256"
+    )
+    assert lower and dict(trows)["default router"]["d"] == pytest.approx(-0.01)
+    assert peers == {"kNN": 0.80, "single best": 0.70, "MF": 0.75}
+    text, verdicts = pr.report(
+        {"shaberi": pool}, "baseline", "agreement-0.1", offsets, "256", test=True
+    )
+    assert verdicts == {"shaberi": []}
+    assert "## shaberi (4 pairs): passes" in text and "clearly lower" in text
+
+
+def test_shrinkage_repeats_holdout_tiny(tmp_path):
+    """The holdout is a fixed fifth of the split's training queries, kept out of
+    every fit; the routers route those of them every model answered."""
+    _benchmarks_on_path()
+    import embedding_quality
+    import routing
+    import shrinkage_repeats_holdout as srh
+    import torch
+
+    data = embedding_quality.load_pool("specialists")
+    split = routing.Split(data, 0)
+    held, queries, y = srh.holdout_split(split)
+    train_queries = set(split.train_rows["query"])
+    assert held <= train_queries
+    assert len(held) == round(0.2 * len(train_queries))
+    assert set(queries) <= held and not set(queries) & set(split.test_queries)
+    assert y.shape == (len(queries), len(split.models))
+    assert srh.holdout_split(split)[0] == held  # the split's seed fixes it
+    threads = torch.get_num_threads()
+    saved = dict(embedding_quality.SETTINGS)
+    try:
+        results = srh.main(
+            ["--pools", "specialists", "--seeds", "0", "--offsets", "0", "1000",
+             "--n", "64", "--repeats", "2", "--out", str(tmp_path),
+             "--threads", str(threads), "--locus",
+             "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
+             "hidden_dim=8", "max_epochs=1", "episodes_per_epoch=16",
+             "enc_size=[8,32]", "dec_size=16"]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+        embedding_quality.SETTINGS.clear()
+        embedding_quality.SETTINGS.update(saved)
+    fits = results["specialists"]["fits"]
+    assert [f["offset"] for f in fits] == [0, 1000]
+    for f in fits:
+        assert f["n_holdout_queries"] == len(queries)
+        assert f["n_inner_rows"] < 64 * len(split.models)
+        for v in f["shrinkage"].values():
+            assert v in (0.0, 0.25, 0.5, 0.75, 1.0)
+        r = f["routing"]
+        assert all(0 <= v <= r["oracle"] for v in r.values())
+    s = results["specialists"]["summary"]
+    d = [f["routing"]["repeated"] - f["routing"]["single"] for f in fits]
+    assert s["d_repeated_single"] == pytest.approx(sum(d) / 2)
+    assert (tmp_path / "shrinkage_repeats_holdout.json").exists()
+
+
 def test_predicted_profile_is_the_routers_own_prediction(quality):
     """The predicted-profile fingerprint at the encodings of some queries is the
     plain router's P(correct) there, transposed (models x probes); read from a

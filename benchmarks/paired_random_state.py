@@ -1,0 +1,247 @@
+"""A candidate against the baseline, paired fit by fit over several random_states.
+
+Reads ``embedding_quality.py`` results in which every variant ran at each of
+its ``random_state`` offsets (``baseline``, ``baseline-rs1000``, ...; the
+candidate likewise) and pairs each candidate fit with the baseline fit of the
+same split and random_state: they share the training rows, the
+self-identification sets and the embedder's own validation queries, so the
+paired difference ``d = candidate - baseline`` is free of the split's and of
+the reseed's common part. For each measure it reports both means, ``d̄`` and
+its standard error ``sd(d) / sqrt(pairs)``, and session 40's rule
+(``benchmarks/results/TUNING.md``):
+
+- (1) best validation loss: ``d̄`` at most ``+LOSS_BAR`` nats;
+- (2) best validation routing: ``d̄`` not below minus the larger of the two
+  sides' standard deviations over the fits;
+- (3) recall@1 of the pool's groups and self-identification (at the largest n
+  each pool has) are *clearly lower* only where ``d̄ < -IDENTITY_BAR`` and
+  ``d̄ + 2 SE < 0``;
+- (4) no more collapsed fits (relative spread under ``COLLAPSED``);
+- (5) on Shaberi, sibling recall@1 ``d̄`` at least ``+GAIN_BAR``.
+
+With ``--test`` it adds the test routing read after the rule: the default
+router (``shrinkage="auto"``; clearly lower where ``d̄ < -0.5`` point and
+``d̄ + 2 SE < 0``), the plain router, the default with repeated folds where the
+run has it (``--shrinkage-repeats``), the peers, issue 12's bars and the
+shrinkage each fit chose.
+
+Usage::
+
+    python benchmarks/paired_random_state.py RESULTS.json [...]
+        [--baseline baseline] [--candidate agreement-0.1]
+        [--offsets 0 1000 2000] [--n 256] [--test]
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+COLLAPSED = 1.1e-2  # embedding_quality.py's collapsed-fit threshold
+LOSS_BAR, IDENTITY_BAR, GAIN_BAR, ROUTING_BAR = 0.002, 0.02, 0.03, 0.005
+
+
+def paired(base, cand):
+    """Means of both sides, the mean paired difference and its standard error.
+
+    >>> r = paired([1.0, 2.0, 3.0], [2.0, 2.0, 5.0])
+    >>> r["base"], r["cand"], r["d"], round(r["se"], 4)
+    (2.0, 3.0, 1.0, 0.5774)
+    """
+    d = [c - b for b, c in zip(base, cand, strict=True)]
+    return {
+        "base": statistics.fmean(base),
+        "cand": statistics.fmean(cand),
+        "d": statistics.fmean(d),
+        "se": statistics.stdev(d) / math.sqrt(len(d)),
+        "base_sd": statistics.pstdev(base),
+        "cand_sd": statistics.pstdev(cand),
+    }
+
+
+def clearly_lower(r, bar):
+    """Whether the candidate is lower by more than ``bar`` and beyond noise.
+
+    >>> clearly_lower({"d": -0.03, "se": 0.01}, 0.02)
+    True
+    >>> clearly_lower({"d": -0.03, "se": 0.02}, 0.02)
+    False
+    """
+    return r["d"] < -bar and r["d"] + 2 * r["se"] < 0
+
+
+def fits(pool, variant, offsets, n):
+    """(embedding measures, test routing) of ``variant`` at each offset,
+    split by split: the pairing order."""
+    out = []
+    for run in pool["runs"]:
+        block = run["by_n"][n]
+        for offset in offsets:
+            emb = block["embeddings"][f"LOCUS {variant}{offset}"]
+            out.append((f"{variant}{offset}", emb, block["routing"]))
+    return out
+
+
+def self_id(emb):
+    return emb["self_id"][max(emb["self_id"], key=int)]
+
+
+def judge(name, pool, baseline, candidate, offsets, n):
+    """Session 40's rule on one pool: (rows, failed rule parts)."""
+    B, C = fits(pool, baseline, offsets, n), fits(pool, candidate, offsets, n)
+    rows, failed = [], []
+
+    def measure(label, read):
+        base, cand = [read(*f) for f in B], [read(*f) for f in C]
+        if base[0] is None:
+            return None
+        r = paired(base, cand)
+        rows.append((label, r))
+        return r
+
+    r = measure("(1) best validation loss", lambda v, e, t: e["best_valid_loss"])
+    if r["d"] > LOSS_BAR:
+        failed.append("(1)")
+    r = measure("(2) best validation routing", lambda v, e, t: e["best_valid_routing"])
+    if r["d"] < -max(r["base_sd"], r["cand_sd"]):
+        failed.append("(2)")
+    groups = lambda v, e, t: (e.get("groups") or {}).get("recall@1")  # noqa: E731
+    recall = measure("(3) recall@1", groups)
+    if recall is not None and clearly_lower(recall, IDENTITY_BAR):
+        failed.append("(3) recall@1")
+    r = measure("(3) self-identification", lambda v, e, t: self_id(e))
+    if clearly_lower(r, IDENTITY_BAR):
+        failed.append("(3) self-identification")
+    collapsed = [sum(e["relative_spread"] < COLLAPSED for _, e, _ in F) for F in (B, C)]
+    rows.append(("(4) collapsed fits", collapsed))
+    if collapsed[1] > collapsed[0]:
+        failed.append("(4)")
+    if name == "shaberi" and recall["d"] < GAIN_BAR:
+        failed.append("(5)")
+    measure("participation ratio", lambda v, e, t: e["participation_ratio"])
+    measure("epochs run", lambda v, e, t: e["n_epochs"])
+    return rows, failed
+
+
+def routing_rows(pool, baseline, candidate, offsets, n):
+    """Test routing, read after the rule: rows and whether the default
+    router is clearly lower."""
+    B, C = fits(pool, baseline, offsets, n), fits(pool, candidate, offsets, n)
+    rows = []
+    for label, suffix in (
+        ("default router", " shrinkage=auto"),
+        ("plain router", ""),
+        ("default, repeated folds", " shrinkage=auto x5"),
+    ):
+        keys = [f"LOCUS {v}{suffix}" for v, _, _ in B + C]
+        if not all(k in t for k, (_, _, t) in zip(keys, B + C, strict=True)):
+            continue
+        base = [t[f"LOCUS {v}{suffix}"] for v, _, t in B]
+        cand = [t[f"LOCUS {v}{suffix}"] for v, _, t in C]
+        rows.append((label, paired(base, cand)))
+    lower = clearly_lower(rows[0][1], ROUTING_BAR)
+    peers = {
+        k: statistics.fmean(run["by_n"][n]["routing"][k] for run in pool["runs"])
+        for k in ("kNN", "single best", "MF")
+    }
+    chosen = {
+        side: ([e.get("shrinkage") for _, e, _ in F], [
+            e.get("shrinkage_repeated") for _, e, _ in F
+        ])
+        for side, F in (("baseline", B), ("candidate", C))
+    }  # fmt: skip
+    return rows, lower, peers, chosen
+
+
+def _cell(r, digits):
+    f = f"{{:.{digits}f}}"
+    return (
+        f"{f.format(r['base'])} | {f.format(r['cand'])} | {r['d']:+.4f} | "
+        f"{r['se']:.4f} | {r['base_sd']:.4f} / {r['cand_sd']:.4f}"
+    )
+
+
+def report(results, baseline, candidate, offsets, n, test=False):
+    """Markdown of the rule (and with ``test`` the test reading) per pool."""
+    lines = [
+        f"# {candidate} against {baseline}, paired over random_state offsets "
+        f"{', '.join(o.replace('-rs', '+') or '+0' for o in offsets)} (n = {n})",
+        "",
+    ]
+    verdicts = {}
+    for name, pool in results.items():
+        rows, failed = judge(name, pool, baseline, candidate, offsets, n)
+        verdicts[name] = failed
+        pairs = len(pool["runs"]) * len(offsets)
+        lines += [
+            f"## {name} ({pairs} pairs): "
+            + ("passes" if not failed else "fails " + ", ".join(failed)),
+            "",
+            "| measure | baseline | candidate | d̄ | SE | sd (baseline / candidate) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for label, r in rows:
+            if isinstance(r, list):
+                lines.append(f"| {label} | {r[0]} | {r[1]} | | | |")
+            else:
+                lines.append(f"| {label} | {_cell(r, 4 if 'loss' in label else 3)} |")
+        if test:
+            trows, lower, peers, chosen = routing_rows(
+                pool, baseline, candidate, offsets, n
+            )
+            lines.append("")
+            lines.append(
+                "Test routing, read after the rule"
+                + (" (the default router clearly lower)" if lower else "")
+                + ": "
+                + ", ".join(f"{k} {v:.3f}" for k, v in peers.items())
+                + f"; bars kNN - 0.5 point {peers['kNN'] - 0.005:.3f}, single best"
+                f" - 0.5 point {peers['single best'] - 0.005:.3f}."
+            )
+            lines += ["", "| router | baseline | candidate | d̄ | SE | sd |"]
+            lines.append("|---|---|---|---|---|---|")
+            lines += [f"| {label} | {_cell(r, 3)} |" for label, r in trows]
+            for side, (once, repeated) in chosen.items():
+                lines.append("")
+                lines.append(
+                    f"Shrinkage chosen, {side}: {once}"
+                    + (
+                        f"; repeated folds {repeated}"
+                        if repeated[0] is not None
+                        else ""
+                    )
+                )
+        lines.append("")
+    return "\n".join(lines), verdicts
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("results", nargs="+", help="embedding_quality.py JSON files")
+    p.add_argument("--baseline", default="baseline")
+    p.add_argument("--candidate", default="agreement-0.1")
+    p.add_argument(
+        "--offsets",
+        nargs="+",
+        type=int,
+        default=[0, 1000, 2000],
+        help="random_state offsets: 0 reads VARIANT, k reads VARIANT-rsk",
+    )
+    p.add_argument("--n", default="256")
+    p.add_argument("--test", action="store_true", help="also the test routing")
+    args = p.parse_args(argv)
+    results = {}
+    for path in args.results:
+        with open(path) as f:
+            results |= json.load(f)
+    offsets = [f"-rs{k}" if k else "" for k in args.offsets]
+    text, verdicts = report(
+        results, args.baseline, args.candidate, offsets, args.n, args.test
+    )
+    sys.stdout.write(text + "\n")
+    return verdicts
+
+
+if __name__ == "__main__":
+    main()
