@@ -200,6 +200,10 @@ VARIANTS = {
     # (session 40, a paired comparison fixed before the run).
     "agreement-0.1-rs1000": {"agreement_weight": 0.1, "_seed_offset": 1000},
     "agreement-0.1-rs2000": {"agreement_weight": 0.1, "_seed_offset": 2000},
+    # relative-scores at the same two random_states (session 40's second
+    # paired comparison, fixed before its run).
+    "relative-scores-rs1000": {"_relative_scores": True, "_seed_offset": 1000},
+    "relative-scores-rs2000": {"_relative_scores": True, "_seed_offset": 2000},
 }
 
 

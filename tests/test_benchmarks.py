@@ -470,6 +470,12 @@ def test_paired_random_state_rule():
         "shaberi", results["shaberi"], "baseline", "agreement-0.1", offsets, "256"
     )
     assert failed == []
+    # Rule (5) on another measure: the validation routing did not move.
+    _, failed = pr.judge(
+        "shaberi", results["shaberi"], "baseline", "agreement-0.1", offsets, "256",
+        gain=("shaberi", "validation-routing", 0.005),
+    )  # fmt: skip
+    assert failed == ["(5)"]
     r = dict(rows)["(3) self-identification"]
     assert r["d"] == pytest.approx(-0.1)
     assert r["se"] == pytest.approx((0.04 / 3) ** 0.5 / 2)  # sample sd / sqrt(4)
