@@ -32,6 +32,7 @@ Usage::
     python benchmarks/paired_random_state.py RESULTS.json [...]
         [--baseline baseline] [--candidate agreement-0.1]
         [--offsets 0 1000 2000] [--n 256] [--test]
+        [--gain bfcl validation-routing 0.005]
 """
 
 import argparse
