@@ -993,29 +993,22 @@ def run_one(
 
                 from locus_sklearn import LocusRouter
 
-                shrunk = LocusRouter(
-                    FrozenEstimator(router.embedder_), shrinkage="auto"
-                ).fit(train)
-                key = f"LOCUS {variant} shrinkage=auto"
-                scores[key] = shrunk.predict_proba(split.test_queries)
-                res["routing"][key] = routing_accuracy(y, scores[key])
-                emb["shrinkage"] = shrunk.shrinkage_
-                log(
-                    f"  shrinkage=auto chose {shrunk.shrinkage_}: {res['routing'][key]:.4f}"
-                )
-                if shrinkage_repeats > 1:
-                    # The same choice judged on several shuffles of the folds.
+                # With --shrinkage-repeats also the choice judged on several
+                # shuffles of the folds, beside the package's single one.
+                for repeats in sorted({1, shrinkage_repeats}):
                     shrunk = LocusRouter(
                         FrozenEstimator(router.embedder_), shrinkage="auto",
-                        shrinkage_repeats=shrinkage_repeats,
+                        shrinkage_repeats=repeats,
                     ).fit(train)  # fmt: skip
-                    key = f"LOCUS {variant} shrinkage=auto x{shrinkage_repeats}"
+                    tag = "" if repeats == 1 else f" x{repeats}"
+                    key = f"LOCUS {variant} shrinkage=auto{tag}"
                     scores[key] = shrunk.predict_proba(split.test_queries)
                     res["routing"][key] = routing_accuracy(y, scores[key])
-                    emb["shrinkage_repeated"] = shrunk.shrinkage_
+                    field = "shrinkage" if repeats == 1 else "shrinkage_repeated"
+                    emb[field] = shrunk.shrinkage_
                     log(
-                        f"  shrinkage=auto x{shrinkage_repeats} chose "
-                        f"{shrunk.shrinkage_}: {res['routing'][key]:.4f}"
+                        f"  shrinkage=auto{tag} chose {shrunk.shrinkage_}: "
+                        f"{res['routing'][key]:.4f}"
                     )
             if guard:
                 gp, alpha, valid = guard_proba(router, train, seed, proba)
@@ -1331,10 +1324,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     if args.quick:
         SETTINGS["max_epochs"] = 20
-    for item in args.locus:
-        key, _, value = item.partition("=")
-        value = routing.parse_value(value)
-        SETTINGS[key] = tuple(value) if isinstance(value, list) else value
+    routing.update_settings(SETTINGS, args.locus)
     ns = [
         n if n == "all" else int(n)
         for n in (args.n or (["256"] if args.quick else ["256", "all"]))

@@ -145,10 +145,7 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
     settings = {"max_epochs": 20} if args.quick else {}
-    for item in args.locus:
-        key, _, value = item.partition("=")
-        value = routing.parse_value(value)
-        settings[key] = tuple(value) if isinstance(value, list) else value
+    routing.update_settings(settings, args.locus)
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "commit": git_commit(),

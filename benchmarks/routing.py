@@ -914,6 +914,22 @@ def parse_value(text):
         return text
 
 
+def update_settings(settings, items):
+    """Set ``settings[key]`` from each ``KEY=VALUE`` of ``items`` (``--locus``),
+    the value read as JSON where it parses (lists as tuples) and as text
+    otherwise.
+
+    >>> s = {}
+    >>> update_settings(s, ["enc_size=[8,32]", "max_epochs=1", "device=cpu"])
+    >>> s
+    {'enc_size': (8, 32), 'max_epochs': 1, 'device': 'cpu'}
+    """
+    for item in items:
+        key, _, value = item.partition("=")
+        value = parse_value(value)
+        settings[key] = tuple(value) if isinstance(value, list) else value
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.rebuild:
@@ -939,10 +955,7 @@ def main(argv=None):
         for k, v in TINY_PEERS.items():
             settings["peers"][k].update(v)
         notes.append("TINY smoke settings: numbers are not meaningful")
-    for item in args.locus:
-        key, _, value = item.partition("=")
-        value = parse_value(value)
-        settings["locus"][key] = tuple(value) if isinstance(value, list) else value
+    update_settings(settings["locus"], args.locus)
     onboard_ks = (
         [16, 32] if args.tiny else ([32, 128, 1024] if args.quick else list(ONBOARD_KS))
     )

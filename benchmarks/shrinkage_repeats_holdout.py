@@ -134,10 +134,7 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(args.threads)
-    for item in args.locus:
-        key, _, value = item.partition("=")
-        value = routing.parse_value(value)
-        eq.SETTINGS[key] = tuple(value) if isinstance(value, list) else value
+    routing.update_settings(eq.SETTINGS, args.locus)
     n = args.n if args.n == "all" else int(args.n)
     commit, dirty = routing.git_commit(), routing.git_dirty()
     results = {}

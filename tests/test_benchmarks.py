@@ -254,6 +254,32 @@ def quality():
     return _load_script("embedding_quality")
 
 
+# A LOCUS small enough for a tiny benchmark run (--locus KEY=VALUE items).
+TINY_LOCUS = [
+    "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2", "hidden_dim=8",
+    "max_epochs=1", "episodes_per_epoch=16", "enc_size=[8,32]", "dec_size=16",
+]  # fmt: skip
+
+
+def _tiny_run(script, quality, argv, tmp_path):
+    """``script.main(argv)`` with the tiny LOCUS, written to ``tmp_path``; the
+    torch threads and embedding_quality's settings (which ``--locus`` edits in
+    place) restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    saved = dict(quality.SETTINGS)
+    try:
+        return script.main(
+            [*argv, "--out", str(tmp_path), "--threads", str(threads), "--locus",
+             *TINY_LOCUS]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+        quality.SETTINGS.clear()
+        quality.SETTINGS.update(saved)
+
+
 def test_geometry_hand_computed(quality):
     # Rank one: every model on one line -> participation ratio 1, first share 1.
     strength = np.array([0.1, 0.2, 0.3, 0.4])
@@ -314,22 +340,12 @@ def test_bench_group_rules():
 
 
 def test_embedding_quality_tiny(quality, tmp_path):
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        results = quality.main(
-            ["--pools", "specialists", "--seeds", "0", "--n", "all",
-             "--variants", "baseline", "profile", "--guard",
-             "--out", str(tmp_path), "--threads", str(threads), "--locus",
-             "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
-             "hidden_dim=8", "max_epochs=1", "episodes_per_epoch=16",
-             "enc_size=[8,32]", "dec_size=16"]
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-        quality.SETTINGS.clear()
-        quality.SETTINGS.update(quality.routing.LOCUS_PARAMS)
+    results = _tiny_run(
+        quality, quality,
+        ["--pools", "specialists", "--seeds", "0", "--n", "all",
+         "--variants", "baseline", "profile", "--guard"],
+        tmp_path,
+    )  # fmt: skip
     s = results["specialists"]["summary"]["all"]
     r = s["routing"]
     assert r["oracle"]["mean"] >= r["task oracle"]["mean"] >= r["per-task best"]["mean"]
@@ -361,23 +377,13 @@ def test_embedding_quality_repeated_shrinkage(quality, tmp_path):
     """--shrinkage-repeats adds the default router choosing its shrinkage on
     several shuffles of the folds, beside the single draw, for every variant
     (the random_state variants included)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        results = quality.main(
-            ["--pools", "specialists", "--seeds", "0", "--n", "all",
-             "--variants", "baseline", "baseline-rs1000", "--shrinkage-auto",
-             "--shrinkage-repeats", "3",
-             "--out", str(tmp_path), "--threads", str(threads), "--locus",
-             "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
-             "hidden_dim=8", "max_epochs=1", "episodes_per_epoch=16",
-             "enc_size=[8,32]", "dec_size=16"]
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-        quality.SETTINGS.clear()
-        quality.SETTINGS.update(quality.routing.LOCUS_PARAMS)
+    results = _tiny_run(
+        quality, quality,
+        ["--pools", "specialists", "--seeds", "0", "--n", "all",
+         "--variants", "baseline", "baseline-rs1000", "--shrinkage-auto",
+         "--shrinkage-repeats", "3"],
+        tmp_path,
+    )  # fmt: skip
     s = results["specialists"]["summary"]["all"]
     grid = (0.0, 0.25, 0.5, 0.75, 1.0)
     for name in ("baseline", "baseline-rs1000"):
@@ -501,7 +507,6 @@ def test_shrinkage_repeats_holdout_tiny(tmp_path):
     import embedding_quality
     import routing
     import shrinkage_repeats_holdout as srh
-    import torch
 
     data = embedding_quality.load_pool("specialists")
     split = routing.Split(data, 0)
@@ -512,21 +517,12 @@ def test_shrinkage_repeats_holdout_tiny(tmp_path):
     assert set(queries) <= held and not set(queries) & set(split.test_queries)
     assert y.shape == (len(queries), len(split.models))
     assert srh.holdout_split(split)[0] == held  # the split's seed fixes it
-    threads = torch.get_num_threads()
-    saved = dict(embedding_quality.SETTINGS)
-    try:
-        results = srh.main(
-            ["--pools", "specialists", "--seeds", "0", "--offsets", "0", "1000",
-             "--n", "64", "--repeats", "2", "--out", str(tmp_path),
-             "--threads", str(threads), "--locus",
-             "embedding_dim=8", "n_latents=2", "n_blocks=1", "n_heads=2",
-             "hidden_dim=8", "max_epochs=1", "episodes_per_epoch=16",
-             "enc_size=[8,32]", "dec_size=16"]
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-        embedding_quality.SETTINGS.clear()
-        embedding_quality.SETTINGS.update(saved)
+    results = _tiny_run(
+        srh, embedding_quality,
+        ["--pools", "specialists", "--seeds", "0", "--offsets", "0", "1000",
+         "--n", "64", "--repeats", "2"],
+        tmp_path,
+    )  # fmt: skip
     fits = results["specialists"]["fits"]
     assert [f["offset"] for f in fits] == [0, 1000]
     for f in fits:
