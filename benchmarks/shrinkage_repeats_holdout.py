@@ -94,7 +94,7 @@ def run_one(data, seed, offset, n, repeats):
                 ("repeated", repeated),
                 ("plain", plain),
             )
-        },  # fmt: skip
+        },
     }
     best = int(np.argmax(inner.groupby("model")["score"].mean().reindex(split.models)))
     out["routing"]["single best"] = float(y[:, best].mean())
