@@ -142,16 +142,13 @@ class LocusRouter(BaseRouter):
         return embedder._query_encoder()
 
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
-        if isinstance(self.shrinkage, bool):  # a number to the parameter check
-            raise TypeError(
-                f"shrinkage must be 'auto', a number in [0, 1] or None; got "
-                f"{self.shrinkage!r}."
-            )
-        if isinstance(self.shrinkage_repeats, bool):  # an int to the check
-            raise TypeError(
-                f"shrinkage_repeats must be an int of at least 1; got "
-                f"{self.shrinkage_repeats!r}."
-            )
+        # A bool is an int to the parameter constraints: refused here.
+        for name, valid in (
+            ("shrinkage", "'auto', a number in [0, 1] or None"),
+            ("shrinkage_repeats", "an int of at least 1"),
+        ):
+            if isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be {valid}; got {getattr(self, name)!r}.")
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
         if not isinstance(embedder, FrozenEstimator):
