@@ -204,6 +204,11 @@ VARIANTS = {
     # paired comparison, fixed before its run).
     "relative-scores-rs1000": {"_relative_scores": True, "_seed_offset": 1000},
     "relative-scores-rs2000": {"_relative_scores": True, "_seed_offset": 2000},
+    # refine at the same two random_states (session 41's paired comparison,
+    # fixed before its run; the networks are the baseline's of the same
+    # random_state, only the embeddings move).
+    "refine-rs1000": {"refine_steps": 10, "_seed_offset": 1000},
+    "refine-rs2000": {"refine_steps": 10, "_seed_offset": 2000},
 }
 
 

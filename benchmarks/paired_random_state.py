@@ -21,6 +21,10 @@ its standard error ``sd(d) / sqrt(pairs)``, and session 40's rule
   ``d̄`` at least +0.03 (session 40); ``--gain POOL MEASURE BAR`` sets another,
   MEASURE one of ``recall@1`` and ``validation-routing``.
 
+Several files of the same pools merge (:func:`merge_results`): a candidate
+run alone can be paired with the baseline fits of an earlier run on the same
+splits, where every router and measure both runs hold must agree.
+
 With ``--test`` it adds the test routing read after the rule: the default
 router (``shrinkage="auto"``; clearly lower where ``d̄ < -0.5`` point and
 ``d̄ + 2 SE < 0``), the plain router, the default with repeated folds where the
@@ -46,6 +50,71 @@ import sys
 COLLAPSED = 1.1e-2
 LOSS_BAR, IDENTITY_BAR, ROUTING_BAR = 0.002, 0.02, 0.005
 GAIN = ("shaberi", "recall@1", 0.03)
+
+
+def merge_results(results, more):
+    """``more`` (an ``embedding_quality.py`` result) merged into ``results``.
+
+    A pool only ``more`` has is added. For a pool both have, the runs are
+    matched seed by seed and each training size's ``routing`` and
+    ``embeddings`` entries are joined; an entry both hold must be equal (the
+    peers, the fingerprints, the baselines of a rerun), else the two runs did
+    not share their splits and rows, and pairing them would be wrong.
+
+    >>> a = {"p": {"variants": {"baseline": {}}, "runs": [{"seed": 0, "by_n":
+    ...     {"256": {"routing": {"kNN": 0.8, "LOCUS baseline": 0.81},
+    ...              "embeddings": {"LOCUS baseline": {"pr": 1.1}}}}}]}}
+    >>> b = {"p": {"variants": {"refine": {"refine_steps": 10}}, "runs": [{"seed": 0,
+    ...     "by_n": {"256": {"routing": {"kNN": 0.8, "LOCUS refine": 0.83},
+    ...                      "embeddings": {"LOCUS refine": {"pr": 1.4}}}}}]}}
+    >>> merged = merge_results(a, b)["p"]
+    >>> sorted(merged["runs"][0]["by_n"]["256"]["routing"])
+    ['LOCUS baseline', 'LOCUS refine', 'kNN']
+    >>> sorted(merged["variants"])
+    ['baseline', 'refine']
+    >>> b["p"]["runs"][0]["by_n"]["256"]["routing"]["kNN"] = 0.7
+    >>> merge_results(a, b)
+    Traceback (most recent call last):
+    ...
+    ValueError: pool 'p', seed 0, n 256: routing['kNN'] differs between the files (0.8 against 0.7); were they run on the same splits?
+    """
+    merged = dict(results)
+    for name, pool in more.items():
+        if name not in merged:
+            merged[name] = pool
+            continue
+        old = merged[name]
+        seeds = [[run["seed"] for run in p["runs"]] for p in (old, pool)]
+        if seeds[0] != seeds[1]:
+            raise ValueError(
+                f"pool {name!r}: the files hold seeds {seeds[0]} and {seeds[1]}; "
+                "pairing needs the same splits"
+            )
+        runs = []
+        for run, other in zip(old["runs"], pool["runs"]):
+            by_n = {}
+            for n in run["by_n"].keys() | other["by_n"].keys():
+                block, extra = run["by_n"].get(n, {}), other["by_n"].get(n, {})
+                by_n[n] = {}
+                for part in ("routing", "embeddings"):
+                    joined = dict(block.get(part, {}))
+                    for key, value in extra.get(part, {}).items():
+                        if key in joined and joined[key] != value:
+                            raise ValueError(
+                                f"pool {name!r}, seed {run['seed']}, n {n}: "
+                                f"{part}[{key!r}] differs between the files "
+                                f"({joined[key]} against {value}); were they run "
+                                "on the same splits?"
+                            )
+                        joined[key] = value
+                    by_n[n][part] = joined
+            runs.append({**run, "by_n": by_n})
+        merged[name] = {
+            **old,
+            "variants": {**old.get("variants", {}), **pool.get("variants", {})},
+            "runs": runs,
+        }
+    return merged
 
 
 def paired(base, cand):
@@ -251,7 +320,7 @@ def main(argv=None):
     results = {}
     for path in args.results:
         with open(path) as f:
-            results |= json.load(f)
+            results = merge_results(results, json.load(f))
     offsets = [f"-rs{k}" if k else "" for k in args.offsets]
     pool, measure, bar = args.gain
     if measure not in ("recall@1", "validation-routing"):

@@ -1,6 +1,7 @@
 """Smoke tests of the benchmark entry points on tiny synthetic pools, and the
 task-level routers of ``benchmarks/headroom.py`` on hand-computed tables."""
 
+import copy
 import dataclasses
 import importlib.util
 import json
@@ -498,6 +499,46 @@ def test_paired_random_state_rule():
     )
     assert verdicts == {"shaberi": []}
     assert "## shaberi (4 pairs): passes" in text and "clearly lower" in text
+
+
+def test_paired_random_state_merges_runs():
+    """A candidate run alone pairs with an earlier run's baseline fits: the
+    files' entries join, and an entry both hold must agree."""
+    _benchmarks_on_path()
+    import paired_random_state as pr
+
+    base = {
+        "loss": [0.50, 0.52, 0.54, 0.56], "routing": [0.9, 0.8, 0.9, 0.8],
+        "recall": [0.1, 0.2, 0.3, 0.4], "self_id": [0.5] * 4, "spread": [0.1] * 4,
+    }  # fmt: skip
+    both = _paired_pool(base, dict(base, recall=[0.2, 0.3, 0.4, 0.5]))
+    for seed, run in enumerate(both["runs"]):
+        run["seed"] = seed
+    old, new = copy.deepcopy(both), copy.deepcopy(both)
+    # The earlier run holds the baseline fits only, the candidate's run the
+    # candidate's only; both hold the peers.
+    for pool, drop in ((old, "agreement"), (new, "baseline")):
+        for run in pool["runs"]:
+            for part in run["by_n"]["256"].values():
+                for key in [k for k in part if drop in k]:
+                    del part[key]
+    merged = pr.merge_results({"shaberi": old}, {"shaberi": new})
+    assert merged == {"shaberi": {**both, "variants": {}}}
+    rows, failed = pr.judge(
+        "shaberi", merged["shaberi"], "baseline", "agreement-0.1", ["", "-rs1000"],
+        "256",
+    )  # fmt: skip
+    assert dict(rows)["(3) recall@1"]["d"] == pytest.approx(0.1)
+    assert failed == []
+    # A pool only one file has is kept whole.
+    assert pr.merge_results({}, {"bfcl": new}) == {"bfcl": new}
+    # Runs on other splits do not pair.
+    new["runs"][1]["by_n"]["256"]["routing"]["kNN"] = 0.5
+    with pytest.raises(ValueError, match=r"seed 1, n 256: routing\['kNN'\] differs"):
+        pr.merge_results({"shaberi": old}, {"shaberi": new})
+    new["runs"][1]["seed"] = 2
+    with pytest.raises(ValueError, match=r"seeds \[0, 1\] and \[0, 2\]"):
+        pr.merge_results({"shaberi": old}, {"shaberi": new})
 
 
 def test_shrinkage_repeats_holdout_tiny(tmp_path):
