@@ -91,9 +91,9 @@ def merge_results(results, more):
                 "pairing needs the same splits"
             )
         runs = []
-        for run, other in zip(old["runs"], pool["runs"]):
+        for run, other in zip(old["runs"], pool["runs"], strict=True):
             by_n = {}
-            for n in run["by_n"].keys() | other["by_n"].keys():
+            for n in {**run["by_n"], **other["by_n"]}:  # the first file's order
                 block, extra = run["by_n"].get(n, {}), other["by_n"].get(n, {})
                 by_n[n] = {}
                 for part in ("routing", "embeddings"):
