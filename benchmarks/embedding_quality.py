@@ -209,6 +209,20 @@ VARIANTS = {
     # random_state, only the embeddings move).
     "refine-rs1000": {"refine_steps": 10, "_seed_offset": 1000},
     "refine-rs2000": {"refine_steps": 10, "_seed_offset": 2000},
+    # agreement-0.1's networks with refined embeddings (session 41's second
+    # paired comparison, fixed before its run): the agreement term keeps fits
+    # from collapsing, where the refinement cannot move the embeddings.
+    "agreement-0.1-refine": {"agreement_weight": 0.1, "refine_steps": 10},
+    "agreement-0.1-refine-rs1000": {
+        "agreement_weight": 0.1,
+        "refine_steps": 10,
+        "_seed_offset": 1000,
+    },
+    "agreement-0.1-refine-rs2000": {
+        "agreement_weight": 0.1,
+        "refine_steps": 10,
+        "_seed_offset": 2000,
+    },
 }
 
 
