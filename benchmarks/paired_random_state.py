@@ -55,7 +55,8 @@ GAIN = ("shaberi", "recall@1", 0.03)
 def merge_results(results, more):
     """``more`` (an ``embedding_quality.py`` result) merged into ``results``.
 
-    A pool only ``more`` has is added. For a pool both have, the runs are
+    A pool only ``more`` has is added. For a pool both have, the shared
+    settings and each run's seed and test size must agree, the runs are
     matched seed by seed and each training size's ``routing`` and
     ``embeddings`` entries are joined; an entry both hold must be equal (the
     peers, the fingerprints, the baselines of a rerun), else the two runs did
@@ -90,8 +91,19 @@ def merge_results(results, more):
                 f"pool {name!r}: the files hold seeds {seeds[0]} and {seeds[1]}; "
                 "pairing needs the same splits"
             )
+        if old.get("settings") != pool.get("settings"):
+            raise ValueError(
+                f"pool {name!r}: the files' shared settings differ "
+                f"({old.get('settings')} against {pool.get('settings')})"
+            )
         runs = []
         for run, other in zip(old["runs"], pool["runs"], strict=True):
+            for key in run.keys() & other.keys() - {"by_n"}:  # n_test, ...
+                if run[key] != other[key]:
+                    raise ValueError(
+                        f"pool {name!r}, seed {run['seed']}: {key} differs "
+                        f"between the files ({run[key]} against {other[key]})"
+                    )
             by_n = {}
             for n in {**run["by_n"], **other["by_n"]}:  # the first file's order
                 block, extra = run["by_n"].get(n, {}), other["by_n"].get(n, {})

@@ -536,6 +536,13 @@ def test_paired_random_state_merges_runs():
     new["runs"][1]["by_n"]["256"]["routing"]["kNN"] = 0.5
     with pytest.raises(ValueError, match=r"seed 1, n 256: routing\['kNN'\] differs"):
         pr.merge_results({"shaberi": old}, {"shaberi": new})
+    new["runs"][1]["by_n"]["256"]["routing"]["kNN"] = 0.80
+    new["runs"][1]["n_test"], old["runs"][1]["n_test"] = 99, 100
+    with pytest.raises(ValueError, match="seed 1: n_test differs"):
+        pr.merge_results({"shaberi": old}, {"shaberi": new})
+    new["settings"] = {"max_epochs": 40}
+    with pytest.raises(ValueError, match="shared settings differ"):
+        pr.merge_results({"shaberi": old}, {"shaberi": new})
     new["runs"][1]["seed"] = 2
     with pytest.raises(ValueError, match=r"seeds \[0, 1\] and \[0, 2\]"):
         pr.merge_results({"shaberi": old}, {"shaberi": new})
