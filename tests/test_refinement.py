@@ -50,7 +50,10 @@ def _own_loss(module, table, X_query, z):
         return _objective(module, table, X_query, torch.as_tensor(z)).numpy()
 
 
-def test_leave_one_out_readout_hand_computed(monkeypatch):
+@pytest.mark.parametrize("bandwidth", [0.5, 0.01])
+def test_leave_one_out_readout_hand_computed(monkeypatch, bandwidth):
+    """Each row reads its model's other rows; 0.01 takes the readout's
+    log-sum-exp path (weights under float32's range), 0.5 its direct sums."""
     table = check_evals(
         pd.DataFrame(
             {"model": ["a", "a", "a", "b", "b"],
@@ -63,23 +66,25 @@ def test_leave_one_out_readout_hand_computed(monkeypatch):
     assert score.tolist() == [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
     assert mask.tolist() == [[True, True, True], [True, True, False]]
     unit = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
-    readout = KernelReadout(bandwidth=0.5)
+    readout = KernelReadout(bandwidth=bandwidth)
     with torch.no_grad():
         got = _refinement._leave_one_out_readout(
             readout, unit, query_index, score, mask
         )
-    w_06, w_0 = np.exp((0.6 - 1) / 0.5), np.exp((0.0 - 1) / 0.5)
+    w_06, w_0, w_08 = np.exp((np.array([0.6, 0.0, 0.8]) - 1) / bandwidth)
     # Model a at q0 reads q1 (cosine 0.6, score 0) and q2 (cosine 0, score 1).
     np.testing.assert_allclose(
-        got[0, 0].numpy(), [2 * w_0 / (w_06 + w_0) - 1, np.log1p(w_06 + w_0)], rtol=1e-5
-    )
+        got[0, 0].numpy(), [2 * w_0 / (w_06 + w_0) - 1, np.log1p(w_06 + w_0)],
+        rtol=1e-5, atol=1e-12,
+    )  # fmt: skip
     # Model a at q1 reads q0 (0.6, 1) and q2 (0.8, 1): every score 1.
-    w_08 = np.exp((0.8 - 1) / 0.5)
     np.testing.assert_allclose(
-        got[0, 1].numpy(), [1.0, np.log1p(w_06 + w_08)], rtol=1e-5
+        got[0, 1].numpy(), [1.0, np.log1p(w_06 + w_08)], rtol=1e-5, atol=1e-12
     )
     # Model b at q2 reads q0 only (cosine 0, score 0); its padding is not read.
-    np.testing.assert_allclose(got[1, 1].numpy(), [-1.0, np.log1p(w_0)], rtol=1e-5)
+    np.testing.assert_allclose(
+        got[1, 1].numpy(), [-1.0, np.log1p(w_0)], rtol=1e-5, atol=1e-12
+    )
     # Blocks of one row give the same features.
     monkeypatch.setattr(_refinement, "_READOUT_CELLS", 1)
     blocked = _refinement._leave_one_out_readout(
