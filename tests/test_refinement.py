@@ -11,7 +11,7 @@ import pytest
 import torch
 from sklearn.utils._param_validation import InvalidParameterError
 
-from locus_sklearn import LocusEmbedder, LocusRouter, _refinement
+from locus_sklearn import LocusEmbedder, LocusRouter, _refinement, _training
 from locus_sklearn._evals import check_evals
 from locus_sklearn._files import read_file, write_file
 from locus_sklearn._nn import CorrectnessPredictor
@@ -91,6 +91,45 @@ def test_leave_one_out_readout_hand_computed(monkeypatch, bandwidth):
         readout, unit, query_index, score, mask
     )
     torch.testing.assert_close(blocked, got)
+
+
+@pytest.mark.parametrize("bandwidth", [0.5, 0.1, 0.01])
+def test_bank_leave_one_out_readout_equals_the_per_model_readout(bandwidth):
+    """Read from one product over the shared queries, every row's features
+    equal the per-model path's; without shared queries it declines."""
+    rng = np.random.default_rng(0)
+    n_queries, n_models = 12, 5
+    frame = pd.DataFrame(
+        [(f"m{m}", f"q{q}", float(rng.random() < 0.6))
+         for m in range(n_models)
+         for q in rng.choice(n_queries, size=8 + m % 3, replace=False)],
+        columns=["model", "query", "score"],
+    )  # fmt: skip
+    frame.loc[::4, "score"] = 0.25  # graded scores too
+    table = check_evals(frame)
+    unit = torch.nn.functional.normalize(
+        torch.as_tensor(rng.normal(size=(table.n_queries, 6)), dtype=torch.float32),
+        dim=-1,
+    )
+    readout = KernelReadout(bandwidth=bandwidth)
+    with torch.no_grad():
+        bank = _refinement._bank_leave_one_out_readout(readout, unit, table)
+        models = np.arange(n_models)
+        query_index, score, mask = _refinement._padded_rows(table, models, "cpu")
+        per_model = _refinement._leave_one_out_readout(
+            readout, unit, query_index, score, mask
+        )
+    rows, _ = _training.padded_rows(table.indptr, models)
+    assert bank.shape == (len(table.score), 2)
+    torch.testing.assert_close(
+        bank[torch.as_tensor(rows)][mask], per_model[mask], rtol=1e-5, atol=1e-6
+    )
+    # Every model on its own queries: the per-model path is cheaper.
+    alone = check_evals(
+        {"model": ["a", "a", "b", "b"], "query": ["q0", "q1", "q2", "q3"],
+         "score": [1.0, 0.0, 1.0, 1.0]}
+    )  # fmt: skip
+    assert _refinement._bank_leave_one_out_readout(readout, unit[:4], alone) is None
 
 
 def test_embedding_scale_hand_computed():
