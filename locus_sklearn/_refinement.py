@@ -23,6 +23,11 @@ __all__ = ["embedding_scale", "refine_embeddings"]
 # readout: 4 M floats, 16 MiB in float32, whatever a model's size.
 _READOUT_CELLS = 1 << 22
 
+# Most bytes of the bank readout's two (U, 2M) matrices (counts and sums per
+# query, and their weighted sums), at float64: beyond it (pools of thousands
+# of models over tens of thousands of queries) each model's own rows are read.
+_BANK_BYTES = 256 * 2**20
+
 # A model's steps stop once its Newton decrement g^T H^-1 g (twice the
 # decrease a full step promises; the usual stopping rule of Newton's method)
 # is below this share of its objective: a promised decrease under float32's
@@ -129,6 +134,8 @@ def _bank_leave_one_out_readout(readout, unit, table):
     n_bank = len(unit)
     if 2 / tau > 600 or float(n_bank) ** 2 >= float((sizes.astype(float) ** 2).sum()):
         return None  # exp(-2/τ) near float64's smallest, or no shared queries
+    if 2 * n_bank * 2 * table.n_models * 8 > _BANK_BYTES:
+        return None  # the (U, 2M) counts and sums would not stay small
     # float32 weights while exp(-2/τ) is well inside its range, as the
     # readout's own sums do; float64 for narrower bandwidths.
     dtype = torch.float32 if _float32_weights(tau) else torch.float64

@@ -132,6 +132,20 @@ def test_bank_leave_one_out_readout_equals_the_per_model_readout(bandwidth):
     assert _refinement._bank_leave_one_out_readout(readout, unit[:4], alone) is None
 
 
+def test_bank_leave_one_out_readout_declines_a_large_pool(monkeypatch):
+    """Its (U, 2M) matrices are bounded: past the bound, the per-model path."""
+    table = check_evals(
+        {"model": ["a", "a", "a", "b", "b", "b"], "query": ["q0", "q1", "q2"] * 2,
+         "score": [1.0, 0.0, 1.0, 1.0, 1.0, 0.0]}
+    )  # fmt: skip
+    unit = torch.eye(3)
+    readout = KernelReadout(bandwidth=0.5)
+    assert _refinement._bank_leave_one_out_readout(readout, unit, table) is not None
+    # 2 matrices x 3 queries x 4 columns x 8 bytes = 192 bytes.
+    monkeypatch.setattr(_refinement, "_BANK_BYTES", 191)
+    assert _refinement._bank_leave_one_out_readout(readout, unit, table) is None
+
+
 def test_embedding_scale_hand_computed():
     z = np.array([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])
     np.testing.assert_allclose(_refinement.embedding_scale(z), [2.0, 1e-6])
