@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._device import resolve_device
 from ._distributed import check_accelerator, shared_random_state
 from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
-from ._evals import check_evals, check_queries
+from ._evals import _preview, check_evals, check_queries
 from ._persistence import load_embedder, save_embedder
 from ._readout import ReadoutPool
 from ._refinement import embedding_scale, refine_embeddings
@@ -657,7 +657,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"LocusEmbedder needs at least 2 evaluations per model to train (one "
                 f"to encode, one to predict); {len(few)} model(s) have 1: "
-                f"{list(few[:5])}. Embed such models with transform() instead."
+                f"{_preview(few)}. Embed such models with transform() instead."
             )
         net = fit_network(
             self._saved_params(),
@@ -725,7 +725,7 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         if len(few):
             warn_external(
                 f"{len(few)} model(s) have fewer than enc_size[0]={low} evaluations "
-                f"(the smallest set the encoder trained on), e.g. {list(few[:3])} "
+                f"(the smallest set the encoder trained on), e.g. {_preview(few, limit=3)} "
                 f"with {int(counts[counts < low].min())}: their embeddings are "
                 "extrapolated and less reliable; give each model at least "
                 f"{low} scored queries.",

@@ -122,7 +122,18 @@ class EvalTable:
 
 
 def _preview(values, limit=5):
-    values = list(values)
+    """The first ``limit`` values as a list literal for an error message.
+
+    NumPy scalars are shown as the Python values they hold ('a', not
+    np.str_('a')).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> _preview(np.array(["a", "b", "c"]), limit=2)
+    "['a', 'b', ...]"
+    """
+    values = [v.item() if isinstance(v, np.generic) else v for v in values]
     shown = ", ".join(repr(v) for v in values[:limit])
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 

@@ -530,6 +530,10 @@ def test_load_mmlu_pro(mmlu):
     assert mmlu.models["open_weights"].sum() == 27
     assert np.isnan(mmlu.n_params["gpt-4o"]) and mmlu.n_params["Yi-34B"] == 34.4
     assert mmlu.family["Mixtral-8x7B-v0.1"] == "Mistral"
+    # Plain Python strings, as a user's own table would hold: a router fitted
+    # on them reports and routes to 'gpt-4o', not np.str_('gpt-4o').
+    for column in ("model", "query", "task"):
+        assert {type(v) for v in mmlu.evals[column]} == {str}
     # Categories are stratified: each is within one question of its share.
     share = mmlu.queries["task"].value_counts(normalize=True)
     assert share.max() < 0.12 and share.min() > 0.03

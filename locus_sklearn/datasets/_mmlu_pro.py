@@ -167,7 +167,9 @@ def load_mmlu_pro(*, open_weights_only=False):
         raise TypeError(f"open_weights_only must be a bool; got {open_weights_only!r}.")
     arrays = _read_arrays()
     stored = arrays["models"].astype(str)
-    names = sorted(m for m in stored if MODEL_INFO[m][2] or not open_weights_only)
+    # str(): the stored array's elements are numpy str_, which would show as
+    # np.str_('...') in every model name a user prints.
+    names = sorted(str(m) for m in stored if MODEL_INFO[m][2] or not open_weights_only)
     columns = np.array([np.flatnonzero(stored == m)[0] for m in names])
     names = np.array(names, dtype=object)
     raw = arrays["scores"][:, columns]

@@ -18,7 +18,7 @@ from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted
 
 from .._base import check_model_subset, routing_utility
-from .._evals import check_evals, check_queries
+from .._evals import _preview, check_evals, check_queries
 from .._warnings import warn_external
 from ..metrics import route
 from ..model_selection._cross_val import out_of_fold_proba
@@ -65,7 +65,7 @@ def _read_queries_or_evals(router, evals):
         if unknown:
             raise ValueError(
                 f"evals has {len(unknown)} model(s) that are not in the router's "
-                f"pool: {unknown[:5]}."
+                f"pool: {_preview(unknown)}."
             )
         Y = table.to_dense(classes)
         return table.queries, Y, ~np.isnan(Y), table
