@@ -133,8 +133,9 @@ def _preview(values, limit=5):
     >>> _preview(np.array(["a", "b", "c"]), limit=2)
     "['a', 'b', ...]"
     """
-    values = [v.item() if isinstance(v, np.generic) else v for v in values]
-    shown = ", ".join(repr(v) for v in values[:limit])
+    values = list(values)
+    head = (v.item() if isinstance(v, np.generic) else v for v in values[:limit])
+    shown = ", ".join(repr(v) for v in head)
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 

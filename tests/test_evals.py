@@ -183,11 +183,23 @@ def test_check_queries():
         check_queries(5)
 
 
+def test_messages_show_numpy_strings_as_plain_strings():
+    from locus_sklearn._base import check_model_subset
+
+    # Names held as NumPy strings (np.str_) read as 'zz' in the message, not
+    # np.str_('zz'), in the unknown names and in the pool it lists.
+    with pytest.raises(ValueError) as info:
+        check_model_subset(np.array(["zz"]), np.array(["a", "b"]))
+    assert str(info.value) == (
+        "models has 1 model(s) that are not in the pool: ['zz']; the pool is "
+        "['a', 'b']."
+    )
+
+
 # ------------------------------------------------------------- check_model_costs
 
 
 def test_model_costs_series_is_read_by_index_not_position():
-    from locus_sklearn._base import check_model_subset
     from locus_sklearn._evals import check_model_costs
 
     classes = np.array(["a", "b", "c"], dtype=object)
@@ -204,14 +216,6 @@ def test_model_costs_series_is_read_by_index_not_position():
         check_model_costs(pd.Series({"a": 1.0, "b": 2.0}), classes)
     with pytest.raises(ValueError, match=r"not in the pool: \['zz'\]"):
         check_model_costs(pd.Series({"a": 1.0, "b": 2.0, "c": 3.0, "zz": 4.0}), classes)
-    # Names held as NumPy strings read as plain strings in the message (not
-    # np.str_('zz')), here and in the pool it lists.
-    with pytest.raises(ValueError) as info:
-        check_model_subset(np.array(["zz"]), np.array(["a", "b"]))
-    assert str(info.value) == (
-        "models has 1 model(s) that are not in the pool: ['zz']; the pool is "
-        "['a', 'b']."
-    )
     # A default RangeIndex is not a set of model names: refused, with the fix.
     with pytest.raises(ValueError, match=r"index.*to_numpy\(\)"):
         check_model_costs(pd.Series([1.0, 2.0, 3.0]), classes)
