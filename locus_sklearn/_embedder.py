@@ -80,6 +80,10 @@ class CollapsedEmbeddingWarning(UserWarning):
     trained apart four of the five fits that ended so in the agreement term's
     runs (RouterBench, two seeds of three; planted specialists, all three;
     same rows and seeds: ``benchmarks/results/TUNING.md``, session 37).
+    ``agreement_weight=0.1, refine_steps=10``, the configuration the training
+    guide gives for identity work, ended collapsed in 7 of 45 fits against the
+    default's 14 (five pools, nine fits each, session 41): every RouterBench
+    fit apart, 7 of the 9 planted-specialist fits still collapsed.
 
     Examples
     --------
@@ -134,7 +138,9 @@ def warn_if_collapsed(embeddings, kernel_readout):
         f"portfolios read from them will be close to arbitrary; {routing}. "
         "Another random_state may train apart (on one pool's rows, seeds "
         "have differed in this); agreement_weight=0.3 trained apart most such "
-        "fits in the project's benchmarks.",
+        "fits in the project's benchmarks, and LocusEmbedder(agreement_weight=0.1, "
+        "refine_steps=10), the configuration the training guide gives for "
+        "identity work, half of them.",
         CollapsedEmbeddingWarning,
     )
 

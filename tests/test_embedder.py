@@ -239,3 +239,5 @@ def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
         assert {w.filename for w in collapsed} == {__file__}
         assert "training models" in str(collapsed[0].message)
         assert "agreement_weight=0.3" in str(collapsed[0].message)
+        # ... and the configuration the training guide gives for identity work.
+        assert "agreement_weight=0.1, refine_steps=10" in str(collapsed[0].message)
