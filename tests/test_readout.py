@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sklearn.base import clone
 
 from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn import _readout as readout_module
 from locus_sklearn._readout import EvaluationSets, KernelReadout, ReadoutPool
 
 
@@ -43,7 +44,8 @@ def _random_sets(seed, n_bank, n_features, sizes, n_duplicates=0):
 )
 def test_sparse_dense_and_log_sum_exp_agree(seed, sizes, n_duplicates, bandwidth):
     """Sparse and dense pools, with merged duplicate encodings and models
-    without rows, give the per-model log-sum-exp readout."""
+    without rows, give the per-model log-sum-exp readout; the sparse pool's
+    two forms (weights transposed in cache, or read in blocks) the same."""
     sets = _random_sets(seed, 8, 5, sizes, n_duplicates)
     queries = torch.randn(9, 5, generator=torch.Generator().manual_seed(seed + 1))
     readout = KernelReadout(bandwidth)
@@ -51,8 +53,12 @@ def test_sparse_dense_and_log_sum_exp_agree(seed, sizes, n_duplicates, bandwidth
         exact = readout.pairwise_exact(queries, *sets)
         dense = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=False), 4)
         sparse = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=True), 4)
+        with pytest.MonkeyPatch.context() as patch:  # no bank is small enough
+            patch.setattr(readout_module, "_TRANSPOSED_WEIGHTS", 0)
+            blocked = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=True), 4)
     torch.testing.assert_close(dense, exact, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(sparse, dense, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(blocked, sparse, rtol=1e-5, atol=1e-6)
     empty = np.diff(sets.indptr) == 0
     assert torch.equal(dense[:, empty], torch.zeros(9, int(empty.sum()), 2))
 
