@@ -270,17 +270,17 @@ class KernelReadout(nn.Module):
             if transposed:
                 weights = torch.addmm(shift, bank, chunk.T).to(dtype).exp_()  # (U, q)
                 sums = (table @ weights).T
-            elif not pool.is_sparse:
-                weights = torch.addmm(shift, chunk, bank.T).to(dtype).exp_()  # (q, U)
-                sums = weights @ table.T  # (q, 2M)
             else:
-                weights = torch.addmm(shift, chunk, bank.T).to(dtype).exp_()
-                sums = torch.cat(
-                    [
-                        (table @ weights[j : j + block].T).T
-                        for j in range(0, len(weights), block)
-                    ]
-                )
+                weights = torch.addmm(shift, chunk, bank.T).to(dtype).exp_()  # (q, U)
+                if not pool.is_sparse:
+                    sums = weights @ table.T  # (q, 2M)
+                else:
+                    sums = torch.cat(
+                        [
+                            (table @ weights[j : j + block].T).T
+                            for j in range(0, len(weights), block)
+                        ]
+                    )
             self._readout(sums, pool, out[start : start + step])
         return out
 
