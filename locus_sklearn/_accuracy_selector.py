@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
+from ._params import NoBoolNumbersMixin
 from ._selectors import _check_n_select
 
 __all__ = ["ExpectedAccuracySelector"]
@@ -49,7 +50,7 @@ def _greedy_expected_accuracy(P, n_select):
     return np.asarray(selected, dtype=np.int64), np.asarray(path)
 
 
-class ExpectedAccuracySelector(BaseEstimator):
+class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
     """Select the models that keep the most expected routing accuracy.
 
     Greedily adds the model that most raises the expected accuracy of routing

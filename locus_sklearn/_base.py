@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
 from ._evals import _preview, check_evals, check_model_costs, check_queries
+from ._params import NoBoolNumbersMixin
 from .metrics._routing import route
 
 __all__ = ["BaseRouter", "check_cost_weight", "check_model_subset", "routing_utility"]
@@ -111,7 +112,7 @@ def routing_utility(proba, model_costs, cost_weight):
         return proba - cost_weight * model_costs
 
 
-class BaseRouter(BaseEstimator):
+class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
     """Base class of routers: fit on ``evals``, route queries to models.
 
     Subclasses set ``_parameter_constraints`` and implement two hooks:

@@ -20,6 +20,7 @@ from ._device import resolve_device
 from ._distributed import check_accelerator, shared_random_state
 from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
 from ._evals import _preview, check_evals, check_queries
+from ._params import NoBoolNumbersMixin
 from ._persistence import load_embedder, save_embedder
 from ._readout import ReadoutPool
 from ._refinement import embedding_scale, refine_embeddings
@@ -145,7 +146,7 @@ def warn_if_collapsed(embeddings, kernel_readout):
     )
 
 
-class LocusEmbedder(TransformerMixin, BaseEstimator):
+class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
     """Learn LOCUS model embeddings from scored evaluations.
 
     ``fit`` trains the attention encoder F_θ (with its evaluation tokenizer
@@ -582,7 +583,9 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         low, high = (tuple(self.enc_size) + (None, None))[:2]
         if (
             len(self.enc_size) != 2
-            or not all(isinstance(v, Integral) for v in (low, high))
+            or not all(
+                isinstance(v, Integral) and not isinstance(v, bool) for v in (low, high)
+            )
             or not 1 <= low <= high
         ):
             raise ValueError(
@@ -820,6 +823,13 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
                 f"embeddings must have shape (n_models, {self.embedding_dim}); got "
                 f"{embeddings.shape}."
             )
+        finite = np.isfinite(embeddings).all(axis=1)
+        if not finite.all():
+            raise ValueError(
+                f"embeddings has NaN or infinite values in {int((~finite).sum())} "
+                f"row(s), e.g. row {int(np.flatnonzero(~finite)[0])}; every model "
+                "needs a finite embedding (e.g. from transform)."
+            )
         self._check_readout()
         if not self.kernel_readout:
             evaluations = None
@@ -867,6 +877,10 @@ class LocusEmbedder(TransformerMixin, BaseEstimator):
         path : str or path-like
         """
         check_is_fitted(self)
+        # Settings changed after fit are checked as load checks them: a file
+        # written with one that load refuses could not be read back.
+        self._validate_params()
+        self._check_structure()
         save_embedder(self, path)
 
     @classmethod

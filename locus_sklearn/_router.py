@@ -9,7 +9,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import BaseRouter, check_model_subset
+from ._base import BaseRouter, check_cost_weight, check_model_subset
 from ._embedder import LocusEmbedder
 from ._evals import _preview, check_evals, check_model_costs
 from ._persistence import load_router, save_router
@@ -141,14 +141,28 @@ class LocusRouter(BaseRouter):
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         return embedder._query_encoder()
 
+    def get_params(self, deep=True):
+        params = super().get_params(deep=deep)
+        if deep and self.embedder is None:
+            # None means LocusEmbedder() with its defaults: its parameters are
+            # reported, and set_params can set them (GridSearchCV's
+            # "embedder__<name>"), as for an embedder given explicitly.
+            params.update(
+                (f"embedder__{name}", value)
+                for name, value in LocusEmbedder().get_params(deep=False).items()
+            )
+        return params
+
+    def set_params(self, **params):
+        nested = any(name.startswith("embedder__") for name in params)
+        if nested and self.embedder is None and params.get("embedder") is None:
+            # A fresh default embedder to set them on (a default instance
+            # shared between routers would carry one router's settings to
+            # another).
+            self.embedder = LocusEmbedder()
+        return super().set_params(**params)
+
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
-        # A bool is an int to the parameter constraints: refused here.
-        for name, valid in (
-            ("shrinkage", "'auto', a number in [0, 1] or None"),
-            ("shrinkage_repeats", "an int of at least 1"),
-        ):
-            if isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be {valid}; got {getattr(self, name)!r}.")
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
         if not isinstance(embedder, FrozenEstimator):
@@ -336,6 +350,12 @@ class LocusRouter(BaseRouter):
             raise TypeError(
                 f"include_query_text must be True or False; got {include_query_text!r}."
             )
+        # Settings changed after fit are checked as load checks them: a file
+        # written with one that load refuses could not be read back.
+        self._validate_params()
+        check_cost_weight(self.cost_weight)
+        self._locus._validate_params()
+        self._locus._check_structure()
         save_router(self, path, include_query_text=include_query_text)
 
     @classmethod
@@ -369,6 +389,8 @@ class LocusRouter(BaseRouter):
 
     def _embed_table(self, table):
         """(query encodings, embeddings) of the models of ``table``."""
+        # The embedder's run-time settings may have been set after fit.
+        self._locus._validate_params()
         self._locus._warn_few_evaluations(table)
         X_query = self._encode(table.queries)
         return X_query, self._locus._transform_encoded(table, X_query)

@@ -379,6 +379,12 @@ def test_errors(name, fitted):
         (IRTRouter(n_dims=0), "n_dims"),
         (IRTRouter(batch_size=0), "batch_size"),
         (IRTRouter(max_epochs=1.5), "max_epochs"),
+        # A bool is an int to Python: refused by name, not used as 1.
+        (KNNRouter(k=True), "'k' parameter .* Got True, a bool"),
+        (KMeansRouter(n_clusters=True), "'n_clusters' parameter .* Got True, a bool"),
+        (MatrixFactorizationRouter(embedding_dim=True), "'embedding_dim' .* a bool"),
+        (IRTRouter(n_dims=True), "'n_dims' parameter .* Got True, a bool"),
+        (SingleBestRouter(cost_weight=True), "'cost_weight' .* Got True, a bool"),
     ],
 )
 def test_invalid_parameters(router, parameter):

@@ -105,11 +105,49 @@ def test_fit_rejects_models_with_one_evaluation(pool, tiny_embedder):
         ({"enc_size": (10, 5)}, "enc_size"),
         ({"early_stopping": "valid_acc"}, "early_stopping"),
         ({"inference_dtype": "float16"}, "inference_dtype"),
+        # A bool is an int to Python, not a count to the embedder.
+        ({"max_epochs": True}, "'max_epochs' parameter .* Got True, a bool"),
+        ({"dropout": False}, "'dropout' parameter .* Got False, a bool"),
+        ({"random_state": True}, "'random_state' parameter .* Got True, a bool"),
+        ({"enc_size": (True, 64)}, r"enc_size=\(True, 64\) must be a pair of ints"),
     ],
 )
 def test_invalid_hyper_parameters(pool, params, match, tiny_embedder):
     with pytest.raises((ValueError, InvalidParameterError), match=match):
         tiny_embedder(pool.encodings, **params).fit(pool.evals)
+
+
+def test_flags_stay_bools(pool, tiny_embedder, model_names, rows_of):
+    # Parameters that are flags (or verbosity) still take True and False.
+    evals = rows_of(pool.evals, model_names[:3])
+    embedder = tiny_embedder(pool.encodings, max_epochs=1, verbose=False)
+    embedder.set_params(disjoint=False, standardize_embedding=True).fit(evals)
+    assert embedder.transform(evals).shape == (3, 16)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"refine_steps": -1}, {"readout_neighbors": 0}, {"transform_batch_tokens": 0}],
+)
+def test_save_refuses_settings_that_load_would_refuse(
+    router, tmp_path, fitted_copy, params
+):
+    (name,) = params
+    embedder = fitted_copy(router.embedder_, **params)
+    with pytest.raises(ValueError, match=f"'{name}' parameter of LocusEmbedder"):
+        embedder.save(tmp_path / "embedder.safetensors")
+    assert not (tmp_path / "embedder.safetensors").exists()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_predict_proba_refuses_non_finite_embeddings(router, pool, query_texts, bad):
+    embedder = router.embedder_
+    Z = embedder.transform(pool.evals)
+    Z[3, 5] = bad
+    with pytest.raises(
+        ValueError, match=r"NaN or infinite values in 1 row\(s\), e\.g\. row 3"
+    ):
+        embedder.predict_proba(Z, query_texts[:2], evals=pool.evals)
 
 
 def test_wrong_encoder_dimension(router, pool):

@@ -4,6 +4,7 @@ models, and sklearn integration (clone, GridSearchCV, FrozenEstimator, pickle).
 The tiny settings and the fitted ``pool`` / ``router`` fixtures are in conftest.py.
 """
 
+import copy
 import pickle
 
 import joblib
@@ -15,7 +16,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
-from locus_sklearn import LocusRouter
+from locus_sklearn import LocusEmbedder, LocusRouter
 from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.metrics import correctness_accuracy
 
@@ -176,6 +177,87 @@ def test_clone_and_params(pool, tiny_embedder):
     assert cloned.get_params()["embedder__embedding_dim"] == 16
     cloned.set_params(embedder__embedding_dim=8)
     assert router.embedder.embedding_dim == 16
+
+
+def test_default_embedder_parameters_are_reachable():
+    # embedder=None means LocusEmbedder() with its defaults: its parameters are
+    # reported and settable, as DESIGN.md's GridSearchCV(LocusRouter(), ...) needs.
+    router = LocusRouter()
+    params = router.get_params()
+    assert params["embedder"] is None
+    assert params["embedder__embedding_dim"] == LocusEmbedder().embedding_dim
+    assert set(router.get_params(deep=False)) == {
+        "cost_weight", "embedder", "shrinkage", "shrinkage_repeats"
+    }  # fmt: skip
+    other = LocusRouter()
+    router.set_params(embedder__embedding_dim=64, cost_weight=0.5)
+    assert isinstance(router.embedder, LocusEmbedder)
+    assert router.embedder.embedding_dim == 64 and router.cost_weight == 0.5
+    # Each router gets its own embedder: another default router is untouched.
+    assert other.embedder is None
+    assert other.get_params()["embedder__embedding_dim"] == 128
+    assert clone(router).get_params()["embedder__embedding_dim"] == 64
+
+
+def test_grid_search_over_the_default_embedder(pool, tiny_settings):
+    # The grid names only embedder__ parameters of a default LocusRouter().
+    grid = {f"embedder__{k}": [v] for k, v in tiny_settings.items()}
+    grid |= {"embedder__encoder": [pool.encodings], "embedder__max_epochs": [1]}
+    grid |= {"embedder__embedding_dim": [8, 16]}
+    search = GridSearchCV(LocusRouter(), grid, cv=GroupKFold(2)).fit(
+        pool.evals, groups=pool.evals["query"]
+    )
+    assert search.best_params_["embedder__embedding_dim"] in (8, 16)
+    assert search.best_estimator_.embedder_.embedding_dim in (8, 16)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"refine_steps": -1},
+        {"inference_dtype": "float16"},
+        {"transform_batch_tokens": -5},
+    ],
+)
+def test_embedder_settings_changed_after_fit_are_checked_by_the_router(
+    router, pool, params
+):
+    # embed and add_models run the embedder's transform path: they refuse what
+    # LocusEmbedder.transform refuses, rather than ignore it.
+    frozen = LocusRouter(FrozenEstimator(copy.deepcopy(router.embedder_)))
+    frozen.fit(pool.evals)
+    frozen.embedder_.estimator.set_params(**params)
+    (name,) = params
+    new = pool.evals[pool.evals["model"] == "fam0-m00"].assign(model="newcomer")
+    with pytest.raises(ValueError, match=f"'{name}' parameter of LocusEmbedder"):
+        frozen.embed(new)
+    with pytest.raises(ValueError, match=f"'{name}' parameter of LocusEmbedder"):
+        frozen.add_models(new)
+    assert "newcomer" not in frozen.classes_
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"cost_weight": -1.0}, "'cost_weight' parameter of LocusRouter"),
+        ({"cost_weight": float("nan")}, "'cost_weight' parameter of LocusRouter"),
+        ({"cost_weight": True}, "Got True, a bool"),
+        ({"shrinkage": "bogus"}, "'shrinkage' parameter of LocusRouter"),
+        ({"shrinkage_repeats": 0}, "'shrinkage_repeats' parameter"),
+    ],
+)
+def test_save_refuses_settings_that_load_would_refuse(
+    router, tmp_path, fitted_copy, params, message
+):
+    path = tmp_path / "router.safetensors"
+    router.save(path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=message):
+        fitted_copy(router, **params).save(path)
+    # The file in place is left as it was, still loadable.
+    assert path.read_bytes() == before
+    LocusRouter.load(path)
 
 
 def test_grid_search_with_group_kfold_on_queries(pool, tiny_embedder):
