@@ -448,30 +448,39 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
             The fitted encoder.
         """
         encoder = self.encoder
-        self.model_path_ = None
-        if hasattr(self, "n_features_out_"):
-            del self.n_features_out_
+        # Resolved into locals and assigned only once every check has passed:
+        # a failed refit keeps the previous fitted state and a failed first
+        # fit leaves the encoder unfitted, never half of each (a half-fitted
+        # encoder passed check_is_fitted, then failed in transform).
+        path = n_features = None
         if encoder is None or (isinstance(encoder, str) and encoder == "default"):
-            self._kind = "model"
+            kind = "model"
             path = _default_model_path()
         elif isinstance(encoder, (str, os.PathLike)):
-            self._kind = "model"
+            kind = "model"
             path = _check_model_dir(encoder)
         elif isinstance(encoder, Mapping):
-            self._kind = "mapping"
-            self.n_features_out_ = _check_mapping(encoder)
+            kind = "mapping"
+            n_features = _check_mapping(encoder)
         elif callable(getattr(encoder, "encode", None)):
-            self._kind = "object"
+            kind = "object"
         else:
             raise TypeError(
                 f"encoder must be {_VALID_ENCODERS}; got {encoder!r:.80} of type "
                 f"{type(encoder).__name__}."
             )
         if self.backend == "onnx":
-            self._check_onnx()
-        if self._kind == "model":
-            self.model_path_ = str(path)
-            self._cache_key = self._encodings_key(path)
+            self._check_onnx(kind)
+        cache_key = None if path is None else self._encodings_key(path)
+
+        self._kind = kind
+        self._cache_key = cache_key
+        self.model_path_ = None if path is None else str(path)
+        if n_features is not None:
+            self.n_features_out_ = n_features
+        elif hasattr(self, "n_features_out_"):
+            # Set again by the first transform: the new encoder's dimension.
+            del self.n_features_out_
         return self
 
     def _encodings_key(self, path):
@@ -480,10 +489,10 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
         # ONNX encodings equal PyTorch's to float rounding, not bit for bit.
         return key + ("onnx",) if self.backend == "onnx" else key
 
-    def _check_onnx(self):
+    def _check_onnx(self, kind):
         """backend='onnx' runs a model directory on the CPU, with its extra."""
-        if self._kind != "model":
-            kind = "a mapping" if self._kind == "mapping" else "an object"
+        if kind != "model":
+            kind = "a mapping" if kind == "mapping" else "an object"
             raise ValueError(
                 "backend='onnx' runs a sentence-transformers model directory (or "
                 f"the default); encoder is {kind} ({type(self.encoder).__name__}). "

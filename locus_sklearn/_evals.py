@@ -380,6 +380,16 @@ def check_queries(queries, *, name="queries"):
     -------
     queries : ndarray of str, shape (n_queries,)
 
+    Raises
+    ------
+    TypeError
+        If ``queries`` is a single string, not a sequence, or holds a value
+        that is not a str.
+    ValueError
+        If ``queries`` is empty, not one-dimensional, has no ``query``
+        column, or holds an empty string (as :func:`check_evals` refuses an
+        empty query id; blank strings such as ``" "`` are kept).
+
     Examples
     --------
     >>> from locus_sklearn._evals import check_queries
@@ -418,6 +428,14 @@ def check_queries(queries, *, name="queries"):
         raise TypeError(
             f"{name} must hold strings; {len(bad)} of {len(values)} entries do not "
             f"(e.g. {_preview(bad[:5])})."
+        )
+    # The rule check_evals applies to query ids: "" is refused, a blank or
+    # padded string is kept as given (it may be a query's text).
+    empty = np.flatnonzero(values == "")
+    if len(empty):
+        raise ValueError(
+            f"{name} has {len(empty)} empty string(s) '' at position(s) "
+            f"{_preview(empty)}; every query needs a non-empty id."
         )
     return values
 

@@ -500,6 +500,55 @@ def test_transform_before_fit():
         QueryEncoder(CountingEncoder(_fake_vectors)).fit().get_feature_names_out()
 
 
+def _fitted_state(encoder):
+    """Every attribute fit sets (anything that is not a parameter)."""
+    params = encoder.get_params(deep=False)
+    return {k: v for k, v in vars(encoder).items() if k not in params}
+
+
+@pytest.mark.parametrize(
+    "first, params",
+    [
+        ({"q1": [1.0, 0.0]}, {"encoder": {"q1": [1.0, 0.0], "q2": [np.nan, 0.0]}}),
+        ({"q1": [1.0, 0.0]}, {"encoder": "/nonexistent/model/dir"}),
+        ({"q1": [1.0, 0.0]}, {"encoder": 42}),
+        ({"q1": [1.0, 0.0]}, {"backend": "onnx"}),
+        (None, {"encoder": "/nonexistent/model/dir"}),
+        (None, {"encoder": {"q1": [np.inf]}}),
+    ],
+)
+def test_failed_refit_keeps_the_previous_fitted_state(first, params):
+    # fit used to assign as it went: a refit that raised left, e.g., the
+    # mapping's kind with the dimension deleted, or the "model" kind with no
+    # model path, which passed check_is_fitted and then failed in transform.
+    encoder = QueryEncoder(first, device="cpu").fit()
+    before = _fitted_state(encoder)
+    encoder.set_params(**params)
+    with pytest.raises((TypeError, ValueError)):
+        encoder.fit()
+    after = _fitted_state(encoder)
+    assert after.keys() == before.keys()
+    for key, value in before.items():
+        assert after[key] is value or after[key] == value, key
+
+
+@pytest.mark.parametrize(
+    "encoder, params",
+    [
+        ({"q1": [1.0, 0.0], "q2": [np.nan, 0.0]}, {}),
+        ("/nonexistent/model/dir", {}),
+        ({"q1": [1.0, 0.0]}, {"backend": "onnx"}),
+    ],
+)
+def test_failed_first_fit_leaves_the_encoder_unfitted(encoder, params):
+    failed = QueryEncoder(encoder, **params)
+    with pytest.raises(ValueError):
+        failed.fit()
+    assert _fitted_state(failed) == {}
+    with pytest.raises(NotFittedError):
+        failed.transform(["q1"])
+
+
 # ---------------------------------------------------------------- shared encodings
 def _shared_pool(n_distinct, n_copies):
     """Two models on ``n_distinct`` queries with their own encodings, plus

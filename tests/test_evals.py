@@ -183,6 +183,25 @@ def test_check_queries():
         check_queries(5)
 
 
+def test_check_queries_refuses_empty_ids_as_check_evals_does():
+    # check_evals refuses an empty query id; a query at prediction time
+    # follows the same rule, and so keeps blank strings as check_evals does.
+    with pytest.raises(ValueError, match="non-empty id"):
+        check_evals({"model": ["a"], "query": [""], "score": [1.0]})
+    with pytest.raises(
+        ValueError,
+        match=r"queries has 2 empty string\(s\) '' at position\(s\) \[0, 2\]; "
+        "every query needs a non-empty id",
+    ):
+        check_queries(["", "ok", ""])
+    with pytest.raises(ValueError, match=r"X has 1 empty string\(s\) '' at position"):
+        check_queries(pd.DataFrame({"query": ["ok", ""]}), name="X")
+    with pytest.raises(ValueError, match=r"at position\(s\) \[1\]"):
+        check_queries(np.array(["ok", ""]))
+    assert check_evals({"model": ["a"], "query": ["   "], "score": [1.0]}).n_rows == 1
+    assert check_queries(["   ", " q "]).tolist() == ["   ", " q "]
+
+
 def test_messages_show_numpy_strings_as_plain_strings():
     from locus_sklearn._base import check_model_subset
 

@@ -1,5 +1,6 @@
 """Chunked reading, chunked and parallel embedding and scoring (locus_sklearn.parallel)."""
 
+import copy
 import warnings
 
 import joblib
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
+from sklearn.utils._param_validation import InvalidParameterError
 
 from locus_sklearn import FewEvaluationsWarning, LocusEmbedder
 from locus_sklearn.datasets import load_evals
@@ -253,12 +255,29 @@ def test_chunk_models_not_int(pool, bad):
         iter_model_chunks(pool.evals, chunk_models=bad)
 
 
-@pytest.mark.parametrize("bad", [0, 1.5, "2"])
+@pytest.mark.parametrize("bad", [0, -2])
 def test_bad_n_jobs_and_chunk_queries(embedder, router, pool, bad):
-    with pytest.raises(ValueError, match="n_jobs must be None or a non-zero int"):
-        transform_chunked(embedder, pool.evals, n_jobs=bad)
-    with pytest.raises(ValueError, match="chunk_queries must be an int >= 1"):
+    if bad == 0:
+        with pytest.raises(ValueError, match="n_jobs must be None or a non-zero int"):
+            transform_chunked(embedder, pool.evals, n_jobs=bad)
+    with pytest.raises(
+        ValueError, match=f"chunk_queries must be an int >= 1; got {bad}"
+    ):
         predict_proba_chunked(router, ["q"], chunk_queries=bad)
+
+
+@pytest.mark.parametrize("bad", [1.5, 10.0, "2", True, None])
+def test_n_jobs_and_chunk_queries_not_int(embedder, router, pool, bad):
+    # A wrong kind is a TypeError, as for chunk_models; bools are not ints here.
+    if bad is not None:  # n_jobs=None means 1
+        with pytest.raises(TypeError, match="n_jobs must be None or a non-zero int"):
+            transform_chunked(embedder, pool.evals, n_jobs=bad)
+        with pytest.raises(TypeError, match="n_jobs must be None or a non-zero int"):
+            predict_chunked(router, ["q"], n_jobs=bad)
+    with pytest.raises(TypeError, match=r"chunk_queries must be an int >= 1; got"):
+        predict_proba_chunked(router, ["q"], chunk_queries=bad)
+    with pytest.raises(TypeError, match=r"chunk_queries must be an int >= 1; got"):
+        predict_chunked(router, ["q"], chunk_queries=bad)
 
 
 @pytest.mark.parametrize("source", [5, b"evals.parquet", np.zeros((3, 3))])
@@ -327,6 +346,85 @@ def test_empty_and_model_type_errors(embedder, pool, tmp_path):
         transform_chunked(embedder, _write_parquet(missing, tmp_path / "n.parquet"))
 
 
+def _folder(tmp_path, first, second):
+    folder = tmp_path / "parts"
+    folder.mkdir(parents=True)
+    _write_parquet(first, folder / "a.parquet")
+    _write_parquet(second, folder / "b.parquet")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "strings",
+    [{1.0: "1.0", 0.0: "0.0"}, {1.0: "yes", 0.0: "no"}, {1.0: " 1", 0.0: "0e0"}],
+)
+def test_parquet_folder_checks_every_file_types(embedder, pool, tmp_path, strings):
+    # pyarrow reads a folder with the first file's schema: the second file's
+    # string scores were cast to numbers ("1.0") or raised a bare ArrowInvalid.
+    first, second = pool.evals.iloc[:1200], pool.evals.iloc[1200:]
+    folder = _folder(tmp_path, first, second.assign(score=second.score.map(strings)))
+    message = (
+        r"evals\['score'\] must hold numbers in \[0, 1\]; file '.*b\.parquet' "
+        "stores it as Arrow type"
+    )
+    with pytest.raises(TypeError, match=message):
+        transform_chunked(embedder, folder, chunk_models=4)
+    with pytest.raises(TypeError, match=message):
+        iter_model_chunks(folder)
+    # A single file with string scores: the same error, naming the file.
+    single = _write_parquet(
+        second.assign(score=second.score.map(strings)), tmp_path / "s.parquet"
+    )
+    with pytest.raises(TypeError, match=message.replace("b\\.parquet", "s\\.parquet")):
+        transform_chunked(embedder, single)
+
+
+def test_parquet_folder_checks_every_file_ids_and_columns(embedder, pool, tmp_path):
+    first, second = pool.evals.iloc[:1200], pool.evals.iloc[1200:]
+    folder = _folder(tmp_path, first, second.assign(query=1.5))
+    with pytest.raises(
+        TypeError,
+        match=r"evals\['query'\] must hold strings; file '.*b\.parquet' stores it "
+        "as Arrow type double",
+    ):
+        transform_chunked(embedder, folder)
+    folder = _folder(tmp_path / "x", first, second.drop(columns="score"))
+    with pytest.raises(
+        ValueError,
+        match=r"evals file '.*b\.parquet' is missing required column\(s\) \['score'\]",
+    ):
+        transform_chunked(embedder, folder)
+    # An empty file written from pandas stores Arrow type null: no value to check.
+    folder = _folder(tmp_path / "y", pool.evals, pool.evals.iloc[:0])
+    np.testing.assert_allclose(
+        transform_chunked(embedder, folder), embedder.transform(pool.evals), **TOL
+    )
+
+
+def test_parquet_folder_read_errors_name_the_file(embedder, pool, tmp_path):
+    # Each file valid alone, but the second cannot take the first's types.
+    first, second = pool.evals.iloc[:1200], pool.evals.iloc[1200:]
+    folder = _folder(
+        tmp_path, first.assign(score=first.score.astype(int)), second.assign(score=0.5)
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"evals could not be read: file '.*b\.parquet' fails with ArrowInvalid: "
+        r".*score: int64.*; store each column with the same type in every file",
+    ):
+        transform_chunked(embedder, folder, chunk_models=4)
+    folder = _folder(tmp_path / "x", first.assign(model=7), second)
+    with pytest.raises(
+        ValueError, match=r"file '.*b\.parquet' fails with ArrowInvalid"
+    ):
+        transform_chunked(embedder, folder)
+    (folder / "b.parquet").write_text("not parquet")
+    with pytest.raises(
+        ValueError, match=r"file '.*b\.parquet' fails with ArrowInvalid"
+    ):
+        transform_chunked(embedder, folder)
+
+
 def test_stream_not_grouped_by_model(embedder, pool):
     # fam0-m00 comes back in frame 2 after frame 1 went without it.
     ordered = pool.evals.sort_values("model", kind="stable")
@@ -342,6 +440,27 @@ def test_stream_not_grouped_by_model(embedder, pool):
         embedder.transform(pool.evals),
         **TOL,
     )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"refine_steps": -1},
+        {"inference_dtype": "float16"},
+        {"transform_batch_tokens": -5},
+    ],
+)
+def test_runtime_params_checked_as_transform_checks_them(embedder, pool, bad):
+    # Set after fit: transform refuses them, and so must the chunked path
+    # (before any chunk reaches a worker).
+    changed = copy.deepcopy(embedder).set_params(**bad)
+    (param,) = bad
+    with pytest.raises(InvalidParameterError, match=param) as from_transform:
+        changed.transform(pool.evals)
+    for fitted in (changed, FrozenEstimator(changed)):
+        with pytest.raises(InvalidParameterError, match=param) as from_chunked:
+            transform_chunked(fitted, pool.evals, chunk_models=5)
+        assert str(from_chunked.value) == str(from_transform.value)
 
 
 def test_not_fitted_and_wrong_estimators(pool, router):

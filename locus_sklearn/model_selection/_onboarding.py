@@ -243,6 +243,12 @@ def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=Non
         among the held-out models, on the queries they were scored on).
     model_costs : mapping of str to float, default=None
         Costs of the models, needed when the router was fitted with costs.
+        Each fold's ``fit`` takes costs for exactly that fold's training
+        models, while :func:`~sklearn.model_selection.cross_val_score` passes
+        one ``params={"model_costs": ...}`` whole to every fold: with costs,
+        fit each fold of ``cv.split(evals)`` yourself, with
+        ``{m: costs[m] for m in training models}``, and call the scorer on
+        the fold's held-out rows (the fitted router is left as it was).
 
     Returns
     -------

@@ -18,9 +18,15 @@ __all__ = ["predict_chunked", "predict_proba_chunked", "transform_chunked"]
 
 
 def _check_n_jobs(n_jobs):
-    if n_jobs is not None and (
-        not isinstance(n_jobs, Integral) or isinstance(n_jobs, bool) or n_jobs == 0
-    ):
+    if n_jobs is None:
+        return
+    # A bool is an Integral, but n_jobs=True is a mistake, not one worker.
+    if not isinstance(n_jobs, Integral) or isinstance(n_jobs, bool):
+        raise TypeError(
+            f"n_jobs must be None or a non-zero int (-1 for every core); got "
+            f"{n_jobs!r} ({type(n_jobs).__name__})."
+        )
+    if n_jobs == 0:
         raise ValueError(
             f"n_jobs must be None or a non-zero int (-1 for every core); got "
             f"{n_jobs!r}."
@@ -28,11 +34,13 @@ def _check_n_jobs(n_jobs):
 
 
 def _check_chunk_queries(chunk_queries):
-    if (
-        not isinstance(chunk_queries, Integral)
-        or isinstance(chunk_queries, bool)
-        or chunk_queries < 1
-    ):
+    # As chunk_models is checked: a wrong kind is a TypeError, bools included.
+    if not isinstance(chunk_queries, Integral) or isinstance(chunk_queries, bool):
+        raise TypeError(
+            f"chunk_queries must be an int >= 1; got {chunk_queries!r} "
+            f"({type(chunk_queries).__name__})."
+        )
+    if chunk_queries < 1:
         raise ValueError(f"chunk_queries must be an int >= 1; got {chunk_queries!r}.")
     return int(chunk_queries)
 
@@ -126,8 +134,16 @@ def transform_chunked(
     Raises
     ------
     ValueError
-        For ``chunk_models < 1``, a bad ``n_jobs``, or any table
-        :func:`~locus_sklearn.check_evals` rejects (checked chunk by chunk).
+        For ``chunk_models < 1``, ``n_jobs=0``, a file that cannot be read, or
+        any table :func:`~locus_sklearn.check_evals` rejects (checked chunk by
+        chunk).
+    TypeError
+        For a ``chunk_models`` or ``n_jobs`` that is not an int, or a file
+        that stores a column as a type it cannot hold (checked file by file
+        before any chunk is read).
+    sklearn.utils._param_validation.InvalidParameterError
+        If a parameter of ``embedder`` set after fit is invalid (checked once,
+        before any chunk runs).
     sklearn.exceptions.NotFittedError
         If ``embedder`` is not fitted.
 
@@ -155,6 +171,10 @@ def transform_chunked(
     True
     """
     locus = _locus_embedder(embedder)
+    # Run-time settings (refine_steps, inference_dtype, transform_batch_tokens)
+    # may have been set after fit; transform checks them, and so does this,
+    # once and in this process rather than in every worker.
+    locus._validate_params()
     _check_n_jobs(n_jobs)
     chunks, n_rows = model_chunks(evals, chunk_models)
     tasks = (

@@ -75,7 +75,12 @@ class DatasetChunk:
             where = (field >= self.values[0]) & (field <= self.values[-1])
         else:
             where = field.isin(self.values)
-        table = self.dataset.to_table(columns=self.columns, filter=where)
+        try:
+            table = self.dataset.to_table(columns=self.columns, filter=where)
+        except _arrow_read_errors() as exc:
+            raise _read_error(
+                self.dataset, exc, self.name, self.columns, where
+            ) from exc
         frame = table.to_pandas()
         # As load_evals reads Parquet: integer ids become their decimal strings.
         for column in _ID_COLUMNS:
@@ -107,6 +112,109 @@ def _frame_chunks(frame, chunk_models, name):
 
 
 # ------------------------------------------------------------------ pyarrow
+def _arrow_read_errors():
+    """What pyarrow raises for a value it cannot convert or a file it cannot
+    decode; an OSError (a missing file, no permission) names its path itself."""
+    import pyarrow as pa
+
+    return pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError
+
+
+def _is_text(arrow_type):
+    import pyarrow as pa
+
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def _check_arrow_types(schema, name, where="the column has"):
+    """Refuse the columns of ``schema`` whose Arrow type check_evals refuses.
+
+    Ids must be strings or integers (read as their decimal strings), scores
+    integers or floats (not booleans, decimals or strings). A column of Arrow
+    type null (an empty file written from pandas) holds no value to convert;
+    its rows are missing values, refused when read.
+    """
+    import pyarrow as pa
+
+    for column in (*_ID_COLUMNS, "score"):
+        if column not in schema.names:
+            continue
+        arrow_type = schema.field(column).type
+        if pa.types.is_null(arrow_type):
+            continue
+        value_type = (
+            arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+        )
+        if column == "score":
+            if not (
+                pa.types.is_integer(value_type) or pa.types.is_floating(value_type)
+            ):
+                raise TypeError(
+                    f"{name}['score'] must hold numbers in [0, 1]; {where} Arrow "
+                    f"type {arrow_type}. Store scores as floats (strings are not "
+                    "converted to numbers)."
+                )
+        elif not (_is_text(value_type) or pa.types.is_integer(value_type)):
+            raise TypeError(
+                f"{name}[{column!r}] must hold strings; {where} Arrow type "
+                f"{arrow_type}. Convert ids to strings (integers are read as their "
+                "decimal strings)."
+            )
+
+
+def _check_files(dataset, name):
+    """Check every file of ``dataset`` by its own schema, before any read.
+
+    pyarrow reads all the files with one schema (the first file's, unless
+    the dataset was given one) and casts the others to it: a file storing
+    scores as the strings "1.0"/"0.0" would be read as numbers, where the
+    same file alone is refused. So each file is checked as it is stored.
+    """
+    import pyarrow.dataset as ds
+
+    for fragment in dataset.get_fragments():
+        path = getattr(fragment, "path", None)
+        if path is None:  # a table in memory: the dataset's schema is its own
+            continue
+        try:
+            schema = fragment.physical_schema
+        except _arrow_read_errors() as exc:
+            raise ValueError(
+                f"{name} could not be read: file {path!r} fails with "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        # A column of a hive-partitioned folder lives in the paths, not the file.
+        keys = ds.get_partition_keys(fragment.partition_expression)
+        _check_columns([*schema.names, *keys], f"{name} file {path!r}")
+        _check_arrow_types(schema, name, f"file {path!r} stores it as")
+
+
+def _read_error(dataset, exc, name, columns, where=None):
+    """A clear error for an Arrow error raised reading ``dataset``.
+
+    pyarrow's message (e.g. "Failed to parse string: 'yes' as a scalar of
+    type double") names neither the parameter nor the file; reading the files
+    one by one finds the file.
+    """
+    path = None
+    for fragment in dataset.get_fragments(filter=where):
+        try:
+            fragment.to_table(schema=dataset.schema, columns=columns, filter=where)
+        except _arrow_read_errors():
+            path = getattr(fragment, "path", None)
+            break
+    source = f"file {path!r}" if path else "one of its files"
+    expected = ", ".join(
+        f"{f.name}: {f.type}" for f in dataset.schema if f.name in columns
+    )
+    kind = ValueError if isinstance(exc, ValueError) else TypeError
+    return kind(
+        f"{name} could not be read: {source} fails with {type(exc).__name__}: "
+        f"{exc}. The files are read with one schema ({expected}); store each "
+        "column with the same type in every file."
+    )
+
+
 def _as_dataset(evals, name):
     try:
         import pyarrow.dataset as ds
@@ -130,28 +238,27 @@ def _dataset_chunks(dataset, chunk_models, name):
 
     schema = dataset.schema
     _check_columns(schema.names, name)
+    _check_files(dataset, name)
+    # Partition columns and in-memory tables: the dataset's own schema.
+    _check_arrow_types(schema, name)
     if dataset.count_rows() == 0:
         raise _empty_error(name)
     model_type = schema.field("model").type
-    value_type = (
+    is_text = _is_text(
         model_type.value_type if pa.types.is_dictionary(model_type) else model_type
     )
-    is_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
-    if not (is_text or pa.types.is_integer(value_type)):
-        raise TypeError(
-            f"{name}['model'] must hold strings; the column has Arrow type "
-            f"{model_type}. Convert ids to strings (integers are read as their "
-            "decimal strings)."
-        )
     # One pass over the model column only: every distinct name, null count.
     names, n_rows, n_null = set(), 0, 0
-    for batch in dataset.to_batches(columns=["model"]):
-        column = batch.column(0)
-        n_rows += len(column)
-        n_null += column.null_count
-        if pa.types.is_dictionary(column.type):
-            column = column.dictionary_decode()
-        names.update(pc.unique(column.drop_null()).to_pylist())
+    try:
+        for batch in dataset.to_batches(columns=["model"]):
+            column = batch.column(0)
+            n_rows += len(column)
+            n_null += column.null_count
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            names.update(pc.unique(column.drop_null()).to_pylist())
+    except _arrow_read_errors() as exc:
+        raise _read_error(dataset, exc, name, ["model"]) from exc
     if n_rows == 0:
         raise _empty_error(name)
     if n_null:
@@ -271,7 +378,8 @@ def iter_model_chunks(evals, *, chunk_models=1000):
     <locus_sklearn.LocusEmbedder.transform>`, :meth:`LocusRouter.add_models
     <locus_sklearn.LocusRouter.add_models>` or
     :func:`~locus_sklearn.check_evals`. No row is dropped or changed; chunks
-    are not validated beyond the ``model`` column (validate each with
+    are not validated beyond the ``model`` column and, for a Parquet or
+    dataset source, the column types of every file (validate each chunk with
     :func:`~locus_sklearn.check_evals`).
 
     Parameters
@@ -287,7 +395,9 @@ def iter_model_chunks(evals, *, chunk_models=1000):
           a filter on its range of model names, so the rows may come in any
           order; a file sorted by model reads fastest (row groups outside
           the range are skipped). Integer id columns become their decimal
-          strings, as in :func:`~locus_sklearn.datasets.load_evals`;
+          strings, as in :func:`~locus_sklearn.datasets.load_evals`. Every
+          file's own schema is checked first (ids strings or integers, scores
+          numbers), since pyarrow would cast a file to the first file's types;
         - any other iterable of DataFrames (e.g. ``pd.read_csv(path,
           chunksize=100_000)``): streamed and regrouped; each model's rows
           must come in consecutive frames.
@@ -305,11 +415,14 @@ def iter_model_chunks(evals, *, chunk_models=1000):
     Raises
     ------
     ValueError
-        If ``chunk_models < 1``, a column is missing, ``evals`` is empty, or a
-        stream is not grouped by model (a model's rows come back after frames
-        without it).
+        If ``chunk_models < 1``, a column is missing (from ``evals`` or one of
+        its files), ``evals`` is empty, a stream is not grouped by model (a
+        model's rows come back after frames without it), or a file cannot be
+        read (not Parquet, or its values do not fit the other files' types).
     TypeError
-        If ``evals`` is none of the above, or a model name is not a string.
+        If ``evals`` is none of the above, a model name is not a string, or a
+        file stores a column as a type the column cannot hold (e.g. scores
+        as strings).
 
     Examples
     --------
