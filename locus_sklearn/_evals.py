@@ -440,7 +440,7 @@ def check_queries(queries, *, name="queries"):
     return values
 
 
-def check_model_costs(model_costs, classes, *, name="model_costs"):
+def check_model_costs(model_costs, classes, *, name="model_costs", models="the pool"):
     """Validate per-model costs and align them with ``classes``.
 
     Parameters
@@ -451,6 +451,10 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
         must name exactly the models of ``classes``; an array is read in the
         order of ``classes`` (sorted model names).
     classes : ndarray of str, shape (n_models,)
+    name : str, default="model_costs"
+        The parameter, as error messages name it.
+    models : str, default="the pool"
+        What ``classes`` are, as error messages name them.
 
     Returns
     -------
@@ -491,13 +495,14 @@ def check_model_costs(model_costs, classes, *, name="model_costs"):
         extra = [m for m in model_costs if m not in known]
         if missing:
             raise ValueError(
-                f"{name} has no cost for {len(missing)} model(s) of the pool: "
+                f"{name} has no cost for {len(missing)} model(s) of {models}: "
                 f"{_preview(missing)}."
             )
         if extra:
             raise ValueError(
-                f"{name} has costs for {len(extra)} model(s) that are not in the "
-                f"pool: {_preview(extra)}; pass costs for exactly the pool's models."
+                f"{name} has costs for {len(extra)} model(s) that are not in "
+                f"{models}: {_preview(extra)}; pass costs for exactly the models of "
+                f"{models}."
             )
         costs = [model_costs[m] for m in classes]
     else:

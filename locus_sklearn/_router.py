@@ -244,7 +244,7 @@ class LocusRouter(BaseRouter):
         """
         check_is_fitted(self)
         table = check_evals(evals)
-        new_costs = check_model_costs(model_costs, table.models)
+        new_costs = check_model_costs(model_costs, table.models, models="evals")
         is_new = ~np.isin(table.models, self.classes_)
         if self.model_costs_ is not None and new_costs is None and is_new.any():
             raise ValueError(

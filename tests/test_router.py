@@ -64,6 +64,23 @@ def test_cost_aware_routing(pool, tiny_embedder, model_names, query_texts):
         ).predict(queries)
 
 
+def test_add_models_costs_name_the_models_of_evals(router, pool, fitted_copy):
+    costed = fitted_copy(router)
+    costed.model_costs_ = np.ones(len(router.classes_))
+    new = pool.evals[pool.evals["model"] == "fam0-m00"].assign(model="newcomer")
+    both = pd.concat([new, pool.evals[pool.evals["model"] == "fam0-m01"]])
+    # Costs for the new model only, in a call that also refreshes fam0-m01.
+    with pytest.raises(
+        ValueError,
+        match=r"model_costs has no cost for 1 model\(s\) of evals: \['fam0-m01'\]",
+    ):
+        costed.add_models(both, model_costs={"newcomer": 2.0})
+    with pytest.raises(ValueError, match=r"that are not in evals: \['fam0-m02'\]"):
+        costed.add_models(new, model_costs={"newcomer": 2.0, "fam0-m02": 1.0})
+    costed.add_models(both, model_costs={"newcomer": 2.0, "fam0-m01": 3.0})
+    assert costed.model_costs_[costed.classes_.tolist().index("newcomer")] == 2.0
+
+
 def test_nan_costs_rejected(pool, tiny_embedder, model_names):
     costs = {m: 1.0 for m in model_names}
     costs[model_names[0]] = float("nan")
