@@ -9,13 +9,37 @@ count or a rate belongs is a mistake, so it is refused by name.
 
 import numpy as np
 from sklearn.utils._param_validation import (
+    Interval,
     InvalidParameterError,
     _Booleans,
     _VerboseHelper,
     make_constraint,
 )
 
-__all__ = ["NoBoolNumbersMixin", "check_no_bool_numbers"]
+__all__ = ["NoBoolNumbersMixin", "NumberInterval", "check_no_bool_numbers"]
+
+
+class NumberInterval(Interval):
+    """An ``Interval`` constraint that refuses bools.
+
+    For ``validate_params`` of public functions, which have no
+    ``_validate_params`` for :class:`NoBoolNumbersMixin` to extend.
+
+    Examples
+    --------
+    >>> from numbers import Integral
+    >>> n = NumberInterval(Integral, 1, None, closed="left")
+    >>> n.is_satisfied_by(3), n.is_satisfied_by(True)
+    (True, False)
+    >>> str(n)
+    'an int in the range [1, inf), not a bool'
+    """
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, bool | np.bool_) and super().is_satisfied_by(val)
+
+    def __str__(self):
+        return f"{super().__str__()}, not a bool"
 
 
 def check_no_bool_numbers(estimator):

@@ -6,7 +6,10 @@ appendix E.4)::
     K(z_i, z_j) = exp(-d(z_i, z_j) ** 2 / sigma ** 2)
 
 with ``d`` the cosine or Euclidean distance (or a precomputed distance matrix) and
-``sigma`` the median pairwise distance by default. The objectives are
+``sigma`` the median pairwise distance by default. Identical embeddings are at
+distance exactly 0 (under the cosine metric, so are embeddings pointing the same
+way); a zero embedding, which has no direction, is at cosine distance 1 from
+every other one. The objectives are
 
 - k-center: maximise the worst coverage ``min_i max_{s in sel} K(z_i, z_s)``;
 - k-medoids and the budget greedy: maximise the total coverage
@@ -20,9 +23,11 @@ input (``_k_center`` on a kernel matrix), as scikit-learn pairs
 
 import heapq
 import math
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
+import pandas as pd
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -33,10 +38,11 @@ from sklearn.base import (
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.preprocessing import normalize
-from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._evals import check_model_costs
+from ._params import NumberInterval
 from ._warnings import warn_external
 
 __all__ = [
@@ -48,10 +54,14 @@ __all__ = [
     "k_medoids_select",
 ]
 
+
 _METRICS = ("cosine", "euclidean", "precomputed")
 _KERNEL_CONSTRAINTS = {
     "metric": [StrOptions(set(_METRICS))],
-    "bandwidth": [StrOptions({"median"}), Interval(Real, 0, None, closed="neither")],
+    "bandwidth": [
+        StrOptions({"median"}),
+        NumberInterval(Real, 0, None, closed="neither"),
+    ],
 }
 
 
@@ -105,19 +115,48 @@ def _median_bandwidth(D):
 def _distances(X, Y, metric):
     """Distances of shape (n_X, n_Y) in float64; ``Y=None`` means ``Y = X``.
 
-    Cosine distances are ``1 - cos`` clipped to [0, 2] (a zero vector is at
-    distance 1 from everything), as :func:`sklearn.metrics.pairwise.cosine_distances`
-    computes them, but without its temporary copies.
+    Cosine distances are ``1 - cos`` clipped to [0, 2], as
+    :func:`sklearn.metrics.pairwise.cosine_distances` computes them but without
+    its temporary copies. Identical rows are at distance exactly 0 under both
+    metrics, and so are rows pointing the same way under the cosine metric. A
+    zero vector has no direction: it is at cosine distance 1 from every other
+    vector and 0 from itself (and from other zero vectors), whether ``Y`` is
+    None or holds its own row.
     """
     if metric == "euclidean":
-        return euclidean_distances(X, Y)
-    X_unit = normalize(X)
-    D = X_unit @ (X_unit if Y is None else normalize(Y)).T
-    np.subtract(1.0, D, out=D)
-    np.clip(D, 0.0, 2.0, out=D)
+        D = euclidean_distances(X, Y)
+    else:
+        X_unit = normalize(X)
+        D = X_unit @ (X_unit if Y is None else normalize(Y)).T
+        np.subtract(1.0, D, out=D)
+        # 1 - cos of unit vectors is off by up to about n_features / 2 ulps (the
+        # dot product) plus a few (the normalisations): two copies of a row
+        # come out ~1e-16 apart, and the median bandwidth would pick that noise
+        # as sigma. A distance within the rounding error cannot be told from 0.
+        D[D <= (X.shape[1] + 4) * np.finfo(np.float64).eps] = 0.0
+        np.clip(D, 0.0, 2.0, out=D)
+    # Copies of a row are exactly 0 apart; the expansion |x|^2 - 2 x.y + |y|^2
+    # of euclidean_distances leaves up to ~1e-8 |x| between them, and a zero
+    # vector is 1 - 0 from itself above.
+    same = _same_rows(X, Y)
+    if same is not None:
+        D[same] = 0.0
     if Y is None:
         np.fill_diagonal(D, 0.0)
     return D
+
+
+def _same_rows(X, Y):
+    """Boolean mask of shape (n_X, n_Y) of the equal pairs of rows, or None
+    when no two rows are equal (``Y=None`` means ``Y = X``)."""
+    rows = X if Y is None else np.concatenate([X, Y])
+    # + 0.0 turns -0.0 into 0.0: np.unique compares rows by their bytes.
+    unique, code = np.unique(rows + 0.0, axis=0, return_inverse=True)
+    if len(unique) == len(rows):
+        return None
+    code = code.ravel()
+    code_X, code_Y = (code, code) if Y is None else (code[: len(X)], code[len(X) :])
+    return code_X[:, None] == code_Y[None, :]
 
 
 def _rbf(D, sigma, *, out=None):
@@ -171,6 +210,14 @@ def _check_costs(costs, n_models, budget):
     position; :func:`check_model_costs` does the shared validation, the budget
     rules (costs > 0, some model fits) are the selector's own.
     """
+    if isinstance(costs, pd.Series | Mapping):
+        # check_model_costs reads these by model name, which rows lack; by
+        # position, a Series ordered otherwise than X gives wrong costs.
+        raise TypeError(
+            f"costs is a {type(costs).__name__}, which names its models, but a "
+            "selector's models are the rows of X and have no names; pass an "
+            "array of shape (n_models,) in the row order of X."
+        )
     if costs is None:
         costs = np.ones(n_models, dtype=np.float64)
     else:
@@ -345,7 +392,7 @@ def _select_outputs(X, selected, metric, sigma, objective):
 @validate_params(
     {
         "X": ["array-like"],
-        "n_select": [Interval(Integral, 1, None, closed="left")],
+        "n_select": [NumberInterval(Integral, 1, None, closed="left")],
         **_KERNEL_CONSTRAINTS,
     },
     prefer_skip_nested_validation=True,
@@ -403,10 +450,10 @@ def k_center_select(X, n_select, *, metric="cosine", bandwidth="median"):
 @validate_params(
     {
         "X": ["array-like"],
-        "n_select": [Interval(Integral, 1, None, closed="left")],
+        "n_select": [NumberInterval(Integral, 1, None, closed="left")],
         **_KERNEL_CONSTRAINTS,
         "method": [StrOptions({"fasterpam", "pam"})],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [NumberInterval(Integral, 1, None, closed="left")],
         "return_n_iter": ["boolean"],
     },
     prefer_skip_nested_validation=True,
@@ -488,7 +535,7 @@ def k_medoids_select(
 @validate_params(
     {
         "X": ["array-like"],
-        "budget": [Interval(Real, 0, None, closed="neither")],
+        "budget": [NumberInterval(Real, 0, None, closed="neither")],
         "costs": ["array-like", None],
         **_KERNEL_CONSTRAINTS,
     },
@@ -689,10 +736,11 @@ class KCenterSelector(_BaseSelector):
     n_select : int, default=8
         Number of models to select, at most ``n_models``.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
-        Distance between embeddings. With "precomputed", X is a symmetric
-        distance matrix in :meth:`fit`, and the distances from each row to the
-        fitted models, shape (n_samples, n_models_fit), in :meth:`transform`
-        and :meth:`predict`.
+        Distance between embeddings; identical embeddings are at distance 0, and
+        a zero embedding at cosine distance 1 from every other one. With
+        "precomputed", X is a symmetric distance matrix in :meth:`fit`, and the
+        distances from each row to the fitted models, shape
+        (n_samples, n_models_fit), in :meth:`transform` and :meth:`predict`.
     bandwidth : "median" or float, default="median"
         Kernel bandwidth sigma of ``K = exp(-d ** 2 / sigma ** 2)``; "median"
         uses the median distance between distinct models.
@@ -740,7 +788,7 @@ class KCenterSelector(_BaseSelector):
 
     _parameter_constraints = {
         **_BaseSelector._parameter_constraints,
-        "n_select": [Interval(Integral, 1, None, closed="left")],
+        "n_select": [NumberInterval(Integral, 1, None, closed="left")],
     }
     _objective = "min"
 
@@ -771,10 +819,11 @@ class KMedoidsSelector(_BaseSelector):
     n_select : int, default=8
         Number of models to select, at most ``n_models``.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
-        Distance between embeddings. With "precomputed", X is a symmetric
-        distance matrix in :meth:`fit`, and the distances from each row to the
-        fitted models, shape (n_samples, n_models_fit), in :meth:`transform`
-        and :meth:`predict`.
+        Distance between embeddings; identical embeddings are at distance 0, and
+        a zero embedding at cosine distance 1 from every other one. With
+        "precomputed", X is a symmetric distance matrix in :meth:`fit`, and the
+        distances from each row to the fitted models, shape
+        (n_samples, n_models_fit), in :meth:`transform` and :meth:`predict`.
     bandwidth : "median" or float, default="median"
         Kernel bandwidth sigma of ``K = exp(-d ** 2 / sigma ** 2)``; "median"
         uses the median distance between distinct models.
@@ -839,9 +888,9 @@ class KMedoidsSelector(_BaseSelector):
 
     _parameter_constraints = {
         **_BaseSelector._parameter_constraints,
-        "n_select": [Interval(Integral, 1, None, closed="left")],
+        "n_select": [NumberInterval(Integral, 1, None, closed="left")],
         "method": [StrOptions({"fasterpam", "pam"})],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [NumberInterval(Integral, 1, None, closed="left")],
     }
 
     def __init__(
@@ -883,10 +932,11 @@ class BudgetGreedySelector(_BaseSelector):
         Largest total cost of the selection; at least the cheapest model's cost.
         With unit costs (``costs=None`` in :meth:`fit`) it is a model count.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
-        Distance between embeddings. With "precomputed", X is a symmetric
-        distance matrix in :meth:`fit`, and the distances from each row to the
-        fitted models, shape (n_samples, n_models_fit), in :meth:`transform`
-        and :meth:`predict`.
+        Distance between embeddings; identical embeddings are at distance 0, and
+        a zero embedding at cosine distance 1 from every other one. With
+        "precomputed", X is a symmetric distance matrix in :meth:`fit`, and the
+        distances from each row to the fitted models, shape
+        (n_samples, n_models_fit), in :meth:`transform` and :meth:`predict`.
     bandwidth : "median" or float, default="median"
         Kernel bandwidth sigma of ``K = exp(-d ** 2 / sigma ** 2)``; "median"
         uses the median distance between distinct models.
@@ -936,7 +986,7 @@ class BudgetGreedySelector(_BaseSelector):
 
     _parameter_constraints = {
         **_BaseSelector._parameter_constraints,
-        "budget": [Interval(Real, 0, None, closed="neither")],
+        "budget": [NumberInterval(Real, 0, None, closed="neither")],
     }
 
     def __init__(self, budget=8.0, *, metric="cosine", bandwidth="median"):

@@ -17,6 +17,7 @@ from locus_sklearn import (
 from locus_sklearn.baselines import KNNRouter
 from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.inspection import (
+    calibrate_cost_weight,
     calibrate_fingerprint_threshold,
     distance_disagreement_correlation,
     embed_profile,
@@ -141,6 +142,23 @@ def test_nearest_models_of_a_point_and_errors(family_embeddings, router):
     assert result.shape == (3, 2) and router.classes_[0] not in set(result["model"])
 
 
+def test_neighbor_errors_name_the_parameter():
+    Z = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    with pytest.raises(
+        TypeError, match=r"k must be an int or a sequence of ints; got 2.0"
+    ):
+        nearest_models(Z, 0, k=2.0)
+    with pytest.raises(ValueError, match="k=1 cannot be met: the pool has a single"):
+        nearest_models([[1.0, 0.0]], 0, k=1)
+    valid = r"metric must be one of \['cosine', 'euclidean', 'precomputed'\]"
+    with pytest.raises(ValueError, match=valid):
+        nearest_models(Z, 0, k=1, metric="manhattan")
+    with pytest.raises(ValueError, match=r"reference_names has duplicates: \['a'\]"):
+        match_models([[1.0, 0]], Z[:2], threshold=0.1, reference_names=["a", "a"])
+    with pytest.raises(ValueError, match=r"^names has duplicates: \['b'\]"):
+        match_models(Z[:2], Z[:2], threshold=0.1, names=["b", "b"])
+
+
 def test_linkage_recovers_families(family_embeddings):
     Z, _, family = family_embeddings
     n_families = family.max() + 1
@@ -212,6 +230,92 @@ def test_distance_disagreement_correlation_counts_skipped_pairs():
         distance_disagreement_correlation(Z[:2], evals)
     with pytest.raises(ValueError, match="not in models"):
         distance_disagreement_correlation(Z, evals, names=["a", "b", "c", "x"])
+
+
+def test_dataframe_embeddings_are_matched_by_index():
+    # LocusEmbedder.set_output(transform="pandas") indexes rows by model name;
+    # here out of sorted order: c, a, b.
+    evals = {
+        "model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+        "query": ["q1", "q2", "q3", "q4"] * 3,
+        "score": [1, 1, 0, 0] + [1, 1, 0, 1] + [0, 0, 1, 1],
+    }
+    rows = [[1.0, 0.0], [0.0, 0.0], [0.1, 0.0]]
+    Z = pd.DataFrame(rows, index=pd.Index(["c", "a", "b"], name="model"))
+    # a-b 0.1 apart disagree on 1/4, a-c 1.0 on 4/4, b-c 0.9 on 3/4.
+    result = distance_disagreement_correlation(Z, evals, metric="euclidean")
+    pairs = result.pairs.set_index(["model_a", "model_b"])
+    assert pairs.loc[("a", "b"), "disagreement"] == 0.25
+    assert pairs.loc[("a", "b"), "distance"] == pytest.approx(0.1)
+    assert result.spearman == pytest.approx(1.0)
+    order = fallback_order(Z, metric="euclidean")
+    assert order.index.tolist() == ["c", "a", "b"]
+    assert order.to_numpy().tolist() == [["b", "a"], ["b", "c"], ["a", "c"]]
+    nearest = nearest_models(Z, "a", k=1, metric="euclidean")
+    assert nearest["model"].tolist() == ["b"]
+    with pytest.raises(ValueError, match=r"names must be None when embeddings is a "):
+        nearest_models(Z, "a", k=1, names=["a", "b", "c"])
+    duplicated = Z.set_axis(["a", "a", "b"])
+    with pytest.raises(ValueError, match=r"embeddings.index has duplicates: \['a'\]"):
+        fallback_order(duplicated)
+    # A router's replacement embeddings: rows taken in classes_ order by name.
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0], "q3": [1.0, 1.0], "q4": [2.0, 1.0]}
+    router = KNNRouter(1, encoder=encoder).fit(evals)
+    by_name = fallback_routing_accuracy(router, evals, embeddings=Z, metric="euclidean")
+    by_row = fallback_routing_accuracy(
+        router, evals, embeddings=Z.loc[["a", "b", "c"]].to_numpy(), metric="euclidean"
+    )
+    pd.testing.assert_frame_equal(by_name, by_row)
+    with pytest.raises(ValueError, match=r"embeddings has no row for 1 model\(s\)"):
+        fallback_routing_accuracy(router, evals, embeddings=Z.drop("b"))
+
+
+def test_profile_recall_reference_dataframe_is_matched_by_index():
+    # Math and code accuracies 0.9 and 0.1 for a, 0.1 and 0.9 for b, 0.5 and
+    # 0.5 for c; the reference lists them c, b, a.
+    tasks = {
+        "model": np.repeat(["a", "b", "c"], 20),
+        "query": [f"q{i}" for i in range(20)] * 3,
+    }
+    tasks["task"] = (["math"] * 10 + ["code"] * 10) * 3
+    tasks["score"] = np.concatenate(
+        [np.r_[np.ones(9), np.zeros(10), 1.0], np.r_[1.0, np.zeros(9), np.ones(9), 0.0]]
+        + [np.r_[np.ones(5), np.zeros(10), np.ones(5)]]
+    )
+    embedder = TaskAccuracyEmbedder(
+        dict(zip(tasks["query"], tasks["task"], strict=True))
+    )
+    real = pd.DataFrame(embedder.transform(tasks), index=["a", "b", "c"]).iloc[::-1]
+    result = profile_recall_at_k(
+        embedder, tasks, k=1, n_evals=20, scores="exact", reference=real
+    )
+    assert result.ranks.tolist() == [1, 1, 1]
+
+
+def test_correlation_of_a_pool_at_one_point_is_none_as_its_dimensionality():
+    evals = {
+        "model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+        "query": ["q1", "q2", "q3", "q4"] * 3,
+        "score": [1, 1, 0, 0] + [1, 1, 0, 1] + [0, 0, 1, 1],
+    }
+    # Identical embeddings: every distance 0 (cosine too, not ~1e-16 of
+    # rounding), nothing to correlate (scipy warned and gave NaN).
+    for metric in ("euclidean", "cosine"):
+        result = distance_disagreement_correlation(
+            np.tile([0.3, 0.7, 0.1], (3, 1)), evals, metric=metric
+        )
+        assert (result.pairs["distance"] == 0).all()
+        assert (result.pearson, result.spearman, result.kendall) == (None,) * 3
+        assert result.n_pairs == 3
+    flat = embedding_dimensionality(np.tile([0.3, 0.7, 0.1], (3, 1)), evals)
+    assert flat.strength_correlation is None
+    # A model of evals without an embedding is refused by both.
+    Z, names = [[0.0, 0.0], [0.1, 0.0]], ["a", "b"]
+    with pytest.raises(ValueError, match=r"not in models: \['c'\]"):
+        distance_disagreement_correlation(Z, evals, names=names)
+    message = r"evals has 1 model\(s\) that are not in the embeddings: \['c'\]"
+    with pytest.raises(ValueError, match=message):
+        embedding_dimensionality(Z, evals, names=names)
 
 
 def test_distance_tracks_disagreement_on_a_pool(pool):
@@ -543,6 +647,30 @@ def test_fingerprint_calibration_with_the_real_embedder(router, pool):
         calibrate_fingerprint_threshold(object(), pool.evals)
 
 
+def test_fingerprint_calibration_refuses_a_rate_that_zero_distances_exceed():
+    class MeanScore:
+        def transform(self, evals):
+            return pd.DataFrame(evals).groupby("model")["score"].mean().to_frame()
+
+    # a and a2 score 1 everywhere: their 2 x 2 cross pairs are at distance 0,
+    # 4 of the 12 cross pairs (the others, to c, at 1).
+    evals = {
+        "model": np.repeat(["a", "a2", "c"], 4),
+        "query": ["q1", "q2", "q3", "q4"] * 3,
+        "score": [1.0] * 8 + [0.0] * 4,
+    }
+    kwargs = {"n_resamples": 2, "n_evals": 4, "metric": "euclidean"}
+    with pytest.raises(ValueError, match=r"4 of the 12 pairs .* at least 4 / 12"):
+        calibrate_fingerprint_threshold(
+            MeanScore(), evals, false_match_rate=0.2, **kwargs
+        )
+    result = calibrate_fingerprint_threshold(
+        MeanScore(), evals, false_match_rate=0.4, **kwargs
+    )
+    assert result.threshold == 0.5
+    assert result.false_match_rate == pytest.approx(1 / 3)
+
+
 # ---------------------------------------------------------------- capability profiles
 
 
@@ -626,6 +754,32 @@ def test_portfolio_curve(router, pool):
         portfolio_curve(router, pool.evals, [2], selector=LocusEmbedder())
 
 
+def test_portfolio_baseline_skips_draws_without_a_score():
+    encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
+    train = {
+        "model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+        "query": ["q1", "q2", "q3"] * 3,
+        "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
+    }
+    router = KNNRouter(1, encoder=encoder).fit(train)
+    # c has no held-out score: a draw of c alone has no accuracy (was NaN,
+    # which made the baseline NaN); a or b alone, or any pair, scores 1.
+    held = {"model": ["a", "b"], "query": ["q1", "q1"], "score": [1, 1]}
+    Z = [[1.0, 0.0], [1.0, 0.01], [0.0, 1.0]]
+    curve = portfolio_curve(
+        router, held, [1, 2], embeddings=Z, n_random=20, random_state=0
+    )
+    assert curve["random_mean"].tolist() == [1.0, 1.0]
+    assert curve["random_std"].tolist() == [0.0, 0.0]
+    assert 0 < curve["n_random"].iloc[0] < 20  # the draws of c left out
+    assert curve["n_random"].iloc[1] == 20  # every pair holds a or b
+    curve = portfolio_curve(router, held, [1], embeddings=Z, n_random=0)
+    assert curve["n_random"].tolist() == [0] and curve["random_mean"].isna().all()
+    for bad in (2.5, True):
+        with pytest.raises(TypeError, match=r"n_random must be an int >= 0"):
+            portfolio_curve(router, held, [1], embeddings=Z, n_random=bad)
+
+
 def test_budget_portfolio_needs_costs(pool):
     router = KNNRouter(5, encoder=pool.encodings).fit(pool.evals)
     Z = np.random.default_rng(0).standard_normal((16, 3))
@@ -643,6 +797,27 @@ def test_budget_portfolio_needs_costs(pool):
         random_state=0,
     )
     assert curve["n_models"].tolist() == [3]
+
+
+# ---------------------------------------------------------------- the cost knob
+
+
+def test_cost_knob_refuses_evaluations_without_a_score_column():
+    # A misspelt score column was read as plain queries and scored as NaN.
+    evals = {
+        "model": ["big", "big", "small", "small"],
+        "query": ["q1", "q2", "q1", "q2"],
+        "score": [1, 1, 1, 0],
+    }
+    router = KNNRouter(1, encoder={"q1": [1.0, 0.0], "q2": [0.0, 1.0]})
+    router.fit(evals, model_costs={"big": 11.0, "small": 1.0})
+    misspelt = pd.DataFrame(evals).rename(columns={"score": "scores"})
+    message = r"evals is missing required column\(s\) \['score'\]"
+    with pytest.raises(ValueError, match=message):
+        calibrate_cost_weight(router, misspelt, target_cost=6)
+    # A DataFrame of queries alone is still routed among the whole pool.
+    queries = pd.DataFrame({"query": ["q1", "q2"]})
+    assert calibrate_cost_weight(router, queries, target_cost=6).n_queries == 2
 
 
 # ---------------------------------------------------------------- plots

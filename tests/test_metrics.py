@@ -41,12 +41,74 @@ def test_oracle_and_single_best():
         single_best_accuracy(Y, model=3)
 
 
+def test_single_best_skips_models_without_scores():
+    # nanmean of an all-NaN column is NaN, which argmax picked.
+    assert single_best_accuracy([[NAN, 1.0], [NAN, 0.0]]) == 0.5
+    assert single_best_accuracy([[1.0, NAN], [0.0, NAN]]) == 0.5
+    with pytest.raises(ValueError, match="model=0 has no observed score in y_true"):
+        single_best_accuracy([[NAN, 1.0], [NAN, 0.0]], model=0)
+
+
+@pytest.mark.parametrize(
+    "model, error, message",
+    [
+        (
+            1.5,
+            TypeError,
+            r"model must be an int, a column of y_true; got 1.5 \(float\)",
+        ),
+        (True, TypeError, r"got True \(bool\)"),
+        (-1, ValueError, "model=-1 is not a column of y_true with 3 models"),
+    ],
+)
+def test_single_best_bad_model(model, error, message):
+    with pytest.raises(error, match=message):
+        single_best_accuracy(Y, model=model)
+
+
 def test_correctness_accuracy_and_log_loss():
     scores = np.full(Y.shape, 0.6)
     # Observed cells: 11. Predicted "correct" everywhere; true >= .5 in 5 cells.
     assert correctness_accuracy(Y, scores) == pytest.approx(5 / 11)
     assert correctness_log_loss([[1.0, 0.0]], [[0.5, 0.5]]) == pytest.approx(np.log(2))
     assert correctness_log_loss([[1.0]], [[1.0]]) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (
+            {"threshold": NAN},
+            ValueError,
+            r"threshold=nan should be a number in \[0, 1\]",
+        ),
+        ({"threshold": 2}, ValueError, r"threshold=2 should be a number in \[0, 1\]"),
+        ({"threshold": "0.5"}, TypeError, r"threshold must be a number .*got '0.5'"),
+        ({"threshold": True}, TypeError, r"got True \(bool\)"),
+    ],
+)
+def test_correctness_accuracy_bad_threshold(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        correctness_accuracy([[1.0, 0.0]], [[0.9, 0.1]], **kwargs)
+
+
+@pytest.mark.parametrize("eps", [-1.0, 0.5, 0.7, NAN])
+def test_correctness_log_loss_bad_eps(eps):
+    # eps >= 0.5 crosses the clip bounds: every prediction becomes 1 - eps.
+    with pytest.raises(ValueError, match=r"eps=.* should be a number in \[0, 0.5\)"):
+        correctness_log_loss([[1.0, 0.0]], [[0.9, 0.1]], eps=eps)
+
+
+def test_correctness_log_loss_eps_zero_clips_nothing():
+    # Exact predictions cost 0 (not 0 * log 0 = NaN); a wrong certain one, inf.
+    assert correctness_log_loss([[1.0, 0.0]], [[1.0, 0.0]], eps=0) == 0.0
+    assert correctness_log_loss([[1.0, 0.0]], [[0.0, 0.0]], eps=0) == np.inf
+    assert correctness_log_loss([[1.0]], [[0.25]], eps=0) == pytest.approx(np.log(4))
+
+
+def test_route_needs_a_matrix():
+    with pytest.raises(ValueError, match=r"y_score must be 2-D, .* got shape \(2,\)"):
+        route([0.2, 0.9])
 
 
 def test_metric_input_errors():

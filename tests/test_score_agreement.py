@@ -259,6 +259,29 @@ def test_calibration_on_every_query_is_the_pools_own_disagreement():
     assert result.models.tolist() == ["a", "b", "c"]
 
 
+def test_calibration_refuses_a_rate_that_pairs_at_distance_zero_exceed():
+    # a and a2 agree on every query: 1 of the 3 pairs is at distance 0, which
+    # the threshold 0 matched (distance <= threshold), a rate of 1/3 for 0.2.
+    evals = _long(
+        {
+            "a": {"q1": 1, "q2": 1, "q3": 0, "q4": 0},
+            "a2": {"q1": 1, "q2": 1, "q3": 0, "q4": 0},
+            "c": {"q1": 0, "q2": 1, "q3": 1, "q4": 1},
+        }
+    )
+    kwargs = {"n_evals": 4, "n_resamples": 1, "min_shared": 4}
+    message = (
+        r"false_match_rate=0.2 cannot be met: 1 of the 3 pairs of different "
+        r"models are at distance 0.* at least 1 / 3"
+    )
+    with pytest.raises(ValueError, match=message):
+        calibrate_score_threshold(evals, false_match_rate=0.2, **kwargs)
+    # At 1/3 the pair at 0 may match: midway to the next distance, 3/4.
+    result = calibrate_score_threshold(evals, false_match_rate=0.34, **kwargs)
+    assert result.threshold == 0.375
+    assert result.false_match_rate == pytest.approx(1 / 3)
+
+
 def test_calibration_skips_pairs_under_min_shared_and_is_seeded():
     # b answered only q0-q2, so it shares 3 queries with a and with c.
     evals = _long(
@@ -275,13 +298,12 @@ def test_calibration_skips_pairs_under_min_shared_and_is_seeded():
     np.testing.assert_allclose(
         np.sort(loose.cross_distances), [1 / 3, 1 / 3, 0.5, 0.5, 1.0, 1.0]
     )
-    # Probes of 3 of the 6 queries: seeded, and on levels of thirds.
-    first = calibrate_score_threshold(
-        evals, n_evals=3, n_resamples=30, min_shared=3, random_state=0
-    )
-    again = calibrate_score_threshold(
-        evals, n_evals=3, n_resamples=30, min_shared=3, random_state=0
-    )
+    # Probes of 3 of the 6 queries: seeded, and on levels of thirds. A probe
+    # of q1, q3 and q5 finds a and c agreeing (distance 0), so the rate asked
+    # for must allow those pairs.
+    kwargs = {"n_evals": 3, "n_resamples": 30, "min_shared": 3, "random_state": 0}
+    first = calibrate_score_threshold(evals, false_match_rate=0.1, **kwargs)
+    again = calibrate_score_threshold(evals, false_match_rate=0.1, **kwargs)
     np.testing.assert_array_equal(first.cross_distances, again.cross_distances)
     assert len(first.cross_distances) >= 30  # a-c on every set
     assert np.isin(np.round(first.cross_distances * 3), [0, 1, 2, 3]).all()

@@ -5,6 +5,7 @@ import math
 import pickle
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -71,6 +72,41 @@ def test_bandwidth_fallbacks():
     assert KCenterSelector(1, metric="euclidean").fit(X).bandwidth_ == 2.0
     assert KCenterSelector(1, metric="euclidean").fit(np.ones((3, 2))).bandwidth_ == 1
     assert KCenterSelector(1).fit([[1.0, 2.0]]).bandwidth_ == 1.0
+
+
+def test_identical_rows_are_at_distance_zero():
+    # 1 - cos of two copies of a row rounds to ~2e-16, which the median rule
+    # took as the bandwidth: coverage exp(-1) for models covered by their copy.
+    row = [0.3, 0.7, 0.1]
+    for X in (np.tile(row, (4, 1)), [[1.0, 1.0], [3.0, 3.0]]):  # copies, same way
+        selector = KCenterSelector(1).fit(X)
+        assert selector.bandwidth_ == 1.0
+        np.testing.assert_array_equal(selector.coverage_, 1.0)
+        assert selector.objective_ == 1.0
+    # 6 of 10 pairs are copies: sigma is the one other distance, 1 - cos.
+    X = np.array([row] * 4 + [[1.0, 0.0, 0.0]])
+    selector = KMedoidsSelector(2).fit(X)
+    assert selector.bandwidth_ == pytest.approx(1 - 0.3 / np.sqrt(0.59))
+    assert selector.objective_ == 5.0
+    # euclidean_distances leaves ~1e-8 |x| between copies of a random row.
+    X = np.repeat(random_pool(4, 2, d=64) * 30, [4, 1], axis=0)
+    selector = KCenterSelector(1, metric="euclidean").fit(X)
+    assert selector.bandwidth_ == pytest.approx(np.linalg.norm(X[0] - X[-1]))
+    np.testing.assert_array_equal(selector.transform(X[:4]), 1.0)
+
+
+def test_zero_vector_is_at_cosine_distance_zero_from_itself():
+    # Distance 1 from the axes, 0 from itself on both the kernel-matrix path
+    # (fit) and the row-to-selection path (coverage_, transform).
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    selector = KCenterSelector(3).fit(X)
+    assert selector.bandwidth_ == 1.0
+    np.testing.assert_array_equal(selector.coverage_, 1.0)
+    assert selector.objective_ == 1.0
+    column = selector.selected_indices_.tolist().index(0)
+    expected = np.full(3, np.exp(-1.0))
+    expected[column] = 1.0
+    np.testing.assert_allclose(selector.transform([[0.0, 0.0]])[0], expected)
 
 
 def test_float_bandwidth_is_kept_and_user_parameters_untouched():
@@ -212,6 +248,33 @@ def test_bad_parameters():
         KMedoidsSelector(2, method="clara").fit(np.eye(3))
     with pytest.raises(InvalidParameterError, match="n_select"):
         k_center_select(np.eye(3), 1.5)
+
+
+@pytest.mark.parametrize(
+    "fit",
+    [
+        lambda X: KCenterSelector(n_select=True).fit(X),
+        lambda X: KMedoidsSelector(2, max_iter=True).fit(X),
+        lambda X: BudgetGreedySelector(budget=True).fit(X),
+        lambda X: KCenterSelector(2, bandwidth=True).fit(X),
+        lambda X: k_center_select(X, True),
+        lambda X: budget_greedy_select(X, True),
+    ],
+)
+def test_bools_are_not_numbers(fit):
+    # True is the int 1 to Python; it was taken as n_select=1, budget=1.0.
+    with pytest.raises(InvalidParameterError, match=", not a bool. Got True instead"):
+        fit(np.eye(3))
+
+
+@pytest.mark.parametrize("costs", [pd.Series([1.0, 1.0, 1.0]), {"a": 1.0}])
+def test_costs_by_name_are_refused(costs):
+    # check_model_costs read them by model name, naming rows 0, 1, 2 as such.
+    message = r"costs is a (Series|dict), which names its models, but a selector"
+    with pytest.raises(TypeError, match=message):
+        BudgetGreedySelector(2.0).fit(np.eye(3), costs=costs)
+    with pytest.raises(TypeError, match=message):
+        budget_greedy_select(np.eye(3), 2.0, costs=costs)
 
 
 def test_bad_precomputed_matrices():

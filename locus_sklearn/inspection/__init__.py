@@ -16,8 +16,9 @@
   :func:`plot_model_map`, :func:`plot_portfolio_curve`.
 
 Functions that take ``embeddings`` accept a fitted router (its
-``model_embeddings_`` and ``classes_``) or an array of shape (n_models, d) with
-optional ``names``.
+``model_embeddings_`` and ``classes_``), a DataFrame indexed by model name (as
+``LocusEmbedder.set_output(transform="pandas").transform`` returns it), or an
+array of shape (n_models, d) with optional ``names``.
 """
 
 from ._cost import calibrate_cost_weight, cost_quality_curve

@@ -2,16 +2,17 @@
 
 import numpy as np
 import pandas as pd
-from sklearn.metrics import pairwise_distances
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._evals import _preview, check_evals
-from .._selectors import _check_precomputed
+from .._selectors import _check_precomputed, _distances
 
 METRICS = ("cosine", "euclidean")
 
 
 def check_metric(metric, *, precomputed=False):
+    """``metric``, one of ``METRICS`` (or "precomputed" where the caller
+    takes distances)."""
     valid = METRICS + ("precomputed",) if precomputed else METRICS
     if metric not in valid:
         raise ValueError(f"metric must be one of {list(valid)}; got {metric!r}.")
@@ -34,18 +35,13 @@ def as_distances(distances, names=None, *, name="embeddings"):
             "score_disagreement(evals).distance."
         )
     if isinstance(distances, pd.DataFrame):
-        if names is not None:
-            raise ValueError(
-                f"names must be None when {name} is a DataFrame; its index names "
-                "the models."
-            )
+        names = _frame_names(distances, names, name=name)
         if not distances.index.equals(distances.columns):
             raise ValueError(
                 f"{name} must have the same models as index and columns, in the "
                 f"same order; got index {_preview(distances.index)} and columns "
                 f"{_preview(distances.columns)}."
             )
-        names = distances.index.to_numpy(dtype=object)
     D = check_array(
         distances, dtype=np.float64, ensure_all_finite="allow-nan", input_name=name
     )
@@ -77,12 +73,16 @@ def pool_distances(embeddings, names=None, *, metric, name="embeddings"):
     return pairwise(Z, metric=metric), names
 
 
-def as_pool(embeddings, names=None, *, name="embeddings"):
+def as_pool(embeddings, names=None, *, name="embeddings", names_name="names"):
     """Embeddings of shape (n_models, d) as float64 and the model names.
 
     ``embeddings`` is a fitted router (its ``model_embeddings_`` and
-    ``classes_``) or an array; an array's models are named by ``names``, or by
-    their row index when ``names`` is None.
+    ``classes_``), a DataFrame or an array. A DataFrame names its models by its
+    index (as ``LocusEmbedder.set_output(transform="pandas").transform``
+    returns them), and ``names`` must then be None, as for a router. An
+    array's models are named by ``names``, or by their row index when
+    ``names`` is None. ``names_name`` is how errors call ``names`` (e.g.
+    "reference_names").
     """
     if hasattr(embeddings, "fit"):
         check_is_fitted(embeddings)
@@ -94,22 +94,38 @@ def as_pool(embeddings, names=None, *, name="embeddings"):
             )
         if names is not None:
             raise ValueError(
-                f"names must be None when {name} is a fitted router; its classes_ "
-                "name the models."
+                f"{names_name} must be None when {name} is a fitted router; its "
+                "classes_ name the models."
             )
         Z = np.asarray(embeddings.model_embeddings_, dtype=np.float64)
         return Z, np.asarray(embeddings.classes_, dtype=object)
+    if isinstance(embeddings, pd.DataFrame):
+        names = _frame_names(embeddings, names, name=name, names_name=names_name)
     Z = check_array(embeddings, dtype=np.float64, input_name=name)
     if names is None:
         return Z, np.arange(len(Z))
-    return Z, check_names(names, len(Z), name=name)
+    return Z, check_names(names, len(Z), name=name, param=names_name)
+
+
+def _frame_names(frame, names, *, name, names_name="names"):
+    """The model names of a DataFrame: its index. Like a router's
+    ``classes_``, it leaves no room for ``names``: rows are never paired by
+    position with names from elsewhere."""
+    if names is not None:
+        raise ValueError(
+            f"{names_name} must be None when {name} is a DataFrame; its index "
+            f"{_preview(frame.index)} names the models."
+        )
+    return check_names(frame.index, len(frame), name=name, param=f"{name}.index")
 
 
 def router_embeddings(router, embeddings=None):
     """The embeddings to judge a fitted router's pool by, and its model names.
 
     ``embeddings`` (array-like of shape (n_models, d), one row per model of
-    ``router.classes_``) replaces the router's own ``model_embeddings_``.
+    ``router.classes_``) replaces the router's own ``model_embeddings_``; a
+    DataFrame's rows are matched to ``classes_`` by its index (rows of other
+    models are left out).
 
     Returns
     -------
@@ -121,6 +137,16 @@ def router_embeddings(router, embeddings=None):
     if embeddings is None:
         Z, _ = as_pool(router)
         return Z, classes
+    if isinstance(embeddings, pd.DataFrame):
+        Z, names = as_pool(embeddings)
+        position = {m: i for i, m in enumerate(names.tolist())}
+        absent = [m for m in classes.tolist() if m not in position]
+        if absent:
+            raise ValueError(
+                f"embeddings has no row for {len(absent)} model(s) of the router: "
+                f"{_preview(absent)}; its index names the models."
+            )
+        return Z[[position[m] for m in classes.tolist()]], classes
     Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
     if len(Z) != len(classes):
         raise ValueError(
@@ -130,20 +156,25 @@ def router_embeddings(router, embeddings=None):
     return Z, classes
 
 
-def check_names(names, n_models, *, name="embeddings"):
+def check_names(names, n_models, *, name="embeddings", param="names"):
+    """Model names as an object array of shape (n_models,), one per row of
+    ``name``; ``param`` is how errors call them (e.g. "reference_names")."""
     if isinstance(names, str):
         raise TypeError(
-            f"names must be a sequence of model names, not the string {names!r}."
+            f"{param} must be a sequence of model names, not the string {names!r}."
         )
     names = np.asarray(list(names), dtype=object)
     if names.shape != (n_models,):
         raise ValueError(
-            f"names must have one name per row of {name}, shape ({n_models},); got "
-            f"shape {names.shape}."
+            f"{param} must have one name per row of {name}, shape ({n_models},); "
+            f"got shape {names.shape}."
         )
     unique, counts = np.unique(names.astype(str), return_counts=True)
     if (counts > 1).any():
-        raise ValueError(f"names has duplicates: {_preview(unique[counts > 1])}.")
+        raise ValueError(
+            f"{param} has duplicates: {_preview(unique[counts > 1])}; each model "
+            "needs its own name."
+        )
     return names
 
 
@@ -151,10 +182,14 @@ def as_pool_for_evals(embeddings, evals, names=None):
     """Like :func:`as_pool`, plus the validated ``evals`` table.
 
     An array without ``names`` is matched to the models of ``evals`` in sorted
-    order (the row order of ``LocusEmbedder.transform(evals)``).
+    order (the row order of ``LocusEmbedder.transform(evals)``); a DataFrame by
+    its index.
     """
     table = check_evals(evals)
-    if names is None and not hasattr(embeddings, "model_embeddings_"):
+    named = hasattr(embeddings, "model_embeddings_") or isinstance(
+        embeddings, pd.DataFrame
+    )
+    if names is None and not named:
         Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
         return Z, _models_by_row(len(Z), table), table
     Z, names = as_pool(embeddings, names)
@@ -197,8 +232,15 @@ def _models_by_row(n_rows, table):
 
 
 def pairwise(Z, Y=None, *, metric="cosine"):
-    """Distances of shape (n_Z, n_Y) in float64."""
-    return np.asarray(pairwise_distances(Z, Y, metric=check_metric(metric)), np.float64)
+    """Distances of shape (n_Z, n_Y) in float64, as the portfolio selectors
+    compute them: identical embeddings at exactly 0 (not the ~1e-16 of
+    rounding, which a degenerate pool would otherwise be judged by), a zero
+    vector at cosine distance 1 from every other one."""
+    return _distances(
+        np.asarray(Z, dtype=np.float64),
+        None if Y is None else np.asarray(Y, dtype=np.float64),
+        check_metric(metric),
+    )
 
 
 def match_threshold(cross_distances, false_match_rate):
@@ -212,6 +254,10 @@ def match_threshold(cross_distances, false_match_rate):
     threshold on a tied value would let all of them through, more than the
     share asked for.
 
+    Raises ValueError when more than that share of the pairs are at distance
+    0: every threshold >= 0 (the matching functions' ``distance <= threshold``)
+    lets them through.
+
     Examples
     --------
     >>> d = [0.1] * 3 + [0.2] * 7  # three pairs tie at the smallest distance
@@ -221,6 +267,15 @@ def match_threshold(cross_distances, false_match_rate):
     values, counts = np.unique(np.asarray(cross_distances), return_counts=True)
     share = np.cumsum(counts) / counts.sum()
     k = int(np.sum(share <= false_match_rate))  # distinct distances let through
+    if k == 0 and values[0] == 0:
+        raise ValueError(
+            f"false_match_rate={false_match_rate!r} cannot be met: {counts[0]} of "
+            f"the {counts.sum()} pairs of different models are at distance 0, as "
+            "alike as a model is to itself, and every threshold >= 0 matches "
+            "them. Ask for a false_match_rate of at least "
+            f"{counts[0]} / {counts.sum()}, or tell the models apart on more "
+            "queries (a larger n_evals)."
+        )
     if k == 0:
         return float(values[0] / 2)
     return float((values[k - 1] + values[k]) / 2)

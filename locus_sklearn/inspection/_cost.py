@@ -56,8 +56,12 @@ def _read_queries_or_evals(router, evals):
     """Queries, their dense scores (or None), the candidate mask and the
     validated table (None for queries only)."""
     classes = np.asarray(router.classes_, dtype=object)
-    if isinstance(evals, (pd.DataFrame, Mapping)) and (
-        not isinstance(evals, pd.DataFrame) or "score" in evals.columns
+    # A DataFrame of queries has a query column only: one with a model column
+    # too is evaluations (check_evals names a missing score column), never
+    # plain queries with their scores dropped.
+    if isinstance(evals, Mapping) or (
+        isinstance(evals, pd.DataFrame)
+        and not {"model", "score"}.isdisjoint(evals.columns)
     ):
         table = check_evals(evals)
         pool = set(classes)
@@ -425,7 +429,8 @@ def calibrate_cost_weight(
         Scored evaluations (``model``, ``query``, ``score``): each query is
         routed among the pool's models with a score for it, as
         :meth:`~locus_sklearn.LocusRouter.score` does. Or plain queries
-        (texts or ids), routed among the whole pool as
+        (texts or ids, or a DataFrame with a ``query`` column but no
+        ``model`` or ``score`` column), routed among the whole pool as
         :meth:`~locus_sklearn.LocusRouter.predict` does.
     target_cost : float >= 0, default=None
         Largest acceptable mean cost per query, in the units of

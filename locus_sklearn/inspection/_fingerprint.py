@@ -68,7 +68,10 @@ def calibrate_fingerprint_threshold(
         Evaluations per embedding, the size of a probe of an unknown endpoint.
         Models with fewer evaluations are skipped.
     false_match_rate : float, default=0.01
-        Target fraction of cross pairs (different models) under the threshold.
+        Target fraction of cross pairs (different models) under the threshold;
+        the realised rate never exceeds it. A ValueError says so when more
+        cross pairs than that are at distance 0, which every threshold >= 0
+        matches.
     metric : {"cosine", "euclidean"}, default="cosine"
         Distance between embeddings.
     random_state : int, RandomState instance or None, default=None
@@ -193,10 +196,11 @@ def match_models(
         Distance between embeddings.
     names : array-like of shape (n_new,), default=None
         Names of the new models (the index of the result); row numbers when
-        None. Must be None for a router.
+        None. Must be None for a router or a DataFrame, whose index names the
+        models.
     reference_names : array-like of shape (n_reference,), default=None
         Names of the reference models; row numbers when None. Must be None
-        for a router.
+        for a router or a DataFrame, whose index names the models.
 
     Returns
     -------
@@ -220,7 +224,10 @@ def match_models(
         raise ValueError(f"threshold={threshold!r} should be a number >= 0.")
     new, names = as_pool(new_embeddings, names, name="new_embeddings")
     reference, reference_names = as_pool(
-        reference_embeddings, reference_names, name="reference_embeddings"
+        reference_embeddings,
+        reference_names,
+        name="reference_embeddings",
+        names_name="reference_names",
     )
     if new.shape[1] != reference.shape[1]:
         raise ValueError(

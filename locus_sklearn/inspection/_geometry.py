@@ -7,6 +7,7 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
+from .._evals import _preview
 from .._shrinkage import mean_scores
 from ._common import (
     as_pool,
@@ -52,7 +53,8 @@ def distance_disagreement_correlation(
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows. None matches the rows to the models
         of ``evals`` in sorted order, the row order of
-        ``LocusEmbedder.transform(evals)``.
+        ``LocusEmbedder.transform(evals)``. Must be None for a router or a
+        DataFrame, whose index names the models.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Distance between embeddings, or "precomputed".
     min_common : int, default=1
@@ -61,10 +63,13 @@ def distance_disagreement_correlation(
     Returns
     -------
     result : :class:`~sklearn.utils.Bunch`
-        ``pearson``, ``spearman``, ``kendall`` (floats); ``n_pairs`` (pairs
-        used); ``n_skipped`` (pairs with fewer than ``min_common`` common
-        queries); ``pairs``, a DataFrame with columns ``model_a``,
-        ``model_b``, ``distance``, ``disagreement`` and ``n_common``.
+        ``pearson``, ``spearman``, ``kendall`` (floats; None when the
+        distances or the disagreements do not vary over the pairs, e.g.
+        identical embeddings, as :func:`embedding_dimensionality` leaves its
+        ``strength_correlation``); ``n_pairs`` (pairs used); ``n_skipped``
+        (pairs with fewer than ``min_common`` common queries); ``pairs``, a
+        DataFrame with columns ``model_a``, ``model_b``, ``distance``,
+        ``disagreement`` and ``n_common``.
 
     Examples
     --------
@@ -106,10 +111,12 @@ def distance_disagreement_correlation(
             "where models are scored on common queries."
         )
     x, y = pairs["distance"].to_numpy(), pairs["disagreement"].to_numpy()
+    # A constant has no correlation: scipy warns and returns NaN.
+    varies = np.ptp(x) > 0 and np.ptp(y) > 0
     return Bunch(
-        pearson=float(stats.pearsonr(x, y).statistic),
-        spearman=float(stats.spearmanr(x, y).statistic),
-        kendall=float(stats.kendalltau(x, y).statistic),
+        pearson=float(stats.pearsonr(x, y).statistic) if varies else None,
+        spearman=float(stats.spearmanr(x, y).statistic) if varies else None,
+        kendall=float(stats.kendalltau(x, y).statistic) if varies else None,
         n_pairs=len(pairs),
         n_skipped=int((~used).sum()),
         pairs=pairs,
@@ -140,7 +147,8 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
         Neighbor rank(s), 1 being the nearest; at most ``n_models - 1``.
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows. None matches the rows to the models
-        of ``evals`` in sorted order.
+        of ``evals`` in sorted order. Must be None for a router or a
+        DataFrame, whose index names the models.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Distance between embeddings, or "precomputed".
 
@@ -213,11 +221,14 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
         of at least two models.
     evals : DataFrame or mapping of columns, default=None
         Scored evaluations (``model``, ``query``, ``score``) of the pool's
-        models, for ``strength_correlation``; None leaves it out.
+        models, for ``strength_correlation``; None leaves it out. Every
+        model of the embeddings needs a score, and every model of ``evals``
+        an embedding.
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows. None matches the rows to the models
         of ``evals`` in sorted order (the row order of
-        ``LocusEmbedder.transform(evals)``).
+        ``LocusEmbedder.transform(evals)``). Must be None for a router or a
+        DataFrame, whose index names the models.
 
     Returns
     -------
@@ -258,6 +269,16 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
         )
     strength = None
     if table is not None:
+        # As distance_disagreement_correlation refuses them: a model of evals
+        # without an embedding is a naming mistake, not one to drop quietly.
+        pool = set(names.tolist())
+        absent = [m for m in table.models if m not in pool]
+        if absent:
+            raise ValueError(
+                f"evals has {len(absent)} model(s) that are not in the embeddings: "
+                f"{_preview(absent)}; give each an embedding, or leave them out of "
+                "evals."
+            )
         strength = pd.Series(mean_scores(table), index=table.models).reindex(names)
         if strength.isna().any():
             raise ValueError(

@@ -24,11 +24,21 @@ __all__ = ["fallback_order", "fallback_routing_accuracy", "nearest_models"]
 
 
 def _check_k(k, n_max, *, what):
-    ks = [k] if isinstance(k, Integral) else list(k)
+    if isinstance(k, Integral):
+        ks = [k]
+    elif isinstance(k, str) or not hasattr(k, "__iter__"):
+        ks = []  # 2.0 or "2": not a count, and list() would not say so
+    else:
+        ks = list(k)
     if not ks or not all(
         isinstance(v, Integral) and not isinstance(v, bool) for v in ks
     ):
         raise TypeError(f"k must be an int or a sequence of ints; got {k!r}.")
+    if n_max == 0:  # only where a model is left out of a pool of one
+        raise ValueError(
+            f"k={ks[0]} cannot be met: the pool has a single model, so there is "
+            "no other model to return; pass a pool of at least 2 models."
+        )
     for v in ks:
         if not 1 <= v <= n_max:
             raise ValueError(f"k={v} should be in [1, {n_max}], {what}.")
@@ -79,7 +89,7 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
     rank
     1        c  0.004963
     """
-    if metric == "precomputed":
+    if check_metric(metric, precomputed=True) == "precomputed":
         if np.ndim(model) == 1:
             raise ValueError(
                 "model must be a model of the pool when metric='precomputed' (the "
@@ -181,13 +191,13 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     k : int or sequence of int, default=1
         Neighbor rank(s) of the fallback model: 1 is the nearest.
     embeddings : array-like of shape (n_models, d) or (n_models, n_models), default=None
-        Embeddings of ``router.classes_``; defaults to
-        ``router.model_embeddings_``. Pass them to study a router that has no
-        embeddings of its own (a black-box router). With
-        ``metric="precomputed"``, distances between the models instead: a
-        DataFrame indexed by the models (any order, e.g.
-        :func:`score_disagreement`'s ``distance``) or an array in the order
-        of ``router.classes_``.
+        Embeddings of ``router.classes_`` (in that order, or a DataFrame
+        indexed by model name); defaults to ``router.model_embeddings_``. Pass
+        them to study a router that has no embeddings of its own (a black-box
+        router). With ``metric="precomputed"``, distances between the models
+        instead: a DataFrame indexed by the models (any order, e.g.
+        :func:`score_disagreement`'s ``distance``) or an array in the order of
+        ``router.classes_``.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Distance between embeddings, or "precomputed".
 

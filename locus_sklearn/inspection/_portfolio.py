@@ -1,6 +1,7 @@
 """Routing accuracy of portfolios chosen from the embeddings, against random ones."""
 
 import math
+from numbers import Integral
 
 import numpy as np
 import pandas as pd
@@ -66,8 +67,8 @@ def portfolio_curve(
         Model costs for a budgeted selector; defaults to
         ``router.model_costs_``.
     embeddings : array-like of shape (n_models, d), default=None
-        Embeddings of ``router.classes_``; defaults to
-        ``router.model_embeddings_``. For an
+        Embeddings of ``router.classes_`` (in that order, or a DataFrame
+        indexed by model name); defaults to ``router.model_embeddings_``. For an
         :class:`~locus_sklearn.ExpectedAccuracySelector`, the models'
         predicted P(correct) on queries other than those of ``evals``, e.g.
         ``router.predict_proba(training_queries).T``.
@@ -82,8 +83,11 @@ def portfolio_curve(
         Columns ``value``; ``n_models`` (portfolio size); ``cost`` (its total
         cost, budgeted selectors only); ``accuracy``; ``n_queries`` (queries
         counted); ``random_mean`` and ``random_std`` (the random baseline);
-        ``full_pool_accuracy`` (routing among every model); ``models`` (the
-        portfolio, a tuple of names in selection order).
+        ``n_random`` (random portfolios counted in it: a draw none of whose
+        models has a score in ``evals`` has no accuracy and is left out; with
+        none counted the baseline is NaN); ``full_pool_accuracy`` (routing
+        among every model); ``models`` (the portfolio, a tuple of names in
+        selection order).
 
     Examples
     --------
@@ -123,6 +127,11 @@ def portfolio_curve(
             "selector must have an n_select or a budget parameter (a KCenterSelector, "
             "KMedoidsSelector, ExpectedAccuracySelector or BudgetGreedySelector); got "
             f"{type(selector).__name__}."
+        )
+    if isinstance(n_random, bool) or not isinstance(n_random, Integral):
+        raise TypeError(
+            f"n_random must be an int >= 0, the random portfolios per value; got "
+            f"{n_random!r} ({type(n_random).__name__})."
         )
     if n_random < 0:
         raise ValueError(f"n_random={n_random} should be >= 0.")
@@ -164,14 +173,19 @@ def portfolio_curve(
                 for _ in range(n_random)
             ]
         random_scores = np.array([accuracy(d)[0] for d in draws])
+        # A draw of models without a held-out score has no accuracy (NaN):
+        # the baseline averages the draws that have one, counted in n_random.
+        random_scores = random_scores[~np.isnan(random_scores)]
+        counted = len(random_scores)
         record = {"value": value, "n_models": len(portfolio)}
         if parameter == "budget":
             record["cost"] = math.fsum(costs[portfolio])
         record.update(
             accuracy=score,
             n_queries=n_queries,
-            random_mean=float(np.mean(random_scores)) if n_random else np.nan,
-            random_std=float(np.std(random_scores)) if n_random else np.nan,
+            random_mean=float(np.mean(random_scores)) if counted else np.nan,
+            random_std=float(np.std(random_scores)) if counted else np.nan,
+            n_random=counted,
             full_pool_accuracy=full_pool,
             models=tuple(classes[portfolio]),
         )

@@ -237,8 +237,8 @@ def profile_recall_at_k(
         How synthetic scores are drawn (see :func:`embed_profile`).
     reference : fitted router or array-like of shape (n_models, d), default=None
         Real embeddings of the models of ``evals`` (sorted by name, or a
-        router whose pool holds them). Defaults to
-        ``embedder.transform(evals)``.
+        router whose pool holds them, or a DataFrame indexed by model name
+        that holds them). Defaults to ``embedder.transform(evals)``.
     metric : {"cosine", "euclidean"}, default="cosine"
         Distance between embeddings.
     random_state : int, RandomState instance or None, default=None
@@ -291,7 +291,9 @@ def profile_recall_at_k(
         real = np.asarray(embedder.transform(frame), dtype=np.float64)
     else:
         real, names = as_pool(reference)
-        if hasattr(reference, "model_embeddings_"):
+        if hasattr(reference, "model_embeddings_") or isinstance(
+            reference, pd.DataFrame
+        ):
             position = {m: i for i, m in enumerate(names.tolist())}
             missing = [m for m in table.models if m not in position]
             if missing:

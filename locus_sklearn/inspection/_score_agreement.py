@@ -291,7 +291,8 @@ def calibrate_score_threshold(
     n_resamples : int, default=20
         Random sets of ``n_evals`` queries.
     false_match_rate : float, default=0.01
-        Target fraction of different-model pairs under the threshold.
+        Target fraction of different-model pairs under the threshold; the
+        realised rate never exceeds it.
     min_shared : int, default=32
         Pairs answering fewer of a set's queries in common are skipped, as
         :func:`match_models_by_scores` skips such reference models; at most
@@ -311,8 +312,10 @@ def calibrate_score_threshold(
     ------
     ValueError
         If the pool has fewer than two models or fewer than ``n_evals``
-        queries, ``min_shared`` exceeds ``n_evals``, or no pair of models
-        shares ``min_shared`` queries of any set.
+        queries, ``min_shared`` exceeds ``n_evals``, no pair of models
+        shares ``min_shared`` queries of any set, or more than a share
+        ``false_match_rate`` of the compared pairs are at distance 0 (no
+        threshold >= 0 keeps them out).
 
     Examples
     --------

@@ -5,7 +5,10 @@ for a query; ``y_score`` holds predicted scores (P(correct) or any utility where
 larger is better) of the same shape.
 """
 
+from numbers import Integral, Real
+
 import numpy as np
+from scipy.special import xlogy
 from sklearn.utils.validation import check_array
 
 __all__ = [
@@ -45,6 +48,17 @@ def _check_pair(y_true, y_score):
     return y_true, observed, y_score
 
 
+def _check_number(value, name, valid, in_range):
+    """``value`` as a float; bools are refused as numbers, NaN fails ``in_range``."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(
+            f"{name} must be a number {valid}; got {value!r} ({type(value).__name__})."
+        )
+    if not in_range(float(value)):
+        raise ValueError(f"{name}={value!r} should be a number {valid}.")
+    return float(value)
+
+
 def route(y_score, available=None):
     """Index of the model with the largest score per query, among available ones.
 
@@ -71,6 +85,12 @@ def route(y_score, available=None):
     [0]
     """
     y_score = np.asarray(y_score, dtype=np.float64)
+    if y_score.ndim != 2:
+        raise ValueError(
+            f"y_score must be 2-D, shape (n_queries, n_models); got shape "
+            f"{y_score.shape}. Pass one row per query, e.g. [y_score] for a "
+            "single query."
+        )
     if available is None:
         available = np.ones(y_score.shape, dtype=bool)
     else:
@@ -138,11 +158,17 @@ def single_best_accuracy(y_true, *, model=None):
     Parameters
     ----------
     y_true : array-like of shape (n_queries, n_models)
+        Observed scores in [0, 1], NaN where missing.
     model : int, default=None
-        Column of the model to use, typically the best one on training data.
-        Defaults to the column with the best mean observed score in ``y_true``
-        itself (an in-sample choice; pass the training choice for an honest
-        baseline). Queries where that model has no score are skipped.
+        Column of the model to use, typically the best one on training data;
+        it needs an observed score in ``y_true``. Defaults to the column with
+        the best mean observed score in ``y_true`` itself (an in-sample choice;
+        pass the training choice for an honest baseline), among the models
+        that have one. Queries where that model has no score are skipped.
+
+    Returns
+    -------
+    accuracy : float
 
     Examples
     --------
@@ -152,11 +178,27 @@ def single_best_accuracy(y_true, *, model=None):
     0.666...
     """
     y_true, observed = _check_y_true(y_true)
+    n_scored = observed.sum(axis=0)
     if model is None:
-        model = int(np.argmax(np.nanmean(y_true, axis=0)))
+        # A model without scores has no mean (np.nanmean's NaN would win the
+        # argmax); _check_y_true guarantees that some model has one.
+        means = np.full(y_true.shape[1], -np.inf)
+        total = np.where(observed, y_true, 0.0).sum(axis=0)
+        np.divide(total, n_scored, out=means, where=n_scored > 0)
+        model = int(np.argmax(means))
+    if isinstance(model, bool) or not isinstance(model, Integral):
+        raise TypeError(
+            f"model must be an int, a column of y_true; got {model!r} "
+            f"({type(model).__name__})."
+        )
     if not 0 <= model < y_true.shape[1]:
         raise ValueError(
             f"model={model} is not a column of y_true with {y_true.shape[1]} models."
+        )
+    if not n_scored[model]:
+        raise ValueError(
+            f"model={model} has no observed score in y_true (its column is all "
+            "NaN); pick a model scored on these queries."
         )
     column = y_true[:, model]
     return float(column[observed[:, model]].mean())
@@ -168,11 +210,27 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
     A cell counts as correct when ``y_score >= threshold`` agrees with
     ``y_true >= threshold``; missing cells are skipped.
 
+    Parameters
+    ----------
+    y_true : array-like of shape (n_queries, n_models)
+        Observed scores in [0, 1], NaN where missing.
+    y_score : array-like of shape (n_queries, n_models)
+        Predicted P(correct).
+    threshold : float, default=0.5
+        Score at which a cell counts as correct, in [0, 1].
+
+    Returns
+    -------
+    accuracy : float
+
     Examples
     --------
     >>> correctness_accuracy([[1, 0], [0, float("nan")]], [[0.8, 0.6], [0.1, 0.9]])
     0.666...
     """
+    threshold = _check_number(
+        threshold, "threshold", "in [0, 1]", lambda t: 0 <= t <= 1
+    )
     y_true, observed, y_score = _check_pair(y_true, y_score)
     hit = (y_score >= threshold) == (y_true >= threshold)
     return float(hit[observed].mean())
@@ -181,14 +239,32 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
 def correctness_log_loss(y_true, y_score, *, eps=1e-7):
     """Mean binary cross-entropy over observed cells (fractional scores allowed).
 
+    Parameters
+    ----------
+    y_true : array-like of shape (n_queries, n_models)
+        Observed scores in [0, 1], NaN where missing.
+    y_score : array-like of shape (n_queries, n_models)
+        Predicted P(correct), in [0, 1].
+    eps : float, default=1e-7
+        Predictions are clipped to ``[eps, 1 - eps]`` so that the loss stays
+        finite; in [0, 0.5), as a larger ``eps`` would cross the bounds (0
+        clips nothing: a confident wrong prediction then costs inf).
+
+    Returns
+    -------
+    loss : float
+
     Examples
     --------
     >>> round(correctness_log_loss([[1, 0]], [[0.5, 0.5]]), 4)
     0.6931
     """
+    eps = _check_number(eps, "eps", "in [0, 0.5)", lambda e: 0 <= e < 0.5)
     y_true, observed, y_score = _check_pair(y_true, y_score)
     if np.any((y_score < 0) | (y_score > 1)):
         raise ValueError("y_score must hold probabilities in [0, 1] for a log loss.")
     p = np.clip(y_score[observed], eps, 1 - eps)
     t = y_true[observed]
-    return float(-(t * np.log(p) + (1 - t) * np.log(1 - p)).mean())
+    # xlogy(0, 0) is 0 where 0 * log(0) is NaN: with eps=0, a prediction of 0
+    # for a score of 0 costs nothing.
+    return float(-(xlogy(t, p) + xlogy(1 - t, 1 - p)).mean())
