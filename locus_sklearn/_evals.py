@@ -99,13 +99,22 @@ class EvalTable:
         ----------
         models : array-like of str, default=None
             Column order. Defaults to ``self.models``; every model of the table
-            must appear in it (extra models get all-NaN columns).
+            must appear in it, once (extra models get all-NaN columns).
+
+        Raises
+        ------
+        TypeError
+            If ``models`` is a single string, not one-dimensional, or holds a
+            name that is not a str.
+        ValueError
+            If a name repeats in ``models`` or a model of the table is missing
+            from it.
         """
         if models is None:
             columns = self.model_index
             n_columns = self.n_models
         else:
-            models = np.asarray(models, dtype=object)
+            models = _check_model_names(models)
             position = {name: i for i, name in enumerate(models)}
             unknown = [m for m in self.models if m not in position]
             if unknown:
@@ -139,14 +148,59 @@ def _preview(values, limit=5):
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
+def _check_model_names(models):
+    """The column names of :meth:`EvalTable.to_dense` as a 1-D object array."""
+    if isinstance(models, (str, bytes)):
+        raise TypeError(
+            f"models must be a sequence of model names, not a single string; "
+            f"got {models!r}. Wrap one name in a list: [{models!r}]."
+        )
+    try:
+        names = np.asarray(models, dtype=object)
+        shape = names.shape
+    except ValueError:  # nested sequences numpy cannot stack
+        names, shape = None, "ragged"
+    if names is None or names.ndim != 1:
+        raise TypeError(
+            "models must be a one-dimensional sequence of model names (str); got "
+            f"{type(models).__name__} of shape {shape}."
+        )
+    bad = _non_strings(names)
+    if len(bad):
+        raise TypeError(
+            f"models must hold model names (str); {len(bad)} of {len(names)} "
+            f"entries are not (e.g. {_preview(bad[:5])})."
+        )
+    index = pd.Index(names)
+    repeated = index[index.duplicated()].unique()
+    if len(repeated):
+        # A dict of positions keeps the last: the first column would be all-NaN.
+        raise ValueError(
+            f"models repeats {len(repeated)} model name(s): {_preview(repeated)}; "
+            "each model has one column, so name it once."
+        )
+    return names
+
+
 def _check_columns(columns, name):
-    """Refuse a table (or a Parquet schema) without the required columns."""
+    """Refuse a table (or a Parquet schema) without the required columns, or
+    with one of the standard columns twice."""
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise ValueError(
             f"{name} is missing required column(s) {missing}; it has columns "
             f"{list(map(str, columns))}. Expected 'model', 'query', 'score' "
             "and optionally 'task'."
+        )
+    # frame["score"] of a table with two 'score' columns is a DataFrame, which
+    # no check below expects: refuse it, naming the column.
+    names = list(columns)
+    repeated = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if names.count(c) > 1]
+    if repeated:
+        raise ValueError(
+            f"{name} has column(s) {repeated} more than once; it has columns "
+            f"{list(map(str, names))}. Each of 'model', 'query', 'score' and "
+            "'task' must name one column."
         )
 
 

@@ -87,6 +87,76 @@ def test_from_wide_errors(kwargs, error, match):
         from_wide(**kwargs)
 
 
+def test_from_wide_reads_a_tasks_series_by_its_index():
+    scores = pd.DataFrame({"m": [1.0, 0.0]}, index=["q1", "q2"])
+    # In another order than the rows: read by position, q1 would get "law".
+    tasks = pd.Series({"q2": "law", "q1": "math", "unused": "art"})
+    evals = from_wide(scores, tasks=tasks)
+    assert evals["task"].tolist() == ["math", "law"]
+    assert evals.equals(from_wide(scores, tasks=tasks.to_dict()))
+    with pytest.raises(ValueError, match=r"no entry for 1 of 2 queries.*'q2'"):
+        from_wide(scores, tasks=pd.Series({"q1": "math"}))
+    with pytest.raises(ValueError, match=r"index repeats 1 quer.*\['q1'\]"):
+        from_wide(scores, tasks=pd.Series(["a", "b", "c"], index=["q1", "q1", "q2"]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        # Each was converted: the imaginary part dropped, booleans and
+        # durations made numbers.
+        ({"scores": [[0.5 + 0.9j]]}, TypeError, "dtype complex128"),
+        ({"scores": pd.DataFrame({"a": [0.5 + 0.9j]})}, TypeError, "'a' .complex"),
+        (
+            {"scores": pd.DataFrame({"a": [True], "b": [0.5]}, index=["q"])},
+            TypeError,
+            r"1 column\(s\) do not: 'a' \(bool\)",
+        ),
+        ({"scores": np.array([[1]], dtype="m8[s]")}, TypeError, "timedelta64"),
+        # A str was split into its characters.
+        ({"scores": [[1.0, 0.0]], "models": "ab"}, TypeError, "not a single string"),
+        ({"scores": [[1.0], [0.0]], "queries": "ab"}, TypeError, "single string"),
+        ({"scores": [[1.0], [0.0]], "tasks": "ab"}, TypeError, "single string"),
+        ({"scores": [[1.0]], "models": 3}, TypeError, "models must be a sequence"),
+        (
+            {"scores": [[1.0]], "tasks": pd.DataFrame({"t": ["x"]})},
+            TypeError,
+            "got a DataFrame",
+        ),
+        # The real shape, not "must have 2 entries; got 2".
+        ({"scores": [[1.0, 0.0]], "models": [["a", "b"]]}, ValueError, "got 1"),
+        (
+            {"scores": [[1.0], [0.0]], "tasks": [["a", "b"]]},
+            ValueError,
+            r"one entry per query \(2\); got 1",
+        ),
+        (
+            {
+                "scores": pd.DataFrame(
+                    [[1.0, 0.0]],
+                    columns=pd.MultiIndex.from_tuples([("x", "a"), ("x", "b")]),
+                    index=["q"],
+                )
+            },
+            TypeError,
+            r"models must be strings; got \[\('x', 'a'\), \('x', 'b'\)\]",
+        ),
+    ],
+)
+def test_from_wide_refuses_what_it_used_to_convert(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        from_wide(**kwargs)
+
+
+def test_from_wide_reads_nullable_float_columns():
+    frame = pd.DataFrame({"a": pd.array([0.5, None], "Float64")}, index=["q", "r"])
+    assert from_wide(frame).to_dict("list") == {
+        "model": ["a"],
+        "query": ["q"],
+        "score": [0.5],
+    }
+
+
 cells = st.one_of(st.just(np.nan), st.floats(0.0, 1.0, width=32))
 
 
@@ -226,6 +296,134 @@ def test_load_evals_errors(tmp_path):
     LONG.assign(score=["1", "", "0"]).to_csv(path, index=False)
     with pytest.raises(ValueError, match="1 NaN"):
         load_evals(path)
+
+
+def _write(path, text):
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, content, error, match",
+    [
+        # check_evals refuses booleans and text as scores; the loader used to
+        # cast them to numbers before it looked.
+        ("flags.parquet", [True, False], TypeError, r"True \(row 1\).*Booleans"),
+        ("text.parquet", ["1", "0"], TypeError, r"'1' \(row 1\)"),
+        (
+            "flags.jsonl",
+            '{"model": "a", "query": "q", "score": 1}\n\n'
+            '{"model": "b", "query": "q", "score": true}\n',
+            TypeError,
+            r"1 of 2 values .* True \(line 3\).*Booleans",
+        ),
+        (
+            "text.jsonl",
+            '{"model": "a", "query": "q", "score": "0.5"}\n',
+            TypeError,
+            r"'0\.5' \(line 1\)",
+        ),
+        # pandas parses a csv column of True/false as booleans.
+        (
+            "flags.csv",
+            "model,query,score\na,q,True\nb,q,false\n",
+            ValueError,
+            r"2 of 2 cells .* True \(row 1\), False \(row 2\).*Booleans",
+        ),
+        # One cell that is not a number leaves the whole column as text; only
+        # that cell is reported.
+        (
+            "words.csv",
+            "model,query,score\na,q,1\nb,q,yes\nc,q,\n",
+            ValueError,
+            r"1 of 3 cells are not numbers, e\.g\. 'yes' \(row 2\)",
+        ),
+        (
+            "comma.csv",
+            'model,query,score\na,q,"0,5"\n',
+            ValueError,
+            r"'0,5' \(row 1\).*'\.' decimal point",
+        ),
+    ],
+)
+def test_load_evals_refuses_scores_check_evals_refuses(
+    tmp_path, name, content, error, match
+):
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pd.DataFrame({"model": ["a", "b"], "query": "q", "score": content}).to_parquet(
+            path
+        )
+    else:
+        _write(path, content)
+    with pytest.raises(error, match=rf"column 'score' of path=.*{name}'.*{match}"):
+        load_evals(path)
+
+
+def test_load_evals_reads_numeric_score_columns_of_every_kind(tmp_path):
+    # Integer and float columns, an integer column with an empty cell (float
+    # in pandas), nullable integers in parquet: numbers, read as they are.
+    _write(tmp_path / "ints.csv", "model,query,score\na,q,1\nb,q,0\n")
+    assert load_evals(tmp_path / "ints.csv")["score"].tolist() == [1.0, 0.0]
+    _write(tmp_path / "floats.tsv", "model\tquery\tscore\na\tq\t0.25\nb\tq\t 1\n")
+    assert load_evals(tmp_path / "floats.tsv")["score"].tolist() == [0.25, 1.0]
+    pd.DataFrame(
+        {"model": ["a", "b"], "query": "q", "score": pd.array([1, 0], "Int64")}
+    ).to_parquet(tmp_path / "nullable.parquet")
+    evals = load_evals(tmp_path / "nullable.parquet")
+    assert evals["score"].tolist() == [1.0, 0.0]
+    assert evals["score"].dtype == np.float64
+    _write(
+        tmp_path / "mixed.jsonl",
+        '{"model": "a", "query": "q", "score": 1}\n'
+        '{"model": "b", "query": "q", "score": 0.1}\n',
+    )
+    # Parsed exactly (pandas.read_json's default parser is not).
+    assert load_evals(tmp_path / "mixed.jsonl")["score"].tolist() == [1.0, 0.1]
+
+
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        (
+            "bad.jsonl",
+            '{"model": "a", "query": "q", "score": 1}\n{bad json\n',
+            r"bad\.jsonl', line 2, is not valid JSON",
+        ),
+        ("list.jsonl", "\n[1, 2]\n", r"line 2, holds a JSON list \(\[1, 2\]\)"),
+        ("blank.jsonl", "\n  \n", "holds no records"),
+        ("empty.csv", "", r"empty\.csv' is empty: it has no header line"),
+        (
+            "ragged.csv",
+            "model,query,score\na,q,1\nb,q,1,3,4\n",
+            r"ragged\.csv' could not be read as csv: .*line 3",
+        ),
+        # pandas would make the first column the index and shift the others.
+        ("wide.csv", "model,query,score\na,q,1,0\n", "more fields than its header"),
+    ],
+)
+def test_load_evals_unreadable_files_name_the_file_and_line(
+    tmp_path, name, text, match
+):
+    with pytest.raises(ValueError, match=match):
+        load_evals(_write(tmp_path / name, text))
+
+
+def test_load_evals_reads_a_jsonl_file_with_a_byte_order_mark(tmp_path):
+    # As for a csv: editors on Windows write one.
+    for name in ("bom.jsonl", "bom.csv"):
+        text = (
+            '{"model": "a", "query": "q", "score": 1}\n'
+            if name.endswith("jsonl")
+            else "model,query,score\na,q,1\n"
+        )
+        path = _write(tmp_path / name, "\ufeff" + text)
+        assert load_evals(path).to_dict("list") == {
+            "model": ["a"],
+            "query": ["q"],
+            "score": [1.0],
+        }
 
 
 # ------------------------------------------------------------------ from_lm_eval
@@ -397,6 +595,59 @@ def test_from_lm_eval_errors(tmp_path):
         from_lm_eval(LM_EVAL, query_text="title")
 
 
+@pytest.mark.parametrize("query_text", [None, "prompt", "q"])
+def test_from_lm_eval_records_without_doc_id_are_refused(tmp_path, query_text):
+    # They all became the query "t/None", and their scores were averaged.
+    records = [
+        {"doc_id": 0, "doc": {"q": "x"}, "acc": 1.0, "arguments": [["Q: x"]]},
+        {"doc": {"q": "y"}, "acc": 0.0, "arguments": [["Q: y"]]},
+    ]
+    path = _write_samples(tmp_path, "t", records)
+    with pytest.raises(ValueError, match=r"samples_t_.*', line 2, has no 'doc_id'"):
+        from_lm_eval(path, model="m", query_text=query_text)
+    path = _write_samples(tmp_path, "t", [dict(records[0], doc_id=1.5)])
+    with pytest.raises(ValueError, match=r"line 1, has doc_id=1\.5"):
+        from_lm_eval(path, model="m", query_text=query_text)
+
+
+RECORD = {"doc_id": 0, "doc": {"q": "x"}, "acc": 1.0, "arguments": [["Q: x"]]}
+
+
+@pytest.mark.parametrize(
+    "samples, results, match",
+    [
+        (
+            [RECORD, dict(RECORD, doc_id=1), "{oops"],
+            None,
+            r"samples_t_.*', line 3, is not valid JSON",
+        ),
+        ([RECORD, "[1, 2]"], None, r"line 2, holds a JSON list, not an object"),
+        ([RECORD, '"hello"'], None, r"line 2, holds a JSON str, not an object"),
+        ([RECORD], "[1, 2]", r"results_.*\.json' holds a JSON list"),
+        (
+            [RECORD],
+            '{"model_name": "x"',
+            r"results_.*\.json' is not valid JSON: .*\(line 1, column 19\)",
+        ),
+    ],
+)
+def test_from_lm_eval_malformed_files_name_the_file_and_line(
+    tmp_path, samples, results, match
+):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    file = folder / "samples_t_2024-01-02T03-04-05.000006.jsonl"
+    lines = [json.dumps(s) if isinstance(s, dict) else s for s in samples]
+    file.write_text("\n".join(lines) + "\n")
+    if results is not None:
+        (folder / "results_2024-01-02T03-04-05.000006.json").write_text(results)
+    with pytest.raises(ValueError, match=match):
+        if results is None:
+            from_lm_eval(file, model="m")
+        else:
+            from_lm_eval(tmp_path)
+
+
 # --------------------------------------------------------------- make_model_pool
 
 
@@ -560,6 +811,19 @@ def test_load_mmlu_pro_open_weights_only(mmlu):
         load_mmlu_pro(open_weights_only="yes")
 
 
+def test_mmlu_pro_descr_names_the_models_with_missing_cells(mmlu):
+    # It said "DeepSeek-Coder-V2, the Gemini models and deepseek-chat"; two of
+    # the three Gemini models have every cell.
+    descr = " ".join(mmlu.DESCR.split())
+    start = descr.index("Missing cells")
+    sentence = descr[start : descr.index("not zeros", start)]
+    missing = mmlu.scores.isna().sum()
+    assert f"{int(missing.sum())} of the {mmlu.scores.size:,} cells" in sentence
+    for model, count in missing.items():
+        assert (f"{model} {count}" in sentence) == (count > 0), model
+    assert "every other model none" in sentence
+
+
 def test_mmlu_pro_package_data_is_small_and_attributed():
     files = os.listdir(DATA_DIR)
     assert "MMLU_PRO_LICENSE_NOTICE.txt" in files
@@ -645,3 +909,45 @@ def test_make_model_pool_specialist_errors(kwargs, error, match):
         make_model_pool(
             n_models=4, n_queries=40, n_families=2, evals_per_model=10, **kwargs
         )
+
+
+SMALL_POOL = dict(
+    n_models=4, n_queries=20, n_tasks=2, n_families=2, evals_per_model=5,
+    n_features=4, random_state=0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        # Wrong kinds were ValueErrors; a bool is not a number.
+        ({"noise": "0.5"}, TypeError, r"noise must be a real number .*str '0\.5'"),
+        ({"noise": True}, TypeError, "noise must be a real number .*bool True"),
+        ({"noise": None}, TypeError, "noise must be a real number"),
+        (
+            {"n_specialties": 2, "specialist_boost": "1"},
+            TypeError,
+            "specialist_boost must be a real number",
+        ),
+        # noise times a float32 draw overflowed float32 (a RuntimeWarning).
+        ({"noise": 1e39}, ValueError, r"noise must be a finite number in \[0, 1e6\]"),
+        (
+            {"n_specialties": 2, "specialist_boost": 1e300},
+            ValueError,
+            r"specialist_boost must be a finite number in \[0, 1e6\]",
+        ),
+    ],
+)
+def test_make_model_pool_noise_and_boost_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        make_model_pool(**SMALL_POOL, **kwargs)
+
+
+@pytest.mark.filterwarnings("error")
+def test_make_model_pool_largest_noise_and_boost_do_not_overflow():
+    pool = make_model_pool(
+        **SMALL_POOL, noise=1e6, n_specialties=2, specialist_boost=1e6, binary=False
+    )
+    p = pool.probabilities.to_numpy()
+    assert np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
+    check_evals(pool.evals)

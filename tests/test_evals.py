@@ -483,3 +483,60 @@ def test_string_column_check_still_names_non_strings():
     )
     with pytest.raises(TypeError, match=r"evals\['model'\] must hold strings; 1 of 3"):
         check_evals(frame)
+
+
+@pytest.mark.parametrize(
+    "columns, rows, repeated",
+    [
+        (["model", "query", "score", "score"], [["a", "q", 1.0, 0.0]], "score"),
+        (["model", "model", "query", "score"], [["a", "b", "q", 1.0]], "model"),
+        (["model", "query", "query", "score"], [["a", "q1", "q2", 1.0]], "query"),
+        (
+            ["model", "query", "score", "task", "task"],
+            [["a", "q", 1, "t", "u"]],
+            "task",
+        ),
+    ],
+)
+def test_repeated_standard_columns_are_refused_naming_them(columns, rows, repeated):
+    # frame["score"] of such a table is a DataFrame: pandas failed with
+    # "Cannot construct a Series from a DataFrame" or a buffer-dimension error.
+    with pytest.raises(
+        ValueError, match=rf"column\(s\) \['{repeated}'\] more than once"
+    ):
+        check_evals(pd.DataFrame(rows, columns=columns))
+
+
+def test_other_repeated_columns_are_ignored():
+    columns = ["model", "query", "score", "cost", "cost"]
+    evals = pd.DataFrame([["a", "q", 1.0, 2, 3]], columns=columns)
+    assert check_evals(evals).score.tolist() == [1.0]
+
+
+DENSE = check_evals(
+    {"model": ["b", "a", "a"], "query": ["q1", "q1", "q2"], "score": [1.0, 0.0, 1.0]}
+)
+
+
+@pytest.mark.parametrize(
+    "models, error, match",
+    [
+        # A dict of positions kept the last "a": the first column was all-NaN.
+        (["a", "b", "a"], ValueError, r"models repeats 1 model name\(s\): \['a'\]"),
+        ("ab", TypeError, "models must be a sequence of model names, not a single"),
+        ([["a", "b"]], TypeError, r"one-dimensional .* shape \(1, 2\)"),
+        (["a", "b", 3], TypeError, r"models must hold model names .* \[3\]"),
+        ({"a", "b"}, TypeError, "models must be a one-dimensional sequence"),
+    ],
+)
+def test_to_dense_refuses_repeated_and_malformed_model_names(models, error, match):
+    with pytest.raises(error, match=match):
+        DENSE.to_dense(models)
+
+
+def test_to_dense_models_in_any_order_with_extra_names():
+    # Documented: an extra model gets an all-NaN column.
+    dense = DENSE.to_dense(pd.Series(["b", "extra", "a"]))
+    np.testing.assert_array_equal(dense, [[1.0, np.nan, 0.0], [np.nan, np.nan, 1.0]])
+    with pytest.raises(ValueError, match=r"1 model\(s\) that are not in models"):
+        DENSE.to_dense(["a"])

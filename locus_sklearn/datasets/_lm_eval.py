@@ -23,12 +23,30 @@ _MODEL_ARG_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
 
 def _name_from_results(file):
     """Model name recorded in a results_<date>.json file, or None."""
-    with open(file, encoding="utf-8") as handle:
-        results = json.load(handle)
+    try:
+        with open(file, encoding="utf-8-sig") as handle:
+            results = json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"results file {str(file)!r} is not valid JSON: {exc.msg} (line "
+            f"{exc.lineno}, column {exc.colno}). Pass model= to name the model "
+            "without it."
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"results file {str(file)!r} is not UTF-8 text: {exc}."
+        ) from None
+    if not isinstance(results, dict):
+        raise ValueError(
+            f"results file {str(file)!r} holds a JSON {type(results).__name__}, "
+            "not the object lm-eval writes (with 'model_name' and 'config'). "
+            "Pass model= to name the model without it."
+        )
     name = results.get("model_name")
     if isinstance(name, str) and name:
         return name
-    model_args = (results.get("config") or {}).get("model_args")
+    config = results.get("config")
+    model_args = config.get("model_args") if isinstance(config, dict) else None
     if isinstance(model_args, str):
         pairs = dict(
             part.split("=", 1) for part in model_args.split(",") if "=" in part
@@ -133,11 +151,54 @@ def _check_same_prompts(ids, queries, path):
         )
 
 
-def _read_samples(file, task, metric, filter_name):
-    with open(file, encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
+def _read_records(file):
+    """The records of a samples file, each a dict with a ``doc_id``."""
+    records = []
+    try:
+        with open(file, encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(
+                        f"samples file {str(file)!r}, line {number}, is not valid "
+                        f"JSON: {exc.msg} (column {exc.colno})."
+                    ) from None
+                if not isinstance(record, dict):
+                    raise ValueError(
+                        f"samples file {str(file)!r}, line {number}, holds a JSON "
+                        f"{type(record).__name__}, not an object; lm-eval writes "
+                        "one JSON object per document."
+                    )
+                # The doc_id tells documents apart: without it every record
+                # would be the query "<task>/None" and their scores averaged.
+                doc_id = record.get("doc_id")
+                if doc_id is None:
+                    raise ValueError(
+                        f"samples file {str(file)!r}, line {number}, has no "
+                        "'doc_id'; lm-eval writes one per document, and it is "
+                        "what tells documents apart."
+                    )
+                if not isinstance(doc_id, (int, str)) or isinstance(doc_id, bool):
+                    raise ValueError(
+                        f"samples file {str(file)!r}, line {number}, has doc_id="
+                        f"{doc_id!r}; a doc_id is an int (as lm-eval writes it) "
+                        "or a str."
+                    )
+                records.append(record)
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"samples file {str(file)!r} is not UTF-8 text: {exc}."
+        ) from None
     if not records:
         raise ValueError(f"samples file {str(file)!r} has no records.")
+    return records
+
+
+def _read_samples(file, task, metric, filter_name):
+    records = _read_records(file)
     filters = list(dict.fromkeys(r.get("filter", "none") for r in records))
     if len(filters) > 1:
         if filter_name is None:
@@ -241,6 +302,16 @@ def from_lm_eval(
     evals : DataFrame of shape (n_samples, 4)
         Columns ``model``, ``query``, ``score`` (float) and ``task``; files in
         (model, task, date) order, documents in file order.
+
+    Raises
+    ------
+    ValueError
+        If a samples or results file is not valid JSON, a line of a samples
+        file is not a JSON object or has no ``doc_id`` (the message names the
+        file and the line), a metric value lies outside [0, 1], or the model
+        of a file cannot be told.
+    TypeError
+        If a metric value or a ``query_text`` result is of the wrong kind.
 
     Examples
     --------

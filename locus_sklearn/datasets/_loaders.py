@@ -1,6 +1,9 @@
 """Read evaluation tables from files and convert wide score matrices."""
 
+import gzip
+import json
 import os
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -47,27 +50,107 @@ def _file_format(path, name):
     )
 
 
+def _read_jsonl(path, name):
+    """The records of a jsonl file as a DataFrame, and the line of each record.
+
+    Read line by line rather than with ``pandas.read_json``: an error then
+    names the line, a byte-order mark is skipped (as in a csv), floats are
+    parsed exactly and no column is converted (``read_json`` turns columns
+    with date-like names into dates).
+    """
+    shown = os.fspath(path)
+    opener = gzip.open if shown.lower().endswith(".gz") else open
+    records, lines = [], []
+    try:
+        with opener(path, "rt", encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(
+                        f"{name}={shown!r}, line {number}, is not valid JSON: "
+                        f"{exc.msg} (column {exc.colno}); each line of a jsonl "
+                        "file must be one JSON object."
+                    ) from None
+                if not isinstance(record, dict):
+                    value = repr(record)
+                    value = value if len(value) <= 60 else value[:57] + "..."
+                    raise ValueError(
+                        f"{name}={shown!r}, line {number}, holds a JSON "
+                        f"{type(record).__name__} ({value}), "
+                        "not an object; each line of a jsonl file must be one "
+                        'JSON object such as {"model": ..., "query": ..., '
+                        '"score": ...}.'
+                    )
+                records.append(record)
+                lines.append(number)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name}={shown!r} is not UTF-8 text: {exc}.") from None
+    except (gzip.BadGzipFile, EOFError) as exc:  # not gzip, or cut short
+        raise ValueError(
+            f"{name}={shown!r} could not be read as gzip: {exc}."
+        ) from None
+    if not records:
+        raise ValueError(
+            f"{name}={shown!r} holds no records (no non-blank line); each line of "
+            "a jsonl file is one JSON object."
+        )
+    return pd.DataFrame(records), np.array(lines)
+
+
 def _read_table(path, name, string_columns, score_column=None):
-    """Read one csv/tsv/parquet/jsonl file into a DataFrame."""
+    """Read one csv/tsv/parquet/jsonl file into a DataFrame.
+
+    Returns the frame, the file's format and, for jsonl, the line of each row
+    (None otherwise), for error messages.
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike); got {path!r}.")
     kind = _file_format(path, name)
+    shown = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{name}={os.fspath(path)!r} does not exist.")
-    if kind in ("csv", "tsv"):
-        # Ids and texts stay strings ("NA", "null" or "007" are valid query texts);
-        # only an empty score cell becomes NaN, which check_evals then reports.
+        raise FileNotFoundError(f"{name}={shown!r} does not exist.")
+    if kind == "jsonl":
+        frame, lines = _read_jsonl(path, name)
+        return frame, kind, lines
+    try:
+        if kind == "parquet":
+            return pd.read_parquet(path), kind, None
+        # Ids and texts stay strings ("NA", "null" or "007" are valid query
+        # texts); only an empty score cell becomes NaN, which check_evals then
+        # reports.
         na = {score_column: [""]} if score_column else None
-        return pd.read_csv(
-            path,
-            sep="," if kind == "csv" else "\t",
-            dtype={c: str for c in string_columns},
-            keep_default_na=False,
-            na_values=na,
-        )
-    if kind == "parquet":
-        return pd.read_parquet(path)
-    return pd.read_json(path, lines=True, dtype=False)
+        with warnings.catch_warnings():
+            # A row with more fields than the header: by default pandas makes
+            # the first column the index (shifting every column), and with
+            # index_col=False it drops the extra fields with this warning.
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(
+                path,
+                sep="," if kind == "csv" else "\t",
+                dtype={c: str for c in string_columns},
+                keep_default_na=False,
+                na_values=na,
+                index_col=False,
+            )
+    except pd.errors.ParserWarning:
+        raise ValueError(
+            f"{name}={shown!r} has a row with more fields than its header line "
+            "has columns; every row needs one field per column."
+        ) from None
+    except pd.errors.EmptyDataError:
+        raise ValueError(
+            f"{name}={shown!r} is empty: it has no header line naming its columns."
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name}={shown!r} is not UTF-8 text: {exc}.") from None
+    except ValueError as exc:  # pandas' ParserError, pyarrow's ArrowInvalid
+        raise ValueError(
+            f"{name}={shown!r} could not be read as {kind}: {str(exc).strip()}"
+        ) from None
+    return frame, kind, None
 
 
 def _ids_as_str(frame, columns):
@@ -76,6 +159,87 @@ def _ids_as_str(frame, columns):
         if column in frame.columns and pd.api.types.is_integer_dtype(frame[column]):
             frame[column] = frame[column].astype(str)
     return frame
+
+
+def _is_real_number(value):
+    """Whether ``value`` is a real number as check_evals accepts one."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def _as_float(number):
+    """A real number as a float; an int beyond float64's range as +-inf, which
+    check_evals reports (float() would raise OverflowError)."""
+    try:
+        return float(number)
+    except OverflowError:
+        return np.inf if number > 0 else -np.inf
+
+
+def _is_number_text(value):
+    """Whether ``value`` is the text of a finite number, as a csv cell can be."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return bool(np.isfinite(float(value)))
+    except ValueError:
+        return False
+
+
+def _read_scores(frame, column, path, kind, lines):
+    """The score column as float64, once it is known to hold real numbers only.
+
+    check_evals refuses booleans, text and complex numbers rather than
+    converting them; casting the column first would hide them (a parquet bool
+    column, a jsonl ``"0.5"`` or a csv column of ``True``/``false`` would load
+    as numbers), so the column is checked as it was read.
+    """
+    values = frame[column]
+    dtype = values.dtype
+    if (
+        pd.api.types.is_numeric_dtype(dtype)
+        and not pd.api.types.is_bool_dtype(dtype)
+        and not pd.api.types.is_complex_dtype(dtype)
+    ):
+        return values.to_numpy(dtype=np.float64, na_value=np.nan)
+    items = values.to_numpy(dtype=object)
+    is_number = np.fromiter(map(_is_real_number, items), bool, len(items))
+    if is_number.all():  # numbers of several kinds in an object column
+        return np.fromiter(map(_as_float, items), np.float64, len(items))
+    text = kind in ("csv", "tsv")
+    if text:
+        # pandas leaves a whole column as text when one cell is not a number;
+        # the cells that are numbers are not what is wrong with it.
+        is_number |= np.fromiter(map(_is_number_text, items), bool, len(items))
+    bad = np.flatnonzero(~is_number)
+    # _preview shows np.str_('a') as 'a'; one value at a time, with its place.
+    examples = ", ".join(
+        f"{_preview([items[i]])[1:-1]} "
+        f"({f'line {lines[i]}' if lines is not None else f'row {i + 1}'})"
+        for i in bad[:3]
+    )
+    flags = any(isinstance(items[i], (bool, np.bool_)) for i in bad)
+    hint = (
+        " Booleans are refused rather than converted: write 1 and 0 if that is "
+        "what they mean."
+        if flags
+        else ""
+    )
+    message = (
+        f"column {column!r} of path={os.fspath(path)!r} must hold numbers in "
+        f"[0, 1]; {len(bad)} of {len(items)} "
+        f"{'cells' if text else 'values'} are not numbers, e.g. {examples}"
+        f"{' (rows counted from 1 after the header)' if text else ''}.{hint}"
+    )
+    if text:
+        # Every cell of a text file is a string: one that is not a number is
+        # a bad value. A typed file (parquet, jsonl) holds a value of the
+        # wrong kind, as check_evals reports it.
+        raise ValueError(
+            message + " Write scores as plain numbers with a '.' decimal point."
+        )
+    raise TypeError(message)
 
 
 def _require(frame, columns, name):
@@ -141,7 +305,9 @@ def load_evals(
 
     In csv/tsv files the id and text columns are read as strings (``"007"``
     and ``"NA"`` stay as written); in parquet/jsonl files integer id columns
-    are converted to their decimal strings.
+    are converted to their decimal strings. Scores must be numbers as
+    written: booleans and text are refused, never converted. Files may start
+    with a UTF-8 byte-order mark.
 
     Parameters
     ----------
@@ -175,9 +341,16 @@ def load_evals(
     Raises
     ------
     ValueError
-        For an unknown suffix, a missing column, query ids of ``path`` that
-        are absent from ``queries``, duplicate ids in ``queries``, or a table
-        that :func:`~locus_sklearn.check_evals` rejects.
+        For an unknown suffix, a file that cannot be parsed (the message names
+        the file, and for jsonl the line), a missing column, a score cell of a
+        csv/tsv file that is not a number (``True``, ``yes``, ``0,5``), query
+        ids of ``path`` that are absent from ``queries``, duplicate ids in
+        ``queries``, or a table that :func:`~locus_sklearn.check_evals`
+        rejects.
+    TypeError
+        If a score of a parquet or jsonl file is not a real number: booleans
+        and text such as ``"0.5"`` are refused rather than converted, as
+        :func:`~locus_sklearn.check_evals` refuses them.
     FileNotFoundError
         If ``path`` or ``queries`` does not exist.
 
@@ -214,16 +387,17 @@ def load_evals(
     task_name = "task" if task_column is None else task_column
     joined = queries is not None
     id_columns = [model_column, query_id_column if joined else query_column, task_name]
-    frame = _read_table(path, "path", id_columns, score_column)
+    frame, kind, lines = _read_table(path, "path", id_columns, score_column)
     frame = _ids_as_str(frame, id_columns)
     _require(frame, [model_column, score_column], "path")
+    score = _read_scores(frame, score_column, path, kind, lines)
 
     query_table = None
     if joined:
         if isinstance(queries, pd.DataFrame):
             query_table = queries.copy()
         else:
-            query_table = _read_table(
+            query_table, _, _ = _read_table(
                 queries, "queries", [query_id_column, query_column, task_name]
             )
         query_table = _ids_as_str(query_table, [query_id_column, task_name])
@@ -255,7 +429,7 @@ def load_evals(
 
     columns = {"model": frame[model_column].to_numpy(dtype=object)}
     columns["query"] = texts if joined else frame[query_column].to_numpy(dtype=object)
-    columns["score"] = frame[score_column].to_numpy()
+    columns["score"] = score
     used = {model_column, score_column} | ({query_column} if not joined else set())
     if task_in == "path":
         columns["task"] = frame[task_name].to_numpy(dtype=object)
@@ -275,8 +449,23 @@ def load_evals(
         out[column] = frame[column].to_numpy()
     frame = out
     check_evals(frame, name=f"evals read from {os.fspath(path)!r}")
-    frame["score"] = frame["score"].astype(np.float64)
     return frame
+
+
+def _entries(values, name, valid):
+    """``values`` as a 1-D object array, one entry per item.
+
+    An item that is a tuple (a column of a MultiIndex) or a list stays one
+    entry: np.asarray would make a 2-D array, whose length is not the number
+    of entries.
+    """
+    try:
+        values = list(values)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be {valid}; got {type(values).__name__} {values!r}."
+        ) from None
+    return np.fromiter(values, dtype=object, count=len(values))
 
 
 def _labels(values, default, n, name, prefix):
@@ -285,8 +474,14 @@ def _labels(values, default, n, name, prefix):
     if values is None:
         width = len(str(n - 1))
         return np.array([f"{prefix}{i:0{width}d}" for i in range(n)], dtype=object)
-    values = np.asarray(list(values), dtype=object)
-    if values.shape != (n,):
+    if isinstance(values, (str, bytes)):
+        # list("ab") would name two entries "a" and "b".
+        raise TypeError(
+            f"{name} must be a sequence of str, not a single string; got "
+            f"{values!r}. Wrap one name in a list: [{values!r}]."
+        )
+    values = _entries(values, name, "a sequence of str")
+    if len(values) != n:
         raise ValueError(f"{name} must have {n} entries; got {len(values)}.")
     is_str = np.fromiter((isinstance(v, str) for v in values), bool, n)
     if not is_str.all():
@@ -301,6 +496,66 @@ def _labels(values, default, n, name, prefix):
             f"{name} must be unique; {_preview(repeated.unique()[:5])} repeat."
         )
     return values
+
+
+def _query_tasks(tasks, queries):
+    """The task of each query, from a sequence in row order or a mapping."""
+    n_queries = len(queries)
+    if isinstance(tasks, pd.Series):
+        # A Series names its queries in its index; reading it by position
+        # would give queries each other's tasks, silently.
+        index = tasks.index
+        repeated = index[index.duplicated()].unique().tolist()
+        if repeated:
+            raise ValueError(
+                f"tasks is a pandas Series, read by its index of queries, whose "
+                f"index repeats {len(repeated)} quer(y/ies): {_preview(repeated)}; "
+                "give each query one task."
+            )
+        tasks = tasks.to_dict()
+    if isinstance(tasks, Mapping):
+        unknown = [q for q in queries if q not in tasks]
+        if unknown:
+            raise ValueError(
+                f"tasks has no entry for {len(unknown)} of {n_queries} queries "
+                f"(e.g. {_preview(unknown[:5])})."
+            )
+        return np.array([tasks[q] for q in queries], dtype=object)
+    if isinstance(tasks, (str, bytes)):
+        raise TypeError(
+            f"tasks must be a sequence of str (one per query) or a mapping query "
+            f"-> task, not a single string; got {tasks!r}."
+        )
+    if isinstance(tasks, pd.DataFrame):
+        # list() of a DataFrame gives its column names.
+        raise TypeError(
+            "tasks must be a sequence of str (one per query), a mapping or a "
+            "pandas Series query -> task; got a DataFrame. Pass one of its "
+            "columns."
+        )
+    query_task = _entries(
+        tasks, "tasks", "a sequence of str (one per query), a mapping or a Series"
+    )
+    if len(query_task) != n_queries:
+        raise ValueError(
+            f"tasks must have one entry per query ({n_queries}); got {len(query_task)}."
+        )
+    return query_task
+
+
+def _is_real_dtype(dtype):
+    """Whether a column or array of ``dtype`` holds real numbers.
+
+    Not booleans, complex numbers (numpy would drop the imaginary part) or
+    durations (numpy counts timedelta64 as an integer type), as check_evals.
+    """
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in "iuf"
+    return (
+        pd.api.types.is_numeric_dtype(dtype)
+        and not pd.api.types.is_bool_dtype(dtype)
+        and not pd.api.types.is_complex_dtype(dtype)
+    )
 
 
 def from_wide(scores, models=None, queries=None, *, tasks=None):
@@ -321,9 +576,11 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     queries : sequence of str of shape (n_queries,), default=None
         Query texts or ids. Defaults to the DataFrame's index, or for an array
         to ``"query0"``, ``"query1"``, ... (zero-padded).
-    tasks : sequence of str of shape (n_queries,) or mapping, default=None
+    tasks : sequence of str of shape (n_queries,), mapping or Series, default=None
         Task of each query, in row order, or a mapping query -> task that
-        covers every query. If None, the result has no ``task`` column.
+        covers every query. A pandas Series is such a mapping: it is read by
+        its index of queries, never by position. If None, the result has no
+        ``task`` column.
 
     Returns
     -------
@@ -331,6 +588,18 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
         Columns ``model``, ``query``, ``score`` (float) and ``task`` if
         ``tasks`` is given; model-major: the rows of the first model
         (columns order), in query order, then the next model.
+
+    Raises
+    ------
+    TypeError
+        If ``scores`` does not hold real numbers (booleans, complex numbers,
+        durations and text are refused rather than converted), if ``models``,
+        ``queries`` or ``tasks`` is a single string or not a sequence, or if
+        a model or query name is not a str.
+    ValueError
+        If ``scores`` is not 2-D, is empty, holds an infinite value or a
+        model without any score, if names repeat or do not match the shape of
+        ``scores``, or if ``tasks`` misses a query.
 
     Examples
     --------
@@ -346,24 +615,26 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     if isinstance(scores, pd.DataFrame):
         default_models = list(scores.columns)
         default_queries = list(scores.index)
-        if not all(pd.api.types.is_numeric_dtype(t) for t in scores.dtypes):
-            bad = [
-                str(c)
-                for c, t in scores.dtypes.items()
-                if not pd.api.types.is_numeric_dtype(t)
-            ]
+        bad = [(c, t) for c, t in scores.dtypes.items() if not _is_real_dtype(t)]
+        if bad:
+            shown = ", ".join(f"{c!r} ({t})" for c, t in bad[:5])
             raise TypeError(
-                f"scores must hold numbers in [0, 1] (NaN for missing); columns "
-                f"{_preview(bad)} are not numeric."
+                f"scores must hold real numbers in [0, 1] (NaN for missing); "
+                f"{len(bad)} column(s) do not: {shown}"
+                f"{', ...' if len(bad) > 5 else ''}. Booleans, complex "
+                "numbers (whose imaginary part would be lost), durations and text "
+                "are refused rather than converted."
             )
-        values = scores.to_numpy(dtype=np.float64)
+        values = scores.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
         default_models = default_queries = None
         array = np.asarray(scores)
-        if array.dtype == bool or not np.issubdtype(array.dtype, np.number):
+        if not _is_real_dtype(array.dtype):
             raise TypeError(
-                f"scores must hold numbers in [0, 1] (NaN for missing); got an "
-                f"array of dtype {array.dtype}."
+                f"scores must hold real numbers in [0, 1] (NaN for missing); got "
+                f"an array of dtype {array.dtype}. Booleans, complex numbers "
+                "(whose imaginary part would be lost), durations and text are "
+                "refused rather than converted."
             )
         values = array.astype(np.float64)
     if values.ndim != 2:
@@ -392,22 +663,7 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
 
     query_task = None
     if tasks is not None:
-        if isinstance(tasks, Mapping):
-            unknown = [q for q in queries if q not in tasks]
-            if unknown:
-                raise ValueError(
-                    f"tasks has no entry for {len(unknown)} of {n_queries} queries "
-                    f"(e.g. {_preview(unknown[:5])})."
-                )
-            query_task = np.array([tasks[q] for q in queries], dtype=object)
-        else:
-            query_task = np.asarray(list(tasks), dtype=object)
-            if query_task.shape != (n_queries,):
-                raise ValueError(
-                    f"tasks must have one entry per query ({n_queries}); got "
-                    f"{len(query_task)}."
-                )
-
+        query_task = _query_tasks(tasks, queries)
     model_index, query_index = np.nonzero(present.T)
     columns = {
         "model": models[model_index],

@@ -72,8 +72,9 @@ file for the attribution and what was changed.
 Subset: 3,000 questions drawn per category in proportion to its size (seed 0),
 among the questions whose prompt text no other question shares, so the text is a
 unique query id. Missing cells (a model's output file has no record for the
-question: DeepSeek-Coder-V2, the Gemini models and deepseek-chat) are absent from
-``evals``, not zeros. Correctness is against the answer key in each model's own
+question; 451 of the 96,000 cells: DeepSeek-Coder-V2 439, deepseek-chat 7,
+gemini-1.5-flash-002 5, every other model none) are absent from ``evals``, not
+zeros. Correctness is against the answer key in each model's own
 record; ``queries["answer_key_varies"] == 1`` marks questions whose key differs
 between model files (drop them for a strictly common key).
 

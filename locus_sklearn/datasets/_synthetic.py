@@ -34,14 +34,22 @@ def _check_int(value, name, low):
     return int(value)
 
 
-def _check_nonnegative(value, name):
-    if (
-        not isinstance(value, numbers.Real)
-        or isinstance(value, bool)
-        or not np.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}.")
+# Largest noise and specialist_boost, on the logit scale. Far past the point
+# where every probability is 0 or 1 (a logit of 40 gives 1 - 4e-18), and far
+# below where noise times a float32 normal draw would overflow float32.
+_MAX_LOGIT_SCALE = 1e6
+
+
+def _check_logit_scale(value, name):
+    """Refuse a ``noise`` or ``specialist_boost`` that is not a real number in
+    [0, _MAX_LOGIT_SCALE] (a bool is not one, nor is the str "0.5")."""
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(
+            f"{name} must be a real number in [0, 1e6]; got "
+            f"{type(value).__name__} {value!r}."
+        )
+    if not (np.isfinite(value) and 0 <= value <= _MAX_LOGIT_SCALE):
+        raise ValueError(f"{name} must be a finite number in [0, 1e6]; got {value!r}.")
 
 
 def _labels(prefix, n, min_width=1):
@@ -83,7 +91,7 @@ def _check_pool(
                 f"evals_per_model={n_evals} should be <= n_queries={n_queries} "
                 "(a model is scored at most once per query), or 'all'."
             )
-    _check_nonnegative(noise, "noise")
+    _check_logit_scale(noise, "noise")
     return n_models, n_queries, n_tasks, n_families, n_features, n_evals
 
 
@@ -119,7 +127,7 @@ def _check_specialties(n_specialties, specialist_boost, n_tasks):
             f"n_specialties={n_specialties} should be <= n_tasks={n_tasks}; "
             "every specialty needs at least one task."
         )
-    _check_nonnegative(specialist_boost, "specialist_boost")
+    _check_logit_scale(specialist_boost, "specialist_boost")
     return n_specialties
 
 
@@ -208,7 +216,8 @@ def make_model_pool(
         Dimension of the query encodings; at least 2.
     noise : float, default=0.5
         Standard deviation of the per-(model, query) logit term that the
-        encoding does not explain; >= 0.
+        encoding does not explain; in [0, 1e6] (from a few tens on, nearly every
+        probability is 0 or 1).
     binary : bool, default=True
         If True, scores are 0/1 draws; if False, scores are the true
         probabilities (no sampling noise).
@@ -218,8 +227,8 @@ def make_model_pool(
         drawn (names and ``family`` keep their meaning) but do not change the
         probabilities.
     specialist_boost : float, default=1.5
-        Logit gained on the tasks of a model's specialty (>= 0); only used
-        with ``n_specialties``.
+        Logit gained on the tasks of a model's specialty, in [0, 1e6]; only
+        used with ``n_specialties``.
     random_state : int, RandomState instance or None, default=None
         Seed for reproducible pools.
 
@@ -313,7 +322,10 @@ def make_model_pool(
     logits -= difficulty[:, None]
     if noise > 0:
         logits += noise * rng.standard_normal(logits.shape, dtype=np.float32)
-    probabilities = 1.0 / (1.0 + np.exp(-logits))
+    # exp overflows to inf for logits below about -709 (a large noise or
+    # boost); 1 / (1 + inf) = 0 is then the right probability.
+    with np.errstate(over="ignore"):
+        probabilities = 1.0 / (1.0 + np.exp(-logits))
 
     # Each model's own subset of queries, in query order.
     if n_evals == n_queries:
