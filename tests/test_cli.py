@@ -398,12 +398,19 @@ def assert_one_line(status, err, expected_status, *contains):
 @pytest.mark.skipif(
     __import__("torch").cuda.is_available(), reason="needs a machine without CUDA"
 )
-@pytest.mark.parametrize("command", ["fit", "route"])
+@pytest.mark.parametrize(
+    "command", ["fit", "route", "serve", "calibrate", "litellm-config"]
+)
 def test_unavailable_device_is_a_usage_error(workdir, cli, command):
     args = {
         "fit": ["fit", workdir / "evals.csv", "-o", workdir / "x.locus"],
         "route": ["route", workdir / "router.locus", "q001"],
-    }[command]
+        "serve": ["serve", workdir / "router.locus"],
+        "calibrate": ["calibrate", workdir / "router.locus", workdir / "evals.csv",
+                      "--target-cost", "1", "-o", workdir / "x.locus"],
+        "litellm-config": ["litellm-config", workdir / "router.locus", "--config",
+                           workdir / "gateway.yaml"],
+    }[command]  # fmt: skip
     status, _, err = cli(*args, "--device", "cuda")
     assert status == 2 and "Traceback" not in err
     assert "--device" in err and "'cuda' is not available" in err, err
@@ -774,6 +781,40 @@ def test_fit_shrinkage_repeats_option(capsys):
             build_parser().parse_args([*fit, "--shrinkage-repeats", text])
         err = capsys.readouterr().err
         assert "--shrinkage-repeats" in err and repr(text) in err
+
+
+@pytest.mark.parametrize(
+    "given, option",
+    [
+        (["--set", "max_epochs=abc", "--epochs", "1"], "--epochs 1"),
+        (["--set", "embedding_dim=8", "--embedding-dim", "4"], "--embedding-dim 4"),
+        (["--set", "random_state=3", "--seed", "0"], "--seed 0"),
+    ],
+)
+def test_fit_set_conflicting_with_its_option_is_refused(
+    workdir, tmp_path, cli, given, option
+):
+    """``--set NAME=...`` and the option that sets NAME: neither silently
+    wins; a command-line error before any work."""
+    out = tmp_path / "x.locus"
+    status, _, err = cli("fit", workdir / "evals.csv", "-o", out, *given)
+    assert_one_line(status, err, 2, given[1].split("=")[0], option, "only one")
+    assert not out.exists()
+
+
+def test_deploy_commands_take_threads():
+    """``calibrate --threads N`` (like every locus command), and N given
+    before ``serve`` is not dropped by serve's own option."""
+    from locus_sklearn._cli._parser import build_parser
+
+    parser = build_parser()
+    for argv in (
+        ["--threads", "3", "serve", "r"],
+        ["serve", "r", "--threads", "3"],
+        ["calibrate", "r", "e.csv", "--target-cost", "1", "--threads", "3"],
+        ["--threads", "3", "litellm-config", "r", "--config", "g.yaml"],
+    ):
+        assert parser.parse_args(argv).threads == 3, argv
 
 
 @pytest.mark.parametrize("text", ["1.5", "-0.1", "always", "nan"])

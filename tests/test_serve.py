@@ -7,7 +7,9 @@ answer, fail with a status, stall, or be absent (connection refused).
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -125,9 +127,10 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeBackends:
     """One threaded HTTP server playing an OpenAI-compatible API per model.
 
-    ``modes[model]`` is ``"ok"``, an HTTP status (500, 429, ...) or
-    ``"stall"`` (answers after ``stall`` seconds); ``hits[model]`` counts
-    requests, ``seen`` keeps (model, headers, body) of each.
+    ``modes[model]`` is ``"ok"``, an HTTP status (500, 429, ...),
+    ``"stall"`` (answers after ``stall`` seconds) or ``"nan"`` (200 with a
+    NaN in its JSON); ``hits[model]`` counts requests, ``seen`` keeps
+    (model, headers, body) of each.
     """
 
     def __init__(self, stall=2.0):
@@ -156,6 +159,14 @@ class FakeBackends:
                 if mode == "stall":
                     time.sleep(backends.stall)
                     mode = "ok"
+                if mode == "nan":
+                    payload = b'{"id": "x", "choices": [], "usage": {"cost": NaN}}'
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
                 if mode != "ok":
                     self._send(mode, {"error": {"message": f"fake {mode}"}})
                     return
@@ -309,6 +320,15 @@ BAD_REQUESTS = [
     (json.dumps({"queries": ["q000"], "models": ["fam0-m00"] * 2}), 422, "models"),
     (json.dumps({"queries": ["q000"], "cost_weight": -1}), 422, "cost_weight"),
     (json.dumps({"queries": ["q000"], "cost_weight": "high"}), 422, "cost_weight"),
+    # Strict types: a wrong JSON type is refused, never converted.
+    (json.dumps({"queries": ["q000"], "cost_weight": "0.1"}), 422, "cost_weight"),
+    (json.dumps({"queries": ["q000"], "cost_weight": True}), 422, "cost_weight"),
+    (json.dumps({"queries": ["q000"], "top_k": "2"}), 422, "top_k"),
+    (json.dumps({"queries": ["q000"], "top_k": 2.0}), 422, "top_k"),
+    (json.dumps({"queries": ["q000"], "return_proba": "no"}), 422, "return_proba"),
+    (json.dumps({"queries": ["q000"], "return_proba": 0}), 422, "return_proba"),
+    # Finite but so large that the utility overflows: no 500.
+    (json.dumps({"queries": ["q000"], "cost_weight": 1e308}), 422, "cost_weight"),
     (json.dumps({"queries": ["q000"], "top_k": 0}), 422, "top_k"),
     (json.dumps({"queries": ["q000"], "path": "/etc/passwd"}), 422, "path"),
     (json.dumps({"queries": ["an unknown id"]}), 422, "queries"),
@@ -329,6 +349,14 @@ def test_bad_requests_get_4xx_naming_the_field(router_path):
             error = response.json()["error"]
             assert error["param"] == param, (content, error)
             assert error["message"]
+        # A wrong type's message names the value it got.
+        response = httpx.post(f"{url}/route", json={"query": "q000", "top_k": "2"})
+        assert response.json()["error"]["message"] == (
+            "top_k: Input should be a valid integer (got '2')"
+        )
+        # An int is a valid number.
+        response = httpx.post(f"{url}/route", json={"query": "q000", "cost_weight": 0})
+        assert response.status_code == 200 and response.json()["cost_weight"] == 0.0
         # The process lives on and still routes.
         assert httpx.post(f"{url}/route", json={"query": "q000"}).status_code == 200
 
@@ -739,8 +767,11 @@ def test_calibrate_command(tmp_path, router_path, routers, pool, capsys):
     )
     assert result["cost_weight"] == pytest.approx(expected.cost_weight)
     assert result["n_queries"] == pool.evals["query"].nunique()
-    assert serve_main([*argv, str(target), "--cv", "1"]) == 1
-    assert "cv must be an int in [2" in capsys.readouterr().err
+    # --cv K needs K >= 2, as its help says: a command-line error.
+    with pytest.raises(SystemExit) as exit_info:
+        serve_main([*argv, str(target), "--cv", "1"])
+    assert exit_info.value.code == 2
+    assert "--cv: expected an integer >= 2, got '1'" in capsys.readouterr().err
 
     text = tmp_path / "queries.txt"
     text.write_text("\n".join(evals["query"].unique()))
@@ -765,9 +796,11 @@ def test_calibrate_command(tmp_path, router_path, routers, pool, capsys):
         == 1
     )
     assert "min_accuracy needs scored" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
-        serve_main(["calibrate", str(router_path), str(text), "--target-share", "0.1"])
-    assert exit_info.value.code == 2
+    status = serve_main(
+        ["calibrate", str(router_path), str(text), "--target-share", "0.1"]
+    )
+    assert status == 2
+    assert "--target-share needs --models" in capsys.readouterr().err
 
 
 # -------------------------------------------------------------- onnx encoder
@@ -817,3 +850,417 @@ def test_serve_command_passes_the_encoder_backend(router_path, monkeypatch):
     assert seen["encoder_backend"] == "onnx"
     with pytest.raises(SystemExit):
         serve_main(["serve", str(router_path), "--encoder-backend", "tensorrt"])
+
+
+# ------------------------------------------------- loading and configuration
+def _strict_loads(text):
+    """``json.loads`` that refuses NaN and Infinity, which are not JSON."""
+
+    def refuse(name):
+        raise ValueError(f"{name} in the output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _captured_app(monkeypatch):
+    """Make ``locus serve`` hand its app here instead of running uvicorn."""
+    seen = {}
+
+    def run(app, **kwargs):
+        import torch
+
+        seen["app"], seen["threads"] = app, torch.get_num_threads()
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    return seen
+
+
+def _npz(path, mapping):
+    keys = list(mapping)
+    np.savez(
+        path,
+        queries=np.array(keys, dtype=str),
+        vectors=np.stack([np.asarray(mapping[k], dtype=np.float32) for k in keys]),
+    )
+    return path
+
+
+def test_serve_a_router_saved_without_query_text(
+    tmp_path, routers, queries, monkeypatch
+):
+    """A file saved with include_query_text=False stores SHA-256 ids, not
+    queries: the service validates it on stored encodings and serves it with
+    the mapping passed again (create_app and locus serve --encodings)."""
+    router = routers[0]
+    mapping = dict(router.embedder_.encoder)
+    path = tmp_path / "hashed.safetensors"
+    router.save(path, include_query_text=False)
+    with serve(create_app(path, encoder=mapping)) as url:
+        answer = httpx.post(f"{url}/route", json={"queries": queries[:4]}).json()
+    assert [r["model"] for r in answer["results"]] == router.predict(
+        queries[:4]
+    ).tolist()
+
+    seen = _captured_app(monkeypatch)
+    npz = _npz(tmp_path / "enc.npz", mapping)
+    assert serve_main(["serve", str(path), "--encodings", str(npz)]) == 0
+    with serve(seen["app"]) as url:
+        response = httpx.post(f"{url}/route", json={"query": queries[0]})
+    assert response.status_code == 200, response.text
+
+
+def test_encodings_add_to_the_saved_ones(
+    tmp_path, router_path, routers, pool, queries, monkeypatch, capsys
+):
+    """--encodings adds to the encodings a router saved (docs/cli.rst), for
+    serve, calibrate and litellm-config as for locus route."""
+    from locus_sklearn.serve._cli import _load_router, build_parser
+
+    router = routers[0]
+    npz = _npz(tmp_path / "one.npz", {"brand-new": pool.encodings[queries[0]]})
+
+    seen = _captured_app(monkeypatch)
+    assert serve_main(["serve", str(router_path), "--encodings", str(npz)]) == 0
+    with serve(seen["app"]) as url:
+        for query in ("brand-new", queries[1]):  # the new id, and a saved one
+            response = httpx.post(f"{url}/route", json={"query": query})
+            assert response.status_code == 200, (query, response.text)
+        # The added vectors stay added after a reload.
+        response = httpx.post(f"{url}/admin/reload")
+        assert response.status_code == 200, response.text
+        response = httpx.post(f"{url}/route", json={"query": "brand-new"})
+        assert response.status_code == 200, response.text
+
+    csv = tmp_path / "calibration.csv"
+    pool.evals[pool.evals["query"].isin(queries)].to_csv(csv, index=False)
+    target = str(float(np.median(router.model_costs_)))
+    argv = ["calibrate", str(router_path), str(csv), "--target-cost", target]
+    assert serve_main([*argv, "--encodings", str(npz), "--json"]) == 0, (
+        capsys.readouterr().err
+    )
+    assert _strict_loads(capsys.readouterr().out)["n_queries"] == len(queries)
+
+    args = build_parser().parse_args(
+        ["litellm-config", str(router_path), "--config", "g.yaml"]
+        + ["--encodings", str(npz)]
+    )
+    encoder = _load_router(args).embedder_.encoder
+    assert "brand-new" in encoder and set(router.embedder_.encoder) <= set(encoder)
+
+    # Not an npz archive: the message names the file.
+    text = tmp_path / "enc.npz"
+    text.write_text("queries,vectors\n")
+    assert serve_main([*argv, "--encodings", str(text)]) == 1
+    err = capsys.readouterr().err
+    assert f"{str(text)!r} is not a valid encodings file" in err, err
+
+
+@pytest.mark.parametrize(
+    "content, field",
+    [
+        ("cost_weight: .inf\n", "cost_weight"),
+        ("cost_weight: .nan\n", "cost_weight"),
+        ("cost_weight: '0.5'\n", "cost_weight"),
+        ("cost_weight: true\n", "cost_weight"),
+        ("fallback:\n  max_attempts: true\n", "fallback.max_attempts"),
+        ("fallback:\n  deadline: .inf\n", "fallback.deadline"),
+    ],
+)
+def test_gateway_config_refuses_non_finite_and_wrong_types(tmp_path, content, field):
+    """Refused at load, naming the field and the value: never converted, and
+    never accepted to fail every request later."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text("backends:\n  m:\n    base_url: http://127.0.0.1:9/v1\n" + content)
+    with pytest.raises(ValueError, match=rf"{str(path)!r}: {field}: .*\(got "):
+        load_gateway_config(path)
+
+
+def test_gateway_config_backend_types_are_strict():
+    backend = {"base_url": "http://127.0.0.1:9/v1"}
+    for timeout in (True, "30"):
+        with pytest.raises(ValueError, match=r"backends\.m\.timeout: .*\(got "):
+            load_gateway_config({"backends": {"m": {**backend, "timeout": timeout}}})
+    # An int is a valid number.
+    config = load_gateway_config(
+        {"backends": {"m": {**backend, "timeout": 30}}, "cost_weight": 0}
+    )
+    assert config.backends["m"].timeout == 30.0 and config.cost_weight == 0.0
+
+
+def test_gateway_config_not_utf8_names_the_file(tmp_path):
+    path = tmp_path / "gateway.yaml"
+    path.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ValueError, match=rf"{str(path)!r} is not UTF-8 text"):
+        load_gateway_config(path)
+
+
+def _router_without_costs(router, path):
+    import copy
+
+    plain = copy.deepcopy(router)
+    plain.model_costs_ = None
+    plain.save(path)
+    return path
+
+
+def test_gateway_config_checked_against_the_router(
+    tmp_path, router_path, routers, backends
+):
+    """A configuration that does not fit the router is refused at start (and
+    a reloaded router that does not fit it is refused, the old one serving)."""
+    router = routers[0]
+    gateway = _gateway(backends, router.classes_)
+    typo = {**gateway, "backends": {**gateway["backends"], "gpt-4-typo": {}}}
+    typo["backends"]["gpt-4-typo"] = {"base_url": backends.url("x")}
+    with pytest.raises(ValueError, match=r"not in the pool .*\['gpt-4-typo'\]"):
+        create_app(router_path, gateway=typo)
+
+    plain = _router_without_costs(router, tmp_path / "plain.safetensors")
+    with pytest.raises(ValueError, match=r"cost_weight=0.5 needs model costs"):
+        create_app(plain, gateway={**gateway, "cost_weight": 0.5})
+    create_app(plain, gateway={**gateway, "cost_weight": 0})  # fine without costs
+    with pytest.raises(ValueError, match=r"cost_weight=1e\+308 is too large"):
+        create_app(router_path, gateway={**gateway, "cost_weight": 1e308})
+
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        routers[1].save(router_path)  # one model fewer: its backend is unused
+        response = httpx.post(f"{url}/admin/reload")
+        assert response.status_code == 409
+        message = response.json()["error"]["message"]
+        assert "still serving version 1" in message
+        assert repr(router.classes_[-1]) in message
+        assert httpx.get(f"{url}/healthz").json()["router"]["version"] == 1
+        assert _chat(url, "q000").status_code == 200
+
+
+def test_load_errors_name_the_configured_file(tmp_path, router_path):
+    """Not the private copy the service loads from."""
+    data = router_path.read_bytes()
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError) as info:
+        create_app(broken)
+    assert repr(str(broken.resolve())) in str(info.value)
+    assert "locus-serve-" not in str(info.value)
+
+    with serve(create_app(router_path)) as url:
+        router_path.write_bytes(data[: len(data) // 2])
+        response = httpx.post(f"{url}/admin/reload")
+        message = response.json()["error"]["message"]
+        assert response.status_code == 409
+        assert repr(str(router_path.resolve())) in message, message
+        assert "locus-serve-" not in message
+        error = httpx.get(f"{url}/healthz").json()["last_reload_error"]
+        assert "locus-serve-" not in error and str(router_path.resolve()) in error
+
+
+@pytest.mark.parametrize(
+    "option, value, exception",
+    [
+        ("max_body_bytes", 0, ValueError),
+        ("max_body_bytes", -1, ValueError),
+        ("max_queries", 0, ValueError),
+        ("max_queries", -1, ValueError),
+        ("max_batch", 0, ValueError),
+        ("max_batch", -3, ValueError),
+        ("max_batch", "64", TypeError),
+        ("max_batch", True, TypeError),
+        ("max_query_chars", 0, ValueError),
+        ("batch_window_ms", -5, ValueError),
+        ("batch_window_ms", float("nan"), ValueError),
+        ("watch_interval", -1, ValueError),
+        ("watch_interval", 0, ValueError),
+        ("watch_interval", float("inf"), ValueError),
+        ("encoder_backend", "bogus", ValueError),
+    ],
+)
+def test_create_app_checks_its_parameters(router_path, option, value, exception):
+    with pytest.raises(exception, match=rf"^{option} must be .*; got {value!r}"):
+        create_app(router_path, **{option: value})
+
+
+def test_watch_must_be_positive(router_path, capsys, monkeypatch):
+    _captured_app(monkeypatch)  # never serve for real, whatever happens
+    with pytest.raises(SystemExit) as info:
+        serve_main(["serve", str(router_path), "--watch", "0"])
+    assert info.value.code == 2
+    assert "--watch: expected a number > 0, got '0'" in capsys.readouterr().err
+
+
+def test_threads_before_serve_are_kept(router_path, monkeypatch):
+    """``locus --threads N serve`` runs the server with N threads."""
+    import torch
+
+    from locus_sklearn._cli import main as locus_main
+
+    seen = _captured_app(monkeypatch)
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    assert locus_main(["--threads", str(target), "serve", str(router_path)]) == 0
+    assert seen["threads"] == target
+    assert torch.get_num_threads() == before
+    assert serve_main(["serve", str(router_path), "--threads", str(target)]) == 0
+    assert seen["threads"] == target
+
+
+def test_gateway_reports_the_effective_cost_weight(router_path, routers, backends):
+    gateway = {**_gateway(backends, routers[0].classes_), "cost_weight": 0.01}
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        assert httpx.post(f"{url}/route", json={"query": "q000"}).json()[
+            "cost_weight"
+        ] == pytest.approx(0.01)
+        health = httpx.get(f"{url}/healthz").json()
+        assert health["router"]["cost_weight"] == pytest.approx(0.01)
+        models = httpx.get(f"{url}/models").json()
+        assert models["cost_weight"] == pytest.approx(0.01)
+
+
+def test_gateway_refuses_nan_in_the_request(router_path, routers, backends):
+    """NaN and Infinity are not JSON: 400 before any routing, not a 500 when
+    forwarding after it."""
+    gateway = _gateway(backends, routers[0].classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for constant in (b"NaN", b"Infinity", b"-Infinity"):
+            body = (
+                b'{"model": "locus", "messages": [{"role": "user", "content": '
+                b'"q000"}], "temperature": ' + constant + b"}"
+            )
+            response = httpx.post(
+                f"{url}/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["param"] == "body" and "not valid JSON" in error["message"]
+            assert constant.decode().lstrip("-") in error["message"]
+        assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
+    assert sum(backends.hits.values()) == 0
+
+
+def test_gateway_backend_answer_with_nan_is_a_failed_attempt(
+    router_path, routers, backends, queries
+):
+    router = routers[0]
+    query = queries[0]
+    routed = router.predict([query])[0]
+    backends.modes[routed] = "nan"
+    gateway = _gateway(backends, router.classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response = _chat(url, query)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["locus"]["failed"] == [
+        {"model": routed, "error": "invalid JSON answer"}
+    ]
+    assert data["locus"]["model"] == fallback_order(router).loc[routed].iloc[0]
+
+
+def test_gateway_stream_must_be_a_boolean(router_path, routers, backends):
+    gateway = _gateway(backends, routers[0].classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response = _chat(url, "q000", stream="yes")
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["param"] == "stream"
+    assert sum(backends.hits.values()) == 0
+
+
+def test_gateway_huge_cost_weight_is_a_422(router_path, routers, backends):
+    gateway = _gateway(backends, routers[0].classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response = _chat(url, "q000", cost_weight=1e308)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["param"] == "cost_weight"
+    assert sum(backends.hits.values()) == 0
+
+
+def test_gateway_names_the_over_long_message_by_its_index(
+    router_path, routers, backends
+):
+    gateway = _gateway(backends, routers[0].classes_)
+    messages = [
+        {"role": "user", "content": "q000"},
+        {"role": "assistant", "content": "an answer"},
+        {"role": "user", "content": "x" * 60},
+    ]
+    app = create_app(router_path, gateway=gateway, max_query_chars=50)
+    with serve(app) as url:
+        response = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "locus", "messages": messages},
+        )
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["param"] == "messages.2", error
+    assert error["message"].startswith("messages[2] has 60 characters")
+
+
+def test_calibrate_json_has_no_infinity(tmp_path, router_path, pool, capsys):
+    """The cheapest λ keeping accuracy >= 0 has an unbounded interval: its
+    upper end is null in the one JSON document printed."""
+    csv = tmp_path / "calibration.csv"
+    evals = pool.evals[
+        pool.evals["query"].isin(sorted(pool.evals["query"].unique())[:80])
+    ]
+    evals.to_csv(csv, index=False)
+    argv = ["calibrate", str(router_path), str(csv), "--min-accuracy", "0"]
+    assert serve_main([*argv, "--json"]) == 0
+    result = _strict_loads(capsys.readouterr().out)
+    assert result["upper"] is None and result["lower"] >= 0
+    assert result["share"] is None  # not a share target
+
+
+def test_missing_router_is_a_file_error_under_both_commands(tmp_path):
+    """``python -m locus_sklearn.serve`` fails as ``locus`` does: exit 3."""
+    from locus_sklearn._cli import main as locus_main
+
+    missing = tmp_path / "missing.safetensors"
+    assert serve_main(["serve", str(missing)]) == 3
+    assert locus_main(["serve", str(missing)]) == 3
+    result = subprocess.run(
+        [sys.executable, "-m", "locus_sklearn.serve", "serve", "missing.safetensors"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("locus serve: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_litellm_negative_fallbacks_names_the_option(
+    tmp_path, router_path, routers, capsys
+):
+    gateway = tmp_path / "gateway.yaml"
+    gateway.write_text(
+        yaml.safe_dump({"backends": {routers[0].classes_[0]: {"base_url": "http://x"}}})
+    )
+    argv = ["litellm-config", str(router_path), "--config", str(gateway)]
+    with pytest.raises(SystemExit) as info:
+        serve_main([*argv, "--fallbacks", "-1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--fallbacks: expected an integer >= 0, got '-1'" in err, err
+    assert serve_main([*argv, "--fallbacks", "0"]) == 0
+
+
+def test_calibrate_output_checked_before_work(
+    tmp_path, router_path, pool, monkeypatch, capsys
+):
+    """An unwritable -o fails at once (exit 3), not after calibrating; and
+    calibrate takes --threads like every locus command."""
+    import locus_sklearn.inspection
+
+    def never(*args, **kwargs):
+        raise AssertionError("calibrated before checking -o")
+
+    monkeypatch.setattr(locus_sklearn.inspection, "calibrate_cost_weight", never)
+    csv = tmp_path / "calibration.csv"
+    pool.evals.head(50).to_csv(csv, index=False)
+    out = tmp_path / "no" / "dir" / "x.safetensors"
+    argv = ["calibrate", str(router_path), str(csv), "--target-cost", "1"]
+    assert serve_main([*argv, "--threads", "1", "-o", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert f"cannot write ROUTER_OUT {str(out)!r}" in err, err

@@ -30,7 +30,14 @@ from ._errors import EXIT_ERROR, EXIT_INTERRUPTED, exit_status, one_line
 from ._io import format_table, read_costs, read_encodings
 from ._parser import PROG, build_parser
 
-__all__ = ["main", "build_parser", "read_costs", "read_encodings", "format_table"]
+__all__ = [
+    "main",
+    "run",
+    "build_parser",
+    "read_costs",
+    "read_encodings",
+    "format_table",
+]
 
 
 @contextlib.contextmanager
@@ -87,7 +94,16 @@ def main(argv=None):
     # No "Loading weights" bars when the query encoder loads; encoding
     # progress (sentence-transformers' own bar) is still shown by fit.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args):
+    """Run a parsed command line: its ``func``, with ``--threads`` applied,
+    warnings and errors as one line each, and the documented exit status.
+
+    ``python -m locus_sklearn.serve`` runs its commands through this too, so
+    they fail exactly as under ``locus``.
+    """
     debug = getattr(args, "debug", False)
     where = f"{PROG} {args.command}"
     try:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ._errors import EXIT_USAGE, CommandError
 from ._io import (
     check_writable,
     costs_for,
@@ -118,6 +119,30 @@ def cmd_demo(args):
 
 
 # ------------------------------------------------------------------------- fit
+# The options of ``fit`` that set a LocusEmbedder hyper-parameter, by name.
+_FIT_OPTIONS = {
+    "max_epochs": ("--epochs", "epochs"),
+    "embedding_dim": ("--embedding-dim", "embedding_dim"),
+    "random_state": ("--seed", "seed"),
+}
+
+
+def _check_set_conflicts(args):
+    """Refuse ``--set NAME=...`` together with the option that sets NAME
+    (``--set max_epochs=5 --epochs 1``): neither may silently win."""
+    for name, value in args.set or []:
+        if name not in _FIT_OPTIONS:
+            continue
+        option, dest = _FIT_OPTIONS[name]
+        given = getattr(args, dest, None)
+        if given is not None:
+            raise CommandError(
+                f"--set {name}={value!r} and {option} {given} both set {name}; "
+                "give only one of them.",
+                status=EXIT_USAGE,
+            )
+
+
 def _embedder_params(args):
     from .. import LocusEmbedder
 
@@ -147,6 +172,7 @@ def cmd_fit(args):
     from .. import LocusEmbedder, LocusRouter
     from .._encoders import QueryEncoder
 
+    _check_set_conflicts(args)
     check_writable(args.output, "ROUTER")
     evals = read_evals(args.evals)
     models = sorted(evals["model"].unique())

@@ -4,19 +4,49 @@ or an :class:`argparse.ArgumentTypeError` that says what was expected."""
 
 import argparse
 
-__all__ = ["model_list", "nonnegative_float", "positive_float", "positive_int"]
+__all__ = [
+    "int_at_least",
+    "model_list",
+    "nonnegative_float",
+    "nonnegative_int",
+    "positive_float",
+    "positive_int",
+]
 
 
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive integer, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def int_at_least(low):
+    """An argparse type: an integer >= ``low``.
+
+    Examples
+    --------
+    >>> int_at_least(2)("3")
+    3
+    >>> int_at_least(2)("1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected an integer >= 2, got '1'
+    """
+    what = {0: "an integer >= 0", 1: "a positive integer"}.get(
+        low, f"an integer >= {low}"
+    )
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    parse.__name__ = f"int_at_least_{low}"
+    return parse
+
+
+positive_int = int_at_least(1)
+positive_int.__name__ = "positive_int"
+nonnegative_int = int_at_least(0)
+nonnegative_int.__name__ = "nonnegative_int"
 
 
 def nonnegative_float(text):

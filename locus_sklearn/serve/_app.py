@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import math
+import numbers
 import os
 
 import numpy as np
@@ -56,9 +58,13 @@ def error_response(
 
 
 class RouteRequest(BaseModel):
-    """Body of ``POST /route``."""
+    """Body of ``POST /route``.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict: a value of the wrong JSON type (``"top_k": "2"``, ``"cost_weight":
+    true``) is a 422, never converted; an integer is a valid number.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     query: str | None = Field(default=None, min_length=1, description="One query.")
     queries: list[str] | None = Field(
@@ -157,6 +163,16 @@ def _param(loc):
     return ".".join(parts) or "body"
 
 
+def _describe(error):
+    """``field: problem (got value)``; the value is left out where it is the
+    enclosing object (a missing field) or a whole list or object."""
+    text = f"{_param(error['loc'])}: {error['msg']}"
+    value = error.get("input")
+    if error.get("type") != "missing" and not isinstance(value, (dict, list)):
+        text += f" (got {value!r:.80})"
+    return text
+
+
 def _install_error_handlers(app):
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, exc):
@@ -170,7 +186,7 @@ def _install_error_handlers(app):
                 ),
                 param="body",
             )
-        message = "; ".join(f"{_param(e['loc'])}: {e['msg']}" for e in errors)
+        message = "; ".join(_describe(e) for e in errors)
         return error_response(422, message, param=_param(first["loc"]))
 
     @app.exception_handler(APIError)
@@ -197,6 +213,26 @@ def _allowed_mask(state, models, *, param="models"):
         return check_model_subset(models, state.classes, name=param)
     except (TypeError, ValueError) as exc:
         raise APIError(422, str(exc), param=param) from None
+
+
+def _checked_utility(proba, state, weight, requested, *, param="cost_weight"):
+    """``P(correct) - weight * cost``, refused when a huge weight overflows it.
+
+    A non-finite utility cannot be routed on nor written as JSON: the client
+    (or the configuration) asked for a weight too large for these costs.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        utility = _utility(proba, state.router.model_costs_, weight)
+    if not np.isfinite(utility).all():
+        whose = "" if requested else " (the default)"
+        raise APIError(
+            422,
+            f"cost_weight={weight:g}{whose} is too large for the served router's "
+            "costs: P(correct) - cost_weight * cost overflows; send a smaller "
+            "cost_weight.",
+            param=param,
+        )
+    return utility
 
 
 def _cost_weight(state, requested, default, *, param="cost_weight"):
@@ -244,7 +280,11 @@ class Service:
         state = self.holder.current
         return state, np.asarray(state.router.predict_proba(queries), np.float64)
 
-    def check_queries(self, queries, *, param="queries"):
+    def check_queries(self, queries, *, param="queries", positions=None):
+        """Refuse too many, empty or too long queries, naming each by its
+        position in the request (``positions``, default 0, 1, ...)."""
+        if positions is None:
+            positions = range(len(queries))
         if len(queries) > self.max_queries:
             raise APIError(
                 413 if len(queries) > 10 * self.max_queries else 422,
@@ -252,7 +292,7 @@ class Service:
                 "request.",
                 param=param,
             )
-        for i, q in enumerate(queries):
+        for i, q in zip(positions, queries, strict=True):
             if not q.strip():
                 raise APIError(422, f"{param}[{i}] is empty.", param=f"{param}.{i}")
             if len(q) > self.max_query_chars:
@@ -298,10 +338,16 @@ def create_app(
         another.
     gateway : str, path-like, mapping or GatewayConfig, default=None
         Backends for ``/v1/chat/completions`` (see
-        :func:`load_gateway_config`); None serves routing only.
+        :func:`load_gateway_config`); None serves routing only. Each backend
+        must name a model of the router's pool, and a ``cost_weight`` > 0
+        needs a router with costs; a router file that does not fit it is
+        refused at start and on reload.
     encoder : default=None
         Overrides the router's saved query encoder (see
-        :meth:`~locus_sklearn.LocusRouter.load`).
+        :meth:`~locus_sklearn.LocusRouter.load`). A mapping of precomputed
+        encodings is added to those saved in the file, its vectors winning,
+        at every load (as ``--encodings`` does for every ``locus`` command);
+        it is needed to serve a file saved with ``include_query_text=False``.
     encoder_backend : {"torch", "onnx"}, default="torch"
         What runs the query encoder: PyTorch, or ONNX Runtime on the CPU
         (``QueryEncoder(backend="onnx")``: the same encodings to float
@@ -311,6 +357,7 @@ def create_app(
         Torch device; None uses CUDA when available.
     max_batch : int, default=64
         Queries per micro-batch, at most (one larger request goes whole).
+        This and the other ``max_*`` limits are ints >= 1.
     batch_window_ms : float, default=0.0
         How long a batch waits for more requests after its first one. With 0
         a batch holds what arrived while the previous one computed, and a
@@ -322,8 +369,8 @@ def create_app(
     max_body_bytes : int, default=1000000
         Request bodies above this size get 413 without being read.
     watch_interval : float, default=None
-        Seconds between checks of the router file's modification time; a
-        changed file is reloaded. None: reload only on ``POST /admin/reload``.
+        Seconds (> 0) between checks of the router file's modification time;
+        a changed file is reloaded. None: reload only on ``POST /admin/reload``.
     admin_token_env : str, default=None
         Name of an environment variable holding a token that
         ``POST /admin/reload`` then requires (``Authorization: Bearer ...``).
@@ -353,6 +400,17 @@ def create_app(
     >>> answer["results"][0]["model"] == router.predict([query])[0]
     True
     """
+    _check_int("max_batch", max_batch)
+    _check_int("max_queries", max_queries)
+    _check_int("max_query_chars", max_query_chars)
+    _check_int("max_body_bytes", max_body_bytes)
+    _check_real("batch_window_ms", batch_window_ms, positive=False)
+    if watch_interval is not None:
+        _check_real("watch_interval", watch_interval, positive=True)
+    if encoder_backend not in ("torch", "onnx"):
+        raise ValueError(
+            f"encoder_backend must be 'torch' or 'onnx'; got {encoder_backend!r}."
+        )
     fastapi_app = FastAPI(
         title="locus_sklearn router",
         description="Route queries to the language model most likely to answer them.",
@@ -381,7 +439,7 @@ def create_app(
         await service.batcher.start()
         service.client = httpx.AsyncClient(timeout=None, follow_redirects=False)
         watcher = None
-        if watch_interval:
+        if watch_interval is not None:
             watcher = asyncio.create_task(_watch(service, watch_interval))
         try:
             yield
@@ -401,7 +459,30 @@ def create_app(
         from ._gateway import add_gateway_endpoints
 
         add_gateway_endpoints(fastapi_app, service)
-    return BodyLimit(fastapi_app, max_body_bytes) if max_body_bytes else fastapi_app
+    return BodyLimit(fastapi_app, max_body_bytes)
+
+
+def _check_int(name, value):
+    """``value`` must be an int >= 1: 0 or less would refuse every request or
+    (for ``max_body_bytes``) silently lift the limit."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be an int >= 1; got {value!r} of type {type(value).__name__}."
+        )
+    if value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}.")
+
+
+def _check_real(name, value, *, positive):
+    """``value`` must be a finite number, > 0 or >= 0."""
+    bound = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a finite number {bound}; got {value!r} of type "
+            f"{type(value).__name__}."
+        )
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite number {bound}; got {value!r}.")
 
 
 async def _watch(service, interval):
@@ -432,7 +513,7 @@ def _add_route_endpoint(app, service):
         state, proba = await service.proba(queries, param=param)
         allowed = _allowed_mask(state, body.models)
         weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
-        utility = _utility(proba, state.router.model_costs_, weight)
+        utility = _checked_utility(proba, state, weight, body.cost_weight is not None)
         routed = route(utility, np.broadcast_to(allowed, utility.shape))
         classes = state.classes
         k = min(body.top_k, int(allowed.sum()))
@@ -487,7 +568,7 @@ def _add_pool_endpoints(app, service, admin_token_env):
             if embeddings:
                 entry["embedding"] = router.model_embeddings_[i].tolist()
             data.append(entry)
-        return {"models": data, **state.describe()}
+        return {"models": data, **state.describe(service.default_cost_weight)}
 
     @app.get("/healthz", summary="Liveness and the served router")
     async def healthz():
@@ -495,7 +576,10 @@ def _add_pool_endpoints(app, service, admin_token_env):
         batcher = service.batcher
         return {
             "status": "ok",
-            "router": {"path": str(service.holder.path), **state.describe()},
+            "router": {
+                "path": str(service.holder.path),
+                **state.describe(service.default_cost_weight),
+            },
             "batching": {
                 "batches": batcher.n_batches,
                 "queries": batcher.n_items,
@@ -536,7 +620,7 @@ def _add_pool_endpoints(app, service, admin_token_env):
         return {
             "status": "reloaded",
             "previous_version": old.version,
-            **new.describe(),
+            **new.describe(service.default_cost_weight),
             "added": sorted(after - before),
             "removed": sorted(before - after),
         }

@@ -14,12 +14,28 @@ imported until a command runs.
 """
 
 import argparse
-import json
+import math
 import os
 import sys
 from pathlib import Path
 
-from .._cli._types import model_list, nonnegative_float, positive_float, positive_int
+from .._cli._errors import EXIT_USAGE, CommandError
+from .._cli._io import (
+    check_writable,
+    emit_json,
+    load_estimator,
+    read_encodings,
+    write_estimator,
+)
+from .._cli._parser import _device, _Parser
+from .._cli._types import (
+    int_at_least,
+    model_list,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 __all__ = ["add_subparsers", "build_parser", "main"]
 
@@ -41,29 +57,26 @@ def _port(text):
 
 
 def _encoder(args):
-    """The ``encoder=`` override from ``--encoder``/``--encodings`` (or None)."""
-    if getattr(args, "encodings", None):
-        import numpy as np
+    """The ``encoder=`` value from ``--encoder``/``--encodings`` (or None).
 
-        with np.load(args.encodings, allow_pickle=False) as data:
-            if "queries" not in data or "vectors" not in data:
-                raise ValueError(
-                    f"{args.encodings!r} must hold arrays 'queries' and 'vectors'."
-                )
-            queries = data["queries"].astype(str).tolist()
-            vectors = data["vectors"].astype(np.float32)
-        if vectors.ndim != 2 or len(vectors) != len(queries):
-            raise ValueError(
-                f"{args.encodings!r}: 'vectors' must have shape ({len(queries)}, d)."
-            )
-        return dict(zip(queries, vectors, strict=True))
+    ``--encodings`` is read (and checked, naming the file) as by every
+    ``locus`` command; loading adds it to the encodings the router saved.
+    """
+    if getattr(args, "encodings", None):
+        return read_encodings(args.encodings)
     return getattr(args, "encoder", None)
 
 
 def _load_router(args):
-    from .._router import LocusRouter
+    return load_estimator(args.router, encoder=_encoder(args), device=args.device)
 
-    return LocusRouter.load(args.router, encoder=_encoder(args), device=args.device)
+
+def _json_number(value):
+    """JSON has no NaN or infinity: an unbounded end or a value not computed
+    is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _read_calibration_set(path):
@@ -89,6 +102,10 @@ def _read_calibration_set(path):
 def _cmd_calibrate(args):
     from ..inspection import calibrate_cost_weight
 
+    if args.target_share is not None and not args.models:
+        raise CommandError("--target-share needs --models", status=EXIT_USAGE)
+    if args.output:
+        check_writable(args.output, "ROUTER_OUT")  # before any work
     router = _load_router(args)
     evals = _read_calibration_set(args.evals)
     result = calibrate_cost_weight(
@@ -102,10 +119,9 @@ def _cmd_calibrate(args):
     )
     if args.output:
         router.set_params(cost_weight=result.cost_weight)
-        router.save(args.output)
-    record = {key: (None if value != value else value) for key, value in result.items()}
+        write_estimator(router, args.output, "ROUTER_OUT")
     if args.json:
-        print(json.dumps(record))
+        emit_json({key: _json_number(value) for key, value in result.items()})
     else:
         print(f"cost_weight  {result.cost_weight:.6g}")
         print(f"interval     [{result.lower:.6g}, {result.upper:.6g})")
@@ -129,10 +145,8 @@ def _cmd_serve(args):
     from ._deps import require
 
     uvicorn = require("uvicorn")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    # --threads is applied by the runner (locus_sklearn._cli.run) around
+    # the whole command, the server's lifetime included.
     from ._app import create_app
 
     app = create_app(
@@ -168,9 +182,11 @@ def _cmd_litellm(args):
     from ._deps import require
     from ._litellm import litellm_config
 
+    yaml = require("yaml")
+    if args.output:
+        check_writable(args.output, "FILE.yaml")  # before any work
     router = _load_router(args)
     config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
-    yaml = require("yaml")
     text = yaml.safe_dump(config, sort_keys=False)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -193,14 +209,29 @@ def _router_options(p):
     exclusive.add_argument(
         "--encodings",
         metavar="FILE.npz",
-        help="precomputed query vectors: npz with arrays 'queries' and 'vectors'",
+        help="precomputed query vectors: npz with arrays 'queries' and 'vectors'; "
+        "added to those saved in a router fitted with them",
     )
-    p.add_argument("--device", help="torch device (default: CUDA if available)")
+    p.add_argument(
+        "--device",
+        type=_device,
+        help="torch device, e.g. cpu or cuda (default: CUDA if available)",
+    )
     p.add_argument(
         "--debug",
         action="store_true",
         default=argparse.SUPPRESS,
         help="show the full traceback on errors",
+    )
+    # SUPPRESS: a value given before the command name (`locus --threads 2
+    # serve ...`) is kept when the option is not repeated after it.
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help="torch threads for encoding and scoring (default: torch's; 1 is "
+        "faster on a CPU shared with other processes)",
     )
 
 
@@ -265,11 +296,11 @@ def _add_serve(subparsers):
     )
     p.add_argument(
         "--watch",
-        type=nonnegative_float,
+        type=positive_float,
         default=None,
         metavar="SECONDS",
         help="reload ROUTER when its file changes, checking every SECONDS "
-        "(default: reload only on POST /admin/reload)",
+        "(a number > 0; default: reload only on POST /admin/reload)",
     )
     p.add_argument(
         "--admin-token-env",
@@ -284,13 +315,6 @@ def _add_serve(subparsers):
         help="what runs the query encoder: PyTorch, or ONNX Runtime on the CPU "
         "(same encodings, faster per text query; needs `pip install "
         "locus_sklearn[onnx]`; default: %(default)s)",
-    )
-    p.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="torch threads for encoding and scoring (default: torch's; 1 is "
-        "faster on a CPU shared with other processes)",
     )
     p.add_argument(
         "--log-level",
@@ -340,7 +364,7 @@ def _add_calibrate(subparsers):
     )
     p.add_argument(
         "--cv",
-        type=positive_int,
+        type=int_at_least(2),
         metavar="K",
         help="EVALS are the router's training evaluations: route each query by a "
         "copy of the router fitted without its fold, in K folds (K >= 2)",
@@ -351,7 +375,12 @@ def _add_calibrate(subparsers):
         metavar="ROUTER_OUT",
         help="write the router with this cost weight (serve that file)",
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as one JSON document (an unbounded interval "
+        "end, or a share or accuracy not computed, is null)",
+    )
     p.set_defaults(func=_cmd_calibrate, handler=_cmd_calibrate)
     return p
 
@@ -374,7 +403,7 @@ def _add_litellm_config(subparsers):
     )
     p.add_argument(
         "--fallbacks",
-        type=int,
+        type=nonnegative_int,
         default=None,
         metavar="N",
         help="fallbacks per model (default: fallback.max_attempts - 1)",
@@ -418,11 +447,19 @@ def add_subparsers(subparsers):
 
 def build_parser():
     """A stand-alone parser with these commands (``python -m locus_sklearn.serve``)."""
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Deploy a locus_sklearn router."
+    parser = _Parser(prog=PROG, description="Deploy a locus_sklearn router.")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show tracebacks on errors",
     )
     parser.add_argument(
-        "--debug", action="store_true", help="show tracebacks on errors"
+        "--threads",
+        type=positive_int,
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help="number of CPU threads torch uses (default: torch's own choice)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -436,27 +473,14 @@ def main(argv=None):
     Returns
     -------
     status : int
-        0 on success, 1 on an error (one line on stderr), 2 for a bad
-        command line (from argparse).
+        The statuses of ``locus`` (it runs the commands the same way): 0 on
+        success, 1 for invalid data or values, 3 for a file that cannot be
+        read or written (each one line on stderr), 130 when interrupted. A
+        bad command line exits with status 2 (from argparse).
     """
+    from .._cli import run
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if (
-        args.command == "calibrate"
-        and args.target_share is not None
-        and not args.models
-    ):
-        parser.error("calibrate: --target-share needs --models")
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        return 130
-    except (ValueError, TypeError, KeyError, OSError, ImportError, RuntimeError) as exc:
-        if getattr(args, "debug", False):
-            raise
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
-        return 1
+    return run(build_parser().parse_args(argv))

@@ -17,7 +17,10 @@ A small YAML or JSON file::
     cost_weight: 0.0005                # default λ (else the router's own)
 
 Keys are never written in the file, only the name of the variable that holds
-one, so the file can be committed.
+one, so the file can be committed. Values are checked strictly: a number
+written as a string (``timeout: "30"``) or a boolean where a number goes
+(``max_attempts: true``) is an error naming the field, never converted;
+numbers must be finite.
 """
 
 import json
@@ -49,12 +52,12 @@ __all__ = [
 class BackendConfig(BaseModel):
     """Where and how to call one model of the pool (an OpenAI-compatible API)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     base_url: HttpUrl
     model: str | None = Field(default=None, min_length=1)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    timeout: float = Field(default=60.0, gt=0, le=3600)
+    timeout: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
 
     @property
     def chat_url(self):
@@ -68,10 +71,10 @@ class BackendConfig(BaseModel):
 class FallbackConfig(BaseModel):
     """How far the gateway goes down the fallback order when backends fail."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     max_attempts: int = Field(default=3, ge=1, le=100)
-    deadline: float = Field(default=60.0, gt=0, le=3600)
+    deadline: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
     metric: str = Field(default="cosine", pattern="^(cosine|euclidean)$")
 
 
@@ -89,11 +92,12 @@ class GatewayConfig(BaseModel):
     3
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     backends: dict[str, BackendConfig] = Field(min_length=1)
     fallback: FallbackConfig = FallbackConfig()
-    cost_weight: float | None = Field(default=None, ge=0)
+    # Finite: an infinite default weight would fail every request.
+    cost_weight: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     @field_validator("backends")
     @classmethod
@@ -113,7 +117,13 @@ def format_validation_error(exc, *, prefix=""):
     lines = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error["loc"])
-        lines.append(f"{prefix}{where}: {error['msg']}")
+        line = f"{prefix}{where}: {error['msg']}"
+        value = error.get("input")
+        # The bad value too, unless it is the enclosing mapping (a missing
+        # field) or a whole section.
+        if error.get("type") != "missing" and not isinstance(value, (dict, list)):
+            line += f" (got {value!r:.80})"
+        lines.append(line)
     return "; ".join(lines)
 
 
@@ -140,7 +150,7 @@ def load_gateway_config(config):
     >>> load_gateway_config({"backends": {"m1": {"base_url": "ftp://x"}}})
     Traceback (most recent call last):
     ...
-    ValueError: Invalid gateway configuration: backends.m1.base_url: URL scheme should be 'http' or 'https'
+    ValueError: Invalid gateway configuration: backends.m1.base_url: URL scheme should be 'http' or 'https' (got 'ftp://x')
     """
     if isinstance(config, GatewayConfig):
         return config
@@ -152,7 +162,13 @@ def load_gateway_config(config):
             raise FileNotFoundError(
                 f"No such gateway configuration file: {str(path)!r}."
             )
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"The {source} is not UTF-8 text ({exc.reason} at byte "
+                f"{exc.start}); write it as a UTF-8 YAML or JSON file."
+            ) from None
         if path.suffix.lower() in (".yaml", ".yml"):
             yaml = require("yaml")
             try:

@@ -13,6 +13,7 @@ pass through unchanged. A stream that has begun is not retried.
 """
 
 import asyncio
+import json
 import time
 
 import numpy as np
@@ -26,9 +27,14 @@ from fastapi import Request  # noqa: E402
 from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
-from ..inspection._cost import _utility  # noqa: E402
 from ..metrics import route  # noqa: E402
-from ._app import APIError, _allowed_mask, _cost_weight, error_response  # noqa: E402
+from ._app import (  # noqa: E402
+    APIError,
+    _allowed_mask,
+    _checked_utility,
+    _cost_weight,
+    error_response,
+)
 
 __all__ = ["add_gateway_endpoints", "RETRYABLE_STATUS"]
 
@@ -46,9 +52,12 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(BaseModel):
-    """An OpenAI chat request; unknown fields are forwarded as they are."""
+    """An OpenAI chat request; unknown fields are forwarded as they are.
 
-    model_config = ConfigDict(extra="allow")
+    Strict, like ``/route``: ``"stream": "yes"`` is a 422, not a stream.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
@@ -57,6 +66,16 @@ class ChatRequest(BaseModel):
     # extra_body={"cost_weight": 0.001}
     cost_weight: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     models: list[str] | None = Field(default=None, min_length=1)
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _strict_json(content):
+    """``content`` parsed as standard JSON: NaN and Infinity, which Python's
+    parser accepts, are not JSON and could not be written on."""
+    return json.loads(content, parse_constant=_reject_constant)
 
 
 def _last_user_text(messages):
@@ -120,6 +139,17 @@ def add_gateway_endpoints(app, service):
 
     @app.post("/v1/chat/completions", summary="OpenAI-compatible chat, routed")
     async def chat(body: ChatRequest, request: Request):
+        # Forward what the client sent, as sent, less the locus extensions;
+        # parsed again strictly first, so that a NaN (say a temperature) is a
+        # 400 before any routing, not a failure to forward it after.
+        try:
+            payload = _strict_json(await request.body())
+        except ValueError as exc:
+            raise APIError(
+                400, f"The body is not valid JSON: {exc}", param="body"
+            ) from None
+        payload.pop("cost_weight", None)
+        payload.pop("models", None)
         state = service.holder.current
         served = [m for m in config.backends if m in set(state.classes)]
         if body.model == ROUTER_MODEL:
@@ -145,8 +175,8 @@ def add_gateway_endpoints(app, service):
                     f"models has model(s) without a backend: {no_backend[:5]}.",
                     param="models",
                 )
-        text, _ = _last_user_text(body.messages)
-        service.check_queries([text], param="messages")
+        text, index = _last_user_text(body.messages)
+        service.check_queries([text], param="messages", positions=[index])
         _cost_weight(state, body.cost_weight, service.default_cost_weight)
         state, proba = await service.proba([text], param="messages")
         served = [m for m in config.backends if m in set(state.classes)]
@@ -161,7 +191,9 @@ def add_gateway_endpoints(app, service):
             )
         if body.model == ROUTER_MODEL:
             weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
-            utility = _utility(proba, state.router.model_costs_, weight)
+            utility = _checked_utility(
+                proba, state, weight, body.cost_weight is not None
+            )
             routed = str(state.classes[route(utility, allowed[None, :])[0]])
         else:
             routed = body.model
@@ -173,10 +205,6 @@ def add_gateway_endpoints(app, service):
         order = _attempt_order(
             state, routed, fallback_pool, config.fallback.max_attempts
         )
-        # Forward what the client sent, as sent, less the locus extensions.
-        payload = await request.json()
-        payload.pop("cost_weight", None)
-        payload.pop("models", None)
         return await _forward(service, payload, order, routed, stream=body.stream)
 
 
@@ -241,7 +269,9 @@ async def _forward(service, payload, order, routed, *, stream):
             attempts.append({"model": model, "error": f"{type(exc).__name__}"})
             continue
         try:
-            data = response.json()
+            # Strictly: a NaN in the answer (say a usage cost) could not be
+            # passed on as JSON; such an answer is a failed attempt.
+            data = _strict_json(content)
         except ValueError:
             data = None
         if response.status_code == 200 and not isinstance(data, dict):

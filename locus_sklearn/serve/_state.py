@@ -9,6 +9,7 @@ import asyncio
 import datetime
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +32,17 @@ class RouterState:
     def classes(self):
         return self.router.classes_
 
-    def describe(self):
+    def describe(self, default_cost_weight=None):
+        """The state's summary; ``cost_weight`` is the one requests get by
+        default: the gateway's ``default_cost_weight`` when it has one, else
+        the router's own."""
+        if default_cost_weight is None:
+            default_cost_weight = self.router.cost_weight
         return {
             "version": self.version,
             "loaded_at": self.loaded_at,
             "n_models": len(self.classes),
-            "cost_weight": float(self.router.cost_weight),
+            "cost_weight": float(default_cost_weight),
             "has_costs": self.router.model_costs_ is not None,
         }
 
@@ -44,6 +50,58 @@ class RouterState:
 def _stamp(path):
     stat = os.stat(path)
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+def _renamed(exc, private, path):
+    """``exc`` with the private copy's name replaced by the configured file's.
+
+    The operator knows the file they gave, not the temporary copy it was
+    loaded from, so a load error must name the former.
+    """
+    message = str(exc)
+    if str(private) not in message:
+        return exc
+    message = message.replace(str(private), str(path))
+    try:
+        renamed = type(exc)(message)
+    except Exception:  # an exception type that takes other arguments
+        renamed = ValueError(message)
+    return renamed
+
+
+def _check_gateway(router, gateway, path):
+    """The gateway configuration must fit the router, or nothing is served.
+
+    A backend of a model the pool lacks would never be called (a typo in the
+    file), and a default cost weight the router has no costs for would fail
+    every request with an error blaming the client.
+    """
+    from .._evals import _preview
+
+    pool = set(router.classes_)
+    missing = [m for m in gateway.backends if m not in pool]
+    if missing:
+        raise ValueError(
+            f"The gateway configuration has backends for {len(missing)} model(s) "
+            f"that are not in the pool of {str(path)!r}: {_preview(missing)}; "
+            f"its models are {_preview(list(router.classes_))}."
+        )
+    weight = gateway.cost_weight
+    if weight is not None and weight > 0:
+        costs = router.model_costs_
+        if costs is None:
+            raise ValueError(
+                f"The gateway configuration's cost_weight={weight:g} needs model "
+                f"costs, but {str(path)!r} has none; set cost_weight to 0 (or "
+                "leave it out) or serve a router fitted with model_costs=."
+            )
+        with np.errstate(over="ignore"):
+            if not np.isfinite(weight * np.asarray(costs, dtype=np.float64)).all():
+                raise ValueError(
+                    f"The gateway configuration's cost_weight={weight:g} is too "
+                    f"large for the costs of {str(path)!r}: cost_weight * cost "
+                    "overflows."
+                )
 
 
 class RouterHolder:
@@ -54,9 +112,11 @@ class RouterHolder:
     path : str or path-like
         The router file (:meth:`LocusRouter.save`); the only file ever loaded.
     encoder, device
-        Passed to :meth:`LocusRouter.load`.
+        Passed to :meth:`LocusRouter.load`; a mapping of precomputed
+        encodings is added to those saved in the file (its vectors win).
     gateway : GatewayConfig or None
-        A new router must keep at least one model with a backend.
+        Every backend must name a model of the router's pool, and a default
+        ``cost_weight`` > 0 needs a router with costs.
     encoder_backend : {"torch", "onnx"}, default="torch"
         The ``backend`` of each loaded router's query encoder
         (:class:`~locus_sklearn.QueryEncoder`); set on every load.
@@ -76,7 +136,7 @@ class RouterHolder:
         self._seen = self.current.file_stamp
 
     def _load(self, version):
-        from .._router import LocusRouter
+        from .._cli._io import load_estimator
         from ..inspection import fallback_order
 
         stamp = _stamp(self.path)
@@ -88,9 +148,16 @@ class RouterHolder:
         with tempfile.TemporaryDirectory(prefix="locus-serve-") as folder:
             private = Path(folder) / "router.safetensors"
             private.write_bytes(data)
-            router = LocusRouter.load(
-                private, encoder=self._encoder, device=self._device
-            )
+            try:
+                # A mapping of precomputed encodings is added to those the
+                # file holds (its vectors win), at every load, as in
+                # ``locus route --encodings``: a re-saved file's new queries
+                # stay resolvable after a reload.
+                router = load_estimator(
+                    private, encoder=self._encoder, device=self._device
+                )
+            except Exception as exc:
+                raise _renamed(exc, private, self.path) from None
         if len(router.classes_) == 0:
             raise ValueError(f"{str(self.path)!r} holds an empty pool.")
         if self._encoder_backend != router.encoder_.backend:
@@ -104,13 +171,8 @@ class RouterHolder:
                     "backend in the gateway configuration "
                     f"({sorted(self._gateway.backends)})."
                 )
-        # Fail here, not on the first request: the encoder (an ONNX export
-        # included) and the predictor must run.
-        memory = getattr(router, "pool_evals_", None)
-        if memory is not None and len(memory[1].queries):
-            proba = router.predict_proba(memory[1].queries[:1])
-            if proba.shape != (1, len(router.classes_)) or not np.isfinite(proba).all():
-                raise ValueError(f"{str(self.path)!r} gives invalid probabilities.")
+            _check_gateway(router, self._gateway, self.path)
+        self._check_predicts(router)
         metric = "cosine" if self._gateway is None else self._gateway.fallback.metric
         if len(router.classes_) > 1:
             order = fallback_order(router, metric=metric)
@@ -126,6 +188,31 @@ class RouterHolder:
             file_stamp=stamp,
             fallback=fallback,
         )
+
+    def _check_predicts(self, router):
+        """Fail here, not on the first request: the encoder (an ONNX export
+        included) and the predictor must run."""
+        probes = []
+        memory = getattr(router, "pool_evals_", None)
+        if memory is not None and len(memory[1].queries):
+            # The predictor on a stored encoding: the stored query itself may
+            # be a SHA-256 id (a file saved with include_query_text=False),
+            # which no encoder resolves.
+            probes.append(router._predict_proba_encoded(memory[0][:1]))
+        saved = getattr(router.encoder_, "encoder", None)
+        if isinstance(saved, Mapping):
+            # Precomputed encodings: any of their ids goes through the encoder.
+            query = next(iter(saved), None)
+        elif memory is not None and len(memory[1].queries):
+            query = memory[1].queries[0]
+        else:
+            query = None
+        if query is not None:
+            probes.append(router.predict_proba([query]))
+        for proba in probes:
+            proba = np.asarray(proba)
+            if proba.shape != (1, len(router.classes_)) or not np.isfinite(proba).all():
+                raise ValueError(f"{str(self.path)!r} gives invalid probabilities.")
 
     def changed(self):
         """Whether the file changed since the last load or failed attempt.
