@@ -621,8 +621,12 @@ RECORD = {"doc_id": 0, "doc": {"q": "x"}, "acc": 1.0, "arguments": [["Q: x"]]}
             None,
             r"samples_t_.*', line 3, is not valid JSON",
         ),
-        ([RECORD, "[1, 2]"], None, r"line 2, holds a JSON list, not an object"),
-        ([RECORD, '"hello"'], None, r"line 2, holds a JSON str, not an object"),
+        (
+            [RECORD, "[1, 2]"],
+            None,
+            r"line 2, holds a JSON list \(\[1, 2\]\), not an object",
+        ),
+        ([RECORD, '"hello"'], None, r"line 2, holds a JSON str \('hello'\), not an"),
         ([RECORD], "[1, 2]", r"results_.*\.json' holds a JSON list"),
         (
             [RECORD],

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .._evals import _preview, check_evals
-from ._loaders import _long_frame
+from ._loaders import _long_frame, json_lines
 
 __all__ = ["from_lm_eval"]
 
@@ -154,46 +154,23 @@ def _check_same_prompts(ids, queries, path):
 def _read_records(file):
     """The records of a samples file, each a dict with a ``doc_id``."""
     records = []
-    try:
-        with open(file, encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(
-                        f"samples file {str(file)!r}, line {number}, is not valid "
-                        f"JSON: {exc.msg} (column {exc.colno})."
-                    ) from None
-                if not isinstance(record, dict):
-                    raise ValueError(
-                        f"samples file {str(file)!r}, line {number}, holds a JSON "
-                        f"{type(record).__name__}, not an object; lm-eval writes "
-                        "one JSON object per document."
-                    )
-                # The doc_id tells documents apart: without it every record
-                # would be the query "<task>/None" and their scores averaged.
-                doc_id = record.get("doc_id")
-                if doc_id is None:
-                    raise ValueError(
-                        f"samples file {str(file)!r}, line {number}, has no "
-                        "'doc_id'; lm-eval writes one per document, and it is "
-                        "what tells documents apart."
-                    )
-                if not isinstance(doc_id, (int, str)) or isinstance(doc_id, bool):
-                    raise ValueError(
-                        f"samples file {str(file)!r}, line {number}, has doc_id="
-                        f"{doc_id!r}; a doc_id is an int (as lm-eval writes it) "
-                        "or a str."
-                    )
-                records.append(record)
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"samples file {str(file)!r} is not UTF-8 text: {exc}."
-        ) from None
-    if not records:
-        raise ValueError(f"samples file {str(file)!r} has no records.")
+    where = f"samples file {str(file)!r}"
+    hint = "lm-eval writes one JSON object per document."
+    for number, record in json_lines(file, where, hint):
+        # The doc_id tells documents apart: without it every record would be
+        # the query "<task>/None" and their scores averaged.
+        doc_id = record.get("doc_id")
+        if doc_id is None:
+            raise ValueError(
+                f"{where}, line {number}, has no 'doc_id'; lm-eval writes one per "
+                "document, and it is what tells documents apart."
+            )
+        if not isinstance(doc_id, (int, str)) or isinstance(doc_id, bool):
+            raise ValueError(
+                f"{where}, line {number}, has doc_id={doc_id!r}; a doc_id is an "
+                "int (as lm-eval writes it) or a str."
+            )
+        records.append(record)
     return records
 
 

@@ -50,17 +50,19 @@ def _file_format(path, name):
     )
 
 
-def _read_jsonl(path, name):
-    """The records of a jsonl file as a DataFrame, and the line of each record.
+def json_lines(path, where, hint):
+    """``(line number, record)`` of each non-blank line of a JSON-lines file.
 
-    Read line by line rather than with ``pandas.read_json``: an error then
-    names the line, a byte-order mark is skipped (as in a csv), floats are
-    parsed exactly and no column is converted (``read_json`` turns columns
-    with date-like names into dates).
+    Read line by line (gzip when the name ends in ``.gz``) rather than with
+    ``pandas.read_json``: an error then names the line, a byte-order mark is
+    skipped (as in a csv), floats are parsed exactly and no column is
+    converted (``read_json`` turns columns with date-like names into dates).
+    Each record must be a JSON object. Errors are ValueErrors that start with
+    ``where`` (how the file is named, e.g. ``"path='a.jsonl'"``) and end with
+    ``hint`` (what the file should hold).
     """
-    shown = os.fspath(path)
-    opener = gzip.open if shown.lower().endswith(".gz") else open
-    records, lines = [], []
+    opener = gzip.open if os.fspath(path).lower().endswith(".gz") else open
+    found = False
     try:
         with opener(path, "rt", encoding="utf-8-sig") as handle:
             for number, line in enumerate(handle, start=1):
@@ -70,33 +72,36 @@ def _read_jsonl(path, name):
                     record = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValueError(
-                        f"{name}={shown!r}, line {number}, is not valid JSON: "
-                        f"{exc.msg} (column {exc.colno}); each line of a jsonl "
-                        "file must be one JSON object."
+                        f"{where}, line {number}, is not valid JSON: {exc.msg} "
+                        f"(column {exc.colno}); {hint}"
                     ) from None
                 if not isinstance(record, dict):
                     value = repr(record)
                     value = value if len(value) <= 60 else value[:57] + "..."
                     raise ValueError(
-                        f"{name}={shown!r}, line {number}, holds a JSON "
-                        f"{type(record).__name__} ({value}), "
-                        "not an object; each line of a jsonl file must be one "
-                        'JSON object such as {"model": ..., "query": ..., '
-                        '"score": ...}.'
+                        f"{where}, line {number}, holds a JSON "
+                        f"{type(record).__name__} ({value}), not an object; {hint}"
                     )
-                records.append(record)
-                lines.append(number)
+                found = True
+                yield number, record
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{name}={shown!r} is not UTF-8 text: {exc}.") from None
+        raise ValueError(f"{where} is not UTF-8 text: {exc}.") from None
     except (gzip.BadGzipFile, EOFError) as exc:  # not gzip, or cut short
-        raise ValueError(
-            f"{name}={shown!r} could not be read as gzip: {exc}."
-        ) from None
-    if not records:
-        raise ValueError(
-            f"{name}={shown!r} holds no records (no non-blank line); each line of "
-            "a jsonl file is one JSON object."
-        )
+        raise ValueError(f"{where} could not be read as gzip: {exc}.") from None
+    if not found:
+        raise ValueError(f"{where} holds no records (no non-blank line); {hint}")
+
+
+def _read_jsonl(path, name):
+    """The records of a jsonl file as a DataFrame, and the line of each record."""
+    hint = (
+        "each line of a jsonl file must be one JSON object such as "
+        '{"model": ..., "query": ..., "score": ...}.'
+    )
+    lines, records = [], []
+    for number, record in json_lines(path, f"{name}={os.fspath(path)!r}", hint):
+        lines.append(number)
+        records.append(record)
     return pd.DataFrame(records), np.array(lines)
 
 
