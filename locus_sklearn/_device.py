@@ -2,7 +2,26 @@
 
 import torch
 
-__all__ = ["resolve_device"]
+__all__ = ["parse_device", "resolve_device"]
+
+
+def parse_device(device, *, name="device"):
+    """``device`` as a torch device, or a ValueError naming ``name`` when it
+    is none; whether this machine has it is :func:`resolve_device`'s check.
+
+    Examples
+    --------
+    >>> from locus_sklearn._device import parse_device
+    >>> parse_device("cuda:1")
+    device(type='cuda', index=1)
+    """
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"{name}={device!r} is not a torch device ({exc}); use 'cpu', 'cuda', "
+            "'cuda:N' or None."
+        ) from None
 
 
 def resolve_device(device, *, name="device"):
@@ -28,13 +47,7 @@ def resolve_device(device, *, name="device"):
     """
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(
-            f"{name}={device!r} is not a torch device ({exc}); use 'cpu', 'cuda', "
-            "'cuda:N' or None."
-        ) from None
+    resolved = parse_device(device, name=name)
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             f"{name}={device!r} needs CUDA, but this torch "

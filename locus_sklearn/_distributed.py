@@ -32,6 +32,7 @@ import torch
 from sklearn.utils import check_random_state
 from skorch.hf import AccelerateMixin
 
+from ._device import parse_device
 from ._training import LocusNet, progress_sink
 
 __all__ = [
@@ -160,7 +161,9 @@ def check_accelerator(accelerator, device, batch_size):
             "optimisation step over all of them."
         )
     expected = training_device(accelerator)
-    if device is not None and torch.device(device) not in (
+    # parse_device: a value that is no torch device is an error naming
+    # ``device``, as without an accelerator; any other is one to compare.
+    if device is not None and parse_device(device) not in (
         expected,
         accelerator.device,
     ):

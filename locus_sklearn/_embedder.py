@@ -26,6 +26,7 @@ from ._readout import ReadoutPool
 from ._refinement import embedding_scale, refine_embeddings
 from ._training import (
     MONITORS,
+    NETWORK_PARAMS,
     embed_models,
     fit_network,
     predict_proba,
@@ -37,15 +38,23 @@ __all__ = ["FewEvaluationsWarning", "LocusEmbedder"]
 
 # Parameters of the kernel readout's search, read at prediction only.
 _READOUT_PARAMS = ("readout_neighbors", "readout_index", "readout_dtype")
+# The network parameters that shape what a fitted network computes: changed
+# after fit, they would describe another network than the one trained.
+# dropout and query_noise act in training only and, like lr, may change.
+_FITTED_NETWORK_PARAMS = tuple(
+    name for name in NETWORK_PARAMS if name not in ("dropout", "query_noise")
+)
 
 
 class FewEvaluationsWarning(UserWarning):
-    """A model is embedded from fewer evaluations than training ever used.
+    """A model is embedded from fewer evaluations than ``enc_size[0]``.
 
-    The encoder saw sets of ``enc_size[0]`` evaluations or more; an embedding
-    from fewer is an extrapolation, and two such embeddings of one model
-    differ more (see ``benchmarks/results/`` for self-identification by
-    number of evaluations).
+    ``enc_size[0]`` is the smallest set training draws from a model with
+    enough evaluations (a training model with few rows gave smaller sets:
+    each is capped so that a quarter of its rows remain for the decoder
+    set). An embedding from fewer is less reliable, and two such embeddings
+    of one model differ more (see ``benchmarks/results/`` for
+    self-identification by number of evaluations).
 
     Examples
     --------
@@ -279,10 +288,15 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
     validation_fraction : float, default=0.1
         Fraction of queries held out: their rows are the validation targets
         for early stopping (each model embedded from its other rows). 0
-        disables validation and early stopping.
+        disables validation and early stopping; a fraction that holds out no
+        rows (too few queries, or no model left two training rows) warns and
+        trains without them.
     early_stopping : {"valid_loss", "valid_routing_accuracy"} or None, default="valid_loss"
         Validation score monitored for early stopping; the best epoch's
         weights are restored. None trains for ``max_epochs``.
+        "valid_routing_accuracy" needs held-out queries that two or more
+        models answered (``fit`` raises a ValueError before training where
+        there are none).
     patience : int, default=7
         Epochs without improvement before stopping. Against 10, 7 restored
         the same weights in 28 of 30 benchmark fits, 3 epochs sooner; the
@@ -593,6 +607,28 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
                 "1 <= low <= high."
             )
 
+    def _check_fitted_network(self):
+        """The parameters that shape the network (``_FITTED_NETWORK_PARAMS``)
+        are still those the fitted ``net_`` was built with."""
+        for name in _FITTED_NETWORK_PARAMS:
+            current = getattr(self, name)
+            # The skorch net keeps each module argument it built the network
+            # with, for loaded and unpickled embedders as for fitted ones.
+            fitted = getattr(self.net_, f"module__{name}", current)
+            if current != fitted:
+                raise ValueError(
+                    f"{name}={current!r} was set after fit, but the fitted network "
+                    f"was built with {name}={fitted!r}; refit, or set it back to "
+                    f"{fitted!r}."
+                )
+
+    def _training_device(self):
+        """The device ``fit`` trains on: ``device``, checked to be usable, or
+        the accelerator's (``device`` then None or it)."""
+        if self.accelerator is None:
+            return resolve_device(self.device)
+        return check_accelerator(self.accelerator, self.device, self.batch_size)
+
     def _saved_params(self):
         """Hyper-parameters that define the fitted network and its use."""
         params = self.get_params(deep=False)
@@ -645,6 +681,10 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
 
     def _query_encoder(self):
         """The fitted query encoder of this embedder's parameters."""
+        # Before the encoder is built or run: a device this torch cannot use
+        # is an error naming ``device``, not one from deep inside the
+        # encoder's model loading (or after every query was encoded).
+        self._training_device()
         return as_query_encoder(self.encoder, memory=self.memory, device=self.device)
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -655,10 +695,8 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         training models' embeddings are nearly identical."""
         self._check_structure()
         rng = check_random_state(self.random_state)
-        if self.accelerator is None:
-            device = resolve_device(self.device)
-        else:
-            device = check_accelerator(self.accelerator, self.device, self.batch_size)
+        device = self._training_device()
+        if self.accelerator is not None:
             rng = shared_random_state(self.accelerator, self.random_state)
         counts = np.diff(table.indptr)
         if (counts < 2).any():
@@ -709,8 +747,10 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         # Run-time settings (inference_dtype, transform_batch_tokens,
-        # refine_steps) may have been set after fit.
+        # refine_steps) may have been set after fit; network-shaping ones
+        # may not, which is checked before the queries are encoded.
         self._validate_params()
+        self._check_fitted_network()
         table = check_evals(evals)
         self._warn_few_evaluations(table)
         embeddings = self._transform_encoded(table, self._encode(table.queries))
@@ -734,10 +774,10 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         if len(few):
             warn_external(
                 f"{len(few)} model(s) have fewer than enc_size[0]={low} evaluations "
-                f"(the smallest set the encoder trained on), e.g. {_preview(few, limit=3)} "
-                f"with {int(counts[counts < low].min())}: their embeddings are "
-                "extrapolated and less reliable; give each model at least "
-                f"{low} scored queries.",
+                "(the smallest set training draws from a model with enough "
+                f"evaluations), e.g. {_preview(few, limit=3)} with "
+                f"{int(counts[counts < low].min())}: their embeddings are less "
+                f"reliable; give each model at least {low} scored queries.",
                 FewEvaluationsWarning,
             )
 
@@ -756,6 +796,7 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         return self._ACCELERATOR_BATCH_TOKENS
 
     def _transform_encoded(self, table, X_query):
+        self._check_fitted_network()
         embeddings = self._encoder_embeddings(table, X_query)
         if self.refine_steps == 0:
             return embeddings
@@ -804,6 +845,7 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         proba : ndarray of shape (n_queries, n_models)
         """
         check_is_fitted(self)
+        self._check_fitted_network()
         queries = check_queries(queries)
         evaluations = None
         if evals is not None:
@@ -817,6 +859,7 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         """``evaluations``: (encodings of table.queries, table) of the embedded
         models, for the kernel readout, or their :meth:`_readout_pool` (built
         once, for many calls)."""
+        self._check_fitted_network()
         embeddings = np.asarray(embeddings, dtype=np.float32)
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
             raise ValueError(
@@ -881,6 +924,7 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         # written with one that load refuses could not be read back.
         self._validate_params()
         self._check_structure()
+        self._check_fitted_network()
         save_embedder(self, path)
 
     @classmethod
@@ -904,6 +948,8 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
 
     def get_feature_names_out(self, input_features=None):
         """Names of the embedding dimensions: ``locus0``, ``locus1``, ..."""
+        if hasattr(self, "net_"):
+            self._check_fitted_network()
         return np.asarray(
             [f"locus{i}" for i in range(self.embedding_dim)], dtype=object
         )

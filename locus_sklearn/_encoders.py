@@ -32,6 +32,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
+from ._device import parse_device, resolve_device
 from ._evals import _preview, check_queries
 from ._length_batches import encode_in_length_batches
 from ._warnings import warn_external
@@ -346,7 +347,9 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
     device : str or torch.device, default=None
         Device of a SentenceTransformer loaded from a directory, e.g.
         ``"cpu"``, ``"cuda"``, ``"cuda:1"``. ``None`` lets sentence-transformers
-        choose (CUDA when available). Ignored for objects and mappings.
+        choose (CUDA when available). Ignored for objects and mappings. For
+        a model, :meth:`fit` checks it first: one that is not a torch device,
+        or that this torch cannot use, is a :class:`ValueError`.
     show_progress_bar : bool, default=False
         Passed to ``SentenceTransformer.encode``.
     backend : {"torch", "onnx"}, default="torch"
@@ -471,6 +474,11 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
             )
         if self.backend == "onnx":
             self._check_onnx(kind)
+        if kind == "model":
+            # Only a model directory is loaded on ``device``: checked here,
+            # before it is, so that a device this torch cannot use is an
+            # error naming it, not one from inside the model's loading.
+            resolve_device(self.device)
         cache_key = None if path is None else self._encodings_key(path)
 
         self._kind = kind
@@ -498,7 +506,7 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
                 f"the default); encoder is {kind} ({type(self.encoder).__name__}). "
                 "Use backend='torch'."
             )
-        if self.device is not None and torch.device(self.device).type != "cpu":
+        if self.device is not None and parse_device(self.device).type != "cpu":
             raise ValueError(
                 f"backend='onnx' runs on the CPU; got device={self.device!r}. Use "
                 "device=None or 'cpu', or backend='torch' on an accelerator."

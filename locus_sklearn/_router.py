@@ -356,6 +356,7 @@ class LocusRouter(BaseRouter):
         check_cost_weight(self.cost_weight)
         self._locus._validate_params()
         self._locus._check_structure()
+        self._locus._check_fitted_network()
         save_router(self, path, include_query_text=include_query_text)
 
     @classmethod
@@ -391,6 +392,7 @@ class LocusRouter(BaseRouter):
         """(query encodings, embeddings) of the models of ``table``."""
         # The embedder's run-time settings may have been set after fit.
         self._locus._validate_params()
+        self._locus._check_fitted_network()
         self._locus._warn_few_evaluations(table)
         X_query = self._encode(table.queries)
         return X_query, self._locus._transform_encoded(table, X_query)

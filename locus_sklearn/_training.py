@@ -34,6 +34,7 @@ from skorch.utils import to_tensor
 from ._agreement import agreement_stress
 from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
 from ._readout import EvaluationSets, ReadoutPool
+from ._warnings import warn_external
 from .metrics._routing import routing_accuracy
 
 __all__ = [
@@ -83,7 +84,7 @@ def split_rows_by_query(table, validation_fraction, rng):
     """
     if validation_fraction <= 0:
         return np.zeros(table.n_rows, dtype=bool)
-    n_valid = int(round(validation_fraction * table.n_queries))
+    n_valid = _n_held_out(validation_fraction, table.n_queries)
     held_out = np.zeros(table.n_queries, dtype=bool)
     held_out[rng.choice(table.n_queries, size=n_valid, replace=False)] = True
     is_valid = held_out[table.query_index]
@@ -93,6 +94,39 @@ def split_rows_by_query(table, validation_fraction, rng):
         if (~is_valid[rows]).sum() < 2:
             is_valid[rows] = False
     return is_valid
+
+
+def _n_held_out(validation_fraction, n_queries):
+    """Queries :func:`split_rows_by_query` holds out."""
+    return int(round(validation_fraction * n_queries))
+
+
+def _warn_if_no_validation(params, table, is_valid):
+    """Warn (at the user's line) when ``validation_fraction > 0`` held out
+    no rows (``is_valid``), so that training runs without validation or early
+    stopping: too few queries to round to one, or every held-out row back in
+    training (a model keeps two training rows)."""
+    fraction = params["validation_fraction"]
+    if fraction <= 0 or is_valid.any():
+        return
+    n_valid = _n_held_out(fraction, table.n_queries)
+    if n_valid == 0:
+        why = f"{fraction} of the {table.n_queries} queries rounds to 0 queries"
+    else:
+        why = (
+            f"it held out {n_valid} of the {table.n_queries} queries, but that "
+            "left each model with held-out rows fewer than 2 training rows, so "
+            "their rows went back to training"
+        )
+    stopping = " and early stopping" if params["early_stopping"] is not None else ""
+    warn_external(
+        f"validation_fraction={fraction} holds out no evaluations: {why}. "
+        f"Training runs without validation{stopping}, for max_epochs="
+        f"{params['max_epochs']} epochs. Set validation_fraction=0 to train "
+        "without validation knowingly, or a value that holds out at least one "
+        "query while leaving each model 2 training rows.",
+        UserWarning,
+    )
 
 
 def _per_model(table, rows_mask):
@@ -590,13 +624,23 @@ def _callbacks(params, valid_ds, n_models, bank):
         callbacks.append(("clip", GradientNormClipping(params["gradient_clip"])))
     if valid_ds is None:
         return callbacks
-    callbacks.append(
-        (
-            "valid_routing",
-            ValidRoutingAccuracy(valid_ds, n_models, params["batch_size"], bank),
-        )
-    )
+    valid_routing = ValidRoutingAccuracy(valid_ds, n_models, params["batch_size"], bank)
+    callbacks.append(("valid_routing", valid_routing))
     monitor = params["early_stopping"]
+    if (
+        monitor == "valid_routing_accuracy"
+        and not valid_routing.initialize().keep_.any()
+    ):
+        # The callback records nothing then, and EarlyStopping would fail at
+        # the end of the first epoch on a key missing from the history.
+        raise ValueError(
+            "early_stopping='valid_routing_accuracy' ranks the models on held-out "
+            "queries that two or more of them answered, but each of the "
+            f"{len(valid_routing.queries_)} queries with held-out rows "
+            f"(validation_fraction={params['validation_fraction']}) has rows of one "
+            "model only, so routing accuracy cannot be measured; use "
+            "early_stopping='valid_loss' (or None)."
+        )
     if monitor is not None:
         callbacks.append(
             (
@@ -646,6 +690,7 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
     """
     seed = int(rng.randint(np.iinfo(np.int32).max))
     is_valid = split_rows_by_query(table, params["validation_fraction"], rng)
+    _warn_if_no_validation(params, table, is_valid)
     bank = torch.as_tensor(X_query, dtype=torch.float32)
     train_q, train_y = _per_model(table, ~is_valid)
     passes = -(-params["episodes_per_epoch"] // table.n_models)  # ceil

@@ -234,3 +234,13 @@ def test_device_must_be_the_accelerators(pool, accelerator):
 def test_accelerator_must_look_like_one(pool):
     with pytest.raises(ValueError, match="accelerator"):
         LocusEmbedder(pool.encodings, accelerator="gpu", **TINY).fit(pool.evals)
+
+
+@pytest.mark.parametrize("device", ["nonsense", "gpu"])
+def test_device_that_is_no_torch_device_is_named(pool, accelerator, device):
+    """With an accelerator, torch's RuntimeError came out unnamed."""
+    embedder = LocusEmbedder(
+        pool.encodings, device=device, accelerator=accelerator, **TINY
+    )
+    with pytest.raises(ValueError, match=f"device='{device}' is not a torch device"):
+        embedder.fit(pool.evals)

@@ -9,6 +9,7 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import NotFittedError
@@ -279,3 +280,108 @@ def test_fit_warns_at_the_callers_line_when_embeddings_collapse(
         assert "agreement_weight=0.3" in str(collapsed[0].message)
         # ... and the configuration the training guide gives for identity work.
         assert "agreement_weight=0.1, refine_steps=10" in str(collapsed[0].message)
+
+
+# ------------------------------------------ network parameters set after fit
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("embedding_dim", 32),
+        ("n_latents", 8),
+        ("n_blocks", 2),
+        ("n_heads", 4),
+        ("hidden_dim", 32),
+        ("kernel_readout", False),
+        ("n_profile_regions", 2),
+        ("standardize_embedding", True),
+    ],
+)
+def test_network_params_set_after_fit_are_refused(
+    router, pool, query_texts, fitted_copy, tmp_path, name, value
+):
+    """set_params(embedding_dim=32) after fit gave 16 columns but 32 feature
+    names, and a file load refused; kernel_readout=False named the wrong value."""
+    fitted = getattr(router.embedder_, name)
+    embedder = fitted_copy(router.embedder_, **{name: value})
+    match = (
+        f"{name}={value!r} was set after fit, but the fitted network was built "
+        f"with {name}={fitted!r}; refit, or set it back"
+    )
+    Z = router.embedder_.transform(pool.evals)
+    calls = [
+        lambda: embedder.transform(pool.evals),
+        lambda: embedder.predict_proba(Z, query_texts[:3], evals=pool.evals),
+        embedder.get_feature_names_out,
+        lambda: embedder.save(tmp_path / "embedder.safetensors"),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert not (tmp_path / "embedder.safetensors").exists()
+    # Set back, the embedder is what it was.
+    embedder.set_params(**{name: fitted})
+    np.testing.assert_array_equal(embedder.transform(pool.evals), Z)
+
+
+def test_training_only_params_may_change_after_fit(router, pool, fitted_copy, tmp_path):
+    """lr, max_epochs, dropout and query_noise do not shape the fitted
+    network: changed after fit, the embedder still embeds, saves and loads."""
+    from locus_sklearn import LocusEmbedder
+
+    params = dict(lr=0.01, max_epochs=9, dropout=0.3, query_noise=0.2)
+    embedder = fitted_copy(router.embedder_, **params)
+    Z = router.embedder_.transform(pool.evals)
+    np.testing.assert_array_equal(embedder.transform(pool.evals), Z)
+    assert len(embedder.get_feature_names_out()) == Z.shape[1]
+    embedder.save(tmp_path / "embedder.safetensors")
+    loaded = LocusEmbedder.load(tmp_path / "embedder.safetensors", device="cpu")
+    assert {k: loaded.get_params()[k] for k in params} == params
+    np.testing.assert_array_equal(loaded.transform(pool.evals), Z)
+
+
+# ---------------------------------------------------------------- devices
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a CPU-only torch")
+def test_unusable_device_fails_before_the_encoder_is_built(pool, monkeypatch):
+    """device='cuda' with the default encoder failed inside the model's
+    loading (torch's AssertionError); any encoder fails before encoding."""
+    from locus_sklearn import LocusEmbedder, LocusRouter, QueryEncoder, _encoders
+
+    def never(*args, **kwargs):
+        raise AssertionError("the encoder model was loaded")
+
+    monkeypatch.setattr(_encoders, "_load_sentence_transformer", never)
+    encoded = []
+
+    class Encoder:
+        def encode(self, texts):
+            encoded.append(len(texts))
+            return np.ones((len(texts), 4))
+
+    rows = pool.evals.groupby("model").head(20)
+    for encoder in (None, Encoder()):
+        for estimator in (
+            LocusEmbedder(encoder, device="cuda"),
+            LocusRouter(LocusEmbedder(encoder, device="cuda")),
+        ):
+            with pytest.raises(ValueError, match="device='cuda' needs CUDA"):
+                estimator.fit(rows)
+    with pytest.raises(ValueError, match="device='cuda' needs CUDA"):
+        QueryEncoder(device="cuda").fit()
+    with pytest.raises(ValueError, match="device='gpu' is not a torch device"):
+        QueryEncoder(device="gpu").fit()
+    assert not encoded
+    # Mappings and objects do not run on a device: QueryEncoder ignores it.
+    QueryEncoder({"q": [1.0]}, device="cuda").fit()
+
+
+def test_few_evaluations_warning_says_what_enc_size_bounds(router, pool):
+    """The warning called enc_size[0] the smallest set the encoder trained
+    on, but a training model with few rows gives smaller sets."""
+    from locus_sklearn import FewEvaluationsWarning
+
+    few = pool.evals.groupby("model").head(5)
+    with pytest.warns(FewEvaluationsWarning) as record:
+        router.embedder_.transform(few)
+    message = str(record[0].message)
+    assert "the smallest set training draws from a model with enough" in message
+    assert "trained on" not in message

@@ -312,3 +312,18 @@ def test_pickle_and_joblib_round_trip(router, tmp_path, query_texts):
 def test_unfitted_router_raises():
     with pytest.raises(NotFittedError):
         LocusRouter().predict(["2+2?"])
+
+
+def test_router_refuses_an_embedder_network_param_set_after_fit(
+    router, pool, fitted_copy, tmp_path
+):
+    """A router's fitted embedder_ with embedding_dim changed after fit
+    embedded with the old network and saved a file load refused."""
+    changed = fitted_copy(router)
+    changed.embedder_ = fitted_copy(router.embedder_, embedding_dim=32)
+    match = "embedding_dim=32 was set after fit.*refit, or set it back to 16"
+    with pytest.raises(ValueError, match=match):
+        changed.embed(pool.evals)
+    with pytest.raises(ValueError, match=match):
+        changed.save(tmp_path / "router.safetensors")
+    assert not (tmp_path / "router.safetensors").exists()

@@ -264,3 +264,104 @@ def test_prediction_switches_a_submodule_left_in_training_mode(pool, tiny_embedd
         out = call()
         assert not any(m.training for m in module.modules())
         np.testing.assert_array_equal(out, expected)
+
+
+def _disjoint_evals(n_models=2, n_rows=20):
+    """Models that share no query: no held-out query has two models' rows."""
+    import pandas as pd
+
+    rng = np.random.RandomState(0)
+    n = n_models * n_rows
+    evals = pd.DataFrame(
+        {
+            "model": np.repeat([f"m{i}" for i in range(n_models)], n_rows),
+            "query": [f"q{i}" for i in range(n)],
+            "score": (rng.rand(n) > 0.5).astype(float),
+        }
+    )
+    encoder = {q: rng.randn(8).astype(np.float32) for q in evals["query"]}
+    return evals, encoder
+
+
+def test_valid_routing_accuracy_stopping_needs_queries_two_models_answered(
+    tiny_embedder, monkeypatch
+):
+    """It crashed the fit after the first epoch with skorch's bare KeyError
+    (the callback records nothing without such queries)."""
+    from locus_sklearn._training import LocusNet
+
+    evals, encoder = _disjoint_evals()
+
+    def never(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(LocusNet, "partial_fit", never)
+    params = dict(validation_fraction=0.5, early_stopping="valid_routing_accuracy")
+    match = (
+        r"early_stopping='valid_routing_accuracy' ranks the models .* each of the "
+        r"20 queries with held-out rows \(validation_fraction=0.5\) has rows of one "
+        r"model only.*use early_stopping='valid_loss'"
+    )
+    for estimator in (
+        tiny_embedder(encoder, **params),
+        LocusRouter(tiny_embedder(encoder, **params), shrinkage=None),
+    ):
+        with pytest.raises(ValueError, match=match):
+            estimator.fit(evals)
+        assert not hasattr(estimator, "embedder_") and not hasattr(estimator, "net_")
+
+
+def test_valid_loss_stopping_still_trains_where_no_query_is_shared(tiny_embedder):
+    evals, encoder = _disjoint_evals()
+    embedder = tiny_embedder(encoder, validation_fraction=0.5, max_epochs=2)
+    embedder.fit(evals)
+    assert "valid_loss" in embedder.net_.history[-1]
+
+
+@pytest.mark.parametrize(
+    "fraction, n_queries, n_models, why",
+    [
+        (0.1, 4, 2, "0.1 of the 4 queries rounds to 0 queries"),
+        (
+            0.999,
+            40,
+            4,
+            "it held out 40 of the 40 queries, but that left each model with "
+            "held-out rows fewer than 2 training rows, so their rows went back "
+            "to training",
+        ),
+    ],
+)
+def test_validation_that_holds_out_nothing_warns(
+    tiny_embedder, fraction, n_queries, n_models, why
+):
+    """validation_fraction > 0 that held out no row silently trained without
+    validation and early stopping."""
+    import warnings
+
+    import pandas as pd
+
+    rng = np.random.RandomState(0)
+    queries = [f"q{i}" for i in range(n_queries)]
+    evals = pd.DataFrame(
+        {
+            "model": np.repeat([f"m{i}" for i in range(n_models)], n_queries),
+            "query": queries * n_models,
+            "score": (rng.rand(n_queries * n_models) > 0.5).astype(float),
+        }
+    )
+    encoder = {q: rng.randn(8).astype(np.float32) for q in queries}
+    embedder = tiny_embedder(encoder, validation_fraction=fraction, max_epochs=2)
+    with pytest.warns(UserWarning, match=f"validation_fraction={fraction}") as record:
+        embedder.fit(evals)
+    (warning,) = [w for w in record if "validation_fraction" in str(w.message)]
+    assert warning.filename == __file__  # the caller's line
+    message = str(warning.message)
+    assert why in message
+    assert "without validation and early stopping, for max_epochs=2" in message
+    assert "validation_fraction=0 to train without validation knowingly" in message
+    assert "valid_loss" not in embedder.net_.history[-1]
+    # Turned off knowingly, no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny_embedder(encoder, validation_fraction=0, max_epochs=1).fit(evals)
