@@ -975,6 +975,38 @@ def test_gateway_config_refuses_non_finite_and_wrong_types(tmp_path, content, fi
         load_gateway_config(path)
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "gateway.yaml",
+            "backends:\n  m:\n    base_url: http://127.0.0.1:9/v1\n"
+            "  m:\n    base_url: http://127.0.0.1:8/v1\n",
+            r"(?s)not valid YAML: .*found the key 'm' a second time.*line 4",
+        ),
+        (
+            "gateway.yaml",
+            "cost_weight: 0\nbackends:\n  m:\n    base_url: http://127.0.0.1:9/v1\n"
+            "cost_weight: 0.5\n",
+            r"(?s)found the key 'cost_weight' a second time.*line 5",
+        ),
+        (
+            "gateway.json",
+            '{"backends": {"m": {"base_url": "http://127.0.0.1:9/v1"}}, '
+            '"backends": {"n": {"base_url": "http://127.0.0.1:8/v1"}}}',
+            r"not valid JSON \(the key 'backends' appears twice in one object\)",
+        ),
+    ],
+)
+def test_gateway_config_refuses_a_repeated_key(tmp_path, name, content, message):
+    # A parser keeps a repeated key's last value: the first backend (or the
+    # first cost_weight) would be dropped without a word.
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_gateway_config(path)
+
+
 def test_gateway_config_backend_types_are_strict():
     backend = {"base_url": "http://127.0.0.1:9/v1"}
     for timeout in (True, "30"):

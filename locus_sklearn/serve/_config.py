@@ -20,11 +20,12 @@ Keys are never written in the file, only the name of the variable that holds
 one, so the file can be committed. Values are checked strictly: a number
 written as a string (``timeout: "30"``) or a boolean where a number goes
 (``max_attempts: true``) is an error naming the field, never converted;
-numbers must be finite.
+numbers must be finite; a key written twice in one mapping is an error.
 """
 
 import json
 import os
+from collections.abc import Hashable
 from pathlib import Path
 
 from ._deps import require
@@ -127,6 +128,40 @@ def format_validation_error(exc, *, prefix=""):
     return "; ".join(lines)
 
 
+def _unique_keys(pairs):
+    """A JSON object as a dict, refusing a repeated key: a parser keeps the
+    last one silently, so a backend written twice would lose the first."""
+    config = {}
+    for key, value in pairs:
+        if key in config:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        config[key] = value
+    return config
+
+
+def _unique_key_loader(yaml):
+    """A safe YAML loader that refuses a repeated key in a mapping (safe_load
+    keeps the last one silently), naming the key and its line."""
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping",
+                        node.start_mark,
+                        f"found the key {key!r} a second time",
+                        key_node.start_mark,
+                    )
+                if isinstance(key, Hashable):
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def load_gateway_config(config):
     """Read and validate a gateway configuration.
 
@@ -172,13 +207,13 @@ def load_gateway_config(config):
         if path.suffix.lower() in (".yaml", ".yml"):
             yaml = require("yaml")
             try:
-                config = yaml.safe_load(text)
+                config = yaml.load(text, Loader=_unique_key_loader(yaml))
             except yaml.YAMLError as exc:
                 raise ValueError(f"{source} is not valid YAML: {exc}") from None
         else:
             try:
-                config = json.loads(text)
-            except json.JSONDecodeError as exc:
+                config = json.loads(text, object_pairs_hook=_unique_keys)
+            except ValueError as exc:  # JSONDecodeError, or a repeated key
                 raise ValueError(
                     f"{source} is not valid JSON ({exc}); use a .yaml or .yml "
                     "suffix for YAML."
