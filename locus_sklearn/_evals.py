@@ -547,16 +547,21 @@ def check_model_costs(model_costs, classes, *, name="model_costs", models="the p
         known = set(classes)
         missing = [m for m in classes if m not in model_costs]
         extra = [m for m in model_costs if m not in known]
+        # Both lists in one message: a name misspelt is usually both.
+        problems = []
         if missing:
-            raise ValueError(
-                f"{name} has no cost for {len(missing)} model(s) of {models}: "
-                f"{_preview(missing)}."
+            problems.append(
+                f"no cost for {len(missing)} model(s) of {models}: {_preview(missing)}"
             )
         if extra:
+            problems.append(
+                f"costs for {len(extra)} model(s) that are not in {models}: "
+                f"{_preview(extra)}"
+            )
+        if problems:
             raise ValueError(
-                f"{name} has costs for {len(extra)} model(s) that are not in "
-                f"{models}: {_preview(extra)}; pass costs for exactly the models of "
-                f"{models}."
+                f"{name} has {' and '.join(problems)}; pass costs for exactly the "
+                f"models of {models}."
             )
         costs = [model_costs[m] for m in classes]
     else:

@@ -802,6 +802,36 @@ def test_fit_set_conflicting_with_its_option_is_refused(
     assert not out.exists()
 
 
+def test_fit_interrupted_in_training_exits_130_and_writes_nothing(
+    workdir, tmp_path, cli, monkeypatch, tiny_cli_args
+):
+    """skorch ends a fit at Ctrl-C and keeps the network trained so far;
+    ``locus fit`` must not save that router and exit 0."""
+    import os
+    import signal
+
+    from locus_sklearn import LocusRouter
+
+    def interrupted_fit(self, evals, y=None, **params):
+        try:  # a Ctrl-C during training, caught as skorch's loop catches it
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        return self
+
+    monkeypatch.setattr(LocusRouter, "fit", interrupted_fit)
+    out = tmp_path / "router.locus"
+    out.write_bytes(b"the router in place")
+    status, stdout, err = cli(
+        "fit", workdir / "evals.csv", "-o", out, "--encodings", workdir / "enc.npz",
+        "--json", *tiny_cli_args,
+    )  # fmt: skip
+    assert_one_line(status, err.splitlines()[-1], 130, "interrupted")
+    assert stdout == "" and out.read_bytes() == b"the router in place"
+    # The handler is put back: Ctrl-C is Python's KeyboardInterrupt again.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_deploy_commands_take_threads():
     """``calibrate --threads N`` (like every locus command), and N given
     before ``serve`` is not dropped by serve's own option."""

@@ -235,6 +235,13 @@ def test_model_costs_series_is_read_by_index_not_position():
         check_model_costs(pd.Series({"a": 1.0, "b": 2.0}), classes)
     with pytest.raises(ValueError, match=r"not in the pool: \['zz'\]"):
         check_model_costs(pd.Series({"a": 1.0, "b": 2.0, "c": 3.0, "zz": 4.0}), classes)
+    # A misspelt name is both missing and extra: one message names both.
+    with pytest.raises(
+        ValueError,
+        match=r"has no cost for 1 model\(s\) of the pool: \['c'\] and costs for 1 "
+        r"model\(s\) that are not in the pool: \['cc'\]; pass costs for exactly",
+    ):
+        check_model_costs({"a": 1.0, "b": 2.0, "cc": 3.0}, classes)
     # A default RangeIndex is not a set of model names: refused, with the fix.
     with pytest.raises(ValueError, match=r"index.*to_numpy\(\)"):
         check_model_costs(pd.Series([1.0, 2.0, 3.0]), classes)

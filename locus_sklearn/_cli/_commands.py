@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ._errors import EXIT_USAGE, CommandError
+from ._errors import EXIT_USAGE, CommandError, interrupts_kept
 from ._io import (
     check_writable,
     costs_for,
@@ -198,7 +198,7 @@ def cmd_fit(args):
             f"Training LOCUS on {len(models)} models, {len(evals):,} evaluations, "
             f"{evals['query'].nunique():,} queries ..."
         )
-    with progress_to_stderr(), _in_option_terms():
+    with progress_to_stderr(), _in_option_terms(), interrupts_kept():
         router = LocusRouter(
             embedder,
             shrinkage=args.shrinkage,

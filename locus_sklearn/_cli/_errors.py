@@ -4,6 +4,9 @@ Every failure ends the command with one line on stderr and one of these
 statuses (documented in ``docs/cli.rst``); ``--debug`` re-raises instead.
 """
 
+import contextlib
+import signal
+
 __all__ = [
     "EXIT_OK",
     "EXIT_ERROR",
@@ -12,6 +15,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "CommandError",
     "exit_status",
+    "interrupts_kept",
     "one_line",
 ]
 
@@ -86,3 +90,45 @@ def one_line(exc):
         message = f"{prefix}: {message}" if message else prefix
         return f"{message} (run with --debug for the traceback)"
     return message or type(exc).__name__
+
+
+@contextlib.contextmanager
+def interrupts_kept():
+    """Raise at the end of the block a Ctrl-C that training swallowed.
+
+    skorch ends a fit at a KeyboardInterrupt and keeps the network trained so
+    far, the right thing in an interactive session; a command would then
+    save a barely trained router and exit 0. Inside this block a SIGINT is
+    recorded as well as raised, and raised again when the block ends, so
+    the command stops with status 130 and writes nothing. Outside the main
+    thread (no signal handler can be set there) the block runs as is.
+
+    Examples
+    --------
+    >>> import os, signal
+    >>> with interrupts_kept():
+    ...     try:  # what skorch does around its training loop
+    ...         os.kill(os.getpid(), signal.SIGINT)
+    ...     except KeyboardInterrupt:
+    ...         pass
+    Traceback (most recent call last):
+    ...
+    KeyboardInterrupt
+    """
+    seen = []
+
+    def record(signum, frame):
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    try:
+        previous = signal.signal(signal.SIGINT, record)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if seen:
+        raise KeyboardInterrupt

@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from .._cli._errors import EXIT_USAGE, CommandError
+from .._cli._errors import EXIT_USAGE, CommandError, interrupts_kept
 from .._cli._io import (
     check_writable,
     emit_json,
@@ -108,15 +108,18 @@ def _cmd_calibrate(args):
         check_writable(args.output, "ROUTER_OUT")  # before any work
     router = _load_router(args)
     evals = _read_calibration_set(args.evals)
-    result = calibrate_cost_weight(
-        router,
-        evals,
-        target_cost=args.target_cost,
-        target_share=args.target_share,
-        models=args.models,
-        min_accuracy=args.min_accuracy,
-        cv=args.cv,
-    )
+    # With --cv, copies of the router are refitted: a Ctrl-C there must stop
+    # the command, not leave a fold trained part-way.
+    with interrupts_kept():
+        result = calibrate_cost_weight(
+            router,
+            evals,
+            target_cost=args.target_cost,
+            target_share=args.target_share,
+            models=args.models,
+            min_accuracy=args.min_accuracy,
+            cv=args.cv,
+        )
     if args.output:
         router.set_params(cost_weight=result.cost_weight)
         write_estimator(router, args.output, "ROUTER_OUT")
