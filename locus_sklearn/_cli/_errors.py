@@ -106,14 +106,17 @@ def interrupts_kept():
     Examples
     --------
     >>> import os, signal
-    >>> with interrupts_kept():
-    ...     try:  # what skorch does around its training loop
-    ...         os.kill(os.getpid(), signal.SIGINT)
-    ...     except KeyboardInterrupt:
-    ...         pass
-    Traceback (most recent call last):
-    ...
-    KeyboardInterrupt
+    >>> try:
+    ...     with interrupts_kept():
+    ...         try:  # what skorch does around its training loop
+    ...             os.kill(os.getpid(), signal.SIGINT)
+    ...         except KeyboardInterrupt:
+    ...             pass
+    ...         print("training ended")
+    ... except KeyboardInterrupt:  # raised again as the block ends
+    ...     print("interrupted")
+    training ended
+    interrupted
     """
     seen = []
 
