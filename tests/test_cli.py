@@ -179,6 +179,13 @@ def test_route_from_stdin_in_a_pipe(workdir):
     ]  # fmt: skip
 
 
+def test_route_with_only_blank_queries_is_a_data_error(workdir, cli):
+    # A source given but empty is bad data (1); no source at all is a command
+    # line missing its argument (2, in the table of errors above).
+    status, _, err = cli("route", workdir / "router.locus", "-", stdin="\n  \n")
+    assert_one_line(status, err, 1, "every query read was blank")
+
+
 def test_missing_file_exits_3_with_one_line():
     result = locus("route", "no-such-router.locus", "q001")
     assert_one_line_error(result, 3, ["No such file", "no-such-router.locus"])
@@ -234,7 +241,7 @@ FIT = ["{w}/evals.csv", "-o", "{w}/x.locus"]
         (["route", R, "q001", "--top", "0"], 2, "positive integer"),
         (["route", R, "q001", "--cost-weight", "-1"], 2, "number >= 0"),
         (["route", R, "q001", "--cost-weight", "x"], 2, "number >= 0"),
-        (["route", R], 1, "No queries given"),
+        (["route", R], 2, "No queries given: pass them"),
         (["route", R, "q1", "--encodings", "{w}/missing.npz"], 3,
          "No such encodings file"),
         (["neighbors", R, "nope"], 1, "not a model of the pool"),

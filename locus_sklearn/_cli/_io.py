@@ -20,7 +20,7 @@ import pandas as pd
 
 # The package's one cost validator; the only place the CLI names it.
 from .._evals import check_model_costs
-from ._errors import EXIT_IO, CommandError
+from ._errors import EXIT_IO, EXIT_USAGE, CommandError
 
 __all__ = [
     "costs_for",
@@ -265,6 +265,14 @@ def read_queries(arguments, file=None):
     >>> read_queries(["What is 2+2?", "  "])
     ['What is 2+2?']
     """
+    if not arguments and not file:
+        # Nothing named where queries come from: a command line missing its
+        # argument (status 2), not a source found empty (status 1).
+        raise CommandError(
+            "No queries given: pass them as arguments, '-' to read one per line "
+            "from stdin, or --file FILE.",
+            status=EXIT_USAGE,
+        )
     queries = []
     for query in arguments:
         if query == "-":
@@ -277,8 +285,8 @@ def read_queries(arguments, file=None):
     queries = [q for q in queries if q.strip()]
     if not queries:
         raise ValueError(
-            "No queries given: pass them as arguments, '-' to read one per line "
-            "from stdin, or --file FILE."
+            "No queries given: every query read was blank (stdin or --file held "
+            "no non-blank line)."
         )
     return queries
 
