@@ -302,9 +302,9 @@ class LocusRouter(BaseRouter):
 
         Parameters
         ----------
-        models : sequence of str
-            Names of models of the pool, each once; at least one model must
-            remain.
+        models : iterable of str
+            Names of models of the pool (a list, array, set, ...), each once;
+            at least one model must remain.
 
         Returns
         -------
@@ -318,7 +318,10 @@ class LocusRouter(BaseRouter):
                 "must remain."
             )
         if self.pool_evals_ is not None:
-            self._merge_pool_evals(~np.isin(self.pool_evals_[1].models, models))
+            # The validated mask, not ``models`` itself: a generator is spent
+            # by now, and np.isin would take a set as one object.
+            removed = self.classes_[drop]
+            self._merge_pool_evals(~np.isin(self.pool_evals_[1].models, removed))
         self.classes_ = self.classes_[~drop]
         self.model_embeddings_ = self.model_embeddings_[~drop]
         self.model_mean_scores_ = self.model_mean_scores_[~drop]

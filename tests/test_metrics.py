@@ -32,6 +32,33 @@ def test_routing_accuracy_hand_computed():
     assert routing_accuracy(Y, np.nan_to_num(Y, nan=-1)) == pytest.approx(3.5 / 4)
 
 
+def test_routing_accuracy_of_an_overflowed_utility():
+    # A huge cost weight makes P - w * cost -inf; routing still picks the
+    # first evaluated model of such a row, as route() documents.
+    y_true = [[1.0, 0.0], [np.nan, 1.0], [0.0, 1.0]]
+    utility = [[-np.inf, -np.inf], [-np.inf, -np.inf], [0.1, -np.inf]]
+    assert routing_accuracy(y_true, utility) == pytest.approx((1 + 1 + 0) / 3)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match="finite numbers or -inf"):
+            routing_accuracy(y_true, [[bad, 0.0], [0.0, 0.0], [0.0, 0.0]])
+
+
+def test_score_with_a_huge_cost_weight():
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn.baselines import SingleBestRouter
+
+    evals = check_evals(
+        {"model": ["a", "a", "b", "b"], "query": ["q1", "q2", "q1", "q2"],
+         "score": [1.0, 0.0, 0.0, 1.0]}
+    ).to_frame()  # fmt: skip
+    router = SingleBestRouter(cost_weight=1e308).fit(
+        evals, model_costs={"a": 10.0, "b": 20.0}
+    )
+    # Every utility overflows to -inf: predict and score agree on model "a".
+    assert router.predict(["q1", "q2"]).tolist() == ["a", "a"]
+    assert router.score(evals) == pytest.approx(0.5)
+
+
 def test_oracle_and_single_best():
     assert oracle_accuracy(Y) == pytest.approx((1 + 1 + 1 + 0.5) / 4)
     # Means: model 0 = 1.5/4, model 1 = 1/4, model 2 = 2/3 -> model 2, over its 3 rows.

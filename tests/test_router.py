@@ -129,6 +129,21 @@ def test_add_models_leaves_other_rows_unchanged(
     assert r.model_embeddings_.shape[0] == 10  # nothing removed
 
 
+@pytest.mark.parametrize("kind", [set, iter, lambda names: dict.fromkeys(names).keys()])
+def test_remove_models_takes_any_collection_of_names(router, fitted_copy, kind):
+    # The stored evaluations go with the model whatever holds its name (a
+    # generator was spent, and a set taken as one object, leaving them).
+    removed = fitted_copy(router)
+    removed.remove_models(kind(["fam0-m00", "fam1-m05"]))
+    expected = fitted_copy(router)
+    expected.remove_models(["fam0-m00", "fam1-m05"])
+    assert removed.pool_evals_[1].models.tolist() == expected.classes_.tolist()
+    np.testing.assert_array_equal(
+        removed.predict_proba(["q001", "q002"]),
+        expected.predict_proba(["q001", "q002"]),
+    )
+
+
 def test_onboarded_model_from_128_evaluations_is_usable(tiny_embedder, rows_of):
     pool = make_model_pool(
         n_models=16,

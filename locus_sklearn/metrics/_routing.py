@@ -37,9 +37,23 @@ def _check_y_true(y_true):
     return y_true, observed
 
 
-def _check_pair(y_true, y_score):
+def _check_pair(y_true, y_score, *, utility=False):
+    """Validated ``y_true``, its observed mask and ``y_score``. With
+    ``utility``, ``y_score`` may hold -inf: a utility ``P(correct) -
+    cost_weight * cost`` overflows there under a huge weight, and
+    :func:`route` still picks a model (NaN and +inf stay refused)."""
     y_true, observed = _check_y_true(y_true)
-    y_score = check_array(y_score, dtype=np.float64, input_name="y_score")
+    y_score = check_array(
+        y_score,
+        dtype=np.float64,
+        ensure_all_finite=not utility,
+        input_name="y_score",
+    )
+    if utility and not (np.isfinite(y_score) | (y_score == -np.inf)).all():
+        raise ValueError(
+            "y_score must hold finite numbers or -inf (an overflowed utility); "
+            "it has NaN or +inf."
+        )
     if y_score.shape != y_true.shape:
         raise ValueError(
             f"y_score has shape {y_score.shape} but y_true has shape {y_true.shape}; "
@@ -121,7 +135,8 @@ def routing_accuracy(y_true, y_score):
         Observed scores in [0, 1], NaN where missing. Every query needs at
         least one observed score.
     y_score : array-like of shape (n_queries, n_models)
-        Predicted scores or utilities; larger is better.
+        Predicted scores or utilities; larger is better. -inf is allowed (a
+        utility overflowed by a huge cost weight); NaN and +inf are not.
 
     Returns
     -------
@@ -135,7 +150,7 @@ def routing_accuracy(y_true, y_score):
     >>> routing_accuracy(y_true, y_score)  # (1 + 0 + 0) / 3
     0.333...
     """
-    y_true, observed, y_score = _check_pair(y_true, y_score)
+    y_true, observed, y_score = _check_pair(y_true, y_score, utility=True)
     routed = route(y_score, observed)
     return float(y_true[np.arange(len(y_true)), routed].mean())
 
