@@ -285,6 +285,14 @@ def _check_string_column(values, name, column):
     return values
 
 
+def _is_real_number(value):
+    """Whether ``value`` is a real number as a score: an int or a float of
+    Python or numpy, not a bool (which is an int to Python)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
 def _check_score_column(values, name):
     series = pd.Series(values)
     if pd.api.types.is_bool_dtype(series.dtype):
@@ -301,15 +309,7 @@ def _check_score_column(values, name):
         )
     if not pd.api.types.is_numeric_dtype(series.dtype):
         items = series.to_numpy(dtype=object)
-        is_number = np.fromiter(
-            (
-                isinstance(v, (int, float, np.integer, np.floating))
-                and not isinstance(v, (bool, np.bool_))
-                for v in items
-            ),
-            bool,
-            len(items),
-        )
+        is_number = np.fromiter(map(_is_real_number, items), bool, len(items))
         if not is_number.all():
             bad = items[~is_number]
             raise TypeError(

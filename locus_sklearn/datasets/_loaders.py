@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .._evals import _preview, check_evals
+from .._evals import _is_real_number, _preview, check_evals
 
 __all__ = ["from_wide", "load_evals"]
 
@@ -166,13 +166,6 @@ def _ids_as_str(frame, columns):
     return frame
 
 
-def _is_real_number(value):
-    """Whether ``value`` is a real number as check_evals accepts one."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-
-
 def _as_float(number):
     """A real number as a float; an int beyond float64's range as +-inf, which
     check_evals reports (float() would raise OverflowError)."""
@@ -201,12 +194,7 @@ def _read_scores(frame, column, path, kind, lines):
     as numbers), so the column is checked as it was read.
     """
     values = frame[column]
-    dtype = values.dtype
-    if (
-        pd.api.types.is_numeric_dtype(dtype)
-        and not pd.api.types.is_bool_dtype(dtype)
-        and not pd.api.types.is_complex_dtype(dtype)
-    ):
+    if _is_real_dtype(values.dtype):
         return values.to_numpy(dtype=np.float64, na_value=np.nan)
     items = values.to_numpy(dtype=object)
     is_number = np.fromiter(map(_is_real_number, items), bool, len(items))

@@ -80,6 +80,11 @@ def _check_gateway(router, gateway, path):
 
     pool = set(router.classes_)
     missing = [m for m in gateway.backends if m not in pool]
+    if len(missing) == len(gateway.backends):
+        raise ValueError(
+            f"None of the router's {len(router.classes_)} models has a backend in "
+            f"the gateway configuration ({sorted(gateway.backends)})."
+        )
     if missing:
         raise ValueError(
             f"The gateway configuration has backends for {len(missing)} model(s) "
@@ -164,13 +169,6 @@ class RouterHolder:
             # A deployment choice, not saved in the file (like the device).
             router.encoder_.set_params(backend=self._encoder_backend).fit()
         if self._gateway is not None:
-            served = [m for m in self._gateway.backends if m in set(router.classes_)]
-            if not served:
-                raise ValueError(
-                    f"None of the router's {len(router.classes_)} models has a "
-                    "backend in the gateway configuration "
-                    f"({sorted(self._gateway.backends)})."
-                )
             _check_gateway(router, self._gateway, self.path)
         self._check_predicts(router)
         metric = "cosine" if self._gateway is None else self._gateway.fallback.metric
