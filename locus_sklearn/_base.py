@@ -76,6 +76,17 @@ def check_cost_weight(cost_weight, *, name="cost_weight"):
     return cost_weight
 
 
+def _check_costs_for_weight(cost_weight, model_costs):
+    """The validated ``cost_weight``; a positive one needs ``model_costs``."""
+    cost_weight = check_cost_weight(cost_weight)
+    if cost_weight > 0 and model_costs is None:
+        raise ValueError(
+            f"cost_weight={cost_weight} needs model costs; pass model_costs= to "
+            "fit, or set cost_weight=0."
+        )
+    return cost_weight
+
+
 def routing_utility(proba, model_costs, cost_weight):
     """What routing maximises: ``P(correct) - cost_weight * cost``.
 
@@ -99,14 +110,9 @@ def routing_utility(proba, model_costs, cost_weight):
     >>> routing_utility(np.array([[0.9, 0.8]]), np.array([1.0, 0.0]), 0.2)
     array([[0.7, 0.8]])
     """
-    cost_weight = check_cost_weight(cost_weight)
+    cost_weight = _check_costs_for_weight(cost_weight, model_costs)
     if cost_weight == 0:
         return proba
-    if model_costs is None:
-        raise ValueError(
-            f"cost_weight={cost_weight} needs model costs; pass model_costs= to "
-            "fit, or set cost_weight=0."
-        )
     # A huge weight may overflow to -inf; route() still picks an allowed model.
     with np.errstate(over="ignore"):
         return proba - cost_weight * model_costs
@@ -172,6 +178,8 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         """
         table = check_evals(evals)
         costs = check_model_costs(model_costs, table.models)
+        # Fail before training rather than at the first predict.
+        _check_costs_for_weight(self.cost_weight, costs)
         encoder = None
         if self._uses_query_encodings:
             encoder = self._query_encoder()

@@ -359,8 +359,14 @@ def test_errors(name, fitted):
         router.predict_proba([])
     with pytest.raises(ValueError, match="model_costs"):
         clone(router).fit(POOL, model_costs=[1.0, np.nan, 1.0, 1.0])
+    # A positive cost weight without costs fails at fit, before any training.
+    costless = clone(router).set_params(cost_weight=1.0)
+    with pytest.raises(ValueError, match=r"cost_weight=1.0 needs model costs"):
+        costless.fit(POOL)
+    assert not hasattr(costless, "classes_")
+    # Set after fit, it fails where it is used.
     with pytest.raises(ValueError, match="needs model costs"):
-        clone(router).set_params(cost_weight=1.0).fit(POOL).predict(NEW_QUERIES)
+        clone(router).fit(POOL).set_params(cost_weight=1.0).predict(NEW_QUERIES)
     with pytest.raises(InvalidParameterError, match="cost_weight"):
         make_router(name, cost_weight=-1.0).fit(POOL)
 

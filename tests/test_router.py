@@ -58,10 +58,10 @@ def test_cost_aware_routing(pool, tiny_embedder, model_names, query_texts):
         pool.evals, model_costs=costs
     )
     assert favourite not in set(r.predict(queries))
+    costless = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), cost_weight=1.0)
     with pytest.raises(ValueError, match="needs model costs"):
-        LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), cost_weight=1.0).fit(
-            pool.evals
-        ).predict(queries)
+        costless.fit(pool.evals)
+    assert not hasattr(costless.embedder, "net_")  # refused before training
 
 
 def test_add_models_costs_name_the_models_of_evals(router, pool, fitted_copy):
