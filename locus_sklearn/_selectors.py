@@ -70,7 +70,9 @@ _KERNEL_CONSTRAINTS = {
 
 
 def _check_precomputed(D, *, name="X", n_columns=None):
-    """Raise unless ``D`` is a valid matrix of distances."""
+    """Raise unless ``D`` is a valid matrix of distances: >= 0 and, between
+    the models themselves (``n_columns`` None), square, symmetric and with a
+    zero diagonal."""
     if n_columns is None and D.shape[0] != D.shape[1]:
         raise ValueError(
             f"{name} must be a square distance matrix of shape (n_models, n_models) "
@@ -86,6 +88,24 @@ def _check_precomputed(D, *, name="X", n_columns=None):
             f"{name} is not symmetric; a precomputed distance matrix must satisfy "
             f"{name}[i, j] == {name}[j, i]."
         )
+    if n_columns is None and len(D):
+        # A model is at distance 0 from itself. A similarity matrix (diagonal
+        # 1, e.g. cosine similarities) passed by mistake would otherwise be
+        # read as distances, its most alike models as the farthest apart.
+        # Rounding is allowed for, as scikit-learn's silhouette_samples does,
+        # relative to the matrix's scale.
+        diagonal = np.abs(np.diagonal(D))
+        tol = 100 * np.finfo(np.float64).eps * max(1.0, float(D.max()))
+        bad = np.flatnonzero(diagonal > tol)
+        if bad.size:
+            i = int(bad[np.argmax(diagonal[bad])])
+            raise ValueError(
+                f"{name} has {bad.size} non-zero value(s) on its diagonal, e.g. "
+                f"{name}[{i}, {i}] = {float(D[i, i])!r}; a precomputed distance matrix "
+                "has a zero diagonal (each model is at distance 0 from itself). "
+                "Pass distances, not similarities (e.g. 1 - cosine similarity), "
+                f"or zero rounding error with np.fill_diagonal({name}, 0)."
+            )
 
 
 def _median_bandwidth(D):

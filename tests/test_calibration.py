@@ -236,3 +236,82 @@ def test_sparse_evals_route_among_scored_models():
     assert points["mean_cost"].tolist() == [4.0, 2.5]
     assert points["accuracy"].tolist() == [1.0, 0.5]
     assert points["upper"].iloc[0] == pytest.approx(1 / 3)
+
+
+def _free_model_router():
+    """Three models, one free: at a large λ every query goes to it."""
+    rng = np.random.default_rng(0)
+    n = 30
+    queries = [f"q{i}" for i in range(n)]
+    encoder = {q: rng.standard_normal(4) for q in queries}
+    evals = pd.DataFrame(
+        {
+            "model": ["api"] * n + ["local"] * n + ["mid"] * n,
+            "query": queries * 3,
+            "score": np.r_[np.ones(n), rng.integers(0, 2, n), rng.integers(0, 2, n)],
+        }
+    )
+    costs = {"api": 0.1, "local": 0.0, "mid": 0.03}
+    return KNNRouter(3, encoder=encoder).fit(evals, model_costs=costs), evals
+
+
+def test_a_reachable_zero_mean_cost_is_met_and_reported_as_zero():
+    # Running sums of cost changes left 2.96e-17 on the last interval, and a
+    # relative tolerance is 0 at a target of 0: the free routing was missed.
+    router, evals = _free_model_router()
+    curve = cost_quality_curve(router, evals)
+    assert curve.points["mean_cost"].iloc[-1] == 0.0
+    assert cost_quality_curve(router, evals, [1e3]).points["mean_cost"].iloc[0] == 0.0
+    result = calibrate_cost_weight(router, evals, target_cost=0)
+    assert result.mean_cost == 0.0
+    assert result.cost_weight == curve.points["cost_weight"].iloc[-1]
+    # Each interval's mean cost is that of its own routing.
+    for row in curve.points.itertuples():
+        router.set_params(cost_weight=row.cost_weight)
+        routed = router.predict(np.sort(evals["query"].unique()))
+        costs = router.model_costs_[np.searchsorted(router.classes_, routed)]
+        assert row.mean_cost == pytest.approx(costs.mean(), abs=1e-15)
+    router.set_params(cost_weight=0.0)
+
+
+@pytest.mark.parametrize(
+    "bad", [[True, False], np.array([True]), ["0.5"], "0.5", [0.1, "0.2"]]
+)
+def test_cost_weights_must_be_real_numbers(bad):
+    router, evals = _free_model_router()
+    with pytest.raises(TypeError, match="cost_weights must be real numbers >= 0"):
+        cost_quality_curve(router, evals, bad)
+
+
+def test_cost_weights_are_sorted_and_given_once():
+    router, evals = _free_model_router()
+    with pytest.raises(ValueError, match=r"cost_weights repeats \[0.2\]"):
+        cost_quality_curve(router, evals, [0.2, 0.0, 0.2])
+    curve = cost_quality_curve(router, evals, pd.Series([0.2, 0.0], index=[5, 6]))
+    assert curve.points["cost_weight"].tolist() == [0.0, 0.2]
+    assert cost_quality_curve(router, evals, np.int64(1)).points.shape[0] == 1
+
+
+def test_pareto_is_the_standard_frontier():
+    # Off the frontier: a point another one matches on one axis and beats on
+    # the other (cost <= and accuracy >=, one strict); identical points do
+    # not dominate each other.
+    cost = np.array([11.0, 6.0, 1.0, 6.0, 3.0])
+    accuracy = np.array([1.0, 1.0, 0.5, 1.0, 0.5])
+    assert _pareto(cost, accuracy).tolist() == [False, True, True, True, False]
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    evals = {
+        "model": ["big", "big", "small", "small"],
+        "query": ["q1", "q2", "q1", "q2"],
+        "score": [1, 1, 1, 0],
+    }
+    router = KNNRouter(1, encoder=encoder).fit(
+        evals, model_costs={"big": 11.0, "small": 1.0}
+    )
+    # The docstring's example: 11.0 buys no accuracy over 6.0.
+    points = cost_quality_curve(router, evals).points
+    assert points["pareto"].tolist() == [False, True, True]
+    # Two weights that route alike give the same point, on the frontier twice.
+    points = cost_quality_curve(router, evals, [0.01, 0.02, 1.0]).points
+    assert points["mean_cost"].tolist() == [6.0, 6.0, 1.0]
+    assert points["pareto"].tolist() == [True, True, True]

@@ -357,6 +357,31 @@ def test_fallback_skips_models_without_a_score():
         fallback_routing_accuracy(router, evals, embeddings=Z[:2])
 
 
+def test_fallback_warns_when_no_query_has_a_fallback():
+    # Each query scored for one model only: no fallback to score anywhere,
+    # and the NaN row came back without a word.
+    train = {
+        "model": ["a", "a", "b", "b", "c", "c"],
+        "query": ["q1", "q2"] * 3,
+        "score": [1, 1, 1, 0, 0, 0],
+    }
+    router = KNNRouter(1, encoder={"q1": [1.0, 0.0], "q2": [0.0, 1.0]}).fit(train)
+    Z = [[0.0, 0.0], [0.1, 0.0], [1.0, 0.0]]
+    alone = {"model": ["a", "b"], "query": ["q1", "q2"], "score": [1, 0]}
+    with pytest.warns(UserWarning, match=r"For k=1, no query of evals has that many"):
+        result = fallback_routing_accuracy(router, alone, embeddings=Z)
+    assert result["n_queries"].tolist() == [0]
+    assert (
+        result[["accuracy", "no_outage_accuracy", "retained"]].isna().to_numpy().all()
+    )
+    # Two scored models per query: k=1 is measured, k=2 is NaN and named.
+    pairs = {k: v[:4] for k, v in train.items()}
+    with pytest.warns(UserWarning, match=r"k=2.*\(at most 1 on any query\)"):
+        result = fallback_routing_accuracy(router, pairs, k=[1, 2], embeddings=Z)
+    assert result["n_queries"].tolist() == [2, 0]
+    assert result["accuracy"].notna().tolist() == [True, False]
+
+
 def test_fallback_routing_accuracy_with_a_router(router, pool):
     evals = pool.evals
     result = fallback_routing_accuracy(router, evals, k=[1, 3])
@@ -453,6 +478,18 @@ def test_embedding_dimensionality_by_hand(router, pool):
     with pytest.raises(ValueError, match="no score for model 'e'"):
         without_d = {k: v[:6] for k, v in evals.items()}  # a, b and c only
         embedding_dimensionality(Z, without_d, names=["a", "b", "c", "e"])
+
+
+@pytest.mark.parametrize(
+    "Z", [[[0.1, 0.2, 0.3]] * 3, [[0.1, 0.7, 0.3]] * 7, [[1e8 + 0.1, -3.3]] * 5]
+)
+def test_identical_embeddings_have_no_dimension(Z):
+    # The mean of identical rows is off by an ulp: the ~1e-17 left after
+    # centring read as one direction (participation ratio 1.0).
+    result = embedding_dimensionality(Z)
+    assert result.participation_ratio == 0.0
+    assert (result.explained_variance_ratio == 0.0).all()
+    assert result.relative_spread == 0.0
 
 
 def test_agreement_and_correlation_take_precomputed_distances(pool, family_embeddings):
@@ -590,6 +627,26 @@ def test_precomputed_distances_are_validated(router):
         fallback_order(frame, metric="manhattan")
 
 
+def test_a_similarity_matrix_is_not_taken_for_distances():
+    # Cosine similarities (diagonal 1) were accepted as distances and
+    # clustered backwards: the most alike models in different clusters.
+    X = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99]])
+    unit = X / np.linalg.norm(X, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    message = r"embeddings has 4 non-zero value\(s\) on its diagonal.*zero diagonal"
+    with pytest.raises(ValueError, match=message):
+        model_linkage(similarity, metric="precomputed")
+    with pytest.raises(ValueError, match=message):
+        fallback_order(similarity, metric="precomputed", names=list("abcd"))
+    with pytest.raises(ValueError, match=message):
+        plot_model_map(similarity, method="mds", metric="precomputed")
+    # Rounding on the diagonal is allowed; the distances give the families.
+    distance = np.clip(1.0 - similarity, 0.0, None)
+    np.fill_diagonal(distance, 1e-17)
+    tree = model_linkage(distance, metric="precomputed")
+    assert fcluster(tree, 2, "maxclust").tolist() in ([1, 1, 2, 2], [2, 2, 1, 1])
+
+
 # ---------------------------------------------------------------- fingerprints
 
 
@@ -705,8 +762,9 @@ def test_profile_recall_at_k(pool, task_embedder, router):
         n_evals=240,
         metric="euclidean",
     )
-    assert result.recall.index.tolist() == [1, 3, 16]
-    assert result.recall.iloc[0] == 1.0
+    # Indexed by the k asked for; 100 > 16 models counts every model.
+    assert result.recall.index.tolist() == [1, 3, 100]
+    assert result.recall.iloc[0] == 1.0 and result.recall[100] == 1.0
     assert (result.ranks == 1).all()
     # The real embedder, compared against the router's embeddings of the pool.
     result = profile_recall_at_k(
@@ -714,6 +772,94 @@ def test_profile_recall_at_k(pool, task_embedder, router):
     )
     assert 0 <= result.recall.loc[5] <= 1
     assert result.ranks.between(1, 16).all()
+
+
+class _SpyEmbedder:
+    """Records the evaluation sets it embeds; one 0 per model."""
+
+    def __init__(self):
+        self.calls = []
+
+    def transform(self, evals):
+        self.calls.append(pd.DataFrame(evals))
+        return np.zeros((evals["model"].nunique(), 1))
+
+
+def test_embed_profile_refuses_malformed_inputs(pool, task_embedder):
+    spy = _SpyEmbedder()
+    # One string was split into its characters: queries '1', '2' and 'q'.
+    with pytest.raises(TypeError, match=r"queries_by_task\['math'\] must be a seq"):
+        embed_profile(spy, {"math": 1.0}, {"math": "q12"})
+    # A query under two tasks was drawn twice for one model.
+    two_tasks = {"math": ["q1", "q2"], "code": ["q1", "q3"]}
+    with pytest.raises(ValueError, match=r"'q1' under tasks \['math', 'code'\]"):
+        embed_profile(spy, {"math": 1.0, "code": 0.0}, two_tasks)
+    table = pd.DataFrame({"query": ["q1", "q1", "q2"], "task": ["a", "b", "a"]})
+    with pytest.raises(ValueError, match=r"'q1' under tasks \['a', 'b'\]"):
+        embed_profile(spy, {"a": 1.0}, table)
+    with pytest.raises(ValueError, match="n_evals=True should be an int >= 1"):
+        embed_profile(spy, {"math": 1.0}, {"math": ["q1", "q2"]}, n_evals=True)
+    with pytest.raises(ValueError, match="n_evals=True should be an int >= 1"):
+        calibrate_fingerprint_threshold(spy, pool.evals, n_evals=True)
+    with pytest.raises(ValueError, match=r"got 1.5 for task 'math' \(1 value"):
+        embed_profile(spy, {"math": 1.5}, {"math": ["q1"]})
+    profiles = pd.DataFrame({"math": [0.5, -0.1]}, index=["x", "y"])
+    with pytest.raises(ValueError, match="got -0.1 for task 'math' of profile 'y'"):
+        embed_profile(spy, profiles, {"math": ["q1"]})
+    empty = pd.DataFrame(columns=["math"], dtype=float)
+    with pytest.raises(ValueError, match="task_accuracies is a DataFrame with no row"):
+        embed_profile(spy, empty, {"math": ["q1"]})
+    assert not spy.calls  # each refused before anything was embedded
+    # A single query in a list is fine.
+    embed_profile(spy, {"math": 1.0}, {"math": ["q12"]})
+    assert spy.calls[-1]["query"].tolist() == ["q12"]
+
+
+def _three_model_profiles():
+    def scores(math, code):
+        return [1] * math + [0] * (20 - math) + [1] * code + [0] * (20 - code)
+
+    return {
+        "model": np.repeat(["a", "b", "c"], 40),
+        "query": np.tile([f"q{i}" for i in range(40)], 3),
+        "task": np.tile(["math"] * 20 + ["code"] * 20, 3),
+        "score": scores(18, 4) + scores(4, 18) + scores(10, 10),
+    }
+
+
+def test_profile_recall_is_indexed_by_the_k_asked_for():
+    evals = _three_model_profiles()
+    embedder = TaskAccuracyEmbedder(
+        dict(zip(evals["query"], evals["task"], strict=True))
+    )
+    # With 3 models the default (1, 5, 10) was indexed [1, 3, 3].
+    result = profile_recall_at_k(embedder, evals, n_evals=40, scores="exact")
+    assert result.recall.index.tolist() == [1, 5, 10]
+    assert result.recall.index.is_unique and result.recall.index.name == "k"
+    assert result.recall[5] == result.recall[10] == 1.0
+    with pytest.raises(ValueError, match=r"k repeats \[2\]"):
+        profile_recall_at_k(embedder, evals, k=[2, 2], n_evals=40)
+    with pytest.raises(ValueError, match="k=0 should be an int >= 1"):
+        profile_recall_at_k(embedder, evals, k=0, n_evals=40)
+    with pytest.raises(TypeError, match="k must be an int or a sequence"):
+        profile_recall_at_k(embedder, evals, k=True, n_evals=40)
+
+
+def test_profile_recall_validates_before_embedding():
+    evals = _three_model_profiles()
+    spy = _SpyEmbedder()
+    with pytest.raises(ValueError, match=r"metric must be one of \['cosine'"):
+        profile_recall_at_k(spy, evals, metric="l2")
+    with pytest.raises(ValueError, match="reference has 4 rows"):
+        profile_recall_at_k(spy, evals, reference=np.zeros((4, 2)))
+    assert not spy.calls
+    # A reference from another space: a matmul error deep in the distances.
+    embedder = TaskAccuracyEmbedder(
+        dict(zip(evals["query"], evals["task"], strict=True))
+    )
+    message = r"reference has embeddings of dimension 5, but the embedder embeds"
+    with pytest.raises(ValueError, match=message):
+        profile_recall_at_k(embedder, evals, n_evals=40, reference=np.zeros((3, 5)))
 
 
 # ---------------------------------------------------------------- portfolios
@@ -897,6 +1043,109 @@ def test_model_map_of_precomputed_distances(family_embeddings):
         plot_model_map(bad, method="mds", metric="precomputed")
     with pytest.raises(ValueError, match="names must be None"):
         plot_model_map(D, names=names, method="mds", metric="precomputed")
+
+
+def _labels_by_group(ax):
+    """Each legend group's point labels, read off the drawn points."""
+    at = {tuple(np.round(t.xy, 9)): t.get_text() for t in ax.texts}
+    return {
+        c.get_label(): sorted(at[tuple(np.round(p, 9))] for p in c.get_offsets())
+        for c in ax.collections
+    }
+
+
+def test_model_map_reads_groups_by_model_name():
+    X = pd.DataFrame(
+        [[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]],
+        index=["b2", "b1", "a2", "a1"],
+    )
+    by_name = pd.Series({"a1": "A", "a2": "A", "b1": "B", "b2": "B", "x": "X"})
+    expected = {"A": ["a1", "a2"], "B": ["b1", "b2"]}
+    # A Series sorted by name was paired with the rows by position.
+    assert _labels_by_group(plot_model_map(X, groups=by_name)) == expected
+    assert _labels_by_group(plot_model_map(X, groups=dict(by_name))) == expected
+    # A list is in the models' order.
+    listed = plot_model_map(X, groups=["B", "B", "A", "A"])
+    assert _labels_by_group(listed) == expected
+    with pytest.raises(ValueError, match=r"groups is a Series.*no group for 1 model"):
+        plot_model_map(X, groups=by_name.drop("a1"))
+    with pytest.raises(ValueError, match=r"groups is a mapping.*\['b2', 'b1', 'a2'\]"):
+        plot_model_map(X, groups={"a1": "A"})
+    with pytest.raises(TypeError, match="got the string 'A'"):
+        plot_model_map(X, groups="A")
+
+
+@pytest.mark.parametrize("missing", [np.nan, None])
+def test_model_map_refuses_missing_groups(missing):
+    # A NaN group was drawn as an empty legend entry: its models vanished.
+    X = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    message = r"groups has 2 missing value\(s\).*\['b1', 'a2'\]"
+    with pytest.raises(ValueError, match=message):
+        plot_model_map(
+            X, names=["b2", "b1", "a2", "a1"], groups=["b", missing, missing, "a"]
+        )
+    by_name = pd.Series({"a1": "a", "a2": missing, "b1": "b", "b2": "b"})
+    with pytest.raises(ValueError, match=r"1 missing value\(s\).*\['a2'\]"):
+        plot_model_map(X, names=["b2", "b1", "a2", "a1"], groups=by_name)
+
+
+def test_model_map_pca_is_deterministic_for_wide_embeddings():
+    # d > 500 made PCA use its randomized solver, unseeded: a new map per call.
+    from sklearn.decomposition import PCA
+    from sklearn.preprocessing import normalize
+
+    Z = np.random.default_rng(0).standard_normal((30, 600))
+
+    def drawn(ax):
+        return np.vstack([c.get_offsets() for c in ax.collections])
+
+    first = drawn(plot_model_map(Z, random_state=0))
+    np.testing.assert_array_equal(first, drawn(plot_model_map(Z, random_state=0)))
+    exact = PCA(2, svd_solver="full").fit_transform(normalize(Z))
+    np.testing.assert_allclose(first, exact, atol=1e-12)
+
+
+def test_failed_plots_leave_no_figure():
+    import matplotlib.pyplot as plt
+
+    curve = pd.DataFrame(
+        {
+            "value": [5, 1, 3],
+            "accuracy": [0.8, 0.5, 0.7],
+            "random_mean": [0.7, 0.4, 0.6],
+            "random_std": [0.1] * 3,
+            "full_pool_accuracy": [0.85] * 3,
+        }
+    )
+    failing = [
+        (lambda: plot_model_map(np.eye(3), groups=["a", "b"]), "one entry per model"),
+        (lambda: plot_model_map([[1.0, 2.0]]), "embeddings has 1 model; a map"),
+        (
+            lambda: plot_model_map([[1.0, 2.0]], method="mds"),
+            "embeddings has 1 model; a map",
+        ),
+        (
+            lambda: plot_model_map([[1.0], [2.0], [3.0]], metric="euclidean"),
+            "method='pca' draws 2 principal components, but embeddings has 1 dim",
+        ),
+        (lambda: plot_portfolio_curve(curve.iloc[:0]), r"curve is empty \(0 rows\)"),
+        (lambda: plot_portfolio_curve({"value": [1]}), "curve must be a DataFrame"),
+        (
+            lambda: plot_portfolio_curve(curve.drop(columns="random_mean")),
+            r"missing column\(s\) \['random_mean'\]",
+        ),
+    ]
+    for call, message in failing:
+        before = len(plt.get_fignums())
+        with pytest.raises((ValueError, TypeError), match=message):
+            call()
+        assert len(plt.get_fignums()) == before, message
+    # A 1-d pool still maps with MDS; a curve's points are joined by value.
+    plot_model_map([[1.0], [2.0], [3.0]], metric="euclidean", method="mds")
+    ax = plot_portfolio_curve(curve)
+    assert ax.lines[0].get_xdata().tolist() == [1, 3, 5]
+    assert ax.lines[0].get_ydata().tolist() == [0.5, 0.7, 0.8]
+    assert plot_portfolio_curve(curve.drop(columns="random_mean"), random=False)
 
 
 def test_plots_without_matplotlib(monkeypatch, family_embeddings):

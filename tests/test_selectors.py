@@ -292,6 +292,31 @@ def test_bad_precomputed_matrices():
         fitted.transform(np.ones((2, 2)))
 
 
+def test_precomputed_matrix_needs_a_zero_diagonal():
+    # Cosine similarities (diagonal 1) passed as distances were accepted and
+    # read backwards: the most alike models as the farthest apart.
+    X = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99]])
+    unit = X / np.linalg.norm(X, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    message = (
+        r"X has 4 non-zero value\(s\) on its diagonal, e.g. X\[\d, \d\] = (1\.0|0\.9).*"
+        r"zero diagonal.*not similarities"
+    )
+    for selector in (KCenterSelector(2), KMedoidsSelector(2), BudgetGreedySelector(2)):
+        with pytest.raises(ValueError, match=message):
+            clone(selector).set_params(metric="precomputed").fit(similarity)
+    with pytest.raises(ValueError, match="non-zero value.*on its diagonal"):
+        k_center_select(similarity, 2, metric="precomputed")
+    # Rounding on the diagonal passes, and the distances give the families.
+    distance = np.clip(1.0 - similarity, 0.0, None)
+    np.fill_diagonal(distance, 1e-17)
+    selector = KCenterSelector(2, metric="precomputed").fit(distance)
+    assert sorted(selector.labels_[[0, 2]].tolist()) == [0, 1]
+    assert selector.labels_[0] == selector.labels_[1]
+    # transform takes distances to the fitted models: no diagonal there.
+    assert selector.transform(np.ones((1, 4))).shape == (1, 2)
+
+
 # ---------------------------------------------------------------- sklearn integration
 
 

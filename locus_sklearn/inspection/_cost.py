@@ -171,7 +171,7 @@ def _intervals(proba, costs, candidates, Y, share_mask):
     """
     n = len(proba)
     start, (lam, query, old, new) = _breakpoints(proba, costs, candidates)
-    steps, first = np.unique(lam, return_index=True)
+    steps = np.unique(lam)
     # Metric changes of every event, summed per distinct λ.
     group = np.searchsorted(steps, lam)
 
@@ -179,7 +179,7 @@ def _intervals(proba, costs, candidates, Y, share_mask):
         total = np.bincount(group, weights=delta, minlength=len(steps))
         return np.concatenate([[value_start], value_start + np.cumsum(total)]) / n
 
-    mean_cost = walk(costs[start].sum(), costs[new] - costs[old])
+    mean_cost = _interval_mean_costs(start, group, old, new, costs, len(steps))
     share = np.full(len(steps) + 1, np.nan)
     if share_mask is not None:
         s = share_mask.astype(np.float64)
@@ -208,15 +208,56 @@ def _intervals(proba, costs, candidates, Y, share_mask):
     )
 
 
+def _mean_cost(counts, costs, n):
+    """Mean cost of a routing from its calls per model (``counts``, integers,
+    the last axis over the models): exact 0 where every call is free, and the
+    same value for the same routing however it was reached."""
+    return (counts * costs).sum(axis=-1) / n
+
+
+def _interval_mean_costs(start, group, old, new, costs, n_steps):
+    """Mean cost on each interval of λ, shape (n_steps + 1,).
+
+    Each interval's mean cost is computed from its own calls per model (exact
+    integers), not from a running sum of cost changes, whose round-off left
+    ~1e-17 where every query had reached a free model and would make a
+    reachable mean cost of 0 look unreachable. The counts are built in blocks
+    of intervals so that memory stays bounded.
+    """
+    n, n_models = len(start), len(costs)
+    counts = np.bincount(start, minlength=n_models)
+    mean_cost = np.empty(n_steps + 1)
+    mean_cost[0] = _mean_cost(counts, costs, n)
+    block = max(1, 2**20 // n_models)
+    for low in range(0, n_steps, block):
+        high = min(low + block, n_steps)
+        a, b = np.searchsorted(group, [low, high])  # events sorted by λ
+        cell = (group[a:b] - low) * n_models
+        size = (high - low) * n_models
+        delta = np.bincount(cell + new[a:b], minlength=size) - np.bincount(
+            cell + old[a:b], minlength=size
+        )
+        running = counts + np.cumsum(delta.reshape(high - low, n_models), axis=0)
+        mean_cost[low + 1 : high + 1] = _mean_cost(running, costs, n)
+        counts = running[-1]
+    return mean_cost
+
+
 def _pareto(cost, accuracy):
-    """Points no other point beats on both cost (lower) and accuracy (higher)."""
+    """The Pareto frontier: points that no other point dominates, i.e. no
+    other point has cost <= and accuracy >= with one of them strict.
+
+    Identical points do not dominate each other: all their copies are kept.
+    """
     order = np.lexsort((-accuracy, cost))
     best = -np.inf
+    last = None
     keep = np.zeros(len(cost), dtype=bool)
     for i in order:
-        if accuracy[i] > best:
+        point = (cost[i], accuracy[i])
+        if accuracy[i] > best or point == last:
             keep[i] = True
-            best = accuracy[i]
+            best, last = accuracy[i], point
     return keep
 
 
@@ -262,7 +303,8 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
         Scored evaluations of models of the pool (``model``, ``query``,
         ``score``), typically held-out queries.
     cost_weights : array-like of float >= 0, default=None
-        The λ values to evaluate; None gives the exact curve.
+        The λ values to evaluate, real numbers (not bools or strings), each
+        once; the points come out sorted by λ. None gives the exact curve.
     models : sequence of str, default=None
         Also report the share of queries routed to these models (e.g. the
         most expensive ones).
@@ -280,9 +322,12 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
         ``mean_cost`` (mean cost of the routed models, from
         ``router.model_costs_``), ``accuracy`` (mean score of the routed
         models), ``share`` (of calls to ``models``; NaN without them) and
-        ``pareto`` (True where no other point is both cheaper and more
-        accurate), in increasing λ. With the exact curve, also ``lower`` and
-        ``upper``, the interval of λ each point stands for.
+        ``pareto`` (True on the Pareto frontier: where no other point is at
+        most as costly and at least as accurate, and strictly better on one
+        of the two; a point that only costs more for the same accuracy is
+        off it, and identical points are on it together), in increasing λ.
+        With the exact curve, also ``lower`` and ``upper``, the interval of
+        λ each point stands for.
         ``pareto``: the Pareto points only, cheapest first.
         ``auc``: area under the curve, as RouterBench's AIQ: the area under
         the non-decreasing upper convex hull of the points divided by the
@@ -308,6 +353,8 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
     0    0.0    0.0       11.0       1.0
     1    0.0    0.1        6.0       1.0
     2    0.1    inf        1.0       0.5
+    >>> curve.points["pareto"].tolist()  # 11.0 buys no accuracy over 6.0
+    [False, True, True]
     >>> round(curve.auc, 3)
     0.875
     """
@@ -331,10 +378,11 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
         records = []
         for weight in weights:
             routed = route(_utility(proba, costs, weight), candidates)
+            counts = np.bincount(routed, minlength=len(costs))
             records.append(
                 {
                     "cost_weight": weight,
-                    "mean_cost": costs[routed].mean(),
+                    "mean_cost": _mean_cost(counts, costs, len(routed)),
                     "share": share_mask[routed].mean()
                     if share_mask is not None
                     else np.nan,
@@ -350,21 +398,37 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
 
 
 def _check_cost_weights(cost_weights):
-    weights = np.atleast_1d(np.asarray(cost_weights, dtype=object))
-    try:
-        weights = weights.astype(np.float64)
-    except (TypeError, ValueError):
+    if isinstance(cost_weights, str):
         raise TypeError(
-            f"cost_weights must be numbers >= 0; got {cost_weights!r}."
-        ) from None
+            f"cost_weights must be real numbers >= 0; got the string {cost_weights!r}."
+        )
+    weights = np.atleast_1d(np.asarray(cost_weights, dtype=object))
     if weights.ndim != 1 or not len(weights):
         raise ValueError("cost_weights must be a non-empty 1-d sequence of numbers.")
+    # True and "0.5" convert to floats, but a bool or a string is no weight.
+    not_real = [
+        v
+        for v in weights.tolist()
+        if isinstance(v, bool | np.bool_) or not isinstance(v, Real)
+    ]
+    if not_real:
+        raise TypeError(
+            f"cost_weights must be real numbers >= 0, not bools or strings; got "
+            f"{_preview(not_real)}."
+        )
+    weights = weights.astype(np.float64)
     bad = ~np.isfinite(weights) | (weights < 0)
     if bad.any():
         raise ValueError(
             f"cost_weights must be finite and >= 0; got {weights[bad].tolist()}."
         )
-    return np.sort(weights)
+    values, counts = np.unique(weights, return_counts=True)
+    if (counts > 1).any():
+        raise ValueError(
+            f"cost_weights repeats {_preview(values[counts > 1].tolist())}; give "
+            "each cost weight once (each is one point of the curve)."
+        )
+    return values
 
 
 def _check_target(value, name, *, upper=None):
@@ -522,10 +586,14 @@ def calibrate_cost_weight(
         "queries only.",
     )
     points = _intervals(proba, costs, candidates, Y, share_mask)
-    # Round-off in the running sums must not turn an exact hit into a miss.
+    # Round-off must not turn an exact hit into a miss: in a target computed
+    # elsewhere (relative), in the sums of costs (at most a few ulps of the
+    # largest cost per model) and in the running sums of scores.
     tol = 1e-9
     if target_cost is not None:
-        value, ok = points["mean_cost"], points["mean_cost"] <= target_cost * (1 + tol)
+        rounding = len(costs) * np.finfo(np.float64).eps * float(costs.max())
+        slack = target_cost * tol + rounding
+        value, ok = points["mean_cost"], points["mean_cost"] <= target_cost + slack
         what, target = "mean cost", target_cost
     elif target_share is not None:
         value, ok = points["share"], points["share"] <= target_share + tol

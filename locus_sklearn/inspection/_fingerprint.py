@@ -118,7 +118,7 @@ def calibrate_fingerprint_threshold(
     embedder = _as_embedder(embedder)
     if not isinstance(n_resamples, Integral) or n_resamples < 2:
         raise ValueError(f"n_resamples={n_resamples!r} should be an int >= 2.")
-    if not isinstance(n_evals, Integral) or n_evals < 1:
+    if isinstance(n_evals, bool) or not isinstance(n_evals, Integral) or n_evals < 1:
         raise ValueError(f"n_evals={n_evals!r} should be an int >= 1.")
     if not isinstance(false_match_rate, Real) or not 0 < false_match_rate < 1:
         raise ValueError(

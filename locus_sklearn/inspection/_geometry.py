@@ -294,6 +294,12 @@ def spread_of(Z, strength=None):
     """:func:`embedding_dimensionality` of embeddings ``Z`` (n_models, d) as
     float64, with each model's mean score ``strength`` (n_models,) or None."""
     centred = Z - Z.mean(axis=0)
+    # Identical rows centre to rounding noise (~1e-17), whose spread would
+    # read as a direction: a variation within the rounding of the mean, relative
+    # to the embeddings' own size, is none.
+    noise = max(Z.shape) * np.finfo(np.float64).eps * np.linalg.norm(Z)
+    if np.linalg.norm(centred) <= noise:
+        centred = np.zeros_like(centred)
     # The centred rows' squared singular values are the principal
     # components' variances up to a common factor, which the ratios drop.
     _, singular, components = np.linalg.svd(centred, full_matrices=False)
@@ -371,6 +377,7 @@ def linkage_of(distance, method):
     """scipy's linkage matrix of a square distance matrix."""
     if len(distance) < 2:
         raise ValueError(f"Clustering needs at least 2 models; got {len(distance)}.")
-    distance = (distance + distance.T) / 2  # exact symmetry for squareform
-    np.fill_diagonal(distance, 0.0)
+    # Exact symmetry for squareform, which reads the upper triangle only: the
+    # diagonal was checked to be zero (as_distances), never overwritten here.
+    distance = (distance + distance.T) / 2
     return linkage(squareform(distance, checks=False), method=method)

@@ -7,6 +7,7 @@ import pandas as pd
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._evals import _preview, check_evals
+from .._warnings import warn_external
 from ..metrics import route
 from ._common import (
     as_distances,
@@ -24,6 +25,8 @@ __all__ = ["fallback_order", "fallback_routing_accuracy", "nearest_models"]
 
 
 def _check_k(k, n_max, *, what):
+    """``k`` as a list of ints in [1, n_max]; ``n_max=None`` sets no upper
+    bound (``what`` then says what a large k means)."""
     if isinstance(k, Integral):
         ks = [k]
     elif isinstance(k, str) or not hasattr(k, "__iter__"):
@@ -40,7 +43,9 @@ def _check_k(k, n_max, *, what):
             "no other model to return; pass a pool of at least 2 models."
         )
     for v in ks:
-        if not 1 <= v <= n_max:
+        if n_max is None and v < 1:
+            raise ValueError(f"k={v} should be an int >= 1; {what}.")
+        if n_max is not None and not 1 <= v <= n_max:
             raise ValueError(f"k={v} should be in [1, {n_max}], {what}.")
     return [int(v) for v in ks]
 
@@ -208,6 +213,14 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
         ``no_outage_accuracy`` (mean score of the routed model on the same
         queries); ``retained`` (their ratio); ``n_queries`` (queries with at
         least ``k`` scored models besides the routed one, the ones counted).
+        A k that no query of ``evals`` reaches has ``n_queries`` 0 and NaN
+        ``accuracy``, ``no_outage_accuracy`` and ``retained``.
+
+    Warns
+    -----
+    UserWarning
+        If no query has ``k`` scored models besides the routed one for some
+        k (e.g. each query scored for one model only): those rows are NaN.
 
     Examples
     --------
@@ -248,7 +261,20 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
                 "n_queries": int(counted.sum()),
             }
         )
-    return pd.DataFrame.from_records(records)
+    result = pd.DataFrame.from_records(records)
+    unmet = result.loc[result["n_queries"] == 0, "k"].tolist()
+    if unmet:
+        most = int(n_available[:, -1].max()) if len(n_available) else 0
+        shown = unmet[0] if len(unmet) == 1 else _preview(unmet)
+        warn_external(
+            f"For k={shown}, no query of evals has that many scored models besides "
+            f"the one it is routed to (at most {most} on any query): there is no "
+            "fallback to score, so those rows are NaN with n_queries 0. Score more "
+            "models on the same queries"
+            + (f", or ask for k <= {most}." if most else "."),
+            UserWarning,
+        )
+    return result
 
 
 def _router_distances(router, embeddings, metric):

@@ -3,12 +3,16 @@
 matplotlib is optional: it is imported when a plot is drawn.
 """
 
+from collections.abc import Mapping
+
 import numpy as np
+import pandas as pd
 from scipy.cluster.hierarchy import dendrogram
 from sklearn.decomposition import PCA, KernelPCA
 from sklearn.manifold import TSNE
 from sklearn.preprocessing import normalize
 
+from .._evals import _preview
 from ._common import (
     as_distances,
     as_pool,
@@ -145,8 +149,12 @@ def plot_model_map(
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows (row numbers when None); must be None
         for a router or a DataFrame.
-    groups : array-like of shape (n_models,), default=None
-        A group per model (e.g. its family), coloured with a legend.
+    groups : array-like of shape (n_models,), mapping or Series, default=None
+        A group per model (e.g. its family), coloured with a legend. A
+        mapping or Series is read by model name (its keys or index, which
+        must hold every model; other entries are ignored); other sequences
+        give the groups in the models' order. A missing group (None or NaN)
+        is refused: fill it with a group of its own (e.g. "unknown").
     method : {"pca", "mds", "tsne"}, default="pca"
         :class:`~sklearn.decomposition.PCA` of the embeddings, classical
         multidimensional scaling of the distances (Torgerson's principal
@@ -163,7 +171,7 @@ def plot_model_map(
     ax : matplotlib Axes, default=None
         Axes to draw on; a new figure when None.
     random_state : int, RandomState instance or None, default=None
-        Seeds t-SNE.
+        Seeds t-SNE (PCA and MDS are deterministic).
 
     Returns
     -------
@@ -193,23 +201,40 @@ def plot_model_map(
     if method not in ("pca", "mds", "tsne"):
         raise ValueError(f"method must be 'pca', 'mds' or 'tsne'; got {method!r}.")
     precomputed = check_metric(metric, precomputed=True) == "precomputed"
-    if method == "pca":
-        if precomputed:
-            raise ValueError(
-                "method='pca' needs embeddings; with metric='precomputed' use "
-                "method='mds' (classical MDS: the PCA of distances) or 'tsne'."
-            )
-        Z, names = as_pool(embeddings, names)
-        points = PCA(n_components=2).fit_transform(
-            normalize(Z) if metric == "cosine" else Z
+    if method == "pca" and precomputed:
+        raise ValueError(
+            "method='pca' needs embeddings; with metric='precomputed' use "
+            "method='mds' (classical MDS: the PCA of distances) or 'tsne'."
         )
-    elif method == "mds":
-        D, names = pool_distances(embeddings, names, metric=metric)
-        points = principal_coordinates(D)
+    # Every input is checked before anything is computed or drawn: a failed
+    # call leaves no figure behind.
+    if method == "mds":
+        X, names = pool_distances(embeddings, names, metric=metric)
     else:
         # t-SNE computes the metric's distances itself (squared for
         # "euclidean"), so it is given the embeddings unless they are distances.
         X, names = (as_distances if precomputed else as_pool)(embeddings, names)
+    if len(names) < 2:
+        raise ValueError(
+            f"embeddings has {len(names)} model; a map of the models needs at least 2."
+        )
+    if method == "pca" and X.shape[1] < 2:
+        raise ValueError(
+            f"method='pca' draws 2 principal components, but embeddings has "
+            f"{X.shape[1]} dimension; use method='mds' (which maps the models' "
+            "distances) or embeddings of at least 2 dimensions."
+        )
+    if groups is not None:
+        groups = _check_groups(groups, names)
+    if method == "pca":
+        # svd_solver="full": the randomized solver PCA picks for wide inputs
+        # (d > 500) would draw a different map on every call.
+        points = PCA(n_components=2, svd_solver="full").fit_transform(
+            normalize(X) if metric == "cosine" else X
+        )
+    elif method == "mds":
+        points = principal_coordinates(X)
+    else:
         perplexity = float(min(30.0, max(1.0, (len(names) - 1) / 3)))
         points = TSNE(
             n_components=2,
@@ -223,12 +248,6 @@ def plot_model_map(
     if groups is None:
         ax.scatter(points[:, 0], points[:, 1])
     else:
-        groups = np.asarray(groups, dtype=object)
-        if groups.shape != (len(names),):
-            raise ValueError(
-                f"groups must have one entry per model, shape ({len(names)},); got "
-                f"shape {groups.shape}."
-            )
         for group in dict.fromkeys(groups.tolist()):
             at = groups == group
             ax.scatter(points[at, 0], points[at, 1], label=str(group))
@@ -242,13 +261,57 @@ def plot_model_map(
     return ax
 
 
+def _check_groups(groups, names):
+    """One group per model, as an object array in the order of ``names``.
+
+    A mapping or a Series is read by model name (its keys or index), as a
+    DataFrame's rows are elsewhere, never paired with the models by position;
+    any other sequence is one group per model, in their order. A missing
+    group (None or NaN) is refused, as a missing task or score is.
+    """
+    if isinstance(groups, str):
+        raise TypeError(
+            f"groups must be a sequence of groups, one per model, or a mapping "
+            f"model -> group; got the string {groups!r}."
+        )
+    if isinstance(groups, Mapping | pd.Series):
+        kind = "mapping" if isinstance(groups, Mapping) else "Series"
+        lookup = dict(groups.items())
+        absent = [m for m in names.tolist() if m not in lookup]
+        if absent:
+            keys = groups.index if kind == "Series" else list(groups)
+            raise ValueError(
+                f"groups is a {kind}, read by model name, but has no group for "
+                f"{len(absent)} model(s): {_preview(absent)} (its "
+                f"{'index' if kind == 'Series' else 'keys'}: {_preview(keys)}). "
+                "Give every model a group, or pass a list in the models' order."
+            )
+        groups = np.array([lookup[m] for m in names.tolist()], dtype=object)
+    else:
+        groups = np.asarray(list(groups), dtype=object)
+        if groups.shape != (len(names),):
+            raise ValueError(
+                f"groups must have one entry per model, shape ({len(names)},); got "
+                f"shape {groups.shape}."
+            )
+    missing = pd.isna(groups)
+    if missing.any():
+        raise ValueError(
+            f"groups has {int(missing.sum())} missing value(s) (None or NaN), for "
+            f"model(s) {_preview(names[missing].tolist())}; give every model a "
+            "group (e.g. fill them with 'unknown') or leave groups=None."
+        )
+    return groups
+
+
 def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=True):
     """Plot a :func:`portfolio_curve` result: accuracy against size or budget.
 
     Parameters
     ----------
     curve : DataFrame
-        The output of :func:`portfolio_curve`.
+        The output of :func:`portfolio_curve`; its points are joined in
+        increasing ``value``.
     ax : matplotlib Axes, default=None
         Axes to draw on (e.g. to overlay several selectors); a new figure when
         None.
@@ -277,6 +340,24 @@ def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=T
     3
     """
     plt = import_pyplot()
+    if not isinstance(curve, pd.DataFrame):
+        raise TypeError(
+            "curve must be a DataFrame, the output of portfolio_curve; got "
+            f"{type(curve).__name__}."
+        )
+    needed = ["value", "accuracy"]
+    needed += ["random_mean", "random_std"] if random else []
+    needed += ["full_pool_accuracy"] if full_pool else []
+    missing = [c for c in needed if c not in curve.columns]
+    if missing:
+        raise ValueError(
+            f"curve is missing column(s) {missing}; plot the output of "
+            "portfolio_curve (or pass random=False / full_pool=False)."
+        )
+    if not len(curve):
+        raise ValueError("curve is empty (0 rows); there is nothing to plot.")
+    # Lines join the points in order of value, however the rows are ordered.
+    curve = curve.sort_values("value", kind="stable")
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 4.0), layout="constrained")
     x = curve["value"].to_numpy()

@@ -13,7 +13,7 @@ import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
 from .._evals import _preview, check_evals
-from ._common import as_pool, pairwise
+from ._common import as_pool, check_metric, pairwise
 from ._fingerprint import _as_embedder
 from ._neighbors import _check_k
 
@@ -51,6 +51,11 @@ def task_profiles(evals):
     return profiles.reindex(index=table.models, columns=np.unique(table.query_task))
 
 
+def _check_n_evals(n_evals):
+    if isinstance(n_evals, bool) or not isinstance(n_evals, Integral) or n_evals < 1:
+        raise ValueError(f"n_evals={n_evals!r} should be an int >= 1.")
+
+
 def _check_tasks(evals, name="evals"):
     table = check_evals(evals, name=name)
     if table.query_task is None:
@@ -62,7 +67,7 @@ def _check_tasks(evals, name="evals"):
 
 
 def _queries_by_task(queries_by_task):
-    """Mapping task -> ndarray of distinct queries."""
+    """Mapping task -> ndarray of distinct queries; a query belongs to one task."""
     is_table = isinstance(queries_by_task, pd.DataFrame) or (
         isinstance(queries_by_task, Mapping)
         and {"query", "task"} <= set(queries_by_task)
@@ -74,19 +79,40 @@ def _queries_by_task(queries_by_task):
                 "task": list(queries_by_task["task"]),
             }
         )
-        return {
+        queries = {
             str(task): np.unique(group.to_numpy(dtype=object))
             for task, group in frame.groupby("task")["query"]
         }
-    if not isinstance(queries_by_task, Mapping):
+    elif not isinstance(queries_by_task, Mapping):
         raise TypeError(
             "queries_by_task must be a mapping of task -> queries or a table with "
             f"'query' and 'task' columns; got {type(queries_by_task).__name__}."
         )
-    return {
-        str(task): np.unique(np.asarray(list(queries), dtype=object))
-        for task, queries in queries_by_task.items()
-    }
+    else:
+        queries = {}
+        for task, listed in queries_by_task.items():
+            if isinstance(listed, str):  # list("q12") would be its characters
+                raise TypeError(
+                    f"queries_by_task[{task!r}] must be a sequence of queries; got "
+                    f"the string {listed!r}. Wrap a single query in a list: "
+                    f"[{listed!r}]."
+                )
+            queries[str(task)] = np.unique(np.asarray(list(listed), dtype=object))
+    # A query under two tasks would be drawn, and scored, once per task: a
+    # model with two scores on one query, which the embedder refuses or
+    # averages, and the profile's accuracies would no longer be its own.
+    tasks_of = {}
+    for task, listed in queries.items():
+        for query in listed.tolist():
+            tasks_of.setdefault(query, []).append(task)
+    shared = {q: t for q, t in tasks_of.items() if len(t) > 1}
+    if shared:
+        query, tasks = next(iter(shared.items()))
+        raise ValueError(
+            f"queries_by_task gives {len(shared)} quer(y/ies) more than one task, "
+            f"e.g. {query!r} under tasks {tasks}; each query belongs to one task."
+        )
+    return queries
 
 
 def embed_profile(
@@ -150,20 +176,34 @@ def embed_profile(
     array([[0.2, 0.9]])
     """
     embedder = _as_embedder(embedder)
-    if not isinstance(n_evals, Integral) or n_evals < 1:
-        raise ValueError(f"n_evals={n_evals!r} should be an int >= 1.")
+    _check_n_evals(n_evals)
     if scores not in ("bernoulli", "exact"):
         raise ValueError(f"scores must be 'bernoulli' or 'exact'; got {scores!r}.")
     if isinstance(task_accuracies, pd.DataFrame):
         profiles = task_accuracies
+        if not len(profiles):
+            raise ValueError(
+                "task_accuracies is a DataFrame with no rows; give one profile "
+                "(per-task accuracies) per row, at least one."
+            )
     else:
         profiles = pd.DataFrame([pd.Series(task_accuracies, dtype=np.float64)])
     values = profiles.to_numpy(dtype=np.float64)
     given = ~np.isnan(values)
-    if ((values[given] < 0) | (values[given] > 1)).any():
-        raise ValueError("task_accuracies must lie in [0, 1].")
-    queries = _queries_by_task(queries_by_task)
     tasks = [str(t) for t in profiles.columns]
+    outside = given & ~((values >= 0) & (values <= 1))
+    if outside.any():
+        p, t = np.argwhere(outside)[0]
+        where = (
+            f" of profile {profiles.index[p]!r}"
+            if isinstance(task_accuracies, pd.DataFrame)
+            else ""
+        )
+        raise ValueError(
+            f"task_accuracies must lie in [0, 1]; got {float(values[p, t])!r} for "
+            f"task {tasks[t]!r}{where} ({int(outside.sum())} value(s) outside)."
+        )
+    queries = _queries_by_task(queries_by_task)
     unknown = [t for t in tasks if t not in queries]
     if unknown:
         raise ValueError(
@@ -230,7 +270,9 @@ def profile_recall_at_k(
     evals : DataFrame or mapping of columns
         Scored evaluations with a ``task`` column.
     k : int or sequence of int, default=(1, 5, 10)
-        Ranks to report; larger ones than the pool are capped at its size.
+        Ranks to report, each an int >= 1 given once; ``recall`` is indexed
+        by them as given. A k at least the number of models of ``evals``
+        counts every model: its recall is 1.0.
     n_evals : int, default=256
         Evaluations per hypothetical model.
     scores : {"bernoulli", "exact"}, default="bernoulli"
@@ -238,7 +280,8 @@ def profile_recall_at_k(
     reference : fitted router or array-like of shape (n_models, d), default=None
         Real embeddings of the models of ``evals`` (sorted by name, or a
         router whose pool holds them, or a DataFrame indexed by model name
-        that holds them). Defaults to ``embedder.transform(evals)``.
+        that holds them), in the embedder's space (the same ``d``).
+        Defaults to ``embedder.transform(evals)``.
     metric : {"cosine", "euclidean"}, default="cosine"
         Distance between embeddings.
     random_state : int, RandomState instance or None, default=None
@@ -271,42 +314,40 @@ def profile_recall_at_k(
     [1.0, 1.0]
     """
     embedder = _as_embedder(embedder)
+    check_metric(metric)
+    _check_n_evals(n_evals)
     table = _check_tasks(evals)
-    frame = table.to_frame()
-    profiles = task_profiles(frame)
     ks = _check_k(
-        [min(v, table.n_models) if isinstance(v, Integral) else v for v in np.ravel(k)],
-        table.n_models,
-        what="the number of models",
+        k,
+        None,
+        what=f"a k of at least the number of models ({table.n_models}) counts "
+        "every model",
     )
+    repeated = sorted({v for v in ks if ks.count(v) > 1})
+    if repeated:
+        raise ValueError(
+            f"k repeats {repeated}; give each k once (recall is indexed by k)."
+        )
+    # Everything is validated before the profiles are embedded (the slow part).
+    real = None if reference is None else _reference_embeddings(reference, table)
+    frame = table.to_frame()
     hypothetical = embed_profile(
         embedder,
-        profiles,
+        task_profiles(frame),
         frame[["query", "task"]],
         n_evals=n_evals,
         scores=scores,
         random_state=random_state,
     )
-    if reference is None:
+    if real is None:
         real = np.asarray(embedder.transform(frame), dtype=np.float64)
-    else:
-        real, names = as_pool(reference)
-        if hasattr(reference, "model_embeddings_") or isinstance(
-            reference, pd.DataFrame
-        ):
-            position = {m: i for i, m in enumerate(names.tolist())}
-            missing = [m for m in table.models if m not in position]
-            if missing:
-                raise ValueError(
-                    f"reference has no embedding for {len(missing)} model(s) of "
-                    f"evals: {_preview(missing)}."
-                )
-            real = real[[position[m] for m in table.models]]
-        elif len(real) != table.n_models:
-            raise ValueError(
-                f"reference has {len(real)} rows but evals has {table.n_models} "
-                "models; pass one row per model, sorted by name."
-            )
+    elif real.shape[1] != hypothetical.shape[1]:
+        raise ValueError(
+            f"reference has embeddings of dimension {real.shape[1]}, but the "
+            f"embedder embeds profiles in dimension {hypothetical.shape[1]}; pass "
+            "reference embeddings from the same embedder (e.g. the router it "
+            "belongs to)."
+        )
     distance = pairwise(hypothetical, real, metric=metric)
     own = distance[np.arange(table.n_models), np.arange(table.n_models)]
     ranks = 1 + (distance < own[:, None]).sum(axis=1)
@@ -318,3 +359,23 @@ def profile_recall_at_k(
         ),
         ranks=pd.Series(ranks, index=pd.Index(table.models, name="model"), name="rank"),
     )
+
+
+def _reference_embeddings(reference, table):
+    """The reference embeddings of the models of ``table``, in its order."""
+    real, names = as_pool(reference, name="reference")
+    if hasattr(reference, "model_embeddings_") or isinstance(reference, pd.DataFrame):
+        position = {m: i for i, m in enumerate(names.tolist())}
+        missing = [m for m in table.models if m not in position]
+        if missing:
+            raise ValueError(
+                f"reference has no embedding for {len(missing)} model(s) of "
+                f"evals: {_preview(missing)}."
+            )
+        return real[[position[m] for m in table.models]]
+    if len(real) != table.n_models:
+        raise ValueError(
+            f"reference has {len(real)} rows but evals has {table.n_models} "
+            "models; pass one row per model, sorted by name."
+        )
+    return real
