@@ -947,3 +947,44 @@ def test_match_reads_missing_files_as_a_file_error(match_files, cli):
     path, _ = match_files
     code, _, err = cli("match", path / "missing.csv", path / "endpoints.csv")
     assert code == 3 and "missing.csv" in err
+
+
+@pytest.mark.parametrize(
+    "args, command",
+    [
+        (["neighbors", "ROUTER", "fam0-m00", "--bogus"], "neighbors"),
+        (["route", "ROUTER", "q001", "--top", "2", "--bogus"], "route"),
+        (["serve", "ROUTER", "--bogus"], "serve"),
+    ],
+)
+def test_unknown_option_after_a_command_is_that_commands_error(
+    workdir, cli, args, command
+):
+    """The subcommand reports it and points to its own help, not ``locus``'s."""
+    args = [workdir / "router.locus" if a == "ROUTER" else a for a in args]
+    status, _, err = cli(*args)
+    assert_one_line(
+        status,
+        err,
+        2,
+        f"locus {command}: error: unrecognized arguments: --bogus",
+        f"(see `locus {command} --help`)",
+    )
+    # Before the command name it is the top-level parser's.
+    status, _, err = cli("--bogus", *args[:-1])
+    assert_one_line(status, err, 2, "locus: error: unrecognized arguments: --bogus")
+
+
+def test_blank_queries_name_where_they_came_from(workdir, tmp_path, cli):
+    router = workdir / "router.locus"
+    status, _, err = cli("route", router, "")
+    assert_one_line(status, err, 1, "every query read was blank", "QUERY argument")
+    assert "stdin" not in err and "--file" not in err, err
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n   \n")
+    status, _, err = cli("portfolio", router, "--file", blank, "--k", "1")
+    assert_one_line(status, err, 1, f"--file {str(blank)!r}")
+    assert "stdin" not in err and "argument" not in err, err
+    status, _, err = cli("route", router, "-", stdin="  \n")
+    assert_one_line(status, err, 1, "stdin")
+    assert "argument" not in err and "--file" not in err, err

@@ -6,6 +6,7 @@ answer, fail with a status, stall, or be absent (connection refused).
 
 import asyncio
 import contextlib
+import gzip
 import json
 import os
 import socket
@@ -29,6 +30,7 @@ from conftest import TINY  # noqa: E402
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.datasets import make_model_pool  # noqa: E402
 from locus_sklearn.inspection import calibrate_cost_weight, fallback_order  # noqa: E402
+from locus_sklearn.serve import _cli as serve_cli  # noqa: E402
 from locus_sklearn.serve import (  # noqa: E402
     create_app,
     litellm_config,
@@ -128,9 +130,10 @@ class FakeBackends:
     """One threaded HTTP server playing an OpenAI-compatible API per model.
 
     ``modes[model]`` is ``"ok"``, an HTTP status (500, 429, ...),
-    ``"stall"`` (answers after ``stall`` seconds) or ``"nan"`` (200 with a
-    NaN in its JSON); ``hits[model]`` counts requests, ``seen`` keeps
-    (model, headers, body) of each.
+    ``"stall"`` (answers after ``stall`` seconds), ``"nan"`` or ``"huge"``
+    (200 with a NaN or a 1e400 in its JSON) or ``"gzip"`` (answers, streams
+    included, gzip-compressed when the request accepts it); ``hits[model]``
+    counts requests, ``seen`` keeps (model, headers, body) of each.
     """
 
     def __init__(self, stall=2.0):
@@ -159,15 +162,20 @@ class FakeBackends:
                 if mode == "stall":
                     time.sleep(backends.stall)
                     mode = "ok"
-                if mode == "nan":
-                    payload = b'{"id": "x", "choices": [], "usage": {"cost": NaN}}'
+                if mode in ("nan", "huge"):
+                    number = b"NaN" if mode == "nan" else b"1e400"
+                    payload = b'{"id": "x", "choices": [], "usage": {"cost": '
+                    payload += number + b"}}"
                     self.send_response(200)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                if mode != "ok":
+                compress = mode == "gzip" and "gzip" in self.headers.get(
+                    "accept-encoding", ""
+                )
+                if mode not in ("ok", "gzip"):
                     self._send(mode, {"error": {"message": f"fake {mode}"}})
                     return
                 if body.get("stream"):
@@ -183,6 +191,9 @@ class FakeBackends:
                     payload = data.encode()
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
+                    if compress:
+                        payload = gzip.compress(payload)
+                        self.send_header("content-encoding", "gzip")
                     self.send_header("content-length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
@@ -843,7 +854,7 @@ def test_serve_command_passes_the_encoder_backend(router_path, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(_app, "create_app", lambda path, **kw: seen.update(kw))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    _captured_app(monkeypatch)
     assert serve_main(["serve", str(router_path)]) == 0
     assert seen["encoder_backend"] == "torch"
     assert serve_main(["serve", str(router_path), "--encoder-backend", "onnx"]) == 0
@@ -863,15 +874,17 @@ def _strict_loads(text):
 
 
 def _captured_app(monkeypatch):
-    """Make ``locus serve`` hand its app here instead of running uvicorn."""
+    """Make ``locus serve`` hand its app here instead of opening its port and
+    running uvicorn."""
     seen = {}
 
-    def run(app, **kwargs):
+    def run(server, sockets):
         import torch
 
-        seen["app"], seen["threads"] = app, torch.get_num_threads()
+        seen["app"], seen["threads"] = server.config.app, torch.get_num_threads()
 
-    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr(serve_cli, "_listen", lambda host, port: [])
+    monkeypatch.setattr(serve_cli, "_run_server", run)
     return seen
 
 
@@ -1296,3 +1309,214 @@ def test_calibrate_output_checked_before_work(
     assert serve_main([*argv, "--threads", "1", "-o", str(out)]) == 3
     err = capsys.readouterr().err
     assert f"cannot write ROUTER_OUT {str(out)!r}" in err, err
+
+
+# ------------------------------------------- reading bodies: one rule for both
+def _post_raw(url, path, content, content_type="application/json"):
+    headers = {} if content_type is None else {"content-type": content_type}
+    return httpx.post(f"{url}{path}", content=content, headers=headers, timeout=30)
+
+
+def _assert_body_error(response, status, *contains):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "body"
+    for text in contains:
+        assert text in error["message"], error["message"]
+
+
+def test_gateway_refuses_out_of_range_numbers_and_falls_back_on_them(
+    router_path, routers, backends, queries
+):
+    """1e400 is valid JSON syntax that Python reads as infinity: a 400 before
+    any routing (not a 500 when forwarding it), and a backend answering with
+    one is a failed attempt (not a 500)."""
+    router = routers[0]
+    gateway = _gateway(backends, router.classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for number in (b"1e400", b"-1e400"):
+            body = (
+                b'{"model": "locus", "messages": [{"role": "user", "content": '
+                b'"q000"}], "temperature": ' + number + b"}"
+            )
+            response = _post_raw(url, "/v1/chat/completions", body)
+            _assert_body_error(response, 400, "not valid JSON", number.decode())
+        assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
+        assert sum(backends.hits.values()) == 0
+
+        query = queries[0]
+        routed = router.predict([query])[0]
+        backends.modes[routed] = "huge"
+        response = _chat(url, query)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["locus"]["failed"] == [
+        {"model": routed, "error": "invalid JSON answer"}
+    ]
+    assert data["locus"]["model"] == fallback_order(router).loc[routed].iloc[0]
+
+
+def test_repeated_keys_are_refused_naming_the_key(router_path, routers, backends):
+    """A key given twice is not resolved silently to its last value, at any
+    depth, on /route and the gateway alike."""
+    gateway = _gateway(backends, routers[0].classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for content, key in [
+            (b'{"query": "q000", "query": "q002"}', "query"),
+            (b'{"queries": ["q000"], "queries": ["q002", "q004"]}', "queries"),
+            (
+                b'{"query": "q000", "models": ["fam0-m00"], "models": ["fam4-m05"]}',
+                "models",
+            ),
+        ]:
+            response = _post_raw(url, "/route", content)
+            _assert_body_error(response, 400, f"the key {key!r} appears twice")
+        for content, key in [
+            (
+                b'{"model": "nope", "model": "locus", '
+                b'"messages": [{"role": "user", "content": "q000"}]}',
+                "model",
+            ),
+            (  # nested: inside a message
+                b'{"model": "locus", "messages": [{"role": "user", '
+                b'"content": "q001", "content": "q000"}]}',
+                "content",
+            ),
+        ]:
+            response = _post_raw(url, "/v1/chat/completions", content)
+            _assert_body_error(response, 400, f"the key {key!r} appears twice")
+        assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
+    assert sum(backends.hits.values()) == 0
+
+
+def test_gateway_relays_a_gzipped_stream_decoded(
+    router_path, routers, backends, queries
+):
+    """A backend that gzips its event stream: the client gets the events, not
+    compressed bytes without a content-encoding to say so."""
+    router = routers[0]
+    query = queries[3]
+    routed = router.predict([query])[0]
+    backends.modes[routed] = "gzip"
+    gateway = _gateway(backends, router.classes_)
+    body = {
+        "model": "locus",
+        "stream": True,
+        "messages": [{"role": "user", "content": query}],
+    }
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            assert r.headers["x-locus-model"] == routed
+            assert "content-encoding" not in r.headers
+            raw = b"".join(r.iter_raw())
+    assert "gzip" in backends.seen[-1][1]["accept-encoding"]
+    events = [line for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    text = "".join(
+        json.loads(e[6:])["choices"][0]["delta"]["content"] for e in events[:-1]
+    )
+    assert text == f"answer from {routed}"
+
+
+def test_serve_on_a_port_in_use_is_one_error_line(router_path, capsys):
+    """No "serving" line, then uvicorn's silent exit: one error line naming
+    the address, with the status of a port that cannot be opened (3)."""
+    taken = _free_socket()
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        argv = ["serve", str(router_path), "--host", "127.0.0.1", "--port", str(port)]
+        status = serve_main([*argv, "--log-level", "critical"])
+    finally:
+        taken.close()
+    err = capsys.readouterr().err
+    assert status == 3, err
+    assert err.startswith(f"locus serve: error: cannot listen on 127.0.0.1:{port}: ")
+    assert len(err.strip().splitlines()) == 1 and "serving" not in err, err
+
+
+def test_a_body_without_a_json_content_type_is_a_415(router_path, routers, backends):
+    """Not pydantic's "Input should be a valid dictionary" 422: the message
+    says what to send. Any application/*+json type is JSON."""
+    gateway = _gateway(backends, routers[0].classes_)
+    chat = json.dumps(
+        {"model": "locus", "messages": [{"role": "user", "content": "q000"}]}
+    ).encode()
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for path, content in [
+            ("/route", b'{"query": "q000"}'),
+            ("/v1/chat/completions", chat),
+        ]:
+            for content_type in (
+                "text/plain",
+                None,
+                "application/x-www-form-urlencoded",
+            ):
+                response = _post_raw(url, path, content, content_type)
+                _assert_body_error(
+                    response,
+                    415,
+                    "Content-Type: application/json",
+                    str(content_type or "no Content-Type"),
+                )
+        response = _post_raw(
+            url, "/route", b'{"query": "q000"}', "application/vnd.api+json"
+        )
+        assert response.status_code == 200, response.text
+        # Without a body, what is missing is the body, as before.
+        response = httpx.post(f"{url}/route")
+        assert response.status_code == 422, response.text
+    assert sum(backends.hits.values()) == 0
+
+
+def test_a_body_not_utf8_gets_the_documented_error_shape(
+    router_path, routers, backends
+):
+    gateway = _gateway(backends, routers[0].classes_)
+    latin1 = '{"query": "q000é"}'.encode("latin-1")
+    chat = '{"model": "locus", "messages": [{"role": "user", "content": "é"}]}'
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for path, content, content_type in [
+            ("/route", b'{"query": "\xff"}', "application/json"),
+            ("/route", latin1, "application/json; charset=latin-1"),
+            ("/v1/chat/completions", chat.encode("latin-1"), "application/json"),
+        ]:
+            response = _post_raw(url, path, content, content_type)
+            _assert_body_error(response, 400, "not UTF-8", "UTF-8")
+    assert sum(backends.hits.values()) == 0
+
+
+def test_route_statuses_follow_the_documented_rule(router_path, routers, backends):
+    """413 only for a body over the size limit; NaN a 400 on /route as on the
+    gateway; a single blank query named ``query`` as an empty one is."""
+    gateway = _gateway(backends, routers[0].classes_)
+    app = create_app(router_path, gateway=gateway, max_queries=4)
+    with serve(app) as url:
+        for n in (5, 41):
+            response = httpx.post(f"{url}/route", json={"queries": ["q000"] * n})
+            assert response.status_code == 422, (n, response.text)
+            error = response.json()["error"]
+            assert error["param"] == "queries"
+            assert (
+                error["message"] == f"queries has {n} queries; at most 4 per request."
+            )
+        nan = b'{"query": "q000", "cost_weight": NaN}'
+        _assert_body_error(_post_raw(url, "/route", nan), 400, "NaN")
+        chat = (
+            b'{"model": "locus", "messages": [{"role": "user", "content": "q000"}], '
+            b'"cost_weight": NaN}'
+        )
+        _assert_body_error(_post_raw(url, "/v1/chat/completions", chat), 400, "NaN")
+        for query in ("", "   "):
+            response = httpx.post(f"{url}/route", json={"query": query})
+            assert response.status_code == 422, response.text
+            error = response.json()["error"]
+            assert error["param"] == "query", error
+            assert error["message"] == (
+                f"query is empty or blank (got {query!r}); send some text."
+            )
+        response = httpx.post(f"{url}/route", json={"queries": ["q000", " "]})
+        assert response.json()["error"]["param"] == "queries.1"
+        assert response.json()["error"]["message"].startswith("queries[1] is empty")
+    assert sum(backends.hits.values()) == 0

@@ -14,7 +14,8 @@ Subcommands::
 Every command takes ``--threads N`` and ``--debug``; those that print results
 take ``--json``. Errors are one line on stderr (``locus COMMAND: error: ...``)
 with exit status 1 (invalid data or values), 2 (a bad command line) or 3 (a
-file that cannot be read or written); ``--debug`` shows the traceback instead.
+file that cannot be read or written, or a port ``serve`` cannot listen on);
+``--debug`` shows the traceback instead.
 
 Modules: ``_parser`` builds the parser, ``_commands`` runs the subcommands,
 ``_io`` reads and writes files and formats output, ``_demo`` is ``locus
@@ -81,8 +82,9 @@ def main(argv=None):
     -------
     status : int
         0 on success; 1 for invalid data or values, 3 for a file that cannot
-        be read or written (each reported as one line on stderr); 130 when
-        interrupted. A bad command line exits with status 2 (from argparse).
+        be read or written or a port that cannot be opened (each reported as
+        one line on stderr); 130 when interrupted. A bad command line exits
+        with status 2 (from argparse).
 
     Examples
     --------

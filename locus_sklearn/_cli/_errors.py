@@ -25,7 +25,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 #: A bad command line (argparse's own status).
 EXIT_USAGE = 2
-#: A file that cannot be read or written: missing, not permitted, disk full.
+#: A file that cannot be read or written: missing, not permitted, disk full;
+#: or a port ``locus serve`` cannot listen on (in use, not permitted).
 EXIT_IO = 3
 EXIT_INTERRUPTED = 130
 

@@ -284,9 +284,17 @@ def read_queries(arguments, file=None):
             queries.extend(line.rstrip("\r\n") for line in handle)
     queries = [q for q in queries if q.strip()]
     if not queries:
+        # Name where the blank queries came from: a QUERY argument, stdin, a file.
+        sources = []
+        if any(query != "-" for query in arguments):
+            sources.append("the QUERY argument(s)")
+        if "-" in arguments:
+            sources.append("stdin ('-')")
+        if file:
+            sources.append(f"--file {str(file)!r}")
         raise ValueError(
-            "No queries given: every query read was blank (stdin or --file held "
-            "no non-blank line)."
+            "No queries given: every query read was blank (from "
+            f"{' and '.join(sources)}); give at least one query with some text."
         )
     return queries
 

@@ -18,10 +18,30 @@ PROG = "locus"
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line, like every error."""
+    """An ArgumentParser whose usage errors are one line, like every error.
+
+    Its subcommands are parsed by :class:`_CommandParser`.
+    """
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def add_subparsers(self, **kwargs):
+        kwargs.setdefault("parser_class", _CommandParser)
+        return super().add_subparsers(**kwargs)
+
+
+class _CommandParser(_Parser):
+    """A subcommand's parser: an argument it does not know is its own usage
+    error (``locus neighbors: error: unrecognized arguments: --bogus (see
+    `locus neighbors --help`)``). argparse hands such arguments back to the
+    top-level parser, whose error would name ``locus`` and its help."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
 
 # ------------------------------------------------------------------ arg types
@@ -500,7 +520,8 @@ def build_parser():
         "compare them and choose portfolios.",
         epilog="Run `locus COMMAND --help` for a command's options. Exit status: "
         "0 success, 1 invalid data or values, 2 bad command line, 3 a file that "
-        "cannot be read or written, 130 interrupted.",
+        "cannot be read or written or a port that cannot be opened, 130 "
+        "interrupted.",
     )
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {__version__}"

@@ -6,7 +6,9 @@ a 4xx JSON error naming it) and the OpenAPI schema is served at ``/docs``.
 
 import asyncio
 import contextlib
+import email.message
 import hmac
+import json
 import logging
 import math
 import numbers
@@ -23,6 +25,7 @@ import httpx  # noqa: E402
 from fastapi import FastAPI, Query, Request  # noqa: E402
 from fastapi.exceptions import RequestValidationError  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
+from fastapi.routing import APIRoute  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field, model_validator  # noqa: E402
 from starlette.exceptions import HTTPException  # noqa: E402
 
@@ -30,7 +33,7 @@ from .._base import check_model_subset  # noqa: E402
 from ..inspection._cost import _utility  # noqa: E402
 from ..metrics import route  # noqa: E402
 from ._batching import MicroBatcher  # noqa: E402
-from ._config import load_gateway_config  # noqa: E402
+from ._config import _unique_keys, load_gateway_config  # noqa: E402
 from ._state import RouterHolder  # noqa: E402
 
 __all__ = ["create_app", "APIError"]
@@ -57,6 +60,114 @@ def error_response(
     return JSONResponse(body, status_code=status)
 
 
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(
+            f"the number {text} is out of range (a number must be finite, at most "
+            "about 1.8e308 in magnitude)"
+        )
+    return value
+
+
+def _strict_json(content):
+    """``content`` (str or UTF-8 bytes) parsed as standard JSON.
+
+    Refuses what Python's parser lets through, with a ValueError naming it:
+    ``NaN`` and ``Infinity`` (not JSON), a number beyond a double's range
+    (``1e400``, read as infinity) and a key repeated in one object, nested
+    ones included (read as its last value). None of them could be routed on
+    or written on as JSON.
+    """
+    return json.loads(
+        content,
+        parse_constant=_reject_constant,
+        parse_float=_finite_float,
+        object_pairs_hook=_unique_keys,
+    )
+
+
+def _is_json_type(content_type):
+    """``application/json`` or ``application/*+json`` (parameters ignored)."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    if message.get_content_maintype() != "application":
+        return False
+    subtype = message.get_content_subtype()
+    return subtype == "json" or subtype.endswith("+json")
+
+
+def _has_body(headers):
+    if "transfer-encoding" in headers:
+        return True
+    try:
+        return int(headers.get("content-length", "0")) > 0
+    except ValueError:
+        return True
+
+
+class _StrictJSONRequest(Request):
+    """A request whose ``json()`` is :func:`_strict_json`; its failures reach
+    FastAPI as the ``JSONDecodeError`` it answers 400 to (``param: body``)."""
+
+    async def json(self):
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = _strict_json(body)
+            except json.JSONDecodeError:
+                raise
+            except UnicodeDecodeError as exc:
+                raise json.JSONDecodeError(
+                    f"it is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                    "send the JSON encoded as UTF-8",
+                    "",
+                    0,
+                ) from None
+            except (ValueError, RecursionError) as exc:
+                message = (
+                    str(exc) if isinstance(exc, ValueError) else "too deeply nested"
+                )
+                raise json.JSONDecodeError(message, "", 0) from None
+        return self._json
+
+
+class _JSONRoute(APIRoute):
+    """A route whose JSON body is read strictly, on ``/route`` and the
+    gateway alike: a body sent without a JSON content type gets 415 (not
+    pydantic's "valid dictionary" 422), and one that is not standard UTF-8
+    JSON (NaN, 1e400, a repeated key, invalid bytes) gets 400."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+        if getattr(self, "body_field", None) is None:
+            return handler
+
+        async def strict_handler(request):
+            content_type = request.headers.get("content-type")
+            if _has_body(request.headers) and not (
+                content_type and _is_json_type(content_type)
+            ):
+                got = (
+                    f"got Content-Type {content_type!r}"
+                    if content_type
+                    else "the request has no Content-Type"
+                )
+                raise APIError(
+                    415,
+                    f"The body must be JSON sent with 'Content-Type: "
+                    f"application/json'; {got}.",
+                    param="body",
+                )
+            return await handler(_StrictJSONRequest(request.scope, request.receive))
+
+        return strict_handler
+
+
 class RouteRequest(BaseModel):
     """Body of ``POST /route``.
 
@@ -66,7 +177,9 @@ class RouteRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    query: str | None = Field(default=None, min_length=1, description="One query.")
+    # Empty and blank queries are refused by Service.check_queries, with one
+    # message for both.
+    query: str | None = Field(default=None, description="One query (not blank).")
     queries: list[str] | None = Field(
         default=None, min_length=1, description="Several queries (texts or ids)."
     )
@@ -195,6 +308,9 @@ def _install_error_handlers(app):
 
     @app.exception_handler(HTTPException)
     async def _http(request, exc):
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it could not read: a request error.
+            return error_response(400, str(exc.detail), param="body")
         return error_response(exc.status_code, str(exc.detail), kind="http_error")
 
     @app.exception_handler(Exception)
@@ -281,26 +397,37 @@ class Service:
         return state, np.asarray(state.router.predict_proba(queries), np.float64)
 
     def check_queries(self, queries, *, param="queries", positions=None):
-        """Refuse too many, empty or too long queries, naming each by its
-        position in the request (``positions``, default 0, 1, ...)."""
+        """Refuse too many, empty or too long queries (422), naming each by
+        its position in the request (``positions``, default 0, 1, ...; a
+        position of None names the field itself, a single ``query``).
+
+        Too many queries is a 422 however many: 413 is for a body over
+        ``max_body_bytes`` only.
+        """
         if positions is None:
             positions = range(len(queries))
         if len(queries) > self.max_queries:
             raise APIError(
-                413 if len(queries) > 10 * self.max_queries else 422,
+                422,
                 f"{param} has {len(queries)} queries; at most {self.max_queries} per "
                 "request.",
                 param=param,
             )
         for i, q in zip(positions, queries, strict=True):
+            name, where = (
+                (param, param) if i is None else (f"{param}[{i}]", f"{param}.{i}")
+            )
             if not q.strip():
-                raise APIError(422, f"{param}[{i}] is empty.", param=f"{param}.{i}")
+                raise APIError(
+                    422,
+                    f"{name} is empty or blank (got {q!r:.40}); send some text.",
+                    param=where,
+                )
             if len(q) > self.max_query_chars:
                 raise APIError(
                     422,
-                    f"{param}[{i}] has {len(q)} characters; at most "
-                    f"{self.max_query_chars}.",
-                    param=f"{param}.{i}",
+                    f"{name} has {len(q)} characters; at most {self.max_query_chars}.",
+                    param=where,
                 )
 
     async def proba(self, queries, *, param="queries"):
@@ -433,6 +560,8 @@ def create_app(
         default_cost_weight=None if gateway is None else gateway.cost_weight,
     )
     fastapi_app.state.service = service
+    # Every endpoint added below reads its JSON body strictly.
+    fastapi_app.router.route_class = _JSONRoute
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -502,9 +631,12 @@ def _add_route_endpoint(app, service):
     @app.post("/route", summary="Route queries to models")
     async def route_queries(body: RouteRequest):
         """Routed model, P(correct) of every model and the top k, per query."""
-        queries = [body.query] if body.query is not None else body.queries
-        param = "query" if body.query is not None else "queries"
-        service.check_queries(queries, param=param)
+        if body.query is not None:
+            queries, param = [body.query], "query"
+            service.check_queries(queries, param=param, positions=[None])
+        else:
+            queries, param = body.queries, "queries"
+            service.check_queries(queries, param=param)
         # Checked against the current router first, so a bad subset is a 422
         # before any work; re-read on the snapshot that answers.
         state = service.holder.current

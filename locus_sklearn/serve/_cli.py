@@ -16,10 +16,11 @@ imported until a command runs.
 import argparse
 import math
 import os
+import socket
 import sys
 from pathlib import Path
 
-from .._cli._errors import EXIT_USAGE, CommandError, interrupts_kept
+from .._cli._errors import EXIT_IO, EXIT_USAGE, CommandError, interrupts_kept
 from .._cli._io import (
     check_writable,
     emit_json,
@@ -144,6 +145,45 @@ def _cmd_calibrate(args):
     return 0
 
 
+def _listen(host, port):
+    """Sockets bound and listening on ``host:port``, one per address the host
+    resolves to (as uvicorn itself would bind them).
+
+    Raises a CommandError (exit status 3, a port that cannot be opened)
+    naming the address: a port in use, an address this machine does not
+    have, a host name that does not resolve.
+    """
+    sockets = []
+    try:
+        infos = socket.getaddrinfo(
+            host or None,
+            port,
+            type=socket.SOCK_STREAM,
+            flags=socket.AI_PASSIVE,
+        )
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        reason = exc.strerror or str(exc)
+        raise CommandError(
+            f"cannot listen on {host}:{port}: {reason}", status=EXIT_IO
+        ) from None
+    return sockets
+
+
+def _run_server(server, sockets):
+    """Run the uvicorn ``server`` on the bound ``sockets`` until it stops."""
+    server.run(sockets=sockets)
+
+
 def _cmd_serve(args):
     from ._deps import require
 
@@ -165,19 +205,28 @@ def _cmd_serve(args):
         watch_interval=args.watch,
         admin_token_env=args.admin_token_env,
     )
-    print(
-        f"{PROG}: serving {args.router} on http://{args.host}:{args.port} "
-        f"(API docs at /docs)",
-        file=sys.stderr,
-        flush=True,
-    )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        timeout_keep_alive=args.keep_alive,
-    )
+    # Bound here, before saying so: a port in use is one error line (exit
+    # 3), not uvicorn's own exit after a "serving" line.
+    sockets = _listen(args.host, args.port)
+    try:
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_keep_alive=args.keep_alive,
+        )
+        server = uvicorn.Server(config)
+        print(
+            f"{PROG}: serving {args.router} on http://{args.host}:{args.port} "
+            f"(API docs at /docs)",
+            file=sys.stderr,
+            flush=True,
+        )
+        _run_server(server, sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
     return 0
 
 
@@ -478,8 +527,9 @@ def main(argv=None):
     status : int
         The statuses of ``locus`` (it runs the commands the same way): 0 on
         success, 1 for invalid data or values, 3 for a file that cannot be
-        read or written (each one line on stderr), 130 when interrupted. A
-        bad command line exits with status 2 (from argparse).
+        read or written or a port that cannot be opened (each one line on
+        stderr), 130 when interrupted. A bad command line exits with status 2
+        (from argparse).
     """
     from .._cli import run
 

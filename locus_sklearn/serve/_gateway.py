@@ -13,7 +13,6 @@ pass through unchanged. A stream that has begun is not retried.
 """
 
 import asyncio
-import json
 import time
 
 import numpy as np
@@ -33,6 +32,7 @@ from ._app import (  # noqa: E402
     _allowed_mask,
     _checked_utility,
     _cost_weight,
+    _strict_json,
     error_response,
 )
 
@@ -66,16 +66,6 @@ class ChatRequest(BaseModel):
     # extra_body={"cost_weight": 0.001}
     cost_weight: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     models: list[str] | None = Field(default=None, min_length=1)
-
-
-def _reject_constant(name):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _strict_json(content):
-    """``content`` parsed as standard JSON: NaN and Infinity, which Python's
-    parser accepts, are not JSON and could not be written on."""
-    return json.loads(content, parse_constant=_reject_constant)
 
 
 def _last_user_text(messages):
@@ -139,15 +129,11 @@ def add_gateway_endpoints(app, service):
 
     @app.post("/v1/chat/completions", summary="OpenAI-compatible chat, routed")
     async def chat(body: ChatRequest, request: Request):
-        # Forward what the client sent, as sent, less the locus extensions;
-        # parsed again strictly first, so that a NaN (say a temperature) is a
-        # 400 before any routing, not a failure to forward it after.
-        try:
-            payload = _strict_json(await request.body())
-        except ValueError as exc:
-            raise APIError(
-                400, f"The body is not valid JSON: {exc}", param="body"
-            ) from None
+        # Forward what the client sent, less the locus extensions. The body
+        # was parsed strictly (the app's route class), so a NaN or 1e400 (say
+        # a temperature) or a repeated key was a 400 before any routing, not
+        # a failure to forward it after.
+        payload = dict(await request.json())
         payload.pop("cost_weight", None)
         payload.pop("models", None)
         state = service.holder.current
@@ -269,10 +255,10 @@ async def _forward(service, payload, order, routed, *, stream):
             attempts.append({"model": model, "error": f"{type(exc).__name__}"})
             continue
         try:
-            # Strictly: a NaN in the answer (say a usage cost) could not be
-            # passed on as JSON; such an answer is a failed attempt.
+            # Strictly: a NaN or 1e400 in the answer (say a usage cost) could
+            # not be passed on as JSON; such an answer is a failed attempt.
             data = _strict_json(content)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if response.status_code == 200 and not isinstance(data, dict):
             attempts.append({"model": model, "error": "invalid JSON answer"})
@@ -308,9 +294,11 @@ async def _forward(service, payload, order, routed, *, stream):
 
 
 async def _relay(response):
-    """Pass the backend's stream through chunk by chunk."""
+    """Pass the backend's stream through chunk by chunk, decoded: a backend
+    that compressed it (``content-encoding: gzip``) is decompressed here, as
+    the relayed answer carries no content-encoding of its own."""
     try:
-        async for chunk in response.aiter_raw():
+        async for chunk in response.aiter_bytes():
             yield chunk
     finally:
         await response.aclose()
