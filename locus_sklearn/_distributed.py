@@ -149,6 +149,25 @@ def training_device(accelerator):
     return torch.device("cpu") if device.type == "cpu" else device
 
 
+def _device_key(device):
+    """(type, index) of a torch device, the index a device without one
+    stands for: 0 for the CPU (there is one; accelerate names it ``cpu:0``,
+    torch ``cpu``), the current device for CUDA (accelerate sets it to the
+    process's own)."""
+    index = device.index
+    if device.type == "cpu":
+        index = 0
+    elif index is None and device.type == "cuda" and torch.cuda.is_available():
+        index = torch.cuda.current_device()
+    return device.type, index
+
+
+def _same_device(a, b):
+    """Whether the torch devices ``a`` and ``b`` are one device: ``cpu`` and
+    ``cpu:0`` are, ``cpu`` and ``cuda:0`` or ``cuda:0`` and ``cuda:1`` are not."""
+    return _device_key(a) == _device_key(b)
+
+
 def check_accelerator(accelerator, device, batch_size):
     """The training device: the accelerator's. ``device`` must be None or it,
     and ``batch_size`` (episodes per step over all processes) a multiple of
@@ -163,9 +182,8 @@ def check_accelerator(accelerator, device, batch_size):
     expected = training_device(accelerator)
     # parse_device: a value that is no torch device is an error naming
     # ``device``, as without an accelerator; any other is one to compare.
-    if device is not None and parse_device(device) not in (
-        expected,
-        accelerator.device,
+    if device is not None and not _same_device(
+        parse_device(device), torch.device(accelerator.device)
     ):
         raise ValueError(
             f"device={device!r} conflicts with the accelerator's device "

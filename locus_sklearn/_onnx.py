@@ -53,11 +53,9 @@ def _fused_for_onnxruntime(graph, feed):
     ONNX Runtime, checked on ``feed`` (input name -> array) against the graph
     as exported. A speed step only: should a rewrite fail (another
     architecture's graph) or change the outputs, the graph as exported is
-    returned, with a warning."""
-    import onnx
-    import onnxruntime
-    from onnxscript import ir
-    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+    returned, with a warning (also when onnx or onnxscript's rewriter cannot
+    be imported: an onnxscript without ``rewriter.ort_fusions``)."""
+    import onnxruntime  # checked by import_onnxruntime: runs either graph
 
     def run(serialised):
         session = onnxruntime.InferenceSession(
@@ -66,6 +64,11 @@ def _fused_for_onnxruntime(graph, feed):
         return session.run(None, feed)[0]
 
     try:
+        # Inside the try: the fusion is optional, its modules too.
+        import onnx
+        from onnxscript import ir
+        from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
         model = ir.from_proto(onnx.load_from_string(graph))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

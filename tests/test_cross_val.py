@@ -6,7 +6,14 @@ import pandas as pd
 import pytest
 import torch
 from sklearn.frozen import FrozenEstimator
-from sklearn.model_selection import KFold, PredefinedSplit
+from sklearn.model_selection import (
+    GroupKFold,
+    KFold,
+    LeaveOneGroupOut,
+    PredefinedSplit,
+    ShuffleSplit,
+    StratifiedKFold,
+)
 
 from locus_sklearn import LocusRouter
 from locus_sklearn.baselines import KNNRouter
@@ -86,6 +93,22 @@ def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
         copy = LocusRouter(frozen, shrinkage=router.shrinkage_).fit(inside)
         expected[held] = copy.predict_proba(queries[held])
     np.testing.assert_allclose(proba, expected, rtol=1e-6)
+    # The router's own dtype, not float64.
+    assert proba.dtype == router.predict_proba(queries[:2]).dtype == np.float32
+    # The same folds as (train, test) pairs of positions in the sorted queries,
+    # and by group (each query's task), as sklearn's check_cv accepts them.
+    pairs = list(KFold(3, shuffle=True, random_state=0).split(queries))
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(router, pool.evals, cv=pairs), proba
+    )
+    task = pool.evals.groupby("query")["task"].first().loc[queries].to_numpy()
+    by_task = list(GroupKFold(3).split(queries, groups=task))
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(
+            router, pool.evals, cv=GroupKFold(3), groups=pool.evals["task"]
+        ),
+        cross_val_predict_proba(router, pool.evals, cv=by_task),
+    )
     for key, value in router._locus.net_.module_.state_dict().items():
         assert torch.equal(value, weights[key])  # not retrained
     np.testing.assert_array_equal(router.model_embeddings_, embeddings)
@@ -102,11 +125,91 @@ def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
         cross_val_predict_proba(router, pool.evals, cv=_Everything())
 
 
+def test_cv_takes_what_check_cv_takes(knn, pool):
+    # Iterables of (train, test) pairs and None were refused.
+    proba = cross_val_predict_proba(knn, EVALS, cv=KFold(2))
+    pairs = list(KFold(2).split(QUERIES))
+    for cv in (pairs, tuple(pairs), (fold for fold in pairs)):
+        np.testing.assert_array_equal(cross_val_predict_proba(knn, EVALS, cv=cv), proba)
+    # Lists of positions; an empty test fold holds nothing to predict.
+    lists = [([2, 3], [0, 1]), ([0, 1], []), ([0, 1], [2, 3])]
+    np.testing.assert_array_equal(cross_val_predict_proba(knn, EVALS, cv=lists), proba)
+    # None: 5 folds, as the default, which is KFold shuffled with seed 0.
+    router = KNNRouter(3, encoder=pool.encodings).fit(pool.evals)
+    five = cross_val_predict_proba(router, pool.evals)
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(router, pool.evals, cv=None), five
+    )
+    shuffled = KFold(5, shuffle=True, random_state=0)
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(router, pool.evals, cv=shuffled), five
+    )
+    assert five.dtype == router.predict_proba(["q000"]).dtype
+
+
+def test_groups_are_passed_to_the_splitter(knn):
+    # GroupKFold and LeaveOneGroupOut failed: groups could not be given.
+    proba = cross_val_predict_proba(knn, EVALS, cv=KFold(2))
+    groups = ["x", "x", "y", "y"] * 2  # one per row: q1, q2 in x; q3, q4 in y
+    for cv in (LeaveOneGroupOut(), GroupKFold(2)):
+        np.testing.assert_array_equal(
+            cross_val_predict_proba(knn, EVALS, cv=cv, groups=groups), proba
+        )
+    # A Series is read by position, as sklearn reads groups.
+    series = pd.Series(groups, index=np.arange(8)[::-1])
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(knn, EVALS, cv=LeaveOneGroupOut(), groups=series),
+        proba,
+    )
+    with pytest.raises(ValueError, match="'groups' parameter should not be None"):
+        cross_val_predict_proba(knn, EVALS, cv=GroupKFold(2))
+    mixed = ["x", "x", "y", "y", "x", "x", "x", "y"]  # q3 in x and y
+    with pytest.raises(
+        ValueError,
+        match=r"every row of a query the same group .*1 quer\(y/ies\).*"
+        r"query 'q3' in groups \['x', 'y'\]",
+    ):
+        cross_val_predict_proba(knn, EVALS, cv=GroupKFold(2), groups=mixed)
+    with pytest.raises(
+        ValueError, match=r"one group per row of evals \(8 rows\); got 4"
+    ):
+        cross_val_predict_proba(knn, EVALS, cv=GroupKFold(2), groups=groups[:4])
+    with pytest.raises(ValueError, match="groups must be a 1-D array-like"):
+        cross_val_predict_proba(knn, EVALS, cv=GroupKFold(2), groups="x")
+    with pytest.raises(ValueError, match=r"groups has 1 missing value"):
+        cross_val_predict_proba(
+            knn, EVALS, cv=GroupKFold(2), groups=[None, *groups[1:]]
+        )
+
+
 def test_errors_name_the_problem(knn):
     with pytest.raises(ValueError, match=r"cv must be an int in \[2, n_queries=4\]"):
         cross_val_predict_proba(knn, EVALS, cv=1)
-    with pytest.raises(TypeError, match="cv must be an int >= 2 or a splitter"):
-        cross_val_predict_proba(knn, EVALS, cv="five")
+    with pytest.raises(ValueError, match=r"n_queries=4\] .*got None \(5 folds\)"):
+        cross_val_predict_proba(knn, EVALS, cv=None)
+    kinds = "cv must be an int >= 2, None .*, a splitter .* or an iterable of"
+    for bad in ("five", 3.0, True):
+        with pytest.raises(TypeError, match=f"{kinds} .*; got {bad!r}"):
+            cross_val_predict_proba(knn, EVALS, cv=bad)
+    with pytest.raises(TypeError, match="got the class KFold, not an instance"):
+        cross_val_predict_proba(knn, EVALS, cv=KFold)
+    # A splitter that stratifies by y: queries have no target.
+    with pytest.raises(ValueError, match=r"cv=StratifiedKFold\(.*\) stratifies by"):
+        cross_val_predict_proba(knn, EVALS, cv=StratifiedKFold(2))
+    # Iterables: each fold a pair, test folds positions of the sorted queries.
+    with pytest.raises(TypeError, match="cv must give .*pairs.*; fold 0 is 3"):
+        cross_val_predict_proba(knn, EVALS, cv=[3])
+    with pytest.raises(ValueError, match=r"outside \[0, n_queries=4\): \[4, -1\]"):
+        cross_val_predict_proba(knn, EVALS, cv=[([0, 1], [2, 3, 4, -1])])
+    with pytest.raises(TypeError, match="test fold 0 as array.*integer positions"):
+        mask = np.array([True, True, False, False])
+        cross_val_predict_proba(knn, EVALS, cv=[(~mask, mask)])
+    with pytest.raises(ValueError, match=r"more than one test fold.*\['q2'\]"):
+        cross_val_predict_proba(knn, EVALS, cv=[([2, 3], [0, 1]), ([0], [1, 2, 3])])
+    with pytest.raises(ValueError, match="more than one test fold"):
+        cross_val_predict_proba(
+            knn, EVALS, cv=ShuffleSplit(4, test_size=2, random_state=0)
+        )
     with pytest.raises(ValueError, match=r"no rows for: \['small'\]"):
         cross_val_predict_proba(knn, EVALS[EVALS["model"] == "big"], cv=2)
     other = EVALS.assign(model=EVALS["model"].replace({"small": "tiny"}))

@@ -231,6 +231,27 @@ def test_device_must_be_the_accelerators(pool, accelerator):
         embedder.fit(pool.evals)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", torch.device("cpu", 0)])
+def test_device_equal_to_the_accelerators_is_accepted(pool, accelerator, device):
+    # "cpu:0" was refused: torch.device("cpu:0") != torch.device("cpu").
+    embedder = LocusEmbedder(
+        pool.encodings, device=device, accelerator=accelerator, **TINY
+    )
+    embedder.set_params(max_epochs=1).fit(pool.evals)
+    assert embedder.transform(pool.evals).shape == (6, TINY["embedding_dim"])
+
+
+def test_devices_compare_by_type_and_index():
+    from locus_sklearn._distributed import _same_device
+
+    cpu, cuda0, cuda1 = (torch.device(d) for d in ("cpu", "cuda:0", "cuda:1"))
+    assert _same_device(torch.device("cpu:0"), cpu)
+    assert _same_device(cuda1, torch.device("cuda", 1))
+    assert not _same_device(cpu, cuda0)
+    assert not _same_device(cuda0, cuda1)
+    assert not _same_device(torch.device("cpu:0"), cuda0)
+
+
 def test_accelerator_must_look_like_one(pool):
     with pytest.raises(ValueError, match="accelerator"):
         LocusEmbedder(pool.encodings, accelerator="gpu", **TINY).fit(pool.evals)

@@ -797,6 +797,26 @@ def test_onnx_graph_runs_as_exported_when_fusion_fails(tiny_bert_graph, monkeypa
         assert _fused_for_onnxruntime(graph, feed) == graph
 
 
+@pytest.mark.parametrize(
+    "missing", ["onnxscript.rewriter.ort_fusions", "onnxscript.ir", "onnx"]
+)
+def test_onnx_graph_runs_as_exported_when_fusion_cannot_be_imported(
+    tiny_bert_graph, monkeypatch, missing
+):
+    # The rewriter was imported outside the fallback: an onnxscript without
+    # ort_fusions gave a bare ModuleNotFoundError at the first transform.
+    from locus_sklearn._onnx import _fused_for_onnxruntime
+
+    graph, feed = tiny_bert_graph
+    monkeypatch.setitem(sys.modules, missing, None)  # import fails
+    if missing == "onnxscript.ir":  # ``from onnxscript import ir``: the attribute
+        import onnxscript
+
+        monkeypatch.delattr(onnxscript, "ir")
+    with pytest.warns(RuntimeWarning, match=r"could not fuse .*ModuleNotFoundError"):
+        assert _fused_for_onnxruntime(graph, feed) == graph
+
+
 def test_onnx_graph_runs_as_exported_when_fusion_changes_outputs(
     tiny_bert_graph, monkeypatch
 ):

@@ -280,6 +280,15 @@ def test_n_jobs_and_chunk_queries_not_int(embedder, router, pool, bad):
         predict_chunked(router, ["q"], chunk_queries=bad)
 
 
+@pytest.mark.parametrize("bad", ["yes", "no", 1, None, [True]])
+def test_return_models_must_be_a_bool(embedder, pool, bad):
+    # A truthy "yes" returned a tuple where an array was expected.
+    with pytest.raises(TypeError, match=r"return_models must be a bool .*; got"):
+        transform_chunked(embedder, pool.evals, return_models=bad)
+    Z, models = transform_chunked(embedder, pool.evals, return_models=np.True_)
+    assert list(models) == sorted(pool.evals["model"].unique())
+
+
 @pytest.mark.parametrize("source", [5, b"evals.parquet", np.zeros((3, 3))])
 def test_bad_source_type(embedder, source):
     with pytest.raises(TypeError, match="evals must be a DataFrame"):
@@ -399,6 +408,63 @@ def test_parquet_folder_checks_every_file_ids_and_columns(embedder, pool, tmp_pa
     np.testing.assert_allclose(
         transform_chunked(embedder, folder), embedder.transform(pool.evals), **TOL
     )
+
+
+@pytest.mark.parametrize("empty_name", ["a.parquet", "z.parquet"])
+def test_parquet_folder_reads_a_header_only_file_in_any_order(
+    embedder, pool, whole, tmp_path, empty_name
+):
+    # A header-only file (0 rows, columns of Arrow type null) sorting first
+    # gave the folder its schema: the other file failed to cast string to
+    # null, in an error naming that other file.
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    pool.evals.to_parquet(folder / "m.parquet")
+    pool.evals.iloc[:0].to_parquet(folder / empty_name)
+    assert pq.read_schema(folder / empty_name).field("model").type == pa.null()
+    np.testing.assert_allclose(
+        transform_chunked(embedder, folder, chunk_models=5), whole, **TOL
+    )
+    chunks = list(iter_model_chunks(folder, chunk_models=5))
+    read = pd.concat(chunks, ignore_index=True)
+    assert len(read) == len(pool.evals)
+    assert read["model"].map(type).eq(str).all()
+    # The null-typed file still adds no rows nor errors when given as a dataset.
+    dataset = ds.dataset(folder, format="parquet")
+    np.testing.assert_allclose(transform_chunked(embedder, dataset), whole, **TOL)
+
+
+def test_hive_partitioned_folder_reads_its_partition_columns(
+    embedder, pool, whole, tmp_path
+):
+    # pandas' partitioned write keeps the model in the folder names only:
+    # the folder was refused as missing its model column.
+    folder = tmp_path / "hive"
+    pool.evals.to_parquet(folder, partition_cols=["model"])
+    assert "model" not in pq.read_schema(next(folder.rglob("*.parquet"))).names
+    np.testing.assert_allclose(
+        transform_chunked(embedder, folder, chunk_models=5), whole, **TOL
+    )
+    chunks = list(iter_model_chunks(folder, chunk_models=5))
+    assert [len(c["model"].unique()) for c in chunks] == [5, 5, 2]
+    # Two levels, an id that looks like a number kept as written.
+    renamed = pool.evals.assign(task="007")
+    nested = tmp_path / "nested"
+    renamed.to_parquet(nested, partition_cols=["task", "model"])
+    read = pd.concat(iter_model_chunks(nested), ignore_index=True)
+    assert set(read["task"]) == {"007"} and len(read) == len(pool.evals)
+    np.testing.assert_allclose(transform_chunked(embedder, nested), whole, **TOL)
+
+
+def test_plain_folder_with_key_value_names_reads_as_before(embedder, pool, tmp_path):
+    # A subfolder named like a partition of a column its files hold: the
+    # files' own column is read, not one from the path.
+    folder = tmp_path / "plain"
+    (folder / "task=other").mkdir(parents=True)
+    pool.evals.to_parquet(folder / "task=other" / "part.parquet")
+    read = pd.concat(iter_model_chunks(folder), ignore_index=True)
+    assert set(read["task"]) == set(pool.evals["task"])
+    assert list(read.columns) == list(pool.evals.columns)
 
 
 def test_parquet_folder_read_errors_name_the_file(embedder, pool, tmp_path):

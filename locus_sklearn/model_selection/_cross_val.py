@@ -1,33 +1,193 @@
 """Out-of-fold P(correct) on a router's own training queries."""
 
+import inspect
+import reprlib
+from collections.abc import Iterable
 from numbers import Integral
 
 import numpy as np
+import pandas as pd
 from sklearn.base import clone
+from sklearn.model_selection import (
+    RepeatedStratifiedKFold,
+    StratifiedGroupKFold,
+    StratifiedKFold,
+    StratifiedShuffleSplit,
+)
 from sklearn.utils.validation import check_is_fitted
 
-from .._evals import _preview, check_evals
+from .._evals import _as_frame, _preview, _sorted_codes, check_evals
 from .._router import LocusRouter
 from .._shrinkage import cross_fitted_predictions, query_folds, shrink
 
 __all__ = ["cross_val_predict_proba"]
 
+_CV_KINDS = (
+    "an int >= 2, None (5 folds), a splitter with a split method (such as "
+    "sklearn.model_selection.KFold) or an iterable of (train, test) index pairs"
+)
+# sklearn's splitters that stratify by a target y (StratifiedGroupKFold takes
+# y=None in its signature but needs it all the same).
+_STRATIFIED = (
+    StratifiedKFold,
+    RepeatedStratifiedKFold,
+    StratifiedShuffleSplit,
+    StratifiedGroupKFold,
+)
+
+
+def _short(value):
+    """A repr of ``value`` short enough for an error message."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else reprlib.repr(value)
+
+
+def _needs_y(splitter):
+    """Whether ``splitter.split`` needs a target ``y``, which queries lack."""
+    if isinstance(splitter, _STRATIFIED):
+        return True
+    try:
+        parameter = inspect.signature(splitter.split).parameters.get("y")
+    except (TypeError, ValueError):  # a builtin or C callable: cannot tell
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
 
 def _check_cv(cv, n_queries):
-    """A splitter of the queries: KFold (shuffled, seed 0) for an int."""
-    if isinstance(cv, Integral) and not isinstance(cv, bool):
-        if not 2 <= cv <= n_queries:
+    """``cv`` as a splitter of the queries, as sklearn's ``check_cv`` accepts
+    it: KFold (shuffled, seed 0) for an int or None (5 folds), a splitter as
+    is, an iterable of (train, test) pairs as the list of its pairs."""
+    folds = 5 if cv is None else cv
+    if isinstance(folds, Integral) and not isinstance(folds, bool):
+        if not 2 <= folds <= n_queries:
+            shown = "None (5 folds)" if cv is None else repr(cv)
             raise ValueError(
                 f"cv must be an int in [2, n_queries={n_queries}] or a splitter; "
-                f"got {cv}."
+                f"got {shown}."
             )
-        return query_folds(cv)
-    if hasattr(cv, "split") and not isinstance(cv, (str, type)):
+        return query_folds(folds)
+    if isinstance(cv, type):
+        raise TypeError(
+            f"cv must be {_CV_KINDS}; got the class {cv.__name__}, not an "
+            f"instance (e.g. {cv.__name__}())."
+        )
+    if isinstance(cv, (str, bytes)) or not (
+        hasattr(cv, "split") or isinstance(cv, Iterable)
+    ):
+        raise TypeError(
+            f"cv must be {_CV_KINDS}; got {_short(cv)} ({type(cv).__name__})."
+        )
+    if hasattr(cv, "split"):
+        if _needs_y(cv):
+            raise ValueError(
+                f"cv={_short(cv)} stratifies by a target y, which "
+                "cross_val_predict_proba does not have: it splits queries, each "
+                "scored by several models. Use a splitter that needs no y, such as "
+                "KFold, or GroupKFold with groups=."
+            )
         return cv
-    raise TypeError(
-        f"cv must be an int >= 2 or a splitter with a split method (such as "
-        f"sklearn.model_selection.KFold); got {cv!r}."
-    )
+    return _FoldList(list(cv))
+
+
+class _FoldList:
+    """The (train, test) pairs of an iterable ``cv``, read once (a generator
+    can be iterated only once), as sklearn's ``check_cv`` keeps them."""
+
+    def __init__(self, folds):
+        self.folds = folds
+
+    def split(self, X, y=None, groups=None):
+        yield from self.folds
+
+
+class _CheckedFolds:
+    """The folds of ``splitter`` over the sorted distinct queries, with their
+    groups, each test fold checked before any copy is fitted on it: integer
+    positions in [0, n_queries), no query in two test folds."""
+
+    def __init__(self, splitter, n_queries, groups):
+        self.splitter = splitter
+        self.n_queries = n_queries
+        self.groups = groups
+
+    def split(self, X):
+        if self.groups is None:  # custom splitters may take X alone
+            folds = self.splitter.split(X)
+        else:
+            folds = self.splitter.split(X, groups=self.groups)
+        covered = np.zeros(self.n_queries, dtype=bool)
+        for i, fold in enumerate(folds):
+            try:
+                train, test = fold
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"cv must give (train, test) pairs of index arrays; fold {i} "
+                    f"is {_short(fold)}."
+                ) from None
+            held = np.asarray(test)
+            if held.size == 0:  # nothing to predict (np.array([]) is float)
+                continue
+            if held.ndim != 1 or held.dtype.kind not in "iu":
+                raise TypeError(
+                    f"cv gave test fold {i} as {_short(test)}; a test fold must be "
+                    "a 1-D array of integer positions in the sorted distinct queries."
+                )
+            outside = (held < 0) | (held >= self.n_queries)
+            if outside.any():
+                raise ValueError(
+                    f"cv gave test fold {i} position(s) outside [0, n_queries="
+                    f"{self.n_queries}): {_preview(held[outside])}. Positions index "
+                    "the sorted distinct queries of evals."
+                )
+            held = held.astype(np.intp, copy=False)
+            again = held[covered[held]]
+            if len(again):
+                raise ValueError(
+                    f"cv gave a query to more than one test fold: test fold {i} "
+                    f"holds {len(again)} query(ies) of an earlier one, e.g. "
+                    f"{_preview(np.asarray(X, dtype=object)[again])}. Each query "
+                    "must be in exactly one test fold (ShuffleSplit's are not)."
+                )
+            covered[held] = True
+            yield train, held
+
+
+def _query_groups(groups, evals, table):
+    """The group of each query of ``table`` (in ``table.queries`` order), from
+    ``groups``, one per row of ``evals``; every row of a query in one group."""
+    if isinstance(groups, (str, bytes)) or np.ndim(groups) != 1:
+        raise ValueError(
+            f"groups must be a 1-D array-like with one group per row of evals; "
+            f"got {_short(groups)}."
+        )
+    groups = np.asarray(groups)
+    n_rows = table.n_input_rows
+    if len(groups) != n_rows:
+        raise ValueError(
+            f"groups must have one group per row of evals ({n_rows} rows); got "
+            f"{len(groups)} groups."
+        )
+    codes, values = pd.factorize(groups)
+    if (codes < 0).any():
+        raise ValueError(
+            f"groups has {int((codes < 0).sum())} missing value(s) (None or NaN); "
+            "every row of evals needs a group."
+        )
+    # The same query positions as check_evals gives its rows.
+    query = _as_frame(evals, "evals")["query"].to_numpy(dtype=object)
+    _, query_index = _sorted_codes(query)
+    _, first_row = np.unique(query_index, return_index=True)
+    first = codes[first_row]  # the group of each query's first row
+    mixed = np.unique(query_index[codes != first[query_index]])
+    if len(mixed):
+        q = mixed[0]
+        found = np.asarray(values)[np.unique(codes[query_index == q])]
+        raise ValueError(
+            f"groups must give every row of a query the same group (folds hold "
+            f"whole queries); {len(mixed)} quer(y/ies) have more than one, e.g. "
+            f"query {table.queries[q]!r} in groups {_preview(found)}."
+        )
+    return np.asarray(values)[first]
 
 
 def _lost_models(lost):
@@ -69,7 +229,7 @@ def _locus_folds(router, table, splitter):
         yield rows, shrink(proba, means, router.shrinkage_)
 
 
-def cross_val_predict_proba(router, evals, *, cv=5):
+def cross_val_predict_proba(router, evals, *, cv=5, groups=None):
     """Each query's P(correct) from a copy of the router fitted without it.
 
     A router fitted on ``evals`` has read every answer there (the kernel
@@ -93,17 +253,46 @@ def cross_val_predict_proba(router, evals, *, cv=5):
     evals : DataFrame or mapping of columns
         Scored evaluations (``model``, ``query``, ``score``) of every model of
         the pool, typically the router's training evaluations.
-    cv : int or cross-validation splitter, default=5
-        An int is the number of folds of sklearn's ``KFold`` (shuffled,
-        ``random_state=0``) over the queries; a splitter's ``split`` is called
-        on the sorted unique queries and must give each query to exactly one
-        test fold.
+    cv : int, cross-validation splitter, iterable or None, default=5
+        How the queries are split, as scikit-learn's
+        :func:`~sklearn.model_selection.check_cv` accepts it. The folds split
+        the sorted distinct queries (``check_evals(evals).queries``), so every
+        index is a position in that array, never a row of ``evals``:
+
+        - an int: the number of folds of sklearn's ``KFold``, shuffled with
+          ``random_state=0`` (query ids often sort by source);
+        - None: the default, 5 such folds;
+        - a splitter: its ``split(queries)`` is called, with
+          ``groups=`` when ``groups`` is given (``GroupKFold``,
+          ``LeaveOneGroupOut``); a splitter that needs a target ``y``
+          (``StratifiedKFold``) is refused, queries have none;
+        - an iterable of ``(train, test)`` pairs of index arrays (a list, a
+          tuple, a generator).
+
+        Each query must be in exactly one test fold. Only the test folds are
+        read: each copy is fitted on every query outside its test fold.
+    groups : array-like of shape (n_rows,), default=None
+        Group of each row of ``evals`` (e.g. ``evals["task"]``), for a
+        splitter that splits by group; every row of a query must have the
+        same group. The splitter receives one group per query, in the order
+        of the sorted distinct queries.
 
     Returns
     -------
     proba : ndarray of shape (n_queries, n_models)
         Rows in sorted query order (``check_evals(evals).queries``), columns
-        in ``router.classes_`` order.
+        in ``router.classes_`` order; the dtype of the router's own
+        ``predict_proba`` (float32 for a LocusRouter).
+
+    Raises
+    ------
+    ValueError
+        If ``evals`` holds other models than the router's, ``cv`` gives a
+        query to two test folds or to none, a model has every evaluation in
+        one fold, ``cv`` needs a target ``y``, or ``groups`` does not give
+        one group per row with one group per query.
+    TypeError
+        If ``cv`` is none of the kinds above.
 
     Examples
     --------
@@ -119,15 +308,27 @@ def cross_val_predict_proba(router, evals, *, cv=5):
     >>> from sklearn.model_selection import KFold
     >>> cross_val_predict_proba(router, evals, cv=KFold(2))[:, 1].tolist()
     [0.0, 1.0, 1.0, 0.0]
+
+    Folds by group, one group per row (here q1 and q2 in one, q3 and q4 in
+    the other):
+
+    >>> from sklearn.model_selection import LeaveOneGroupOut
+    >>> groups = ["x", "x", "y", "y"] * 2
+    >>> cross_val_predict_proba(router, evals, cv=LeaveOneGroupOut(),
+    ...                         groups=groups)[:, 1].tolist()
+    [0.0, 1.0, 1.0, 0.0]
     """
     check_is_fitted(router)
-    return out_of_fold_proba(router, check_evals(evals), cv)
+    table = check_evals(evals)
+    query_groups = None if groups is None else _query_groups(groups, evals, table)
+    return out_of_fold_proba(router, table, cv, query_groups=query_groups)
 
 
-def out_of_fold_proba(router, table, cv):
+def out_of_fold_proba(router, table, cv, *, query_groups=None):
     """:func:`cross_val_predict_proba` of a fitted router on an already
     validated :class:`~locus_sklearn.EvalTable` (callers that checked the
-    evaluations themselves do not check them again)."""
+    evaluations themselves do not check them again); ``query_groups`` holds
+    one group per query of ``table.queries``, or is None."""
     classes = np.asarray(router.classes_, dtype=object)
     unknown = np.setdiff1d(table.models, classes)
     absent = np.setdiff1d(classes, table.models)
@@ -137,13 +338,18 @@ def out_of_fold_proba(router, table, cv):
             + (f"unknown model(s): {_preview(unknown)}. " if len(unknown) else "")
             + (f"no rows for: {_preview(absent)}." if len(absent) else "")
         )
-    splitter = _check_cv(cv, table.n_queries)
+    splitter = _CheckedFolds(
+        _check_cv(cv, table.n_queries), table.n_queries, query_groups
+    )
     folds = _locus_folds if isinstance(router, LocusRouter) else _refitted_folds
-    proba = np.empty((table.n_queries, len(classes)))
+    proba = None
     covered = np.zeros(table.n_queries, dtype=bool)
     for held, fold_proba in folds(router, table, splitter):
-        if covered[held].any():
-            raise ValueError("cv gave a query to more than one test fold.")
+        fold_proba = np.asarray(fold_proba)
+        if proba is None:  # the router's own dtype (float32 for a LocusRouter)
+            proba = np.empty((table.n_queries, len(classes)), dtype=fold_proba.dtype)
+        elif not np.can_cast(fold_proba.dtype, proba.dtype, casting="safe"):
+            proba = proba.astype(np.result_type(proba, fold_proba))
         covered[held] = True
         proba[held] = fold_proba
     if not covered.all():

@@ -1,6 +1,7 @@
 """Embed and score large pools chunk by chunk, in joblib workers."""
 
 import os
+import reprlib
 from numbers import Integral
 from types import SimpleNamespace
 
@@ -138,7 +139,8 @@ def transform_chunked(
         any table :func:`~locus_sklearn.check_evals` rejects (checked chunk by
         chunk).
     TypeError
-        For a ``chunk_models`` or ``n_jobs`` that is not an int, or a file
+        For a ``chunk_models`` or ``n_jobs`` that is not an int, a
+        ``return_models`` that is not a bool, or a file
         that stores a column as a type it cannot hold (checked file by file
         before any chunk is read).
     sklearn.utils._param_validation.InvalidParameterError
@@ -176,6 +178,13 @@ def transform_chunked(
     # once and in this process rather than in every worker.
     locus._validate_params()
     _check_n_jobs(n_jobs)
+    # Checked before any chunk is read; a truthy "yes" would silently return
+    # a tuple where an array is expected.
+    if not isinstance(return_models, bool | np.bool_):
+        raise TypeError(
+            f"return_models must be a bool (True or False); got "
+            f"{reprlib.repr(return_models)} ({type(return_models).__name__})."
+        )
     chunks, n_rows = model_chunks(evals, chunk_models)
     tasks = (
         delayed(_embed_chunk)(locus, chunk, _worker_threads(n_jobs), os.getpid())

@@ -172,6 +172,7 @@ def _check_files(dataset, name):
     """
     import pyarrow.dataset as ds
 
+    schemas = []
     for fragment in dataset.get_fragments():
         path = getattr(fragment, "path", None)
         if path is None:  # a table in memory: the dataset's schema is its own
@@ -187,6 +188,37 @@ def _check_files(dataset, name):
         keys = ds.get_partition_keys(fragment.partition_expression)
         _check_columns([*schema.names, *keys], f"{name} file {path!r}")
         _check_arrow_types(schema, name, f"file {path!r} stores it as")
+        schemas.append(schema)
+    return schemas
+
+
+def _without_null_types(dataset, schemas):
+    """``dataset`` read with a type for each of its null-typed columns.
+
+    pyarrow takes a folder's schema from its first file; a header-only file
+    written from an empty DataFrame stores its columns as type null, and
+    would make every other file fail to cast (string to null). Such a
+    column takes the type the first file holding values stores it as
+    (``schemas``: each file's own), as if the empty file were not there; a
+    null column casts to any type.
+    """
+    import pyarrow as pa
+
+    schema = dataset.schema
+    fields = list(schema)
+    changed = False
+    for i, field in enumerate(fields):
+        if not pa.types.is_null(field.type):
+            continue
+        for stored in schemas:
+            index = stored.get_field_index(field.name)
+            if index >= 0 and not pa.types.is_null(stored.field(index).type):
+                fields[i] = field.with_type(stored.field(index).type)
+                changed = True
+                break
+    if not changed:
+        return dataset
+    return dataset.replace_schema(pa.schema(fields, metadata=schema.metadata))
 
 
 def _read_error(dataset, exc, name, columns, where=None):
@@ -229,16 +261,51 @@ def _as_dataset(evals, name):
     # A URI (s3://, gs://, hdfs://) is resolved by pyarrow's filesystems.
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"{name}={path!r} does not exist.")
-    return ds.dataset(path, format="parquet")
+    dataset = ds.dataset(path, format="parquet")
+    if "://" in path or os.path.isdir(path):
+        dataset = _with_hive_columns(dataset, path)
+    return dataset
+
+
+def _with_hive_columns(dataset, path):
+    """``dataset`` with the columns of a hive-partitioned folder
+    (``model=m1/part-0.parquet``, as ``DataFrame.to_parquet(path,
+    partition_cols=[...])`` writes it) read from the paths.
+
+    Only keys that no file stores are added, so a folder of plain files (or
+    one whose ``key=value`` folders repeat a column of its files) reads as
+    before. Id keys (``model``, ``query``, ``task``) are read as strings,
+    as written ("007" stays "007"); others by pyarrow's inference.
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    try:
+        hive = ds.dataset(path, format="parquet", partitioning="hive")
+    except _arrow_read_errors():  # e.g. a key that is also a column
+        return dataset
+    stored = set(dataset.schema.names)
+    keys = [field for field in hive.schema if field.name not in stored]
+    if not keys:
+        return dataset
+    fields = [
+        pa.field(f.name, pa.string()) if f.name in _ID_COLUMNS else f for f in keys
+    ]
+    partitioning = ds.partitioning(pa.schema(fields), flavor="hive")
+    try:
+        return ds.dataset(path, format="parquet", partitioning=partitioning)
+    except _arrow_read_errors():  # pragma: no cover - discovered just above
+        return dataset
 
 
 def _dataset_chunks(dataset, chunk_models, name):
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    _check_columns(dataset.schema.names, name)
+    # An empty file first in the folder must not type the others' columns.
+    dataset = _without_null_types(dataset, _check_files(dataset, name))
     schema = dataset.schema
-    _check_columns(schema.names, name)
-    _check_files(dataset, name)
     # Partition columns and in-memory tables: the dataset's own schema.
     _check_arrow_types(schema, name)
     if dataset.count_rows() == 0:
@@ -398,6 +465,11 @@ def iter_model_chunks(evals, *, chunk_models=1000):
           strings, as in :func:`~locus_sklearn.datasets.load_evals`. Every
           file's own schema is checked first (ids strings or integers, scores
           numbers), since pyarrow would cast a file to the first file's types;
+          a header-only file (columns of Arrow type null) types nothing. A
+          hive-partitioned folder (``model=m1/part-0.parquet``, as
+          ``DataFrame.to_parquet(path, partition_cols=["model"])`` writes it)
+          gives the columns its folder names hold and its files lack, ids
+          as strings;
         - any other iterable of DataFrames (e.g. ``pd.read_csv(path,
           chunksize=100_000)``): streamed and regrouped; each model's rows
           must come in consecutive frames.
