@@ -53,7 +53,8 @@ def episode_scores(X, y_true, n_queries):
     -------
     held, scores : Tensor of shape (B, n_queries)
         1 where the episode holds the query (an encoder or decoder row), and
-        its score there (0 elsewhere).
+        its score there (0 elsewhere). A query held in both sets (``disjoint=
+        False``) counts once, with the mean of its rows' scores.
 
     Examples
     --------
@@ -69,11 +70,12 @@ def episode_scores(X, y_true, n_queries):
     score = torch.cat([X["enc_score"], torch.nan_to_num(y_true)], dim=1).float()
     # scatter_add, not scatter: padding positions point at query 0 with weight
     # 0 and must not overwrite a real row of that query.
-    dense_held = held.new_zeros(len(index), n_queries).scatter_add_(1, index, held)
-    dense_score = held.new_zeros(len(index), n_queries).scatter_add_(
-        1, index, score * held
-    )
-    return dense_held, dense_score
+    count = held.new_zeros(len(index), n_queries).scatter_add_(1, index, held)
+    total = held.new_zeros(len(index), n_queries).scatter_add_(1, index, score * held)
+    # Without disjoint sets a query can be both an encoder and a decoder row
+    # of one episode: it is still one query the episode holds (counted twice,
+    # it would weigh double and its summed score could exceed 1).
+    return (count > 0).to(held.dtype), total / count.clamp(min=1)
 
 
 def rms_disagreement(held, scores):

@@ -14,7 +14,12 @@ from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
+from ._encoders import (
+    as_query_encoder,
+    encode_as_fitted,
+    encode_queries,
+    warn_shared_encodings,
+)
 from ._evals import _preview, check_evals, check_model_costs, check_queries
 from ._params import NoBoolNumbersMixin
 from .metrics._routing import route
@@ -183,7 +188,7 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         encoder = None
         if self._uses_query_encodings:
             encoder = self._query_encoder()
-            X_query = encoder.transform(table.queries)
+            X_query = encode_queries(encoder, table.queries)
             warn_shared_encodings(X_query, table.queries)
         else:
             X_query = np.zeros((table.n_queries, 0), dtype=np.float32)

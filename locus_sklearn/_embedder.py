@@ -18,11 +18,16 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._device import resolve_device
 from ._distributed import check_accelerator, shared_random_state
-from ._encoders import as_query_encoder, encode_as_fitted, warn_shared_encodings
+from ._encoders import (
+    as_query_encoder,
+    encode_as_fitted,
+    encode_queries,
+    warn_shared_encodings,
+)
 from ._evals import _preview, check_evals, check_queries
-from ._params import NoBoolNumbersMixin
+from ._params import NoBoolNumbersMixin, NumberInterval
 from ._persistence import load_embedder, save_embedder
-from ._readout import ReadoutPool
+from ._readout import ReadoutPool, import_hnswlib
 from ._refinement import embedding_scale, refine_embeddings
 from ._training import (
     MONITORS,
@@ -343,8 +348,10 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         pass amortised over every set, reads mostly how strong a model is;
         the refined embedding also keeps what the predictor can read of the
         model's own answers. 0 returns the encoder's embedding (the
-        paper's). A model's refinement does not depend on the models
-        embedded beside it. At 256 evaluations per model
+        paper's). A model's refinement is its own (its objective, steps
+        and stopping), so its embedding, refined or not, depends on the
+        models embedded beside it only through float32 rounding of the
+        batched passes (about 1e-7 relative). At 256 evaluations per model
         (``benchmarks/results/TUNING.md``, session 28; three seeds):
         Shaberi's same-base siblings recall@1 0.27 against 0.10, BFCL's
         self-identification from 256 disjoint rows 0.17 against 0.10,
@@ -431,7 +438,9 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         "mix_prob": [Interval(Real, 0, 1, closed="both")],
         "n_regions": [Interval(Integral, 2, None, closed="left")],
         "kernel_readout": ["boolean"],
-        "readout_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        # NumberInterval: _check_readout validates it apart from
+        # _validate_params (at prediction), so it refuses bools itself.
+        "readout_neighbors": [NumberInterval(Integral, 1, None, closed="left"), None],
         "readout_index": [StrOptions({"exact", "hnsw"})],
         "readout_dtype": [StrOptions({"float32", "bfloat16"})],
         "n_profile_regions": [Interval(Integral, 0, None, closed="left")],
@@ -572,8 +581,13 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         return cloned
 
     # ------------------------------------------------------------------ checks
-    def _check_readout(self):
-        """The readout's run-time parameters, also when set after ``fit``."""
+    def _check_readout(self, *, check_import=False):
+        """The readout's run-time parameters, also when set after ``fit``.
+
+        ``check_import``: also that hnswlib imports where the readout will
+        search with it (``fit`` checks so before training; ``load`` does not,
+        so that a file can be read, and its ``readout_index`` set to "exact",
+        where hnswlib is missing)."""
         validate_parameter_constraints(
             {k: self._parameter_constraints[k] for k in _READOUT_PARAMS},
             {k: getattr(self, k) for k in _READOUT_PARAMS},
@@ -586,9 +600,11 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
                 "None (read every evaluation); set readout_neighbors to an int "
                 "such as 32, or readout_index='exact'."
             )
+        if check_import and self.kernel_readout and self.readout_index == "hnsw":
+            import_hnswlib()
 
-    def _check_structure(self):
-        self._check_readout()
+    def _check_structure(self, *, check_import=False):
+        self._check_readout(check_import=check_import)
         if self.embedding_dim % self.n_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} must divide embedding_dim="
@@ -672,9 +688,9 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
     def _fit_evals(self, evals):
         """Validate, encode the queries once, fit; return (table, X_query)."""
         table = check_evals(evals)
-        self._check_structure()  # before the encoder loads: fail fast
+        self._check_structure(check_import=True)  # before the encoder loads
         encoder = self._query_encoder()
-        X_query = encoder.transform(table.queries)
+        X_query = encode_queries(encoder, table.queries)
         warn_shared_encodings(X_query, table.queries)
         self._fit_encoded(table, X_query, encoder, check_collapse=True)
         return table, X_query
@@ -693,7 +709,7 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
 
         ``check_collapse``: warn (:class:`CollapsedEmbeddingWarning`) when the
         training models' embeddings are nearly identical."""
-        self._check_structure()
+        self._check_structure(check_import=True)  # before training
         rng = check_random_state(self.random_state)
         device = self._training_device()
         if self.accelerator is not None:
@@ -741,9 +757,15 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        embeddings : ndarray of shape (n_models, embedding_dim)
+        embeddings : ndarray of shape (n_models, embedding_dim) or DataFrame
             One row per distinct model of ``evals``, in sorted model-name
-            order. Independent of row order; deterministic.
+            order; with pandas output (``set_output(transform="pandas")`` or
+            ``sklearn.set_config(transform_output="pandas")``), a DataFrame
+            indexed by model name. Independent of row order; deterministic.
+            A model's row does not depend on the other models of ``evals``
+            beyond float32 rounding (models are embedded in padded batches;
+            about 1e-7 relative), so it may differ in the last bits from the
+            same model's row embedded alone.
         """
         check_is_fitted(self)
         # Run-time settings (inference_dtype, transform_batch_tokens,
@@ -958,5 +980,8 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
+        # transform returns float32 whatever the input (a table of scores,
+        # not an array whose dtype it could keep).
+        tags.transformer_tags.preserves_dtype = []
         tags.non_deterministic = False
         return tags

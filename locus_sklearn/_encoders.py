@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from sklearn import config_context
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
@@ -689,15 +690,41 @@ def as_query_encoder(encoder, memory=None, device=None):
     return QueryEncoder(encoder, memory=memory, device=device).fit()
 
 
+def encode_queries(encoder, queries):
+    """Encodings of ``queries`` by the fitted query encoder ``encoder``, for
+    the library's own use: a float32 ndarray whatever output scikit-learn is
+    set to give (``sklearn.set_config(transform_output="pandas")``, or the
+    encoder's own ``set_output``), which changes only what a user's own call
+    of ``transform`` returns.
+
+    Returns
+    -------
+    X : ndarray of float32, shape (n_queries, n_features)
+
+    Examples
+    --------
+    >>> import sklearn
+    >>> encoder = as_query_encoder({"q1": [1.0, 0.0]})
+    >>> with sklearn.config_context(transform_output="pandas"):
+    ...     type(encoder.transform(["q1"])).__name__, encode_queries(encoder, ["q1"])
+    ('DataFrame', array([[1., 0.]], dtype=float32))
+    """
+    with config_context(transform_output="default"):
+        X = encoder.transform(queries)
+    # Writable: a DataFrame's values (an encoder's own set_output) may be a
+    # read-only view, which torch warns about.
+    return np.require(np.asarray(X, dtype=np.float32), requirements="W")
+
+
 def encode_as_fitted(estimator, queries):
     """Encodings of ``queries`` by ``estimator.encoder_``, checked to have the
     ``estimator.n_query_features_`` columns it was fitted on.
 
     Returns
     -------
-    X : ndarray of shape (n_queries, n_query_features_)
+    X : ndarray of float32, shape (n_queries, n_query_features_)
     """
-    X = estimator.encoder_.transform(queries)
+    X = encode_queries(estimator.encoder_, queries)
     if X.shape[1] != estimator.n_query_features_:
         raise ValueError(
             f"The encoder gives {X.shape[1]}-dimensional query encodings, but "

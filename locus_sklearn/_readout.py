@@ -23,6 +23,20 @@ from torch.nn import functional as F
 
 __all__ = ["EvaluationSets", "KernelReadout", "ReadoutPool"]
 
+
+def import_hnswlib():
+    """hnswlib, which ``readout_index="hnsw"`` needs; an ImportError that says
+    how to install it where it is missing."""
+    try:
+        import hnswlib
+    except ImportError as error:
+        raise ImportError(
+            "readout_index='hnsw' needs hnswlib: pip install "
+            "'locus-sklearn[ann]' (or hnswlib)."
+        ) from error
+    return hnswlib
+
+
 # Most (U, q) weights of one chunk that a sparse pool's product reads in place
 # (16 MB in float32): past that they outgrow the cache and are read in blocks.
 _TRANSPOSED_WEIGHTS = 2**22
@@ -512,13 +526,7 @@ class ReadoutPool:
     HNSW_EF = 128
 
     def _hnsw(self, k):
-        try:
-            import hnswlib
-        except ImportError as error:
-            raise ImportError(
-                "readout_index='hnsw' needs hnswlib: pip install "
-                "'locus-sklearn[ann]' (or hnswlib)."
-            ) from error
+        hnswlib = import_hnswlib()
         if self._graph is None:
             n_bank, n_features = self.bank.shape
             graph = hnswlib.Index(space="ip", dim=n_features)

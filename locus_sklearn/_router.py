@@ -23,6 +23,14 @@ def _unwrap(embedder):
     return embedder.estimator if isinstance(embedder, FrozenEstimator) else embedder
 
 
+def _check_fitted_embedder(locus):
+    """A fitted LocusEmbedder's settings before it embeds: the run-time ones
+    (``refine_steps``, ``inference_dtype``, ...) may have been set after fit,
+    the network-shaping ones may not."""
+    locus._validate_params()
+    locus._check_fitted_network()
+
+
 class LocusRouter(BaseRouter):
     """Route each query to the model most likely to answer it, from LOCUS embeddings.
 
@@ -165,7 +173,10 @@ class LocusRouter(BaseRouter):
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
-        if not isinstance(embedder, FrozenEstimator):
+        if isinstance(embedder, FrozenEstimator):
+            # Fitted elsewhere: its settings may have been set after its fit.
+            _check_fitted_embedder(locus)
+        else:
             locus._fit_encoded(table, X_query, encoder, check_collapse=True)
         self.embedder_ = embedder
         self.model_embeddings_ = locus._transform_encoded(table, X_query)
@@ -393,9 +404,7 @@ class LocusRouter(BaseRouter):
 
     def _embed_table(self, table):
         """(query encodings, embeddings) of the models of ``table``."""
-        # The embedder's run-time settings may have been set after fit.
-        self._locus._validate_params()
-        self._locus._check_fitted_network()
+        _check_fitted_embedder(self._locus)
         self._locus._warn_few_evaluations(table)
         X_query = self._encode(table.queries)
         return X_query, self._locus._transform_encoded(table, X_query)

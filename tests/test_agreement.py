@@ -34,6 +34,47 @@ def test_episode_scores_lays_out_encoder_and_decoder_rows():
     assert scores.tolist() == [[1, 0, 0.5, 0, 0], [0.25, 0, 0, 1, 0]]
 
 
+def test_a_query_in_both_sets_counts_once_with_its_mean_score():
+    # disjoint=False: a query can be an encoder and a decoder row of one
+    # episode. Episodes 0 and 1 answer identically (query 1 in both of their
+    # sets, score 1); episode 2 differs from them on query 0 only.
+    X = {
+        "enc_index": torch.tensor([[0, 1], [0, 1], [0, 1]]),
+        "enc_score": torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 1.0]]),
+        "enc_mask": torch.ones(3, 2, dtype=torch.bool),
+        "dec_index": torch.tensor([[1, 2], [1, 2], [1, 2]]),
+    }
+    y_true = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    held, scores = episode_scores(X, y_true, 4)
+    assert held.tolist() == [[1, 1, 1, 0]] * 3
+    assert scores.tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0]]
+    rms, shared = rms_disagreement(held, scores)
+    # Three shared queries per pair; 0-1 agree on all, 0-2 and 1-2 on two.
+    assert shared.tolist() == [[3, 3, 3]] * 3
+    assert float(rms[0, 1]) == 0
+    assert float(rms[0, 2]) == pytest.approx(np.sqrt(1 / 3))
+    assert float(rms[1, 2]) == pytest.approx(np.sqrt(1 / 3))
+
+
+@pytest.mark.parametrize("disjoint", [True, False])
+def test_identical_models_have_no_disagreement_in_collated_episodes(disjoint):
+    from locus_sklearn._training import EpisodeCollator
+
+    gen = torch.Generator().manual_seed(0)
+    queries = torch.arange(40)
+    y = torch.randint(0, 2, (40,), generator=gen).float()
+    other = 1 - y
+    batch = [((queries, y), 0), ((queries, y.clone()), 1), ((queries, other), 2)]
+    X, y_true = EpisodeCollator((16, 16), 30, disjoint)(batch)
+    held, scores = episode_scores(X, y_true, 40)
+    assert held.max() == 1 and scores.max() <= 1
+    rms, shared = rms_disagreement(held, scores)
+    assert float(rms[0, 1]) == 0  # the same answers: no disagreement
+    # Opposite answers on every shared query: disagreement 1 (t <= 1 on 0/1).
+    assert float(rms[0, 2]) == pytest.approx(1.0)
+    assert shared.max() <= 40
+
+
 def test_disagreement_is_the_rms_score_difference_on_shared_queries():
     held = torch.tensor([[1.0, 1, 1, 0], [1, 1, 0, 1], [0, 1, 1, 1]])
     scores = torch.tensor([[1.0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 1, 0]])

@@ -9,6 +9,7 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
+import sklearn
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,43 @@ def test_batching_does_not_change_embeddings(router, pool, fitted_copy):
         router.embedder_.transform(pool.evals),
         atol=1e-5,
     )
+
+
+def test_global_pandas_output_reaches_the_user_only(
+    router, pool, tiny_embedder, assert_reproduced
+):
+    """sklearn.set_config(transform_output="pandas") made the query encoder
+    return a DataFrame to fit and transform, which failed on it."""
+    from locus_sklearn import QueryEncoder
+
+    models = sorted(pool.evals["model"].unique())
+    rows = pool.evals.groupby("model").head(60)
+    plain = tiny_embedder(pool.encodings, max_epochs=1).fit_transform(rows)
+    # The library's own encoder and one the user passed in, also one set to
+    # give pandas itself: the network reads arrays whatever they give.
+    encoders = [
+        pool.encodings,
+        QueryEncoder(pool.encodings),
+        QueryEncoder(pool.encodings).set_output(transform="pandas"),
+    ]
+    for encoder in encoders:
+        with sklearn.config_context(transform_output="pandas"):
+            fitted = tiny_embedder(encoder, max_epochs=1).fit(rows)
+            frame = fitted.transform(rows)
+            both = tiny_embedder(encoder, max_epochs=1).fit_transform(rows)
+            served = router.embedder_.transform(pool.evals)
+            own = QueryEncoder(pool.encodings).fit().transform(["q001", "q000"])
+        for out in (frame, both, served):
+            assert isinstance(out, pd.DataFrame) and out.columns[0] == "locus0"
+        assert frame.index.tolist() == both.index.tolist() == models
+        assert_reproduced(frame.to_numpy(), plain)
+        assert_reproduced(both.to_numpy(), plain)
+        np.testing.assert_array_equal(
+            served.to_numpy(), router.embedder_.transform(pool.evals)
+        )
+        # What the user asks the encoder for still follows the setting.
+        assert isinstance(own, pd.DataFrame) and own.shape[0] == 2
+    assert isinstance(fitted.transform(rows), np.ndarray)
 
 
 def test_auto_batch_tokens_follow_the_networks_device(router, fitted_copy):
@@ -192,6 +230,18 @@ def test_pipeline_with_selector(pool, tiny_embedder):
     pipe.fit(pool.evals)
     assert len(pipe[-1].selected_indices_) == 3
     assert pipe.transform(pool.evals).shape == (12, 3)
+
+
+def test_tags_say_transform_keeps_no_input_dtype(router, pool):
+    from sklearn.utils.estimator_checks import check_valid_tag_types
+
+    from locus_sklearn import LocusEmbedder
+
+    # transform gives float32 from a table of scores, whatever the input.
+    tags = LocusEmbedder().__sklearn_tags__()
+    assert tags.transformer_tags.preserves_dtype == []
+    assert router.embedder_.transform(pool.evals).dtype == np.float32
+    check_valid_tag_types("LocusEmbedder", LocusEmbedder())
 
 
 def test_unfitted_embedder_raises(pool, tiny_embedder):

@@ -3,6 +3,7 @@ cache, sparse and dense layouts, and the nearest-neighbour options
 (ReadoutPool, KernelReadout.pairwise_pool)."""
 
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -222,6 +223,9 @@ def test_neighbour_options_predict_saved_and_loaded(
     [
         ({"readout_neighbors": 0}, "readout_neighbors"),
         ({"readout_neighbors": 2.5}, "readout_neighbors"),
+        # A bool is no count: True was read as k=1 at prediction.
+        ({"readout_neighbors": True}, "'readout_neighbors' .*not a bool"),
+        ({"readout_neighbors": np.True_}, "'readout_neighbors' .*not a bool"),
         ({"readout_index": "faiss"}, "readout_index"),
         ({"readout_dtype": "float16"}, "readout_dtype"),
         ({"readout_index": "hnsw"}, "needs|readout_neighbors=None"),
@@ -237,6 +241,62 @@ def test_readout_parameters_are_validated(
     r.embedder_.set_params(**params)
     with pytest.raises(ValueError, match=message):
         r.predict_proba(query_texts[:3])
+
+
+def test_bool_readout_neighbors_refused_by_embedder_predict_proba(
+    readout_router, query_texts, pool
+):
+    embedder = readout_router.embedder_
+    embedder.set_params(readout_neighbors=True)
+    with pytest.raises(ValueError, match="'readout_neighbors' .*not a bool"):
+        embedder.predict_proba(
+            readout_router.model_embeddings_, query_texts[:3], evals=pool.evals
+        )
+
+
+HNSW_MISSING = (
+    "readout_index='hnsw' needs hnswlib: pip install 'locus-sklearn\\[ann\\]'"
+)
+
+
+@pytest.mark.parametrize("shrinkage", [None, "auto"])
+def test_missing_hnswlib_is_reported_before_training(
+    pool, tiny_embedder, monkeypatch, shrinkage
+):
+    monkeypatch.setitem(sys.modules, "hnswlib", None)  # not installed
+    trained = []
+    monkeypatch.setattr(
+        "locus_sklearn._embedder.fit_network",
+        lambda *args, **kwargs: trained.append(1),
+    )
+    embedder = tiny_embedder(pool.encodings, readout_neighbors=8, readout_index="hnsw")
+    with pytest.raises(ImportError, match=HNSW_MISSING):
+        LocusRouter(embedder, shrinkage=shrinkage).fit(pool.evals)
+    with pytest.raises(ImportError, match=HNSW_MISSING):
+        clone(embedder).fit(pool.evals)
+    assert not trained
+    # Without the kernel readout the index is never searched: no hnswlib needed.
+    embedder.set_params(kernel_readout=False, max_epochs=1)
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "hnswlib", None)
+    assert np.isfinite(embedder.fit_transform(pool.evals)).all()
+
+
+def test_router_with_hnsw_loads_without_hnswlib(
+    readout_router, tmp_path, monkeypatch, query_texts
+):
+    # A saved file can still be read (and set to the exact readout) where
+    # hnswlib is missing; only searching with it needs it.
+    pytest.importorskip("hnswlib")
+    r = readout_router
+    r.embedder_.set_params(readout_neighbors=8, readout_index="hnsw")
+    r.save(tmp_path / "r.safetensors")
+    monkeypatch.setitem(sys.modules, "hnswlib", None)
+    loaded = LocusRouter.load(tmp_path / "r.safetensors")
+    with pytest.raises(ImportError, match=HNSW_MISSING):
+        loaded.predict_proba(query_texts[:3])
+    loaded.embedder_.set_params(readout_index="exact")
+    assert np.isfinite(loaded.predict_proba(query_texts[:3])).all()
 
 
 def test_bfloat16_similarity_is_close_to_float32():

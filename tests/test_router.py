@@ -11,12 +11,14 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+import sklearn
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
 from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn.baselines import IRTRouter, KNNRouter
 from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.metrics import correctness_accuracy
 
@@ -267,6 +269,83 @@ def test_embedder_settings_changed_after_fit_are_checked_by_the_router(
     with pytest.raises(ValueError, match=f"'{name}' parameter of LocusEmbedder"):
         frozen.add_models(new)
     assert "newcomer" not in frozen.classes_
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"refine_steps": -1},
+        {"refine_steps": True},
+        {"refine_prior": -5.0},
+        {"inference_dtype": "float16"},
+        {"transform_batch_tokens": 0},
+    ],
+)
+def test_frozen_embedder_settings_set_after_fit_are_checked_at_router_fit(
+    router, pool, fitted_copy, params
+):
+    # A frozen embedder is not fitted again: the router checks its run-time
+    # settings as transform, embed and add_models do, before embedding.
+    embedder = fitted_copy(router.embedder_, **params)
+    (name,) = params
+    frozen = LocusRouter(FrozenEstimator(embedder), shrinkage=None)
+    with pytest.raises(ValueError, match=f"The '{name}' parameter of LocusEmbedder"):
+        frozen.fit(pool.evals)
+    assert not hasattr(frozen, "model_embeddings_")
+
+
+def test_global_pandas_output_changes_nothing_the_router_computes(
+    router, pool, tiny_embedder, query_texts, assert_reproduced
+):
+    """sklearn.set_config(transform_output="pandas") made the query encoder
+    return DataFrames to fit, predict_proba and add_models, which failed."""
+    queries = query_texts[:10]
+    new = pool.evals[pool.evals["model"] == "fam0-m00"].assign(model="newcomer")
+    embedder = tiny_embedder(pool.encodings, max_epochs=1)
+    plain = LocusRouter(embedder, shrinkage=None).fit(pool.evals)
+    frozen_plain = LocusRouter(FrozenEstimator(router.embedder_), shrinkage=None)
+    frozen_plain.fit(pool.evals)
+    with sklearn.config_context(transform_output="pandas"):
+        fitted = LocusRouter(embedder, shrinkage=None).fit(pool.evals)
+        frozen = LocusRouter(FrozenEstimator(router.embedder_), shrinkage=None)
+        frozen.fit(pool.evals)
+        proba = router.predict_proba(queries)
+        routed = router.predict(queries)
+        added = copy.deepcopy(router).add_models(new)
+        embedded = router.embed(new)
+    assert_reproduced(fitted.model_embeddings_, plain.model_embeddings_)
+    assert_reproduced(fitted.predict_proba(queries), plain.predict_proba(queries))
+    np.testing.assert_array_equal(
+        frozen.model_embeddings_, frozen_plain.model_embeddings_
+    )
+    assert isinstance(proba, np.ndarray) and isinstance(routed, np.ndarray)
+    np.testing.assert_array_equal(proba, router.predict_proba(queries))
+    np.testing.assert_array_equal(routed, router.predict(queries))
+    assert isinstance(embedded, np.ndarray)
+    np.testing.assert_array_equal(embedded, router.embed(new))
+    np.testing.assert_array_equal(
+        added.predict_proba(queries),
+        copy.deepcopy(router).add_models(new).predict_proba(queries),
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda enc: KNNRouter(encoder=enc),
+        lambda enc: IRTRouter(encoder=enc, random_state=0),
+    ],
+)
+def test_global_pandas_output_and_peer_routers(pool, query_texts, make):
+    queries = query_texts[:10]
+    expected = make(pool.encodings).fit(pool.evals).predict_proba(queries)
+    with sklearn.config_context(transform_output="pandas"):
+        peer = make(pool.encodings).fit(pool.evals)
+        proba = peer.predict_proba(queries)
+        routed = peer.predict(queries)
+    assert isinstance(proba, np.ndarray)
+    np.testing.assert_allclose(proba, expected, rtol=1e-6)
+    np.testing.assert_array_equal(routed, peer.predict(queries))
 
 
 @pytest.mark.parametrize(

@@ -90,7 +90,9 @@ def transform_chunked(
 ):
     """Embed the models of a pool chunk by chunk, optionally in parallel.
 
-    The same result as ``embedder.transform(evals)``, for pools that do not
+    The result of ``embedder.transform(evals)`` (up to float32 rounding,
+    about 1e-7 relative: a model is embedded in a padded batch with the
+    models of its chunk, not of the whole pool), for pools that do not
     fit one DataFrame: the evaluations are read in chunks of whole models
     (see :func:`iter_model_chunks`) and each chunk is validated, encoded and
     embedded as :meth:`~locus_sklearn.LocusEmbedder.transform` does, in a
@@ -126,9 +128,9 @@ def transform_chunked(
     -------
     embeddings : ndarray of shape (n_models, embedding_dim) or DataFrame
         One row per distinct model of ``evals``, in sorted model-name order,
-        equal to ``embedder.transform(evals)``. With pandas output
-        (``embedder.set_output(transform="pandas")``), a DataFrame indexed by
-        model name.
+        equal to ``embedder.transform(evals)`` up to float32 rounding. With
+        pandas output (``embedder.set_output(transform="pandas")``), a
+        DataFrame indexed by model name.
     models : ndarray of str, shape (n_models,)
         The model of each row; only when ``return_models=True``.
 
