@@ -581,12 +581,16 @@ def check_model_costs(model_costs, classes, *, name="model_costs", models="the p
             for v in items
             if not isinstance(v, Real) or isinstance(v, np.bool_ | bool)
         ]
+        n_bad = len(bad)
     else:
-        bad = [] if raw.dtype.kind in "iuf" else raw.ravel()[:5].tolist()
-    if bad:
+        # Every value of a non-numeric dtype is bad: count them all; the
+        # preview shows five, and "..." when there are more (the sixth).
+        n_bad = 0 if raw.dtype.kind in "iuf" else raw.size
+        bad = raw.ravel()[:6].tolist()
+    if n_bad:
         raise TypeError(
-            f"{name} must hold real numbers; got {len(bad)} value(s) that are "
-            f"not (e.g. {_preview(bad[:5])}, dtype {raw.dtype})."
+            f"{name} must hold real numbers; got {n_bad} value(s) that are "
+            f"not (e.g. {_preview(bad)}, dtype {raw.dtype})."
         )
     try:
         costs = raw.astype(np.float64)

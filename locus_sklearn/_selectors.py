@@ -21,7 +21,6 @@ input (``_k_center`` on a kernel matrix), as scikit-learn pairs
 ``kmeans_plusplus`` with ``KMeans``.
 """
 
-import heapq
 import math
 from collections.abc import Mapping
 from numbers import Integral, Real
@@ -56,6 +55,8 @@ __all__ = [
 
 
 _METRICS = ("cosine", "euclidean", "precomputed")
+# Rounding tolerance per term of a sum of values in [0, 1]; see _sum_slack.
+_SUM_RTOL = 4 * np.finfo(np.float64).eps
 _KERNEL_CONSTRAINTS = {
     "metric": [StrOptions(set(_METRICS))],
     "bandwidth": [
@@ -180,38 +181,98 @@ def _same_rows(X, Y):
 
 
 def _rbf(D, sigma, *, out=None):
-    """``exp(-D ** 2 / sigma ** 2)``, optionally in place."""
-    K = np.square(D, out=out)
-    K *= -1.0 / sigma**2
+    """``exp(-(D / sigma) ** 2)``, optionally in place.
+
+    ``1 / sigma ** 2`` overflows to inf for a valid sigma below ~1e-154 (and
+    0 * inf is NaN on the diagonal), and ``sigma ** 2`` underflows to 0 below
+    ~1e-162; there the distances are scaled before squaring, which at worst
+    overflows to inf, whose kernel is exactly 0. Elsewhere the kernel is
+    formed as it always was (one multiply), so selections on near-ties stay
+    what they were.
+    """
+    # numpy floats: Python's own raise OverflowError where these under- or
+    # overflow.
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        scale = np.float64(-1.0) / np.square(np.float64(sigma))
+    if np.isfinite(scale):
+        K = np.square(D, out=out)
+        K *= scale
+    else:
+        with np.errstate(over="ignore"):
+            K = np.divide(D, sigma, out=out)
+            np.square(K, out=K)
+        np.negative(K, out=K)
     return np.exp(K, out=K)
 
 
-def _kernel_matrix(X, metric, bandwidth):
-    """Kernel matrix of shape (n_models, n_models) and the bandwidth used.
+def _distance_matrix(X, metric, bandwidth):
+    """Distances of shape (n_models, n_models) and the bandwidth sigma.
 
     ``X`` is validated float64: embeddings, or distances when
-    ``metric="precomputed"``. The kernel is computed in place of the distances.
+    ``metric="precomputed"`` (copied, so the result may be overwritten).
     """
     if metric == "precomputed":
         D = np.array(X, dtype=np.float64, copy=True)
     else:
         D = _distances(X, None, metric)
     sigma = _median_bandwidth(D) if bandwidth == "median" else float(bandwidth)
+    return D, sigma
+
+
+def _kernel_matrix(X, metric, bandwidth):
+    """Kernel matrix of shape (n_models, n_models) and the bandwidth used.
+
+    As :func:`_distance_matrix`, the kernel computed in place of the distances.
+    """
+    D, sigma = _distance_matrix(X, metric, bandwidth)
     return _rbf(D, sigma, out=D), sigma
 
 
-def _similarity_to(X, selected, metric, sigma, reference=None):
-    """Kernel similarity of each row of ``X`` to the selected models.
+def _kernel_row_sums(D, sigma, chunk_size=256):
+    """``K.sum(axis=1)`` of ``K = _rbf(D, sigma)``, a chunk of rows at a time
+    so that the distances and the kernel are never both held."""
+    sums = np.empty(D.shape[0])
+    for start in range(0, D.shape[0], chunk_size):
+        sums[start : start + chunk_size] = _rbf(
+            D[start : start + chunk_size], sigma
+        ).sum(axis=1)
+    return sums
+
+
+def _distances_to(X, selected, metric, reference=None):
+    """Distances of shape (n_X, n_selected) from each row of ``X`` to the
+    selected models.
 
     ``reference`` holds the selected models' embeddings; with
     ``metric="precomputed"`` it is ignored and ``X`` holds distances to the
     fitted models, whose ``selected`` columns are used.
     """
     if metric == "precomputed":
-        D = np.array(X[:, selected], dtype=np.float64)
-    else:
-        D = _distances(X, reference, metric)
-    return _rbf(D, sigma, out=D)
+        return np.array(X[:, selected], dtype=np.float64)
+    return _distances(X, reference, metric)
+
+
+def _assign(D, sigma):
+    """Kernel similarity to the selected models and each row's most similar
+    one, from the distances ``D`` of shape (n_rows, n_selected).
+
+    Ties go to the earlier position, except at similarity 0: the kernel
+    underflows to exactly 0 beyond ~27 sigma whatever the distance, so a row
+    that far from every selected model goes to the nearest one (as the
+    kernel, which decreases with distance, would rank them), not to position
+    0.
+
+    Returns
+    -------
+    similarity : ndarray of shape (n_rows, n_selected)
+    labels : ndarray of int64, shape (n_rows,)
+    """
+    similarity = _rbf(D, sigma)
+    labels = np.argmax(similarity, axis=1)
+    far = np.flatnonzero(similarity[np.arange(len(labels)), labels] == 0.0)
+    if far.size:
+        labels[far] = np.argmin(D[far], axis=1)
+    return similarity, labels
 
 
 def _check_n_select(n_select, n_models):
@@ -227,8 +288,10 @@ def _check_costs(costs, n_models, budget):
     """Per-model costs as float64 of shape (n_models,); unit costs when None.
 
     Costs follow the rows of ``X`` (like ``sample_weight``), so they are read by
-    position; :func:`check_model_costs` does the shared validation, the budget
-    rules (costs > 0, some model fits) are the selector's own.
+    position; :func:`check_model_costs` does the shared validation (finite and
+    >= 0: a free model, such as one run locally, costs 0, as in
+    :class:`~locus_sklearn.LocusRouter`), the budget rule (some model fits) is
+    the selector's own.
     """
     if isinstance(costs, pd.Series | Mapping):
         # check_model_costs reads these by model name, which rows lack; by
@@ -242,13 +305,6 @@ def _check_costs(costs, n_models, budget):
         costs = np.ones(n_models, dtype=np.float64)
     else:
         costs = check_model_costs(costs, np.arange(n_models), name="costs")
-        bad = ~(costs > 0)
-        if bad.any():
-            shown = {int(i): float(costs[i]) for i in np.flatnonzero(bad)[:5]}
-            raise ValueError(
-                f"costs must be finite and > 0; {int(bad.sum())} cost(s) are not "
-                f"(index: value) {shown}."
-            )
     cheapest = float(costs.min())
     if budget < cheapest:
         raise ValueError(
@@ -270,31 +326,76 @@ def _check_pool(X, metric, *, name="X"):
 # similarity of every model to model ``s``; K is symmetric for every metric.
 
 
-def _k_center(K, n_select):
+def _k_center(K, n_select, *, D=None, sigma=None):
     """Farthest-first selection in similarity space, from the kernel medoid.
+
+    Each step adds the least-covered model, the one whose largest similarity
+    to the selection is smallest, the lowest index on ties. The kernel
+    underflows to exactly 0 for every model beyond ~27 sigma of the selection,
+    whatever its distance; given the distances ``D``, those ties go to the
+    model farthest from the selection, as the kernel, which decreases with
+    distance, would rank them without underflow. Otherwise the row order
+    decides: a far outlier is left uncovered for a nearer model of lower
+    row, which breaks the factor 2 of farthest-first (Gonzalez, 1985).
 
     Parameters
     ----------
-    K : ndarray of shape (n_models, n_models)
+    K : ndarray of shape (n_models, n_models) or None
+        The kernel matrix; None computes what the selection needs of it, the
+        row sums and ``n_select`` rows, from ``D`` and ``sigma``.
     n_select : int, 1 <= n_select <= n_models
+    D : ndarray of shape (n_models, n_models), default=None
+        The distances the kernel is computed from; needed to rank the models
+        the kernel underflows for.
+    sigma : float, default=None
+        The bandwidth; needed when ``K`` is None.
 
     Returns
     -------
     selected : ndarray of int64, shape (n_select,), in selection order
     """
-    n_models = K.shape[0]
-    first = int(np.argmax(K.sum(axis=1)))
+    if K is None:
+        sums = _kernel_row_sums(D, sigma)
+
+        def kernel_row(m):
+            return _rbf(D[m], sigma)
+    else:
+        sums = K.sum(axis=1)
+
+        def kernel_row(m):
+            return K[m]
+
+    n_models = len(sums)
+    first = int(np.argmax(sums))
     selected = [first]
-    coverage = K[first].copy()
+    coverage = np.array(kernel_row(first), dtype=np.float64)
+    # Distance of each model to the nearest selected one, for the ties at 0.
+    gap = None if D is None else D[first].copy()
     chosen = np.zeros(n_models, dtype=bool)
     chosen[first] = True
     for _ in range(1, n_select):
-        # argmin returns the lowest index on ties.
-        m = int(np.argmin(np.where(chosen, np.inf, coverage)))
+        open_coverage = np.where(chosen, np.inf, coverage)
+        # argmin and argmax return the lowest index on ties.
+        m = int(np.argmin(open_coverage))
+        if gap is not None and open_coverage[m] == 0.0:
+            m = int(np.argmax(np.where(open_coverage == 0.0, gap, -np.inf)))
         selected.append(m)
         chosen[m] = True
-        np.maximum(coverage, K[m], out=coverage)
+        np.maximum(coverage, kernel_row(m), out=coverage)
+        if gap is not None:
+            np.minimum(gap, D[m], out=gap)
     return np.asarray(selected, dtype=np.int64)
+
+
+def _sum_slack(n_terms):
+    """Relative rounding tolerance of a sum of ``n_terms`` values in [0, 1].
+
+    Two such sums that are equal in exact arithmetic (a coverage or a gain
+    reached by different models, or in different orders) come out up to a
+    few ulps per term apart; they count as different only beyond this share
+    of ``max(1, sum)``.
+    """
+    return _SUM_RTOL * n_terms
 
 
 def _pam(K, selected, max_iter, method):
@@ -338,7 +439,7 @@ def _pam(K, selected, max_iter, method):
     loss = diss[:, medoids].min(axis=1).sum()
     # Summation orders differ between numpy and kmedoids: a loss counts as
     # lower only beyond the rounding of a sum of n_models terms.
-    slack = 4 * np.finfo(np.float64).eps * len(diss)
+    slack = _sum_slack(len(diss))
     n_iter, search = 0, True
     while n_iter < max_iter:
         if search:
@@ -366,35 +467,79 @@ def _pam(K, selected, max_iter, method):
 def _budget_greedy(K, costs, budget):
     """Largest marginal gain of J per unit cost among models that still fit.
 
-    J is monotone submodular, so a gain computed at an earlier step bounds the
-    current one from above; this lazy evaluation (Minoux, 1978) selects
-    exactly what the plain greedy selects, ties going to the lowest index.
+    A free model (cost 0) ranks before every costly one, the larger gain
+    first: it always fits, and what it adds costs nothing (a free model that
+    adds nothing is still taken, as J never decreases). Values equal to
+    rounding are ties, which go to the lowest index: the gains are sums of
+    n_models terms, and two models whose gains are equal in exact arithmetic
+    can come out an ulp apart (the tolerance of :func:`_pam`'s swaps).
+
+    J is monotone submodular, so a value computed at an earlier step bounds
+    the current one from above; this lazy evaluation (Minoux, 1978) selects
+    exactly what the plain greedy selects.
 
     Returns
     -------
     selected : ndarray of int64, shape (n_selected,), in selection order
     """
-    coverage = np.zeros(K.shape[0])
+    n_models = K.shape[0]
+    slack = _sum_slack(n_models)
+    free = costs == 0.0
+    n_free = int(free.sum())  # free models not yet selected
+    coverage = np.zeros(n_models)
     spent = []
     selected = []
-    gains = K.sum(axis=1)
-    # Entries: (-gain per cost, model, step at which the gain was computed).
-    heap = [(-gains[m] / costs[m], m, 0) for m in range(K.shape[0])]
-    heapq.heapify(heap)
-    step = 0
-    while heap:
-        _, m, computed_at = heapq.heappop(heap)
+    # value[m]: gain (free m) or gain per unit cost, computed at step
+    # computed_at[m], an upper bound of the current value at later steps;
+    # -inf once m is selected or no longer fits.
+    value = K.sum(axis=1)
+    np.divide(value, costs, out=value, where=~free)
+    computed_at = np.zeros(n_models, dtype=np.int64)
+
+    def fits(m):
         # math.fsum is exactly rounded, so the budget holds for the true sum.
-        if math.fsum([*spent, costs[m]]) > budget:
-            continue  # the remaining budget only shrinks: m never fits again
-        if computed_at == step:
-            selected.append(m)
-            spent.append(costs[m])
-            np.maximum(coverage, K[m], out=coverage)
-            step += 1
-        else:
-            gain = np.maximum(K[m] - coverage, 0.0).sum()
-            heapq.heappush(heap, (-gain / costs[m], m, step))
+        return math.fsum([*spent, costs[m]]) <= budget
+
+    def refresh(m, step):
+        gain = np.maximum(K[m] - coverage, 0.0).sum()
+        value[m] = gain if free[m] else gain / costs[m]
+        computed_at[m] = step
+
+    step = 0
+    while True:
+        # Free models first (they always fit); argmax takes the lowest index
+        # on ties.
+        ranked = np.where(free, value, -np.inf) if n_free else value
+        m = int(np.argmax(ranked))
+        if ranked[m] == -np.inf:
+            break
+        if not fits(m):
+            value[m] = -np.inf  # the remaining budget only shrinks
+            continue
+        if computed_at[m] != step:
+            refresh(m, step)
+            continue
+        # value[m] is current and every other bound is no larger: m has the
+        # largest value. Models within rounding of it tie; the lowest index
+        # among them is found by refreshing, in index order, the models
+        # below m whose bound is within rounding too.
+        best = value[m]
+        floor = best - slack * max(best, 1.0 if free[m] else 1.0 / costs[m])
+        for c in np.flatnonzero(ranked[:m] >= floor).tolist():
+            if not fits(c):
+                value[c] = -np.inf
+                continue
+            if computed_at[c] != step:
+                refresh(c, step)
+            if value[c] >= floor:
+                m = c
+                break
+        selected.append(m)
+        spent.append(costs[m])
+        n_free -= bool(free[m])
+        value[m] = -np.inf
+        np.maximum(coverage, K[m], out=coverage)
+        step += 1
     return np.asarray(selected, dtype=np.int64)
 
 
@@ -403,10 +548,10 @@ def _budget_greedy(K, costs, budget):
 
 
 def _select_outputs(X, selected, metric, sigma, objective):
-    similarity = _similarity_to(X, selected, metric, sigma, X[selected])
+    similarity, labels = _assign(_distances_to(X, selected, metric, X[selected]), sigma)
     coverage = similarity.max(axis=1)
     value = coverage.min() if objective == "min" else coverage.sum()
-    return selected, np.argmax(similarity, axis=1), float(value)
+    return selected, labels, float(value)
 
 
 @validate_params(
@@ -425,7 +570,9 @@ def k_center_select(X, n_select, *, metric="cosine", bandwidth="median"):
     similarity to the selection is smallest (paper, eq. 9). It approximates the
     k-center objective ``max min_i max_{s in sel} K(z_i, z_s)``; with the
     Euclidean metric the worst covering distance is at most twice the optimal
-    one (Gonzalez, 1985).
+    one (Gonzalez, 1985). Models so far from the selection that their
+    similarity underflows to 0 (beyond ~27 bandwidths) are ranked by distance,
+    the farthest first, and labelled with their nearest selected model.
 
     Read more in :class:`KCenterSelector`.
 
@@ -463,8 +610,10 @@ def k_center_select(X, n_select, *, metric="cosine", bandwidth="median"):
     """
     X = _check_pool(X, metric)
     _check_n_select(n_select, X.shape[0])
-    K, sigma = _kernel_matrix(X, metric, bandwidth)
-    return _select_outputs(X, _k_center(K, n_select), metric, sigma, "min")
+    D, sigma = _distance_matrix(X, metric, bandwidth)
+    selected = _k_center(None, n_select, D=D, sigma=sigma)
+    del D
+    return _select_outputs(X, selected, metric, sigma, "min")
 
 
 @validate_params(
@@ -544,8 +693,10 @@ def k_medoids_select(
     """
     X = _check_pool(X, metric)
     _check_n_select(n_select, X.shape[0])
-    K, sigma = _kernel_matrix(X, metric, bandwidth)
-    selected, n_iter, converged = _pam(K, _k_center(K, n_select), max_iter, method)
+    D, sigma = _distance_matrix(X, metric, bandwidth)
+    start = _k_center(None, n_select, D=D, sigma=sigma)
+    K = _rbf(D, sigma, out=D)
+    selected, n_iter, converged = _pam(K, start, max_iter, method)
     if not converged:
         _warn_max_iter(max_iter)
     outputs = _select_outputs(X, selected, metric, sigma, "sum")
@@ -567,7 +718,9 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
     Repeatedly adds the model with the largest marginal gain of
     ``J = sum_i max_{s in sel} K(z_i, z_s)`` per unit cost among the models
     that still fit the remaining budget, until none fits (paper, eq. 13). The
-    total cost of the selection never exceeds ``budget``.
+    total cost of the selection never exceeds ``budget``. Free models (cost 0)
+    are taken first, the larger gain first; gains equal to rounding are ties,
+    which go to the lower row.
 
     Read more in :class:`BudgetGreedySelector`.
 
@@ -579,8 +732,9 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
     budget : float
         Largest total cost of the selection, at least the cheapest model's cost.
     costs : array-like of shape (n_models,), default=None
-        Cost of each model (parameters, price), finite and > 0. None gives every
-        model a cost of 1, so ``budget`` counts models.
+        Cost of each model (parameters, price), finite and >= 0; free models
+        are taken first. None gives every model a cost of 1, so ``budget``
+        counts models.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Distance between embeddings.
     bandwidth : "median" or float, default="median"
@@ -630,10 +784,11 @@ class _BaseSelector(
 ):
     """Shared fit/transform/predict of the kernel selectors.
 
-    Subclasses implement ``_select(K, costs)`` returning the selected rows
-    (and set any extra fitted attribute; ``K`` may be consumed), and set
-    ``_objective`` to "min" or "sum". ``fit`` selects ``n_select`` models; a
-    selector with fit parameters (``costs``) overrides it.
+    Subclasses implement ``_select(D, sigma, costs)`` returning the selected
+    rows from the distance matrix and the bandwidth (and set any extra fitted
+    attribute; ``D`` may be consumed, e.g. turned into the kernel in place),
+    and set ``_objective`` to "min" or "sum". ``fit`` selects ``n_select``
+    models; a selector with fit parameters (``costs``) overrides it.
     """
 
     _parameter_constraints = dict(_KERNEL_CONSTRAINTS)
@@ -669,9 +824,9 @@ class _BaseSelector(
         if self.metric == "precomputed":
             _check_precomputed(X)
         costs = self._check_fit_params(X.shape[0], costs)
-        K, self.bandwidth_ = _kernel_matrix(X, self.metric, self.bandwidth)
-        selected = self._select(K, costs)
-        del K
+        D, self.bandwidth_ = _distance_matrix(X, self.metric, self.bandwidth)
+        selected = self._select(D, self.bandwidth_, costs)
+        del D
         self.selected_indices_ = selected
         self.selected_embeddings_ = (
             None if self.metric == "precomputed" else X[selected].copy()
@@ -679,8 +834,9 @@ class _BaseSelector(
         self._n_features_out = len(selected)
         # labels_ and coverage_ come from the same path as predict/transform,
         # so predict(X) == labels_ on the training data.
-        similarity = self._similarity(X)
-        self.labels_ = np.argmax(similarity, axis=1)
+        similarity, self.labels_ = _assign(
+            self._distances_to_selected(X), self.bandwidth_
+        )
         self.coverage_ = similarity.max(axis=1)
         coverage = self.coverage_
         self.objective_ = float(
@@ -692,14 +848,17 @@ class _BaseSelector(
         _check_n_select(self.n_select, n_models)
         return None
 
-    def _similarity(self, X):
-        return _similarity_to(
-            X,
-            self.selected_indices_,
-            self.metric,
-            self.bandwidth_,
-            self.selected_embeddings_,
+    def _distances_to_selected(self, X):
+        return _distances_to(
+            X, self.selected_indices_, self.metric, self.selected_embeddings_
         )
+
+    def _validate_new(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        if self.metric == "precomputed":
+            _check_precomputed(X, n_columns=self.n_features_in_)
+        return X
 
     def transform(self, X):
         """Kernel similarity of each row to the selected models.
@@ -717,11 +876,8 @@ class _BaseSelector(
             ``K(x, z_s)`` for each selected model ``s``, columns in the order
             of ``selected_indices_``.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        if self.metric == "precomputed":
-            _check_precomputed(X, n_columns=self.n_features_in_)
-        return self._similarity(X)
+        D = self._distances_to_selected(self._validate_new(X))
+        return _rbf(D, self.bandwidth_, out=D)
 
     def predict(self, X):
         """Most similar selected model of each row.
@@ -734,10 +890,13 @@ class _BaseSelector(
         Returns
         -------
         labels : ndarray of int64, shape (n_samples,)
-            Position in ``selected_indices_``; ties go to the earlier position.
+            Position in ``selected_indices_``; ties go to the earlier position,
+            except that a row at similarity 0 to every selected model (the
+            kernel underflows beyond ~27 bandwidths) goes to the nearest one.
             On the training data this equals ``labels_``.
         """
-        return np.argmax(self.transform(X), axis=1)
+        D = self._distances_to_selected(self._validate_new(X))
+        return _assign(D, self.bandwidth_)[1]
 
 
 class KCenterSelector(_BaseSelector):
@@ -749,7 +908,12 @@ class KCenterSelector(_BaseSelector):
     appendix E.4.2). It approximates the k-center objective
     ``max min_i max_{s in sel} K(z_i, z_s)``: every model of the pool gets a
     similar representative. Selections are nested: the first k models chosen
-    for ``n_select=k+1`` are those chosen for ``n_select=k``.
+    for ``n_select=k+1`` are those chosen for ``n_select=k``. Ties go to the
+    lowest row, except between models whose similarity to the selection
+    underflows to exactly 0 (beyond ~27 bandwidths, e.g. a tight family of
+    fine-tunes sets a small median bandwidth): the kernel decreases with
+    distance, so the farthest of them is taken, and in ``labels_`` and
+    :meth:`predict` such a model goes to its nearest selected model.
 
     Parameters
     ----------
@@ -817,8 +981,8 @@ class KCenterSelector(_BaseSelector):
         self.metric = metric
         self.bandwidth = bandwidth
 
-    def _select(self, K, costs):
-        return _k_center(K, self.n_select)
+    def _select(self, D, sigma, costs):
+        return _k_center(None, self.n_select, D=D, sigma=sigma)
 
 
 class KMedoidsSelector(_BaseSelector):
@@ -928,8 +1092,9 @@ class KMedoidsSelector(_BaseSelector):
         self.method = method
         self.max_iter = max_iter
 
-    def _select(self, K, costs):
-        self.initial_indices_ = _k_center(K, self.n_select)
+    def _select(self, D, sigma, costs):
+        self.initial_indices_ = _k_center(None, self.n_select, D=D, sigma=sigma)
+        K = _rbf(D, sigma, out=D)
         selected, self.n_iter_, converged = _pam(
             K, self.initial_indices_, self.max_iter, self.method
         )
@@ -945,6 +1110,15 @@ class BudgetGreedySelector(_BaseSelector):
     ``J = sum_i max_{s in sel} K(z_i, z_s)`` per unit cost among the models
     that still fit the remaining budget, until none fits (paper, appendix
     E.4.3). The total cost of the selection never exceeds ``budget``.
+
+    A model may cost 0 (one run locally, as ``LocusRouter``'s
+    ``model_costs`` allow). A free model always fits and its gain costs
+    nothing, so free models are taken first, the larger gain first; then the
+    costly ones by gain per unit cost. A free model that adds no coverage is
+    still taken (J never decreases), so every free model is selected. Values
+    equal up to rounding (a relative ``4 * n_models`` machine epsilons, the
+    tolerance of :class:`KMedoidsSelector`'s swaps) are ties, which go to the
+    lower row.
 
     Parameters
     ----------
@@ -1025,8 +1199,9 @@ class BudgetGreedySelector(_BaseSelector):
         y : None
             Ignored.
         costs : array-like of shape (n_models,), default=None
-            Cost of each model (parameters, price), finite and > 0. None gives
-            every model a cost of 1.
+            Cost of each model (parameters, price), finite and >= 0 (a free
+            model is taken before any costly one). None gives every model a
+            cost of 1.
 
         Returns
         -------
@@ -1038,7 +1213,7 @@ class BudgetGreedySelector(_BaseSelector):
     def _check_fit_params(self, n_models, costs):
         return _check_costs(costs, n_models, self.budget)
 
-    def _select(self, K, costs):
-        selected = _budget_greedy(K, costs, self.budget)
+    def _select(self, D, sigma, costs):
+        selected = _budget_greedy(_rbf(D, sigma, out=D), costs, self.budget)
         self.total_cost_ = math.fsum(costs[selected])
         return selected

@@ -285,6 +285,21 @@ def test_model_costs_must_be_real_numbers(costs):
         check_model_costs(costs, np.array(["a", "b", "c"], dtype=object))
 
 
+@pytest.mark.parametrize(
+    "costs",
+    [np.ones(10, dtype=bool), np.array(["1"] * 10), [True] * 10],
+    ids=["bool-array", "str-array", "bool-list"],
+)
+def test_model_costs_type_error_counts_every_bad_value(costs):
+    # An array of a non-numeric dtype was reported as "5 value(s)", its
+    # preview's length, whatever its size.
+    from locus_sklearn._evals import check_model_costs
+
+    message = r"got 10 value\(s\) that are not \(e\.g\. \[.*, \.\.\.\]"
+    with pytest.raises(TypeError, match=message):
+        check_model_costs(costs, np.array(list("abcdefghij"), dtype=object))
+
+
 # --------------------------------------------------- bad-input campaign (marked)
 # Any input to check_evals or check_model_costs gives either a valid result or
 # a TypeError / ValueError naming the parameter; never another exception,

@@ -197,6 +197,162 @@ def test_max_iter_reached_warns():
     assert record[0].filename == __file__  # the caller's line
 
 
+# ---------------------------------------------------------------- kernel underflow
+
+
+def _family_and_outliers():
+    # A family of 20 near-identical models (fine-tunes, within 0.01) and three
+    # distinct ones at 1, 2 and 10: the median bandwidth is ~0.005, so every
+    # model beyond ~0.14 of the selection has similarity exactly 0.
+    rng = np.random.default_rng(0)
+    return np.r_[rng.uniform(0, 0.01, 20), [1.0, 2.0, 10.0]][:, None]
+
+
+def test_k_center_takes_the_farthest_model_where_the_kernel_underflows():
+    # Similarity 0 tied every model far from the selection, and argmin took
+    # the lowest row: 1.0 and 2.0 were chosen, 10.0 left 8.0 from any
+    # selected model where 0.99 is optimal (Gonzalez: at most twice that).
+    X = _family_and_outliers()
+    D = pairwise_distances(X)
+    for fit in (
+        lambda: KCenterSelector(3, metric="euclidean").fit(X).selected_indices_,
+        lambda: KMedoidsSelector(3, metric="euclidean").fit(X).initial_indices_,
+        lambda: k_center_select(X, 3, metric="euclidean")[0],
+        lambda: k_center_select(D, 3, metric="precomputed")[0],
+    ):
+        selected = fit()
+        assert selected[1:].tolist() == [22, 21]  # 10.0, then 2.0
+        radius = D[:, selected].min(axis=1).max()
+        best = min(
+            D[:, list(s)].min(axis=1).max()
+            for s in itertools.combinations(range(len(X)), 3)
+        )
+        assert radius <= 2 * best
+    # Selections stay nested.
+    for k in range(1, 6):
+        assert np.array_equal(
+            KCenterSelector(k, metric="euclidean").fit(X).selected_indices_,
+            KCenterSelector(k + 1, metric="euclidean").fit(X).selected_indices_[:k],
+        )
+
+
+def test_labels_and_predict_use_the_nearest_model_where_the_kernel_underflows():
+    # A model at similarity 0 to every selected one (beyond ~27 bandwidths)
+    # went to position 0, not to its nearest selected model.
+    X = np.array([[0.0], [0.1], [1.0], [1.1], [60.0]])
+    kw = dict(metric="euclidean", bandwidth=1.0)
+    fitted = [
+        KMedoidsSelector(2, **kw).fit(X),
+        BudgetGreedySelector(2.0, **kw).fit(X),
+        KCenterSelector(2, **kw).fit(X[:3]),
+    ]
+    for selector in fitted:
+        assert selector.selected_indices_.tolist() == [1, 2]  # 0.1 and 1.0
+        # 60.0 goes to 1.0, -50.0 to 0.1, 50.0 to 1.0.
+        assert selector.predict([[-50.0], [50.0], [60.0]]).tolist() == [0, 1, 1]
+        # transform still gives the kernel similarities.
+        np.testing.assert_array_equal(selector.transform([[60.0]]), [[0.0, 0.0]])
+    for selector in fitted[:2]:
+        assert selector.coverage_[4] == 0.0  # the premise
+        assert selector.labels_.tolist() == [0, 0, 1, 1, 1]
+        np.testing.assert_array_equal(selector.predict(X), selector.labels_)
+    assert k_medoids_select(X, 2, **kw)[1].tolist() == [0, 0, 1, 1, 1]
+    assert budget_greedy_select(X, 2.0, **kw)[1].tolist() == [0, 0, 1, 1, 1]
+    # The family of fine-tunes with a far outlier, at the median bandwidth.
+    X = _family_and_outliers()
+    selector = KCenterSelector(3, metric="euclidean").fit(X)
+    nearest = np.argmin(pairwise_distances(X, X[selector.selected_indices_]), axis=1)
+    np.testing.assert_array_equal(selector.labels_, nearest)
+    _, labels, _ = k_center_select(X, 3, metric="euclidean")
+    np.testing.assert_array_equal(labels, nearest)
+
+
+@pytest.mark.parametrize("bandwidth", [1e-160, 1e-300, 5e-324])
+def test_tiny_bandwidth_gives_no_nan(bandwidth):
+    # -1 / sigma ** 2 overflowed to -inf (0 * -inf = NaN on the diagonal) and
+    # raised ZeroDivisionError once sigma ** 2 underflowed to 0.
+    X = np.arange(6.0)[:, None]
+    kw = dict(metric="euclidean", bandwidth=bandwidth)
+    fitted = [
+        KCenterSelector(2, **kw).fit(X),
+        KMedoidsSelector(2, **kw).fit(X),
+        BudgetGreedySelector(2.0, **kw).fit(X),
+    ]
+    for selector in fitted:
+        selected = selector.selected_indices_
+        expected = np.zeros(6)
+        expected[selected] = 1.0
+        np.testing.assert_array_equal(selector.coverage_, expected)
+        assert selector.objective_ == (0.0 if selector is fitted[0] else 2.0)
+        np.testing.assert_array_equal(selector.transform(X), np.eye(6)[:, selected])
+        nearest = np.argmin(np.abs(X - X[selected].T), axis=1)
+        np.testing.assert_array_equal(selector.labels_, nearest)
+    # Farthest-first on the distances: the medoid (row 0 on a tie), then 5.0.
+    assert fitted[0].selected_indices_.tolist() == [0, 5]
+    for function in (k_center_select, k_medoids_select):
+        assert np.isfinite(function(X, 2, **kw)[2])
+    # A huge bandwidth: every similarity is 1.
+    huge = KCenterSelector(2, metric="euclidean", bandwidth=1e300).fit(X)
+    np.testing.assert_array_equal(huge.coverage_, np.ones(6))
+
+
+# ---------------------------------------------------------------- zero costs, ties
+
+
+def test_budget_greedy_takes_free_models_first():
+    # LocusRouter accepts model_costs >= 0 and the user guide passes its
+    # model_costs_ on; a cost of 0 was refused ("finite and > 0").
+    # Rows 0 and 4 are copies, 1 is near them, 2 and 3 far apart.
+    X = np.array([[0.0], [0.5], [5.0], [10.0], [0.0]])
+    costs = [0.0, 2.0, 0.0, 1.0, 0.0]
+    selector = BudgetGreedySelector(1.5, metric="euclidean", bandwidth=1.0)
+    selector.fit(X, costs=costs)
+    # Free ones first, the larger gain first (0 and 4 tie: the lower row),
+    # 4 gaining nothing after 0 but free; then 3 (gain 1 per unit cost);
+    # 1 no longer fits.
+    assert selector.selected_indices_.tolist() == [0, 2, 4, 3]
+    assert selector.total_cost_ == 1.0
+    K = np.exp(-(pairwise_distances(X) ** 2))
+    assert selector.objective_ == pytest.approx(J(K, [0, 2, 3]))
+    selected, _, _ = budget_greedy_select(X, 1.5, costs=costs, metric="euclidean")
+    assert selected.tolist() == [0, 2, 4, 3]
+    # Any budget takes every free model; all free: the gain order.
+    assert BudgetGreedySelector(0.5, metric="euclidean", bandwidth=1.0).fit(
+        X, costs=costs
+    ).selected_indices_.tolist() == [0, 2, 4]
+    free = BudgetGreedySelector(1.0, metric="euclidean", bandwidth=1.0)
+    assert free.fit(X, costs=np.zeros(5)).selected_indices_.tolist() == [
+        0,
+        2,
+        3,
+        1,
+        4,
+    ]
+
+
+def test_budget_greedy_ties_to_rounding_go_to_the_lower_row():
+    # After row 6, rows 1, 4, 5 and 7 gain the same per unit cost in exact
+    # arithmetic (mirrored positions), but 5 and 7 come out an ulp higher:
+    # 5 was taken, though the user guide says ties go to the lower row.
+    X = np.array(
+        [[0, 0], [0, 2], [1, 0], [1, 1], [0, 2], [1, 2], [1, 0], [1, 2]], dtype=float
+    )
+    costs = np.array([1.0, 2.0, 3.0, 2.0, 2.0, 2.0, 1.0, 2.0])
+    from locus_sklearn._selectors import _kernel_matrix
+
+    selector = BudgetGreedySelector(6.0, metric="euclidean").fit(X, costs=costs)
+    K, _ = _kernel_matrix(X, "euclidean", "median")
+    rates = np.maximum(K - K[6], 0.0).sum(axis=1) / costs
+    assert rates[5] > rates[1] and rates[5] == pytest.approx(rates[1], rel=1e-15)
+    assert selector.selected_indices_.tolist()[:2] == [6, 1]
+    assert _is_greedy_run(K, costs, 6.0, selector.selected_indices_.tolist())
+    # Rows 1 and 5 swapped: the lower row is again taken, now model 5.
+    order = [6, 5, 2, 3, 4, 1, 0, 7]  # row i of X[order] is model order[i]
+    swapped = BudgetGreedySelector(6.0, metric="euclidean")
+    swapped.fit(X[order], costs=costs[order])
+    assert swapped.selected_indices_.tolist()[:2] == [0, 1]
+
+
 # ---------------------------------------------------------------- validation
 
 
@@ -214,8 +370,8 @@ def test_n_select_above_n_models(selector):
     "costs, message",
     [
         (
-            [1.0, 0.0, 1.0],
-            r"costs must be finite and > 0; 1 cost\(s\) are not .*1: 0.0",
+            [1.0, -0.5, 1.0],
+            r"costs must be finite and >= 0; 1 cost\(s\) are not: \[\(1, -0.5\)\]",
         ),
         ([1.0, np.nan, 1.0], r"costs must be finite and >= 0.*nan"),
         ([1.0, -2.0, np.inf], r"2 cost\(s\)"),
