@@ -212,17 +212,6 @@ def _short(g):
 
 
 # ------------------------------------------------------------- summary
-def mean_of(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {
-        "mean": float(np.mean(values)),
-        "std": float(np.std(values)),
-        "n": len(values),
-    }
-
-
 def summarise(pool_runs):
     """fingerprint -> read -> measure -> mean/std/n over seeds."""
     runs = list(pool_runs.values())
@@ -234,10 +223,12 @@ def summarise(pool_runs):
             s = {}
             keys = sorted({k for b in blocks for k in b["self_id"]}, key=int)
             for key in keys:
-                s[f"self-id@{key}"] = mean_of([b["self_id"].get(key) for b in blocks])
+                s[f"self-id@{key}"] = routing.mean_std(
+                    [b["self_id"].get(key) for b in blocks]
+                )
             # Each seed at the largest n its split allows (MMLU-Pro open's
             # split 0 stops at 256: TUNING.md session 41's reading).
-            s["self-id@largest"] = mean_of(
+            s["self-id@largest"] = routing.mean_std(
                 [
                     b["self_id"][max(b["self_id"], key=int)]
                     for b in blocks
@@ -246,7 +237,7 @@ def summarise(pool_runs):
             )
             if blocks[0]["groups"] is not None:
                 for k in ("recall@1", "recall@3"):
-                    s[k] = mean_of([b["groups"][k] for b in blocks])
+                    s[k] = routing.mean_std([b["groups"][k] for b in blocks])
             out[name][read] = s
     return out
 
