@@ -94,7 +94,6 @@ def write_file(path, metadata, tensors):
     Temporary files left by killed saves of the same target are removed after
     a successful save. Errors name ``path``, never the temporary file.
     """
-    target = Path(os.path.realpath(path))
     header = {
         "format": FORMAT_NAME,
         "format_version": str(FORMAT_VERSION),
@@ -105,6 +104,19 @@ def write_file(path, metadata, tensors):
     # Serialised in memory and written through our own descriptor: save_file
     # creates its file itself, which would drop the mode and the lock below.
     data = save(tensors, metadata=header)
+    write_bytes(path, data)
+
+
+def write_bytes(path, data):
+    """Write ``data`` atomically to ``path``: what :func:`write_file` does
+    with the serialised file, for any bytes (the CLI's text outputs too).
+
+    A temporary file beside the target, locked, flushed to disk and renamed
+    over it; an existing file keeps its mode; a symbolic link is followed;
+    temporary files of killed writes are removed afterwards. Errors are
+    OSErrors naming ``path``, never the temporary file.
+    """
+    target = Path(os.path.realpath(path))
     if target.is_dir():
         raise _write_error(IsADirectoryError, errno.EISDIR, path, "it is a directory")
     if not target.parent.is_dir():

@@ -759,7 +759,8 @@ def test_portfolio_for_expected_routing_accuracy(workdir, cli):
 
     status, _, err = cli("portfolio", path, "q001", "--k", "7")
     assert status == 1
-    assert "n_select=7 should be <= n_models=6" in err
+    assert "--k 7 is larger than the number of models (6)" in err
+    assert "n_select" not in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -988,3 +989,250 @@ def test_blank_queries_name_where_they_came_from(workdir, tmp_path, cli):
     status, _, err = cli("route", router, "-", stdin="  \n")
     assert_one_line(status, err, 1, "stdin")
     assert "argument" not in err and "--file" not in err, err
+
+
+# --------------------------------------------------------- hardening (issue 44)
+def _full_disk(monkeypatch, folder):
+    """Make every write into ``folder`` (or through a file descriptor) write
+    a few bytes and then fail with ENOSPC, as on a full disk."""
+    import builtins
+    import io
+
+    real_open = io.open
+
+    class Full:
+        def __init__(self, handle):
+            self._handle = handle
+
+        def write(self, data):
+            self._handle.write(data[:8])
+            self._handle.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._handle.close()
+
+        def __getattr__(self, name):
+            return getattr(self._handle, name)
+
+    def full_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        inside = isinstance(file, int) or str(folder) in os.fspath(file)
+        return Full(handle) if inside and ("w" in mode or "a" in mode) else handle
+
+    monkeypatch.setattr(builtins, "open", full_open)
+    monkeypatch.setattr(io, "open", full_open)
+
+
+@pytest.mark.parametrize("command", ["embed", "litellm-config"])
+def test_failed_write_leaves_the_file_intact(
+    workdir, tmp_path, cli, monkeypatch, command
+):
+    """A full disk: one line naming the target, exit 3, the old file as it
+    was, no temporary file left."""
+    if command == "embed":
+        target = tmp_path / "emb.csv"
+        args = ["embed", workdir / "router.locus", workdir / "new.csv", "-o", target]
+        what = "EMBEDDINGS"
+    else:
+        yaml = pytest.importorskip("yaml")
+        gateway = workdir / "gw44.yaml"
+        gateway.write_text(
+            yaml.safe_dump({"backends": {"fam0-m00": {"base_url": "http://x"}}})
+        )
+        target = tmp_path / "litellm.yaml"
+        args = ["litellm-config", workdir / "router.locus", "--config", gateway]
+        args += ["-o", target]
+        what = "FILE.yaml"
+    status, _, err = cli(*args)
+    assert status == 0, err
+    before = target.read_bytes()
+    target.chmod(0o640)
+    _full_disk(monkeypatch, tmp_path)
+    status, _, err = cli(*args)
+    monkeypatch.undo()
+    assert_one_line(status, err, 3, f"could not write {what} '{target}'", "No space")
+    assert "the file is unchanged" in err and ".tmp" not in err
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    status, _, err = cli(*args)  # a good write keeps the file's mode
+    assert status == 0 and target.stat().st_mode & 0o777 == 0o640, err
+
+
+def test_evaluations_without_a_column_name_the_file(workdir, tmp_path, cli):
+    """The file and what to do on the command line, not load_evals' keywords."""
+    bad = tmp_path / "nocol.csv"
+    bad.write_text("model,query\na,q001\n")
+    router = workdir / "router.locus"
+    for args in (
+        ["fit", bad, "-o", tmp_path / "x.locus", "--encodings", workdir / "enc.npz"],
+        ["onboard", router, bad, "-o", tmp_path / "x.locus"],
+        ["match", workdir / "evals.csv", bad],
+        ["calibrate", router, bad, "--target-cost", "5"],
+    ):
+        status, _, err = cli(*args)
+        assert_one_line(status, err, 1, f"evaluations file '{bad}'", "['score']")
+        assert "model_column" not in err and "path " not in err, err
+    assert not (tmp_path / "x.locus").exists()
+
+
+def _embeddings_csv(workdir, path, names=None):
+    from locus_sklearn import LocusRouter
+
+    router = LocusRouter.load(workdir / "router.locus")
+    X = router.model_embeddings_
+    names = router.classes_ if names is None else names
+    pd.DataFrame(X, index=pd.Index(names, name="model")).to_csv(path)
+    return path
+
+
+def test_model_names_pandas_would_read_as_missing(workdir, tmp_path, cli):
+    names = ["NA", "None", "null", "nan", "007", "n/a"]
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv", names)
+    status, out, err = cli("select", emb, "--k", "6", "--tsv")
+    assert status == 0, err
+    assert sorted(line.split("\t")[1] for line in out.splitlines()[1:]) == sorted(names)
+    status, out, err = cli("neighbors", emb, "NA", "--k", "5", "--tsv")
+    assert status == 0, err
+    assert {line.split("\t")[1] for line in out.splitlines()[1:]} == set(names) - {"NA"}
+    costs = tmp_path / "costs.csv"
+    costs.write_text(
+        "model,cost\n" + "".join(f"{m},{i + 1}\n" for i, m in enumerate(names))
+    )
+    status, out, err = cli("select", emb, "--budget", "3", "--costs", costs, "--json")
+    assert status == 0, err
+    assert json.loads(out)["total_cost"] <= 3
+
+
+def test_demo_output_checked_before_work(tmp_path, cli, monkeypatch):
+    from locus_sklearn._cli import _demo
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the demo ran")
+
+    monkeypatch.setattr(_demo, "run_demo", ran)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    status, out, err = cli("demo", "--quick", "--output", afile)
+    assert_one_line(status, err, 3, f"--output '{afile}'", "not a folder")
+    assert out == ""
+    status, _, err = cli("demo", "--quick", "--output", afile / "sub")
+    assert_one_line(status, err, 3, "not a folder")
+
+
+def test_query_file_not_utf8_names_the_option_and_file(workdir, tmp_path, cli):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(b"caf\xe9\n")
+    for command, extra in (("route", []), ("portfolio", ["--k", "2"])):
+        status, _, err = cli(
+            command, workdir / "router.locus", "--file", latin1, *extra
+        )
+        assert_one_line(status, err, 1, f"--file '{latin1}'", "not UTF-8", "0xe9")
+    status, _, err = cli("route", workdir / "router.locus", "--file", tmp_path / "no")
+    assert_one_line(status, err, 3, f"--file '{tmp_path / 'no'}'")
+
+
+@pytest.mark.parametrize(
+    "args, status, contains, absent",
+    [
+        (["select", "EMB", "--budget", "0.001", "--costs", "{w}/costs.csv"], 1,
+         ["--budget 0.001", "--costs"], ["budget=", "min(costs)"]),
+        (["portfolio", "{w}/router.locus", "q001", "--k", "9"], 1,
+         ["--k 9", "(6)"], ["n_select"]),
+        (["neighbors", "EMB", "fam0-m00", "--k", "6"], 1, ["--k 6", "(5)"], ["k=6"]),
+        (["calibrate", "{w}/router.locus", "QUERIES", "--min-accuracy", "0.3"], 1,
+         ["--min-accuracy needs"], ["min_accuracy"]),
+        (["calibrate", "{w}/router.locus", "QUERIES", "--target-share", "0.2",
+          "--models", "bogus"], 1, ["--models has"], []),
+        (["calibrate", "PLAIN", "QUERIES", "--target-cost", "5"], 1,
+         ["locus fit --costs FILE"], ["model_costs"]),
+        (["embed", "{w}/router.locus", "{w}/nofile.parquet", "-o", "{w}/x.csv"], 3,
+         ["nofile.parquet"], ["path="]),
+        (["fit", *FIT, "--set", "encoder=x"], 1, ["--encoder DIR", "--encodings"],
+         ["did you mean"]),
+        (["fit", *FIT, "--set", "device=cpu"], 1, ["--device"], ["did you mean"]),
+        (["fit", *FIT, "--set", "memory=x"], 1, ["--cache DIR"], ["did you mean"]),
+        (["fit", *FIT, "--set", "verbose=0"], 1, ["-q/--quiet"], ["did you mean"]),
+        (["route", "EMBEDDER", "q001"], 1, ["locus embed", "router file"],
+         ["LocusEmbedder.load"]),
+    ],
+)  # fmt: skip
+def test_errors_name_options_not_parameters(
+    workdir, tmp_path, cli, args, status, contains, absent
+):
+    from locus_sklearn import LocusRouter
+
+    router = LocusRouter.load(workdir / "router.locus")
+    files = {"EMB": _embeddings_csv(workdir, tmp_path / "emb.csv")}
+    files["QUERIES"] = tmp_path / "queries.txt"
+    files["QUERIES"].write_text("q001\nq017\n")
+    files["EMBEDDER"] = tmp_path / "embedder.locus"
+    router.embedder_.save(files["EMBEDDER"])
+    router.model_costs_ = None
+    files["PLAIN"] = tmp_path / "plain.locus"
+    router.save(files["PLAIN"])
+    args = [files.get(a, a.format(w=workdir)) for a in args]
+    code, _, err = cli(*args)
+    assert_one_line(code, err, status, *contains)
+    for text in absent:
+        assert text not in err, err
+    assert not (workdir / "x.locus").exists() and not (workdir / "x.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "args, command",
+    [
+        (["route", "{w}/router.locus"], "route"),
+        (["calibrate", "{w}/router.locus", "{w}/evals.csv", "--target-share", "0.5"],
+         "calibrate"),
+        (["fit", *FIT, "--set", "max_epochs=3", "--epochs", "1"], "fit"),
+    ],
+)  # fmt: skip
+def test_usage_errors_found_while_running_point_to_help(workdir, cli, args, command):
+    status, _, err = cli(*[a.format(w=workdir) for a in args])
+    assert_one_line(status, err, 2, f"(see `locus {command} --help`)")
+    assert err.startswith(f"locus {command}: error: ")
+
+
+def test_calibrate_share_is_documented_as_computed_with_models(cli):
+    """``share`` is that of --models with any target (null without --models)."""
+    status, out, _ = cli("calibrate", "--help")
+    assert status == 0
+    assert "their share of calls is reported" in " ".join(out.split())
+
+
+def test_costs_file_with_one_bad_cost_names_it(workdir, tmp_path, cli):
+    costs = pd.read_csv(workdir / "costs.csv").astype({"cost": object})
+    costs.loc[1, "cost"] = "abc"
+    costs.to_csv(tmp_path / "costs.csv", index=False)
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv")
+    status, _, err = cli(
+        "select", emb, "--budget", "1e9", "--costs", tmp_path / "costs.csv"
+    )
+    assert_one_line(
+        status, err, 1, "column 'cost'", "'abc' in data row 2", "(1 row(s) are not)"
+    )
+
+
+def test_embed_refuses_an_output_that_is_not_csv(workdir, tmp_path, cli):
+    target = tmp_path / "emb.parquet"
+    status, _, err = cli(
+        "embed", workdir / "router.locus", workdir / "new.csv", "-o", target
+    )
+    assert_one_line(status, err, 2, f"'{target}'", ".csv")
+    assert not target.exists()
+
+
+def test_aligned_table_with_a_tab_in_a_name(workdir, tmp_path, cli):
+    names = ["tab\there", "b", "c", "d", "e", "line\nbreak"]
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv", names)
+    status, out, err = cli("select", emb, "--k", "6")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 8 and "\t" not in out
+    assert {len(line) for line in lines[:2]} == {len(lines[1])}
+    assert any("tab here" in line for line in lines)
+    assert any("line break" in line for line in lines)

@@ -806,7 +806,7 @@ def test_calibrate_command(tmp_path, router_path, routers, pool, capsys):
         serve_main(["calibrate", str(router_path), str(text), "--min-accuracy", "0.5"])
         == 1
     )
-    assert "min_accuracy needs scored" in capsys.readouterr().err
+    assert "--min-accuracy needs scored" in capsys.readouterr().err
     status = serve_main(
         ["calibrate", str(router_path), str(text), "--target-share", "0.1"]
     )

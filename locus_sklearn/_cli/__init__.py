@@ -27,7 +27,13 @@ import os
 import sys
 import warnings
 
-from ._errors import EXIT_ERROR, EXIT_INTERRUPTED, exit_status, one_line
+from ._errors import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    exit_status,
+    one_line,
+)
 from ._io import format_table, read_costs, read_encodings
 from ._parser import PROG, build_parser
 
@@ -125,5 +131,10 @@ def run(args):
     except Exception as exc:  # every failure is one line, unless --debug
         if debug:
             raise
-        print(f"{where}: error: {one_line(exc)}", file=sys.stderr)
-        return exit_status(exc)
+        message, status = one_line(exc), exit_status(exc)
+        if status == EXIT_USAGE and "--help`" not in message:
+            # A bad command line found while running: point to the help,
+            # as argparse's own usage errors do.
+            message = f"{message.rstrip('.')} (see `{where} --help`)"
+        print(f"{where}: error: {message}", file=sys.stderr)
+        return status

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ._errors import EXIT_USAGE, CommandError, interrupts_kept
 from ._io import (
+    check_folder_writable,
     check_writable,
     costs_for,
     echo,
@@ -56,14 +57,18 @@ _OPTION_OF = [
 
 
 @contextlib.contextmanager
-def _in_option_terms():
+def _in_option_terms(*more):
     """Re-raise an estimator's ValueError/TypeError naming options, not
-    parameters ("pass model_costs=" becomes "pass --costs FILE")."""
+    parameters ("pass model_costs=" becomes "pass --costs FILE").
+
+    ``more`` holds further (parameter text, option text) pairs, replaced
+    before the common ones.
+    """
     try:
         yield
     except (ValueError, TypeError) as exc:
         message = str(exc)
-        for parameter, option in _OPTION_OF:
+        for parameter, option in [*more, *_OPTION_OF]:
             message = message.replace(parameter, option)
         if message == str(exc) or type(exc) not in (ValueError, TypeError):
             raise
@@ -103,6 +108,7 @@ def routing_scores(router, queries):
 def cmd_demo(args):
     from ._demo import run_demo
 
+    check_folder_writable(args.output, "--output")  # before any work
     summary = run_demo(
         args.evals,
         output=args.output,
@@ -143,15 +149,28 @@ def _check_set_conflicts(args):
             )
 
 
+# LocusEmbedder parameters that --set does not change: fit's own options do.
+_SET_BY_OPTION = {
+    "encoder": "--encoder DIR or --encodings FILE.npz",
+    "memory": "--cache DIR",
+    "device": "--device",
+    "verbose": "-q/--quiet",
+}
+
+
 def _embedder_params(args):
     from .. import LocusEmbedder
 
     valid = LocusEmbedder().get_params()
     params = {}
     for name, value in args.set or []:
-        if name not in valid or name in ("encoder", "memory", "device", "verbose"):
-            close = difflib.get_close_matches(name, list(valid), n=1)
+        if name not in valid or name in _SET_BY_OPTION:
+            close = difflib.get_close_matches(
+                name, [n for n in valid if n not in _SET_BY_OPTION], n=1
+            )
             hint = f"; did you mean {close[0]}?" if close else ""
+            if name in _SET_BY_OPTION:
+                hint = f"; fit sets it with {_SET_BY_OPTION[name]}"
             raise ValueError(
                 f"--set {name}=...: {name!r} is not a LocusEmbedder hyper-parameter "
                 f"that --set can change{hint} (see `locus fit --help`)."
@@ -294,6 +313,13 @@ def cmd_embed(args):
     from .. import LocusRouter
 
     check_writable(args.output, "EMBEDDINGS")
+    if not str(args.output).lower().endswith(".csv"):
+        # select and neighbors read embeddings from csv files only.
+        raise CommandError(
+            f"-o/--output {str(args.output)!r}: embeddings are written as csv; "
+            "give a file name ending in .csv.",
+            status=EXIT_USAGE,
+        )
     estimator = _load(args.model, args, embedder_ok=True)
     evals = read_evals(args.evals)
     if isinstance(estimator, LocusRouter):
@@ -372,13 +398,19 @@ def cmd_onboard(args):
 
 
 # ---------------------------------------------------------------------- select
-def _selector(args, X, costs):
+def _selector(args, names, X, costs):
     from .. import BudgetGreedySelector, KCenterSelector, KMedoidsSelector
 
     if args.budget is not None:
         if args.method:
             raise ValueError(
                 "--method applies to --k; --budget always selects greedily."
+            )
+        if costs is not None and len(costs) and args.budget < costs.min():
+            cheapest = int(np.argmin(costs))
+            raise ValueError(
+                f"--budget {args.budget:g} is below the cheapest model's cost in "
+                f"--costs ({costs[cheapest]:g}, {names[cheapest]!r}); no model fits."
             )
         selector = BudgetGreedySelector(budget=args.budget, metric=args.metric)
         return selector.fit(X, costs=costs)
@@ -395,7 +427,7 @@ def cmd_select(args):
     costs = None
     if args.costs:
         costs = costs_for(read_costs(args.costs), names, args.costs)
-    selector = _selector(args, X, costs)
+    selector = _selector(args, names, X, costs)
     selected = selector.selected_indices_
     covers = np.bincount(selector.labels_, minlength=len(selected))
     total = None if costs is None else float(costs[selected].sum())
@@ -440,6 +472,10 @@ def cmd_portfolio(args):
     router = _load(args.router, args)
     queries = read_queries(args.queries, args.file)
     names = router.classes_
+    if args.k > len(names):
+        raise ValueError(
+            f"--k {args.k} is larger than the number of models ({len(names)})."
+        )
     predicted = router.predict_proba(queries).T  # (n_models, n_queries)
     selector = ExpectedAccuracySelector(n_select=args.k).fit(predicted)
     selected, path = selector.selected_indices_, selector.objective_path_
@@ -477,6 +513,10 @@ def cmd_neighbors(args):
 
     if str(args.router).lower().endswith(".csv"):
         names, X = read_embeddings(args.router)
+        if args.model in set(names) and args.k > len(names) - 1:
+            raise ValueError(
+                f"--k {args.k} is larger than the other models ({len(names) - 1})."
+            )
         table = nearest_models(X, args.model, k=args.k, metric=args.metric, names=names)
     else:
         router = _load(args.router, args)

@@ -34,10 +34,13 @@ __all__ = [
     "read_embeddings",
     "read_encodings",
     "read_evals",
+    "read_lines",
     "read_queries",
+    "check_folder_writable",
     "check_writable",
     "write_csv",
     "write_estimator",
+    "write_text",
 ]
 
 
@@ -52,8 +55,8 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     rows : sequence of sequences
         Cells, converted with ``str``.
     tsv : bool, default=False
-        Tab-separated values (tabs and newlines in cells become spaces)
-        instead of aligned columns.
+        Tab-separated values instead of aligned columns. In both forms, tabs
+        and line breaks in cells become spaces.
     aligns : sequence of {"<", ">"}, default=None
         Alignment per column; text left, everything else right by default.
     indent : str, default=""
@@ -70,10 +73,13 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     -----  ---
     a      0.5
     """
-    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    # Tabs and line breaks in a cell (a model named "a\tb") would break the
+    # columns of either form: they become spaces in both.
+    clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
+    cells = [[str(c).translate(clean) for c in header]]
+    cells += [[str(c).translate(clean) for c in row] for row in rows]
     if tsv:
-        clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
-        return ["\t".join(cell.translate(clean) for cell in row) for row in cells]
+        return ["\t".join(row) for row in cells]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     if aligns is None:
         aligns = ["<" if not _is_number(rows, i) else ">" for i in range(len(header))]
@@ -225,6 +231,32 @@ def _first_bad_score(path):
     return int(bad[0]) + 1, raw.iloc[bad[0]], len(bad)
 
 
+# load_evals names its parameters (``path=``, ``model_column=``); a command
+# names the file, and has no options to rename columns.
+_COLUMN_ADVICE = re.compile(r"(Name the right columns|rename or drop them first).*$")
+
+
+def _evals_terms(message, path):
+    """A message of ``load_evals`` about ``path`` in the command's terms.
+
+    Examples
+    --------
+    >>> _evals_terms("path has no column(s) ['score']; it has columns ['model']. "
+    ...              "Name the right columns with model_column=.", "e.csv")
+    "The evaluations file 'e.csv' has no column(s) ['score']; it has columns \
+['model']. Rename the file's columns to model, query and score (and task, if \
+any)."
+    """
+    shown = repr(os.fspath(path))
+    message = message.replace(f"path={shown}", f"The evaluations file {shown}")
+    if message.startswith("path "):
+        message = f"The evaluations file {shown} {message[len('path ') :]}"
+    return _COLUMN_ADVICE.sub(
+        "Rename the file's columns to model, query and score (and task, if any).",
+        message,
+    )
+
+
 def read_evals(path):
     """Read an evaluation file with :func:`~locus_sklearn.datasets.load_evals`,
     with messages naming the file (and the row) for the common mistakes.
@@ -240,14 +272,19 @@ def read_evals(path):
     from ..datasets import load_evals
 
     sep = _csv_separator(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No such evaluations file: {os.fspath(path)!r}.")
     if sep is not None and os.path.isfile(path):
         _check_header(path, sep)
     try:
         return load_evals(path)
-    except ValueError:
-        found = _first_bad_score(path)
+    except (ValueError, TypeError) as exc:
+        found = _first_bad_score(path) if isinstance(exc, ValueError) else None
         if found is None:
-            raise
+            message = _evals_terms(str(exc), path)
+            if message == str(exc):
+                raise
+            raise type(exc)(message) from None
         row, value, count = found
         raise ValueError(
             f"The evaluations file {os.fspath(path)!r}, column 'score': {value!r} in "
@@ -280,8 +317,7 @@ def read_queries(arguments, file=None):
         else:
             queries.append(query)
     if file:
-        with open(file, encoding="utf-8") as handle:
-            queries.extend(line.rstrip("\r\n") for line in handle)
+        queries.extend(read_lines(file, "--file"))
     queries = [q for q in queries if q.strip()]
     if not queries:
         # Name where the blank queries came from: a QUERY argument, stdin, a file.
@@ -297,6 +333,31 @@ def read_queries(arguments, file=None):
             f"{' and '.join(sources)}); give at least one query with some text."
         )
     return queries
+
+
+def read_lines(path, what):
+    """The lines of the UTF-8 text file ``path`` (named ``what`` in errors),
+    without their line ends.
+
+    Raises FileNotFoundError (exit status 3) for a missing file and
+    ValueError (status 1) for one that is not UTF-8 text, both naming
+    ``what`` and the file.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [line.rstrip("\r\n") for line in handle]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {str(path)!r}: no such file.") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(
+            f"{what} {str(path)!r} is a folder, not a file."
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{what} {str(path)!r} is not UTF-8 text: byte "
+            f"{exc.object[exc.start]:#04x} at position {exc.start} ({exc.reason}); "
+            "save it as UTF-8."
+        ) from None
 
 
 # ----------------------------------------------------------------------- costs
@@ -342,7 +403,8 @@ def read_costs(path):
     >>> read_costs(path)
     {'a': 1.5, 'b': 0.0}
     """
-    frame = _read_csv(path, "costs", dtype={"model": str})
+    # Every cell as text: a model named "NA", "None" or "null" stays a name.
+    frame = _read_csv(path, "costs", dtype=str, keep_default_na=False)
     missing = [c for c in ("model", "cost") if c not in frame.columns]
     if missing:
         raise ValueError(
@@ -355,8 +417,16 @@ def read_costs(path):
             f"The costs file {str(path)!r} lists {len(duplicated)} model(s) more "
             f"than once: {duplicated[:5]}."
         )
+    number = pd.to_numeric(frame["cost"].str.strip(), errors="coerce")
+    bad = np.flatnonzero(number.isna().to_numpy())
+    if len(bad):
+        raise ValueError(
+            f"The costs file {str(path)!r}, column 'cost': "
+            f"{frame['cost'].iloc[bad[0]]!r} in data row {bad[0] + 1} is not a "
+            f"number ({len(bad)} row(s) are not)."
+        )
     models = frame["model"].to_numpy(dtype=object)
-    raw = dict(zip(models, frame["cost"].tolist(), strict=True))
+    raw = dict(zip(models, number.astype(np.float64).tolist(), strict=True))
     costs = check_model_costs(raw, models, name=f"The costs file {str(path)!r}")
     return dict(zip(models.tolist(), costs.tolist(), strict=True))
 
@@ -475,7 +545,8 @@ def read_embeddings(path):
     names : ndarray of object, shape (n_models,)
     X : ndarray of float64, shape (n_models, n_dims)
     """
-    frame = _read_csv(path, "embeddings", index_col=0)
+    # Every cell as text: a model named "NA", "None" or "007" stays that name.
+    frame = _read_csv(path, "embeddings", index_col=0, dtype=str, keep_default_na=False)
     values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     if frame.shape[1] == 0 or len(frame) == 0 or not np.isfinite(values).all():
         raise ValueError(
@@ -510,7 +581,13 @@ def load_estimator(path, *, encoder=None, device=None, embedder_ok=False):
     from .. import LocusEmbedder, LocusRouter
 
     cls = LocusRouter
-    if embedder_ok and _file_kind(path) == "LocusEmbedder":
+    if _file_kind(path) == "LocusEmbedder":
+        if not embedder_ok:
+            raise ValueError(
+                f"{str(path)!r} holds a LocusEmbedder, not a LocusRouter: this "
+                "command needs a router file (locus fit -o ROUTER); an embedder "
+                "file is for locus embed."
+            )
         cls = LocusEmbedder
     if encoder is None:
         return cls.load(path, device=device)
@@ -554,6 +631,38 @@ def check_writable(path, what):
         )
 
 
+def check_folder_writable(path, what):
+    """Fail now, before any work, if files cannot be written into the folder
+    ``path`` (created with its parents if missing).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> afile = os.path.join(tempfile.mkdtemp(), "afile")
+    >>> _ = open(afile, "w").write("")
+    >>> check_folder_writable(afile, "--output")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    locus_sklearn._cli._errors.CommandError: cannot write into --output '...afile': it is a file, not a folder
+    """
+    path = Path(path)
+    problem = None
+    if path.exists() and not path.is_dir():
+        problem = "it is a file, not a folder"
+    else:
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            problem = f"{str(existing)!r} is not a folder"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = f"the folder {str(existing)!r} is not writable"
+    if problem:
+        raise CommandError(
+            f"cannot write into {what} {str(path)!r}: {problem}", status=EXIT_IO
+        )
+
+
 def _write_failure(exc):
     """The reason of a failed write, without the temporary file's name."""
     if isinstance(exc, OSError):
@@ -564,11 +673,13 @@ def _write_failure(exc):
     return found.group(1) if found else " ".join(str(exc).split())
 
 
-def write_estimator(estimator, path, what):
-    """``estimator.save(path)``, with a failed write reported against ``path``."""
+def _reported_write(write, path, what):
+    """Run ``write()``, which writes ``path`` atomically; a failed write (a
+    full disk) is one error naming ``path`` with status 3, the file as it
+    was."""
     existed = Path(path).exists()
     try:
-        estimator.save(path)
+        write()
     except Exception as exc:
         if not isinstance(exc, OSError) and type(exc).__name__ != "SafetensorError":
             raise
@@ -579,12 +690,20 @@ def write_estimator(estimator, path, what):
         ) from exc
 
 
+def write_estimator(estimator, path, what):
+    """``estimator.save(path)``, with a failed write reported against ``path``."""
+    _reported_write(lambda: estimator.save(path), path, what)
+
+
+def write_text(text, path, what):
+    """Write ``text`` (UTF-8) to ``path`` atomically, as a saved router is
+    written (:func:`locus_sklearn._files.write_bytes`), with a failed write
+    reported against ``path``."""
+    from .._files import write_bytes
+
+    _reported_write(lambda: write_bytes(path, text.encode("utf-8")), path, what)
+
+
 def write_csv(frame, path, what):
-    """``frame.to_csv(path)``, with a failed write reported against ``path``."""
-    try:
-        frame.to_csv(path)
-    except OSError as exc:
-        raise CommandError(
-            f"could not write {what} {str(path)!r}: {_write_failure(exc)}",
-            status=EXIT_IO,
-        ) from exc
+    """``frame.to_csv(path)``, atomically (:func:`write_text`)."""
+    write_text(frame.to_csv(), path, what)

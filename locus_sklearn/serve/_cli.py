@@ -20,13 +20,17 @@ import socket
 import sys
 from pathlib import Path
 
+from .._cli._commands import _in_option_terms
 from .._cli._errors import EXIT_IO, EXIT_USAGE, CommandError, interrupts_kept
 from .._cli._io import (
     check_writable,
     emit_json,
     load_estimator,
     read_encodings,
+    read_evals,
+    read_lines,
     write_estimator,
+    write_text,
 )
 from .._cli._parser import _device, _Parser
 from .._cli._types import (
@@ -84,22 +88,27 @@ def _read_calibration_set(path):
     """Scored evaluations (csv/parquet/jsonl), or queries, one per line (.txt)."""
     path = Path(path)
     if path.suffix.lower() == ".txt":
-        if not path.is_file():
-            raise FileNotFoundError(f"No such file: {str(path)!r}.")
-        queries = [
-            line
-            for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
+        queries = [line for line in read_lines(path, "EVALS") if line.strip()]
         if not queries:
             raise ValueError(f"{str(path)!r} holds no queries.")
         return queries
-    from ..datasets import load_evals
-
-    return load_evals(path)
+    return read_evals(path)
 
 
 # -------------------------------------------------------------------- commands
+# calibrate_cost_weight's parameters, as calibrate's options.
+_CALIBRATE_OPTIONS = [
+    ("min_accuracy needs", "--min-accuracy needs"),
+    ("models has", "--models has"),
+    ("target_share needs models=", "--target-share needs --models"),
+    ("models repeats", "--models repeats"),
+    ("fit it with model_costs=", "fit it with `locus fit --costs FILE`"),
+    ("shrinkage='auto'", "--shrinkage auto"),
+    ("shrinkage=None", "--shrinkage none"),
+    ("a fixed shrinkage below 1", "a --shrinkage below 1"),
+]
+
+
 def _cmd_calibrate(args):
     from ..inspection import calibrate_cost_weight
 
@@ -111,7 +120,7 @@ def _cmd_calibrate(args):
     evals = _read_calibration_set(args.evals)
     # With --cv, copies of the router are refitted: a Ctrl-C there must stop
     # the command, not leave a fold trained part-way.
-    with interrupts_kept():
+    with interrupts_kept(), _in_option_terms(*_CALIBRATE_OPTIONS):
         result = calibrate_cost_weight(
             router,
             evals,
@@ -241,7 +250,7 @@ def _cmd_litellm(args):
     config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
     text = yaml.safe_dump(config, sort_keys=False)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_text(text, args.output, "FILE.yaml")  # atomic
         print(f"{PROG}: wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -412,7 +421,8 @@ def _add_calibrate(subparsers):
         "--models",
         type=model_list,
         metavar="A,B",
-        help="the models --target-share caps (comma-separated)",
+        help="the models --target-share caps (comma-separated); with another "
+        "target, their share of calls is reported (share)",
     )
     p.add_argument(
         "--cv",
