@@ -604,6 +604,15 @@ def load_estimator(path, *, encoder=None, device=None, embedder_ok=False):
 
 
 # --------------------------------------------------------------------- writing
+def _folder_problem(folder):
+    """Why files cannot be created in the existing path ``folder``, or None."""
+    if not folder.is_dir():
+        return f"{str(folder)!r} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {str(folder)!r} is not writable"
+    return None
+
+
 def check_writable(path, what):
     """Fail now, before any work, if ``what`` cannot be written to ``path``.
 
@@ -616,15 +625,12 @@ def check_writable(path, what):
     """
     path = Path(path)
     folder = path.parent
-    problem = None
     if path.is_dir():
         problem = "it is a folder; give a file name"
     elif not folder.exists():
         problem = f"the folder {str(folder)!r} does not exist"
-    elif not folder.is_dir():
-        problem = f"{str(folder)!r} is not a folder"
-    elif not os.access(folder, os.W_OK | os.X_OK):
-        problem = f"the folder {str(folder)!r} is not writable"
+    else:
+        problem = _folder_problem(folder)
     if problem:
         raise CommandError(
             f"cannot write {what} {str(path)!r}: {problem}", status=EXIT_IO
@@ -646,17 +652,13 @@ def check_folder_writable(path, what):
     locus_sklearn._cli._errors.CommandError: cannot write into --output '...afile': it is a file, not a folder
     """
     path = Path(path)
-    problem = None
     if path.exists() and not path.is_dir():
         problem = "it is a file, not a folder"
     else:
-        existing = path
+        existing = path  # the folder, or its nearest existing parent
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
-        if not existing.is_dir():
-            problem = f"{str(existing)!r} is not a folder"
-        elif not os.access(existing, os.W_OK | os.X_OK):
-            problem = f"the folder {str(existing)!r} is not writable"
+        problem = _folder_problem(existing)
     if problem:
         raise CommandError(
             f"cannot write into {what} {str(path)!r}: {problem}", status=EXIT_IO
