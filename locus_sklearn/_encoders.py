@@ -356,9 +356,10 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
     backend : {"torch", "onnx"}, default="torch"
         What runs a model loaded from a directory (or the default): PyTorch,
         or ONNX Runtime on the CPU. "onnx" exports the model's transformer to
-        ONNX once per process (``torch.onnx.export``, a few seconds) and keeps
-        its tokenizer, pooling and normalisation: the encodings are the same
-        to float rounding (about 1e-6), and one short query costs about two
+        ONNX once per process (``torch.onnx.export``, about 10-15 seconds for
+        all-MiniLM-L6-v2) and keeps its tokenizer, pooling and
+        normalisation: the encodings are the same to float rounding (largest
+        difference about 2e-7), and one short query costs about two
         thirds of PyTorch's time on a CPU (``benchmarks/encoder_ceiling.py``),
         which is what a served text query waits for. Needs the ``onnx`` extra
         (``pip install 'locus_sklearn[onnx]'``); a model directory only, and

@@ -252,7 +252,9 @@ def _map_query_chunks(router, method, queries, chunk_queries, n_jobs, params):
 def predict_proba_chunked(router, queries, *, chunk_queries=1000, n_jobs=None):
     """P(correct) of every model on many queries, chunk by chunk in workers.
 
-    Equal to ``router.predict_proba(queries)``; the queries are split into
+    Equal to ``router.predict_proba(queries)`` up to float32 rounding
+    (about 1e-7 relative: the chunks are scored in batches of their own
+    size); the queries are split into
     chunks scored in joblib workers (each gets a pickled copy of the router;
     with loky, large arrays such as the stored evaluations are memory-mapped
     rather than copied).

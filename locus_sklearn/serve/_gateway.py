@@ -5,7 +5,7 @@ the pool models that have a backend, forwards it there (with the backend's
 own model name and key) and returns the backend's answer, streamed or not,
 with the model that answered in the ``x-locus-model`` header (and, for JSON
 answers, in a ``locus`` field). When a backend fails (connection refused,
-timeout, 5xx, 429, 408) the request goes to the next model of the routed
+timeout, 500, 502, 503, 504, 429, 408) the request goes to the next model of the routed
 model's capability-based fallback order (nearest model embeddings first),
 each model at most once, within ``fallback.max_attempts`` attempts and
 ``fallback.deadline`` seconds. Other 4xx answers are the client's problem and
