@@ -213,17 +213,17 @@ class LocusRouter(BaseRouter):
         are the same objects: ``fit``, ``add_models``, ``remove_models`` and
         ``load`` replace ``pool_evals_`` (and the first two and ``load`` the
         network), so a kept one is never stale."""
-        if self.pool_evals_ is None:
+        # Read once: an add_models in another thread may replace pool_evals_
+        # while the view is built, and a view of the old pool kept under the
+        # new one's key would be served, stale, from then on.
+        pool_evals = self.pool_evals_
+        if pool_evals is None:
             return None
         module = self._locus.net_.module_
         cached = getattr(self, "_readout_cache", None)
-        if (
-            cached is None
-            or cached[0] is not self.pool_evals_
-            or cached[1] is not module
-        ):
-            pool = self._locus._readout_pool(*self.pool_evals_)
-            cached = self._readout_cache = (self.pool_evals_, module, pool)
+        if cached is None or cached[0] is not pool_evals or cached[1] is not module:
+            pool = self._locus._readout_pool(*pool_evals)
+            cached = self._readout_cache = (pool_evals, module, pool)
         return cached[2]
 
     def __getstate__(self):
@@ -239,6 +239,10 @@ class LocusRouter(BaseRouter):
         model joins the pool; an existing one gets a fresh embedding (pass
         every evaluation it should be built from, old and new). Every other
         row of ``model_embeddings_`` stays bit-for-bit unchanged.
+
+        The pool changes in place: do not predict from another thread
+        meanwhile; change a copy and swap it in instead (the Onboarding page
+        of the user guide).
 
         Parameters
         ----------
@@ -310,6 +314,9 @@ class LocusRouter(BaseRouter):
 
     def remove_models(self, models):
         """Remove models from the pool.
+
+        The pool changes in place, as with :meth:`add_models`: do not predict
+        from another thread meanwhile.
 
         Parameters
         ----------

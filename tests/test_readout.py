@@ -179,6 +179,30 @@ def test_cache_follows_add_and_remove_models(
     np.testing.assert_array_equal(r.predict_proba(queries), _fresh_proba(r, queries))
 
 
+def test_cache_never_keeps_a_view_of_a_replaced_pool(
+    readout_router, pool, model_names, query_texts, rows_of, monkeypatch
+):
+    """add_models in another thread while the first prediction builds the
+    readout's view: the view of the old pool was kept under the new pool's
+    key, and every later prediction used it (or failed on its model count)."""
+    r = readout_router
+    queries = query_texts[:20]
+    r.remove_models(model_names[:1])
+    locus = r._locus
+    build = type(locus)._readout_pool
+
+    def build_while_the_pool_changes(self, *pool_evals):
+        view = build(self, *pool_evals)
+        monkeypatch.setattr(type(locus), "_readout_pool", build)
+        r.add_models(rows_of(pool.evals, model_names[:1]))  # "another thread"
+        return view
+
+    monkeypatch.setattr(type(locus), "_readout_pool", build_while_the_pool_changes)
+    r._readout_pool()
+    assert r._readout_pool().n_models == len(model_names)
+    np.testing.assert_array_equal(r.predict_proba(queries), _fresh_proba(r, queries))
+
+
 def test_cache_follows_refit_set_params_pickle_and_load(
     readout_router, query_texts, pool, tmp_path
 ):
