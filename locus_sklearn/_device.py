@@ -48,6 +48,11 @@ def resolve_device(device, *, name="device"):
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     resolved = parse_device(device, name=name)
+    if resolved.type == "meta":
+        raise ValueError(
+            f"{name}={device!r}: meta tensors hold no data, so nothing could be "
+            "computed there; use 'cpu', 'cuda', 'cuda:N' or None."
+        )
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             f"{name}={device!r} needs CUDA, but this torch "

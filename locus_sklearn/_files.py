@@ -182,6 +182,10 @@ def read_file(path, kind):
             f"path must be a str or path-like naming a saved file; got {path!r}."
         )
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{str(path)!r} is a folder; give the path of a saved file."
+        )
     if not path.is_file():
         raise FileNotFoundError(f"No such file: {str(path)!r}.")
     # Read into memory, not mapped: a file overwritten in place while a

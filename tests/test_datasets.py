@@ -955,3 +955,29 @@ def test_make_model_pool_largest_noise_and_boost_do_not_overflow():
     p = pool.probabilities.to_numpy()
     assert np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
     check_evals(pool.evals)
+
+
+def test_load_evals_names_a_damaged_gzip_file(tmp_path):
+    """A .csv.gz that is not gzip, or cut short, raised gzip's own error
+    without the file's name."""
+    import gzip
+
+    plain = tmp_path / "plain.csv.gz"
+    plain.write_text("model,query,score\nm1,q1,1\n")
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(gzip.compress(b"model,query,score\n" + b"m1,q1,1\n" * 200)[:40])
+    for path in (plain, cut):
+        with pytest.raises(ValueError, match=f"{path.name}.*could not be read as gzip"):
+            load_evals(path)
+
+
+@pytest.mark.parametrize("cell", ["1_0", "\u0661"])
+def test_load_evals_names_cells_python_but_not_pandas_reads_as_numbers(tmp_path, cell):
+    """float() takes "1_0" and Arabic-Indic digits, pandas does not: the
+    file was refused with "0 of 2 cells are not numbers" naming no cell."""
+    path = tmp_path / "evals.csv"
+    path.write_text(f"model,query,score\nm1,q1,{cell}\nm2,q1,0\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=rf"1 of 2 cells are not numbers, e\.g\. '{cell}'"
+    ):
+        load_evals(path)

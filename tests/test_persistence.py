@@ -248,6 +248,18 @@ def test_load_rejects_corrupt_and_foreign_files(tmp_path):
         LocusRouter.load(bad)
     with pytest.raises(FileNotFoundError):
         LocusRouter.load(tmp_path / "missing.safetensors")
+    # A folder exists: it is not "no such file".
+    with pytest.raises(IsADirectoryError, match="is a folder; give the path of a"):
+        LocusRouter.load(tmp_path)
+
+
+def test_load_refuses_the_meta_device(tmp_path, tiny_embedder, pool):
+    """device='meta' loaded, with a warning per tensor, an estimator whose
+    every prediction failed: meta tensors hold no data."""
+    path = tmp_path / "r.safetensors"
+    LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)).fit(pool.evals).save(path)
+    with pytest.raises(ValueError, match="device='meta': meta tensors hold no data"):
+        LocusRouter.load(path, device="meta")
     import torch
     from safetensors.torch import save_file
 

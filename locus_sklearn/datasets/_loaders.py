@@ -151,6 +151,10 @@ def _read_table(path, name, string_columns, score_column=None):
         ) from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{name}={shown!r} is not UTF-8 text: {exc}.") from None
+    except (gzip.BadGzipFile, EOFError) as exc:  # not gzip, or cut short
+        raise ValueError(
+            f"{name}={shown!r} could not be read as gzip: {exc}."
+        ) from None
     except ValueError as exc:  # pandas' ParserError, pyarrow's ArrowInvalid
         raise ValueError(
             f"{name}={shown!r} could not be read as {kind}: {str(exc).strip()}"
@@ -176,8 +180,10 @@ def _as_float(number):
 
 
 def _is_number_text(value):
-    """Whether ``value`` is the text of a finite number, as a csv cell can be."""
-    if not isinstance(value, str):
+    """Whether ``value`` is the text of a finite number, as pandas reads a csv
+    cell: ASCII digits, no underscores (Python's float() also takes "1_0" and
+    other scripts' digits, which pandas leaves as text)."""
+    if not isinstance(value, str) or not value.isascii() or "_" in value:
         return False
     try:
         return bool(np.isfinite(float(value)))
@@ -206,6 +212,10 @@ def _read_scores(frame, column, path, kind, lines):
         # the cells that are numbers are not what is wrong with it.
         is_number |= np.fromiter(map(_is_number_text, items), bool, len(items))
     bad = np.flatnonzero(~is_number)
+    if not len(bad):  # a cell pandas left as text that looked like a number
+        bad = np.flatnonzero(
+            ~np.fromiter(map(_is_real_number, items), bool, len(items))
+        )
     # _preview shows np.str_('a') as 'a'; one value at a time, with its place.
     examples = ", ".join(
         f"{_preview([items[i]])[1:-1]} "
