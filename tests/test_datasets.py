@@ -1,5 +1,6 @@
 import json
 import os
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -506,6 +507,30 @@ def test_from_lm_eval_prompts_that_differ_between_models_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"1 document\(s\).*different prompts.*t/0"):
         from_lm_eval(tmp_path)
     assert from_lm_eval(tmp_path, query_text="q")["query"].tolist() == ["1+1?"] * 2
+
+
+def test_from_lm_eval_warns_where_documents_share_one_text(tmp_path):
+    """Two documents with one prompt (a zero-shot stem without its choices)
+    became one query, their scores averaged, without a word."""
+    records = [
+        {"doc_id": i, "doc": {"q": "Which is a metal?", "choices": c}, "acc": a,
+         "arguments": [["Which is a metal?"]]}
+        for i, (c, a) in enumerate([(["iron", "wood"], 1.0), (["gold", "air"], 0.0)])
+    ]  # fmt: skip
+    path = _write_samples(tmp_path, "arc", records)
+    with pytest.warns(
+        UserWarning, match=r"1 text\(s\).*\['arc/0', 'arc/1'\].*averaged"
+    ):
+        evals = from_lm_eval(path, model="m")
+    assert evals["query"].nunique() == 1  # as documented: one query
+    # Telling them apart takes a text per document, or ids; no warning then.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        texts = from_lm_eval(
+            path, model="m", query_text=lambda d: f"{d['q']} {d['choices']}"
+        )
+        assert texts["query"].nunique() == 2
+        assert from_lm_eval(path, model="m", query_text=None)["query"].nunique() == 2
 
 
 def test_from_lm_eval_metric_and_query_text():

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .._evals import _preview, check_evals
+from .._warnings import warn_external
 from ._loaders import _long_frame, json_lines
 
 __all__ = ["from_lm_eval"]
@@ -136,10 +137,24 @@ def _prompt_texts(records, task, file):
 
 def _check_same_prompts(ids, queries, path):
     """Refuse documents whose prompt differs between runs (chat templates,
-    another number of few-shot examples): they would become unrelated queries."""
-    texts = {}
+    another number of few-shot examples): they would become unrelated queries.
+    Warn where documents share one text: they become one query, their scores
+    averaged."""
+    texts, docs = {}, {}
     for doc, text in zip(ids, queries, strict=True):
         texts.setdefault(doc, set()).add(text)
+        docs.setdefault(text, set()).add(doc)
+    shared = [sorted(seen) for seen in docs.values() if len(seen) > 1]
+    if shared:
+        warn_external(
+            f"{len(shared)} text(s) read from {str(path)!r} belong to several "
+            f"documents (e.g. {_preview(shared[0])}): each becomes one query, the "
+            "documents' scores averaged (a zero-shot prompt without the answer "
+            "choices, or one question in two tasks). Pass query_text= a callable "
+            "that tells them apart (e.g. the question with its choices), or "
+            "query_text=None for one query per '<task>/<doc_id>'.",
+            UserWarning,
+        )
     differing = [doc for doc, seen in texts.items() if len(seen) > 1]
     if differing:
         raise ValueError(
@@ -280,6 +295,13 @@ def from_lm_eval(
         Columns ``model``, ``query``, ``score`` (float) and ``task``; files in
         (model, task, date) order, documents in file order.
 
+    Warns
+    -----
+    UserWarning
+        If one text belongs to several documents (a zero-shot prompt without
+        the answer choices, one question in two tasks): they become one
+        query, their scores averaged.
+
     Raises
     ------
     ValueError
@@ -369,14 +391,14 @@ def from_lm_eval(
             queries = doc_ids
         elif isinstance(query_text, str) and query_text == "prompt":
             queries = _prompt_texts(records, task, file)
-            ids += doc_ids
         else:
             queries = _query_texts(records, query_text, task, file)
+        ids += doc_ids
         columns["model"] += [names[i]] * len(score)
         columns["query"] += queries
         columns["score"] += score.tolist()
         columns["task"] += [task] * len(score)
-    if ids:
+    if query_text is not None:
         _check_same_prompts(ids, columns["query"], path)
     evals = _long_frame(columns)
     check_evals(evals, name=f"evals read from {str(path)!r}")
