@@ -16,7 +16,13 @@ import time
 import numpy as np
 
 from locus_sklearn import BudgetGreedySelector, KCenterSelector, KMedoidsSelector
-from locus_sklearn._selectors import _k_center, _kernel_matrix, _pam
+from locus_sklearn._selectors import (
+    _distance_matrix,
+    _k_center,
+    _kernel_matrix,
+    _pam,
+    _rbf,
+)
 
 
 def make_embeddings(n_models, n_features, data, seed=0):
@@ -111,8 +117,9 @@ def main():
 
     n = min(args.n_swap_compare, args.n_models)
     print(f"\nswap search from the k-center start, {n} models, n_select={k}")
-    K, _ = _kernel_matrix(X[:n], args.metric, "median")
-    start = _k_center(K, k)
+    D, sigma = _distance_matrix(X[:n], args.metric, "median")
+    start = _k_center(D, sigma, k)
+    K = _rbf(D, sigma, out=D)
 
     def J(selected):
         return K[selected].max(axis=0).sum()

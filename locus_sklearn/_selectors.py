@@ -17,7 +17,7 @@ every other one. The objectives are
 
 Each estimator has a validated public function twin (``k_center_select`` beside
 ``KCenterSelector``), and both call a private function that assumes validated
-input (``_k_center`` on a kernel matrix), as scikit-learn pairs
+input (``_k_center`` on the distance matrix), as scikit-learn pairs
 ``kmeans_plusplus`` with ``KMeans``.
 """
 
@@ -322,68 +322,55 @@ def _check_pool(X, metric, *, name="X"):
 
 
 # --------------------------------------------------------------------------------------
-# Algorithms on a kernel matrix (validated input). ``K[s]`` (a row) holds the
-# similarity of every model to model ``s``; K is symmetric for every metric.
+# Algorithms on validated input: the distance matrix D and bandwidth (k-center)
+# or the kernel matrix K (the rest). ``K[s]`` (a row) holds the similarity of
+# every model to model ``s``; D and K are symmetric for every metric.
 
 
-def _k_center(K, n_select, *, D=None, sigma=None):
+def _k_center(D, sigma, n_select):
     """Farthest-first selection in similarity space, from the kernel medoid.
 
     Each step adds the least-covered model, the one whose largest similarity
     to the selection is smallest, the lowest index on ties. The kernel
     underflows to exactly 0 for every model beyond ~27 sigma of the selection,
-    whatever its distance; given the distances ``D``, those ties go to the
-    model farthest from the selection, as the kernel, which decreases with
-    distance, would rank them without underflow. Otherwise the row order
-    decides: a far outlier is left uncovered for a nearer model of lower
-    row, which breaks the factor 2 of farthest-first (Gonzalez, 1985).
+    whatever its distance; those ties go to the model farthest from the
+    selection, as the kernel, which decreases with distance, would rank them
+    without underflow (by row order a far outlier would be left uncovered for
+    a nearer model of lower row, breaking the factor 2 of farthest-first,
+    Gonzalez, 1985). The kernel is computed from ``D`` where needed, its row
+    sums a chunk at a time, so the distances and the kernel are never both
+    held.
 
     Parameters
     ----------
-    K : ndarray of shape (n_models, n_models) or None
-        The kernel matrix; None computes what the selection needs of it, the
-        row sums and ``n_select`` rows, from ``D`` and ``sigma``.
+    D : ndarray of shape (n_models, n_models)
+        Distances between the models.
+    sigma : float
+        The kernel's bandwidth.
     n_select : int, 1 <= n_select <= n_models
-    D : ndarray of shape (n_models, n_models), default=None
-        The distances the kernel is computed from; needed to rank the models
-        the kernel underflows for.
-    sigma : float, default=None
-        The bandwidth; needed when ``K`` is None.
 
     Returns
     -------
     selected : ndarray of int64, shape (n_select,), in selection order
     """
-    if K is None:
-        sums = _kernel_row_sums(D, sigma)
-
-        def kernel_row(m):
-            return _rbf(D[m], sigma)
-    else:
-        sums = K.sum(axis=1)
-
-        def kernel_row(m):
-            return K[m]
-
-    n_models = len(sums)
-    first = int(np.argmax(sums))
+    n_models = D.shape[0]
+    first = int(np.argmax(_kernel_row_sums(D, sigma)))
     selected = [first]
-    coverage = np.array(kernel_row(first), dtype=np.float64)
+    coverage = _rbf(D[first], sigma)
     # Distance of each model to the nearest selected one, for the ties at 0.
-    gap = None if D is None else D[first].copy()
+    gap = D[first].copy()
     chosen = np.zeros(n_models, dtype=bool)
     chosen[first] = True
     for _ in range(1, n_select):
         open_coverage = np.where(chosen, np.inf, coverage)
         # argmin and argmax return the lowest index on ties.
         m = int(np.argmin(open_coverage))
-        if gap is not None and open_coverage[m] == 0.0:
+        if open_coverage[m] == 0.0:
             m = int(np.argmax(np.where(open_coverage == 0.0, gap, -np.inf)))
         selected.append(m)
         chosen[m] = True
-        np.maximum(coverage, kernel_row(m), out=coverage)
-        if gap is not None:
-            np.minimum(gap, D[m], out=gap)
+        np.maximum(coverage, _rbf(D[m], sigma), out=coverage)
+        np.minimum(gap, D[m], out=gap)
     return np.asarray(selected, dtype=np.int64)
 
 
@@ -611,7 +598,7 @@ def k_center_select(X, n_select, *, metric="cosine", bandwidth="median"):
     X = _check_pool(X, metric)
     _check_n_select(n_select, X.shape[0])
     D, sigma = _distance_matrix(X, metric, bandwidth)
-    selected = _k_center(None, n_select, D=D, sigma=sigma)
+    selected = _k_center(D, sigma, n_select)
     del D
     return _select_outputs(X, selected, metric, sigma, "min")
 
@@ -694,7 +681,7 @@ def k_medoids_select(
     X = _check_pool(X, metric)
     _check_n_select(n_select, X.shape[0])
     D, sigma = _distance_matrix(X, metric, bandwidth)
-    start = _k_center(None, n_select, D=D, sigma=sigma)
+    start = _k_center(D, sigma, n_select)
     K = _rbf(D, sigma, out=D)
     selected, n_iter, converged = _pam(K, start, max_iter, method)
     if not converged:
@@ -982,7 +969,7 @@ class KCenterSelector(_BaseSelector):
         self.bandwidth = bandwidth
 
     def _select(self, D, sigma, costs):
-        return _k_center(None, self.n_select, D=D, sigma=sigma)
+        return _k_center(D, sigma, self.n_select)
 
 
 class KMedoidsSelector(_BaseSelector):
@@ -1093,7 +1080,7 @@ class KMedoidsSelector(_BaseSelector):
         self.max_iter = max_iter
 
     def _select(self, D, sigma, costs):
-        self.initial_indices_ = _k_center(None, self.n_select, D=D, sigma=sigma)
+        self.initial_indices_ = _k_center(D, sigma, self.n_select)
         K = _rbf(D, sigma, out=D)
         selected, self.n_iter_, converged = _pam(
             K, self.initial_indices_, self.max_iter, self.method
