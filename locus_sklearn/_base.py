@@ -215,6 +215,9 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
             rows do not sum to 1.
         """
         check_is_fitted(self)
+        # Settings read at prediction (KNNRouter's k and weights) may have been
+        # set after fit: checked where they are read, as at fit.
+        self._validate_params()
         queries = check_queries(queries)
         return self._predict_proba_encoded(self._encode(queries))
 

@@ -352,7 +352,19 @@ def gather_queries(bank, X):
 
 class DivergenceCheck(Callback):
     """Stop with a clear error as soon as a training loss is not finite,
-    instead of training on NaN and failing later somewhere less clear."""
+    instead of training on NaN and failing later somewhere less clear.
+
+    Parameters
+    ----------
+    estimator : str, default="LocusEmbedder"
+        Name of the estimator training, for the message.
+    remedy : str or None, default="set gradient_clip"
+        What else to try besides a lower ``lr``, if anything.
+    """
+
+    def __init__(self, estimator="LocusEmbedder", remedy="set gradient_clip"):
+        self.estimator = estimator
+        self.remedy = remedy
 
     def on_batch_end(self, net, batch=None, training=None, **kwargs):
         if not training:
@@ -360,9 +372,9 @@ class DivergenceCheck(Callback):
         loss = net.history[-1, "batches", -1, "train_loss"]
         if not np.isfinite(loss):
             raise FloatingPointError(
-                f"LocusEmbedder training diverged: the training loss became {loss} "
-                f"in epoch {len(net.history)}; lower lr (now {net.lr}) or set "
-                "gradient_clip."
+                f"{self.estimator} training diverged: the training loss became "
+                f"{loss} in epoch {len(net.history)}; lower lr (now {net.lr})"
+                + (f" or {self.remedy}." if self.remedy else ".")
             )
 
 

@@ -443,3 +443,91 @@ def test_nets_learn_query_dependent_structure(factory):
     baseline = correctness_accuracy(y_true, means)
     assert learned > baseline + 0.1, (learned, baseline)
     assert router.n_epochs_ < 100  # early stopping ended the fit
+
+
+# --- settings changed after fit, training guards ----------------------------
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"weights": "distanse"}, "'weights' parameter"),
+        ({"weights": None}, "'weights' parameter"),
+        ({"k": True}, "'k' parameter .* Got True, a bool"),
+        ({"k": 0}, "'k' parameter"),
+        ({"k": 2.5}, "'k' parameter"),
+    ],
+)
+def test_knn_checks_settings_set_after_fit(params, match):
+    # k and weights are read at prediction: a bad value set after fit is
+    # refused by name there (a misspelt weights was read as "distance").
+    router = KNNRouter(2, encoder=HAND_ENCODER).fit(HAND_EVALS)
+    router.set_params(**params)
+    with pytest.raises(InvalidParameterError, match=match):
+        router.predict_proba(["t"])
+
+
+def test_knn_k_raised_after_fit_past_the_planned_list():
+    # fit plans the shared neighbour list for its k; a k raised past it (and
+    # past the int16 ranks of that list) reads every evaluation, as a fresh
+    # fit does: each model's mean score with uniform weights.
+    evals, encodings, _ = make_pool(n_models=3, n_queries=40)
+    router = KNNRouter(3, encoder=encodings).fit(evals)
+    assert len(router._shared_models) > 0  # the path under test
+    router.set_params(k=40_000)
+    proba = router.predict_proba(list(encodings)[:5])
+    means = evals.groupby("model")["score"].mean().to_numpy()
+    np.testing.assert_allclose(proba, np.tile(means, (5, 1)), rtol=1e-6)
+
+
+def test_net_router_split_keeps_a_training_row_per_model():
+    # Model "c" answered one query: where the split holds that query out, its
+    # row stays in training (a model with no training row keeps its random
+    # initial embedding). Every seed leaves each model a training row.
+    from locus_sklearn.baselines._net_router import _split_by_query
+
+    evals = pd.DataFrame(
+        [("a", f"q{i}", i % 2) for i in range(4)]
+        + [("b", f"q{i}", 1 - i % 2) for i in range(4)]
+        + [("c", "q0", 1)],
+        columns=["model", "query", "score"],
+    )
+    table = check_evals(evals)
+    q0, c_row = 0, np.flatnonzero(table.model_index == 2)[0]
+    kept_back = 0
+    for seed in range(40):
+        is_valid = _split_by_query(table, 0.25, seed)  # one query of four
+        trained = np.bincount(table.model_index[~is_valid], minlength=3)
+        assert (trained >= 1).all()
+        held = np.unique(table.query_index[is_valid])
+        assert len(held) == 1 and is_valid.sum() == 2  # a's and b's rows
+        if held[0] == q0:
+            assert not is_valid[c_row]
+            kept_back += 1
+    assert kept_back > 0  # the case under test happened
+
+
+def test_net_router_validation_fraction_holding_every_query():
+    evals = HAND_EVALS[HAND_EVALS["model"] != "c"]  # six queries
+    with pytest.raises(ValueError, match="holds out 6 of the 6 queries, leaving"):
+        MatrixFactorizationRouter(encoder=HAND_ENCODER, validation_fraction=0.95).fit(
+            evals
+        )
+
+
+def test_net_router_warns_when_no_row_is_held_out():
+    # Each model answered one query: the held-out query's rows go back to
+    # training, and training runs without early stopping, said so.
+    evals = {"model": ["a", "b"], "query": ["q1", "q2"], "score": [1.0, 0.0]}
+    with pytest.warns(UserWarning, match="holds out no evaluations"):
+        router = MatrixFactorizationRouter(
+            encoder=HAND_ENCODER, validation_fraction=0.5, max_epochs=3
+        ).fit(evals)
+    assert router.n_epochs_ == 3
+
+
+@pytest.mark.parametrize("name", ["mf", "irt"])
+def test_net_router_divergence_is_an_error(name):
+    # A diverged fit predicted NaN and routed everything to the first model.
+    with pytest.raises(FloatingPointError, match=r"Router training diverged.*lr"):
+        make_router(name, lr=1e30).fit(POOL)

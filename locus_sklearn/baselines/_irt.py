@@ -43,14 +43,17 @@ class IRTRouter(_NetRouter):
     batch_size : int, default=2048
         Rows per optimisation step.
     lr : float, default=1e-3
-        Adam learning rate.
+        Adam learning rate. A training loss that stops being finite (too
+        large a rate) stops ``fit`` with a ``FloatingPointError``.
     weight_decay : float, default=1e-3
         Adam (L2) weight decay. The item MLP overfits the training queries
         without it; 1e-3 gave the best held-out loss on real MMLU-Pro data
         (1e-2 underfits).
     validation_fraction : float or None, default=0.1
         Fraction of the distinct queries (with all their rows) held out for
-        early stopping; None trains for ``max_epochs`` on every row.
+        early stopping; None trains for ``max_epochs`` on every row. A model
+        keeps one training row: held-out rows that would leave it none stay
+        in training.
     patience : int, default=5
         Epochs without improvement of the validation loss before stopping;
         the weights of the best epoch are kept.

@@ -180,16 +180,20 @@ class KNNRouter(BaseRouter):
         nearest, neighbor = nearest.numpy(), neighbor.numpy()
         weight = self._weights(nearest)
         rank_dtype = np.int16 if n_neighbors < np.iinfo(np.int16).max else np.int64
+        # k may have been raised by set_params since fit planned the list: a
+        # rank never exceeds the list's length, and comparing it with a k past
+        # its dtype's range would overflow.
+        k = min(self.k, n_neighbors)
         for j, m in enumerate(self._shared_models):
             # Neighbors are sorted by similarity: the model's k nearest
             # evaluated queries are its first k evaluated ones in the list.
             evaluated = self._shared_evaluated[j][neighbor]
             rank = np.cumsum(evaluated, axis=1, dtype=rank_dtype)
-            selected = evaluated & (rank <= self.k)
+            selected = evaluated & (rank <= k)
             scores = self._shared_scores[j][neighbor]
             if weight is None:
                 total = (scores * selected).sum(1)
-                count = np.minimum(rank[:, -1], self.k)
+                count = np.minimum(rank[:, -1], k)
             else:
                 selected = selected * weight
                 total = (scores * selected).sum(1)

@@ -14,11 +14,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval
 from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping
+from skorch.helper import predefined_split
 from torch import nn
 
 from .._base import BaseRouter
 from .._device import resolve_device
-from .._training import progress_params
+from .._training import DivergenceCheck, progress_params
+from .._warnings import warn_external
 
 # Query batch size of predict_proba; bounds memory at (chunk, n_models) floats.
 _PREDICT_CHUNK = 8192
@@ -68,28 +70,33 @@ def _batch_as_is(batch):
     return batch
 
 
-class _QuerySplit:
-    """skorch ``train_split``: hold out a fraction of the queries (all their rows).
+def _split_by_query(table, fraction, seed):
+    """Hold out a fraction of the queries (all their rows) for early stopping.
 
     Splitting by query makes early stopping measure what routing needs:
-    predictions on queries the net has not seen.
+    predictions on queries the net has not seen. A model keeps at least one
+    training row: held-out rows that would leave it none stay in training
+    (its embedding would otherwise never be trained).
+
+    Returns
+    -------
+    is_valid : ndarray of bool, shape (n_rows,)
     """
-
-    def __init__(self, fraction, seed):
-        self.fraction = fraction
-        self.seed = seed
-
-    def __call__(self, dataset, y=None, **fit_params):
-        queries = np.unique(dataset.query_index.numpy())
-        n_valid = max(1, round(self.fraction * len(queries)))
-        held_out = np.random.default_rng(self.seed).choice(
-            queries, n_valid, replace=False
+    n_valid = max(1, round(fraction * table.n_queries))
+    if n_valid >= table.n_queries:
+        raise ValueError(
+            f"validation_fraction={fraction} holds out {n_valid} of the "
+            f"{table.n_queries} queries, leaving none to train on; give a "
+            f"fraction under {(table.n_queries - 0.5) / table.n_queries:.3g} "
+            "or set validation_fraction=None."
         )
-        is_valid = np.isin(dataset.query_index.numpy(), held_out)
-        return (
-            dataset.subset(np.flatnonzero(~is_valid)),
-            dataset.subset(np.flatnonzero(is_valid)),
-        )
+    held_out = np.zeros(table.n_queries, dtype=bool)
+    rng = np.random.default_rng(seed)
+    held_out[rng.choice(table.n_queries, n_valid, replace=False)] = True
+    is_valid = held_out[table.query_index]
+    trained = np.bincount(table.model_index[~is_valid], minlength=table.n_models)
+    is_valid[trained[table.model_index] == 0] = False
+    return is_valid
 
 
 class _NetRouter(BaseRouter):
@@ -132,11 +139,26 @@ class _NetRouter(BaseRouter):
         dataset = _RowDataset(
             X_query, table.model_index, table.query_index, table.score
         )
-        train_split, callbacks = None, None
+        name = type(self).__name__
+        callbacks = [("divergence", DivergenceCheck(name, remedy=None))]
+        train_split = None
         if self.validation_fraction is not None:
-            train_split = _QuerySplit(self.validation_fraction, seed)
-            stopper = EarlyStopping(patience=self.patience, load_best=True)
-            callbacks = [("early_stopping", stopper)]
+            is_valid = _split_by_query(table, self.validation_fraction, seed)
+            if is_valid.any():
+                valid = dataset.subset(np.flatnonzero(is_valid))
+                train_split = predefined_split(valid)
+                dataset = dataset.subset(np.flatnonzero(~is_valid))
+                stopper = EarlyStopping(patience=self.patience, load_best=True)
+                callbacks.append(("early_stopping", stopper))
+            else:
+                warn_external(
+                    f"validation_fraction={self.validation_fraction} holds out no "
+                    "evaluations: the held-out queries' rows were their models' "
+                    "only ones, and each model keeps one training row. Training "
+                    f"runs without early stopping, for max_epochs={self.max_epochs} "
+                    "epochs. Set validation_fraction=None to do so knowingly.",
+                    UserWarning,
+                )
         module_params = {
             f"module__{key}": value
             for key, value in self._module_params(table, X_query).items()
