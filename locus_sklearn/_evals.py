@@ -6,7 +6,8 @@ once into compact index arrays (:class:`EvalTable`); :func:`check_queries`
 validates the queries given at prediction time.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import KeysView, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from numbers import Real
 
@@ -231,6 +232,22 @@ def _as_frame(evals, name):
             raise ValueError(
                 f"{name} columns must all have the same length; got lengths {lengths}."
             )
+        # Columns are read by position. pandas Series carry their rows' labels
+        # in their index, and pd.DataFrame(mapping) would pair rows by it:
+        # Series in another row order would silently pair the wrong rows.
+        series = {k: c.index for k, c in evals.items() if isinstance(c, pd.Series)}
+        if series:
+            first, index = next(iter(series.items()))
+            differ = [k for k, other in series.items() if not other.equals(index)]
+            if differ:
+                raise ValueError(
+                    f"{name} holds pandas Series whose indexes differ: the index "
+                    f"of column(s) {differ} is not that of {first!r}. A mapping's "
+                    "columns are read by position, and reading these so could "
+                    "pair the wrong rows; pass pd.DataFrame(mapping) to pair "
+                    "rows by index, or each column's .to_numpy() if the "
+                    "positions match."
+                )
         try:
             return pd.DataFrame({key: list(column) for key, column in evals.items()})
         except (TypeError, ValueError, OverflowError) as exc:
@@ -293,6 +310,15 @@ def _is_real_number(value):
     )
 
 
+def _as_float(number):
+    """A real number as a float; an int beyond float64's range as +-inf, which
+    the callers report as out of range (float() would raise OverflowError)."""
+    try:
+        return float(number)
+    except OverflowError:
+        return np.inf if number > 0 else -np.inf
+
+
 def _check_score_column(values, name):
     series = pd.Series(values)
     if pd.api.types.is_bool_dtype(series.dtype):
@@ -316,7 +342,11 @@ def _check_score_column(values, name):
                 f"{name}['score'] must hold numbers in [0, 1]; {len(bad)} of "
                 f"{len(items)} rows are not numbers (e.g. {_preview(bad[:5])})."
             )
-    score = series.to_numpy(dtype=np.float64)
+        # One by one: a Python int beyond float64's range made the whole
+        # conversion fail with a bare OverflowError; it is infinite here.
+        score = np.fromiter(map(_as_float, items), np.float64, len(items))
+    else:
+        score = series.to_numpy(dtype=np.float64)
     not_finite = ~np.isfinite(score)
     if not_finite.any():
         raise ValueError(
@@ -342,7 +372,9 @@ def check_evals(evals, *, name="evals"):
         One row per scored evaluation with columns ``model`` (str), ``query``
         (str: query text, or an id the encoder resolves) and ``score`` (float in
         [0, 1]); optionally ``task`` (str, one task per query). Other columns
-        are ignored.
+        are ignored. A mapping's columns are read by position: pandas Series
+        among them must share one index (pass ``pd.DataFrame(mapping)`` to
+        pair rows by index).
     name : str, default="evals"
         Name of the parameter, used in error messages.
 
@@ -362,7 +394,8 @@ def check_evals(evals, *, name="evals"):
         rather than converted.
     ValueError
         If a column is missing, the table is empty, a score is NaN, infinite or
-        outside [0, 1], or a query has conflicting tasks.
+        outside [0, 1], a query has conflicting tasks, or the pandas Series of
+        a mapping have different indexes.
 
     Examples
     --------
@@ -437,8 +470,9 @@ def check_queries(queries, *, name="queries"):
     Raises
     ------
     TypeError
-        If ``queries`` is a single string, not a sequence, or holds a value
-        that is not a str.
+        If ``queries`` is a single string, a set or a mapping (neither has
+        the order predictions come back in), not a sequence, or holds a
+        value that is not a str.
     ValueError
         If ``queries`` is empty, not one-dimensional, has no ``query``
         column, or holds an empty string (as :func:`check_evals` refuses an
@@ -461,6 +495,19 @@ def check_queries(queries, *, name="queries"):
         raise TypeError(
             f"{name} must be a sequence of str, not a single string; wrap it in a "
             f"list: [{queries!r}]."
+        )
+    if isinstance(queries, Mapping) or (
+        isinstance(queries, AbstractSet) and not isinstance(queries, KeysView)
+    ):
+        # A set iterates in hash order (for str, it changes between processes
+        # with PYTHONHASHSEED): predictions would come back in an order nobody
+        # chose. A mapping would give its keys where its values may be meant.
+        # A dict's keys() keep the order they were inserted in.
+        raise TypeError(
+            f"{name} must be a sequence of str in the order predictions are "
+            f"wanted, or a DataFrame with a 'query' column; got a "
+            f"{type(queries).__name__}, which has no such order. Pass a list: "
+            "sorted() of a set, or list() of a mapping's keys or values."
         )
     if isinstance(queries, (pd.Series, np.ndarray)):
         values = np.asarray(queries, dtype=object)

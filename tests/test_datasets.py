@@ -68,6 +68,26 @@ def test_from_wide_queries_without_scores_do_not_appear():
     assert evals["query"].tolist() == ["q2", "q2"]
 
 
+def test_from_wide_reads_masked_cells_as_missing():
+    """np.asarray dropped the mask: a masked cell became an evaluation scored
+    with whatever value lay under the mask."""
+    scores = np.ma.masked_array([[1, 0.123], [0, 1]], mask=[[0, 1], [0, 0]])
+    evals = from_wide(scores, models=["a", "b"], queries=["q1", "q2"])
+    assert evals.to_dict("list") == {
+        "model": ["a", "a", "b"],
+        "query": ["q1", "q2", "q2"],
+        "score": [1.0, 0.0, 1.0],
+    }
+    # As the same matrix with NaN where masked, and as through pandas.
+    assert evals.equals(from_wide(scores.filled(np.nan), ["a", "b"], ["q1", "q2"]))
+    frame = pd.DataFrame(scores, index=["q1", "q2"], columns=["a", "b"])
+    assert evals.equals(from_wide(frame))
+    # An integer masked array too; a fully masked model is a model without score.
+    ints = np.ma.masked_array([[1, 0], [0, 1]], mask=[[0, 1], [0, 1]])
+    with pytest.raises(ValueError, match=r"1 model\(s\) have no score at all"):
+        from_wide(ints, models=["a", "b"], queries=["q1", "q2"])
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
@@ -305,6 +325,96 @@ def _write(path, text):
     return path
 
 
+def test_load_evals_says_a_folder_is_a_folder(tmp_path):
+    """A folder of parquet parts (as Spark writes 'x.parquet/') was said not
+    to exist."""
+    folder = tmp_path / "evals.parquet"
+    folder.mkdir()
+    LONG.to_parquet(folder / "part-0.parquet")
+    with pytest.raises(IsADirectoryError, match=r"evals\.parquet' is a folder; give"):
+        load_evals(folder)
+    path = tmp_path / "evals.csv"
+    LONG.to_csv(path, index=False)
+    with pytest.raises(IsADirectoryError, match=r"queries='.*' is a folder"):
+        load_evals(path, queries=tmp_path)
+
+
+def test_load_evals_keeps_other_columns_as_read(tmp_path):
+    """Other columns went through NumPy: a nullable Int64 column with a missing
+    value became float64 (ids past 2**53 rounded), a categorical one text."""
+    ids = pd.array([2**53 + 1, None, 12345678901234567], dtype="Int64")
+    split = pd.Categorical(["train", "test", "train"])
+    path = tmp_path / "evals.parquet"
+    # A stored index of its own: the columns still go by position.
+    LONG.assign(question_hash=ids, split=split).set_axis([5, 3, 1]).to_parquet(path)
+    evals = load_evals(path)
+    pd.testing.assert_series_equal(
+        evals["question_hash"], pd.Series(ids, name="question_hash")
+    )
+    pd.testing.assert_series_equal(evals["split"], pd.Series(split, name="split"))
+    assert evals.index.equals(pd.RangeIndex(3))
+
+
+@pytest.mark.parametrize("suffix, sep", [(".csv", ","), (".tsv.gz", "\t")])
+def test_load_evals_refuses_a_header_naming_a_column_twice(tmp_path, suffix, sep):
+    """pandas renamed the second 'score' to 'score.1' and the first was used,
+    silently; check_evals refuses the same table as a DataFrame."""
+    text = f"model{sep}query{sep}score{sep}score\nm1{sep}q1{sep}0{sep}1\n"
+    path = tmp_path / f"evals{suffix}"
+    if suffix.endswith(".gz"):
+        import gzip
+
+        path.write_bytes(gzip.compress(("\ufeff" + text).encode()))
+    else:
+        _write(path, text)
+    with pytest.raises(
+        ValueError,
+        match=rf"evals{suffix}' has column\(s\) \['score'\] more than once in "
+        r"its header line; pandas would rename the repeats \('score\.1'",
+    ):
+        load_evals(path)
+    # The same goes for a query table.
+    queries = _write(tmp_path / "q.csv", "query_id,query,query\n1,x,y\n")
+    ids = _write(tmp_path / "ids.csv", "model,query_id,score\nm1,1,0\n")
+    with pytest.raises(ValueError, match=r"q\.csv' has column\(s\) \['query'\]"):
+        load_evals(ids, queries=queries)
+    # A column really named 'score.1' is no repeat, nor are unnamed columns.
+    path = _write(tmp_path / "named.csv", "model,query,score,score.1,,\nm,q,0,1,,\n")
+    assert load_evals(path).columns.tolist() == [
+        "model", "query", "score", "score.1", "Unnamed: 4", "Unnamed: 5"
+    ]  # fmt: skip
+
+
+def test_load_evals_warns_where_query_ids_share_one_text(tmp_path):
+    """Two ids with one text became one query, their scores averaged, without
+    a word (from_lm_eval warns in the same case)."""
+    path = tmp_path / "scores.csv"
+    pd.DataFrame(
+        {"model": ["a", "a", "b", "b", "a"], "question_id": [1, 2, 1, 2, 3],
+         "score": [1, 0, 0, 1, 1]}
+    ).to_csv(path, index=False)  # fmt: skip
+    texts = pd.DataFrame(
+        {"question_id": ["1", "2", "3", "4"],
+         "prompt": ["Which is right?", "Which is right?", "2+2?", "2+2?"]}
+    )  # fmt: skip
+    kwargs = dict(queries=texts, query_id_column="question_id", query_column="prompt")
+    # '4' is never evaluated: only '1' and '2' become one query.
+    with pytest.warns(
+        UserWarning,
+        match=r"^1 text\(s\) in column 'prompt' of queries belong to several ids "
+        r"of 'question_id' \(e\.g\. \['1', '2'\]\): each becomes one query, the "
+        r"ids' scores averaged\..*query_column='question_id'",
+    ):
+        evals = load_evals(path, **kwargs)
+    assert check_evals(evals).n_queries == 2  # as documented: one query
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        texts.loc[1, "prompt"] = "Which is wrong?"
+        assert check_evals(load_evals(path, **kwargs)).n_queries == 3
+        by_id = load_evals(path, query_column="question_id")
+        assert check_evals(by_id).n_queries == 3
+
+
 @pytest.mark.parametrize(
     "name, content, error, match",
     [
@@ -402,6 +512,13 @@ def test_load_evals_reads_numeric_score_columns_of_every_kind(tmp_path):
         ),
         # pandas would make the first column the index and shift the others.
         ("wide.csv", "model,query,score\na,q,1,0\n", "more fields than its header"),
+        # json.loads kept the last value of a repeated key, silently.
+        (
+            "twice.jsonl",
+            '{"model": "a", "query": "q", "score": 1}\n'
+            '{"model": "a", "query": "q", "score": 1, "score": 0}\n',
+            r"twice\.jsonl', line 2, names the key 'score' twice in one object",
+        ),
     ],
 )
 def test_load_evals_unreadable_files_name_the_file_and_line(
@@ -620,6 +737,20 @@ def test_from_lm_eval_errors(tmp_path):
         from_lm_eval(LM_EVAL, query_text="title")
 
 
+def test_from_lm_eval_metric_too_large_for_a_float_is_named(tmp_path):
+    """A JSON integer beyond float64's range raised a bare OverflowError
+    naming neither the file nor the metric."""
+    path = _write_samples(tmp_path, "arc", [dict(RECORD, acc=0)])
+    with open(path, "a") as handle:
+        handle.write('{"doc_id": 1, "doc": {"q": "y"}, "acc": 1' + "0" * 400 + "}\n")
+    with pytest.raises(
+        ValueError,
+        match=r"metric='acc' has 1 value\(s\) outside \[0, 1\] in '.*samples_arc_"
+        r".*' \(e\.g\. \[inf\]\)",
+    ):
+        from_lm_eval(path, model="m")
+
+
 @pytest.mark.parametrize("query_text", [None, "prompt", "q"])
 def test_from_lm_eval_records_without_doc_id_are_refused(tmp_path, query_text):
     # They all became the query "t/None", and their scores were averaged.
@@ -652,6 +783,17 @@ RECORD = {"doc_id": 0, "doc": {"q": "x"}, "acc": 1.0, "arguments": [["Q: x"]]}
             r"line 2, holds a JSON list \(\[1, 2\]\), not an object",
         ),
         ([RECORD, '"hello"'], None, r"line 2, holds a JSON str \('hello'\), not an"),
+        # A repeated key lost one of its values silently, in a nested object too.
+        (
+            [RECORD, json.dumps(dict(RECORD, doc_id=1))[:-1] + ', "acc": 0.0}'],
+            None,
+            r"samples_t_.*', line 2, names the key 'acc' twice in one object",
+        ),
+        (
+            ['{"doc_id": 0, "doc": {"q": "x", "q": "y"}, "acc": 1.0}'],
+            None,
+            r"line 1, names the key 'q' twice in one object",
+        ),
         ([RECORD], "[1, 2]", r"results_.*\.json' holds a JSON list"),
         (
             [RECORD],
@@ -814,6 +956,16 @@ def test_load_mmlu_pro(mmlu):
     # on them reports and routes to 'gpt-4o', not np.str_('gpt-4o').
     for column in ("model", "query", "task"):
         assert {type(v) for v in mmlu.evals[column]} == {str}
+    # Tasks too (they were np.str_, shown as np.str_('biology')).
+    assert {type(v) for v in mmlu.tasks} == {str}
+    assert list(mmlu.tasks) == sorted(mmlu.queries["task"].unique())
+    # Rows go by model, then by question_id (the order of queries), as documented.
+    assert mmlu.queries["question_id"].is_monotonic_increasing
+    position = pd.Series(range(3000), index=mmlu.queries["query"])
+    order = pd.DataFrame(
+        {"model": mmlu.evals["model"], "row": position[mmlu.evals["query"]].to_numpy()}
+    )
+    assert order.equals(order.sort_values(["model", "row"]).reset_index(drop=True))
     # Categories are stratified: each is within one question of its share.
     share = mmlu.queries["task"].value_counts(normalize=True)
     assert share.max() < 0.12 and share.min() > 0.03
@@ -928,6 +1080,13 @@ def test_make_model_pool_default_output_unchanged_by_new_options():
     [
         (dict(n_specialties=1), ValueError, "n_specialties=1 should be >= 2"),
         (dict(n_specialties=9), ValueError, "n_specialties=9 should be <= n_tasks=8"),
+        # Specialties of 3, 3 and 2 tasks: the specialists were not equally good.
+        (dict(n_specialties=3), ValueError, "n_specialties=3 should divide n_tasks=8"),
+        (
+            dict(n_tasks=3, n_specialties=2),
+            ValueError,
+            "n_specialties=2 should divide n_tasks=3",
+        ),
         (dict(n_specialties=2.0), TypeError, "n_specialties must be an int"),
         (dict(n_specialties=2, specialist_boost=-1), ValueError, "specialist_boost"),
         (dict(n_specialties=2, specialist_boost=np.nan), ValueError, "finite"),
@@ -965,6 +1124,11 @@ SMALL_POOL = dict(
             ValueError,
             r"specialist_boost must be a finite number in \[0, 1e6\]",
         ),
+        # Without n_specialties any specialist_boost was accepted silently.
+        ({"specialist_boost": "1.5"}, TypeError, "specialist_boost must be a real"),
+        ({"specialist_boost": None}, TypeError, "specialist_boost must be a real"),
+        ({"specialist_boost": np.nan}, ValueError, "specialist_boost must be a fin"),
+        ({"specialist_boost": -3.0}, ValueError, "specialist_boost must be a fin"),
     ],
 )
 def test_make_model_pool_noise_and_boost_errors(kwargs, error, match):

@@ -49,6 +49,35 @@ def test_mapping_of_columns_is_accepted():
     assert table.score.tolist() == [1.0]
 
 
+def test_mapping_of_series_with_different_indexes_is_refused():
+    """Series were read by position, their indexes ignored: a score Series in
+    another row order paired each score with another row, silently."""
+    base = pd.DataFrame({"model": ["a", "a", "b", "b"], "query": ["q1", "q2"] * 2})
+    score = pd.Series([1.0, 0.0, 0.0, 1.0]).sort_values(kind="stable")
+    mapping = {"model": base["model"], "query": base["query"], "score": score}
+    with pytest.raises(
+        ValueError,
+        match=r"evals holds pandas Series whose indexes differ: the index of "
+        r"column\(s\) \['score'\] is not that of 'model'",
+    ):
+        check_evals(mapping)
+    # pandas pairs the rows by index, as the error says.
+    aligned = check_evals(pd.DataFrame(mapping)).to_dense()
+    np.testing.assert_array_equal(aligned, [[1.0, 0.0], [0.0, 1.0]])
+    # One shared index (whatever it is), or lists beside it: read by position.
+    shared = base.set_index(pd.Index([7, 3, 5, 1])).assign(score=[1.0, 0.0, 0.0, 1.0])
+    table = check_evals({**{c: shared[c] for c in shared}, "task": ["t"] * 4})
+    np.testing.assert_array_equal(table.to_dense(), [[1.0, 0.0], [0.0, 1.0]])
+
+
+def test_score_too_large_for_a_float_is_a_value_error_naming_the_column():
+    """A Python int beyond float64's range raised a bare OverflowError."""
+    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 NaN or infinite"):
+        check_evals({"model": ["a", "b"], "query": ["q", "q"], "score": [10**400, 1]})
+    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 NaN or infinite"):
+        check_evals(frame(score=np.array([-(10**400), 0], dtype=object)))
+
+
 @pytest.mark.parametrize(
     "evals, error, match",
     [
@@ -181,6 +210,37 @@ def test_check_queries():
         check_queries(pd.DataFrame({"text": ["x"]}))
     with pytest.raises(TypeError, match="got int"):
         check_queries(5)
+
+
+@pytest.mark.parametrize(
+    "queries, kind",
+    [
+        ({"What is 2+2?", "Capital of France?"}, "set"),
+        (frozenset({"q1", "q2"}), "frozenset"),
+        ({"q1": 0.1, "q2": 0.2}, "dict"),
+    ],
+)
+def test_check_queries_refuses_sets_and_mappings(queries, kind):
+    """A set was read in hash order (another order in each process) and a
+    dict by its keys: predictions came back in an order nobody chose."""
+    with pytest.raises(
+        TypeError, match=rf"queries must be a sequence of str .*got a {kind}, which"
+    ):
+        check_queries(queries)
+
+
+def test_check_queries_still_takes_ordered_containers():
+    expected = ["b", "a", "b"]
+    for queries in (
+        expected,
+        tuple(expected),
+        np.array(expected),
+        pd.Series(expected, index=[9, 3, 5]),
+        pd.DataFrame({"query": expected}),
+    ):
+        assert check_queries(queries).tolist() == expected
+    # A dict's keys keep the order they were inserted in.
+    assert check_queries({"b": 1, "a": 2}.keys()).tolist() == ["b", "a"]
 
 
 def test_check_queries_refuses_empty_ids_as_check_evals_does():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._evals import _preview, check_evals
+from .._evals import _as_float, _preview, check_evals
 from .._warnings import warn_external
 from ._loaders import _long_frame, json_lines
 
@@ -222,7 +222,10 @@ def _read_samples(file, task, metric, filter_name):
             f"metric={metric!r} has {len(bad)} non-numeric value(s) in "
             f"{str(file)!r} (e.g. {_preview(bad[:5])})."
         )
-    score = np.asarray(values, dtype=np.float64)
+    # One by one: a JSON integer beyond float64's range made the whole
+    # conversion fail with a bare OverflowError; it is infinite here, and
+    # reported as outside [0, 1].
+    score = np.fromiter(map(_as_float, values), np.float64, len(values))
     outside = ~((score >= 0.0) & (score <= 1.0))
     if outside.any():
         raise ValueError(
@@ -306,9 +309,9 @@ def from_lm_eval(
     ------
     ValueError
         If a samples or results file is not valid JSON, a line of a samples
-        file is not a JSON object or has no ``doc_id`` (the message names the
-        file and the line), a metric value lies outside [0, 1], or the model
-        of a file cannot be told.
+        file is not a JSON object, names a key twice or has no ``doc_id``
+        (the message names the file and the line), a metric value lies
+        outside [0, 1], or the model of a file cannot be told.
     TypeError
         If a metric value or a ``query_text`` result is of the wrong kind.
 

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .._evals import _is_real_number, _preview, check_evals
+from .._evals import _as_float, _is_real_number, _preview, check_evals
+from .._warnings import warn_external
 
 __all__ = ["from_wide", "load_evals"]
 
@@ -50,6 +51,27 @@ def _file_format(path, name):
     )
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object names one key twice (``key`` is the key)."""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs):
+    """A JSON object as a dict, refusing a repeated key: json.loads keeps the
+    last value silently, so a score or model written twice would lose one."""
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return record
+
+
 def json_lines(path, where, hint):
     """``(line number, record)`` of each non-blank line of a JSON-lines file.
 
@@ -57,7 +79,8 @@ def json_lines(path, where, hint):
     ``pandas.read_json``: an error then names the line, a byte-order mark is
     skipped (as in a csv), floats are parsed exactly and no column is
     converted (``read_json`` turns columns with date-like names into dates).
-    Each record must be a JSON object. Errors are ValueErrors that start with
+    Each record must be a JSON object, and no object (nested ones included)
+    may name a key twice. Errors are ValueErrors that start with
     ``where`` (how the file is named, e.g. ``"path='a.jsonl'"``) and end with
     ``hint`` (what the file should hold).
     """
@@ -69,11 +92,17 @@ def json_lines(path, where, hint):
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = json.loads(line, object_pairs_hook=_unique_keys)
                 except json.JSONDecodeError as exc:
                     raise ValueError(
                         f"{where}, line {number}, is not valid JSON: {exc.msg} "
                         f"(column {exc.colno}); {hint}"
+                    ) from None
+                except _RepeatedKey as exc:
+                    raise ValueError(
+                        f"{where}, line {number}, names the key {exc.key!r} twice "
+                        "in one object (a JSON reader would keep the last value "
+                        f"silently); {hint}"
                     ) from None
                 if not isinstance(record, dict):
                     value = repr(record)
@@ -113,8 +142,15 @@ def _read_table(path, name, string_columns, score_column=None):
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike); got {path!r}.")
-    kind = _file_format(path, name)
     shown = os.fspath(path)
+    if os.path.isdir(path):
+        # It exists: "does not exist" would send the user looking for a typo.
+        raise IsADirectoryError(
+            f"{name}={shown!r} is a folder; give the path of a file (a folder "
+            "of parquet parts can be read with pandas.read_parquet and written "
+            "out as one file)."
+        )
+    kind = _file_format(path, name)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{name}={shown!r} does not exist.")
     if kind == "jsonl":
@@ -159,7 +195,34 @@ def _read_table(path, name, string_columns, score_column=None):
         raise ValueError(
             f"{name}={shown!r} could not be read as {kind}: {str(exc).strip()}"
         ) from None
+    repeated = _repeated_header(frame, path, "," if kind == "csv" else "\t")
+    if repeated:
+        raise ValueError(
+            f"{name}={shown!r} has column(s) {repeated} more than once in its "
+            f"header line; pandas would rename the repeats ({repeated[0] + '.1'!r}, "
+            "...) and one of the columns would be used silently. Give each "
+            "column its own name."
+        )
     return frame, kind, None
+
+
+def _repeated_header(frame, path, sep):
+    """The names that the header line of a csv/tsv file gives to several columns.
+
+    pandas renames a repeated "score" to "score.1" (then "score.2", ...): the
+    header line is read again, as a row of text, only when a column is named
+    like that.
+    """
+    names = set(map(str, frame.columns))
+    renamed = (column.rpartition(".") for column in names)
+    if not any(dot and n.isdigit() and stem in names for stem, dot, n in renamed):
+        return []
+    header = pd.read_csv(
+        path, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False
+    ).iloc[0]
+    header = header.tolist()
+    # Empty names are not repeats: pandas names them "Unnamed: 3", ... apart.
+    return [c for c in dict.fromkeys(header) if c and header.count(c) > 1]
 
 
 def _ids_as_str(frame, columns):
@@ -168,15 +231,6 @@ def _ids_as_str(frame, columns):
         if column in frame.columns and pd.api.types.is_integer_dtype(frame[column]):
             frame[column] = frame[column].astype(str)
     return frame
-
-
-def _as_float(number):
-    """A real number as a float; an int beyond float64's range as +-inf, which
-    check_evals reports (float() would raise OverflowError)."""
-    try:
-        return float(number)
-    except OverflowError:
-        return np.inf if number > 0 else -np.inf
 
 
 def _is_number_text(value):
@@ -282,6 +336,28 @@ def _match_query_ids(ids, query_table, query_id_column):
     return position
 
 
+def _warn_shared_texts(query_table, position, query_id_column, query_column):
+    """Warn where evaluated ids of the query table share one text: they become
+    one query, their scores averaged."""
+    used = np.unique(position)
+    texts = pd.Series(query_table[query_column].to_numpy(dtype=object)[used])
+    ids = query_table[query_id_column].to_numpy(dtype=object)[used]
+    shared = texts.duplicated(keep=False).to_numpy()
+    if not shared.any():
+        return
+    groups = pd.Series(ids[shared]).groupby(texts[shared].to_numpy(), sort=False)
+    example = next(iter(groups))[1].tolist()
+    warn_external(
+        f"{groups.ngroups} text(s) in column {query_column!r} of queries belong "
+        f"to several ids of {query_id_column!r} (e.g. {_preview(example)}): each "
+        "becomes one query, the ids' scores averaged. Give each id its own text "
+        "(e.g. the question with its answer choices), or leave out queries= and "
+        f"pass query_column={query_id_column!r} for one query per id, with an "
+        "encoder that knows the ids.",
+        UserWarning,
+    )
+
+
 def load_evals(
     path,
     *,
@@ -297,14 +373,16 @@ def load_evals(
     The format is chosen from the file name: ``.csv``, ``.csv.gz``, ``.tsv``,
     ``.tsv.gz``, ``.parquet``, ``.jsonl`` or ``.jsonl.gz``. One row per scored
     evaluation. Columns are renamed to the standard names ``model``,
-    ``query``, ``score`` and ``task``; other columns are kept as they are.
+    ``query``, ``score`` and ``task``; other columns are kept as they are,
+    dtype included.
 
     Query texts may live in a separate table, the way EmbedLLM-style releases
     ship a model-query-score file keyed by a question id plus a file with the
     text of each question: pass that table as ``queries``. Each evaluation's
     ``query_id_column`` is then looked up in it and the text found in its
     ``query_column`` becomes the ``query``. An id with no match is an error
-    (the count is reported); no row is ever dropped.
+    (the count is reported); no row is ever dropped. Ids whose texts are the
+    same become one query, their scores averaged (with a warning).
 
     In csv/tsv files the id and text columns are read as strings (``"007"``
     and ``"NA"`` stay as written); in parquet/jsonl files integer id columns
@@ -341,21 +419,30 @@ def load_evals(
         column was found, ``task``, followed by the file's other columns, in
         the file's row order. It passes :func:`~locus_sklearn.check_evals`.
 
+    Warns
+    -----
+    UserWarning
+        If evaluated ids of ``queries`` share one text: they become one
+        query, their scores averaged. The warning names some of them.
+
     Raises
     ------
     ValueError
         For an unknown suffix, a file that cannot be parsed (the message names
-        the file, and for jsonl the line), a missing column, a score cell of a
-        csv/tsv file that is not a number (``True``, ``yes``, ``0,5``), query
-        ids of ``path`` that are absent from ``queries``, duplicate ids in
-        ``queries``, or a table that :func:`~locus_sklearn.check_evals`
-        rejects.
+        the file, and for jsonl the line), a csv/tsv header line that names a
+        column twice, a jsonl object that names a key twice, a missing
+        column, a score cell of a csv/tsv file that is not a number
+        (``True``, ``yes``, ``0,5``), query ids of ``path`` that are absent
+        from ``queries``, duplicate ids in ``queries``, or a table that
+        :func:`~locus_sklearn.check_evals` rejects.
     TypeError
         If a score of a parquet or jsonl file is not a real number: booleans
         and text such as ``"0.5"`` are refused rather than converted, as
         :func:`~locus_sklearn.check_evals` refuses them.
     FileNotFoundError
         If ``path`` or ``queries`` does not exist.
+    IsADirectoryError
+        If ``path`` or ``queries`` is a folder.
 
     Examples
     --------
@@ -449,10 +536,14 @@ def load_evals(
         )
     out = _long_frame(columns)
     for column in rest:
-        out[column] = frame[column].to_numpy()
-    frame = out
-    check_evals(frame, name=f"evals read from {os.fspath(path)!r}")
-    return frame
+        # As read, dtype included: through NumPy a nullable Int64 column with
+        # a missing value would become float (ids past 2**53 rounded) and a
+        # categorical column text. set_axis: rows go by position.
+        out[column] = frame[column].set_axis(out.index)
+    check_evals(out, name=f"evals read from {os.fspath(path)!r}")
+    if joined:
+        _warn_shared_texts(query_table, position, query_id_column, query_column)
+    return out
 
 
 def _entries(values, name, valid):
@@ -565,14 +656,16 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     """Convert a queries x models score matrix to a long evaluation table.
 
     NaN cells are absences (the model was not scored on that query), not
-    zeros: they produce no row. Queries with no score at all therefore do
-    not appear in the result; a model with no score at all is an error.
+    zeros: they produce no row; so are the masked cells of a NumPy masked
+    array. Queries with no score at all therefore do not appear in the
+    result; a model with no score at all is an error.
 
     Parameters
     ----------
     scores : array-like of shape (n_queries, n_models) or DataFrame
-        Scores in [0, 1], NaN where missing. A DataFrame gives the queries as
-        its index and the models as its columns.
+        Scores in [0, 1], NaN (or masked, in a masked array) where missing. A
+        DataFrame gives the queries as its index and the models as its
+        columns.
     models : sequence of str of shape (n_models,), default=None
         Model names. Defaults to the DataFrame's columns, or for an array to
         ``"model0"``, ``"model1"``, ... (zero-padded so they sort in order).
@@ -631,7 +724,10 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
         values = scores.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
         default_models = default_queries = None
-        array = np.asarray(scores)
+        # np.asarray drops a masked array's mask: a masked (missing) cell
+        # would be scored with whatever value lies under it.
+        masked = isinstance(scores, np.ma.MaskedArray)
+        array = scores if masked else np.asarray(scores)
         if not _is_real_dtype(array.dtype):
             raise TypeError(
                 f"scores must hold real numbers in [0, 1] (NaN for missing); got "
@@ -640,6 +736,8 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
                 "refused rather than converted."
             )
         values = array.astype(np.float64)
+        if masked:
+            values = values.filled(np.nan)
     if values.ndim != 2:
         raise ValueError(
             f"scores must be 2-D (n_queries, n_models); got shape {values.shape}."

@@ -129,7 +129,8 @@ def load_mmlu_pro(*, open_weights_only=False):
         evals : DataFrame of shape (n_evaluations, 4)
             Columns ``model``, ``query`` (the question text), ``score`` (float,
             1.0 or 0.0) and ``task`` (the MMLU-Pro category). Sorted by model,
-            then by question.
+            then by MMLU-Pro ``question_id`` (the order of ``queries``), not
+            by question text.
         encodings : dict of str to ndarray of shape (384,)
             Query text -> float32 L2-normalised MiniLM encoding, for every query
             of ``evals``. Usable as ``encoder=``.
@@ -138,7 +139,8 @@ def load_mmlu_pro(*, open_weights_only=False):
             per model; NaN where the model has no record of the question.
         queries : DataFrame of shape (3000, 4)
             Columns ``query`` (text), ``task``, ``question_id`` (MMLU-Pro's id)
-            and ``answer_key_varies`` (1 where model files disagree on the key).
+            and ``answer_key_varies`` (1 where model files disagree on the key),
+            in ``question_id`` order.
         models : DataFrame of shape (n_models, 4)
             Columns ``model``, ``family``, ``n_params`` (billions, NaN where not
             public) and ``open_weights``, sorted by model name.
@@ -184,8 +186,10 @@ def load_mmlu_pro(*, open_weights_only=False):
         ],
         dtype=object,
     )
-    tasks = arrays["categories"].astype(str)
-    query_task = tasks.astype(object)[arrays["category_code"]]
+    # astype(object): plain str elements, as the model names (numpy str_
+    # would show as np.str_('biology') wherever a user prints one).
+    tasks = arrays["categories"].astype(str).astype(object)
+    query_task = tasks[arrays["category_code"]]
 
     # Model-major order: rows of one model are contiguous, questions in file order.
     model_index, query_index = np.nonzero(raw.T >= 0)

@@ -119,15 +119,23 @@ def _draw_models(rng, n_models, n_families, n_tasks, n_features):
     return model_family, skills, directions, log_size, ability
 
 
-def _check_specialties(n_specialties, specialist_boost, n_tasks):
-    """Validated ``n_specialties`` (``specialist_boost`` is checked too)."""
+def _check_specialties(n_specialties, n_tasks):
+    """Validated ``n_specialties``."""
     n_specialties = _check_int(n_specialties, "n_specialties", 2)
     if n_specialties > n_tasks:
         raise ValueError(
             f"n_specialties={n_specialties} should be <= n_tasks={n_tasks}; "
             "every specialty needs at least one task."
         )
-    _check_logit_scale(specialist_boost, "specialist_boost")
+    if n_tasks % n_specialties:
+        # Skills average 0 whatever k (the tasks of a specialty), but the
+        # accuracy is their sigmoid: its mean over tasks depends on k, so
+        # specialties of different sizes would not be equally good.
+        raise ValueError(
+            f"n_specialties={n_specialties} should divide n_tasks={n_tasks}; "
+            "every specialty needs the same number of tasks for the "
+            "specialists to have equal overall accuracy."
+        )
     return n_specialties
 
 
@@ -188,15 +196,15 @@ def make_model_pool(
 
     With ``n_specialties`` set, the pool is one of *planted specialists of
     equal overall accuracy* instead: the tasks are split into
-    ``n_specialties`` contiguous groups (a specialty each), model ``i`` (in
-    name order) has specialty ``i % n_specialties``, and every model has the
-    same general ability (0) and no direction term; its skill is
-    ``+specialist_boost`` on the tasks of its specialty and
-    ``-specialist_boost * k / (n_tasks - k)`` on the other tasks (``k`` tasks in
-    its specialty), so each model's skills average 0 over tasks. Models then
-    differ only in *what* they are good at, not in how good they are; the
-    nearest model of a specialist should be one of the same specialty, and
-    routing by task reaches the task oracle.
+    ``n_specialties`` contiguous groups of ``k = n_tasks / n_specialties``
+    tasks (a specialty each), model ``i`` (in name order) has specialty
+    ``i % n_specialties``, and every model has the same general ability (0)
+    and no direction term; its skill is ``+specialist_boost`` on the tasks of
+    its specialty and ``-specialist_boost * k / (n_tasks - k)`` on the other
+    tasks, so each model's skills average 0 over tasks. Models then differ
+    only in *what* they are good at, not in how good they are; the nearest
+    model of a specialist should be one of the same specialty, and routing by
+    task reaches the task oracle.
 
     Parameters
     ----------
@@ -222,13 +230,13 @@ def make_model_pool(
         If True, scores are 0/1 draws; if False, scores are the true
         probabilities (no sampling noise).
     n_specialties : int or None, default=None
-        None for the family model above; an int in [2, n_tasks] plants
-        specialists of equal overall accuracy (see above). Families are still
-        drawn (names and ``family`` keep their meaning) but do not change the
-        probabilities.
+        None for the family model above; an int in [2, n_tasks] that divides
+        ``n_tasks`` plants specialists of equal overall accuracy (see above).
+        Families are still drawn (names and ``family`` keep their meaning)
+        but do not change the probabilities.
     specialist_boost : float, default=1.5
         Logit gained on the tasks of a model's specialty, in [0, 1e6]; only
-        used with ``n_specialties``.
+        used with ``n_specialties`` (but always checked).
     random_state : int, RandomState instance or None, default=None
         Seed for reproducible pools.
 
@@ -285,8 +293,11 @@ def make_model_pool(
     )
     if not isinstance(binary, (bool, np.bool_)):
         raise TypeError(f"binary must be a bool; got {binary!r}.")
+    # Checked even when unused, as every other parameter: a bad value should
+    # not wait for n_specialties to surface.
+    _check_logit_scale(specialist_boost, "specialist_boost")
     if n_specialties is not None:
-        n_specialties = _check_specialties(n_specialties, specialist_boost, n_tasks)
+        n_specialties = _check_specialties(n_specialties, n_tasks)
     # A Generator seeded from the sklearn-style random_state: its normals are
     # several times faster than RandomState's on large pools.
     seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
