@@ -190,6 +190,23 @@ def test_parallel_workers_equal_sequential(embedder, pool, whole, router, tmp_pa
     subset = router.classes_[:4]
     routed = predict_chunked(router, queries, models=subset, chunk_queries=97, n_jobs=2)
     np.testing.assert_array_equal(routed, router.predict(queries, models=subset))
+    # A generator of models did not pickle (PicklingError): it is a list now.
+    routed = predict_chunked(
+        router, queries, models=iter(subset), chunk_queries=97, n_jobs=2
+    )
+    np.testing.assert_array_equal(routed, router.predict(queries, models=subset))
+    # A dataset of a table in memory did not pickle: its chunks are read here.
+    dataset = ds.dataset(pa.Table.from_pandas(evals, preserve_index=False))
+    Z = transform_chunked(embedder, dataset, chunk_models=5, n_jobs=2)
+    np.testing.assert_allclose(Z, whole, **TOL)
+
+
+def test_multiprocessing_backend(embedder, pool, whole):
+    # joblib's multiprocessing backend (and Ray's, a subclass of it) refused
+    # return_as="generator_unordered" before any chunk was embedded.
+    with joblib.parallel_config(backend="multiprocessing"):
+        Z = transform_chunked(embedder, pool.evals, chunk_models=5, n_jobs=2)
+    np.testing.assert_allclose(Z, whole, **TOL)
 
 
 def test_threading_backend_leaves_torch_threads(embedder, pool, whole):
@@ -205,6 +222,21 @@ def test_predict_chunked_sequential_matches(router, pool):
     np.testing.assert_array_equal(
         predict_chunked(router, queries, chunk_queries=7), router.predict(queries)
     )
+
+
+def test_predict_chunked_models_checked_once(router, pool):
+    # A generator of models was used up by the first chunk: the second one
+    # raised "models is empty".
+    queries = list(pool.queries["query"][:50])
+    subset = list(router.classes_[[5, 1, 3]])
+    np.testing.assert_array_equal(
+        predict_chunked(router, queries, models=(m for m in subset), chunk_queries=7),
+        router.predict(queries, models=subset),
+    )
+    with pytest.raises(ValueError, match=r"models has 1 model\(s\) that are not in"):
+        predict_chunked(router, queries, models=iter([*subset, "nope"]))
+    with pytest.raises(TypeError, match="models must be a list of model names"):
+        predict_chunked(router, queries, models=subset[0])
 
 
 # ------------------------------------------------------------- chunk reading
@@ -468,27 +500,145 @@ def test_plain_folder_with_key_value_names_reads_as_before(embedder, pool, tmp_p
 
 
 def test_parquet_folder_read_errors_name_the_file(embedder, pool, tmp_path):
-    # Each file valid alone, but the second cannot take the first's types.
-    first, second = pool.evals.iloc[:1200], pool.evals.iloc[1200:]
-    folder = _folder(
-        tmp_path, first.assign(score=first.score.astype(int)), second.assign(score=0.5)
-    )
+    # Each file valid alone, but the second holds an id the folder's type
+    # (int64, for ids stored as int64 and uint64) cannot take.
+    first = pd.DataFrame({"model": [1, 2], "query": ["q1", "q2"], "score": 1.0})
+    second = first.assign(model=np.array([2**63 + 5, 3], dtype=np.uint64))
+    folder = _folder(tmp_path, first, second)
     with pytest.raises(
         ValueError,
         match=r"evals could not be read: file '.*b\.parquet' fails with ArrowInvalid: "
-        r".*score: int64.*; store each column with the same type in every file",
+        r".*model: int64.*; store each column with the same type in every file",
     ):
-        transform_chunked(embedder, folder, chunk_models=4)
-    folder = _folder(tmp_path / "x", first.assign(model=7), second)
-    with pytest.raises(
-        ValueError, match=r"file '.*b\.parquet' fails with ArrowInvalid"
-    ):
-        transform_chunked(embedder, folder)
+        iter_model_chunks(folder)
     (folder / "b.parquet").write_text("not parquet")
     with pytest.raises(
         ValueError, match=r"file '.*b\.parquet' fails with ArrowInvalid"
     ):
         transform_chunked(embedder, folder)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_parquet_folder_read_with_a_schema_that_fits_every_file(pool, tmp_path, swap):
+    # pyarrow read a folder with its first file's schema, so the outcome
+    # depended on the order of the file names: the task column was dropped
+    # when the first file lacked it, integer scores first made a later 0.5
+    # fail, integer query ids first turned a later "007" into "7".
+    def folder(name, a, b):
+        return _folder(tmp_path / name, *((b, a) if swap else (a, b)))
+
+    def read(path):
+        frame = pd.concat(iter_model_chunks(path), ignore_index=True)
+        return frame.sort_values(["model", "query"], ignore_index=True)
+
+    first, second = pool.evals.iloc[:1200], pool.evals.iloc[1200:]
+    ints = first.assign(score=first["score"].round().astype(np.int64))
+    got = read(folder("score", ints, second.assign(score=0.5)))
+    assert got["score"].dtype == np.float64
+    expected = pd.concat([ints, second.assign(score=0.5)]).astype({"score": float})
+    pd.testing.assert_frame_equal(
+        got,
+        expected.sort_values(["model", "query"], ignore_index=True),
+        check_dtype=False,
+    )
+
+    names = ("b", "a") if swap else ("a", "b")
+    with pytest.raises(
+        ValueError,
+        match=rf"evals has a 'task' column in 1 file\(s\) \(e\.g\. '.*{names[0]}"
+        rf"\.parquet'\) but not in 1 file\(s\) with rows \(e\.g\. "
+        rf"'.*{names[1]}\.parquet'\); .*give every file the 'task' column, or none",
+    ):
+        iter_model_chunks(folder("task", first, second.drop(columns="task")))
+    # A file without rows does not count, with or without the column.
+    got = read(folder("empty1", pool.evals, first.iloc[:0].drop(columns="task")))
+    assert (
+        got["task"].tolist()
+        == pool.evals.sort_values(["model", "query"])["task"].tolist()
+    )
+    got = read(folder("empty2", pool.evals.drop(columns="task"), first.iloc[:0]))
+    assert "task" not in got.columns and len(got) == len(pool.evals)
+
+    tiny = pd.DataFrame({"model": ["m1", "m2"], "query": [7, 8], "score": 1.0})
+    with pytest.raises(
+        TypeError,
+        match=rf"evals\['query'\] is stored as integers in 1 file\(s\) \(e\.g\. "
+        rf"'.*{names[0]}\.parquet'\) and as strings in 1 file\(s\) \(e\.g\. "
+        rf"'.*{names[1]}\.parquet'\)\. .*store the ids as strings in every file",
+    ):
+        iter_model_chunks(folder("ids", tiny, tiny.assign(query=["007", "8"])))
+
+
+def test_csv_dataset_reads_ids_as_written(tmp_path):
+    # pyarrow infers a csv's column types: "007" and "7" both became the
+    # integer 7, then the string "7", merging two models and two queries;
+    # query ids "true"/"false" were refused as booleans; integer scores in
+    # the first file made a 0.5 in the second fail.
+    folder = tmp_path / "csv"
+    folder.mkdir()
+    (folder / "a.csv").write_text("model,query,score\n007,001,1\n7,1,0\n")
+    (folder / "b.csv").write_text("model,query,score\nm2,true,0.5\nm2,false,1.0\n")
+    got = pd.concat(
+        iter_model_chunks(ds.dataset(folder, format="csv"), chunk_models=2),
+        ignore_index=True,
+    )
+    expected = pd.concat([load_evals(folder / "a.csv"), load_evals(folder / "b.csv")])
+    assert got["model"].tolist() == ["007", "7", "m2", "m2"]
+    pd.testing.assert_frame_equal(
+        got.sort_values(["model", "query"], ignore_index=True),
+        expected.sort_values(["model", "query"], ignore_index=True),
+        check_dtype=False,
+    )
+
+
+def test_paths_that_are_not_parquet_folders(pool, tmp_path):
+    # pyarrow's bare ArrowInvalid named neither evals nor what to do; an
+    # empty folder was "missing required column(s) ... it has columns []".
+    small = pool.evals.iloc[:10]
+    small.to_csv(tmp_path / "evals.csv", index=False)
+    with pytest.raises(
+        ValueError,
+        match=r"evals='.*evals\.csv' could not be opened as Parquet: ArrowInvalid: "
+        r".*format='csv'",
+    ):
+        iter_model_chunks(tmp_path / "evals.csv")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    small.to_parquet(folder / "part-0.parquet")
+    (folder / "NOTES.txt").write_text("written by hand\n")
+    with pytest.raises(
+        ValueError,
+        match=r"evals='.*folder' could not be opened as Parquet: .*NOTES\.txt.* a "
+        "folder of Parquet files only",
+    ):
+        iter_model_chunks(folder)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        ValueError, match=r"evals='.*empty' is a folder with no Parquet files"
+    ):
+        iter_model_chunks(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("source", ["frame", "parquet"])
+@pytest.mark.parametrize("chunk_models", [1, 5])
+def test_query_tasks_checked_across_chunks(
+    embedder, pool, tmp_path, source, chunk_models
+):
+    # A query given another task by a model of another chunk: each chunk
+    # alone was consistent, so transform_chunked accepted what transform
+    # refuses.
+    evals = pool.evals.copy()
+    models = sorted(evals["model"].unique())
+    queries = [set(evals.loc[evals["model"] == m, "query"]) for m in models]
+    query = sorted(queries[0] & queries[-1])[0]
+    evals.loc[(evals["model"] == models[-1]) & (evals["query"] == query), "task"] = "x"
+    with pytest.raises(ValueError, match="more than one task") as from_transform:
+        embedder.transform(evals)
+    if source == "parquet":
+        evals = _write_parquet(evals, tmp_path / "evals.parquet")
+    with pytest.raises(ValueError) as from_chunked:
+        transform_chunked(embedder, evals, chunk_models=chunk_models)
+    assert str(from_chunked.value) == str(from_transform.value)
 
 
 def test_stream_not_grouped_by_model(embedder, pool):

@@ -7,10 +7,12 @@ from types import SimpleNamespace
 
 import joblib
 import numpy as np
+import pandas as pd
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.parallel import Parallel, delayed
 from sklearn.utils.validation import check_is_fitted
 
+from .._base import check_model_subset
 from .._embedder import LocusEmbedder
 from .._evals import _preview, check_evals, check_queries
 from ._sources import model_chunks
@@ -71,7 +73,33 @@ def _embed_chunk(embedder, chunk, n_threads, parent_pid):
     _limit_torch_threads(n_threads, parent_pid)
     table = check_evals(chunk.read(), name=chunk.name)
     embeddings = embedder._transform_encoded(table, embedder._encode(table.queries))
-    return table.models, np.diff(table.indptr), embeddings, table.n_input_rows
+    # The queries' tasks, to check across chunks what check_evals checks within.
+    tasks = None if table.query_task is None else (table.queries, table.query_task)
+    return table.models, np.diff(table.indptr), embeddings, table.n_input_rows, tasks
+
+
+def _check_tasks_across_chunks(tasks, name="evals"):
+    """Refuse a query given different tasks in different chunks.
+
+    check_evals refuses a query with two tasks within a chunk, as transform
+    does within the whole table; a query evaluated by models of two chunks
+    is checked here, with transform's message. ``tasks``: (queries, task of
+    each) of every chunk that has a task column.
+    """
+    if len(tasks) < 2:
+        return
+    queries = np.concatenate([queries for queries, _ in tasks])
+    per_query = pd.Series(np.concatenate([task for _, task in tasks])).groupby(
+        queries, sort=True
+    )
+    n_tasks = per_query.nunique()
+    conflicting = n_tasks.index[n_tasks.to_numpy() > 1]
+    if len(conflicting):
+        examples = list(conflicting[:3])
+        raise ValueError(
+            f"{name}['task'] gives {len(conflicting)} quer(y/ies) more than one "
+            f"task (e.g. {_preview(examples)}); each query belongs to one task."
+        )
 
 
 def _locus_embedder(embedder):
@@ -139,7 +167,7 @@ def transform_chunked(
     ValueError
         For ``chunk_models < 1``, ``n_jobs=0``, a file that cannot be read, or
         any table :func:`~locus_sklearn.check_evals` rejects (checked chunk by
-        chunk).
+        chunk, and a query given different tasks in two chunks).
     TypeError
         For a ``chunk_models`` or ``n_jobs`` that is not an int, a
         ``return_models`` that is not a bool, or a file
@@ -192,7 +220,12 @@ def transform_chunked(
         delayed(_embed_chunk)(locus, chunk, _worker_threads(n_jobs), os.getpid())
         for chunk in chunks
     )
-    parts = list(Parallel(n_jobs=n_jobs, return_as="generator_unordered")(tasks))
+    # Results in task order ("list", which every backend supports: joblib's
+    # multiprocessing and Ray's refuse a generator); they are sorted by model
+    # below anyway. Memory stays bounded either way: joblib draws the chunks
+    # from the generator lazily (pre_dispatch, 2 * n_jobs in flight), and a
+    # chunk's result is only its models' embeddings.
+    parts = Parallel(n_jobs=n_jobs)(tasks)
     models = np.concatenate([p[0] for p in parts])
     counts = np.concatenate([p[1] for p in parts])
     embeddings = np.concatenate([p[2] for p in parts])
@@ -210,6 +243,7 @@ def transform_chunked(
             f"{len(repeated)} model(s) were embedded in two chunks: "
             f"{_preview(repeated)}."
         )
+    _check_tasks_across_chunks([p[4] for p in parts if p[4] is not None])
     # transform's warning and output, from what the chunks returned.
     summary = SimpleNamespace(
         models=models, indptr=np.concatenate([[0], np.cumsum(counts)])
@@ -312,8 +346,9 @@ def predict_chunked(router, queries, *, models=None, chunk_queries=1000, n_jobs=
         A :class:`~locus_sklearn.LocusRouter` or any router of
         :mod:`locus_sklearn.baselines`.
     queries : sequence of str or DataFrame with a ``query`` column
-    models : sequence of str, default=None
-        Restrict routing to these models of the pool, each named once.
+    models : iterable of str, default=None
+        Restrict routing to these models of the pool, each named once
+        (checked once, against ``router.classes_``, before any chunk runs).
     chunk_queries : int, default=1000
         Queries per chunk.
     n_jobs : int, default=None
@@ -339,5 +374,13 @@ def predict_chunked(router, queries, *, models=None, chunk_queries=1000, n_jobs=
     >>> bool((routed == router.predict(queries)).all())
     True
     """
-    params = {} if models is None else {"models": models}
+    params = {}
+    if models is not None:
+        _check_router(router, "predict")
+        # Checked once, here, and sent to every chunk as a list of the pool's
+        # names: a generator would be used up by the first chunk (and does not
+        # pickle for a worker process).
+        params["models"] = router.classes_[
+            check_model_subset(models, router.classes_)
+        ].tolist()
     return _map_query_chunks(router, "predict", queries, chunk_queries, n_jobs, params)

@@ -15,6 +15,7 @@ as rows). Three kinds of source:
 """
 
 import os
+import pickle
 from collections.abc import Iterable, Mapping
 from numbers import Integral
 
@@ -162,6 +163,14 @@ def _check_arrow_types(schema, name, where="the column has"):
             )
 
 
+def _is_csv(fragment):
+    """Whether ``fragment`` is a file whose column types pyarrow infers from
+    its text (csv), rather than types the file stores (Parquet)."""
+    import pyarrow.dataset as ds
+
+    return isinstance(getattr(fragment, "format", None), ds.CsvFileFormat)
+
+
 def _check_files(dataset, name):
     """Check every file of ``dataset`` by its own schema, before any read.
 
@@ -169,10 +178,12 @@ def _check_files(dataset, name):
     the dataset was given one) and casts the others to it: a file storing
     scores as the strings "1.0"/"0.0" would be read as numbers, where the
     same file alone is refused. So each file is checked as it is stored.
+    Returns ``(fragment, schema)`` for each file, to build one schema from.
     """
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
-    schemas = []
+    files = []
     for fragment in dataset.get_fragments():
         path = getattr(fragment, "path", None)
         if path is None:  # a table in memory: the dataset's schema is its own
@@ -187,38 +198,150 @@ def _check_files(dataset, name):
         # A column of a hive-partitioned folder lives in the paths, not the file.
         keys = ds.get_partition_keys(fragment.partition_expression)
         _check_columns([*schema.names, *keys], f"{name} file {path!r}")
-        _check_arrow_types(schema, name, f"file {path!r} stores it as")
-        schemas.append(schema)
-    return schemas
+        checked = schema
+        if _is_csv(fragment):
+            # Ids of a csv are text, read as strings whatever pyarrow infers
+            # ("007" would be an int, "true" a bool): only scores have a type.
+            checked = pa.schema([f for f in schema if f.name not in _ID_COLUMNS])
+        _check_arrow_types(checked, name, f"file {path!r} stores it as")
+        files.append((fragment, schema))
+    return files
 
 
-def _without_null_types(dataset, schemas):
-    """``dataset`` read with a type for each of its null-typed columns.
+def _has_column(fragment, schema, column):
+    import pyarrow.dataset as ds
 
-    pyarrow takes a folder's schema from its first file; a header-only file
-    written from an empty DataFrame stores its columns as type null, and
-    would make every other file fail to cast (string to null). Such a
-    column takes the type the first file holding values stores it as
-    (``schemas``: each file's own), as if the empty file were not there; a
-    null column casts to any type.
+    keys = ds.get_partition_keys(fragment.partition_expression)
+    return column in schema.names or column in keys
+
+
+def _check_optional_task(files, name):
+    """Whether the files that hold rows have a ``task`` column: all, or none.
+
+    Read with one schema, a file without the column would give its rows a
+    missing task (refused, but by a message naming no file), and with the
+    first file's schema the column was dropped from every file when the
+    first lacked it. A file without rows (header-only) does not count.
+    """
+    with_task = [(f, s) for f, s in files if _has_column(f, s, "task")]
+    without = [(f, s) for f, s in files if not _has_column(f, s, "task")]
+    if not with_task or not without:
+        return bool(with_task)
+    # Counting rows reads Parquet metadata only; needed only in this case.
+    with_rows = [f.path for f, _ in with_task if f.count_rows()]
+    lacking = [f.path for f, _ in without if f.count_rows()]
+    if with_rows and lacking:
+        raise ValueError(
+            f"{name} has a 'task' column in {len(with_rows)} file(s) (e.g. "
+            f"{with_rows[0]!r}) but not in {len(lacking)} file(s) with rows "
+            f"(e.g. {lacking[0]!r}); each query needs one task, so give every "
+            "file the 'task' column, or none."
+        )
+    return bool(with_rows)
+
+
+def _unified_schema(dataset, files, name):
+    """One schema that reads every file of ``dataset`` as it is stored.
+
+    pyarrow reads a folder with its first file's schema, so the outcome
+    depended on the order of the file names: a column the first file lacks
+    was dropped from every file, integer scores of the first file made a
+    later 0.5 fail, and integer ids of the first file turned a later "007"
+    into "7". Here each column read (``model``, ``query``, ``score``,
+    ``task``) takes a type that fits every file (``files``: each file's own
+    schema, from :func:`_check_files`):
+
+    - a column any file with rows has is read from every file;
+    - scores stored as different types are read as float64;
+    - ids stored as integers in some files and as strings in others are
+      refused (integers become decimal strings, so 7 and "007" could not
+      both be kept); ids of a csv file are read as strings, as written;
+    - a column of Arrow type null (a header-only file written from pandas)
+      types nothing.
+
+    Partition columns and other columns keep the dataset's own types.
     """
     import pyarrow as pa
 
-    schema = dataset.schema
-    fields = list(schema)
-    changed = False
-    for i, field in enumerate(fields):
-        if not pa.types.is_null(field.type):
+    fields = {field.name: field for field in dataset.schema}
+    if not files:  # a table in memory: its schema is its own
+        return dataset.schema
+    has_task = _check_optional_task(files, name)
+    for column in ("model", "query", "score", "task"):
+        stored = []  # (path, type) of each file storing values of the column
+        for fragment, schema in files:
+            index = schema.get_field_index(column)
+            if index < 0:
+                continue
+            arrow_type = schema.field(index).type
+            if _is_csv(fragment) and column in _ID_COLUMNS:
+                arrow_type = pa.large_string()
+            if not pa.types.is_null(arrow_type):
+                stored.append((fragment.path, arrow_type))
+        if column == "task" and not has_task:
+            # Only header-only files have it: no row to give a task to.
+            fields.pop(column, None)
             continue
-        for stored in schemas:
-            index = stored.get_field_index(field.name)
-            if index >= 0 and not pa.types.is_null(stored.field(index).type):
-                fields[i] = field.with_type(stored.field(index).type)
-                changed = True
-                break
-    if not changed:
+        if not stored:
+            # A partition column keeps its type; a column of type null in
+            # every file is read as such (missing values, refused when read).
+            if column not in fields and any(column in s.names for _, s in files):
+                fields[column] = pa.field(column, pa.null())
+            continue
+        types = {arrow_type for _, arrow_type in stored}
+        if len(types) == 1:
+            (arrow_type,) = types
+        elif column == "score":  # integers or floats, checked file by file
+            arrow_type = pa.float64()
+        else:
+            arrow_type = _unified_id_type(column, stored, name)
+        fields[column] = pa.field(column, arrow_type)
+    return pa.schema(list(fields.values()), metadata=dataset.schema.metadata)
+
+
+def _unified_id_type(column, stored, name):
+    """The type to read an id column stored as several types: integers as
+    int64, strings as large strings, a mix of the two refused."""
+    import pyarrow as pa
+
+    def value_type(arrow_type):
+        if pa.types.is_dictionary(arrow_type):
+            return arrow_type.value_type
+        return arrow_type
+
+    integers = [p for p, t in stored if pa.types.is_integer(value_type(t))]
+    strings = [p for p, t in stored if _is_text(value_type(t))]
+    if integers and strings:
+        raise TypeError(
+            f"{name}[{column!r}] is stored as integers in {len(integers)} file(s) "
+            f"(e.g. {integers[0]!r}) and as strings in {len(strings)} file(s) "
+            f"(e.g. {strings[0]!r}). Integer ids are read as their decimal "
+            'strings, so 7 and "007" would become one id; store the ids as '
+            "strings in every file."
+        )
+    return pa.int64() if integers else pa.large_string()
+
+
+def _with_schema(dataset, schema):
+    """``dataset`` read with ``schema`` (a type change that
+    ``Dataset.replace_schema`` refuses, e.g. int64 scores to float64)."""
+    import pyarrow.dataset as ds
+
+    if schema.equals(dataset.schema, check_metadata=True):
         return dataset
-    return dataset.replace_schema(pa.schema(fields, metadata=schema.metadata))
+    if isinstance(dataset, ds.FileSystemDataset):
+        return ds.FileSystemDataset(
+            list(dataset.get_fragments()),
+            schema,
+            dataset.format,
+            dataset.filesystem,
+            root_partition=dataset.partition_expression,
+        )
+    if isinstance(dataset, ds.UnionDataset):
+        return ds.UnionDataset(
+            schema, [_with_schema(child, schema) for child in dataset.children]
+        )
+    return dataset.replace_schema(schema)  # pragma: no cover - no file to unify
 
 
 def _read_error(dataset, exc, name, columns, where=None):
@@ -261,7 +384,22 @@ def _as_dataset(evals, name):
     # A URI (s3://, gs://, hdfs://) is resolved by pyarrow's filesystems.
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"{name}={path!r} does not exist.")
-    dataset = ds.dataset(path, format="parquet")
+    try:
+        dataset = ds.dataset(path, format="parquet")
+    except _arrow_read_errors() as exc:
+        # pyarrow's message names the file but not the parameter.
+        raise ValueError(
+            f"{name}={path!r} could not be opened as Parquet: {type(exc).__name__}: "
+            f"{exc}. A path must be a Parquet file or a folder of Parquet files "
+            "only (names starting with '.' or '_' are skipped); read a csv with "
+            "pyarrow.dataset.dataset(path, format='csv') or "
+            "locus_sklearn.datasets.load_evals."
+        ) from exc
+    if not dataset.files:
+        raise ValueError(
+            f"{name}={path!r} is a folder with no Parquet files (names starting "
+            "with '.' or '_' are skipped)."
+        )
     if "://" in path or os.path.isdir(path):
         dataset = _with_hive_columns(dataset, path)
     return dataset
@@ -303,8 +441,9 @@ def _dataset_chunks(dataset, chunk_models, name):
     import pyarrow.compute as pc
 
     _check_columns(dataset.schema.names, name)
-    # An empty file first in the folder must not type the others' columns.
-    dataset = _without_null_types(dataset, _check_files(dataset, name))
+    # Read every file with one schema that fits them all, not the first one's.
+    files = _check_files(dataset, name)
+    dataset = _with_schema(dataset, _unified_schema(dataset, files, name))
     schema = dataset.schema
     # Partition columns and in-memory tables: the dataset's own schema.
     _check_arrow_types(schema, name)
@@ -341,7 +480,22 @@ def _dataset_chunks(dataset, chunk_models, name):
         DatasetChunk(dataset, columns, values[i : i + chunk_models], is_text, name)
         for i in range(0, len(values), chunk_models)
     ]
+    if not _pickles(dataset):
+        # A dataset of a table in memory cannot travel to a worker process:
+        # read each chunk here, lazily (one chunk's rows at a time), and send
+        # its rows instead.
+        chunks = (FrameChunk(chunk.read(), name) for chunk in chunks)
     return chunks, n_rows
+
+
+def _pickles(dataset):
+    """Whether ``dataset`` can be sent to a worker process: a dataset of files
+    pickles as its paths, one of tables in memory does not pickle at all."""
+    try:
+        pickle.dumps(dataset)
+    except (TypeError, AttributeError, pickle.PicklingError):
+        return False
+    return True
 
 
 # ------------------------------------------------------------------- stream
@@ -462,14 +616,20 @@ def iter_model_chunks(evals, *, chunk_models=1000):
           a filter on its range of model names, so the rows may come in any
           order; a file sorted by model reads fastest (row groups outside
           the range are skipped). Integer id columns become their decimal
-          strings, as in :func:`~locus_sklearn.datasets.load_evals`. Every
+          strings, as in :func:`~locus_sklearn.datasets.load_evals`; the ids
+          of a csv are read as strings, as written ("007" stays "007"). Every
           file's own schema is checked first (ids strings or integers, scores
-          numbers), since pyarrow would cast a file to the first file's types;
-          a header-only file (columns of Arrow type null) types nothing. A
+          numbers), then all are read with one schema that fits every file
+          (not the first file's): scores stored as integers in some files
+          and floats in others are read as floats; ids stored as integers in
+          some files and strings in others, or a ``task`` column in only some
+          of the files with rows, are refused; a header-only file (columns
+          of Arrow type null) types nothing. A
           hive-partitioned folder (``model=m1/part-0.parquet``, as
           ``DataFrame.to_parquet(path, partition_cols=["model"])`` writes it)
           gives the columns its folder names hold and its files lack, ids
-          as strings;
+          as strings. A dataset of a table in memory is read chunk by chunk
+          in the calling process (it cannot be sent to a worker process);
         - any other iterable of DataFrames (e.g. ``pd.read_csv(path,
           chunksize=100_000)``): streamed and regrouped; each model's rows
           must come in consecutive frames.
@@ -488,13 +648,15 @@ def iter_model_chunks(evals, *, chunk_models=1000):
     ------
     ValueError
         If ``chunk_models < 1``, a column is missing (from ``evals`` or one of
-        its files), ``evals`` is empty, a stream is not grouped by model (a
+        its files; ``task`` from only some files), ``evals`` is empty (or a
+        folder with no Parquet files), a stream is not grouped by model (a
         model's rows come back after frames without it), or a file cannot be
         read (not Parquet, or its values do not fit the other files' types).
     TypeError
-        If ``evals`` is none of the above, a model name is not a string, or a
+        If ``evals`` is none of the above, a model name is not a string, a
         file stores a column as a type the column cannot hold (e.g. scores
-        as strings).
+        as strings), or ids are stored as integers in some files and as
+        strings in others.
 
     Examples
     --------
