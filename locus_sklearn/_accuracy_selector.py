@@ -24,7 +24,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
 from ._params import NoBoolNumbersMixin
-from ._selectors import _check_n_select
+from ._selectors import _check_n_select, _sum_slack
 
 __all__ = ["ExpectedAccuracySelector"]
 
@@ -34,15 +34,22 @@ def _greedy_expected_accuracy(P, n_select):
 
     Returns the selected rows (selection order) and F after each addition.
     """
-    n_models = P.shape[0]
+    n_models, n_queries = P.shape
+    slack = _sum_slack(n_queries)
     best = np.full(P.shape[1], -np.inf)
     selected, path = [], []
     available = np.ones(n_models, dtype=bool)
     for _ in range(n_select):
         # F of each candidate added to the selection; ties go to the lower row.
-        value = np.maximum(P, best).mean(axis=1)
+        # F is a mean of n_queries terms: two candidates whose F is equal in
+        # exact arithmetic (the same values in another query order) come out
+        # a few ulps apart, so values within rounding of the largest tie.
+        terms = np.maximum(P, best)
+        value = terms.mean(axis=1)
         value[~available] = -np.inf
-        m = int(np.argmax(value))
+        scale = np.abs(terms[available]).mean(axis=1).max()
+        top = value.max()
+        m = int(np.argmax(available & (value >= top - slack * scale)))
         selected.append(m)
         path.append(float(value[m]))
         available[m] = False

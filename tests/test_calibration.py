@@ -315,3 +315,60 @@ def test_pareto_is_the_standard_frontier():
     points = cost_quality_curve(router, evals, [0.01, 0.02, 1.0]).points
     assert points["mean_cost"].tolist() == [6.0, 6.0, 1.0]
     assert points["pareto"].tolist() == [True, True, True]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 30),
+    st.integers(1, 6),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["decimal", "float32"]),
+)
+def test_every_point_routes_as_reported_at_its_cost_weight(
+    n_queries, n_models, seed, kind
+):
+    # Decimal scores and costs (0.1 steps, or P(correct) from a float32
+    # network) put crossings that are equal on paper a few ulps apart: the
+    # interval between them routed at no λ, and its cost_weight, rounded onto
+    # a crossing, routed otherwise than reported.
+    rng = np.random.default_rng(seed)
+    if kind == "decimal":
+        proba = rng.choice(np.arange(11) / 10, (n_queries, n_models))
+    else:
+        proba = rng.random((n_queries, n_models)).astype(np.float32)
+        proba = proba.astype(np.float64)
+    costs = rng.choice([0.0, 0.1, 0.3, 0.7, 1.3], n_models)
+    candidates = rng.random((n_queries, n_models)) < 0.8
+    candidates[np.arange(n_queries), rng.integers(0, n_models, n_queries)] = True
+    Y = np.where(candidates, rng.integers(0, 2, (n_queries, n_models)), np.nan)
+    points = _intervals(proba, costs, candidates, Y, None)
+    rows = np.arange(n_queries)
+    for row in points.itertuples():
+        routed = route(proba - row.cost_weight * costs, candidates)
+        assert row.mean_cost == pytest.approx(costs[routed].mean())
+        assert row.accuracy == pytest.approx(Y[rows, routed].mean())
+        if row.Index:  # past λ = 0, strictly inside its interval
+            assert row.lower < row.cost_weight < row.upper
+
+
+def test_crossings_equal_on_paper_are_one_step():
+    # q0's lines for m0, m2 and m1 all cross at λ = 5/6 on paper; in floats
+    # the crossings came out 1 ulp apart, and calibrate_cost_weight returned
+    # λ = 0.8333333333333333 (on a crossing) for a mean cost of 0.4 that the
+    # router, routing at it, does not reach (0.7).
+    encoder = {"q0": [1.0, 0.0], "q1": [0.0, 1.0]}
+    scores = {"q0": [1.0, 0.0, 0.5], "q1": [0.0, 0.1, 0.5]}
+    costs = {"m0": 1.3, "m1": 0.1, "m2": 0.7}
+    evals = pd.DataFrame(
+        [(m, q, scores[q][j]) for q in scores for j, m in enumerate(costs)],
+        columns=["model", "query", "score"],
+    )
+    router = KNNRouter(1, encoder=encoder).fit(evals, model_costs=costs)
+    points = cost_quality_curve(router, evals).points
+    assert points["mean_cost"].tolist() == pytest.approx([1.0, 0.7, 0.1])
+    result = calibrate_cost_weight(router, evals, target_cost=0.4)
+    assert result.lower < result.cost_weight < result.upper
+    router.set_params(cost_weight=result.cost_weight)
+    routed = router.predict(["q0", "q1"])
+    assert np.mean([costs[m] for m in routed]) == pytest.approx(result.mean_cost)
+    assert result.mean_cost <= 0.4

@@ -153,3 +153,91 @@ def test_get_router_scorer():
     assert callable(get_router_scorer("neg_log_loss"))
     with pytest.raises(ValueError, match="Unknown router scorer 'acc'; valid names"):
         get_router_scorer("acc")
+
+
+def test_get_router_scorer_names_a_bad_type():
+    # A list is unhashable: the lookup raised a bare "unhashable type: 'list'".
+    with pytest.raises(TypeError, match=r"name must be a str, one of \[.*\]; got"):
+        get_router_scorer(["routing_accuracy"])
+
+
+def test_dataframes_are_matched_by_model_name():
+    # Columns name the models: y_score's [b, a] was read as [a, b], so the
+    # routing to "a" (score 1) was scored as a routing to "b" (score 0).
+    import pandas as pd
+
+    y_true = pd.DataFrame([[1.0, 0.0], [1.0, 0.0]], columns=["a", "b"])
+    y_score = pd.DataFrame([[0.1, 0.9], [0.2, 0.8]], columns=["b", "a"])
+    assert routing_accuracy(y_true, y_score) == 1.0
+    assert correctness_accuracy(y_true, y_score) == 1.0
+    assert correctness_log_loss(y_true, y_score) == pytest.approx(
+        correctness_log_loss(y_true, y_score[["a", "b"]].to_numpy())
+    )
+    other = y_score.rename(columns={"b": "c"})
+    with pytest.raises(
+        ValueError,
+        match=r"different columns: y_true has \['a', 'b'\], y_score has \['c', 'a'\]",
+    ):
+        routing_accuracy(y_true, other)
+    # Arrays have no names: matched by position, as documented.
+    assert routing_accuracy(y_true, y_score.to_numpy()) == 0.0
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: routing_accuracy([["1", "0"]], [[0.1, 0.9]]), "y_true must hold real"),
+        (lambda: oracle_accuracy([[True, False]]), "y_true has boolean dtype"),
+        (lambda: single_best_accuracy([[True, False]]), "y_true has boolean dtype"),
+        (
+            lambda: correctness_accuracy([[1.0, 0.0]], [["0.9", "0.1"]]),
+            "y_score must hold real",
+        ),
+        (
+            lambda: routing_accuracy([[1.0, 0.0]], [[True, False]]),
+            "y_score has boolean dtype",
+        ),
+        (
+            lambda: correctness_log_loss([[1.0, None]], [[0.9, 0.1]]),
+            "y_true must hold real numbers; got dtype object",
+        ),
+        (lambda: route([["0.9", "0.1"]]), "y_score must hold real"),
+    ],
+)
+def test_scores_must_be_real_numbers(call, message):
+    # check_evals refuses text and bool scores; the metrics read "1" and
+    # True as the number 1.
+    with pytest.raises(TypeError, match=message):
+        call()
+
+
+@pytest.mark.parametrize(
+    "available, error, message",
+    [
+        # Indices, names and probabilities were cast to bool: index 0 read
+        # as "not available", every name as "available".
+        ([[0, 1, 2]], TypeError, r"available must be a boolean mask .*; got dtype int"),
+        ([["a", "b", "c"]], TypeError, r"boolean mask .*; got dtype <U1"),
+        ([[0.0, 0.5, 0.2]], TypeError, r"boolean mask .*; got dtype float64"),
+        # numpy's broadcast error named no parameter.
+        (
+            [True, False],
+            ValueError,
+            r"available must have shape \(n_queries, n_models\) = \(1, 3\) or "
+            r"\(n_models,\) = \(3,\), like y_score; got shape \(2,\)",
+        ),
+    ],
+)
+def test_route_available_must_be_a_mask_of_its_shape(available, error, message):
+    with pytest.raises(error, match=message):
+        route([[0.9, 0.5, 0.1]], available=available)
+
+
+def test_route_available_one_row_for_every_query():
+    assert route([[0.9, 0.5], [0.9, 0.5]], [False, True]).tolist() == [1, 1]
+
+
+def test_route_needs_a_model():
+    # argmax of an empty sequence, before.
+    with pytest.raises(ValueError, match=r"y_score has no models \(shape \(2, 0\)\)"):
+        route(np.zeros((2, 0)))

@@ -148,7 +148,7 @@ def test_errors(tiny_router):
         ModelGroupSplit(n_splits=1)
     with pytest.raises(ValueError, match="n_onboard must be an int >= 1"):
         ModelGroupSplit(n_onboard=0)
-    with pytest.raises(ValueError, match="random_state must be an int"):
+    with pytest.raises(TypeError, match="random_state must be an int"):
         ModelGroupSplit(random_state=None)
     with pytest.raises(
         ValueError, match=r"n_splits=9 should be <= the number of models, 8"
@@ -171,3 +171,65 @@ def test_errors(tiny_router):
     with pytest.raises(TypeError, match="needs a router with add_models"):
         make_onboarding_scorer(cv)(object(), EVALS)
     assert repr(cv) == "ModelGroupSplit(n_onboard=40, n_splits=2, random_state=0)"
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"n_splits": 2.0}, r"n_splits must be an int >= 2; got 2.0 \(float\)"),
+        ({"n_onboard": "10"}, r"n_onboard must be an int >= 1; got '10' \(str\)"),
+        ({"n_splits": True}, r"n_splits must be an int >= 2; got True \(bool\)"),
+        # None is a valid random_state of sklearn's splitters, not here: the
+        # onboarding rows must be the same on every call.
+        (
+            {"random_state": None},
+            r"random_state must be an int >= 0; got None .* same on every call",
+        ),
+    ],
+)
+def test_split_parameters_of_the_wrong_type(params, message):
+    # A float or None raised ValueError, where the library raises TypeError.
+    with pytest.raises(TypeError, match=message):
+        ModelGroupSplit(**params)
+
+
+def test_onboarding_scorer_metric_of_the_wrong_type():
+    # A list is unhashable: the lookup raised a bare "unhashable type: 'list'".
+    cv = ModelGroupSplit(n_splits=2, n_onboard=40)
+    with pytest.raises(TypeError, match=r"metric must be a str, one of \[.*\]; got"):
+        make_onboarding_scorer(cv, metric=["routing_accuracy"])
+
+
+@pytest.mark.parametrize(
+    "model_costs, error, message",
+    [
+        ({"a": -1.0}, ValueError, r"model_costs must be finite and >= 0.*'a', -1.0"),
+        ({"a": float("nan")}, ValueError, "model_costs must be finite and >= 0"),
+        ({"a": "1.5"}, TypeError, "model_costs must hold real numbers"),
+        ({"a": True}, TypeError, "model_costs must hold real numbers"),
+        ({1: 1.0}, TypeError, r"keyed \(or indexed\) by model name.*\[1\]"),
+        ({}, ValueError, "model_costs is empty"),
+        ("cheap", TypeError, "model_costs must be a mapping .* got str"),
+        # An array holds no names: every model "had no cost" in each fold.
+        (np.arange(8.0), TypeError, "model_costs must be a mapping .* got ndarray"),
+        (pd.Series([1.0, 2.0]), TypeError, r"by model name.*\[0, 1\]"),
+        (pd.Series([1.0, 2.0], index=["a", "a"]), ValueError, r"repeats 1 .*\['a'\]"),
+    ],
+)
+def test_onboarding_scorer_checks_model_costs(model_costs, error, message):
+    # Bad costs were accepted and failed only inside each fold's scoring,
+    # which cross_val_score turned into NaN scores.
+    cv = ModelGroupSplit(n_splits=2, n_onboard=40)
+    with pytest.raises(error, match=message):
+        make_onboarding_scorer(cv, model_costs=model_costs)
+
+
+def test_onboarding_scorer_repr_shows_model_costs():
+    cv = ModelGroupSplit(n_splits=2, n_onboard=40)
+    scorer = make_onboarding_scorer(cv, model_costs=pd.Series({"a": 1, "b": 2.5}))
+    assert repr(scorer) == (
+        "make_onboarding_scorer(ModelGroupSplit(n_onboard=40, n_splits=2, "
+        "random_state=0), metric='correctness_accuracy', "
+        "model_costs={'a': 1.0, 'b': 2.5})"
+    )
+    assert "model_costs" not in repr(make_onboarding_scorer(cv))

@@ -828,3 +828,19 @@ def test_expected_accuracy_picks_the_specialists_in_portfolio_curve():
     )  # fmt: skip
     assert curve["accuracy"].tolist() == [0.5, 1.0]
     assert curve["models"].iloc[1] == tuple(router.classes_[selector.selected_indices_])
+
+
+def test_expected_accuracy_exact_ties_go_to_the_lower_row():
+    # The same values in another query order: F is equal in exact arithmetic
+    # (0.39), but the float means came out an ulp apart and row 1 was taken.
+    from locus_sklearn import ExpectedAccuracySelector
+
+    a = np.array([0.7, 0.7, 0.2, 0.2, 0.1, 0.1, 0.1, 0.2, 0.9, 0.7])
+    b = np.array([0.2, 0.9, 0.2, 0.1, 0.7, 0.1, 0.2, 0.1, 0.7, 0.7])
+    assert sorted(a) == sorted(b) and a.mean() != b.mean()
+    for P, first in [(np.vstack([a, b]), 0), (np.vstack([b, a]), 0)]:
+        selector = ExpectedAccuracySelector(n_select=2).fit(P)
+        assert selector.selected_indices_.tolist() == [first, 1 - first]
+    # A real difference is no tie, however small next to the values.
+    P = np.vstack([a, a + 1e-9])
+    assert ExpectedAccuracySelector(n_select=1).fit(P).selected_indices_.tolist() == [1]

@@ -162,6 +162,78 @@ def _breakpoints(proba, costs, candidates):
     return start, (lam_e[order], query[order], old[order], new[order])
 
 
+def _crossing_windows(proba, costs, lam, query, old, new):
+    """Where float arithmetic may route each event's query either way.
+
+    ``route`` compares utilities ``P - λ·c`` computed in float64, each off
+    by at most ``eps/2·(|P| + 2λc)``; near the crossing of two lines the
+    computed order of the two utilities can therefore go either way, and
+    the crossing itself is computed with a few ulps of error. The window
+    around each crossing bounds both, with a factor 2 to spare.
+
+    Returns the window's ends, each of shape (n_events,).
+    """
+    eps = np.finfo(np.float64).eps
+    p_sum = np.abs(proba[query, old]) + np.abs(proba[query, new])
+    c_sum = costs[old] + costs[new]
+    gap = costs[old] - costs[new]  # > 0: each event moves to a cheaper model
+    with np.errstate(over="ignore"):
+        width = eps * (p_sum + 2 * lam * c_sum) / gap + 4 * eps * lam
+    return lam - width, lam + width
+
+
+def _merge_crossings(proba, costs, lam, query, old, new):
+    """Group the crossings that no float λ separates, and a λ between groups.
+
+    Two crossings a few ulps apart (equal in exact arithmetic, e.g. three
+    utility lines through one point) leave between them an interval that no
+    λ routes as it says: its midpoint rounds onto a crossing. Crossings whose
+    windows (:func:`_crossing_windows`) overlap are one step of the curve.
+
+    Returns
+    -------
+    group : ndarray of int64, shape (n_events,)
+        The step of each event (non-decreasing, as ``lam`` is sorted).
+    lower, upper : ndarray of shape (n_steps + 1,)
+        Each interval of λ between two steps (``upper`` inf for the last).
+    inside : ndarray of shape (n_steps + 1,)
+        A λ in each interval out of every window, so that ``route`` at it
+        routes every query as the interval says: the interval's midpoint
+        (twice its lower end for the last, 1 if that is 0), or if that
+        falls in a window the midpoint of the gap between the windows (twice
+        the last window's end for the last).
+    """
+    low, high = _crossing_windows(proba, costs, lam, query, old, new)
+    # Sweep the windows by their lower end: a window that starts after every
+    # earlier one has ended opens a new step.
+    order = np.argsort(low, kind="stable")
+    reach = np.maximum.accumulate(high[order])
+    opens = np.r_[True, low[order][1:] > reach[:-1]]
+    group = np.empty(len(lam), dtype=np.int64)
+    group[order] = np.cumsum(opens) - 1
+    n_steps = int(group.max()) + 1 if len(group) else 0
+    first = np.full(n_steps, np.inf)
+    last = np.full(n_steps, -np.inf)
+    window_low = np.full(n_steps, np.inf)
+    window_high = np.full(n_steps, -np.inf)
+    np.minimum.at(first, group, lam)
+    np.maximum.at(last, group, lam)
+    np.minimum.at(window_low, group, low)
+    np.maximum.at(window_high, group, high)
+    lower = np.concatenate([[0.0], last])
+    upper = np.concatenate([first, [np.inf]])
+    # λ = 0 itself (the default) is always a point, even when ties at 0 make
+    # its interval empty: just above 0 ties break towards the cheaper model.
+    inside = np.zeros(n_steps + 1)
+    if n_steps:
+        mid = (last[:-1] + first[1:]) / 2
+        clear = (mid > window_high[:-1]) & (mid < window_low[1:])
+        inside[1:-1] = np.where(clear, mid, (window_high[:-1] + window_low[1:]) / 2)
+        end = last[-1] * 2 if last[-1] > 0 else 1.0  # 1 if every crossing is at 0
+        inside[-1] = end if end > window_high[-1] else window_high[-1] * 2
+    return group, lower, upper, inside
+
+
 def _intervals(proba, costs, candidates, Y, share_mask):
     """Metrics on every interval of λ where no routing decision changes.
 
@@ -171,31 +243,23 @@ def _intervals(proba, costs, candidates, Y, share_mask):
     """
     n = len(proba)
     start, (lam, query, old, new) = _breakpoints(proba, costs, candidates)
-    steps = np.unique(lam)
-    # Metric changes of every event, summed per distinct λ.
-    group = np.searchsorted(steps, lam)
+    group, lower, upper, inside = _merge_crossings(proba, costs, lam, query, old, new)
+    n_steps = len(lower) - 1
 
     def walk(value_start, delta):
-        total = np.bincount(group, weights=delta, minlength=len(steps))
+        # Metric changes of every event, summed per step.
+        total = np.bincount(group, weights=delta, minlength=n_steps)
         return np.concatenate([[value_start], value_start + np.cumsum(total)]) / n
 
-    mean_cost = _interval_mean_costs(start, group, old, new, costs, len(steps))
-    share = np.full(len(steps) + 1, np.nan)
+    mean_cost = _interval_mean_costs(start, group, old, new, costs, n_steps)
+    share = np.full(n_steps + 1, np.nan)
     if share_mask is not None:
         s = share_mask.astype(np.float64)
         share = walk(s[start].sum(), s[new] - s[old])
-    accuracy = np.full(len(steps) + 1, np.nan)
+    accuracy = np.full(n_steps + 1, np.nan)
     if Y is not None:
         y = Y
         accuracy = walk(y[np.arange(n), start].sum(), y[query, new] - y[query, old])
-    lower = np.concatenate([[0.0], steps])
-    upper = np.concatenate([steps, [np.inf]])
-    # A λ strictly inside each interval: decisions there are unambiguous.
-    last = steps[-1] * 2 if len(steps) and steps[-1] > 0 else 1.0
-    inside = np.where(np.isinf(upper), last, (lower + upper) / 2)
-    # λ = 0 itself (the default) is always a point, even when ties at 0 make
-    # its interval empty: just above 0 ties break towards the cheaper model.
-    inside[0] = 0.0
     return pd.DataFrame(
         {
             "lower": lower,
@@ -469,8 +533,11 @@ def calibrate_cost_weight(
     ``P(correct) - λ·cost`` cross on some query, so every λ between two
     crossings routes the calibration queries alike; the λ returned lies
     inside its interval (its midpoint; twice the last crossing for the last
-    interval), never on a crossing. The router is not changed: set the
-    result with ``router.set_params(cost_weight=result.cost_weight)``.
+    interval), never on a crossing, and far enough from every crossing that
+    the router's float arithmetic routes as reported (crossings it cannot
+    tell apart, such as three utility lines through one point, are one
+    step). The router is not changed: set the result with
+    ``router.set_params(cost_weight=result.cost_weight)``.
 
     Cost and share targets need only the queries, so unlabelled traffic (a
     log of real queries) calibrates them. Calibrate on queries the router

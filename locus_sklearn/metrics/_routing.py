@@ -2,14 +2,21 @@
 
 ``y_true`` holds observed scores in [0, 1] with NaN where a model has no score
 for a query; ``y_score`` holds predicted scores (P(correct) or any utility where
-larger is better) of the same shape.
+larger is better) of the same shape. Both hold real numbers (booleans and text
+are refused, as by :func:`~locus_sklearn.check_evals`). Arrays are matched
+column by column; two DataFrames by their column labels, the model names,
+which must be the same (in any order).
 """
 
 from numbers import Integral, Real
 
 import numpy as np
+import pandas as pd
+from scipy import sparse
 from scipy.special import xlogy
 from sklearn.utils.validation import check_array
+
+from .._evals import _preview
 
 __all__ = [
     "correctness_accuracy",
@@ -21,7 +28,38 @@ __all__ = [
 ]
 
 
+def _check_real_dtype(values, name):
+    """Refuse booleans, text, objects and complex numbers as scores.
+
+    ``check_array`` would read ``"1"`` and ``True`` as the number 1 (and
+    check_evals refuses both as scores), so the dtype is checked first.
+    """
+    if sparse.issparse(values):
+        return  # check_array refuses sparse input with its own message
+    if isinstance(values, pd.DataFrame):
+        dtypes = list(values.dtypes)
+    else:
+        try:
+            dtypes = [np.asarray(values).dtype]
+        except (TypeError, ValueError):
+            return  # a ragged list: check_array names it
+    for dtype in dtypes:
+        if pd.api.types.is_bool_dtype(dtype):
+            raise TypeError(
+                f"{name} has boolean dtype; scores must be real numbers. Convert "
+                f"explicitly, e.g. np.asarray({name}, dtype=float)."
+            )
+        if not pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_complex_dtype(
+            dtype
+        ):
+            raise TypeError(
+                f"{name} must hold real numbers; got dtype {dtype} (text, objects "
+                "and complex numbers are not read as scores; convert explicitly)."
+            )
+
+
 def _check_y_true(y_true):
+    _check_real_dtype(y_true, "y_true")
     y_true = check_array(
         y_true, dtype=np.float64, ensure_all_finite="allow-nan", input_name="y_true"
     )
@@ -42,7 +80,10 @@ def _check_pair(y_true, y_score, *, utility=False):
     ``utility``, ``y_score`` may hold -inf: a utility ``P(correct) -
     cost_weight * cost`` overflows there under a huge weight, and
     :func:`route` still picks a model (NaN and +inf stay refused)."""
+    if isinstance(y_true, pd.DataFrame) and isinstance(y_score, pd.DataFrame):
+        y_score = _align_columns(y_true, y_score)
     y_true, observed = _check_y_true(y_true)
+    _check_real_dtype(y_score, "y_score")
     y_score = check_array(
         y_score,
         dtype=np.float64,
@@ -60,6 +101,29 @@ def _check_pair(y_true, y_score, *, utility=False):
             "both must be (n_queries, n_models)."
         )
     return y_true, observed, y_score
+
+
+def _align_columns(y_true, y_score):
+    """``y_score`` with the columns of ``y_true``, matched by model name.
+
+    Two DataFrames name their models in their columns; reading them by
+    position would score each model by another one's predictions.
+    """
+    if y_score.columns.equals(y_true.columns):
+        return y_score
+    true_names, score_names = list(y_true.columns), list(y_score.columns)
+    if (
+        set(true_names) == set(score_names)
+        and y_true.columns.is_unique
+        and y_score.columns.is_unique
+    ):
+        return y_score[y_true.columns]
+    raise ValueError(
+        f"y_true and y_score are DataFrames with different columns: y_true has "
+        f"{_preview(true_names)}, y_score has {_preview(score_names)}. Their "
+        "columns name the models, so they must hold the same names, each once "
+        "(in any order); pass arrays to match the columns by position."
+    )
 
 
 def _check_number(value, name, valid, in_range):
@@ -80,9 +144,10 @@ def route(y_score, available=None):
     ----------
     y_score : array-like of shape (n_queries, n_models)
         Predicted scores; larger is better.
-    available : array-like of bool, shape (n_queries, n_models), default=None
-        Which models may be chosen for each query; every query needs one.
-        Defaults to all models.
+    available : array-like of bool, shape (n_queries, n_models) or (n_models,), \
+default=None
+        Which models may be chosen for each query (one row for every query
+        if 1-D); every query needs one. Defaults to all models.
 
     Returns
     -------
@@ -98,6 +163,7 @@ def route(y_score, available=None):
     >>> route([[0.2, 0.9]], available=[[True, False]]).tolist()
     [0]
     """
+    _check_real_dtype(y_score, "y_score")
     y_score = np.asarray(y_score, dtype=np.float64)
     if y_score.ndim != 2:
         raise ValueError(
@@ -105,11 +171,33 @@ def route(y_score, available=None):
             f"{y_score.shape}. Pass one row per query, e.g. [y_score] for a "
             "single query."
         )
+    n_queries, n_models = y_score.shape
+    if not n_models:
+        raise ValueError(
+            f"y_score has no models (shape {y_score.shape}); route needs at "
+            "least one model to choose."
+        )
     if available is None:
         available = np.ones(y_score.shape, dtype=bool)
     else:
-        available = np.broadcast_to(np.asarray(available, dtype=bool), y_score.shape)
-    if y_score.ndim == 2 and y_score.shape[1] and not available.any(axis=1).all():
+        available = np.asarray(available)
+        # Only a mask: model indices or names cast to bool would silently
+        # mean "every model but index 0" or "every model".
+        if available.dtype != bool:
+            raise TypeError(
+                f"available must be a boolean mask (True where a model may be "
+                f"chosen); got dtype {available.dtype}. For model indices, build "
+                "the mask, e.g. mask = np.zeros(n_models, bool); mask[indices] = "
+                "True."
+            )
+        if available.shape not in {(n_queries, n_models), (n_models,)}:
+            raise ValueError(
+                f"available must have shape (n_queries, n_models) = "
+                f"{(n_queries, n_models)} or (n_models,) = ({n_models},), like "
+                f"y_score; got shape {available.shape}."
+            )
+        available = np.broadcast_to(available, y_score.shape)
+    if not available.any(axis=1).all():
         raise ValueError("available must allow at least one model for every query.")
     masked = np.where(available & ~np.isnan(y_score), y_score, -np.inf)
     routed = np.argmax(masked, axis=1).astype(np.int64)

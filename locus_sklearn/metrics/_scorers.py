@@ -53,6 +53,13 @@ def get_router_scorer(name):
     >>> callable(scorer)
     True
     """
+    if not isinstance(name, str):
+        # A list or dict is unhashable: the lookup failed with a bare
+        # "unhashable type" that named neither the parameter nor the names.
+        raise TypeError(
+            f"name must be a str, one of {sorted(ROUTER_SCORERS)}; got {name!r} "
+            f"({type(name).__name__})."
+        )
     try:
         return ROUTER_SCORERS[name]
     except KeyError:

@@ -2,20 +2,26 @@
 
 import copy
 import zlib
+from collections.abc import Mapping
 from numbers import Integral
 
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import BaseCrossValidator
 
-from .._evals import _as_frame, _preview, check_evals
+from .._evals import _as_frame, _preview, check_evals, check_model_costs
 from ..metrics._scorers import ROUTER_SCORERS
 
 __all__ = ["ModelGroupSplit", "make_onboarding_scorer"]
 
 
-def _check_int(value, name, low):
-    if not isinstance(value, Integral) or isinstance(value, bool) or value < low:
+def _check_int(value, name, low, why=""):
+    if not isinstance(value, Integral) or isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be an int >= {low}; got {value!r} "
+            f"({type(value).__name__}).{why}"
+        )
+    if value < low:
         raise ValueError(f"{name} must be an int >= {low}; got {value!r}.")
     return int(value)
 
@@ -88,7 +94,13 @@ class ModelGroupSplit(BaseCrossValidator):
     def __init__(self, n_splits=5, *, n_onboard=128, random_state=0):
         self.n_splits = _check_int(n_splits, "n_splits", 2)
         self.n_onboard = _check_int(n_onboard, "n_onboard", 1)
-        self.random_state = _check_int(random_state, "random_state", 0)
+        self.random_state = _check_int(
+            random_state,
+            "random_state",
+            0,
+            " Not None or a RandomState: the onboarding rows must be the same "
+            "on every call, for every candidate of a search.",
+        )
 
     def get_n_splits(self, X=None, y=None, groups=None):
         """Number of folds.
@@ -183,7 +195,7 @@ class _OnboardingScorer:
     def __init__(self, cv, metric, model_costs):
         self.cv = cv
         self.metric = metric
-        self.model_costs = model_costs
+        self.model_costs = model_costs  # validated: dict of str to float, or None
 
     def __call__(self, estimator, X, y=None):
         if not callable(getattr(estimator, "add_models", None)):
@@ -216,7 +228,51 @@ class _OnboardingScorer:
         return ROUTER_SCORERS[self.metric](router, frame.iloc[score])
 
     def __repr__(self):
-        return f"make_onboarding_scorer({self.cv!r}, metric={self.metric!r})"
+        costs = ""
+        if self.model_costs is not None:
+            costs = f", model_costs={self.model_costs!r}"
+        return f"make_onboarding_scorer({self.cv!r}, metric={self.metric!r}{costs})"
+
+
+def _check_scorer_costs(model_costs):
+    """``model_costs`` as a dict of model name to float cost, or None.
+
+    Checked here, not in each fold: a bad cost surfaced only after the
+    fold's training, and cross_val_score turned it into a NaN score.
+    """
+    if model_costs is None:
+        return None
+    if isinstance(model_costs, pd.Series):
+        names = model_costs.index.tolist()
+        repeated = model_costs.index[model_costs.index.duplicated()].unique().tolist()
+        if repeated:
+            raise ValueError(
+                f"model_costs is a pandas Series whose index repeats "
+                f"{len(repeated)} model name(s): {_preview(repeated)}; give each "
+                "model one cost."
+            )
+        model_costs = dict(zip(names, model_costs.tolist(), strict=True))
+    if not isinstance(model_costs, Mapping):
+        raise TypeError(
+            f"model_costs must be a mapping of model name to cost (or a pandas "
+            f"Series indexed by model name); got {type(model_costs).__name__}. "
+            "The scorer reads each held-out model's cost by its name, which an "
+            "array or a list does not hold."
+        )
+    names = list(model_costs)
+    if not names:
+        raise ValueError(
+            "model_costs is empty; give the cost of every model, or None when "
+            "the router has no costs."
+        )
+    not_names = [m for m in names if not isinstance(m, str)]
+    if not_names:
+        raise TypeError(
+            f"model_costs must be keyed (or indexed) by model name (str); "
+            f"{len(not_names)} key(s) are not: {_preview(not_names)}."
+        )
+    costs = check_model_costs(model_costs, names, models="its keys")
+    return dict(zip(names, costs.tolist(), strict=True))
 
 
 def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=None):
@@ -241,8 +297,9 @@ def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=Non
         right on their scoring rows?), ``"neg_log_loss"``,
         ``"routing_accuracy"`` or ``"routing_accuracy_no_cost"`` (routing
         among the held-out models, on the queries they were scored on).
-    model_costs : mapping of str to float, default=None
-        Costs of the models, needed when the router was fitted with costs.
+    model_costs : mapping of str to float or pandas Series, default=None
+        Costs of the models by name (finite, >= 0), needed when the router
+        was fitted with costs; checked here.
         Each fold's ``fit`` takes costs for exactly that fold's training
         models, while :func:`~sklearn.model_selection.cross_val_score` passes
         one ``params={"model_costs": ...}`` whole to every fold: with costs,
@@ -278,9 +335,15 @@ def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=Non
             f"cv must be a ModelGroupSplit (it chooses the onboarding rows); got "
             f"{type(cv).__name__}."
         )
+    if not isinstance(metric, str):
+        # A list is unhashable: the lookup failed with a bare "unhashable type".
+        raise TypeError(
+            f"metric must be a str, one of {sorted(ROUTER_SCORERS)}; got {metric!r} "
+            f"({type(metric).__name__})."
+        )
     if metric not in ROUTER_SCORERS:
         raise ValueError(
             f"metric={metric!r} is not a router scorer; valid names are "
             f"{sorted(ROUTER_SCORERS)}."
         )
-    return _OnboardingScorer(cv, metric, model_costs)
+    return _OnboardingScorer(cv, metric, _check_scorer_costs(model_costs))
