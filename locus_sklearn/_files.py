@@ -11,11 +11,13 @@ import glob
 import hashlib
 import json
 import os
+import re
 import secrets
 import struct
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from ._nn import NETWORK_LAYOUT
@@ -44,9 +46,22 @@ def _digest(header, tensors):
     return h.hexdigest()
 
 
+# Bytes of randomness in a temporary name: 16 hex digits.
+_TEMP_TOKEN_BYTES = 8
+
+
 def _temp_name(target):
     """A fresh temporary name beside ``target``: ``.<name>.<random>.tmp``."""
-    return target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+    return target.with_name(
+        f".{target.name}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
+    )
+
+
+def _is_temp_name(target, name):
+    """Whether the file name ``name`` is one :func:`_temp_name` gives ``target``
+    (not merely alike: a user's ``.<name>.notes.tmp`` is not ours to delete)."""
+    token = f"[0-9a-f]{{{2 * _TEMP_TOKEN_BYTES}}}"
+    return re.fullmatch(rf"\.{re.escape(target.name)}\.{token}\.tmp", name) is not None
 
 
 def _write_error(kind, code, path, what):
@@ -70,6 +85,8 @@ def _remove_stale_temp_files(target):
         glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp"
     )
     for stale in glob.glob(pattern):
+        if not _is_temp_name(target, os.path.basename(stale)):
+            continue
         try:
             fd = os.open(stale, os.O_RDONLY)
         except OSError:
@@ -83,7 +100,7 @@ def _remove_stale_temp_files(target):
             os.close(fd)
 
 
-def write_file(path, metadata, tensors):
+def write_file(path, metadata, tensors, *, too_large_advice=""):
     """Write ``tensors`` and JSON ``metadata`` atomically to ``path``.
 
     A temporary file ``.<name>.<random>.tmp`` in the same folder is renamed
@@ -93,7 +110,12 @@ def write_file(path, metadata, tensors):
     link is followed: the file it points to is replaced, the link stays.
     Temporary files left by killed saves of the same target are removed after
     a successful save. Errors name ``path``, never the temporary file.
+
+    A header over the 100 MB safetensors reads and writes is a ValueError
+    naming ``path``, ending with ``too_large_advice`` (how the caller could
+    store less), and nothing is written.
     """
+    _check_path(path)
     header = {
         "format": FORMAT_NAME,
         "format_version": str(FORMAT_VERSION),
@@ -103,8 +125,30 @@ def write_file(path, metadata, tensors):
     header["checksum"] = _digest(header, tensors)
     # Serialised in memory and written through our own descriptor: save_file
     # creates its file itself, which would drop the mode and the lock below.
-    data = save(tensors, metadata=header)
+    try:
+        data = save(tensors, metadata=header)
+    except SafetensorError as exc:
+        # safetensors caps the header (the JSON, with every query text the
+        # file stores) at 100 MB, reading as writing; its own error names
+        # neither the file nor what made the header large.
+        if "header too large" not in str(exc):
+            raise
+        size = sum(len(key) + len(value) for key, value in header.items())
+        raise ValueError(
+            f"Cannot save {str(path)!r}: its header (names, settings and any "
+            f"query texts, about {size / 1e6:.0f} MB of JSON) is over the 100 MB "
+            f"that safetensors files allow{too_large_advice}."
+        ) from None
     write_bytes(path, data)
+
+
+def _check_path(path):
+    """Refuse a ``path`` that does not name a file (a file object, bytes)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"path must be a str or path-like naming the file to write; got "
+            f"{path!r:.80} of type {type(path).__name__}."
+        )
 
 
 def write_bytes(path, data):
@@ -112,14 +156,29 @@ def write_bytes(path, data):
     with the serialised file, for any bytes (the CLI's text outputs too).
 
     A temporary file beside the target, locked, flushed to disk and renamed
-    over it; an existing file keeps its mode; a symbolic link is followed;
-    temporary files of killed writes are removed afterwards. Errors are
-    OSErrors naming ``path``, never the temporary file.
+    over it; an existing file keeps its mode, and one this process may not
+    write is refused, not replaced; a symbolic link is followed; temporary
+    files of killed writes are removed afterwards. Errors are OSErrors naming
+    ``path``, never the temporary file (a ``path`` that is not a str or
+    path-like is a TypeError).
     """
+    _check_path(path)
     target = Path(os.path.realpath(path))
     if target.is_dir():
         raise _write_error(IsADirectoryError, errno.EISDIR, path, "it is a directory")
     if not target.parent.is_dir():
+        # The nearest existing folder on the way: a file there is the problem
+        # ("file.locus/x"), not a missing folder.
+        existing = target.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            raise _write_error(
+                NotADirectoryError,
+                errno.ENOTDIR,
+                path,
+                f"{str(existing)!r} is a file, not a folder",
+            )
         raise _write_error(
             FileNotFoundError,
             errno.ENOENT,
@@ -127,6 +186,16 @@ def write_bytes(path, data):
             f"its folder {str(target.parent)!r} does not exist",
         )
     mode = target.stat().st_mode & 0o777 if target.exists() else None
+    if mode is not None and not os.access(target, os.W_OK):
+        # The rename below needs only the folder's permission: without this
+        # a file its owner made read-only would be replaced all the same.
+        raise _write_error(
+            PermissionError,
+            errno.EACCES,
+            path,
+            f"the file is not writable (mode {oct(mode)}); make it writable or "
+            "save elsewhere",
+        )
     tmp = _temp_name(target)
     try:
         # 0o666 here lets the kernel apply the umask, as a plain open() would.

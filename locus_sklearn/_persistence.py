@@ -6,11 +6,11 @@ reads) and, for a precomputed-vector encoder, its vectors; the JSON header
 holds the network layout version (:data:`~._nn.NETWORK_LAYOUT`), the
 estimator kind, its hyper-parameters and how to rebuild the query encoder.
 
-Loading validates every field — header schema and types, hyper-parameters
-against the estimator's own constraints, tensor names, shapes, dtypes and
-finiteness, pool names, indices and scores — before anything is built, and
-refuses a file whose checksum does not match. Every failure is a ValueError
-naming the file and the field.
+Loading validates every field — header schema (no field it does not know)
+and types, hyper-parameters against the estimator's own constraints, tensor
+names, shapes, dtypes and finiteness, pool names, indices and scores — before
+anything is built, and refuses a file whose checksum does not match. Every
+failure is a ValueError naming the file and the field.
 
 The estimators call :func:`save_embedder` / :func:`load_embedder` and
 :func:`save_router` / :func:`load_router`; this module never imports them
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._base import check_cost_weight
+from ._base import _check_costs_for_weight
 from ._device import resolve_device
 from ._encoders import QueryEncoder, as_query_encoder
 from ._evals import EvalTable, check_model_costs
@@ -66,11 +66,47 @@ _RETIRED_PARAMS = {
     "refine_step_size",
 }
 
-_ENCODER_KINDS = ("default", "path", "mapping", "hashed_mapping", "object")
+# Each encoder kind's spec fields (encoder_spec), "kind" included.
+_ENCODER_FIELDS = {
+    "default": {"kind"},
+    "path": {"kind", "path"},
+    "mapping": {"kind", "keys"},
+    "hashed_mapping": {"kind"},
+    "object": {"kind", "type"},
+}
+_ENCODER_KINDS = tuple(_ENCODER_FIELDS)
+
+# Every header field a file of this or an earlier version holds, per kind
+# ("format", "format_version", "checksum" and "network_layout" are read by
+# _files.read_file); files of earlier versions lack some, never add others.
+_EMBEDDER_FIELDS = {
+    "kind",
+    "library_version",
+    "params",
+    "encoder",
+    "n_query_features",
+    "classes",
+    "n_epochs",
+}
+_HEADER_FIELDS = {
+    "LocusEmbedder": _EMBEDDER_FIELDS,
+    "LocusRouter": _EMBEDDER_FIELDS
+    | {
+        "pool",
+        "cost_weight",
+        "shrinkage",
+        "shrinkage_fitted",
+        "shrinkage_repeats",
+        "memory_queries",
+    },
+}
 
 
 def _hash(text):
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: a query text may hold a lone surrogate (a decode with
+    # errors="surrogateescape" gives them), which fit accepts; any other
+    # text hashes as its UTF-8 bytes.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def encoder_spec(encoder, *, include_query_text=True):
@@ -148,8 +184,15 @@ class _Checker:
         }[kind]
         if not valid:
             self.fail(f"header field {name!r}", f"must be of type {kind}")
-        if kind == "names" and len(set(value)) != len(value):
-            self.fail(f"header field {name!r}", "repeats a name")
+        if kind == "names":
+            # No estimator holds such names (check_evals refuses an empty
+            # model or query id at fit).
+            if not value:
+                self.fail(f"header field {name!r}", "is empty")
+            if "" in value:
+                self.fail(f"header field {name!r}", "holds an empty string ''")
+            if len(set(value)) != len(value):
+                self.fail(f"header field {name!r}", "repeats a name")
         return value
 
     def tensor(self, name, shape, dtypes, *, finite=True):
@@ -172,6 +215,12 @@ class _Checker:
         extra = sorted(set(self.tensors) - set(names))
         if extra:
             self.fail(f"tensor {extra[0]!r}", "is not part of a saved estimator")
+
+    def only_fields(self, kind):
+        """Refuse header fields that no version writes for ``kind``."""
+        extra = sorted(set(self.metadata) - _HEADER_FIELDS[kind])
+        if extra:
+            self.fail(f"header field {extra[0]!r}", f"is not part of a saved {kind}")
 
 
 def _check_embedder(check, cls):
@@ -203,12 +252,21 @@ def _check_embedder(check, cls):
     kind = spec.get("kind")
     if kind not in _ENCODER_KINDS:
         check.fail("header field 'encoder'", f"has an unknown kind {kind!r}")
+    extra = sorted(set(spec) - _ENCODER_FIELDS[kind])
+    if extra:
+        check.fail("header field 'encoder'", f"has unknown fields {extra}")
     expected = _expected_state(params, n_features)
     names = [f"net.{k}" for k in expected]
     if kind == "mapping":
         keys = spec.get("keys")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             check.fail("header field 'encoder'", "must list its keys as strings")
+        # A repeated key would be dropped building the mapping, an empty
+        # mapping refused only then; a saved mapping has neither.
+        if not keys:
+            check.fail("header field 'encoder'", "lists no keys")
+        if len(set(keys)) != len(keys):
+            check.fail("header field 'encoder'", "repeats a key")
         check.tensor("encoder.vectors", (len(keys), n_features), (torch.float32,))
         names.append("encoder.vectors")
     elif kind in ("path", "object") and not isinstance(
@@ -245,20 +303,18 @@ def _expected_state(params, n_features):
 def _check_router(check):
     """Check a router's fields beyond its embedder's; return its tensor names."""
     pool = check.field("pool", "names")
-    try:
-        check_cost_weight(check.field("cost_weight", "number"))
-    except (TypeError, ValueError) as exc:
-        check.fail("header field 'cost_weight'", f"is invalid ({exc})")
+    cost_weight = check.field("cost_weight", "number")
     n_pool = len(pool)
-    if n_pool == 0:
-        check.fail("header field 'pool'", "is empty")
     params = check.metadata["params"]
     names = ["pool.embeddings"]
     check.tensor("pool.embeddings", (n_pool, params["embedding_dim"]), (torch.float32,))
-    # Files of versions before the shrinkage safeguard have none of its fields.
+    # The settings are checked in every file, the fitted shrinkage only in
+    # files of versions since the safeguard (earlier ones have none of it).
+    _check_shrinkage_params(check)
     if "shrinkage_fitted" in check.metadata or "pool.mean_scores" in check.tensors:
         _check_shrinkage(check, n_pool)
         names.append("pool.mean_scores")
+    costs = None
     if "pool.costs" in check.tensors:
         costs = check.tensor("pool.costs", (n_pool,), (torch.float64,))
         try:
@@ -266,18 +322,24 @@ def _check_router(check):
         except ValueError as exc:
             check.fail("tensor 'pool.costs'", f"is invalid ({exc})")
         names.append("pool.costs")
+    # As predict checks it: a positive weight without costs fails every call.
+    try:
+        _check_costs_for_weight(cost_weight, costs)
+    except (TypeError, ValueError) as exc:
+        check.fail("header field 'cost_weight'", f"is invalid ({exc})")
     memory = ("memory.encodings", "memory.model_index", "memory.query_index")
     memory += ("memory.score",)
     stored = any(name in check.tensors for name in memory)
     if stored or "memory_queries" in check.metadata:
-        _check_pool_evals(check, n_pool)
+        _check_pool_evals(check, pool)
         names += memory
     elif params.get("kernel_readout"):
         check.fail("tensor 'memory.encodings'", "is missing (kernel_readout=True)")
     return names
 
 
-def _check_shrinkage(check, n_pool):
+def _check_shrinkage_params(check):
+    """The router's shrinkage settings, where the file holds them."""
     param = check.metadata.get("shrinkage")
     if not (
         param is None
@@ -290,6 +352,10 @@ def _check_shrinkage(check, n_pool):
     if "shrinkage_repeats" in check.metadata:
         if check.field("shrinkage_repeats", "int") < 1:
             check.fail("header field 'shrinkage_repeats'", "is under 1")
+
+
+def _check_shrinkage(check, n_pool):
+    """The fitted shrinkage and the mean scores it shrinks toward."""
     fitted = check.field("shrinkage_fitted", "number")
     if not 0 <= fitted <= 1:
         check.fail("header field 'shrinkage_fitted'", "is outside [0, 1]")
@@ -298,7 +364,8 @@ def _check_shrinkage(check, n_pool):
         check.fail("tensor 'pool.mean_scores'", "is outside [0, 1]")
 
 
-def _check_pool_evals(check, n_pool):
+def _check_pool_evals(check, pool):
+    n_pool = len(pool)
     queries = check.field("memory_queries", "names")
     n_features = check.metadata["n_query_features"]
     check.tensor("memory.encodings", (len(queries), n_features), (torch.float32,))
@@ -312,6 +379,19 @@ def _check_pool_evals(check, n_pool):
         check.fail("tensor 'memory.model_index'", "is not sorted by model")
     if n_rows and (query.min() < 0 or query.max() >= len(queries)):
         check.fail("tensor 'memory.query_index'", f"is outside [0, {len(queries)})")
+    # As check_evals leaves them: one row per (model, query), averaged, and
+    # every model of the pool with the evaluations it was embedded from.
+    if len(np.unique(model * len(queries) + query)) != n_rows:
+        check.fail(
+            "tensors 'memory.model_index' / 'memory.query_index'",
+            "repeat a (model, query) pair",
+        )
+    empty = np.flatnonzero(np.bincount(model, minlength=n_pool) == 0)
+    if len(empty):
+        check.fail(
+            "tensor 'memory.model_index'",
+            f"has no stored evaluation of pool model {pool[empty[0]]!r}",
+        )
     if ((score < 0) | (score > 1)).any():
         check.fail("tensor 'memory.score'", "is outside [0, 1]")
 
@@ -320,6 +400,7 @@ def _checked(path, kind, embedder_cls):
     """Read ``path`` and check every field; return (metadata, tensors)."""
     metadata, tensors, intact = read_file(path, kind)
     check = _Checker(path, metadata, tensors)
+    check.only_fields(kind)
     check.field("library_version", "str")
     names = _check_embedder(check, embedder_cls)
     if kind == "LocusRouter":
@@ -355,7 +436,7 @@ def _embedder_state(embedder, *, include_query_text=True):
     return metadata, tensors
 
 
-def _embedder_from_state(cls, metadata, tensors, *, encoder=None, device=None):
+def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=None):
     """A fitted ``cls`` (LocusEmbedder) from checked metadata and tensors."""
     params = dict(metadata["params"])
     params["enc_size"] = tuple(params["enc_size"])
@@ -366,6 +447,16 @@ def _embedder_from_state(cls, metadata, tensors, *, encoder=None, device=None):
         **params,
     )
     embedder.encoder_ = as_query_encoder(embedder.encoder, device=device)
+    # A mapping's dimension is known without encoding anything: a wrong one
+    # given as encoder= is refused here, not at the first prediction.
+    n_features = getattr(embedder.encoder_, "n_features_out_", None)
+    if n_features is not None and n_features != metadata["n_query_features"]:
+        raise ValueError(
+            f"encoder gives {n_features}-dimensional query encodings, but the "
+            f"{metadata['kind']} in {str(path)!r} was fitted on "
+            f"{metadata['n_query_features']}-dimensional ones; pass the encoder "
+            "it was fitted with."
+        )
     embedder.n_query_features_ = metadata["n_query_features"]
     embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
     embedder.n_epochs_ = metadata["n_epochs"]
@@ -389,7 +480,9 @@ def save_embedder(embedder, path):
 def load_embedder(cls, path, *, encoder=None, device=None):
     """Read a LocusEmbedder (of class ``cls``) written by :func:`save_embedder`."""
     metadata, tensors = _checked(path, "LocusEmbedder", cls)
-    return _embedder_from_state(cls, metadata, tensors, encoder=encoder, device=device)
+    return _embedder_from_state(
+        cls, metadata, tensors, path, encoder=encoder, device=device
+    )
 
 
 # ------------------------------------------------------------------- routers
@@ -403,6 +496,7 @@ def save_router(router, path, *, include_query_text=True):
     metadata, tensors = _embedder_state(
         router._locus, include_query_text=include_query_text
     )
+    spec = metadata["encoder"]
     metadata.update(
         kind="LocusRouter",
         pool=router.classes_.tolist(),
@@ -431,7 +525,13 @@ def save_router(router, path, *, include_query_text=True):
         tensors["memory.score"] = torch.from_numpy(table.score)
     if router.model_costs_ is not None:
         tensors["pool.costs"] = torch.from_numpy(router.model_costs_)
-    write_file(path, metadata, tensors)
+    advice = ""
+    if include_query_text and ("memory_queries" in metadata or "keys" in spec):
+        advice = (
+            "; save(path, include_query_text=False) stores a hash of each query "
+            "in place of its text, and leaves a mapping encoder out"
+        )
+    write_file(path, metadata, tensors, too_large_advice=advice)
 
 
 def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
@@ -439,10 +539,15 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     written by :func:`save_router`."""
     metadata, tensors = _checked(path, "LocusRouter", embedder_cls)
     embedder = _embedder_from_state(
-        embedder_cls, metadata, tensors, encoder=encoder, device=device
+        embedder_cls, metadata, tensors, path, encoder=encoder, device=device
     )
     router = cls(
-        embedder,
+        # The parameter is an unfitted copy, as fit leaves it: set_params on
+        # it (embedder__...) must not change the fitted embedder_. A copy of
+        # the parameters, not sklearn.clone: that would deep-copy an encoder
+        # model or mapping the two can share, since set_params replaces
+        # values and never edits them.
+        embedder_cls(**embedder.get_params(deep=False)),
         cost_weight=metadata["cost_weight"],
         shrinkage=metadata.get("shrinkage"),
         # Files of versions before the option judged one shuffle of the folds.

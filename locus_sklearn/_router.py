@@ -9,7 +9,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import BaseRouter, check_cost_weight, check_model_subset
+from ._base import BaseRouter, _check_costs_for_weight, check_model_subset
 from ._embedder import LocusEmbedder
 from ._evals import _preview, check_evals, check_model_costs
 from ._persistence import load_router, save_router
@@ -285,20 +285,29 @@ class LocusRouter(BaseRouter):
                 out[new_at] = new
             return out
 
-        self.model_embeddings_ = merged(self.model_embeddings_, embeddings)
-        self.model_mean_scores_ = merged(self.model_mean_scores_, mean_scores(table))
-        if self.model_costs_ is not None:
+        # Built aside and assigned only once nothing can fail (the merge of
+        # the stored evaluations can): a failed call leaves the router as it
+        # was, not with a pool its stored evaluations do not match.
+        model_embeddings = merged(self.model_embeddings_, embeddings)
+        model_mean_scores = merged(self.model_mean_scores_, mean_scores(table))
+        model_costs = self.model_costs_
+        if model_costs is not None:
             # A refresh without model_costs keeps the models' costs.
-            self.model_costs_ = merged(self.model_costs_, new_costs)
+            model_costs = merged(model_costs, new_costs)
+        pool_evals = self.pool_evals_
+        if pool_evals is not None:
+            keep = ~np.isin(pool_evals[1].models, table.models)
+            pool_evals = self._merged_pool_evals(keep, table, X_query)
+        self.model_embeddings_ = model_embeddings
+        self.model_mean_scores_ = model_mean_scores
+        self.model_costs_ = model_costs
         self.classes_ = classes
-        if self.pool_evals_ is not None:
-            keep = ~np.isin(self.pool_evals_[1].models, table.models)
-            self._merge_pool_evals(keep, table, X_query)
+        self.pool_evals_ = pool_evals
         return self
 
-    def _merge_pool_evals(self, keep, table=None, X_table=None):
-        """Kept evaluations: the old models in ``keep``, plus ``table`` (whose
-        query encodings are ``X_table``)."""
+    def _merged_pool_evals(self, keep, table=None, X_table=None):
+        """The new ``pool_evals_``: the kept evaluations, of the old models in
+        ``keep``, plus ``table`` (whose query encodings are ``X_table``)."""
         bank, old = self.pool_evals_
         # The readout needs no task labels; one table may have them and the
         # other not (a loaded router keeps none).
@@ -310,7 +319,7 @@ class LocusRouter(BaseRouter):
             encoding_of.update(zip(table.queries, X_table, strict=True))
         merged = check_evals(pd.concat(frames, ignore_index=True))
         encodings = np.stack([encoding_of[q] for q in merged.queries])
-        self.pool_evals_ = (encodings.astype(np.float32), merged)
+        return encodings.astype(np.float32), merged
 
     def remove_models(self, models):
         """Remove models from the pool.
@@ -339,7 +348,8 @@ class LocusRouter(BaseRouter):
             # The validated mask, not ``models`` itself: a generator is spent
             # by now, and np.isin would take a set as one object.
             removed = self.classes_[drop]
-            self._merge_pool_evals(~np.isin(self.pool_evals_[1].models, removed))
+            keep = ~np.isin(self.pool_evals_[1].models, removed)
+            self.pool_evals_ = self._merged_pool_evals(keep)
         self.classes_ = self.classes_[~drop]
         self.model_embeddings_ = self.model_embeddings_[~drop]
         self.model_mean_scores_ = self.model_mean_scores_[~drop]
@@ -374,7 +384,8 @@ class LocusRouter(BaseRouter):
         # Settings changed after fit are checked as load checks them: a file
         # written with one that load refuses could not be read back.
         self._validate_params()
-        check_cost_weight(self.cost_weight)
+        # A positive weight without costs: every predict of the file fails.
+        _check_costs_for_weight(self.cost_weight, self.model_costs_)
         self._locus._validate_params()
         self._locus._check_structure()
         self._locus._check_fitted_network()
@@ -388,7 +399,8 @@ class LocusRouter(BaseRouter):
         ----------
         path : str or path-like
         encoder : default=None
-            Overrides the saved query encoder.
+            Overrides the saved query encoder; a mapping whose vectors are
+            not of the dimension the router was fitted on is refused here.
         device : str, default=None
             Torch device; None uses CUDA when available, else CPU.
 

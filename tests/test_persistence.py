@@ -6,6 +6,8 @@ and clear write errors.
 the file-system tests call it directly with tiny tensors.
 """
 
+import hashlib
+import io
 import os
 import stat
 import subprocess
@@ -15,8 +17,10 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from safetensors import SafetensorError
 
 from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn import _files as _files_module
 from locus_sklearn._files import read_file, write_file
 from locus_sklearn.datasets import make_model_pool
 
@@ -111,13 +115,79 @@ def test_a_save_in_progress_elsewhere_is_not_cleaned_up(tmp_path):
     # concurrent successful save must leave that file alone.
     fcntl = pytest.importorskip("fcntl")
     path = tmp_path / "router.locus"
-    busy = tmp_path / ".router.locus.0123abcd.tmp"
+    busy = tmp_path / ".router.locus.0123456789abcdef.tmp"
     with open(busy, "wb") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         _write(path)
         assert busy.exists()
     _write(path)
     assert not busy.exists()
+
+
+def test_only_the_librarys_own_temporary_files_are_cleaned_up(tmp_path):
+    # Any unlocked ".<name>.*.tmp" was deleted: a user's own file too.
+    path = tmp_path / "router.locus"
+    ours = tmp_path / ".router.locus.0123456789abcdef.tmp"
+    theirs = [
+        tmp_path / ".router.locus.my notes before v2.tmp",
+        tmp_path / ".router.locus.0123abcd.tmp",  # not 16 hex digits
+        tmp_path / ".router.locus.0123456789ABCDEF.tmp",  # token_hex is lower-case
+    ]
+    for stale in [ours, *theirs]:
+        stale.write_text("left behind")
+    _write(path)
+    assert not ours.exists()
+    assert all(stale.read_text() == "left behind" for stale in theirs)
+
+
+def test_saving_over_a_file_that_may_not_be_written_is_refused(tmp_path, monkeypatch):
+    # The rename needs only the folder's permission: a file made read-only
+    # (mode 0o444) was replaced all the same.
+    path = tmp_path / "router.locus"
+    _write(path)
+    before = path.read_bytes()
+    os.chmod(path, 0o444)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Root may write any file: answer as for the file's owner, which is
+        # what a read-only file tells every other user.
+        real_access = os.access
+
+        def owner_access(target, mode, **kwargs):
+            writable = os.stat(target).st_mode & stat.S_IWUSR
+            return real_access(target, mode, **kwargs) and (
+                not mode & os.W_OK or bool(writable)
+            )
+
+        monkeypatch.setattr(os, "access", owner_access)
+    try:
+        with pytest.raises(
+            PermissionError, match="router.locus.*not writable \\(mode 0o444\\)"
+        ) as info:
+            _write(path, value=5.0)
+        assert info.value.errno == 13 and ".tmp" not in str(info.value)
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["router.locus"]
+    finally:
+        os.chmod(path, 0o644)
+
+
+@pytest.mark.parametrize("path", [io.BytesIO(), 5, b"router.locus", None])
+def test_a_path_that_names_no_file_is_refused(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a bytes path would have been written
+    with pytest.raises(TypeError, match="path must be a str or path-like naming"):
+        _write(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_in_place_of_a_folder_is_named(tmp_path):
+    # "file.locus/x" said that the folder 'file.locus' did not exist.
+    _write(tmp_path / "router.locus")
+    for path in (
+        tmp_path / "router.locus" / "x",
+        tmp_path / "router.locus" / "a" / "b",
+    ):
+        with pytest.raises(NotADirectoryError, match="router.locus' is a file, not a"):
+            _write(path)
 
 
 def test_missing_folder_error_names_the_target(tmp_path):
@@ -266,3 +336,243 @@ def test_load_refuses_the_meta_device(tmp_path, tiny_embedder, pool):
     save_file({"x": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ValueError, match="not a locus_sklearn one"):
         LocusRouter.load(tmp_path / "other.safetensors")
+
+
+def test_a_loaded_routers_parameter_is_not_its_fitted_embedder(
+    router, tmp_path, query_texts
+):
+    # load passed the fitted embedder as the ``embedder`` parameter too, so
+    # set_params(embedder__...) changed a loaded router's fitted state (and
+    # embedder__embedding_dim broke every prediction); fit leaves them apart.
+    path = tmp_path / "router.safetensors"
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    assert loaded.embedder is not loaded.embedder_
+    assert not hasattr(loaded.embedder, "net_")
+    fitted = loaded.embedder_.get_params(deep=False)
+    assert loaded.embedder.get_params(deep=False).keys() == fitted.keys()
+    for name, value in loaded.embedder.get_params(deep=False).items():
+        assert value is fitted[name] or value == fitted[name], name
+    expected = loaded.predict_proba(query_texts[:10])
+    loaded.set_params(embedder__refine_steps=10, embedder__embedding_dim=32)
+    assert loaded.embedder_.refine_steps == 0 and loaded.embedder_.embedding_dim == 16
+    np.testing.assert_array_equal(loaded.predict_proba(query_texts[:10]), expected)
+    # Saved again, the file holds what the first one held (safetensors orders
+    # the header fields anew in each file, so the bytes differ).
+    loaded.save(tmp_path / "again.safetensors")
+    first = read_file(path, "LocusRouter")
+    again = read_file(tmp_path / "again.safetensors", "LocusRouter")
+    assert first[0] == again[0] and again[2]
+    assert first[1].keys() == again[1].keys()
+    for name, tensor in first[1].items():
+        assert torch.equal(tensor, again[1][name]), name
+
+
+def test_a_header_over_the_safetensors_limit_names_the_file(
+    router, tmp_path, monkeypatch
+):
+    # Over 100 MB of query text in the header (about 100,000 long prompts):
+    # safetensors' bare "header too large", which named neither the file nor
+    # the way out. Its error is raised here without building 100 MB.
+    real_save = _files_module.save
+
+    def too_large(tensors, metadata=None):
+        raise SafetensorError("Error while serializing: header too large")
+
+    monkeypatch.setattr(_files_module, "save", too_large)
+    path = tmp_path / "router.safetensors"
+    with pytest.raises(
+        ValueError,
+        match="Cannot save '.*router.safetensors': its header .* over the 100 MB "
+        "that safetensors files allow; save\\(path, include_query_text=False\\)",
+    ):
+        router.save(path)
+    # Without query texts, the advice would not help: it is not given.
+    with pytest.raises(ValueError, match="allow\\.$"):
+        router.save(path, include_query_text=False)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+    # Any other safetensors error (a full disk, for the CLI) is left as it is.
+    def disk_full(tensors, metadata=None):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28 })")
+
+    monkeypatch.setattr(_files_module, "save", disk_full)
+    with pytest.raises(SafetensorError, match="code: 28"):
+        router.save(path)
+    monkeypatch.setattr(_files_module, "save", real_save)
+
+
+def test_a_query_with_a_lone_surrogate_saves_without_its_text(tmp_path, tiny_embedder):
+    # What a decode with errors="surrogateescape" gives: fit accepts it, and
+    # save(include_query_text=False) failed hashing it (UnicodeEncodeError).
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    text = "caf\udce9 query"
+    old = pool.evals["query"].iloc[0]
+    evals = pool.evals.replace({"query": {old: text}})
+    encodings = dict(pool.encodings)
+    encodings[text] = encodings.pop(old)
+    # shrinkage=None: "auto" puts the queries in a DataFrame, whose pandas
+    # strings refuse lone surrogates.
+    router = LocusRouter(tiny_embedder(encodings, max_epochs=1), shrinkage=None)
+    router.fit(evals)
+    path = tmp_path / "private.safetensors"
+    router.save(path, include_query_text=False)
+    loaded = LocusRouter.load(path, encoder=encodings)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    stored = loaded.pool_evals_[1].queries.tolist()
+    assert digest in stored and text not in stored
+    # Any other text hashes as its UTF-8 bytes, as files already hold.
+    assert hashlib.sha256(old.encode()).hexdigest() not in stored
+    assert hashlib.sha256(evals["query"].iloc[-1].encode()).hexdigest() in stored
+    np.testing.assert_array_equal(
+        loaded.predict_proba([text]), router.predict_proba([text])
+    )
+    # The hashed router goes on onboarding, and saves again.
+    newcomer = evals[(evals["model"] == "fam0-m00") & (evals["query"] != text)]
+    loaded.add_models(newcomer.assign(model="newcomer"))
+    loaded.save(path, include_query_text=False)
+    router.save(tmp_path / "plain.safetensors")
+    plain = LocusRouter.load(tmp_path / "plain.safetensors")
+    assert text in plain.pool_evals_[1].queries.tolist()
+
+
+def _edited(router, tmp_path, edit, *, embedder=False):
+    """A saved router (or its embedder), its fields edited by ``edit(metadata,
+    tensors)`` and written back with a valid checksum."""
+    path = tmp_path / "edited.safetensors"
+    kind = "LocusEmbedder" if embedder else "LocusRouter"
+    (router.embedder_ if embedder else router).save(path)
+    metadata, tensors, _ = read_file(path, kind)
+    edit(metadata, tensors)
+    write_file(path, metadata, tensors)
+    return path
+
+
+def _older_format(metadata, tensors):
+    """A file of a version before the shrinkage safeguard: none of its fields."""
+    for name in ("shrinkage", "shrinkage_fitted", "shrinkage_repeats"):
+        metadata.pop(name)
+    tensors.pop("pool.mean_scores")
+
+
+def _without_rows_of_model(index):
+    def edit(metadata, tensors):
+        keep = tensors["memory.model_index"] != index
+        for name in ("memory.model_index", "memory.query_index", "memory.score"):
+            tensors[name] = tensors[name][keep]
+
+    return edit
+
+
+def _repeated_row(metadata, tensors):
+    for name in ("memory.model_index", "memory.query_index", "memory.score"):
+        tensors[name] = torch.cat([tensors[name][:1], tensors[name]])
+
+
+def _set(**fields):
+    return lambda metadata, tensors: metadata.update(fields)
+
+
+def _first_name(field, name):
+    def edit(metadata, tensors):
+        metadata[field] = [name, *metadata[field][1:]]
+
+    return edit
+
+
+def _repeated_key(metadata, tensors):
+    keys = metadata["encoder"]["keys"]
+    keys[1] = keys[0]
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (_set(temperature=0.5), "header field 'temperature' is not part of a saved"),
+        (
+            lambda m, t: (_older_format(m, t), m.update(shrinkage="bogus")),
+            "header field 'shrinkage' must be null",
+        ),
+        (
+            lambda m, t: (_older_format(m, t), m.update(shrinkage_repeats=0)),
+            "header field 'shrinkage_repeats' is under 1",
+        ),
+        (
+            lambda m, t: (_older_format(m, t), m.update(shrinkage_repeats="x")),
+            "header field 'shrinkage_repeats' must be of type int",
+        ),
+        (_first_name("pool", ""), "header field 'pool' holds an empty string"),
+        (
+            _first_name("memory_queries", ""),
+            "header field 'memory_queries' holds an empty string",
+        ),
+        (_first_name("classes", ""), "header field 'classes' holds an empty string"),
+        (_set(classes=[]), "header field 'classes' is empty"),
+        (_repeated_row, "'memory.query_index' repeat a \\(model, query\\) pair"),
+        (
+            _without_rows_of_model(0),
+            "'memory.model_index' has no stored evaluation of pool model 'fam0-m00'",
+        ),
+        (_repeated_key, "header field 'encoder' repeats a key"),
+        (
+            lambda m, t: m["encoder"].update(path="/elsewhere"),
+            "header field 'encoder' has unknown fields \\['path'\\]",
+        ),
+        (
+            _set(cost_weight=0.5),
+            "'cost_weight' is invalid \\(cost_weight=0.5 needs model costs",
+        ),
+    ],
+)
+def test_load_checks_every_field_of_the_file(router, tmp_path, edit, match):
+    # Each loaded (with a valid checksum) and failed later, or routed from a
+    # pool its stored evaluations did not match.
+    with pytest.raises(ValueError, match=match):
+        LocusRouter.load(_edited(router, tmp_path, edit))
+
+
+def test_load_refuses_router_fields_in_an_embedder_file(router, tmp_path):
+    path = _edited(router, tmp_path, _set(cost_weight=0.0), embedder=True)
+    with pytest.raises(
+        ValueError, match="header field 'cost_weight' is not part of a saved Locus"
+    ):
+        LocusEmbedder.load(path)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m, t: None,
+        _older_format,
+        lambda m, t: m.pop("shrinkage_repeats"),
+        lambda m, t: (_older_format(m, t), m.update(shrinkage_repeats=2)),
+    ],
+)
+def test_files_of_earlier_versions_still_load(router, tmp_path, query_texts, edit):
+    loaded = LocusRouter.load(_edited(router, tmp_path, edit))
+    np.testing.assert_array_equal(loaded.model_embeddings_, router.model_embeddings_)
+    assert np.isfinite(loaded.predict_proba(query_texts[:5])).all()
+
+
+def test_the_reference_file_of_the_first_version_loads():
+    # No checksum, network layout, shrinkage or stored evaluations.
+    here = os.path.dirname(__file__)
+    path = os.path.join(here, "data", "reference", "router_fd95f1c.safetensors")
+    assert "checksum" not in read_file(path, "LocusRouter")[0]
+    assert LocusRouter.load(path).classes_.size
+
+
+def test_load_refuses_a_mapping_encoder_of_another_dimension(router, tmp_path):
+    # Loaded, and failed only at the first prediction.
+    path = tmp_path / "router.safetensors"
+    router.save(path)
+    wrong = {"q0": np.ones(5, dtype=np.float32)}
+    match = (
+        "encoder gives 5-dimensional query encodings, but the LocusRouter in "
+        ".*router.safetensors' was fitted on 32-dimensional ones"
+    )
+    with pytest.raises(ValueError, match=match):
+        LocusRouter.load(path, encoder=wrong)
+    router.embedder_.save(tmp_path / "embedder.safetensors")
+    with pytest.raises(ValueError, match="the LocusEmbedder in .*fitted on 32"):
+        LocusEmbedder.load(tmp_path / "embedder.safetensors", encoder=wrong)

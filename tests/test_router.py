@@ -131,6 +131,38 @@ def test_add_models_leaves_other_rows_unchanged(
     assert r.model_embeddings_.shape[0] == 10  # nothing removed
 
 
+def test_a_failed_add_models_leaves_the_router_as_it_was(
+    router, pool, fitted_copy, query_texts, monkeypatch
+):
+    """The pool grew before the stored evaluations were merged: a merge that
+    failed (out of memory, interrupted, a stored query the merge refuses)
+    left a pool its evaluations did not match, and every later predict
+    failed."""
+    import locus_sklearn._router as router_module
+
+    costed = fitted_copy(router)
+    costed.model_costs_ = np.arange(1.0, len(router.classes_) + 1)
+    before = {k: v for k, v in vars(costed).items() if k.endswith("_")}
+    expected = costed.predict_proba(query_texts[:5])
+    real_check_evals = router_module.check_evals
+    calls = []
+
+    def fails_at_the_merge(evals, **kwargs):
+        calls.append(evals)
+        if len(calls) > 1:  # the first validates evals, the next merges
+            raise MemoryError("merging the stored evaluations")
+        return real_check_evals(evals, **kwargs)
+
+    monkeypatch.setattr(router_module, "check_evals", fails_at_the_merge)
+    new = pool.evals[pool.evals["model"] == "fam0-m00"].assign(model="newcomer")
+    with pytest.raises(MemoryError):
+        costed.add_models(new, model_costs={"newcomer": 2.0})
+    assert len(calls) == 2
+    for name, value in before.items():
+        assert getattr(costed, name) is value, name
+    np.testing.assert_array_equal(costed.predict_proba(query_texts[:5]), expected)
+
+
 @pytest.mark.parametrize("kind", [set, iter, lambda names: dict.fromkeys(names).keys()])
 def test_remove_models_takes_any_collection_of_names(router, fitted_copy, kind):
     # The stored evaluations go with the model whatever holds its name (a
@@ -356,6 +388,8 @@ def test_global_pandas_output_and_peer_routers(pool, query_texts, make):
         ({"cost_weight": True}, "Got True, a bool"),
         ({"shrinkage": "bogus"}, "'shrinkage' parameter of LocusRouter"),
         ({"shrinkage_repeats": 0}, "'shrinkage_repeats' parameter"),
+        # Saved, it loaded, and every predict of it failed.
+        ({"cost_weight": 0.5}, "cost_weight=0.5 needs model costs"),
     ],
 )
 def test_save_refuses_settings_that_load_would_refuse(
