@@ -238,8 +238,11 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         Precision of the readout's largest product, the cosines between the
         queries and every stored query. "bfloat16" is an approximation
         (cosines to about 1e-2) that pays off only on hardware with bfloat16
-        matrix units; the weighted sums stay float32. On MMLU-Pro it moved
-        P(correct) by at most 1e-3 and the routed model on 0.2% of questions.
+        matrix units; the kernel weights and their sums stay float32
+        (float64 where the learned bandwidth is below 1/30, and each model's
+        log-sum-exp below 0.003, so that no weight underflows). On MMLU-Pro
+        it moved P(correct) by at most 1e-3 and the routed model on 0.2% of
+        questions.
     n_profile_regions : int, default=0
         R > 0 adds the profile objective: a linear head from z_m predicts the
         model's mean score in each of R regions of the query space (k-means

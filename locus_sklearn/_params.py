@@ -32,14 +32,17 @@ class NumberInterval(Interval):
     >>> n.is_satisfied_by(3), n.is_satisfied_by(True)
     (True, False)
     >>> str(n)
-    'an int in the range [1, inf), not a bool'
+    'an int in the range [1, inf) (not a bool)'
     """
 
     def is_satisfied_by(self, val):
         return not isinstance(val, bool | np.bool_) and super().is_satisfied_by(val)
 
     def __str__(self):
-        return f"{super().__str__()}, not a bool"
+        # In brackets: scikit-learn lists a parameter's constraints with
+        # commas and "or", in which ", not a bool or None" read as if None
+        # were refused too.
+        return f"{super().__str__()} (not a bool)"
 
 
 def check_no_bool_numbers(estimator):

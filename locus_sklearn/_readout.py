@@ -234,7 +234,8 @@ class KernelReadout(nn.Module):
             An approximation: only the ``neighbors`` bank queries nearest each
             query (by cosine) enter its readout; a model with no evaluation
             among them reads 0.5 with zero evidence. None reads every stored
-            evaluation (exact).
+            evaluation (exact). Below τ = 0.003 the neighbours' weights go
+            through each model's log-sum-exp too.
         index : {"exact", "hnsw"}, default="exact"
             How the nearest bank queries are found: every similarity and a
             top-k, or the pool's hnswlib graph (:meth:`ReadoutPool.nearest`;
@@ -257,14 +258,23 @@ class KernelReadout(nn.Module):
         unit = F.normalize(queries.to(bank.dtype), dim=-1)
         if neighbors is not None:
             similarity, nearest = pool.nearest(unit, neighbors, index)
-            weights = ((similarity.to(dtype) - 1) / tau).exp_()
+            logits = (similarity.to(dtype) - 1) / tau
+            # Below τ = 0.003 exp((cos − 1) / τ) underflows even float64 for
+            # distant neighbours (a model with only those would read 0.5 with
+            # no evidence): as in pairwise_exact, each (query, model)'s
+            # weights are taken relative to its largest, a log-sum-exp.
+            narrow = tau < 0.003
+            weights = logits if narrow else logits.exp_()
             # About 4M gathered cells per step.
             per_query = nearest.shape[1] * max(1, 2 * pool.n_rows // len(bank))
             step = max(1, 2**22 // per_query)
             for start in range(0, queries.shape[0], step):
                 part = slice(start, start + step)
-                sums = pool.gather(nearest[part], weights[part])
-                self._readout(sums, pool, out[part])
+                if narrow:
+                    sums, peak = pool.gather(nearest[part], weights[part], log=True)
+                else:
+                    sums, peak = pool.gather(nearest[part], weights[part]), None
+                self._readout(sums, pool, out[part], peak)
             return out
         table = pool.table(dtype)  # (2M, U)
         bank = pool.bank_in(similarity_dtype)
@@ -299,13 +309,22 @@ class KernelReadout(nn.Module):
         return out
 
     @staticmethod
-    def _readout(sums, pool, out):
-        """Write features of weighted counts|sums (q, K + M) into ``out`` (q, M, 2)."""
+    def _readout(sums, pool, out, peak=None):
+        """Write features of weighted counts|sums (q, K + M) into ``out`` (q, M, 2).
+
+        ``peak`` (q, M), if given: the sums of model ``m`` are scaled by
+        ``exp(−peak[:, m])`` (:meth:`ReadoutPool.gather` with ``log=True``).
+        """
         n_counts = pool.n_count_rows
         mass, total = sums[:, :n_counts], sums[:, n_counts:]
         if pool.count_row is not None:
             mass = mass[:, pool.count_row]
-        out[:, :, 0], out[:, :, 1] = _readout_and_evidence(mass, total)
+        readout, evidence = _readout_and_evidence(mass, total)
+        if peak is not None:
+            # log(1 + Σ w) with log Σ w = peak + log(mass); a model with no
+            # gathered weight has peak = log(mass) = −inf and evidence 0.
+            evidence = F.softplus(peak + torch.log(mass))
+        out[:, :, 0], out[:, :, 1] = readout, evidence
         return out
 
     def pairwise_exact(
@@ -545,10 +564,16 @@ class ReadoutPool:
         self._graph.set_ef(max(self.HNSW_EF, k))
         return self._graph
 
-    def gather(self, nearest, weights):
-        """Weighted counts|sums of a few bank queries per query, shape (Q, 2M):
+    def gather(self, nearest, weights, log=False):
+        """Weighted counts|sums of a few bank queries per query, shape (Q, K + M):
         ``out[q] = Σ_j weights[q, j] · table[:, nearest[q, j]]``, reading only
-        the stored cells of those bank queries."""
+        the stored cells of those bank queries.
+
+        With ``log=True``, ``weights`` are log-weights, and each model's
+        counts and sums are relative to its largest gathered weight: returns
+        ``(out, peak)``, where model ``m``'s columns are scaled by
+        ``exp(−peak[:, m])`` and ``peak`` (Q, M) is that largest log-weight
+        (−inf where none was gathered), so that no weight underflows."""
         if self._by_bank is None:
             with warnings.catch_warnings():  # "sparse CSR support is in beta"
                 warnings.simplefilter("ignore", UserWarning)
@@ -571,13 +596,21 @@ class ReadoutPool:
         # Position of each gathered cell within its bank query's row.
         offset = torch.cumsum(length, 0) - length
         cell = torch.arange(len(pair), device=start.device) - offset[pair] + start[pair]
+        target = torch.div(pair, k, rounding_mode="floor") * width + col[cell]
+        weight = weights.reshape(-1)[pair]
+        peak = None
+        if log:
+            # Largest log-weight of each count row; a model's score sums use
+            # the one of its counts (a score of 0 stores no cell of sums).
+            largest = weights.new_full((n_queries * width,), float("-inf"))
+            largest.scatter_reduce_(0, target, weight, reduce="amax")
+            largest = largest.view(n_queries, width)[:, : self.n_count_rows]
+            peak = largest if self.count_row is None else largest[:, self.count_row]
+            weight = (weight - torch.cat([largest, peak], 1).reshape(-1)[target]).exp()
         out = weights.new_zeros(n_queries * width)
-        out.index_add_(
-            0,
-            torch.div(pair, k, rounding_mode="floor") * width + col[cell],
-            weights.reshape(-1)[pair] * value[cell].to(weights.dtype),
-        )
-        return out.view(n_queries, width)
+        out.index_add_(0, target, weight * value[cell].to(weights.dtype))
+        out = out.view(n_queries, width)
+        return out if peak is None else (out, peak)
 
     def nbytes(self):
         """Bytes held: the bank and the tables built so far."""

@@ -1,5 +1,6 @@
 """Tests of QueryEncoder and as_query_encoder (locus_sklearn/_encoders.py)."""
 
+import json
 import os
 import pickle
 import socket
@@ -181,6 +182,18 @@ def test_path_that_is_a_file_or_not_a_model(tmp_path):
         QueryEncoder(tmp_path).fit()
 
 
+@pytest.mark.parametrize("name", ["", " "])
+def test_empty_encoder_string_is_refused(name, tmp_path, monkeypatch):
+    # Path("") is ".": "" loaded whatever model the current directory held.
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as info:
+        QueryEncoder(name).fit()
+    message = str(info.value)
+    assert message.startswith(f"encoder={name!r} is an empty or blank string")
+    assert "None or 'default'" in message and "mapping" in message
+
+
 def _linked_copy_of_default_model(directory):
     """A distinct model directory whose files link to the bundled model."""
     source = _encoders._default_model_path()
@@ -347,9 +360,9 @@ def _count_model_loads(monkeypatch):
     loads = []
     original = _encoders._load_sentence_transformer
 
-    def counting(path, device):
+    def counting(path, device, fingerprint=None):
         loads.append(path)
-        return original(path, device)
+        return original(path, device, fingerprint)
 
     monkeypatch.setattr(_encoders, "_load_sentence_transformer", counting)
     return loads
@@ -385,6 +398,70 @@ def test_memory_key_is_the_model_directory(tmp_path, monkeypatch):
     QueryEncoder(model_dir, memory=str(location), device="cpu").fit_transform(QUERIES)
     assert len(loads) == 2
     assert len(_cache_files(location)) == 2
+
+
+def _retrain_in_place(model_dir):
+    """Save another model over ``model_dir`` (a linked copy of the default):
+    CLS pooling instead of the mean, other encodings from the same weights
+    without writing them again."""
+    config = model_dir / "1_Pooling" / "config.json"
+    pooling = json.loads(config.read_text())
+    pooling.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
+    config.unlink()  # a link to the bundled model's file
+    config.write_text(json.dumps(pooling))
+
+
+def test_model_retrained_in_place_is_loaded_again(tmp_path, monkeypatch):
+    """The loaded models were keyed on (path, device): a model saved over
+    its directory kept being served as loaded before, and its encodings
+    were cached under the new model's memory= key for later processes."""
+    monkeypatch.setattr(_encoders, "_MODELS", {})  # no test model kept after
+    model_dir = _linked_copy_of_default_model(tmp_path / "model")
+    location = str(tmp_path / "cache")
+    before = QueryEncoder(model_dir, memory=location, device="cpu").fit()
+    X_before = before.transform(QUERIES)
+    _retrain_in_place(model_dir)
+    after = QueryEncoder(model_dir, memory=location, device="cpu").fit()
+    X_after = after.transform(QUERIES)
+    from sentence_transformers import SentenceTransformer
+
+    retrained = SentenceTransformer(str(model_dir), device="cpu")
+    expected = retrained.encode(QUERIES, normalize_embeddings=True)
+    np.testing.assert_allclose(X_after, expected, atol=1e-5)
+    assert np.abs(X_after - X_before).max() > 0.1
+    # What memory= holds for each version is that version's encodings.
+    monkeypatch.setattr(_encoders, "_MODELS", {})  # as in a fresh process
+    loads = _count_model_loads(monkeypatch)
+    np.testing.assert_array_equal(after.transform(QUERIES), X_after)
+    np.testing.assert_array_equal(before.transform(QUERIES), X_before)
+    assert loads == []
+
+
+def test_onnx_model_retrained_in_place_is_exported_again(tmp_path, monkeypatch):
+    """As for PyTorch: the ONNX export of a model saved over its directory
+    is made again, not the one of the version before."""
+    pytest.importorskip("onnxruntime")
+    from locus_sklearn import _onnx
+
+    monkeypatch.setattr(_encoders, "_MODELS", {})
+    exported = []
+
+    class Export:  # stands in for the export (10-15 s) and its encodings
+        def __init__(self, model, n_threads):
+            exported.append(model)
+            self.version = len(exported)
+
+        def encode(self, texts, batch_size):
+            return np.full((len(texts), 2), [1.0, self.version])
+
+    monkeypatch.setattr(_onnx, "OnnxSentenceEncoder", Export)
+    monkeypatch.setattr(_encoders, "_load_sentence_transformer", lambda *args: object())
+    model_dir = _linked_copy_of_default_model(tmp_path / "model")
+    first = QueryEncoder(model_dir, backend="onnx").fit().transform(["q"])
+    _retrain_in_place(model_dir)
+    second = QueryEncoder(model_dir, backend="onnx").fit().transform(["q"])
+    assert len(exported) == 2
+    assert not np.array_equal(first, second)
 
 
 def test_memory_not_used_for_mappings_and_objects(tmp_path):
@@ -483,6 +560,9 @@ def test_bad_encoder_type(bad):
     "params, match",
     [
         ({"batch_size": 0}, "batch_size"),
+        # True is the int 1 to Python: it ran batches of one text.
+        ({"batch_size": True}, r"'batch_size' .*\(not a bool\)\. Got True "),
+        ({"batch_size": np.True_}, r"'batch_size' .*\(not a bool\)\. Got np.True_ "),
         ({"device": 3}, "device"),
         ({"memory": 3}, "memory"),
         ({"show_progress_bar": "yes"}, "show_progress_bar"),

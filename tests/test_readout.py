@@ -83,16 +83,30 @@ def test_sparse_layout_chosen_for_sparse_or_large_pools():
     assert ReadoutPool(sparse_sets).nbytes() > 0
 
 
-def test_neighbours_readout_with_every_query_is_exact():
-    sets = _random_sets(3, 30, 6, [10, 0, 25, 7])
-    queries = torch.randn(11, 6)
-    readout = KernelReadout(0.1)
-    pool = ReadoutPool(sets)
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("bandwidth", [0.1, 0.001])
+def test_neighbours_readout_with_every_query_is_exact(bandwidth, sparse):
+    """At τ = 0.001 the weights of distant neighbours, exp((cos − 1) / τ),
+    underflow float64: a model with only those read 0.5 with no evidence
+    until each model's weights were taken relative to its largest."""
+    sets = _random_sets(3, 30, 6, [10, 0, 25, 7, 1])
+    queries = torch.randn(11, 6, generator=torch.Generator().manual_seed(0))
+    readout = KernelReadout(bandwidth)
+    pool = ReadoutPool(sets, sparse=sparse)
     with torch.no_grad():
         full = readout.pairwise_pool(queries, pool)
         top = readout.pairwise_pool(queries, pool, neighbors=len(pool.bank))
         few = readout.pairwise_pool(queries, pool, neighbors=3)
-    torch.testing.assert_close(top, full, rtol=1e-5, atol=1e-6)
+    # The case: model 4's one row, far enough from some queries that its
+    # weight is 0 in float64, still gives them its own score.
+    row = torch.nn.functional.normalize(sets.bank[sets.index[-1]], dim=0)
+    cos = torch.nn.functional.normalize(queries, dim=-1) @ row
+    assert ((cos.double() - 1) / bandwidth).exp().eq(0).any() == (bandwidth < 0.003)
+    assert torch.equal(full[:, 4, 0], torch.full((11,), 2 * sets.score[-1] - 1))
+    # Float32 cosines (to about 1e-7, summed in another order by the exact
+    # path) differ by 1e-7 / τ in the weights' exponents.
+    tolerance = 1e-5 if bandwidth >= 0.003 else 1e-3
+    torch.testing.assert_close(top, full, rtol=tolerance, atol=tolerance / 10)
     # With 3 neighbours the evidence can only drop.
     assert (few[..., 1] <= full[..., 1] + 1e-6).all()
 
@@ -245,7 +259,12 @@ def test_neighbour_options_predict_saved_and_loaded(
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"readout_neighbors": 0}, "readout_neighbors"),
+        # None is valid: the message once read "..., not a bool or None".
+        (
+            {"readout_neighbors": 0},
+            r"'readout_neighbors' .* an int in the range \[1, inf\) \(not a bool\) "
+            r"or None\. Got 0 instead",
+        ),
         ({"readout_neighbors": 2.5}, "readout_neighbors"),
         # A bool is no count: True was read as k=1 at prediction.
         ({"readout_neighbors": True}, "'readout_neighbors' .*not a bool"),

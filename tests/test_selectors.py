@@ -419,7 +419,9 @@ def test_bad_parameters():
 )
 def test_bools_are_not_numbers(fit):
     # True is the int 1 to Python; it was taken as n_select=1, budget=1.0.
-    with pytest.raises(InvalidParameterError, match=", not a bool. Got True instead"):
+    with pytest.raises(
+        InvalidParameterError, match=r"\(not a bool\)\. Got True instead"
+    ):
         fit(np.eye(3))
 
 
