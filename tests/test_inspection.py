@@ -1,11 +1,14 @@
 """The inspection toolkit on synthetic pools with known families."""
 
+import re
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy.cluster.hierarchy import fcluster
+from sklearn.base import BaseEstimator
 from sklearn.metrics import adjusted_rand_score, pairwise_distances
 
 from locus_sklearn import (
@@ -14,7 +17,7 @@ from locus_sklearn import (
     LocusEmbedder,
     LocusRouter,
 )
-from locus_sklearn.baselines import KNNRouter
+from locus_sklearn.baselines import KNNRouter, SingleBestRouter
 from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.inspection import (
     calibrate_cost_weight,
@@ -36,7 +39,7 @@ from locus_sklearn.inspection import (
     score_disagreement,
     task_profiles,
 )
-from locus_sklearn.inspection._common import disagreement
+from locus_sklearn.inspection._common import disagreement, match_threshold
 from locus_sklearn.metrics import routing_accuracy
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -145,7 +148,7 @@ def test_nearest_models_of_a_point_and_errors(family_embeddings, router):
 def test_neighbor_errors_name_the_parameter():
     Z = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
     with pytest.raises(
-        TypeError, match=r"k must be an int or a sequence of ints; got 2.0"
+        TypeError, match=r"k must be an int, the number of neighbors; got 2.0"
     ):
         nearest_models(Z, 0, k=2.0)
     with pytest.raises(ValueError, match="k=1 cannot be met: the pool has a single"):
@@ -157,6 +160,29 @@ def test_neighbor_errors_name_the_parameter():
         match_models([[1.0, 0]], Z[:2], threshold=0.1, reference_names=["a", "a"])
     with pytest.raises(ValueError, match=r"^names has duplicates: \['b'\]"):
         match_models(Z[:2], Z[:2], threshold=0.1, names=["b", "b"])
+
+
+def test_nearest_models_takes_one_int_k_and_a_model_name_or_row():
+    Z = np.array([[0.0], [1.0], [3.0], [6.0]])
+    # A list of two failed to unpack, bare; a list of one passed unnoticed.
+    for k in ([1, 2], [2], (2,), np.array([2])):
+        with pytest.raises(TypeError, match=r"k must be an int, the number of neighb"):
+            nearest_models(Z, 1, k=k, metric="euclidean")
+    # True and 1.0 were read as row 1 of a pool named by row index.
+    message = r"model must be a model name of the pool or.* an int row index; got "
+    for model in (True, np.True_, 1.0, np.float64(1.0)):
+        with pytest.raises(TypeError, match=message + re.escape(repr(model))):
+            nearest_models(Z, model, k=1, metric="euclidean")
+    with pytest.raises(TypeError, match=message):
+        nearest_models(pairwise_distances(Z), True, k=1, metric="precomputed")
+    # An int (NumPy's too) names a row; a float names a model of a pool of floats.
+    assert nearest_models(Z, np.int64(1), k=2, metric="euclidean")[
+        "model"
+    ].tolist() == [0, 2]
+    floats = pd.DataFrame(Z, index=[0.5, 1.5, 2.5, 3.5])
+    assert nearest_models(floats, 1.5, k=1, metric="euclidean")["model"].tolist() == [
+        0.5
+    ]
 
 
 def test_linkage_recovers_families(family_embeddings):
@@ -228,8 +254,64 @@ def test_distance_disagreement_correlation_counts_skipped_pairs():
     assert -1 <= result.kendall <= 1
     with pytest.raises(ValueError, match="embeddings has 2 rows but evals has 4"):
         distance_disagreement_correlation(Z[:2], evals)
-    with pytest.raises(ValueError, match="not in models"):
+    with pytest.raises(ValueError, match="not in the embeddings"):
         distance_disagreement_correlation(Z, evals, names=["a", "b", "c", "x"])
+
+
+def test_distance_disagreement_correlation_validates_min_common():
+    evals = {
+        "model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+        "query": ["q1", "q2", "q3", "q4"] * 3,
+        "score": [1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1, 1],
+    }
+    Z = [[0.0, 0.0], [0.1, 0.0], [1.0, 0.0]]
+    # 1.5 and True were taken (as 2 and 1), "2" failed in a comparison, NaN
+    # skipped every pair.
+    for bad in (1.5, True, "2", float("nan"), None):
+        with pytest.raises(
+            TypeError, match=r"min_common must be an int >= 1, .*; got " + repr(bad)
+        ):
+            distance_disagreement_correlation(Z, evals, min_common=bad)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"min_common={bad} should be an int >= 1"):
+            distance_disagreement_correlation(Z, evals, min_common=bad)
+    result = distance_disagreement_correlation(
+        Z, evals, metric="euclidean", min_common=np.int64(4)
+    )
+    assert result.n_pairs == 3
+
+
+def test_models_of_evals_outside_the_pool_are_named_in_the_callers_words():
+    # The message named a `models` parameter that none of these functions has.
+    evals = {
+        "model": ["a"] * 2 + ["b"] * 2 + ["c"] * 2 + ["d"] * 2,
+        "query": ["q1", "q2"] * 4,
+        "score": [1, 1, 1, 0, 0, 0, 0, 1],
+    }
+    Z = pd.DataFrame([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0]], index=["a", "b", "c"])
+    D = pd.DataFrame(
+        pairwise_distances(Z), index=Z.index, columns=Z.index
+    )  # precomputed, named the same way
+    message = (
+        r"evals has 1 model\(s\) that are not in the embeddings: \['d'\]; give "
+        "each an embedding, or leave them out of evals"
+    )
+    for function in (distance_disagreement_correlation, neighbor_agreement):
+        with pytest.raises(ValueError, match=message):
+            function(Z, evals)
+        with pytest.raises(ValueError, match=message):
+            function(D, evals, metric="precomputed")
+    with pytest.raises(ValueError, match=message):
+        embedding_dimensionality(Z, evals)
+    router = SingleBestRouter().fit({k: v[:6] for k, v in evals.items()})
+    message = (
+        r"evals has 1 model\(s\) that are not in the router's classes_: \['d'\]; "
+        "the router cannot route to them"
+    )
+    with pytest.raises(ValueError, match=message):
+        fallback_routing_accuracy(router, evals, embeddings=Z)
+    with pytest.raises(ValueError, match=message):
+        portfolio_curve(router, evals, [1], embeddings=Z)
 
 
 def test_dataframe_embeddings_are_matched_by_index():
@@ -309,11 +391,11 @@ def test_correlation_of_a_pool_at_one_point_is_none_as_its_dimensionality():
         assert result.n_pairs == 3
     flat = embedding_dimensionality(np.tile([0.3, 0.7, 0.1], (3, 1)), evals)
     assert flat.strength_correlation is None
-    # A model of evals without an embedding is refused by both.
+    # A model of evals without an embedding is refused by both, in one wording.
     Z, names = [[0.0, 0.0], [0.1, 0.0]], ["a", "b"]
-    with pytest.raises(ValueError, match=r"not in models: \['c'\]"):
-        distance_disagreement_correlation(Z, evals, names=names)
     message = r"evals has 1 model\(s\) that are not in the embeddings: \['c'\]"
+    with pytest.raises(ValueError, match=message):
+        distance_disagreement_correlation(Z, evals, names=names)
     with pytest.raises(ValueError, match=message):
         embedding_dimensionality(Z, evals, names=names)
 
@@ -399,6 +481,71 @@ def test_fallback_routing_accuracy_with_a_router(router, pool):
         routing_accuracy(y_true[router.classes_].to_numpy(), proba)
     )
     assert ((0 <= result["accuracy"]) & (result["accuracy"] <= 1)).all()
+
+
+class _ProbaOnlyRouter(BaseEstimator):
+    """A black-box router: classes_ and predict_proba, no decision_function."""
+
+    def __init__(self, cost_weight=0.0):
+        self.cost_weight = cost_weight
+
+    def fit(self, evals):
+        self.classes_ = np.array(["a", "b", "c"], dtype=object)
+        return self
+
+    def predict_proba(self, queries):
+        return np.tile([0.9, 0.5, 0.1], (len(queries), 1))
+
+
+class _DecidingRouter(_ProbaOnlyRouter):
+    """The same router, with the decision_function of a cost-free router."""
+
+    def decision_function(self, queries):
+        return self.predict_proba(queries)
+
+
+def test_a_router_without_decision_function_is_routed_by_predict_proba():
+    # Documented for any router with classes_ and predict_proba, both called
+    # decision_function and failed with an AttributeError.
+    evals = {
+        "model": ["a", "a", "b", "b", "c", "c"],
+        "query": ["q1", "q2"] * 3,
+        "score": [1, 1, 1, 0, 0, 0],
+    }
+    Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    black_box = _ProbaOnlyRouter().fit(evals)
+    deciding = _DecidingRouter().fit(evals)
+    result = fallback_routing_accuracy(black_box, evals, k=[1, 2], embeddings=Z)
+    assert result["accuracy"].tolist() == [0.5, 0.0]  # routed to a, then b, c
+    pd.testing.assert_frame_equal(
+        result, fallback_routing_accuracy(deciding, evals, k=[1, 2], embeddings=Z)
+    )
+    curve = portfolio_curve(black_box, evals, [1, 2], embeddings=Z, random_state=0)
+    pd.testing.assert_frame_equal(
+        curve,
+        portfolio_curve(deciding, evals, [1, 2], embeddings=Z, random_state=0),
+    )
+    assert curve["full_pool_accuracy"].iloc[0] == 1.0
+    # A cost weight applies through the decision function alone: without
+    # one, routing by P(correct) would quietly ignore it.
+    costly = _ProbaOnlyRouter(cost_weight=0.5).fit(evals)
+    message = r"has cost_weight=0.5 and no decision_function to apply it with"
+    with pytest.raises(TypeError, match="fallback_routing_accuracy .*" + message):
+        fallback_routing_accuracy(costly, evals, embeddings=Z)
+    with pytest.raises(TypeError, match="portfolio_curve .*" + message):
+        portfolio_curve(costly, evals, [1], embeddings=Z)
+    assert_frame = fallback_routing_accuracy(
+        _DecidingRouter(cost_weight=0.5).fit(evals), evals, embeddings=Z
+    )
+    assert assert_frame["accuracy"].tolist() == [0.5]
+
+    class Opaque(BaseEstimator):
+        def fit(self, evals):
+            self.classes_ = np.array(["a", "b", "c"], dtype=object)
+            return self
+
+    with pytest.raises(TypeError, match="needs a router with predict_proba"):
+        fallback_routing_accuracy(Opaque().fit(evals), evals, embeddings=Z)
 
 
 # ------------------------------------------------------- precomputed distances
@@ -490,6 +637,60 @@ def test_identical_embeddings_have_no_dimension(Z):
     assert result.participation_ratio == 0.0
     assert (result.explained_variance_ratio == 0.0).all()
     assert result.relative_spread == 0.0
+
+
+def test_embedding_dimensionality_does_not_depend_on_the_scale():
+    # The norms and squared singular values under- and overflowed: NaN at
+    # 1e-100, "does not vary" (0.0) at 1e-200 and 1e160.
+    X = np.random.default_rng(0).normal(size=(6, 3))
+    evals = {
+        "model": np.repeat(list("abcdef"), 2),
+        "query": ["q1", "q2"] * 6,
+        "score": [0, 0, 1, 0, 1, 1, 0, 1, 1, 1, 0, 0],
+    }
+    expected = embedding_dimensionality(X, evals)
+    for scale in (1e-100, 1e-200, 1e160, 1e300):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            got = embedding_dimensionality(X * scale, evals)
+        assert got.participation_ratio == pytest.approx(
+            expected.participation_ratio, rel=1e-12
+        )
+        np.testing.assert_allclose(
+            got.explained_variance_ratio,
+            expected.explained_variance_ratio,
+            rtol=1e-12,
+        )
+        assert got.relative_spread == pytest.approx(expected.relative_spread, 1e-12)
+        assert got.strength_correlation == pytest.approx(
+            expected.strength_correlation, rel=1e-12
+        )
+    # A power of 2 rescales exactly: nothing changes at all.
+    exact = embedding_dimensionality(X * 2.0**-40, evals)
+    np.testing.assert_array_equal(
+        exact.explained_variance_ratio, expected.explained_variance_ratio
+    )
+    for key in ("participation_ratio", "relative_spread", "strength_correlation"):
+        assert exact[key] == expected[key]
+
+
+def test_router_embeddings_with_nan_are_refused_as_an_array_is():
+    class Router(BaseEstimator):
+        def fit(self, Z):
+            self.classes_ = np.array(["a", "b", "c"], dtype=object)
+            self.model_embeddings_ = np.asarray(Z)
+            return self
+
+    Z = np.array([[0.0, 1.0], [np.nan, 1.0], [1.0, 0.0]])
+    router = Router().fit(Z)
+    with pytest.raises(ValueError) as from_array:
+        embedding_dimensionality(Z)
+    # A LinAlgError from the SVD, or NaN distances, before.
+    for function in (embedding_dimensionality, fallback_order, model_linkage):
+        with pytest.raises(ValueError, match="^" + re.escape(str(from_array.value))):
+            function(router)
+    with pytest.raises(ValueError, match=re.escape(str(from_array.value))):
+        nearest_models(router, "a", k=1)
 
 
 def test_agreement_and_correlation_take_precomputed_distances(pool, family_embeddings):
@@ -651,15 +852,17 @@ def test_a_similarity_matrix_is_not_taken_for_distances():
 
 
 def test_fingerprint_calibration_and_matching(pool, task_embedder):
-    result = calibrate_fingerprint_threshold(
-        task_embedder,
-        pool.evals,
-        n_resamples=4,
-        n_evals=200,
-        false_match_rate=0.05,
-        metric="euclidean",
-        random_state=0,
-    )
+    # 200 of each model's 240 evaluations: any two subsets share 160.
+    with pytest.warns(UserWarning, match=r"^16 of the 16 models .* \[240, 240"):
+        result = calibrate_fingerprint_threshold(
+            task_embedder,
+            pool.evals,
+            n_resamples=4,
+            n_evals=200,
+            false_match_rate=0.05,
+            metric="euclidean",
+            random_state=0,
+        )
     n = len(result.models)
     assert n == 16 and result.n_skipped == 0
     assert result.self_distances.shape == (n * 4 * 3 // 2,)
@@ -704,6 +907,7 @@ def test_fingerprint_calibration_with_the_real_embedder(router, pool):
         calibrate_fingerprint_threshold(object(), pool.evals)
 
 
+@pytest.mark.filterwarnings("ignore:.*fewer than 2 \\* n_evals")  # 4 of 4
 def test_fingerprint_calibration_refuses_a_rate_that_zero_distances_exceed():
     class MeanScore:
         def transform(self, evals):
@@ -726,6 +930,91 @@ def test_fingerprint_calibration_refuses_a_rate_that_zero_distances_exceed():
     )
     assert result.threshold == 0.5
     assert result.false_match_rate == pytest.approx(1 / 3)
+
+
+class _FixedEmbedder:
+    """transform(evals) -> the same embeddings, whatever the evaluations."""
+
+    def __init__(self, embeddings):
+        self.embeddings = embeddings
+
+    def transform(self, evals):
+        return self.embeddings
+
+
+@pytest.mark.filterwarnings("ignore:.*fewer than 2 \\* n_evals")
+def test_fingerprint_threshold_never_exceeds_the_rate_between_adjacent_floats():
+    # The midpoint of two distances one ulp apart rounds onto the upper one,
+    # which then let its pairs through too: 2 of 10 for a rate of 0.1.
+    distances = np.array([0.6, np.nextafter(0.6, 1)] + [0.9] * 8)
+    threshold = match_threshold(distances, 0.1)
+    assert threshold == 0.6 and np.mean(distances <= threshold) == 0.1
+    # Through the calibration: 3 models x 2 resamples on the unit circle,
+    # whose cross distances 1 - cos hold 0.9999999999999999 and 1.0.
+    angles = np.deg2rad([10, 70, 100, 160, 40, 130])
+    embedder = _FixedEmbedder(np.c_[np.cos(angles), np.sin(angles)])
+    evals = pd.DataFrame(
+        {
+            "model": np.repeat(["a", "b", "c"], 2),
+            "query": ["q1", "q2"] * 3,
+            "score": [1, 0, 0, 1, 1, 1.0],
+        }
+    )
+    asked = 8 / 12
+    result = calibrate_fingerprint_threshold(
+        embedder, evals, n_resamples=2, n_evals=2, false_match_rate=asked
+    )
+    assert result.false_match_rate <= asked
+    assert result.threshold == np.nextafter(1.0, 0)
+
+
+def test_fingerprint_calibration_warns_when_a_models_subsets_must_overlap():
+    class Embedder:
+        def transform(self, evals):
+            n = pd.DataFrame(evals)["model"].nunique()
+            return np.random.default_rng(0).normal(size=(n, 3))
+
+    evals = {
+        "model": ["a"] * 4 + ["b"] * 4 + ["c"] * 6,
+        "query": [f"q{i}" for i in range(4)] * 2 + [f"q{i}" for i in range(6)],
+        "score": [1, 0] * 7,
+    }
+    kwargs = {"n_resamples": 2, "false_match_rate": 0.1, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 4 and 6 evaluations hold 2 disjoint pairs
+        calibrate_fingerprint_threshold(Embedder(), evals, n_evals=2, **kwargs)
+    # Subsets of 3 of 4 evaluations share at least 2: the self-distances
+    # (0 for subsets of all of them) reported a true-match rate unwarned.
+    message = (
+        r"^2 of the 3 models calibrated on have fewer than 2 \* n_evals = 6 "
+        r"evaluations: \['a', 'b'\] with \[4, 4\]\. Any two of such a model's "
+        r"subsets of n_evals=3 share evaluations"
+    )
+    with pytest.warns(UserWarning, match=message):
+        result = calibrate_fingerprint_threshold(Embedder(), evals, n_evals=3, **kwargs)
+    assert result.n_skipped == 0
+    with pytest.warns(UserWarning, match=r"^3 of the 3 models .* with \[4, 4, 6\]"):
+        calibrate_fingerprint_threshold(Embedder(), evals, n_evals=4, **kwargs)
+
+
+def test_fingerprint_calibration_checks_the_metric_before_embedding():
+    class Embedder:
+        def transform(self, evals):
+            raise AssertionError("embedded before the metric was checked")
+
+    evals = {"model": ["a", "a", "b", "b"], "query": ["q1", "q2"] * 2}
+    evals["score"] = [1, 0, 0, 1]
+    with pytest.raises(ValueError, match="metric must be one of .*'euclidian'"):
+        calibrate_fingerprint_threshold(
+            Embedder(), evals, n_resamples=2, n_evals=1, metric="euclidian"
+        )
+
+
+@pytest.mark.parametrize("bad", [True, False, -0.1, float("nan"), "0.1"])
+def test_match_models_refuses_a_threshold_that_is_not_a_number(bad):
+    # True was taken as the threshold 1.0.
+    with pytest.raises(ValueError, match=f"threshold={re.escape(repr(bad))} should"):
+        match_models([[0.0, 1.0]], [[1.0, 0.0]], threshold=bad)
 
 
 # ---------------------------------------------------------------- capability profiles
@@ -943,6 +1232,39 @@ def test_budget_portfolio_needs_costs(pool):
         random_state=0,
     )
     assert curve["n_models"].tolist() == [3]
+
+
+def test_portfolio_curve_validates_values():
+    encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
+    evals = {
+        "model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+        "query": ["q1", "q2", "q3"] * 3,
+        "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
+    }
+    router = KNNRouter(1, encoder=encoder).fit(evals)
+    Z = [[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]]
+    # 2 was "not iterable", "12" was read as sizes "1" and "2", [] gave an
+    # empty frame.
+    message = r"values must be a sequence of portfolio sizes \(n_select\)"
+    with pytest.raises(TypeError, match=message + r"; got 2 \(int\)\. Pass \[2\]"):
+        portfolio_curve(router, evals, 2, embeddings=Z)
+    with pytest.raises(TypeError, match=message + ", not the string '12'"):
+        portfolio_curve(router, evals, "12", embeddings=Z)
+    with pytest.raises(ValueError, match="values must hold at least one of the"):
+        portfolio_curve(router, evals, [], embeddings=Z)
+    for bad in ([1.5], [True], [[1, 2]], [1, "2"]):
+        with pytest.raises(TypeError, match=message + ", each an int; got"):
+            portfolio_curve(router, evals, bad, embeddings=Z)
+    budgeted = {"selector": BudgetGreedySelector(), "costs": [1.0, 1.0, 0.5]}
+    with pytest.raises(TypeError, match=r"budgets \(budget\), each a number; got "):
+        portfolio_curve(router, evals, [True], embeddings=Z, **budgeted)
+    # Any sequence of them: a range of sizes, an array of budgets.
+    curve = portfolio_curve(router, evals, range(1, 3), embeddings=Z, random_state=0)
+    assert curve["value"].tolist() == [1, 2]
+    curve = portfolio_curve(
+        router, evals, np.array([1.5]), embeddings=Z, n_random=2, **budgeted
+    )
+    assert curve["value"].tolist() == [1.5]
 
 
 # ---------------------------------------------------------------- the cost knob

@@ -1,5 +1,7 @@
 """Helpers shared by the inspection functions (validated pools, distances, scores)."""
 
+from numbers import Integral, Real
+
 import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_array, check_is_fitted
@@ -97,7 +99,9 @@ def as_pool(embeddings, names=None, *, name="embeddings", names_name="names"):
                 f"{names_name} must be None when {name} is a fitted router; its "
                 "classes_ name the models."
             )
-        Z = np.asarray(embeddings.model_embeddings_, dtype=np.float64)
+        # Checked as an array is: a NaN would otherwise surface as a bare
+        # LinAlgError (or a NaN result) far from its cause.
+        Z = check_array(embeddings.model_embeddings_, dtype=np.float64, input_name=name)
         return Z, np.asarray(embeddings.classes_, dtype=object)
     if isinstance(embeddings, pd.DataFrame):
         names = _frame_names(embeddings, names, name=name, names_name=names_name)
@@ -220,6 +224,25 @@ def pool_distances_for_evals(embeddings, evals, names=None, *, metric):
     return D, names, table
 
 
+def check_models_in_pool(
+    table,
+    names,
+    *,
+    pool="the embeddings",
+    remedy="give each an embedding, or leave them out of evals",
+):
+    """Refuse models of ``table`` missing from ``names``, the pool: a naming
+    mistake, not one to drop quietly. ``pool`` says what the names are
+    ("the router's classes_") and ``remedy`` what to do about it."""
+    known = set(names.tolist())
+    absent = [m for m in table.models if m not in known]
+    if absent:
+        raise ValueError(
+            f"evals has {len(absent)} model(s) that are not in {pool}: "
+            f"{_preview(absent)}; {remedy}."
+        )
+
+
 def _models_by_row(n_rows, table):
     """The models of ``table`` in sorted order, one per row of an array
     given without names (the row order of ``LocusEmbedder.transform``)."""
@@ -248,7 +271,8 @@ def match_threshold(cross_distances, false_match_rate):
     pairs (different models) falls: midway between the largest distance that
     many pairs reach, ties counted, and the next distance (half the smallest
     when even the pairs at the smallest are too many), so that no pair sits on
-    the threshold itself.
+    the threshold itself. Where the two distances are adjacent floats, with
+    no float between them, it is the largest distance let through.
 
     Rates over n queries take the values k / n, so many pairs tie: a
     threshold on a tied value would let all of them through, more than the
@@ -263,6 +287,10 @@ def match_threshold(cross_distances, false_match_rate):
     >>> d = [0.1] * 3 + [0.2] * 7  # three pairs tie at the smallest distance
     >>> match_threshold(d, 0.3), match_threshold(d, 0.2)  # 3 of 10, then none
     (0.15000000000000002, 0.05)
+    >>> import numpy as np
+    >>> d = [0.6, np.nextafter(0.6, 1)] + [0.9] * 8  # one ulp apart
+    >>> match_threshold(d, 0.1)  # not the midpoint, which rounds onto the next
+    0.6
     """
     values, counts = np.unique(np.asarray(cross_distances), return_counts=True)
     share = np.cumsum(counts) / counts.sum()
@@ -278,7 +306,10 @@ def match_threshold(cross_distances, false_match_rate):
         )
     if k == 0:
         return float(values[0] / 2)
-    return float((values[k - 1] + values[k]) / 2)
+    middle = (values[k - 1] + values[k]) / 2
+    # Between adjacent floats the midpoint rounds onto one of them: onto the
+    # next distance, it would let that distance's pairs through too.
+    return float(middle if middle < values[k] else values[k - 1])
 
 
 def neighbor_order(D):
@@ -293,7 +324,21 @@ def neighbor_order(D):
 
 
 def lookup(names, model, *, name="model"):
-    position = {m: i for i, m in enumerate(names.tolist())}
+    """Row of ``model`` (a name, or an int row index of an unnamed pool) in
+    ``names``."""
+    listed = names.tolist()
+    # True and 1.0 equal 1 as dictionary keys: they would be read as row 1 of
+    # a pool named by row index. A float is a name only in a pool of floats.
+    if isinstance(model, bool | np.bool_) or (
+        isinstance(model, Real)
+        and not isinstance(model, Integral)
+        and not any(isinstance(m, float) for m in listed)
+    ):
+        raise TypeError(
+            f"{name} must be a model name of the pool or, for embeddings without "
+            f"names, an int row index; got {model!r} ({type(model).__name__})."
+        )
+    position = {m: i for i, m in enumerate(listed)}
     try:
         return position[model]
     except (KeyError, TypeError):
@@ -359,9 +404,31 @@ def disagreement(Y, X=None):
     return rate, common.round().astype(np.int64)
 
 
-def router_utility(router, queries):
-    """What ``router.predict`` maximises, as float64 (see ``decision_function``)."""
-    return np.asarray(router.decision_function(queries), dtype=np.float64)
+def router_utility(router, queries, *, function):
+    """What ``router.predict`` maximises, as float64: its ``decision_function``,
+    or ``predict_proba`` for a router without one (which then cannot have a
+    cost weight: the cost term is the decision function's). ``function``
+    names the caller in errors."""
+    if hasattr(router, "decision_function"):
+        return np.asarray(router.decision_function(queries), dtype=np.float64)
+    if not hasattr(router, "predict_proba"):
+        raise TypeError(
+            f"{function} needs a router with predict_proba (or decision_function) "
+            f"to route by; {type(router).__name__} has neither."
+        )
+    cost_weight = getattr(router, "cost_weight", 0)
+    if cost_weight:
+        # predict routes by P(correct) - cost_weight * cost, which only the
+        # router's decision_function computes; P(correct) alone would route
+        # as if the costs were 0.
+        raise TypeError(
+            f"{function} routes as router.predict does, but "
+            f"{type(router).__name__} has cost_weight={cost_weight!r} and no "
+            "decision_function to apply it with; give the router a "
+            "decision_function returning its routing utility, or set "
+            "cost_weight=0."
+        )
+    return np.asarray(router.predict_proba(queries), dtype=np.float64)
 
 
 def import_pyplot():

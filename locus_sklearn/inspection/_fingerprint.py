@@ -13,7 +13,8 @@ import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
 from .._evals import _preview, check_evals
-from ._common import as_pool, match_threshold, pairwise
+from .._warnings import warn_external
+from ._common import as_pool, check_metric, match_threshold, pairwise
 
 __all__ = ["calibrate_fingerprint_threshold", "match_models"]
 
@@ -52,7 +53,13 @@ def calibrate_fingerprint_threshold(
 
     Subset-vs-subset self-distances are a conservative stand-in for
     new-vs-reference ones when the reference embeddings are built from more
-    evaluations.
+    evaluations, and when a model's subsets share few evaluations. The
+    subsets are drawn independently, so a model with ``c`` evaluations has
+    about ``n_evals**2 / c`` of them in common between two subsets, and at
+    least ``2 * n_evals - c`` when it has fewer than ``2 * n_evals``: its
+    self-distances then understate how far a fresh probe moves an embedding
+    (identical subsets, at ``c = n_evals``, are at distance 0), and
+    ``true_match_rate`` overstates what a probe of the model would match.
 
     Parameters
     ----------
@@ -66,7 +73,8 @@ def calibrate_fingerprint_threshold(
         Embeddings per model, at least 2.
     n_evals : int, default=128
         Evaluations per embedding, the size of a probe of an unknown endpoint.
-        Models with fewer evaluations are skipped.
+        Models with fewer evaluations are skipped; those with fewer than
+        ``2 * n_evals`` are used, with a warning.
     false_match_rate : float, default=0.01
         Target fraction of cross pairs (different models) under the threshold;
         the realised rate never exceeds it. A ValueError says so when more
@@ -85,6 +93,13 @@ def calibrate_fingerprint_threshold(
         the reference pool), ``self_distances`` and ``cross_distances``
         (1-D arrays), ``models`` (the models used) and ``n_skipped`` (models
         with fewer than ``n_evals`` evaluations).
+
+    Warns
+    -----
+    UserWarning
+        If a model used has fewer than ``2 * n_evals`` evaluations, so that
+        any two of its subsets overlap (the models and their counts are
+        named).
 
     Notes
     -----
@@ -116,6 +131,7 @@ def calibrate_fingerprint_threshold(
     True
     """
     embedder = _as_embedder(embedder)
+    check_metric(metric)  # before embedding every subset, which is the slow part
     if not isinstance(n_resamples, Integral) or n_resamples < 2:
         raise ValueError(f"n_resamples={n_resamples!r} should be an int >= 2.")
     if isinstance(n_evals, bool) or not isinstance(n_evals, Integral) or n_evals < 1:
@@ -134,6 +150,23 @@ def calibrate_fingerprint_threshold(
             f"Only {len(eligible)} model(s) have at least n_evals={n_evals} "
             f"evaluations (counts: {_preview(counts.tolist())}); calibration needs "
             "at least 2. Lower n_evals."
+        )
+    overlapping = eligible[counts[eligible] < 2 * n_evals]
+    if len(overlapping):
+        # Two subsets of n_evals of c evaluations share at least
+        # 2 * n_evals - c of them: self-distances of near-identical subsets
+        # say nothing about how far a fresh probe lands.
+        warn_external(
+            f"{len(overlapping)} of the {len(eligible)} models calibrated on have "
+            f"fewer than 2 * n_evals = {2 * n_evals} evaluations: "
+            f"{_preview(table.models[overlapping])} with "
+            f"{_preview(counts[overlapping].tolist())}. Any two of such a model's "
+            f"subsets of n_evals={n_evals} share evaluations (a model with exactly "
+            "n_evals has identical subsets), so its self-distances understate how "
+            "far a fresh probe moves its embedding and true_match_rate is too "
+            "high. Lower n_evals to at most half a model's evaluations, or score "
+            "those models on more queries.",
+            UserWarning,
         )
     # One pseudo-model per (model, resample); zero-padded names sort in that order.
     rows, pseudo = [], []
@@ -220,7 +253,11 @@ def match_models(
     endpoint-1  model-a  0.001273      True
     endpoint-2  model-a  0.292893     False
     """
-    if not isinstance(threshold, Real) or not threshold >= 0:
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, Real)
+        or not threshold >= 0
+    ):
         raise ValueError(f"threshold={threshold!r} should be a number >= 0.")
     new, names = as_pool(new_embeddings, names, name="new_embeddings")
     reference, reference_names = as_pool(

@@ -1,5 +1,7 @@
 """Does the embedding geometry reflect behaviour? Correlations, agreement, families."""
 
+from numbers import Integral
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -7,11 +9,11 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
-from .._evals import _preview
 from .._shrinkage import mean_scores
 from ._common import (
     as_pool,
     as_pool_for_evals,
+    check_models_in_pool,
     disagreement,
     neighbor_order,
     pool_distances,
@@ -87,11 +89,17 @@ def distance_disagreement_correlation(
     >>> round(result.spearman, 3)
     1.0
     """
+    if isinstance(min_common, bool) or not isinstance(min_common, Integral):
+        raise TypeError(
+            f"min_common must be an int >= 1, the fewest common queries of a pair "
+            f"counted; got {min_common!r} ({type(min_common).__name__})."
+        )
     if min_common < 1:
-        raise ValueError(f"min_common={min_common} should be >= 1.")
+        raise ValueError(f"min_common={min_common} should be an int >= 1.")
     distance, names, table = pool_distances_for_evals(
         embeddings, evals, names, metric=metric
     )
+    check_models_in_pool(table, names)
     rate, common = disagreement(table.to_dense(names))
     a, b = np.triu_indices(len(names), k=1)
     used = common[a, b] >= min_common
@@ -176,6 +184,7 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
         embeddings, evals, names, metric=metric
     )
     ks = _check_k(k, len(names) - 1, what="the number of other models")
+    check_models_in_pool(table, names)
     rate, _ = disagreement(table.to_dense(names))
     agreement = 1.0 - rate
     np.fill_diagonal(agreement, np.nan)
@@ -269,16 +278,7 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
         )
     strength = None
     if table is not None:
-        # As distance_disagreement_correlation refuses them: a model of evals
-        # without an embedding is a naming mistake, not one to drop quietly.
-        pool = set(names.tolist())
-        absent = [m for m in table.models if m not in pool]
-        if absent:
-            raise ValueError(
-                f"evals has {len(absent)} model(s) that are not in the embeddings: "
-                f"{_preview(absent)}; give each an embedding, or leave them out of "
-                "evals."
-            )
+        check_models_in_pool(table, names)
         strength = pd.Series(mean_scores(table), index=table.models).reindex(names)
         if strength.isna().any():
             raise ValueError(
@@ -293,6 +293,12 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
 def spread_of(Z, strength=None):
     """:func:`embedding_dimensionality` of embeddings ``Z`` (n_models, d) as
     float64, with each model's mean score ``strength`` (n_models,) or None."""
+    # Every quantity returned is free of the embeddings' scale; at 1e-160 or
+    # 1e160 the norms and squared singular values below would under- or
+    # overflow. A power of 2, brought to the largest entry, rescales exactly.
+    largest = np.abs(Z).max()
+    if largest > 0:
+        Z = np.ldexp(Z, -np.frexp(largest)[1])
     centred = Z - Z.mean(axis=0)
     # Identical rows centre to rounding noise (~1e-17), whose spread would
     # read as a direction: a variation within the rounding of the mean, relative

@@ -13,6 +13,7 @@ from ._common import (
     as_distances,
     as_pool,
     check_metric,
+    check_models_in_pool,
     lookup,
     neighbor_order,
     pairwise,
@@ -125,6 +126,10 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
 def _nearest(names, distances, candidates, k):
     """The k ``candidates`` with the smallest ``distances``, as nearest_models
     returns them (ties to the lowest row)."""
+    # One count: a sequence, which the functions taking several k accept,
+    # would otherwise fail to unpack or, of one int, pass unnoticed.
+    if isinstance(k, bool) or not isinstance(k, Integral):
+        raise TypeError(f"k must be an int, the number of neighbors; got {k!r}.")
     (k,) = _check_k(k, len(candidates), what="the number of candidate models")
     order = candidates[np.argsort(distances[candidates], kind="stable")[:k]]
     return pd.DataFrame(
@@ -189,10 +194,14 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     ----------
     router : fitted router
         Any router with ``classes_`` and ``predict_proba`` (for example
-        :class:`~locus_sklearn.LocusRouter`).
+        :class:`~locus_sklearn.LocusRouter`). Queries are routed by its
+        ``decision_function`` (P(correct) less the cost term), or by
+        ``predict_proba`` for a router without one, which then cannot have a
+        positive ``cost_weight``.
     evals : DataFrame or mapping of columns
         Scored evaluations of models of the pool (``model``, ``query``,
-        ``score``), typically held-out queries.
+        ``score``), typically held-out queries; a model not in
+        ``router.classes_`` is refused.
     k : int or sequence of int, default=1
         Neighbor rank(s) of the fallback model: 1 is the nearest.
     embeddings : array-like of shape (n_models, d) or (n_models, n_models), default=None
@@ -238,9 +247,18 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     D, classes = _router_distances(router, embeddings, metric)
     ks = _check_k(k, len(classes) - 1, what="the number of other models")
     table = check_evals(evals)
+    check_models_in_pool(
+        table,
+        classes,
+        pool="the router's classes_",
+        remedy="the router cannot route to them, so leave them out of evals",
+    )
     Y = table.to_dense(classes)
     observed = ~np.isnan(Y)
-    routed = route(router_utility(router, table.queries), observed)
+    utility = router_utility(
+        router, table.queries, function="fallback_routing_accuracy"
+    )
+    routed = route(utility, observed)
     rows = np.arange(len(Y))
     routed_score = Y[rows, routed]
     order = neighbor_order(D)[routed]  # (n_queries, n - 1)

@@ -1,7 +1,7 @@
 """Routing accuracy of portfolios chosen from the embeddings, against random ones."""
 
 import math
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
@@ -11,7 +11,7 @@ from sklearn.utils import check_random_state
 from .._evals import check_evals, check_model_costs
 from .._selectors import KMedoidsSelector
 from ..metrics import route
-from ._common import router_embeddings, router_utility
+from ._common import check_models_in_pool, router_embeddings, router_utility
 
 __all__ = ["portfolio_curve"]
 
@@ -24,6 +24,36 @@ def _random_feasible(costs, budget, rng):
             chosen.append(m)
             spent.append(costs[m])
     return np.asarray(chosen, dtype=np.int64)
+
+
+def _check_values(values, parameter):
+    """``values`` as a non-empty list: ints for ``n_select``, numbers for
+    ``budget``."""
+    what, kind = (
+        ("portfolio sizes", Integral) if parameter == "n_select" else ("budgets", Real)
+    )
+    # A string would be iterated by character, a single number not at all.
+    if isinstance(values, str):
+        raise TypeError(
+            f"values must be a sequence of {what} ({parameter}), not the string "
+            f"{values!r}."
+        )
+    if not hasattr(values, "__iter__"):
+        raise TypeError(
+            f"values must be a sequence of {what} ({parameter}); got {values!r} "
+            f"({type(values).__name__}). Pass [{values!r}] for one."
+        )
+    values = list(values)
+    if not values:
+        raise ValueError(f"values must hold at least one of the {what}; got none.")
+    for value in values:
+        if isinstance(value, bool | np.bool_) or not isinstance(value, kind):
+            raise TypeError(
+                f"values must be a sequence of {what} ({parameter}), each "
+                f"{'an int' if kind is Integral else 'a number'}; got {value!r} "
+                f"({type(value).__name__})."
+            )
+    return values
 
 
 def portfolio_curve(
@@ -51,14 +81,19 @@ def portfolio_curve(
     ----------
     router : fitted router
         Any router with ``classes_`` and ``predict_proba``, with
-        ``model_embeddings_`` unless ``embeddings`` is given.
+        ``model_embeddings_`` unless ``embeddings`` is given. Queries are
+        routed by its ``decision_function`` (P(correct) less the cost term),
+        or by ``predict_proba`` for a router without one, which then cannot
+        have a positive ``cost_weight``.
     evals : DataFrame or mapping of columns
-        Scored evaluations of models of the pool, typically held-out queries
-        that every model has a score for. Queries where no model of a
+        Scored evaluations of models of the pool (a model not in
+        ``router.classes_`` is refused), typically held-out queries that every
+        model has a score for. Queries where no model of a
         portfolio has a score are not counted for it.
     values : sequence of int or float
-        Portfolio sizes (``n_select``) for count selectors, budgets
-        (``budget``) for :class:`~locus_sklearn.BudgetGreedySelector`.
+        Portfolio sizes (``n_select``, ints) for count selectors, budgets
+        (``budget``, numbers) for :class:`~locus_sklearn.BudgetGreedySelector`;
+        at least one.
     selector : estimator, default=None
         An unfitted selector with an ``n_select`` or a ``budget`` parameter;
         cloned for each value. Defaults to
@@ -135,11 +170,18 @@ def portfolio_curve(
         )
     if n_random < 0:
         raise ValueError(f"n_random={n_random} should be >= 0.")
+    values = _check_values(values, parameter)
 
     table = check_evals(evals)
+    check_models_in_pool(
+        table,
+        classes,
+        pool="the router's classes_",
+        remedy="the router cannot route to them, so leave them out of evals",
+    )
     Y = table.to_dense(classes)
     observed = ~np.isnan(Y)
-    utility = router_utility(router, table.queries)
+    utility = router_utility(router, table.queries, function="portfolio_curve")
 
     def accuracy(portfolio):
         available = observed.copy()
