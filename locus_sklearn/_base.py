@@ -147,6 +147,15 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
     }
     _uses_query_encodings = True
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Routers fit on a long table of evaluations (model and query ids,
+        # scores) and predict from query texts, as LocusEmbedder fits: not on
+        # a numeric matrix, which BaseEstimator's defaults describe.
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
     def _encode(self, queries):
         """Encodings of ``queries`` by the fitted encoder, shape (n, n_features)."""
         if not self._uses_query_encodings:

@@ -182,7 +182,7 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
     n_latents : int, default=64
         r, learned latents of each latent-bottleneck block.
     n_blocks : int, default=2
-        L, latent-bottleneck blocks.
+        L, latent-bottleneck blocks; at least 1.
     n_heads : int, default=4
         Attention heads; must divide ``embedding_dim``.
     hidden_dim : int, default=64
@@ -194,8 +194,8 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         training (a regulariser; none at inference).
     enc_size : tuple of (int, int), default=(64, 1024)
         Range of |S_enc|, drawn log-uniformly (one size per batch, so no
-        episode is padded), so embeddings work from tens to thousands of
-        evaluations. Capped by the model's rows.
+        episode of a model with enough rows is padded), so embeddings work
+        from tens to thousands of evaluations. Capped by the model's rows.
     dec_size : int, default=256
         Most rows in S_dec per episode.
     disjoint : bool, default=True
@@ -255,7 +255,8 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         query encodings carry little besides strength there.
     profile_weight : float, default=1.0
         Weight of the profile objective next to the correctness BCE (used
-        when ``n_profile_regions > 0``).
+        when ``n_profile_regions > 0``), in the training and the validation
+        loss alike.
     agreement_weight : float, default=0.0
         Weight of the agreement term next to the correctness BCE, in
         training steps: within each batch of episodes, the distances between
@@ -430,7 +431,7 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         "encoder": "no_validation",
         "embedding_dim": [Interval(Integral, 1, None, closed="left")],
         "n_latents": [Interval(Integral, 1, None, closed="left")],
-        "n_blocks": [Interval(Integral, 0, None, closed="left")],
+        "n_blocks": [Interval(Integral, 1, None, closed="left")],
         "n_heads": [Interval(Integral, 1, None, closed="left")],
         "hidden_dim": [Interval(Integral, 1, None, closed="left")],
         "dropout": [Interval(Real, 0, 1, closed="left")],
@@ -686,6 +687,9 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         embeddings : ndarray of shape (n_models, embedding_dim)
         """
         table, X_query = self._fit_evals(evals)
+        # The embedding step warns as transform does (fit alone does not:
+        # training caps its sets to a model's rows).
+        self._warn_few_evaluations(table)
         return self._as_output(self._transform_encoded(table, X_query), table)
 
     def _fit_evals(self, evals):

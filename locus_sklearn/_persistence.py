@@ -412,13 +412,23 @@ def _checked(path, kind, embedder_cls):
 
 
 # ----------------------------------------------------------------- embedders
+def _json_value(value):
+    """``value`` with NumPy scalars as the equal Python ones, which JSON holds.
+
+    A hyper-parameter from a grid over ``np.arange`` (GridSearchCV) or a
+    list of NumPy values is an ``np.int64``, ``np.float32``, ``np.bool_``:
+    fit takes them, and json refused them with a bare TypeError. ``.item()``
+    gives the same value (a float32 widens exactly to a float)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _embedder_state(embedder, *, include_query_text=True):
     """(metadata, tensors) describing a fitted LocusEmbedder."""
     spec, tensors = encoder_spec(
         embedder.encoder, include_query_text=include_query_text
     )
-    params = embedder._saved_params()
-    params["enc_size"] = list(params["enc_size"])
+    params = {k: _json_value(v) for k, v in embedder._saved_params().items()}
+    params["enc_size"] = [_json_value(v) for v in params["enc_size"]]
     metadata = {
         "library_version": __version__,
         "network_layout": NETWORK_LAYOUT,
@@ -508,7 +518,7 @@ def save_router(router, path, *, include_query_text=True):
     # without stored evaluations: saved as it came, without the fields.
     if np.isfinite(means).all():
         metadata.update(
-            shrinkage=router.shrinkage,
+            shrinkage=_json_value(router.shrinkage),
             shrinkage_fitted=float(router.shrinkage_),
             shrinkage_repeats=int(router.shrinkage_repeats),
         )

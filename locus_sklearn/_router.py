@@ -23,6 +23,26 @@ def _unwrap(embedder):
     return embedder.estimator if isinstance(embedder, FrozenEstimator) else embedder
 
 
+def _check_embedder_type(embedder):
+    """Refuse an ``embedder`` the router cannot use, naming what it is.
+
+    The parameter's constraint asks only for ``fit`` and ``transform``, which
+    any transformer has (a Pipeline, a QueryEncoder, a scaler), and ``fit``
+    then failed deep inside with an AttributeError naming a private method:
+    the router trains and reads a LocusEmbedder's own network. Subclasses of
+    LocusEmbedder are accepted."""
+    if embedder is None or isinstance(_unwrap(embedder), LocusEmbedder):
+        return
+    given = type(embedder).__name__
+    if isinstance(embedder, FrozenEstimator):
+        given = f"a FrozenEstimator wrapping {type(embedder.estimator).__name__}"
+    raise TypeError(
+        f"embedder must be None, a LocusEmbedder or a FrozenEstimator wrapping a "
+        f"fitted LocusEmbedder; got {given}. The router trains and reads a "
+        "LocusEmbedder's network, which no other transformer has."
+    )
+
+
 def _check_fitted_embedder(locus):
     """A fitted LocusEmbedder's settings before it embeds: the run-time ones
     (``refine_steps``, ``inference_dtype``, ...) may have been set after fit,
@@ -46,9 +66,11 @@ class LocusRouter(BaseRouter):
     Parameters
     ----------
     embedder : LocusEmbedder or FrozenEstimator, default=None
-        The embedder to train (cloned) or a frozen fitted one. None means
-        ``LocusEmbedder()`` with its defaults. Its parameters are reachable as
-        ``embedder__<name>`` (e.g. in GridSearchCV).
+        The embedder to train (cloned) or a frozen fitted one; ``fit``
+        refuses any other transformer (a Pipeline, a QueryEncoder) with a
+        TypeError. None means ``LocusEmbedder()`` with its defaults. Its
+        parameters are reachable as ``embedder__<name>`` (e.g. in
+        GridSearchCV).
     cost_weight : float, default=0.0
         λ in ``P(correct) - λ·cost``; needs ``model_costs`` at fit.
     shrinkage : "auto", float in [0, 1] or None, default="auto"
@@ -143,6 +165,8 @@ class LocusRouter(BaseRouter):
         return _unwrap(self.embedder_)
 
     def _query_encoder(self):
+        # fit's first use of the embedder: a wrong kind is refused here.
+        _check_embedder_type(self.embedder)
         if isinstance(self.embedder, FrozenEstimator):
             check_is_fitted(self.embedder.estimator)
             return self.embedder.estimator.encoder_
@@ -163,14 +187,17 @@ class LocusRouter(BaseRouter):
 
     def set_params(self, **params):
         nested = any(name.startswith("embedder__") for name in params)
-        if nested and self.embedder is None and params.get("embedder") is None:
+        if nested and params.get("embedder", self.embedder) is None:
             # A fresh default embedder to set them on (a default instance
             # shared between routers would carry one router's settings to
-            # another).
-            self.embedder = LocusEmbedder()
+            # another), also where embedder=None is given with them, as
+            # get_params(deep=True) returns it and a grid may list it: None
+            # means LocusEmbedder() with its defaults.
+            params["embedder"] = LocusEmbedder()
         return super().set_params(**params)
 
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
+        _check_embedder_type(self.embedder)
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
         if isinstance(embedder, FrozenEstimator):
@@ -179,6 +206,10 @@ class LocusRouter(BaseRouter):
         else:
             locus._fit_encoded(table, X_query, encoder, check_collapse=True)
         self.embedder_ = embedder
+        # Each model is embedded from its evaluations, as transform embeds
+        # them, and warned of as transform warns (training itself does not:
+        # it caps its sets to a model's rows).
+        locus._warn_few_evaluations(table)
         self.model_embeddings_ = locus._transform_encoded(table, X_query)
         # The kernel readout reads the pool's evaluations at prediction.
         self.pool_evals_ = (X_query, table) if locus.kernel_readout else None

@@ -6,8 +6,9 @@ run the whole suite. ``QueryEncoder`` takes text: its tags say so
 yields only ``check_estimator_cloneable``, because every other check fits on
 numeric matrices. The API checks that do not depend on the input type run on
 it explicitly below. The routers and ``LocusEmbedder`` fit evaluation tables,
-not arrays; their sklearn integration (clone, GridSearchCV, Pipeline, pickle)
-is tested in test_router.py, test_embedder.py and test_baselines.py.
+not arrays, and their tags say so as ``QueryEncoder``'s do (checked below);
+their sklearn integration (clone, GridSearchCV, Pipeline, pickle) is tested
+in test_router.py, test_embedder.py and test_baselines.py.
 """
 
 import warnings
@@ -23,7 +24,16 @@ from locus_sklearn import (
     ExpectedAccuracySelector,
     KCenterSelector,
     KMedoidsSelector,
+    LocusEmbedder,
+    LocusRouter,
     QueryEncoder,
+)
+from locus_sklearn.baselines import (
+    IRTRouter,
+    KMeansRouter,
+    KNNRouter,
+    MatrixFactorizationRouter,
+    SingleBestRouter,
 )
 
 SELECTORS = [
@@ -91,3 +101,45 @@ def test_query_encoder_is_tagged_as_a_text_transformer():
     assert tags.input_tags.string and not tags.input_tags.two_d_array
     encoded = clone(MAPPING_ENCODER).fit().transform(["q2", "q1", "q2"])
     np.testing.assert_allclose(encoded, [[0.6, 0.8], [1.0, 0.0], [0.6, 0.8]])
+
+
+ROUTERS = [
+    LocusRouter(),
+    KNNRouter(),
+    KMeansRouter(),
+    SingleBestRouter(),
+    MatrixFactorizationRouter(),
+    IRTRouter(),
+]
+
+
+@pytest.mark.parametrize("check", TEXT_INPUT_API_CHECKS)
+@pytest.mark.parametrize(
+    "estimator", [*ROUTERS, LocusEmbedder()], ids=lambda e: type(e).__name__
+)
+def test_evaluation_table_estimators_api(estimator, check):
+    # The same input-independent API checks as for QueryEncoder (the
+    # transformer ones apply to the embedder only).
+    if "transformer" in check or "feature_names_out" in check:
+        if not hasattr(estimator, "transform"):
+            pytest.skip(f"{check} applies to transformers")
+    if isinstance(estimator, LocusEmbedder) and check in {
+        # predict_proba(embeddings, queries) takes two arguments, the check
+        # calls it with one; the names locus0, ... follow embedding_dim and
+        # are given before fit (transform's unfitted error is checked).
+        "check_estimators_unfitted",
+        "check_get_feature_names_out_error",
+    }:
+        pytest.skip(f"{check}: not this estimator's API")
+    getattr(estimator_checks, check)(type(estimator).__name__, clone(estimator))
+
+
+@pytest.mark.parametrize("router", ROUTERS, ids=lambda router: type(router).__name__)
+def test_routers_are_tagged_for_text_input_as_the_embedder_is(router):
+    # Routers inherited BaseEstimator's numeric-matrix input tags although
+    # they fit on the same table of strings as LocusEmbedder.
+    embedder = LocusEmbedder().__sklearn_tags__().input_tags
+    tags = router.__sklearn_tags__().input_tags
+    assert (tags.two_d_array, tags.string) == (False, True)
+    assert (tags.two_d_array, tags.string) == (embedder.two_d_array, embedder.string)
+    estimator_checks.check_valid_tag_types(type(router).__name__, router)

@@ -140,6 +140,8 @@ def test_fit_rejects_models_with_one_evaluation(pool, tiny_embedder):
     "params, match",
     [
         ({"embedding_dim": 0}, "embedding_dim"),
+        # Zero blocks trained, then failed with an IndexError at prediction.
+        ({"n_blocks": 0}, "'n_blocks' parameter .* range \\[1, inf\\)"),
         ({"n_heads": 3}, "n_heads=3 must divide embedding_dim=16"),
         ({"enc_size": (10, 5)}, "enc_size"),
         ({"early_stopping": "valid_acc"}, "early_stopping"),
@@ -435,3 +437,35 @@ def test_few_evaluations_warning_says_what_enc_size_bounds(router, pool):
     message = str(record[0].message)
     assert "the smallest set training draws from a model with enough" in message
     assert "trained on" not in message
+
+
+def test_fit_transform_warns_of_few_evaluations_once_as_transform_does(
+    tiny_embedder,
+):
+    """fit_transform (what a Pipeline calls) embedded models from fewer than
+    enc_size[0] evaluations without the warning fit().transform() gives."""
+    import warnings
+
+    from locus_sklearn import FewEvaluationsWarning
+    from locus_sklearn.datasets import make_model_pool
+
+    small = make_model_pool(
+        n_models=6, n_queries=60, evals_per_model=30, random_state=0
+    )
+
+    def few_evaluations_warnings(method, *args):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            method(*args)
+        return [w for w in caught if issubclass(w.category, FewEvaluationsWarning)]
+
+    embedder = tiny_embedder(small.encodings, max_epochs=1, enc_size=(40, 128))
+    (caught,) = few_evaluations_warnings(embedder.fit_transform, small.evals)
+    assert "6 model(s) have fewer than enc_size[0]=40" in str(caught.message)
+    assert caught.filename == __file__
+    # fit alone returns no embedding (and training caps its sets to a
+    # model's rows): it does not warn; transform and a Pipeline's fit do.
+    assert few_evaluations_warnings(embedder.fit, small.evals) == []
+    assert len(few_evaluations_warnings(embedder.transform, small.evals)) == 1
+    pipeline = Pipeline([("embed", embedder), ("select", KCenterSelector(2))])
+    assert len(few_evaluations_warnings(pipeline.fit, small.evals)) == 1

@@ -85,7 +85,12 @@ def test_cost_weight_is_checked_where_it_is_used(
     import copy
 
     r = copy.deepcopy(router).set_params(cost_weight=cost_weight)
-    with pytest.raises(error, match=f"cost_weight.*{match}|{match}.*cost_weight"):
+    # Checked first against the router's constraints (every setting is, at
+    # prediction), in scikit-learn's words; the utility's own check behind.
+    constraint = r"'cost_weight' parameter .* must be a float in the range \[0.0, inf\)"
+    with pytest.raises(
+        error, match=f"cost_weight.*{match}|{match}.*cost_weight|{constraint}"
+    ):
         r.predict(_queries(pool))
 
 

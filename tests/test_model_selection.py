@@ -4,7 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.base import clone
-from sklearn.model_selection import GridSearchCV, GroupKFold, cross_val_score
+from sklearn.model_selection import (
+    GridSearchCV,
+    GroupKFold,
+    cross_val_score,
+    cross_validate,
+)
 
 from locus_sklearn import LocusRouter
 from locus_sklearn.datasets import make_model_pool
@@ -233,3 +238,29 @@ def test_onboarding_scorer_repr_shows_model_costs():
         "model_costs={'a': 1.0, 'b': 2.5})"
     )
     assert "model_costs" not in repr(make_onboarding_scorer(cv))
+
+
+def test_train_scores_are_named_as_rows_the_scorer_cannot_score(tiny_router):
+    """With return_train_score=True the scorer is called on the training rows
+    and failed with "... Split with ModelGroupSplit." although cv was one."""
+    cv = ModelGroupSplit(n_splits=2, n_onboard=40, random_state=0)
+    scorer = make_onboarding_scorer(cv)
+    train, test = next(cv.split(EVALS))
+    router = tiny_router(shrinkage=None).fit(EVALS.iloc[train])
+    message = (
+        r"every model of X \(4 model\(s\): .*\) is in its pool: it cannot score "
+        r"the rows of the fitted models, such as the training rows that "
+        r"return_train_score=True scores \(use return_train_score=False\)"
+    )
+    with pytest.raises(ValueError, match=message):
+        scorer(router, EVALS.iloc[train])
+    # Rows of fitted and held-out models together: a split that is not by model.
+    fitted, held_out = EVALS["model"].iloc[train[0]], EVALS["model"].iloc[test[0]]
+    mixed = EVALS[EVALS["model"].isin([fitted, held_out])]
+    with pytest.raises(ValueError, match="1 model.*in its pool.*Split with Model"):
+        scorer(router, mixed)
+    with pytest.raises(ValueError, match=message):
+        cross_validate(
+            tiny_router(shrinkage=None), EVALS, cv=cv, scoring=scorer,
+            return_train_score=True, error_score="raise",
+        )  # fmt: skip

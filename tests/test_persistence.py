@@ -576,3 +576,39 @@ def test_load_refuses_a_mapping_encoder_of_another_dimension(router, tmp_path):
     router.embedder_.save(tmp_path / "embedder.safetensors")
     with pytest.raises(ValueError, match="the LocusEmbedder in .*fitted on 32"):
         LocusEmbedder.load(tmp_path / "embedder.safetensors", encoder=wrong)
+
+
+def test_numpy_scalar_hyper_parameters_save_and_load_as_equal_values(
+    tmp_path, tiny_embedder
+):
+    """A hyper-parameter held as a NumPy scalar (GridSearchCV over np.arange,
+    a list of NumPy values) was taken by fit, but save failed with json's
+    bare "Object of type int64 is not JSON serializable"."""
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    numpy_params = {
+        "embedding_dim": np.int64(16),
+        "n_latents": np.int32(4),
+        "dropout": np.float32(0.1),
+        "disjoint": np.bool_(True),
+        "enc_size": (np.int64(16), np.int64(128)),
+    }
+    embedder = tiny_embedder(pool.encodings, max_epochs=1, **numpy_params)
+    router = LocusRouter(embedder, shrinkage=np.float32(0.5)).fit(pool.evals)
+    router.save(tmp_path / "router.locus")
+    router.embedder_.save(tmp_path / "embedder.locus")
+    loaded_router = LocusRouter.load(tmp_path / "router.locus")
+    loaded_embedder = LocusEmbedder.load(tmp_path / "embedder.locus")
+    saved = router.embedder_._saved_params()
+    for loaded in (loaded_router.embedder_, loaded_embedder):
+        params = loaded._saved_params()
+        assert params == saved
+        # As the equal Python values, which JSON holds.
+        assert type(params["embedding_dim"]) is int
+        assert type(params["dropout"]) is float and type(params["disjoint"]) is bool
+        assert [type(v) for v in params["enc_size"]] == [int, int]
+    assert loaded_router.shrinkage == 0.5 and type(loaded_router.shrinkage) is float
+    assert loaded_router.shrinkage_ == 0.5
+    queries = pool.evals["query"].unique()[:10]
+    np.testing.assert_array_equal(
+        loaded_router.predict_proba(queries), router.predict_proba(queries)
+    )

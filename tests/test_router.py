@@ -6,6 +6,8 @@ The tiny settings and the fitted ``pool`` / ``router`` fixtures are in conftest.
 
 import copy
 import pickle
+import re
+import warnings
 
 import joblib
 import numpy as np
@@ -15,9 +17,16 @@ import sklearn
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
-from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.model_selection import GridSearchCV, GroupKFold, ParameterGrid
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
-from locus_sklearn import LocusEmbedder, LocusRouter
+from locus_sklearn import (
+    FewEvaluationsWarning,
+    LocusEmbedder,
+    LocusRouter,
+    QueryEncoder,
+)
 from locus_sklearn.baselines import IRTRouter, KNNRouter
 from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.metrics import correctness_accuracy
@@ -455,3 +464,89 @@ def test_router_refuses_an_embedder_network_param_set_after_fit(
     with pytest.raises(ValueError, match=match):
         changed.save(tmp_path / "router.safetensors")
     assert not (tmp_path / "router.safetensors").exists()
+
+
+class _SubclassedEmbedder(LocusEmbedder):
+    """A LocusEmbedder subclass, which the router still accepts."""
+
+
+@pytest.mark.parametrize(
+    "make, given",
+    [
+        (lambda pool, tiny: make_pipeline(tiny(pool.encodings)), "Pipeline"),
+        (lambda pool, tiny: QueryEncoder(pool.encodings), "QueryEncoder"),
+        (lambda pool, tiny: StandardScaler(), "StandardScaler"),
+        (
+            lambda pool, tiny: FrozenEstimator(QueryEncoder(pool.encodings).fit()),
+            "a FrozenEstimator wrapping QueryEncoder",
+        ),
+    ],
+)
+def test_an_embedder_that_is_no_locus_embedder_is_refused_by_name(
+    pool, tiny_embedder, make, given
+):
+    # Any object with fit and transform passed, and fit failed deep inside
+    # with an AttributeError naming a private method.
+    router = LocusRouter(make(pool, tiny_embedder))
+    message = (
+        "embedder must be None, a LocusEmbedder or a FrozenEstimator wrapping a "
+        f"fitted LocusEmbedder; got {given}."
+    )
+    with pytest.raises(TypeError, match=re.escape(message)):
+        router.fit(pool.evals)
+    assert not hasattr(router, "embedder_") and not hasattr(router, "classes_")
+
+
+def test_a_subclass_of_locus_embedder_is_accepted(pool, tiny_embedder):
+    params = tiny_embedder(pool.encodings, max_epochs=1).get_params(deep=False)
+    embedder = _SubclassedEmbedder(**params)
+    router = LocusRouter(embedder, shrinkage=None).fit(pool.evals)
+    assert type(router.embedder_) is _SubclassedEmbedder
+    frozen = LocusRouter(FrozenEstimator(router.embedder_), shrinkage=None)
+    np.testing.assert_array_equal(
+        frozen.fit(pool.evals).model_embeddings_, router.model_embeddings_
+    )
+
+
+def test_set_params_with_embedder_none_and_embedder_parameters():
+    # embedder=None beside embedder__<name> (what get_params(deep=True) itself
+    # returns, and a grid may list) failed on None.set_params.
+    params = LocusRouter().get_params(deep=True)
+    router = LocusRouter().set_params(**params)
+    assert isinstance(router.embedder, LocusEmbedder)
+    assert router.embedder.get_params() == LocusEmbedder().get_params()
+    given = LocusEmbedder(embedding_dim=8, n_heads=2)
+    router = LocusRouter(given).set_params(embedder=None, embedder__embedding_dim=64)
+    # None means LocusEmbedder() with its defaults: a fresh one, not the
+    # embedder given before, which is left alone.
+    assert router.embedder is not given and given.embedding_dim == 8
+    assert router.embedder.get_params() == LocusEmbedder(embedding_dim=64).get_params()
+    grid = ParameterGrid({"embedder": [None], "embedder__embedding_dim": [32]})
+    for candidate in grid:
+        other = clone(LocusRouter(given)).set_params(**candidate)
+        assert other.embedder.embedding_dim == 32 and other.embedder.n_heads == 4
+
+
+def _few_evaluations_warnings(method, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        method(*args)
+    return [w for w in caught if issubclass(w.category, FewEvaluationsWarning)]
+
+
+def test_fit_warns_once_of_models_embedded_from_few_evaluations(tiny_embedder):
+    # fit embeds every model from its evaluations, as transform does, but
+    # never warned; shrinkage="auto" embeds the pool five more times, and
+    # still warns once.
+    small = make_model_pool(
+        n_models=6, n_queries=60, evals_per_model=30, random_state=0
+    )
+    embedder = tiny_embedder(small.encodings, max_epochs=1, enc_size=(40, 128))
+    for shrinkage in ("auto", None):
+        router = LocusRouter(embedder, shrinkage=shrinkage)
+        (caught,) = _few_evaluations_warnings(router.fit, small.evals)
+        assert "6 model(s) have fewer than enc_size[0]=40" in str(caught.message)
+        assert caught.filename == __file__
+    frozen = LocusRouter(FrozenEstimator(router.embedder_), shrinkage=None)
+    assert len(_few_evaluations_warnings(frozen.fit, small.evals)) == 1
+    assert len(_few_evaluations_warnings(router.embed, small.evals)) == 1

@@ -207,6 +207,19 @@ class _OnboardingScorer:
         onboard, score = self.cv.onboarding_split(frame)
         held_out = np.unique(frame["model"].to_numpy(dtype=object))
         known = held_out[np.isin(held_out, estimator.classes_)]
+        if len(known) == len(held_out):
+            # A fold of ModelGroupSplit holds out only models outside the
+            # pool: rows of fitted models alone are most often the training
+            # rows, which return_train_score=True scores too.
+            raise ValueError(
+                f"The onboarding scorer scores models the router was not fitted "
+                f"on, but every model of X ({len(known)} model(s): "
+                f"{_preview(known)}) is in its pool: it cannot score the rows of "
+                "the fitted models, such as the training rows that "
+                "return_train_score=True scores (use return_train_score=False). "
+                "The test rows of a fold of ModelGroupSplit hold only models "
+                "outside the pool."
+            )
         if len(known):
             raise ValueError(
                 f"The onboarding scorer scores models the router was not fitted "
@@ -287,6 +300,12 @@ def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=Non
     of the router, then scores that copy on the other rows. The fitted
     router is left as it was.
 
+    It scores only models the router was not fitted on, so not the fitted
+    models' own rows: leave ``return_train_score=False`` in
+    :func:`~sklearn.model_selection.cross_validate` and
+    :class:`~sklearn.model_selection.GridSearchCV` (with True, every train
+    score fails, and is NaN with a warning saying so).
+
     Parameters
     ----------
     cv : ModelGroupSplit
@@ -323,7 +342,8 @@ def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=Non
     ...                        random_state=0)
     >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=8,
     ...                                    n_latents=2, n_blocks=1, n_heads=2,
-    ...                                    max_epochs=1, random_state=0))
+    ...                                    enc_size=(16, 64), max_epochs=1,
+    ...                                    random_state=0))
     >>> cv = ModelGroupSplit(n_splits=2, n_onboard=30)
     >>> scores = cross_val_score(router, pool.evals, cv=cv,
     ...                          scoring=make_onboarding_scorer(cv))
