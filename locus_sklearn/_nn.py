@@ -20,6 +20,22 @@ from torch.nn import functional as F
 from ._dropout import Dropout, dropout
 from ._readout import KernelReadout, ReadoutPool
 
+
+def autocast_enabled(device_type):
+    """Whether autocast is on for ``device_type`` ("cpu", "cuda", ...).
+
+    ``torch.is_autocast_enabled(device_type)`` takes a device type from torch
+    2.4; the package supports torch 2.2, whose function takes no argument
+    (CUDA only) beside ``is_autocast_cpu_enabled``.
+    """
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4
+        if device_type == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return torch.is_autocast_enabled()
+
+
 __all__ = [
     "NETWORK_LAYOUT",
     "CorrectnessPredictor",
@@ -258,7 +274,7 @@ class LocusEncoder(nn.Module):
         """
         args = (features, query_index, score, mask)
         if not (self.training or torch.is_grad_enabled()) and not (
-            torch.is_autocast_enabled(features.device.type)
+            autocast_enabled(features.device.type)
         ):
             z = self.forward_inference(*args, tables=tables)
         else:
@@ -672,7 +688,10 @@ class CorrectnessPredictor(nn.Module):
         # buffer and into the logits, and GELU runs in place: a fresh (q, M·h)
         # array per chunk cost about as much in first-touch page faults as its
         # product (4,096 queries x 112 models: 164 -> 107 ms, the same logits).
-        reuse = not torch.is_grad_enabled()
+        # Under autocast the products' dtype is autocast's, not the buffers'.
+        reuse = not torch.is_grad_enabled() and not autocast_enabled(
+            features.device.type
+        )
         if reuse:
             logits = bias.new_empty(n_queries, m)
             buffer = bias.new_empty(min(query_chunk, n_queries), m * h)
@@ -684,7 +703,8 @@ class CorrectnessPredictor(nn.Module):
             hidden = torch.addmm(bias, u, flat_t, out=out)  # (q, M·h)
             if self.extra is not None:
                 pairs = extra[start : start + query_chunk].reshape(-1, extra.shape[-1])
-                hidden.view(-1, h).addmm_(pairs.to(hidden.dtype), self.extra.weight.T)
+                weight = self.extra.weight.T.to(hidden.dtype)  # autocast's dtype
+                hidden.view(-1, h).addmm_(pairs.to(hidden.dtype), weight)
             if reuse:
                 torch.ops.aten.gelu_(hidden)
                 rows = logits[start : start + len(u)].view(-1)

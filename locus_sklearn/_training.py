@@ -17,6 +17,7 @@ The estimators pass their hyper-parameters as one mapping (``params``) with
 the names of :class:`~._embedder.LocusEmbedder`'s parameters.
 """
 
+import contextlib
 import copy
 import functools
 import re
@@ -32,7 +33,7 @@ from skorch.helper import predefined_split
 from skorch.utils import to_tensor
 
 from ._agreement import agreement_stress
-from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss
+from ._nn import LocusNetwork, MaskedBCEWithLogitsLoss, autocast_enabled
 from ._readout import EvaluationSets, ReadoutPool
 from ._warnings import warn_external
 from .metrics._routing import routing_accuracy
@@ -41,6 +42,7 @@ __all__ = [
     "NETWORK_PARAMS",
     "collate_episodes",
     "DivergenceCheck",
+    "seeded_rng",
     "embed_models",
     "padded_rows",
     "size_batches",
@@ -207,8 +209,9 @@ class EpisodeCollator:
 
     One size |S_enc| is drawn log-uniformly from ``enc_size`` per *batch*
     (each episode capped so at least a quarter of its model's rows remain
-    for S_dec): every episode of a batch then has the same length, so no
-    compute goes to padding. Each episode's size still has the log-uniform
+    for S_dec): every episode of a batch whose models have enough rows then
+    has the same length, so no compute goes to padding there (a capped
+    episode is padded to the others). Each episode's size still has the log-uniform
     law. S_dec holds up to ``dec_size`` rows, disjoint from S_enc when
     ``disjoint``.
 
@@ -348,6 +351,30 @@ def gather_queries(bank, X):
         "enc_mask": X["enc_mask"],
         "dec_index": inverse[n_enc:].view_as(dec_index),
     }
+
+
+@contextlib.contextmanager
+def seeded_rng(seed, device):
+    """Seed private copies of torch's generators for a fit on ``device``.
+
+    Reproducible, and the caller's generators are left as they were: the
+    CPU one, and the CUDA one of ``device`` where it is a GPU. No other
+    CUDA generator is touched (``torch.manual_seed`` would seed every GPU's,
+    queueing the seed for later where CUDA is not started yet, even for a
+    fit on the CPU).
+    """
+    device = torch.device(device)
+    cuda = []
+    if device.type == "cuda":
+        cuda = [
+            device.index if device.index is not None else torch.cuda.current_device()
+        ]
+    with torch.random.fork_rng(devices=cuda):
+        torch.random.default_generator.manual_seed(seed)
+        for index in cuda:
+            with torch.cuda.device(index):
+                torch.cuda.manual_seed(seed)
+        yield
 
 
 class DivergenceCheck(Callback):
@@ -735,10 +762,7 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
         profile_region=profile_region,
         accelerator=accelerator,
     )
-    # Seed a private copy of torch's generator: reproducible, and the
-    # caller's global RNG state is left as it was.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_rng(seed, device):
         net.initialize()
         net.query_bank_ = bank.to(net.device)
         net.partial_fit(train_ds, y=None)
@@ -904,7 +928,12 @@ def predict_proba(
     module.eval()
     device = next(module.parameters()).device
     queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
-    with torch.inference_mode():
+    # float32 whatever a caller's autocast says (inference_dtype is the
+    # package's own switch); the readout's reductions need it.
+    precision = contextlib.nullcontext()
+    if autocast_enabled(device.type):
+        precision = torch.autocast(device.type, enabled=False)
+    with torch.inference_mode(), precision:
         if evaluations is not None and not isinstance(evaluations, ReadoutPool):
             evaluations = readout_pool(module, *evaluations)
         logits = module.pairwise_logits(

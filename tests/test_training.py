@@ -365,3 +365,64 @@ def test_validation_that_holds_out_nothing_warns(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tiny_embedder(encoder, validation_fraction=0, max_epochs=1).fit(evals)
+
+
+def test_fit_seeds_no_cuda_generator_for_a_cpu_fit(pool, tiny_embedder, monkeypatch):
+    # torch.manual_seed seeds every GPU's generator too (queued until CUDA
+    # starts): a CPU fit reset the caller's CUDA random state.
+    import torch
+
+    from locus_sklearn.baselines import MatrixFactorizationRouter
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a CPU fit seeded a CUDA generator")
+
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", refuse)
+    monkeypatch.setattr(torch.cuda, "manual_seed", refuse)
+    first = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    again = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    np.testing.assert_array_equal(
+        first.transform(pool.evals), again.transform(pool.evals)
+    )
+    MatrixFactorizationRouter(encoder=pool.encodings, max_epochs=1, random_state=0).fit(
+        pool.evals
+    )
+
+
+@pytest.mark.parametrize("kernel_readout", [True, False])
+def test_predictions_under_a_callers_autocast(pool, tiny_embedder, kernel_readout):
+    # The predictor's buffers are float32; under autocast its products were
+    # bfloat16 and predict_proba failed. Predictions stay float32 there.
+    import torch
+
+    emb = tiny_embedder(pool.encodings, max_epochs=1, kernel_readout=kernel_readout)
+    emb.fit(pool.evals)
+    Z = emb.transform(pool.evals)
+    queries = pool.queries["query"][:5].tolist()
+    expected = emb.predict_proba(Z, queries, evals=pool.evals)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        proba = emb.predict_proba(Z, queries, evals=pool.evals)
+    assert proba.dtype == np.float32
+    np.testing.assert_array_equal(proba, expected)
+    if not kernel_readout:
+        # The predictor's own pairwise path runs under autocast, in its dtype.
+        features = torch.as_tensor(np.stack([pool.encodings[q] for q in queries]))
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+            logits = emb.net_.module_.predictor.pairwise_logits(
+                torch.as_tensor(Z), features
+            )
+        np.testing.assert_allclose(
+            torch.sigmoid(logits.float()).numpy(), expected, atol=0.02
+        )
+
+
+def test_encoder_runs_on_torch_before_2_4(pool, tiny_embedder, monkeypatch):
+    # torch.is_autocast_enabled takes a device type from torch 2.4; before it
+    # takes no argument (pyproject allows torch 2.2): transform failed there.
+    import torch
+
+    emb = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    expected = emb.transform(pool.evals)
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda: False)
+    monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: False, raising=False)
+    np.testing.assert_array_equal(emb.transform(pool.evals), expected)

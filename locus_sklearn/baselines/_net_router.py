@@ -19,7 +19,7 @@ from torch import nn
 
 from .._base import BaseRouter
 from .._device import resolve_device
-from .._training import DivergenceCheck, progress_params
+from .._training import DivergenceCheck, progress_params, seeded_rng
 from .._warnings import warn_external
 
 # Query batch size of predict_proba; bounds memory at (chunk, n_models) floats.
@@ -185,9 +185,7 @@ class _NetRouter(BaseRouter):
         )
         # Seed module initialisation, shuffling and noise without touching the
         # caller's global torch RNG.
-        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
-        with torch.random.fork_rng(devices=cuda):
-            torch.manual_seed(seed)
+        with seeded_rng(seed, device):
             net.fit(dataset, None)
         net.module_.eval()
         self.net_ = net
