@@ -330,6 +330,22 @@ def test_onboard_new_queries_with_encodings(workdir, tmp_path, cli):
     assert len(out.splitlines()) == 3
 
 
+def test_onboard_summary_keeps_model_names_as_written(workdir, tmp_path, cli):
+    # str.capitalize() on the summary lowercased every name after its start.
+    router = tmp_path / "router.locus"
+    router.write_bytes((workdir / "router.locus").read_bytes())
+    new = pd.read_csv(workdir / "new.csv")
+    new["model"] = new["model"].map({"fam2-m06": "Org/Big-M06", "fam2-m07": "SMALL"})
+    new.to_csv(tmp_path / "new.csv", index=False)
+    costs = pd.DataFrame({"model": ["Org/Big-M06", "SMALL"], "cost": [1.0, 2.0]})
+    costs.to_csv(tmp_path / "costs.csv", index=False)
+    status, _, err = cli(
+        "onboard", router, tmp_path / "new.csv", "--costs", tmp_path / "costs.csv"
+    )
+    assert status == 0, err
+    assert "Added 2 model(s): Org/Big-M06, SMALL." in err
+
+
 def test_cost_weight_without_costs(workdir, tmp_path, cli):
     from locus_sklearn import LocusRouter
 

@@ -381,9 +381,11 @@ def cmd_onboard(args):
         parts.append(f"added {len(new)} model(s): {', '.join(new)}")
     if old:
         parts.append(f"refreshed {len(old)}: {', '.join(old)}")
+    summary = "; ".join(parts)
+    # The first letter only: str.capitalize() lowercased the model names.
     note(
-        f"{'; '.join(parts).capitalize()}. The pool now has {len(router.classes_)} "
-        f"models; saved to {output}"
+        f"{summary[:1].upper()}{summary[1:]}. The pool now has "
+        f"{len(router.classes_)} models; saved to {output}"
     )
     if args.json:
         emit_json(
