@@ -680,7 +680,8 @@ def test_locus_fit_warns_shared_encodings_once(estimator, method, tiny_settings)
     from locus_sklearn import LocusEmbedder, LocusRouter, SharedEncodingsWarning
 
     encodings, evals = _shared_pool(8, 4)
-    embedder = LocusEmbedder(encodings, **tiny_settings)
+    # Sets of up to its models' 12 evaluations: no FewEvaluationsWarning beside.
+    embedder = LocusEmbedder(encodings, **{**tiny_settings, "enc_size": (8, 64)})
     model = embedder if estimator == "embedder" else LocusRouter(embedder)
     with pytest.warns(SharedEncodingsWarning) as record:
         getattr(model, method)(evals)
