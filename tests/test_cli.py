@@ -1252,3 +1252,102 @@ def test_aligned_table_with_a_tab_in_a_name(workdir, tmp_path, cli):
     assert {len(line) for line in lines[:2]} == {len(lines[1])}
     assert any("tab here" in line for line in lines)
     assert any("line break" in line for line in lines)
+
+
+# --- the demo on a user's evaluations ------------------------------------------
+
+
+def _demo_data(seed=0):
+    from types import SimpleNamespace
+
+    from locus_sklearn._cli import _demo
+
+    pool = make_model_pool(
+        n_models=6, n_queries=200, n_tasks=2, n_families=2, evals_per_model=200,
+        n_features=8, random_state=seed,
+    )  # fmt: skip
+    rng = np.random.RandomState(seed)
+    train, test = _demo._split(pool.evals, rng)
+    return pool, SimpleNamespace(train=train, test=test, rng=rng, say=lambda *a: None)
+
+
+def test_demo_holds_out_only_models_it_can_score():
+    # A held-out model without test rows ended the demo at step 3 with
+    # "queries is empty", after training.
+    from locus_sklearn._cli import _demo
+
+    _, demo = _demo_data()
+    test = demo.test[demo.test["model"] != "fam0-m00"]
+    for seed in range(10):
+        held = _demo._held_out_models(demo.train, test, np.random.RandomState(seed), 3)
+        assert len(held) == 3 and "fam0-m00" not in held
+
+
+def test_demo_onboarding_reads_locus_predictions_not_shrunk_ones(
+    tiny_settings, monkeypatch
+):
+    # The "from 128 evals" column read the router's predict_proba, blended
+    # with each model's mean score (shrinkage_), against the embedder's
+    # unblended prediction "from all": at shrinkage 1 it was the majority
+    # guess. Both now read LOCUS's prediction from their embedding.
+    from locus_sklearn import LocusEmbedder, LocusRouter
+    from locus_sklearn._cli import _demo
+    from locus_sklearn.metrics import correctness_accuracy
+
+    pool, demo = _demo_data()
+    demo.held_out = ["fam1-m03"]
+    trained = demo.train[demo.train["model"] != "fam1-m03"]
+    embedder = LocusEmbedder(pool.encodings, max_epochs=2, random_state=0)
+    router = LocusRouter(embedder.set_params(**tiny_settings), shrinkage=1.0)
+    router.fit(trained)
+
+    def blended(queries):
+        raise AssertionError("onboarding read the router's shrunk predictions")
+
+    monkeypatch.setattr(router, "predict_proba", blended)
+    results = _demo._onboard(demo, router)["onboarding_accuracy"]
+    onboard = _demo._onboard_rows(
+        type(demo)(
+            held_out=["fam1-m03"], train=demo.train, rng=np.random.RandomState(0)
+        )
+    )
+    test_m = demo.test[demo.test["model"] == "fam1-m03"]
+    col = list(router.classes_).index("fam1-m03")
+    expected = correctness_accuracy(
+        test_m["score"].to_numpy()[:, None],
+        router.embedder_.predict_proba(
+            router.model_embeddings_[[col]], test_m["query"].tolist(), evals=onboard
+        ),
+    )
+    assert results["fam1-m03"] == pytest.approx(expected)
+
+
+def test_demo_single_best_is_routed_on_the_same_queries(tmp_path, cli):
+    # On a sparse pool the single best was scored on its own test queries
+    # (0.833 above the oracle's 0.774), or NaN for a best model with none.
+    pytest.importorskip("matplotlib")
+    rng = np.random.default_rng(0)
+    rows = [("a", f"q{i:03d}", 1.0) for i in range(0, 200, 40)]  # 5 rows, all right
+    for m in ("b", "c", "d"):
+        for i in range(200):
+            if m == "b" or rng.random() < 0.5:
+                rows.append((m, f"q{i:03d}", float(rng.random() < 0.6)))
+    evals = pd.DataFrame(rows, columns=["model", "query", "score"])
+    evals.to_csv(tmp_path / "sparse.csv", index=False)
+    status, out, err = cli(
+        "demo", "--quick", "--json", "--evals", tmp_path / "sparse.csv",
+        "--output", tmp_path / "out",
+    )  # fmt: skip
+    assert status == 0, err
+    summary = json.loads(out)
+    assert 0 <= summary["single_best_accuracy"] <= summary["oracle_accuracy"]
+    assert "the next where it has no score" in err
+
+
+def test_demo_refuses_a_single_model(tmp_path, cli):
+    evals = pd.DataFrame({"model": "a", "query": ["q1", "q2"], "score": [1.0, 0.0]})
+    evals.to_csv(tmp_path / "one.csv", index=False)
+    status, _, err = cli("demo", "--evals", tmp_path / "one.csv")
+    assert status == 1 and "needs at least 2" in err
+    status, _, err = cli("demo", "--evals", tmp_path / "missing.csv")
+    assert status != 0 and "No such evaluations file" in err
