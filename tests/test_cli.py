@@ -1351,3 +1351,61 @@ def test_demo_refuses_a_single_model(tmp_path, cli):
     assert status == 1 and "needs at least 2" in err
     status, _, err = cli("demo", "--evals", tmp_path / "missing.csv")
     assert status != 0 and "No such evaluations file" in err
+
+
+# --- query and encodings files ----------------------------------------------------
+
+
+def test_stdin_queries_are_utf8_text_without_a_byte_order_mark(monkeypatch):
+    # Bytes that are not UTF-8 reached the tokenizer (or became surrogates);
+    # a byte-order mark stayed in the first query ("\ufeffq1" was unknown).
+    import io
+
+    from locus_sklearn._cli._io import read_queries
+
+    def stdin(data):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+    stdin("\ufeffq1\r\nq2\n\nq\u20283\n".encode())
+    assert read_queries(["-"]) == ["q1", "q2", "q\u20283"]
+    stdin(b"\xff\xfeq2\n")
+    with pytest.raises(ValueError, match=r"stdin \('-'\) is not UTF-8 text: byte 0xff"):
+        read_queries(["-"])
+
+
+def test_query_file_with_a_byte_order_mark(tmp_path):
+    from locus_sklearn._cli._io import read_queries
+
+    (tmp_path / "q.txt").write_bytes("\ufeffq1\nq2\n".encode())
+    assert read_queries([], tmp_path / "q.txt") == ["q1", "q2"]
+
+
+@pytest.mark.parametrize(
+    "queries, vectors, match",
+    [
+        ([b"q1", "é".encode()], [[1.0, 0.0], [0.0, 1.0]], None),
+        ([b"q1", b"\xff"], [[1.0, 0.0], [0.0, 1.0]], "bytes that are not UTF-8"),
+        (["q1", "q2"], [[np.nan, 0.0], [0.0, 1.0]], r"1 row\(s\) with NaN .* \['q1'\]"),
+        (["q1", "q2"], [[1e39, 0.0], [0.0, 1.0]], "beyond float32's range"),
+    ],
+)
+def test_encodings_file_texts_and_values_are_checked(tmp_path, queries, vectors, match):
+    # Byte-string queries failed with a bare codec error; NaN vectors and
+    # float64 values past float32 passed and were reported later, as the
+    # encoder's, naming neither --encodings nor the file.
+    from locus_sklearn._cli._io import read_encodings
+
+    path = tmp_path / "enc.npz"
+    np.savez(path, queries=np.array(queries), vectors=np.array(vectors))
+    if match is None:
+        assert sorted(read_encodings(path)) == ["q1", "é"]
+        return
+    with pytest.raises(ValueError, match=f"enc.npz.*{match}"):
+        read_encodings(path)
+
+
+@pytest.mark.parametrize("value", ["-1", "4294967296", "x"])
+def test_seed_options_take_numpy_seeds(cli, value):
+    # demo --seed -1 was a status-1 error naming no option.
+    status, _, err = cli("demo", "--quick", "--seed", value)
+    assert status == 2 and "--seed" in err and "0 to 4294967295" in err

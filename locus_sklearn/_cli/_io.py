@@ -313,7 +313,7 @@ def read_queries(arguments, file=None):
     queries = []
     for query in arguments:
         if query == "-":
-            queries.extend(line.rstrip("\r\n") for line in sys.stdin)
+            queries.extend(_stdin_lines())
         else:
             queries.append(query)
     if file:
@@ -335,6 +335,27 @@ def read_queries(arguments, file=None):
     return queries
 
 
+def _stdin_lines():
+    """The lines of stdin, read as UTF-8 text as files are (a byte-order mark
+    at the start is not part of the first query). A stream without bytes (a
+    test's StringIO) is read as it is."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:
+        text = sys.stdin.read()
+    else:
+        data = buffer.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"stdin ('-') is not UTF-8 text: byte {data[exc.start]:#04x} at "
+                f"position {exc.start} ({exc.reason}); send UTF-8."
+            ) from None
+    # Lines as text-mode stdin splits them (universal newlines), no more.
+    lines = io.StringIO(text.removeprefix("\ufeff"), newline=None)
+    return [line.rstrip("\r\n") for line in lines]
+
+
 def read_lines(path, what):
     """The lines of the UTF-8 text file ``path`` (named ``what`` in errors),
     without their line ends.
@@ -344,7 +365,8 @@ def read_lines(path, what):
     ``what`` and the file.
     """
     try:
-        with open(path, encoding="utf-8") as handle:
+        # utf-8-sig: a byte-order mark (some editors write one) is not text.
+        with open(path, encoding="utf-8-sig") as handle:
             return [line.rstrip("\r\n") for line in handle]
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {str(path)!r}: no such file.") from None
@@ -530,10 +552,29 @@ def read_encodings(path):
             f"{str(path)!r}: 'vectors' must be numbers of shape ({len(queries)}, d), "
             f"one row per query; got dtype {vectors.dtype} and shape {vectors.shape}."
         )
+    if queries.dtype.kind == "S":
+        # Bytes (numpy.savez of encoded texts): UTF-8, as every text file here.
+        try:
+            queries = np.char.decode(queries, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{str(path)!r}: 'queries' holds bytes that are not UTF-8 text "
+                f"({exc.reason}); save the texts as np.array(texts, dtype=str)."
+            ) from None
     queries = queries.astype(str).tolist()
     if len(set(queries)) != len(queries):
         raise ValueError(f"{str(path)!r}: 'queries' has duplicates.")
-    return dict(zip(queries, vectors.astype(np.float32), strict=True))
+    with np.errstate(over="ignore"):  # reported below, as not finite
+        vectors = vectors.astype(np.float32)
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if bad.any():
+        examples = [queries[i] for i in np.flatnonzero(bad)[:3]]
+        raise ValueError(
+            f"{str(path)!r}: 'vectors' has {int(bad.sum())} row(s) with NaN or "
+            f"infinite values (or values beyond float32's range), e.g. for "
+            f"{examples}; every encoding must be finite."
+        )
+    return dict(zip(queries, vectors, strict=True))
 
 
 # ------------------------------------------------------------------ embeddings

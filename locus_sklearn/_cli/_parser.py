@@ -10,7 +10,7 @@ import argparse
 import ast
 
 from . import _commands
-from ._types import model_list, nonnegative_float, positive_float, positive_int
+from ._types import model_list, nonnegative_float, positive_float, positive_int, seed
 
 __all__ = ["PROG", "build_parser"]
 
@@ -195,7 +195,7 @@ def _add_demo(sub, common):
         metavar="N",
         help="maximum training epochs (default: 40, with early stopping)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
     p.add_argument(
         "--quick", action="store_true", help="tiny settings that run in seconds"
     )
@@ -233,7 +233,7 @@ def _add_fit(sub, common, encoding):
         metavar="D",
         help="size of a model embedding (default 128)",
     )
-    p.add_argument("--seed", type=int, metavar="S", help="random seed")
+    p.add_argument("--seed", type=seed, metavar="S", help="random seed")
     p.add_argument(
         "--shrinkage",
         type=_shrinkage,
@@ -453,7 +453,7 @@ def _add_match(sub, common, output):
     )
     p.add_argument(
         "--random-state",
-        type=int,
+        type=seed,
         default=0,
         metavar="SEED",
         help="seeds the calibration's query sets (default: %(default)s)",

@@ -11,6 +11,7 @@ __all__ = [
     "nonnegative_int",
     "positive_float",
     "positive_int",
+    "seed",
 ]
 
 
@@ -47,6 +48,30 @@ positive_int = int_at_least(1)
 positive_int.__name__ = "positive_int"
 nonnegative_int = int_at_least(0)
 nonnegative_int.__name__ = "nonnegative_int"
+
+
+def seed(text):
+    """An argparse type: a random seed, an integer in [0, 2**32 - 1] (what
+    NumPy's RandomState takes).
+
+    Examples
+    --------
+    >>> seed("7")
+    7
+    >>> seed("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected an integer from 0 to 4294967295, got '-1'
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from 0 to {2**32 - 1}, got {text!r}"
+        )
+    return value
 
 
 def nonnegative_float(text):
