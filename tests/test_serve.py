@@ -121,6 +121,9 @@ class _QuietServer(ThreadingHTTPServer):
     has timed out and closed the connection, so its write fails; that is the
     case under test, not an error to print."""
 
+    # Room for many concurrent connections (the default backlog is 5).
+    request_queue_size = 256
+
     def handle_error(self, request, client_address):
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
@@ -130,10 +133,13 @@ class FakeBackends:
     """One threaded HTTP server playing an OpenAI-compatible API per model.
 
     ``modes[model]`` is ``"ok"``, an HTTP status (500, 429, ...),
-    ``"stall"`` (answers after ``stall`` seconds), ``"nan"`` or ``"huge"``
-    (200 with a NaN or a 1e400 in its JSON) or ``"gzip"`` (answers, streams
-    included, gzip-compressed when the request accepts it); ``hits[model]``
-    counts requests, ``seen`` keeps (model, headers, body) of each.
+    ``"stall"`` (answers after ``stall`` seconds), ``"slow"`` (sends its
+    headers at once, then its answer in 4 pieces, each after ``pace``
+    seconds), ``"hold"`` (answers once ``hold`` requests are in, or after 10
+    seconds), ``"nan"`` or ``"huge"`` (200 with a NaN or a 1e400 in its JSON)
+    or ``"gzip"`` (answers, streams included, gzip-compressed when the
+    request accepts it); ``hits[model]`` counts requests, ``seen`` keeps
+    (model, headers, body) of each.
     """
 
     def __init__(self, stall=2.0):
@@ -141,6 +147,9 @@ class FakeBackends:
         self.hits = {}
         self.seen = []
         self.stall = stall
+        self.pace = 0.2
+        self.hold = 0
+        self.held = threading.Condition()
         self.lock = threading.Lock()
         backends = self
 
@@ -162,6 +171,13 @@ class FakeBackends:
                 if mode == "stall":
                     time.sleep(backends.stall)
                     mode = "ok"
+                if mode == "hold":
+                    with backends.held:
+                        backends.held.notify_all()
+                        backends.held.wait_for(
+                            lambda: sum(backends.hits.values()) >= backends.hold, 10
+                        )
+                    mode = "ok"
                 if mode in ("nan", "huge"):
                     number = b"NaN" if mode == "nan" else b"1e400"
                     payload = b'{"id": "x", "choices": [], "usage": {"cost": '
@@ -175,7 +191,7 @@ class FakeBackends:
                 compress = mode == "gzip" and "gzip" in self.headers.get(
                     "accept-encoding", ""
                 )
-                if mode not in ("ok", "gzip"):
+                if mode not in ("ok", "gzip", "slow"):
                     self._send(mode, {"error": {"message": f"fake {mode}"}})
                     return
                 if body.get("stream"):
@@ -196,7 +212,7 @@ class FakeBackends:
                         self.send_header("content-encoding", "gzip")
                     self.send_header("content-length", str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    self._write(payload, mode)
                     return
                 self._send(
                     200,
@@ -215,15 +231,27 @@ class FakeBackends:
                             }
                         ],
                     },
+                    mode,
                 )
 
-            def _send(self, status, obj):
+            def _send(self, status, obj, mode=None):
                 payload = json.dumps(obj).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                self._write(payload, mode)
+
+            def _write(self, payload, mode):
+                if mode != "slow":
+                    self.wfile.write(payload)
+                    return
+                self.wfile.flush()  # the headers, at once
+                step = -(-len(payload) // 4)
+                for start in range(0, len(payload), step):
+                    time.sleep(backends.pace)
+                    self.wfile.write(payload[start : start + step])
+                    self.wfile.flush()
 
         self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -240,7 +268,10 @@ class FakeBackends:
 
 
 @pytest.fixture
-def backends():
+def backends(monkeypatch):
+    # The key variable _gateway's backends name: the service refuses to
+    # start with one that is not set.
+    monkeypatch.setenv("LOCUS_TEST_KEY", "sk-test")
     fake = FakeBackends()
     yield fake
     fake.close()
@@ -1509,3 +1540,242 @@ def test_route_statuses_follow_the_documented_rule(router_path, routers, backend
         assert response.json()["error"]["param"] == "queries.1"
         assert response.json()["error"]["message"].startswith("queries[1] is empty")
     assert sum(backends.hits.values()) == 0
+
+
+# ------------------------------------------- attempts, keys, limits, config
+def _stream(url, body):
+    """The answer's headers and the text of its events."""
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json=body, timeout=30
+    ) as response:
+        events = [
+            line[6:] for line in response.iter_lines() if line.startswith("data: ")
+        ]
+    deltas = (json.loads(e)["choices"][0]["delta"]["content"] for e in events[:-1])
+    return response, "".join(deltas)
+
+
+def test_backend_timeout_bounds_the_whole_attempt(
+    router_path, routers, backends, queries
+):
+    """``timeout`` is per attempt: a backend that sends its headers at once
+    and then its body slowly (each piece within the timeout of the last) is
+    left at the timeout and the request falls back; for a stream, the first
+    chunk must come within it, and a stream that began is relayed whole."""
+    router = routers[0]
+    query = queries[2]
+    routed = router.predict([query])[0]
+    nearest = fallback_order(router).loc[routed].iloc[0]
+    backends.modes[routed] = "slow"  # 4 pieces, 0.2 s apart: 0.8 s
+    gateway = _gateway(backends, router.classes_)
+    gateway["backends"][routed]["timeout"] = 0.3
+    body = {"model": "locus", "messages": [{"role": "user", "content": query}]}
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        start = time.monotonic()
+        response = _chat(url, query)
+        elapsed = time.monotonic() - start
+        assert response.status_code == 200, response.text
+        assert response.headers["x-locus-model"] == nearest
+        assert response.json()["locus"]["failed"] == [
+            {"model": routed, "error": "timeout"}
+        ]
+        assert elapsed < 0.75  # not the whole slow answer
+
+        backends.pace = 0.5  # the stream's first chunk after the timeout
+        response, text = _stream(url, {**body, "stream": True})
+        assert response.headers["x-locus-model"] == nearest
+        assert text == f"answer from {nearest}"
+
+    # Begun within its timeout, a stream runs past the deadline to its end.
+    backends.pace = 0.2
+    gateway["fallback"]["deadline"] = 0.5
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response, text = _stream(url, {**body, "stream": True})
+    assert response.headers["x-locus-model"] == routed
+    assert text == f"answer from {routed}"
+
+
+def test_gateway_has_no_cap_on_backend_connections(router_path, routers, backends):
+    """httpx's default pool holds 100 connections over all backends: the
+    101st concurrent request waited for one and failed as a backend timeout."""
+    model = routers[0].classes_[0]
+    n = 101
+    backends.modes[model] = "hold"  # no answer until all 101 are in
+    backends.hold = n
+    gateway = _gateway(backends, routers[0].classes_)
+    gateway["backends"][model]["timeout"] = 6.0
+    gateway["fallback"]["deadline"] = 8.0
+    body = {"model": model, "messages": [{"role": "user", "content": "q000"}]}
+
+    async def burst(url):
+        limits = httpx.Limits(max_connections=2 * n)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+            return await asyncio.gather(
+                *(
+                    client.post(f"{url}/v1/chat/completions", json=body)
+                    for _ in range(n)
+                )
+            )
+
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        responses = asyncio.run(burst(url))
+    assert [r.status_code for r in responses] == [200] * n
+    assert {r.headers["x-locus-attempts"] for r in responses} == {"1"}
+    assert backends.hits == {model: n}
+
+
+def test_no_free_connection_is_the_gateway_overload(router_path, routers, backends):
+    """A PoolTimeout is the gateway's own overload (503), not a failure of
+    the backend: no fallback attempt is spent on it."""
+
+    def no_connection(request):
+        raise httpx.PoolTimeout("no free connection", request=request)
+
+    gateway = _gateway(backends, routers[0].classes_)
+    app = create_app(router_path, gateway=gateway)
+    service = app.app.state.service
+    with serve(app) as url:
+        own = service.client
+        service.client = httpx.AsyncClient(transport=httpx.MockTransport(no_connection))
+        try:
+            response = _chat(url, "q000")
+        finally:
+            service.client = own
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and "overloaded" in error["message"]
+    assert "attempts" not in error
+
+
+def test_an_unset_key_variable_is_refused_at_start(
+    router_path, routers, backends, monkeypatch
+):
+    """Not requests sent without Authorization, whose 401 would reach the
+    client as if its own key were wrong."""
+    gateway = _gateway(backends, routers[0].classes_)
+    name = routers[0].classes_[0]
+    gateway["backends"][name]["api_key_env"] = "LOCUS_TEST_UNSET_KEY"
+    for value in (None, ""):
+        if value is None:
+            monkeypatch.delenv("LOCUS_TEST_UNSET_KEY", raising=False)
+        else:
+            monkeypatch.setenv("LOCUS_TEST_UNSET_KEY", value)
+        with pytest.raises(ValueError, match="not set") as info:
+            create_app(router_path, gateway=gateway)
+        assert f"LOCUS_TEST_UNSET_KEY (api_key_env of backend(s) ['{name}'])" in str(
+            info.value
+        )
+
+    # And on reload: the old router keeps serving.
+    monkeypatch.setenv("LOCUS_TEST_UNSET_KEY", "sk-other")
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        monkeypatch.delenv("LOCUS_TEST_UNSET_KEY")
+        response = httpx.post(f"{url}/admin/reload")
+        assert response.status_code == 409
+        assert "LOCUS_TEST_UNSET_KEY" in response.json()["error"]["message"]
+    assert sum(backends.hits.values()) == 0
+
+
+def test_admin_token_any_header_bytes_and_an_unset_variable(
+    router_path, monkeypatch, capsys
+):
+    """A non-ASCII Authorization header is a wrong token (401), not a 500; a
+    non-ASCII token sent as UTF-8 is right; an unset variable is refused at
+    start, not answered 401 at every reload."""
+    monkeypatch.setenv("LOCUS_TEST_ADMIN", "s3cr\u00e9t")
+    with serve(create_app(router_path, admin_token_env="LOCUS_TEST_ADMIN")) as url:
+        for given in (b"Bearer s3cr\xe9t", b"Bearer \xff\xfe", b"Bearer s3cret"):
+            response = httpx.post(
+                f"{url}/admin/reload", headers={"authorization": given}
+            )
+            assert response.status_code == 401, (given, response.text)
+        right = {"authorization": "Bearer s3cr\u00e9t".encode()}
+        assert httpx.post(f"{url}/admin/reload", headers=right).status_code == 200
+
+    for value in (None, ""):
+        if value is None:
+            monkeypatch.delenv("LOCUS_TEST_ADMIN")
+        else:
+            monkeypatch.setenv("LOCUS_TEST_ADMIN", value)
+        with pytest.raises(ValueError, match=r"admin_token_env='LOCUS_TEST_ADMIN'"):
+            create_app(router_path, admin_token_env="LOCUS_TEST_ADMIN")
+        _captured_app(monkeypatch)  # never serve for real
+        argv = ["serve", str(router_path), "--admin-token-env", "LOCUS_TEST_ADMIN"]
+        assert serve_main(argv) == 1
+        err = capsys.readouterr().err
+        assert (
+            "--admin-token-env LOCUS_TEST_ADMIN: the environment variable is not"
+            in (err)
+        ), err
+
+
+def test_batches_never_exceed_max_batch():
+    """A request that would take a batch over max_batch waits for the next
+    one; a single larger request goes alone, whole."""
+    from locus_sklearn.serve._batching import MicroBatcher
+
+    calls, release = [], threading.Event()
+
+    def fn(items):
+        calls.append(list(items))
+        if len(calls) == 1:
+            release.wait(10)
+        return "ctx", np.asarray(items)
+
+    async def scenario():
+        batcher = MicroBatcher(fn, max_batch=4)
+        await batcher.start()
+        try:
+            first = asyncio.create_task(batcher.submit([0]))
+            while not calls:
+                await asyncio.sleep(0.001)
+            parts = [[1, 2, 3], [4, 5, 6], [7], [8, 9, 10, 11, 12], [13]]
+            later = []
+            for part in parts:  # in this order
+                later.append(asyncio.create_task(batcher.submit(part)))
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.05)
+            release.set()
+            await first
+            return [r.tolist() for _, r in await asyncio.gather(*later)], parts
+        finally:
+            await batcher.stop()
+
+    rows, parts = asyncio.run(scenario())
+    assert rows == parts
+    assert calls == [[0], [1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11, 12], [13]]
+
+
+def test_gateway_config_urls_names_and_yaml_numbers(tmp_path):
+    """A query on base_url stays a query; a fragment, a blank model name, a
+    number YAML 1.1 reads as a string and a key it reads as a boolean are
+    refused, each saying what to write."""
+    config = load_gateway_config(
+        {"backends": {"m": {"base_url": "https://h.test/x/?api-version=2024-02-01"}}}
+    )
+    assert config.backends["m"].chat_url == (
+        "https://h.test/x/chat/completions?api-version=2024-02-01"
+    )
+    with pytest.raises(ValueError, match=r"backends\.m\.base_url: .*fragment"):
+        load_gateway_config({"backends": {"m": {"base_url": "http://h.test/v1#a"}}})
+    with pytest.raises(ValueError, match=r"backends\.m\.model: .*blank.*\(got ' '\)"):
+        load_gateway_config(
+            {"backends": {"m": {"base_url": "http://h.test/v1", "model": " "}}}
+        )
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "backends:\n  m:\n    base_url: http://h.test/v1\n    timeout: 1e3\n"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"backends\.m\.timeout: .*\(got '1e3'\); YAML 1\.1 reads 1e3 as a "
+        r"string, not a number: write it as 1\.0e\+3 or 1000",
+    ):
+        load_gateway_config(path)
+    path.write_text("backends:\n  yes:\n    base_url: http://h.test/v1\n")
+    with pytest.raises(
+        ValueError,
+        match=r"the key yes \(line 2\) is read by YAML as True, not as a name; "
+        r"write it in quotes: 'yes':",
+    ):
+        load_gateway_config(path)

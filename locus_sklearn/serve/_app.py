@@ -466,9 +466,10 @@ def create_app(
     gateway : str, path-like, mapping or GatewayConfig, default=None
         Backends for ``/v1/chat/completions`` (see
         :func:`load_gateway_config`); None serves routing only. Each backend
-        must name a model of the router's pool, and a ``cost_weight`` > 0
-        needs a router with costs; a router file that does not fit it is
-        refused at start and on reload.
+        must name a model of the router's pool and each ``api_key_env`` a
+        variable that is set, and a ``cost_weight`` > 0 needs a router with
+        costs; a router file that does not fit it is refused at start and on
+        reload.
     encoder : default=None
         Overrides the router's saved query encoder (see
         :meth:`~locus_sklearn.LocusRouter.load`). A mapping of precomputed
@@ -500,7 +501,8 @@ def create_app(
         a changed file is reloaded. None: reload only on ``POST /admin/reload``.
     admin_token_env : str, default=None
         Name of an environment variable holding a token that
-        ``POST /admin/reload`` then requires (``Authorization: Bearer ...``).
+        ``POST /admin/reload`` then requires (``Authorization: Bearer ...``);
+        read once, here: a variable that is not set (or is empty) is an error.
 
     Returns
     -------
@@ -538,6 +540,16 @@ def create_app(
         raise ValueError(
             f"encoder_backend must be 'torch' or 'onnx'; got {encoder_backend!r}."
         )
+    admin_token = None
+    if admin_token_env is not None:
+        admin_token = os.environ.get(admin_token_env)
+        if not admin_token:
+            # Else every reload would be refused as lacking the token.
+            raise ValueError(
+                f"admin_token_env={admin_token_env!r} names an environment "
+                "variable that is not set (or is empty); set it to the token "
+                "POST /admin/reload is to require."
+            )
     fastapi_app = FastAPI(
         title="locus_sklearn router",
         description="Route queries to the language model most likely to answer them.",
@@ -566,7 +578,14 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await service.batcher.start()
-        service.client = httpx.AsyncClient(timeout=None, follow_redirects=False)
+        # No cap on connections to the backends (httpx's default is 100 over
+        # all of them): each request in flight holds at most one, so a cap
+        # would only turn the 101st concurrent request into backend timeouts.
+        service.client = httpx.AsyncClient(
+            timeout=None,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=None),
+        )
         watcher = None
         if watch_interval is not None:
             watcher = asyncio.create_task(_watch(service, watch_interval))
@@ -583,7 +602,7 @@ def create_app(
     fastapi_app.router.lifespan_context = lifespan
     _install_error_handlers(fastapi_app)
     _add_route_endpoint(fastapi_app, service)
-    _add_pool_endpoints(fastapi_app, service, admin_token_env)
+    _add_pool_endpoints(fastapi_app, service, admin_token)
     if gateway is not None:
         from ._gateway import add_gateway_endpoints
 
@@ -681,7 +700,7 @@ def _add_route_endpoint(app, service):
         )
 
 
-def _add_pool_endpoints(app, service, admin_token_env):
+def _add_pool_endpoints(app, service, admin_token):
     @app.get("/models", summary="The pool")
     async def models(
         embeddings: bool = Query(False, description="Include embeddings."),
@@ -731,10 +750,12 @@ def _add_pool_endpoints(app, service, admin_token_env):
         ever loaded. A file that does not load or validate leaves the old
         router serving and answers 409 with the reason.
         """
-        if admin_token_env:
-            token = os.environ.get(admin_token_env, "")
-            given = request.headers.get("authorization", "")
-            if not token or not hmac.compare_digest(given, f"Bearer {token}"):
+        if admin_token is not None:
+            # Compared as bytes: compare_digest refuses a str with non-ASCII
+            # characters, and a header holds any byte (Starlette decodes it
+            # as Latin-1, which gives the bytes back).
+            given = request.headers.get("authorization", "").encode("latin-1")
+            if not hmac.compare_digest(given, f"Bearer {admin_token}".encode()):
                 raise APIError(
                     401, "Reloading needs the admin token.", kind="auth_error"
                 )

@@ -24,8 +24,8 @@ class MicroBatcher:
         item; ``context`` (e.g. the router that answered) goes to every
         caller of the batch.
     max_batch : int
-        A batch closes once it holds this many items (a single larger request
-        still goes through whole).
+        Items per batch, at most: a request that would take a batch over it
+        waits for the next batch (a single larger request goes alone, whole).
     window : float, default=0.0
         Seconds a batch waits for more requests after its first one. While a
         batch computes, the next one fills up with whatever arrives, so under
@@ -73,8 +73,12 @@ class MicroBatcher:
 
     async def _run(self):
         loop = asyncio.get_running_loop()
+        held = None  # taken from the queue, too large for the last batch
         while True:
-            batch = [await self._queue.get()]
+            if held is None:
+                batch = [await self._queue.get()]
+            else:
+                batch, held = [held], None
             size = len(batch[0][0])
             closes = time.monotonic() + self.window
             while size < self.max_batch:
@@ -85,6 +89,11 @@ class MicroBatcher:
                     else:
                         entry = await asyncio.wait_for(self._queue.get(), wait)
                 except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                    break
+                if size + len(entry[0]) > self.max_batch:
+                    # It starts the next batch, in its arrival order: the
+                    # queue cannot be peeked at, so it is held here.
+                    held = entry
                     break
                 batch.append(entry)
                 size += len(entry[0])

@@ -201,6 +201,15 @@ def _cmd_serve(args):
     # the whole command, the server's lifetime included.
     from ._app import create_app
 
+    # Checked before the router loads, naming the option (create_app checks
+    # it too, naming its parameter): unset, every reload would be refused.
+    if args.admin_token_env is not None and not os.environ.get(args.admin_token_env):
+        raise ValueError(
+            f"--admin-token-env {args.admin_token_env}: the environment variable "
+            "is not set (or is empty); set it to the token POST /admin/reload "
+            "is to require."
+        )
+
     app = create_app(
         args.router,
         gateway=args.config,
@@ -367,7 +376,7 @@ def _add_serve(subparsers):
         "--admin-token-env",
         metavar="VAR",
         help="environment variable holding a token that POST /admin/reload "
-        "then requires as 'Authorization: Bearer TOKEN'",
+        "then requires as 'Authorization: Bearer TOKEN' (it must be set)",
     )
     p.add_argument(
         "--encoder-backend",

@@ -7,6 +7,7 @@ A small YAML or JSON file::
         base_url: https://api.openai.com/v1
         model: gpt-4-1106-preview      # the backend's name for it (default: the key)
         api_key_env: OPENAI_API_KEY    # environment variable holding the key
+                                       # (must be set when the server starts)
         timeout: 30                    # seconds per attempt
       mixtral-8x7b-chat:
         base_url: http://127.0.0.1:8000/v1
@@ -20,13 +21,18 @@ Keys are never written in the file, only the name of the variable that holds
 one, so the file can be committed. Values are checked strictly: a number
 written as a string (``timeout: "30"``) or a boolean where a number goes
 (``max_attempts: true``) is an error naming the field, never converted;
-numbers must be finite; a key written twice in one mapping is an error.
+numbers must be finite; a key written twice in one mapping is an error, and
+so is a key YAML reads as something other than text (``yes:`` is a boolean).
+``base_url`` may carry a query (``?api-version=...``), kept after the path
+``/chat/completions`` is added to; a fragment (``#...``) is refused.
 """
 
 import json
 import os
+import re
 from collections.abc import Hashable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from ._deps import require
 
@@ -60,9 +66,39 @@ class BackendConfig(BaseModel):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     timeout: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
 
+    @field_validator("base_url")
+    @classmethod
+    def _no_fragment(cls, url):
+        # A fragment is never sent to a server: the path added after it
+        # would be lost with it.
+        if url.fragment is not None:
+            raise ValueError(
+                f"a fragment ('#{url.fragment}') is never sent to the backend; "
+                "remove it"
+            )
+        return url
+
+    @field_validator("model")
+    @classmethod
+    def _not_blank(cls, model):
+        if model is not None and not model.strip():
+            raise ValueError("blank; give the backend's name for the model")
+        return model
+
     @property
     def chat_url(self):
-        return str(self.base_url).rstrip("/") + "/chat/completions"
+        """``base_url`` with ``/chat/completions`` added to its path; a query
+        (Azure's ``?api-version=...``) stays after it.
+
+        >>> from locus_sklearn.serve import load_gateway_config
+        >>> config = load_gateway_config({"backends": {"m": {
+        ...     "base_url": "https://h.test/openai/x?api-version=2024-02-01"}}})
+        >>> config.backends["m"].chat_url
+        'https://h.test/openai/x/chat/completions?api-version=2024-02-01'
+        """
+        parts = urlsplit(str(self.base_url))
+        path = parts.path.rstrip("/") + "/chat/completions"
+        return urlunsplit(parts._replace(path=path))
 
     def api_key(self):
         """The key from its environment variable, or None (no Authorization)."""
@@ -113,8 +149,11 @@ class GatewayConfig(BaseModel):
         return self.backends[name].model or name
 
 
-def format_validation_error(exc, *, prefix=""):
-    """One line per problem, each naming the field: ``backends.m1.timeout: ...``."""
+def format_validation_error(exc, *, prefix="", yaml=False):
+    """One line per problem, each naming the field: ``backends.m1.timeout: ...``.
+
+    With ``yaml``, a number PyYAML read as a string (``1e3``) gets a hint.
+    """
     lines = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error["loc"])
@@ -124,8 +163,36 @@ def format_validation_error(exc, *, prefix=""):
         # field) or a whole section.
         if error.get("type") != "missing" and not isinstance(value, (dict, list)):
             line += f" (got {value!r:.80})"
+            if yaml:
+                line += _yaml_number_hint(value)
         lines.append(line)
     return "; ".join(lines)
+
+
+# A float as YAML 1.1 (PyYAML) resolves it: a dot is required, and an
+# exponent's sign.
+_YAML11_FLOAT = re.compile(r"[-+]?([0-9][0-9_]*)?\.[0-9.]*([eE][-+][0-9]+)?")
+
+
+def _yaml_number_hint(value):
+    """For a number PyYAML read as a string (``1e3``: YAML 1.1 wants a dot
+    and a signed exponent), how to write it; else ''."""
+    if not isinstance(value, str) or _YAML11_FLOAT.fullmatch(value):
+        return ""
+    match = re.fullmatch(r"([-+]?[0-9]+(?:\.[0-9]*)?)[eE]([-+]?[0-9]+)", value)
+    if match is None:
+        return ""
+    mantissa, exponent = match.groups()
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent[0] not in "+-":
+        exponent = "+" + exponent
+    number = float(value)
+    plain = f" or {int(number)}" if number.is_integer() and abs(number) < 1e15 else ""
+    return (
+        f"; YAML 1.1 reads {value} as a string, not a number: write it as "
+        f"{mantissa}e{exponent}{plain}"
+    )
 
 
 def _unique_keys(pairs):
@@ -139,15 +206,28 @@ def _unique_keys(pairs):
     return config
 
 
+class _KeyNotText(ValueError):
+    """A YAML mapping key read as something other than text."""
+
+
 def _unique_key_loader(yaml):
     """A safe YAML loader that refuses a repeated key in a mapping (safe_load
-    keeps the last one silently), naming the key and its line."""
+    keeps the last one silently), naming the key and its line, and a key
+    that is not text (every key of the configuration is a name), naming it
+    as written: ``yes:`` is read as True, which pydantic reports as ``1``."""
 
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str) and isinstance(key_node, yaml.ScalarNode):
+                    raise _KeyNotText(
+                        f"the key {key_node.value} (line "
+                        f"{key_node.start_mark.line + 1}) is read by YAML as "
+                        f"{key!r}, not as a name; write it in quotes: "
+                        f"'{key_node.value}':"
+                    )
                 if isinstance(key, Hashable) and key in seen:
                     raise yaml.constructor.ConstructorError(
                         "while reading a mapping",
@@ -190,6 +270,7 @@ def load_gateway_config(config):
     if isinstance(config, GatewayConfig):
         return config
     source = "gateway configuration"
+    is_yaml = False
     if isinstance(config, (str, os.PathLike)):
         path = Path(config)
         source = f"gateway configuration {str(path)!r}"
@@ -205,11 +286,14 @@ def load_gateway_config(config):
                 f"{exc.start}); write it as a UTF-8 YAML or JSON file."
             ) from None
         if path.suffix.lower() in (".yaml", ".yml"):
+            is_yaml = True
             yaml = require("yaml")
             try:
                 config = yaml.load(text, Loader=_unique_key_loader(yaml))
             except yaml.YAMLError as exc:
                 raise ValueError(f"{source} is not valid YAML: {exc}") from None
+            except _KeyNotText as exc:
+                raise ValueError(f"Invalid {source}: {exc}") from None
         else:
             try:
                 config = json.loads(text, object_pairs_hook=_unique_keys)
@@ -226,4 +310,6 @@ def load_gateway_config(config):
     try:
         return GatewayConfig.model_validate(config)
     except ValidationError as exc:
-        raise ValueError(f"Invalid {source}: {format_validation_error(exc)}") from None
+        raise ValueError(
+            f"Invalid {source}: {format_validation_error(exc, yaml=is_yaml)}"
+        ) from None

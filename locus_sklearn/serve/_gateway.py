@@ -10,6 +10,14 @@ model's capability-based fallback order (nearest model embeddings first),
 each model at most once, within ``fallback.max_attempts`` attempts and
 ``fallback.deadline`` seconds. Other 4xx answers are the client's problem and
 pass through unchanged. A stream that has begun is not retried.
+
+A backend's ``timeout`` bounds each attempt as a whole, from sending the
+request to the end of a non-streamed answer (a backend that sends its
+headers at once and then its body slowly is abandoned at the timeout too),
+or to the first chunk of a streamed one; the deadline bounds every attempt
+likewise. A stream that has begun is relayed to its end, each later chunk
+within ``timeout`` of the one before (a stalled stream is cut, not ended
+as if complete).
 """
 
 import asyncio
@@ -194,6 +202,25 @@ def add_gateway_endpoints(app, service):
         return await _forward(service, payload, order, routed, stream=body.stream)
 
 
+async def _attempt(client, request, stream):
+    """Send ``request``; the response and its content: the whole body, or
+    for a streamed 200 the first chunk and an iterator of the rest (None for
+    a retryable status). Awaited under the attempt's time bound, so a slow
+    body is bounded like a slow connection."""
+    response = await client.send(request, stream=True)
+    try:
+        if response.status_code in RETRYABLE_STATUS:
+            return response, None
+        if stream and response.status_code == 200:
+            chunks = response.aiter_bytes()
+            return response, (await anext(chunks, b""), chunks)
+        return response, await response.aread()
+    except BaseException:
+        # Timed out (cancelled) or failed part-way: free the connection.
+        await response.aclose()
+        raise
+
+
 async def _forward(service, payload, order, routed, *, stream):
     config = service.gateway
     client = service.client
@@ -219,18 +246,30 @@ async def _forward(service, payload, order, routed, *, stream):
             timeout=httpx.Timeout(timeout),
         )
         try:
-            # The deadline also bounds a backend that accepts the connection
-            # and then stalls before its headers.
-            response = await asyncio.wait_for(
-                client.send(request, stream=True), timeout=remaining
+            # httpx's timeout bounds each read alone; this bounds the attempt
+            # whole: a backend that stalls before its headers, or sends them
+            # and then its body slowly, is left at its timeout.
+            response, content = await asyncio.wait_for(
+                _attempt(client, request, stream), timeout=timeout
+            )
+        except httpx.PoolTimeout:
+            # No free connection: the gateway's own overload, not a failure
+            # of this backend, so no fallback attempt is spent on it.
+            return error_response(
+                503,
+                "The gateway is overloaded: no connection to a backend was free "
+                f"within {timeout:g} seconds; retry later.",
+                kind="server_error",
+                routed_model=routed,
             )
         except (httpx.TimeoutException, asyncio.TimeoutError):
             attempts.append({"model": model, "error": "timeout"})
             continue
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:
+            # A connection refused or cut, or a body that does not decode.
             attempts.append({"model": model, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        if response.status_code in RETRYABLE_STATUS:
+        if content is None:
             await response.aclose()
             attempts.append({"model": model, "error": f"HTTP {response.status_code}"})
             continue
@@ -239,21 +278,13 @@ async def _forward(service, payload, order, routed, *, stream):
             "x-locus-routed-model": routed,
             "x-locus-attempts": str(len(attempts) + 1),
         }
-        if stream and response.status_code == 200:
+        if isinstance(content, tuple):
             return StreamingResponse(
-                _relay(response),
+                _relay(response, *content),
                 status_code=200,
                 media_type=response.headers.get("content-type", "text/event-stream"),
                 headers=locus_headers,
             )
-        try:
-            content = await asyncio.wait_for(
-                response.aread(), timeout=max(deadline - loop.time(), 0.001)
-            )
-        except (httpx.HTTPError, asyncio.TimeoutError) as exc:
-            await response.aclose()
-            attempts.append({"model": model, "error": f"{type(exc).__name__}"})
-            continue
         try:
             # Strictly: a NaN or 1e400 in the answer (say a usage cost) could
             # not be passed on as JSON; such an answer is a failed attempt.
@@ -293,12 +324,16 @@ async def _forward(service, payload, order, routed, *, stream):
     )
 
 
-async def _relay(response):
+async def _relay(response, first, chunks):
     """Pass the backend's stream through chunk by chunk, decoded: a backend
     that compressed it (``content-encoding: gzip``) is decompressed here, as
-    the relayed answer carries no content-encoding of its own."""
+    the relayed answer carries no content-encoding of its own. ``first`` is
+    the chunk the attempt waited for, ``chunks`` the rest of
+    ``response.aiter_bytes()``."""
     try:
-        async for chunk in response.aiter_bytes():
+        if first:
+            yield first
+        async for chunk in chunks:
             yield chunk
     finally:
         await response.aclose()

@@ -73,8 +73,10 @@ def _check_gateway(router, gateway, path):
     """The gateway configuration must fit the router, or nothing is served.
 
     A backend of a model the pool lacks would never be called (a typo in the
-    file), and a default cost weight the router has no costs for would fail
-    every request with an error blaming the client.
+    file), a default cost weight the router has no costs for would fail
+    every request with an error blaming the client, and a key variable that
+    is not set would send every request without its key (the backend's 401
+    reaching the client as if its own key were wrong).
     """
     from .._evals import _preview
 
@@ -90,6 +92,20 @@ def _check_gateway(router, gateway, path):
             f"The gateway configuration has backends for {len(missing)} model(s) "
             f"that are not in the pool of {str(path)!r}: {_preview(missing)}; "
             f"its models are {_preview(list(router.classes_))}."
+        )
+    unset = {}  # variable -> the backends that read their key from it
+    for name, backend in gateway.backends.items():
+        if backend.api_key_env and not os.environ.get(backend.api_key_env):
+            unset.setdefault(backend.api_key_env, []).append(name)
+    if unset:
+        listed = "; ".join(
+            f"{variable} (api_key_env of backend(s) {_preview(names)})"
+            for variable, names in unset.items()
+        )
+        raise ValueError(
+            "The gateway configuration names key variable(s) that are not set "
+            f"(or are empty): {listed}; set them, or remove api_key_env from a "
+            "backend that takes no key."
         )
     weight = gateway.cost_weight
     if weight is not None and weight > 0:
@@ -120,7 +136,8 @@ class RouterHolder:
         Passed to :meth:`LocusRouter.load`; a mapping of precomputed
         encodings is added to those saved in the file (its vectors win).
     gateway : GatewayConfig or None
-        Every backend must name a model of the router's pool, and a default
+        Every backend must name a model of the router's pool, each
+        ``api_key_env`` a variable that is set, and a default
         ``cost_weight`` > 0 needs a router with costs.
     encoder_backend : {"torch", "onnx"}, default="torch"
         The ``backend`` of each loaded router's query encoder
