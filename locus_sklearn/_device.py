@@ -53,15 +53,34 @@ def resolve_device(device, *, name="device"):
             f"{name}={device!r}: meta tensors hold no data, so nothing could be "
             "computed there; use 'cpu', 'cuda', 'cuda:N' or None."
         )
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"{name}={device!r} needs CUDA, but this torch "
-            f"({torch.__version__}) has no usable CUDA device; use device='cpu' "
-            "or None, or install a CUDA build of torch."
-        )
-    if resolved.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(
-            f"{name}={device!r} needs Apple's MPS backend, which is not available "
-            "here; use device='cpu' or None."
-        )
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"{name}={device!r} needs CUDA, but this torch "
+                f"({torch.__version__}) has no usable CUDA device; use device='cpu' "
+                "or None, or install a CUDA build of torch."
+            )
+        n_gpus = torch.cuda.device_count()
+        if resolved.index is not None and resolved.index >= n_gpus:
+            raise ValueError(
+                f"{name}={device!r}: this machine has {n_gpus} CUDA device(s), "
+                f"cuda:0 to cuda:{n_gpus - 1}."
+            )
+    elif resolved.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(
+                f"{name}={device!r} needs Apple's MPS backend, which is not "
+                "available here; use device='cpu' or None."
+            )
+    elif resolved.type != "cpu":
+        # Other backends (xpu, hpu, ...) fail deep inside torch, each its own
+        # way (an AssertionError, a missing module): try one empty tensor.
+        try:
+            torch.empty(0, device=resolved)
+        except Exception as exc:  # noqa: BLE001 - any failure means unusable
+            raise ValueError(
+                f"{name}={device!r} is not usable with this torch "
+                f"({type(exc).__name__}: {exc}); use 'cpu', 'cuda', 'cuda:N' or "
+                "None."
+            ) from None
     return str(resolved)

@@ -21,6 +21,7 @@ and that pass is most of a served text query's latency.
 
 import io
 import logging
+import re
 import warnings
 
 import numpy as np
@@ -45,7 +46,29 @@ def import_onnxruntime():
         raise ImportError(
             f"backend='onnx' needs ONNX Runtime and the ONNX exporter: {INSTALL_HINT}."
         ) from exc
+    # The export writes ONNX IR version 10 (ONNX Runtime reads it from 1.18)
+    # through torch.onnx.export(dynamo=True, dynamic_shapes=...), torch 2.5's:
+    # older ones failed at the first transform, with their own errors.
+    too_old = [
+        f"{name} {version}"
+        for name, version, floor in (
+            ("onnxruntime", onnxruntime.__version__, (1, 18)),
+            ("torch", torch.__version__, (2, 5)),
+        )
+        if _release(version) < floor
+    ]
+    if too_old:
+        raise ImportError(
+            f"backend='onnx' needs onnxruntime >= 1.18 and torch >= 2.5; this "
+            f"environment has {', '.join(too_old)}: {INSTALL_HINT}."
+        )
     return onnxruntime
+
+
+def _release(version):
+    """The (major, minor) of a version string such as "2.13.0+cpu"."""
+    parts = re.findall(r"\d+", str(version))[:2]
+    return tuple(int(p) for p in parts) + (0,) * (2 - len(parts))
 
 
 def _fused_for_onnxruntime(graph, feed):

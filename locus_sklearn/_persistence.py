@@ -450,13 +450,17 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     """A fitted ``cls`` (LocusEmbedder) from checked metadata and tensors."""
     params = dict(metadata["params"])
     params["enc_size"] = tuple(params["enc_size"])
+    given = device
     device = resolve_device(device)
     embedder = cls(
         encoder_from_spec(metadata["encoder"], tensors, encoder),
         device=device,
         **params,
     )
-    embedder.encoder_ = as_query_encoder(embedder.encoder, device=device)
+    # The device asked for, not the one resolved: with none asked, an encoder
+    # switched to the ONNX backend (CPU only) after loading is not pinned to
+    # the GPU the network went to.
+    embedder.encoder_ = as_query_encoder(embedder.encoder, device=given)
     # A mapping's dimension is known without encoding anything: a wrong one
     # given as encoder= is refused here, not at the first prediction.
     n_features = getattr(embedder.encoder_, "n_features_out_", None)

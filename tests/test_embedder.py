@@ -392,6 +392,31 @@ def test_training_only_params_may_change_after_fit(router, pool, fitted_copy, tm
 
 
 # ---------------------------------------------------------------- devices
+@pytest.mark.parametrize("device", ["xpu", "hpu", "lazy"])
+def test_devices_of_other_backends_are_checked_by_name(device):
+    # Passed as valid, then failed inside torch (AssertionError "not compiled
+    # with XPU", a missing torch.hpu module) with no word of device=.
+    from locus_sklearn._device import resolve_device
+
+    try:
+        torch.empty(0, device=device)
+    except Exception:  # noqa: BLE001 - the backend is not usable here
+        with pytest.raises(ValueError, match=f"device='{device}' is not usable"):
+            resolve_device(device)
+    else:
+        pytest.skip(f"this torch can use {device}")
+
+
+def test_a_cuda_index_past_the_machines_gpus_is_refused(monkeypatch):
+    from locus_sklearn._device import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == "cuda:0"
+    with pytest.raises(ValueError, match=r"has 1 CUDA device\(s\), cuda:0 to cuda:0"):
+        resolve_device("cuda:3")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a CPU-only torch")
 def test_unusable_device_fails_before_the_encoder_is_built(pool, monkeypatch):
     """device='cuda' with the default encoder failed inside the model's

@@ -791,6 +791,22 @@ def test_onnx_backend_names_the_extra_when_missing(monkeypatch, missing):
         QueryEncoder(backend="onnx").fit()
 
 
+@pytest.mark.parametrize(
+    "module, version, named",
+    [("onnxruntime", "1.17.1", "onnxruntime 1.17.1"), ("torch", "2.4.1+cpu", "torch")],
+)
+def test_onnx_backend_names_versions_too_old(monkeypatch, module, version, named):
+    # onnxruntime 1.17 cannot read the exported IR version 10, and torch 2.4's
+    # export has no dynamic_shapes: each failed at the first transform.
+    pytest.importorskip("onnxruntime")
+    imported = pytest.importorskip(module)
+    monkeypatch.setattr(imported, "__version__", version)
+    with pytest.raises(
+        ImportError, match=f"onnxruntime >= 1.18 and torch >= 2.5.*{named}"
+    ):
+        QueryEncoder(backend="onnx").fit()
+
+
 def test_backend_value_is_validated():
     from sklearn.utils._param_validation import InvalidParameterError
 

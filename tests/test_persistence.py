@@ -338,6 +338,19 @@ def test_load_refuses_the_meta_device(tmp_path, tiny_embedder, pool):
         LocusRouter.load(tmp_path / "other.safetensors")
 
 
+def test_load_gives_the_encoder_the_device_asked_for(tmp_path, tiny_embedder, pool):
+    # The encoder took the resolved device: on a CUDA machine load(device=None)
+    # pinned it to "cuda", and switching it to the ONNX backend (CPU only),
+    # as locus serve --encoder-backend onnx does, was refused.
+    from locus_sklearn import QueryEncoder
+
+    path = tmp_path / "r.safetensors"
+    router = LocusRouter(tiny_embedder(QueryEncoder(pool.encodings), max_epochs=1))
+    router.fit(pool.evals).save(path)
+    assert LocusRouter.load(path).encoder_.device is None
+    assert LocusRouter.load(path, device="cpu").encoder_.device == "cpu"
+
+
 def test_a_loaded_routers_parameter_is_not_its_fitted_embedder(
     router, tmp_path, query_texts
 ):

@@ -772,6 +772,32 @@ def test_litellm_export(routers, backends, tmp_path, router_path, capsys):
     assert yaml.safe_load(capsys.readouterr().out) == config
 
 
+def test_litellm_export_keys_urls_and_fallback_counts(routers, backends):
+    # A keyless backend got no api_key: LiteLLM then sends it OPENAI_API_KEY.
+    # A base_url query string went into api_base, where the request path is
+    # appended after it. n_fallbacks refused NumPy ints.
+    router = routers[0]
+    first, second = router.classes_[:2]
+    gateway = {
+        "backends": {
+            first: {"base_url": backends.url(first)},
+            second: {"base_url": backends.url(second), "api_key_env": "LOCUS_TEST_KEY"},
+        }
+    }
+    config = litellm_config(router, gateway, n_fallbacks=np.int64(1))
+    keys = [m["litellm_params"]["api_key"] for m in config["model_list"]]
+    assert keys == ["no-key", "os.environ/LOCUS_TEST_KEY"]
+    assert config["router_settings"]["fallbacks"] == [
+        {first: [second]},
+        {second: [first]},
+    ]
+    with pytest.raises(TypeError, match="n_fallbacks must be an int"):
+        litellm_config(router, gateway, n_fallbacks=1.0)
+    azure = {"backends": {first: {"base_url": "https://h.test/x?api-version=1"}}}
+    with pytest.raises(ValueError, match="with a query string, which a LiteLLM"):
+        litellm_config(router, azure)
+
+
 def test_calibrate_command(tmp_path, router_path, routers, pool, capsys):
     router = routers[0]
     evals = pool.evals[

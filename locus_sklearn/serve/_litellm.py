@@ -1,5 +1,8 @@
 """Export the capability-based fallback order as a LiteLLM router configuration."""
 
+from numbers import Integral
+from urllib.parse import urlsplit
+
 from .._evals import _preview
 
 __all__ = ["litellm_config"]
@@ -10,7 +13,9 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
 
     Each pool model with a backend in ``gateway`` becomes a LiteLLM model
     (an ``openai/`` model at the backend's ``base_url``, its key read from
-    the same environment variable), and falls back to the other such models
+    the same environment variable; a backend without ``api_key_env`` gets the
+    placeholder key ``"no-key"``, as LiteLLM would otherwise send it
+    ``OPENAI_API_KEY``), and falls back to the other such models
     in their fallback order (nearest model embeddings first, see
     :func:`~locus_sklearn.inspection.fallback_order`), the order
     ``locus serve``'s gateway uses. Write it with ``yaml.safe_dump`` and pass
@@ -65,23 +70,38 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
         )
     if n_fallbacks is None:
         n_fallbacks = gateway.fallback.max_attempts - 1
-    if (
-        isinstance(n_fallbacks, bool)
-        or not isinstance(n_fallbacks, int)
-        or (n_fallbacks < 0)
-    ):
+    if isinstance(n_fallbacks, bool) or not isinstance(n_fallbacks, Integral):
+        raise TypeError(
+            f"n_fallbacks must be an int >= 0; got {n_fallbacks!r} "
+            f"({type(n_fallbacks).__name__})."
+        )
+    if n_fallbacks < 0:
         raise ValueError(f"n_fallbacks must be an int >= 0; got {n_fallbacks!r}.")
+    n_fallbacks = int(n_fallbacks)
     served = [m for m in pool if m in gateway.backends]
     model_list = []
     for name in served:
         backend = gateway.backends[name]
+        if urlsplit(str(backend.base_url)).query:
+            # LiteLLM's api_base is a prefix: the OpenAI client appends
+            # /chat/completions to it, after the query string.
+            raise ValueError(
+                f"The backend of {name!r} has base_url={str(backend.base_url)!r}, "
+                "with a query string, which a LiteLLM api_base cannot carry (the "
+                "request path would be appended after it). Configure that "
+                "deployment in LiteLLM by hand (e.g. its azure/ provider with "
+                "api_version), or give the gateway a base_url without a query."
+            )
         params = {
             "model": f"openai/{gateway.backend_model(name)}",
             "api_base": str(backend.base_url).rstrip("/"),
             "timeout": backend.timeout,
         }
-        if backend.api_key_env:
-            params["api_key"] = f"os.environ/{backend.api_key_env}"
+        # Without a key of its own, LiteLLM's openai/ provider would send the
+        # OPENAI_API_KEY of its environment to this backend.
+        params["api_key"] = (
+            f"os.environ/{backend.api_key_env}" if backend.api_key_env else "no-key"
+        )
         model_list.append({"model_name": name, "litellm_params": params})
     fallbacks = []
     if len(pool) > 1:

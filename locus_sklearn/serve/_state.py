@@ -184,7 +184,12 @@ class RouterHolder:
             raise ValueError(f"{str(self.path)!r} holds an empty pool.")
         if self._encoder_backend != router.encoder_.backend:
             # A deployment choice, not saved in the file (like the device).
-            router.encoder_.set_params(backend=self._encoder_backend).fit()
+            # ONNX Runtime encodes on the CPU whatever device the network
+            # (--device) runs on.
+            backend = {"backend": self._encoder_backend}
+            if self._encoder_backend == "onnx":
+                backend["device"] = "cpu"
+            router.encoder_.set_params(**backend).fit()
         if self._gateway is not None:
             _check_gateway(router, self._gateway, self.path)
         self._check_predicts(router)
