@@ -25,6 +25,7 @@ from sklearn.utils.validation import validate_data
 
 from ._params import NoBoolNumbersMixin
 from ._selectors import _check_n_select, _sum_slack
+from ._warnings import warn_external
 
 __all__ = ["ExpectedAccuracySelector"]
 
@@ -138,4 +139,21 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
         )
         self.objective_ = float(self.objective_path_[-1])
         self.full_objective_ = float(X.max(axis=0).mean())
+        # A step that raises F by no more than rounding picked a tie, in row
+        # order: P with one value per model (a router at shrinkage 1 predicts
+        # each model's mean score) leaves every step after the first so.
+        tolerance = _sum_slack(X.shape[1]) * np.abs(X).max(axis=0).mean()
+        idle = np.flatnonzero(np.diff(self.objective_path_) <= tolerance)
+        if len(idle):
+            first = int(idle[0]) + 2
+            warn_external(
+                f"Selecting model {first} of n_select={self.n_select} and after it "
+                f"raised the expected accuracy by nothing (F stays "
+                f"{self.objective_path_[first - 2]:.4f}): those are ties, taken in "
+                "row order. If X holds one value per model on every query (a "
+                "LocusRouter at shrinkage_ 1 predicts each model's mean score), "
+                "take X from a router with shrinkage=None; else a smaller "
+                "n_select keeps the same F.",
+                UserWarning,
+            )
         return self

@@ -7,11 +7,12 @@ evaluations (``score``).
 """
 
 from collections import Counter
+from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.validation import check_is_fitted
 
 from ._encoders import (
@@ -146,6 +147,25 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         "cost_weight": [Interval(Real, 0, None, closed="left")],
     }
     _uses_query_encodings = True
+
+    def _validate_params(self):
+        # A mapping where a number belongs is most likely the query encodings
+        # passed first (LocusEmbedder takes them first; KNNRouter takes k):
+        # scikit-learn's message would print every vector of it.
+        params = self.get_params(deep=False)
+        for name, constraints in self._parameter_constraints.items():
+            value = params.get(name)
+            if isinstance(value, Mapping) and isinstance(constraints, list):
+                if not any(c in (dict, Mapping) for c in constraints):
+                    hint = ""
+                    if "encoder" in self._parameter_constraints:
+                        hint = " If they are query encodings, pass them as encoder=."
+                    raise InvalidParameterError(
+                        f"The {name!r} parameter of {type(self).__name__} got a "
+                        f"mapping of {len(value)} entries, which is none of its "
+                        f"valid values.{hint}"
+                    )
+        super()._validate_params()
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

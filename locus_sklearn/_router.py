@@ -14,6 +14,7 @@ from ._embedder import LocusEmbedder
 from ._evals import _preview, check_evals, check_model_costs
 from ._persistence import load_router, save_router
 from ._shrinkage import SHRINKAGE_GRID, choose_shrinkage, mean_scores, shrink
+from ._warnings import warn_external
 
 __all__ = ["LocusRouter"]
 
@@ -334,7 +335,42 @@ class LocusRouter(BaseRouter):
         self.model_costs_ = model_costs
         self.classes_ = classes
         self.pool_evals_ = pool_evals
+        self._warn_new_leader(table, old_at, new_at)
         return self
+
+    def _warn_new_leader(self, table, old_at, new_at):
+        """Warn where, at shrinkage 1, an added model's mean score over the
+        rows it was added from tops every other model's: routing then sends it
+        every query on that mean alone, read on other queries than the pool's
+        means."""
+        if self.shrinkage_ != 1:
+            # Below 1 the embedding's P(correct) still takes part in the blend.
+            return
+        means = self.model_mean_scores_
+        others = np.ones(len(means), dtype=bool)
+        others[new_at] = False
+        if not others.any():
+            return
+        leader = int(np.flatnonzero(others)[np.argmax(means[others])])
+        counts = np.diff(table.indptr)
+        over = [
+            (name, means[at], n)
+            for name, at, n in zip(table.models, new_at, counts, strict=True)
+            if means[at] > means[leader]
+        ]
+        if not over:
+            return
+        name, mean, n = max(over, key=lambda item: item[1])
+        warn_external(
+            f"{name!r} now has the pool's highest mean score, {mean:.3f} over the "
+            f"{n} evaluation(s) it was added from (the best before: "
+            f"{self.classes_[leader]!r}, {means[leader]:.3f}). With shrinkage_=1, "
+            "routing sends it every query (cost aside) on that mean alone, taken "
+            "on other queries than the pool's means: add it from "
+            "evaluations spread over the pool's tasks, or route with "
+            "shrinkage=None (the plain router) to judge it by its embedding.",
+            UserWarning,
+        )
 
     def _merged_pool_evals(self, keep, table=None, X_table=None):
         """The new ``pool_evals_``: the kept evaluations, of the old models in

@@ -531,3 +531,18 @@ def test_net_router_divergence_is_an_error(name):
     # A diverged fit predicted NaN and routed everything to the first model.
     with pytest.raises(FloatingPointError, match=r"Router training diverged.*lr"):
         make_router(name, lr=1e30).fit(POOL)
+
+
+def test_encodings_passed_where_a_number_belongs_are_named_briefly():
+    # KNNRouter(encodings) (LocusEmbedder takes them first) printed every
+    # vector of the mapping in scikit-learn's message (2.3 MB on a real pool).
+    encodings = {f"q{i}": [float(i), 1.0] for i in range(500)}
+    for router, name in (
+        (KNNRouter(encodings), "k"),
+        (KMeansRouter(encodings), "n_clusters"),
+    ):
+        with pytest.raises(InvalidParameterError) as error:
+            router.fit(HAND_EVALS)
+        message = str(error.value)
+        assert f"'{name}' parameter" in message and "mapping of 500 entries" in message
+        assert "pass them as encoder=" in message and len(message) < 300

@@ -746,6 +746,10 @@ def test_reader_closing_the_pipe(workdir):
     assert err == "", err  # no traceback, no "error: Broken pipe"
 
 
+# The tiny router's P may saturate within the portfolio (warned, as it should).
+@pytest.mark.filterwarnings(
+    "ignore:Selecting model .* raised the expected accuracy by nothing:UserWarning"
+)
 def test_portfolio_for_expected_routing_accuracy(workdir, cli):
     from locus_sklearn import ExpectedAccuracySelector, LocusRouter
 

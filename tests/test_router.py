@@ -550,3 +550,31 @@ def test_fit_warns_once_of_models_embedded_from_few_evaluations(tiny_embedder):
     frozen = LocusRouter(FrozenEstimator(router.embedder_), shrinkage=None)
     assert len(_few_evaluations_warnings(frozen.fit, small.evals)) == 1
     assert len(_few_evaluations_warnings(router.embed, small.evals)) == 1
+
+
+def test_add_models_warns_where_an_added_mean_tops_the_pool(router, pool):
+    # At shrinkage 1 the mean of an added model's rows alone decides routing:
+    # 128 rows of an easy category took every query on BFCL, silently.
+    import copy
+
+    r = copy.deepcopy(router)
+    r.shrinkage_ = 1.0
+    best = r.classes_[np.argmax(r.model_mean_scores_)]
+    lucky = pool.evals[pool.evals["model"] == best].assign(model="lucky", score=1.0)
+    with pytest.warns(UserWarning, match=r"'lucky' now has the pool's highest mean"):
+        r.add_models(lucky.iloc[:64])
+    assert (r.predict(pool.queries["query"][:10].tolist()) == "lucky").all()
+    weak = lucky.assign(model="weak", score=0.0).iloc[:64]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # below the best: no warning
+        r.add_models(weak)
+    blended = copy.deepcopy(router)
+    blended.shrinkage_ = 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # below 1 the embedding takes part
+        blended.add_models(lucky.iloc[:64])
+    plain = copy.deepcopy(router)
+    plain.shrinkage_ = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no shrinkage: the mean routes nothing
+        plain.add_models(lucky.iloc[:64])

@@ -1,6 +1,7 @@
 """Routing accuracy of portfolios chosen from the embeddings, against random ones."""
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -12,6 +13,9 @@ from .._evals import check_evals, check_model_costs
 from .._selectors import KMedoidsSelector
 from ..metrics import route
 from ._common import check_models_in_pool, router_embeddings, router_utility
+
+# ExpectedAccuracySelector's warning that a step added nothing (a tie).
+_TIED_SELECTION = "Selecting model .* raised the expected accuracy by nothing"
 
 __all__ = ["portfolio_curve"]
 
@@ -201,10 +205,14 @@ def portfolio_curve(
     records = []
     for value in values:
         fitted = clone(selector).set_params(**{parameter: value})
-        if parameter == "budget":
-            fitted.fit(Z, costs=costs)
-        else:
-            fitted.fit(Z)
+        with warnings.catch_warnings():
+            # A curve runs past the size where selections stop gaining: that
+            # flat end is what it shows, not a mistake to warn of per size.
+            warnings.filterwarnings("ignore", message=_TIED_SELECTION)
+            if parameter == "budget":
+                fitted.fit(Z, costs=costs)
+            else:
+                fitted.fit(Z)
         portfolio = fitted.selected_indices_
         score, n_queries = accuracy(portfolio)
         if parameter == "budget":
