@@ -363,6 +363,28 @@ def _check_score_column(values, name):
     return score
 
 
+def tasks_by_query(query_index, task, queries, name):
+    """The task of each of ``queries``, from rows of query ``query_index``
+    (codes into ``queries``) and ``task``; a query given two tasks is a
+    ValueError naming ``name``.
+
+    Returns
+    -------
+    query_task : ndarray of object, shape (len(queries),)
+    """
+    per_query = pd.Series(task).groupby(query_index).unique()
+    conflicting = per_query[per_query.map(len) > 1]
+    if len(conflicting):
+        examples = [queries[i] for i in conflicting.index[:3]]
+        raise ValueError(
+            f"{name}['task'] gives {len(conflicting)} quer(y/ies) more than one "
+            f"task (e.g. {_preview(examples)}); each query belongs to one task."
+        )
+    query_task = np.empty(len(queries), dtype=object)
+    query_task[per_query.index.to_numpy()] = [t[0] for t in per_query]
+    return query_task
+
+
 def check_evals(evals, *, name="evals"):
     """Validate a long-format evaluation table and convert it to index arrays.
 
@@ -425,16 +447,7 @@ def check_evals(evals, *, name="evals"):
     query_task = None
     if "task" in frame.columns:
         task = _check_string_column(frame["task"].to_numpy(dtype=object), name, "task")
-        per_query = pd.Series(task).groupby(query_index).unique()
-        conflicting = per_query[per_query.map(len) > 1]
-        if len(conflicting):
-            examples = [queries[i] for i in conflicting.index[:3]]
-            raise ValueError(
-                f"{name}['task'] gives {len(conflicting)} quer(y/ies) more than one "
-                f"task (e.g. {_preview(examples)}); each query belongs to one task."
-            )
-        query_task = np.empty(len(queries), dtype=object)
-        query_task[per_query.index.to_numpy()] = [t[0] for t in per_query]
+        query_task = tasks_by_query(query_index, task, queries, name)
 
     # Average duplicate (model, query) rows; sort by (model, query).
     key = model_index.astype(np.int64) * len(queries) + query_index

@@ -142,11 +142,11 @@ def write_file(path, metadata, tensors, *, too_large_advice=""):
     write_bytes(path, data)
 
 
-def _check_path(path):
+def _check_path(path, naming="the file to write"):
     """Refuse a ``path`` that does not name a file (a file object, bytes)."""
     if not isinstance(path, str | os.PathLike):
         raise TypeError(
-            f"path must be a str or path-like naming the file to write; got "
+            f"path must be a str or path-like naming {naming}; got "
             f"{path!r:.80} of type {type(path).__name__}."
         )
 
@@ -246,10 +246,7 @@ def read_file(path, kind):
         first, so that a corrupt field is named, and refuses a file that is
         not intact last.
     """
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(
-            f"path must be a str or path-like naming a saved file; got {path!r}."
-        )
+    _check_path(path, naming="a saved file")
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(

@@ -21,11 +21,11 @@ and that pass is most of a served text query's latency.
 
 import io
 import logging
-import re
 import warnings
 
 import numpy as np
 import torch
+from torch.torch_version import TorchVersion
 
 from ._length_batches import encode_in_length_batches
 from ._warnings import warn_external
@@ -49,13 +49,14 @@ def import_onnxruntime():
     # The export writes ONNX IR version 10 (ONNX Runtime reads it from 1.18)
     # through torch.onnx.export(dynamo=True, dynamic_shapes=...), torch 2.5's:
     # older ones failed at the first transform, with their own errors.
+    # TorchVersion compares any version string as _has_fused_adamw does.
     too_old = [
         f"{name} {version}"
         for name, version, floor in (
-            ("onnxruntime", onnxruntime.__version__, (1, 18)),
-            ("torch", torch.__version__, (2, 5)),
+            ("onnxruntime", onnxruntime.__version__, "1.18"),
+            ("torch", torch.__version__, "2.5"),
         )
-        if _release(version) < floor
+        if TorchVersion(version) < floor
     ]
     if too_old:
         raise ImportError(
@@ -63,12 +64,6 @@ def import_onnxruntime():
             f"environment has {', '.join(too_old)}: {INSTALL_HINT}."
         )
     return onnxruntime
-
-
-def _release(version):
-    """The (major, minor) of a version string such as "2.13.0+cpu"."""
-    parts = re.findall(r"\d+", str(version))[:2]
-    return tuple(int(p) for p in parts) + (0,) * (2 - len(parts))
 
 
 def _fused_for_onnxruntime(graph, feed):

@@ -50,6 +50,7 @@ __all__ = [
     "evaluation_sets",
     "FixedEpisodes",
     "gather_queries",
+    "held_out_rows",
     "fit_network",
     "LocusNet",
     "predict_proba",
@@ -89,12 +90,21 @@ def split_rows_by_query(table, validation_fraction, rng):
     n_valid = _n_held_out(validation_fraction, table.n_queries)
     held_out = np.zeros(table.n_queries, dtype=bool)
     held_out[rng.choice(table.n_queries, size=n_valid, replace=False)] = True
+    return held_out_rows(table, held_out, min_train_rows=2)
+
+
+def held_out_rows(table, held_out, min_train_rows):
+    """The rows of the held-out queries (``held_out``: bool per query), but
+    for a model they would leave fewer than ``min_train_rows`` training rows:
+    its held-out rows stay in training.
+
+    Returns
+    -------
+    is_valid : ndarray of bool, shape (n_rows,)
+    """
     is_valid = held_out[table.query_index]
-    indptr = table.indptr
-    for m in range(table.n_models):
-        rows = slice(indptr[m], indptr[m + 1])
-        if (~is_valid[rows]).sum() < 2:
-            is_valid[rows] = False
+    trained = np.bincount(table.model_index[~is_valid], minlength=table.n_models)
+    is_valid[trained[table.model_index] < min_train_rows] = False
     return is_valid
 
 

@@ -336,22 +336,29 @@ def read_queries(arguments, file=None):
 
 
 def _stdin_lines():
-    """The lines of stdin, read as UTF-8 text as files are (a byte-order mark
-    at the start is not part of the first query). A stream without bytes (a
-    test's StringIO) is read as it is."""
+    """The lines of stdin, read as files are (:func:`_utf8_lines`). A stream
+    without bytes (a test's StringIO) is read as it is."""
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None:
-        text = sys.stdin.read()
-    else:
-        data = buffer.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(
-                f"stdin ('-') is not UTF-8 text: byte {data[exc.start]:#04x} at "
-                f"position {exc.start} ({exc.reason}); send UTF-8."
-            ) from None
-    # Lines as text-mode stdin splits them (universal newlines), no more.
+        return _text_lines(sys.stdin.read())
+    return _utf8_lines(buffer.read(), "stdin ('-')", "send UTF-8")
+
+
+def _utf8_lines(data, what, fix):
+    """The lines of ``data`` (bytes) as UTF-8 text; a ValueError naming
+    ``what`` and saying ``fix`` where it is not UTF-8."""
+    try:
+        return _text_lines(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{what} is not UTF-8 text: byte {data[exc.start]:#04x} at position "
+            f"{exc.start} ({exc.reason}); {fix}."
+        ) from None
+
+
+def _text_lines(text):
+    """Lines as a text-mode file splits them (universal newlines), without
+    their ends; a byte-order mark (some editors write one) is not text."""
     lines = io.StringIO(text.removeprefix("\ufeff"), newline=None)
     return [line.rstrip("\r\n") for line in lines]
 
@@ -365,21 +372,15 @@ def read_lines(path, what):
     ``what`` and the file.
     """
     try:
-        # utf-8-sig: a byte-order mark (some editors write one) is not text.
-        with open(path, encoding="utf-8-sig") as handle:
-            return [line.rstrip("\r\n") for line in handle]
+        with open(path, "rb") as handle:
+            data = handle.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {str(path)!r}: no such file.") from None
     except IsADirectoryError:
         raise IsADirectoryError(
             f"{what} {str(path)!r} is a folder, not a file."
         ) from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"{what} {str(path)!r} is not UTF-8 text: byte "
-            f"{exc.object[exc.start]:#04x} at position {exc.start} ({exc.reason}); "
-            "save it as UTF-8."
-        ) from None
+    return _utf8_lines(data, f"{what} {str(path)!r}", "save it as UTF-8")
 
 
 # ----------------------------------------------------------------------- costs

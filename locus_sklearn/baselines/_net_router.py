@@ -19,7 +19,12 @@ from torch import nn
 
 from .._base import BaseRouter
 from .._device import resolve_device
-from .._training import DivergenceCheck, progress_params, seeded_rng
+from .._training import (
+    DivergenceCheck,
+    held_out_rows,
+    progress_params,
+    seeded_rng,
+)
 from .._warnings import warn_external
 
 # Query batch size of predict_proba; bounds memory at (chunk, n_models) floats.
@@ -93,10 +98,7 @@ def _split_by_query(table, fraction, seed):
     held_out = np.zeros(table.n_queries, dtype=bool)
     rng = np.random.default_rng(seed)
     held_out[rng.choice(table.n_queries, n_valid, replace=False)] = True
-    is_valid = held_out[table.query_index]
-    trained = np.bincount(table.model_index[~is_valid], minlength=table.n_models)
-    is_valid[trained[table.model_index] == 0] = False
-    return is_valid
+    return held_out_rows(table, held_out, min_train_rows=1)
 
 
 class _NetRouter(BaseRouter):

@@ -7,14 +7,13 @@ from types import SimpleNamespace
 
 import joblib
 import numpy as np
-import pandas as pd
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.parallel import Parallel, delayed
 from sklearn.utils.validation import check_is_fitted
 
 from .._base import check_model_subset
 from .._embedder import LocusEmbedder
-from .._evals import _preview, check_evals, check_queries
+from .._evals import _preview, check_evals, check_queries, tasks_by_query
 from ._sources import model_chunks
 
 __all__ = ["predict_chunked", "predict_proba_chunked", "transform_chunked"]
@@ -88,18 +87,10 @@ def _check_tasks_across_chunks(tasks, name="evals"):
     """
     if len(tasks) < 2:
         return
-    queries = np.concatenate([queries for queries, _ in tasks])
-    per_query = pd.Series(np.concatenate([task for _, task in tasks])).groupby(
-        queries, sort=True
+    queries, query_index = np.unique(
+        np.concatenate([queries for queries, _ in tasks]), return_inverse=True
     )
-    n_tasks = per_query.nunique()
-    conflicting = n_tasks.index[n_tasks.to_numpy() > 1]
-    if len(conflicting):
-        examples = list(conflicting[:3])
-        raise ValueError(
-            f"{name}['task'] gives {len(conflicting)} quer(y/ies) more than one "
-            f"task (e.g. {_preview(examples)}); each query belongs to one task."
-        )
+    tasks_by_query(query_index, np.concatenate([t for _, t in tasks]), queries, name)
 
 
 def _locus_embedder(embedder):
