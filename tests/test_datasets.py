@@ -108,6 +108,43 @@ def test_from_wide_errors(kwargs, error, match):
         from_wide(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        # A set iterates in hash order (for str, changed by PYTHONHASHSEED):
+        # which column got which model name was chosen by nobody.
+        (
+            {"models": {"llama", "qwen"}},
+            r"models must be a sequence of str; got a set \[.*\], which has no",
+        ),
+        ({"queries": frozenset({"q1", "q2"})}, r"queries must .*got a frozenset"),
+        ({"tasks": {"math", "law"}}, r"tasks must .*got a set .*no order"),
+        # list() of a mapping gave its keys, where its values may be meant.
+        (
+            {"models": {"col0": "llama", "col1": "qwen"}},
+            r"models must be .*columns; got a dict \['col0', 'col1'\], whose keys",
+        ),
+        ({"queries": {"a": "q1", "b": "q2"}}, r"queries must be .*rows; got a dict"),
+    ],
+)
+def test_from_wide_refuses_sets_and_mappings_of_names(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        from_wide([[1.0, 0.0], [0.0, 1.0]], **kwargs)
+    # A dict's keys keep their insertion order, and tasks may be a mapping.
+    evals = from_wide(
+        [[1.0, 0.0], [0.0, 1.0]],
+        models={"b": 0, "a": 0}.keys(),
+        queries=["q1", "q2"],
+        tasks={"q2": "law", "q1": "math"},
+    )
+    assert evals.to_dict("list") == {
+        "model": ["b", "b", "a", "a"],
+        "query": ["q1", "q2", "q1", "q2"],
+        "score": [1.0, 0.0, 0.0, 1.0],
+        "task": ["math", "law", "math", "law"],
+    }
+
+
 def test_from_wide_reads_a_tasks_series_by_its_index():
     scores = pd.DataFrame({"m": [1.0, 0.0]}, index=["q1", "q2"])
     # In another order than the rows: read by position, q1 would get "law".
@@ -817,6 +854,210 @@ def test_from_lm_eval_malformed_files_name_the_file_and_line(
             from_lm_eval(file, model="m")
         else:
             from_lm_eval(tmp_path)
+
+
+D1, D2 = "2024-06-01T10-00-00.000001", "2024-06-02T10-00-00.000001"
+
+
+def _mc(doc_id, question, acc, **extra):
+    """A multiple-choice record as lm-eval 0.4 writes it."""
+    return {
+        "doc_id": doc_id,
+        "doc": {"question": question, "choices": ["3", "4"], **extra},
+        "arguments": {"gen_args_0": {"arg_0": f"Q: {question}", "arg_1": " 4"}},
+        "filter": "none",
+        "metrics": ["acc", "acc_norm"],
+        "acc": acc,
+        "acc_norm": acc,
+    }
+
+
+def _write_run(folder, date, model_args, tasks, model_name="", stem="results"):
+    """One lm-eval run: its results file and a samples file per task."""
+    os.makedirs(folder, exist_ok=True)
+    results = {"config": {"model": "hf", "model_args": model_args}}
+    results["model_name"] = model_name
+    with open(os.path.join(folder, f"{stem}_{date}.json"), "w") as handle:
+        json.dump(results, handle)
+    for task, records in tasks.items():
+        path = os.path.join(folder, f"samples_{task}_{date}.jsonl")
+        with open(path, "w") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+    return folder
+
+
+def test_from_lm_eval_refuses_one_text_in_two_tasks(tmp_path):
+    """One question in two tasks was announced as one query, scores averaged,
+    then check_evals refused it with an error that did not say why."""
+    tasks = {"arc_easy": [_mc(0, "2+2?", 1.0)], "arc_challenge": [_mc(0, "2+2?", 0.0)]}
+    _write_run(tmp_path, D1, "pretrained=org/m", tasks, model_name="org/m")
+    for query_text in ["prompt", "question"]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # an error, not a warning and an error
+            with pytest.raises(
+                ValueError,
+                match=r"1 text\(s\) .* documents of several tasks \(e\.g\. '(Q: )?"
+                r"2\+2\?' in the tasks \['arc_challenge', 'arc_easy'\], documents "
+                r"\['arc_challenge/0', 'arc_easy/0'\]\).*query_text=None.*unique per "
+                r"task",
+            ):
+                from_lm_eval(tmp_path, query_text=query_text)
+    ids = from_lm_eval(tmp_path, query_text=None)
+    assert ids["query"].tolist() == ["arc_challenge/0", "arc_easy/0"]
+    assert ids["score"].tolist() == [0.0, 1.0]
+
+
+def test_from_lm_eval_runs_of_one_name_that_are_different_models(tmp_path):
+    """Two checkpoints (revision=) of one model were merged under one name,
+    their scores averaged, without a word."""
+    folder = tmp_path / "org__m"
+    _write_run(folder, D1, "pretrained=org/m,revision=step1", {"t": [_mc(0, "a", 0.0)]})
+    _write_run(
+        folder, D2, "pretrained=org/m, revision=step2", {"t": [_mc(0, "a", 1.0)]}
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"model name 'org/m' to runs whose model_args differ .*\(revision: "
+        rf"'step1' in run\(s\) \['{D1}'\], 'step2' in run\(s\) \['{D2}'\]\).*"
+        r"different models.*model=",
+    ):
+        from_lm_eval(folder)
+    # An argument given in one run only differs too: the default may differ.
+    other = tmp_path / "other"
+    _write_run(other, D1, "pretrained=org/m", {"t": [_mc(0, "a", 0.0)]})
+    _write_run(other, D2, "pretrained=org/m,dtype=float16", {"t": [_mc(0, "a", 1.0)]})
+    with pytest.raises(ValueError, match=r"dtype: '\(not given\)' in .*'float16' in"):
+        from_lm_eval(other)
+    # Each run on its own, named by the user.
+    file = folder / f"samples_t_{D1}.jsonl"
+    assert from_lm_eval(file, model="org/m@step1")["score"].tolist() == [0.0]
+    # How a model is run does not change it: one model, rows of both runs.
+    same = tmp_path / "same"
+    args = {"pretrained": "org/m", "load_in_8bit": True, "batch_size": 8}
+    _write_run(same, D1, args, {"t": [_mc(0, "a", 0.0)]})
+    args = "pretrained=org/m,load_in_8bit=true,batch_size=1,device=cuda:1"
+    _write_run(same, D2, args, {"t": [_mc(0, "a", 1.0)]})
+    evals = from_lm_eval(same, query_text=None)
+    assert evals.to_dict("list") == {
+        "model": ["org/m", "org/m"],
+        "query": ["t/0", "t/0"],
+        "score": [0.0, 1.0],
+        "task": ["t", "t"],
+    }
+
+
+def test_from_lm_eval_model_is_refused_for_a_folder_of_several_models(tmp_path):
+    """--output_path OUT/<stem>.json writes OUT/<stem>_<date>.json beside
+    the samples files of every model; model= named them all one model."""
+    stems = tmp_path / "stems"
+    _write_run(stems, D1, "pretrained=org/a", {"t": [_mc(0, "a", 1.0)]}, "org/a", "a")
+    _write_run(stems, D2, "pretrained=org/b", {"t": [_mc(0, "a", 0.0)]}, "org/b", "b")
+    # Without model= each run is read from its <stem>_<date>.json.
+    evals = from_lm_eval(stems, query_text=None)
+    assert evals[["model", "score"]].to_dict("list") == {
+        "model": ["org/a", "org/b"],
+        "score": [1.0, 0.0],
+    }
+    with pytest.raises(
+        ValueError,
+        match=rf"model='mine' would name the samples of 2 runs in .* as one model, "
+        rf"but their results files name different models \('org/a' for \['{D1}'\]; "
+        rf"'org/b' for \['{D2}'\]\).*model=None",
+    ):
+        from_lm_eval(stems, model="mine")
+    # The Python API with dict model_args: model_name "", one folder.
+    api = tmp_path / "api"
+    _write_run(api, D1, {"pretrained": "org/a"}, {"t": [_mc(0, "a", 1.0)]})
+    _write_run(api, D2, {"pretrained": "org/b"}, {"t": [_mc(0, "a", 0.0)]})
+    assert from_lm_eval(api)["model"].tolist() == ["org/a", "org/b"]
+    with pytest.raises(ValueError, match="results files name different models"):
+        from_lm_eval(api, model="mine")
+    # Samples of two runs and no results file: nothing tells they are one model.
+    bare = tmp_path / "bare"
+    for date in [D1, D2]:
+        _write_samples(bare, "t", [_mc(0, "a", 1.0)])
+        os.replace(
+            bare / "samples_t_2024-01-02T03-04-05.000006.jsonl",
+            bare / f"samples_t_{date}.jsonl",
+        )
+    with pytest.raises(ValueError, match=r"2 runs .*no results file of the run\(s\)"):
+        from_lm_eval(bare, model="mine")
+    # One model's two runs (one task each) may be named together.
+    one = tmp_path / "one"
+    _write_run(one, D1, "pretrained=org/a", {"t": [_mc(0, "a", 1.0)]}, "org/a")
+    _write_run(one, D2, "pretrained=org/a", {"u": [_mc(0, "b", 0.0)]}, "org/a")
+    assert from_lm_eval(one, model="a")["model"].tolist() == ["a", "a"]
+
+
+def test_from_lm_eval_filter_name_is_checked(tmp_path):
+    """filter_name was not type-checked, and one that no file held was
+    ignored on files with a single filter."""
+    record = dict(_mc(0, "g", 1.0), filter="strict-match")
+    path = _write_samples(tmp_path / "gsm8k", "gsm8k", [record])
+    with pytest.raises(TypeError, match=r"filter_name must be a str or None; got \["):
+        from_lm_eval(path, model="m", filter_name=["flexible-extract"])
+    with pytest.raises(
+        ValueError,
+        match=r"filter_name='flexible-extract' is not a filter of any record read "
+        r"from .*; their filters are \['strict-match'\]",
+    ):
+        from_lm_eval(path, model="m", filter_name="flexible-extract")
+    # A file with one filter is still read whatever its filter's name, where
+    # another file holds filter_name.
+    two = [dict(record, filter=f, acc=float(f == "flexible-extract"))
+           for f in ["strict-match", "flexible-extract"]]  # fmt: skip
+    _write_samples(tmp_path / "gsm8k", "arc", [_mc(1, "x", 1.0)])
+    _write_samples(tmp_path / "gsm8k", "gsm8k", two)
+    evals = from_lm_eval(tmp_path / "gsm8k", model="m", filter_name="flexible-extract")
+    assert evals[["query", "score"]].to_dict("list") == {
+        "query": ["Q: x", "Q: g"],
+        "score": [1.0, 1.0],
+    }
+
+
+def test_from_lm_eval_metric_must_be_one_the_records_list(tmp_path):
+    """metric='doc_id' read the doc ids as scores."""
+    path = _write_samples(tmp_path, "boolq", [_mc(0, "a", 1.0), _mc(1, "b", 1.0)])
+    with pytest.raises(
+        ValueError,
+        match=r"metric='doc_id' is not a metric of 2 of 2 records of '.*samples_boolq"
+        r".*' \(task 'boolq'\): their 'metrics' list \['acc', 'acc_norm'\]",
+    ):
+        from_lm_eval(path, model="m", metric="doc_id")
+    assert from_lm_eval(path, model="m", metric="acc_norm")["score"].tolist() == [1, 1]
+
+
+def test_from_lm_eval_reads_model_args_as_lm_eval_does(tmp_path):
+    """'pretrained=x, peft=y' gave the key ' peft': every adapter was named
+    after its base model; and commas inside a JSON value split it."""
+    names = []
+    for adapter in ["/ckpt/lora-math", "/ckpt/lora-code"]:
+        folder = tmp_path / adapter.rsplit("/", 1)[1]
+        _write_run(
+            folder, D1, f"pretrained=meta-llama/Llama-2-7b-hf, peft={adapter}",
+            {"t": [_mc(0, "a", 1.0)]},
+        )  # fmt: skip
+        names.append(from_lm_eval(folder)["model"].iloc[0])
+    assert names == ["/ckpt/lora-math", "/ckpt/lora-code"]
+    from locus_sklearn.datasets._lm_eval import _parse_model_args
+
+    assert _parse_model_args(
+        ' pretrained = org/m ,kw={"a": 1, "b": [2, 3]},stop="x,y",,flag'
+    ) == {"pretrained": "org/m", "kw": '{"a": 1, "b": [2, 3]}', "stop": '"x,y"'}
+
+
+def test_from_lm_eval_query_text_callable_errors_name_the_document(tmp_path):
+    """A KeyError from the user's callable escaped without the file, task
+    or document."""
+    path = _write_samples(tmp_path, "hellaswag", [_mc(0, "a", 1.0)])
+    with pytest.raises(
+        ValueError,
+        match=r"query_text=<function .*> raised KeyError: 'ctx' on the doc of "
+        r"hellaswag/0 in '.*samples_hellaswag_.*'; its keys are \['choices', "
+        r"'question'\]",
+    ) as info:
+        from_lm_eval(path, model="m", query_text=lambda doc: doc["ctx"])
+    assert isinstance(info.value.__cause__, KeyError)
 
 
 # --------------------------------------------------------------- make_model_pool

@@ -17,13 +17,74 @@ __all__ = ["from_lm_eval"]
 # lm-eval names files after the run's ``datetime.now().isoformat()`` with ":" -> "-".
 _DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
 _SAMPLES = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{_DATE})\.jsonl$")
-_RESULTS = re.compile(rf"^results_(?P<date>{_DATE})\.json$")
+# ``--output_path OUT`` writes OUT/<model>/results_<date>.json; ``--output_path
+# OUT/<stem>.json`` writes OUT/<stem>_<date>.json beside the samples files, where
+# several models' runs may share the folder.
+_RESULTS = re.compile(rf"^(?P<stem>.+)_(?P<date>{_DATE})\.json$")
 # The keys lm-eval itself reads a model name from, in its order of precedence.
 _MODEL_ARG_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
+# The model_args that change which model answers (its weights, adapter,
+# precision or quantization) besides the keys of its name: two runs of one
+# model_name that differ in one of them are two models. Arguments on how the
+# model is run (batch_size, device, max_length, ...) are left out.
+_MODEL_CHANGING_ARGS = (
+    *_MODEL_ARG_KEYS,
+    "revision",
+    "subfolder",
+    "lora_local_path",
+    "dtype",
+    "load_in_8bit",
+    "load_in_4bit",
+    "quantization",
+    "gguf_file",
+    "autogptq",
+    "gptqmodel",
+)
 
 
-def _name_from_results(file):
-    """Model name recorded in a results_<date>.json file, or None."""
+def _parse_model_args(text):
+    """The ``key=value`` pairs of a model_args string, as lm-eval parses them.
+
+    Split at the commas outside quotes and brackets (a JSON value may hold
+    commas), each key and value stripped of the spaces around it (the user may
+    write ``"pretrained=x, peft=y"``).
+
+    >>> _parse_model_args('pretrained=x, peft=y,kw={"a": 1, "b": 2}')
+    {'pretrained': 'x', 'peft': 'y', 'kw': '{"a": 1, "b": 2}'}
+    """
+    parts, current, depth, quote = [], [], 0, None
+    for char in text:
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    pairs = {}
+    for part in parts:
+        key, equals, value = part.partition("=")
+        if equals and key.strip():
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _arg_text(value):
+    """A model argument as text to compare: ``True`` and ``"true"`` are one."""
+    text = str(value).strip()
+    return text.lower() if text.lower() in ("true", "false") else text
+
+
+def _read_results(file):
+    """``(model name or None, model-changing args)`` of a results file; the
+    args a tuple of ``(key, text)`` pairs."""
     try:
         with open(file, encoding="utf-8-sig") as handle:
             results = json.load(handle)
@@ -43,42 +104,134 @@ def _name_from_results(file):
             "not the object lm-eval writes (with 'model_name' and 'config'). "
             "Pass model= to name the model without it."
         )
-    name = results.get("model_name")
-    if isinstance(name, str) and name:
-        return name
     config = results.get("config")
     model_args = config.get("model_args") if isinstance(config, dict) else None
     if isinstance(model_args, str):
-        pairs = dict(
-            part.split("=", 1) for part in model_args.split(",") if "=" in part
-        )
+        pairs = _parse_model_args(model_args)
     elif isinstance(model_args, dict):
         pairs = model_args
     else:
-        return None
+        pairs = {}
+    args = tuple((k, _arg_text(pairs[k])) for k in _MODEL_CHANGING_ARGS if k in pairs)
+    name = results.get("model_name")
+    if isinstance(name, str) and name:
+        return name, args
     for key in _MODEL_ARG_KEYS:
         if isinstance(pairs.get(key), str) and pairs[key]:
-            return pairs[key]
-    return None
+            return pairs[key], args
+    return None, args
 
 
-def _model_name(samples_file, date):
-    """The model of one samples file, from the results file(s) beside it."""
-    folder = samples_file.parent
-    results = sorted(
-        f for f in folder.iterdir() if _RESULTS.match(f.name) and f.is_file()
-    )
+def _results_files(folder):
+    return sorted(f for f in folder.iterdir() if _RESULTS.match(f.name) and f.is_file())
+
+
+def _model_run(samples_file, date):
+    """``(model name, model-changing args)`` of the run that wrote a samples
+    file, from the results file(s) beside it."""
+    results = _results_files(samples_file.parent)
     same_run = [f for f in results if _RESULTS.match(f.name)["date"] == date]
-    names = {_name_from_results(f) for f in (same_run or results)}
-    names.discard(None)
+    runs = {_read_results(f) for f in (same_run or results)}
+    runs = {run for run in runs if run[0] is not None}
+    names = {name for name, _ in runs}
     if len(names) != 1:
         found = "no model name" if not names else f"model names {sorted(names)}"
         raise ValueError(
-            f"cannot tell which model wrote {str(samples_file)!r}: the "
-            f"results_*.json file(s) in its folder give {found}. Pass model= "
-            "to name it."
+            f"cannot tell which model wrote {str(samples_file)!r}: the results "
+            f"file(s) in its folder (results_<date>.json or <stem>_<date>.json) "
+            f"give {found}. Pass model= to name it."
         )
-    return names.pop()
+    if len(runs) > 1:
+        # No results file of its own date, and runs of that name that are
+        # different models (another revision, dtype, adapter) beside it.
+        raise ValueError(
+            f"cannot tell which run of {next(iter(names))!r} wrote "
+            f"{str(samples_file)!r}: no results file has its date {date}, and "
+            "those in its folder give that name to runs with different "
+            f"model_args ({_describe_args(sorted(runs))}). Pass the file alone "
+            "with model= to name it."
+        )
+    return runs.pop()
+
+
+def _describe_args(runs, where=None):
+    """The model_args that differ between ``runs`` (name, args), each with
+    its value in every run (``where`` names the runs)."""
+    dicts = [dict(args) for _, args in runs]
+    keys = [k for k in _MODEL_CHANGING_ARGS if len({d.get(k) for d in dicts}) > 1]
+    shown = []
+    for key in keys:
+        values = [d.get(key, "(not given)") for d in dicts]
+        if where is not None:
+            values = [f"{v!r} in {w}" for v, w in zip(values, where, strict=True)]
+        else:
+            values = [repr(v) for v in values]
+        shown.append(f"{key}: {', '.join(values)}")
+    return "; ".join(shown)
+
+
+def _check_one_model_per_name(names, runs, dates):
+    """Refuse runs of one model name that are different models: their scores
+    would be averaged as one model's."""
+    for name in dict.fromkeys(names):
+        kinds = {}
+        for run_name, run, date in zip(names, runs, dates, strict=True):
+            if run_name == name:
+                kinds.setdefault(run, set()).add(date)
+        if len(kinds) > 1:
+            where = [f"run(s) {sorted(d)}" for d in kinds.values()]
+            raise ValueError(
+                f"the results files give the model name {name!r} to runs whose "
+                "model_args differ in what changes the model ("
+                f"{_describe_args(list(kinds), where)}): they are different "
+                "models, and reading them under one name would average their "
+                "scores. Read each run's samples files on their own with model= "
+                f"a name of its own (e.g. model='{name}@<revision>') and "
+                "concatenate the tables."
+            )
+
+
+def _check_one_model_for_model(model, folder, dates):
+    """Refuse ``model=`` for the samples of several runs in one folder unless
+    their results files tell they are one model's: ``--output_path
+    OUT/<stem>.json`` and the Python API (with dict model_args) write
+    several models' runs into one folder."""
+    results = _results_files(folder)
+    found, unknown = {}, []
+    for date in dates:
+        runs = set()
+        for file in results:
+            if _RESULTS.match(file.name)["date"] == date:
+                try:
+                    runs.add(_read_results(file))
+                except ValueError:
+                    runs.add((None, ()))
+        if len(runs) != 1 or next(iter(runs))[0] is None:
+            unknown.append(date)
+        else:
+            found.setdefault(runs.pop(), []).append(date)
+    if not unknown and len(found) <= 1:
+        return
+    names = {name for name, _ in found}
+    if len(names) > 1:
+        shown = "; ".join(f"{name!r} for {ds}" for (name, _), ds in found.items())
+        why = f"their results files name different models ({shown})"
+    elif len(found) > 1:
+        where = [f"run(s) {ds}" for ds in found.values()]
+        why = (
+            f"their results files give {next(iter(names))!r} different "
+            f"model_args ({_describe_args(list(found), where)})"
+        )
+    else:
+        why = f"no results file of the run(s) {unknown} tells which model wrote them"
+    raise ValueError(
+        f"model={model!r} would name the samples of {len(dates)} runs in "
+        f"{str(folder)!r} as one model, but {why}; lm-eval writes several "
+        "models' runs into one folder with --output_path OUT/<name>.json or "
+        "from the Python API. Leave model=None to read each run's model from "
+        "its results file, or pass one run's samples files at a time with "
+        "model= and concatenate the tables."
+    )
 
 
 def _query_texts(records, query_text, task, file):
@@ -86,7 +239,17 @@ def _query_texts(records, query_text, task, file):
     for record in records:
         doc = record.get("doc")
         if callable(query_text):
-            text = query_text(doc)
+            try:
+                text = query_text(doc)
+            except Exception as error:
+                # Bare, a KeyError('ctx') would not say which document of
+                # which file it failed on, nor what the doc holds.
+                keys = sorted(doc) if isinstance(doc, dict) else []
+                raise ValueError(
+                    f"query_text={query_text!r} raised {type(error).__name__}: "
+                    f"{error} on the doc of {task}/{record.get('doc_id')} in "
+                    f"{str(file)!r}; its keys are {keys}."
+                ) from error
         elif isinstance(doc, dict) and query_text in doc:
             text = doc[query_text]
         else:
@@ -135,26 +298,20 @@ def _prompt_texts(records, task, file):
     return texts
 
 
-def _check_same_prompts(ids, queries, path):
+def _clip(text, width=80):
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _check_same_prompts(ids, queries, tasks, path):
     """Refuse documents whose prompt differs between runs (chat templates,
     another number of few-shot examples): they would become unrelated queries.
-    Warn where documents share one text: they become one query, their scores
-    averaged."""
+    Refuse one text in documents of several tasks: a query has one task.
+    Warn where documents of one task share one text: they become one query,
+    their scores averaged."""
     texts, docs = {}, {}
     for doc, text in zip(ids, queries, strict=True):
         texts.setdefault(doc, set()).add(text)
         docs.setdefault(text, set()).add(doc)
-    shared = [sorted(seen) for seen in docs.values() if len(seen) > 1]
-    if shared:
-        warn_external(
-            f"{len(shared)} text(s) read from {str(path)!r} belong to several "
-            f"documents (e.g. {_preview(shared[0])}): each becomes one query, the "
-            "documents' scores averaged (a zero-shot prompt without the answer "
-            "choices, or one question in two tasks). Pass query_text= a callable "
-            "that tells them apart (e.g. the question with its choices), or "
-            "query_text=None for one query per '<task>/<doc_id>'.",
-            UserWarning,
-        )
     differing = [doc for doc, seen in texts.items() if len(seen) > 1]
     if differing:
         raise ValueError(
@@ -163,6 +320,35 @@ def _check_same_prompts(ids, queries, path):
             "chat templates or another number of few-shot examples; the same "
             "question would become unrelated queries. Pass query_text= a key of "
             "the doc (e.g. 'question') or a callable, or query_text=None for ids."
+        )
+    shared = {text: sorted(seen) for text, seen in docs.items() if len(seen) > 1}
+    task_of = dict(zip(ids, tasks, strict=True))
+    across = {
+        text: sorted({task_of[doc] for doc in seen})
+        for text, seen in shared.items()
+        if len({task_of[doc] for doc in seen}) > 1
+    }
+    if across:
+        text, its_tasks = next(iter(across.items()))
+        raise ValueError(
+            f"{len(across)} text(s) read from {str(path)!r} belong to documents "
+            f"of several tasks (e.g. {_clip(text)!r} in the tasks {its_tasks}, "
+            f"documents {_preview(shared[text])}); a query belongs to one task, "
+            "so they cannot become one query. Pass query_text=None for one "
+            "query per '<task>/<doc_id>', or query_text= a callable that makes "
+            "the text unique per task (e.g. the question with a field of the "
+            "doc that differs between the tasks)."
+        )
+    if shared:
+        first = next(iter(shared.values()))
+        warn_external(
+            f"{len(shared)} text(s) read from {str(path)!r} belong to several "
+            f"documents of one task (e.g. {_preview(first)}): each becomes one "
+            "query, the documents' scores averaged (a zero-shot prompt without "
+            "the answer choices, or a question asked twice). Pass query_text= a "
+            "callable that tells them apart (e.g. the question with its "
+            "choices), or query_text=None for one query per '<task>/<doc_id>'.",
+            UserWarning,
         )
 
 
@@ -215,6 +401,19 @@ def _read_samples(file, task, metric, filter_name):
             f"records of {str(file)!r} (task {task!r}); its metrics are "
             f"{available}."
         )
+    # lm-eval lists each record's metrics in "metrics"; another numeric key
+    # (doc_id, a doc field) would be read as scores.
+    unlisted = [
+        r
+        for r in records
+        if isinstance(r.get("metrics"), list) and metric not in r["metrics"]
+    ]
+    if unlisted:
+        raise ValueError(
+            f"metric={metric!r} is not a metric of {len(unlisted)} of "
+            f"{len(records)} records of {str(file)!r} (task {task!r}): their "
+            f"'metrics' list {unlisted[0]['metrics']}."
+        )
     values = [r[metric] for r in records]
     bad = [v for v in values if not isinstance(v, numbers.Real)]
     if bad:
@@ -233,7 +432,7 @@ def _read_samples(file, task, metric, filter_name):
             f"{str(file)!r} (e.g. {_preview(score[outside][:5].tolist())}); choose "
             "a metric scored in [0, 1] such as 'acc' or 'exact_match'."
         )
-    return records, score
+    return records, score, filters
 
 
 def from_lm_eval(
@@ -250,7 +449,9 @@ def from_lm_eval(
 
     - ``model``: ``model`` if given, else the ``model_name`` (or the
       ``pretrained=``/``model=`` entry of ``config.model_args``) of the
-      results file of the same run in the same folder;
+      results file of the same run in the same folder (``results_<date>.json``,
+      or ``<stem>_<date>.json`` as ``--output_path OUT/<stem>.json`` writes
+      it);
     - ``query``: the prompt the harness sent to the model (the context of the
       document's first request, from the record's ``arguments``), a text taken
       from ``doc`` with ``query_text``, or the id ``"<task>/<doc_id>"``
@@ -259,7 +460,17 @@ def from_lm_eval(
     - ``task``: the task name from the file name.
 
     Several runs of the same model and task give repeated (model, query) rows;
-    estimators average them (see :func:`~locus_sklearn.check_evals`).
+    estimators average them (see :func:`~locus_sklearn.check_evals`). Runs
+    of one model name are one model only if their ``config.model_args``
+    agree on what changes the model: the name keys (``pretrained``,
+    ``peft``, ``delta``, ``model``, ``path``, ``engine``), ``revision``,
+    ``subfolder``, ``lora_local_path``, ``dtype``, ``load_in_8bit``,
+    ``load_in_4bit``, ``quantization``, ``gguf_file``, ``autogptq`` and
+    ``gptqmodel`` (an argument given in one run and not in the other
+    differs); otherwise, e.g. two checkpoints (``revision=``) of one model,
+    it is an error: read each run on its own with ``model=``. Arguments on
+    how the model is run (``batch_size``, ``device``, ``max_length``, ...)
+    may differ.
 
     Parameters
     ----------
@@ -268,8 +479,11 @@ def from_lm_eval(
         one samples file.
     model : str, default=None
         Model name for every file, when the results files do not give it
-        (e.g. a samples file on its own). Only for samples files from one
-        folder.
+        (e.g. a samples file on its own). Only for samples files of one
+        folder, and of one run unless the results files of their runs give
+        one model (same name and model-changing arguments): lm-eval writes
+        several models' runs into one folder with ``--output_path
+        OUT/<stem>.json`` or from the Python API.
     metric : str, default="acc"
         The per-sample metric to use as the score (``"acc"``,
         ``"acc_norm"``, ``"exact_match"``, ...). Booleans count as 0/1.
@@ -290,7 +504,8 @@ def from_lm_eval(
         doc key holding the question alone is better there too.
     filter_name : str, default=None
         Filter to keep in files that hold several (e.g. ``"strict-match"``
-        for gsm8k); required there. Files with a single filter use it.
+        for gsm8k); required there. Files with a single filter use it, but
+        a ``filter_name`` that no record read has is an error.
 
     Returns
     -------
@@ -301,19 +516,28 @@ def from_lm_eval(
     Warns
     -----
     UserWarning
-        If one text belongs to several documents (a zero-shot prompt without
-        the answer choices, one question in two tasks): they become one
-        query, their scores averaged.
+        If one text belongs to several documents of one task (a zero-shot
+        prompt without the answer choices): they become one query, their
+        scores averaged.
 
     Raises
     ------
     ValueError
         If a samples or results file is not valid JSON, a line of a samples
         file is not a JSON object, names a key twice or has no ``doc_id``
-        (the message names the file and the line), a metric value lies
-        outside [0, 1], or the model of a file cannot be told.
+        (the message names the file and the line), ``metric`` is not in a
+        record's ``metrics`` list or a value of it lies outside [0, 1],
+        ``filter_name`` is no record's filter, the model of a file cannot be
+        told, runs of one model name differ in model-changing arguments,
+        ``model=`` would name the runs of several models, one document gets
+        different prompts in different runs, one text belongs to documents
+        of several tasks (a query has one task: pass ``query_text=None``, or
+        a callable that makes the text unique per task), or a ``query_text``
+        callable raises (the message names the file, task, ``doc_id`` and
+        the doc's keys).
     TypeError
-        If a metric value or a ``query_text`` result is of the wrong kind.
+        If ``filter_name`` is not a str or None, or a metric value or a
+        ``query_text`` result is of the wrong kind.
 
     Examples
     --------
@@ -341,6 +565,8 @@ def from_lm_eval(
         raise TypeError(f"model must be a non-empty str or None; got {model!r}.")
     if not isinstance(metric, str):
         raise TypeError(f"metric must be a str; got {metric!r}.")
+    if filter_name is not None and not isinstance(filter_name, str):
+        raise TypeError(f"filter_name must be a str or None; got {filter_name!r}.")
     if query_text is not None and not (
         callable(query_text) or isinstance(query_text, str)
     ):
@@ -379,16 +605,22 @@ def from_lm_eval(
                 "folder, or leave model=None to read each name from its results "
                 "file."
             )
+        dates = sorted({date for _, _, date in runs})
+        if len(dates) > 1:
+            _check_one_model_for_model(model, runs[0][0].parent, dates)
         names = [model] * len(runs)
     else:
-        names = [_model_name(file, date) for file, _, date in runs]
+        models = [_model_run(file, date) for file, _, date in runs]
+        names = [name for name, _ in models]
+        _check_one_model_per_name(names, models, [date for _, _, date in runs])
 
     order = sorted(range(len(runs)), key=lambda i: (names[i], runs[i][1], runs[i][2]))
     columns = {"model": [], "query": [], "score": [], "task": []}
-    ids = []
+    ids, filters = [], {}
     for i in order:
         file, task, _ = runs[i]
-        records, score = _read_samples(file, task, metric, filter_name)
+        records, score, seen = _read_samples(file, task, metric, filter_name)
+        filters.update(dict.fromkeys(seen))
         doc_ids = [f"{task}/{r.get('doc_id')}" for r in records]
         if query_text is None:
             queries = doc_ids
@@ -401,8 +633,15 @@ def from_lm_eval(
         columns["query"] += queries
         columns["score"] += score.tolist()
         columns["task"] += [task] * len(score)
+    if filter_name is not None and filter_name not in filters:
+        # A file with one filter is read whatever filter_name says; a name
+        # that no file holds is a typo or the wrong folder.
+        raise ValueError(
+            f"filter_name={filter_name!r} is not a filter of any record read from "
+            f"{str(path)!r}; their filters are {list(filters)}."
+        )
     if query_text is not None:
-        _check_same_prompts(ids, columns["query"], path)
+        _check_same_prompts(ids, columns["query"], columns["task"], path)
     evals = _long_frame(columns)
     check_evals(evals, name=f"evals read from {str(path)!r}")
     return evals

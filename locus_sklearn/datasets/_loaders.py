@@ -4,7 +4,8 @@ import gzip
 import json
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 import pandas as pd
@@ -551,8 +552,17 @@ def _entries(values, name, valid):
 
     An item that is a tuple (a column of a MultiIndex) or a list stays one
     entry: np.asarray would make a 2-D array, whose length is not the number
-    of entries.
+    of entries. A set is refused: it iterates in hash order (for str, one
+    that changes between processes with PYTHONHASHSEED), so which entry gets
+    which name or task would be chosen by nobody. A dict's keys() keep the
+    order they were inserted in.
     """
+    if isinstance(values, AbstractSet) and not isinstance(values, KeysView):
+        raise TypeError(
+            f"{name} must be {valid}; got a {type(values).__name__} "
+            f"{_preview(values)}, which has no order. Pass a list in the order "
+            "of the scores (sorted() of the set, if that is its order)."
+        )
     try:
         values = list(values)
     except TypeError:
@@ -573,6 +583,15 @@ def _labels(values, default, n, name, prefix):
         raise TypeError(
             f"{name} must be a sequence of str, not a single string; got "
             f"{values!r}. Wrap one name in a list: [{values!r}]."
+        )
+    if isinstance(values, Mapping):
+        # list() of a mapping gives its keys, where its values may be meant.
+        raise TypeError(
+            f"{name} must be a sequence of str in the order of the scores' "
+            f"{'columns' if name == 'models' else 'rows'}; got a "
+            f"{type(values).__name__} {_preview(values)}, whose keys would be read "
+            "where its values may be meant. Pass a list: list() of its keys or "
+            "values."
         )
     values = _entries(values, name, "a sequence of str")
     if len(values) != n:
@@ -678,6 +697,10 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
         its index of queries, never by position. If None, the result has no
         ``task`` column.
 
+        ``models``, ``queries`` and a sequence ``tasks`` are read in order:
+        a set (whose order changes between processes) is refused, and so is
+        a mapping as ``models`` or ``queries``.
+
     Returns
     -------
     evals : DataFrame of shape (n_scored_cells, 3 or 4)
@@ -690,8 +713,9 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     TypeError
         If ``scores`` does not hold real numbers (booleans, complex numbers,
         durations and text are refused rather than converted), if ``models``,
-        ``queries`` or ``tasks`` is a single string or not a sequence, or if
-        a model or query name is not a str.
+        ``queries`` or ``tasks`` is a single string, a set or not a sequence,
+        if ``models`` or ``queries`` is a mapping, or if a model or query
+        name is not a str.
     ValueError
         If ``scores`` is not 2-D, is empty, holds an infinite value or a
         model without any score, if names repeat or do not match the shape of

@@ -232,6 +232,11 @@ def make_model_pool(
     n_specialties : int or None, default=None
         None for the family model above; an int in [2, n_tasks] that divides
         ``n_tasks`` plants specialists of equal overall accuracy (see above).
+        The accuracy is equal in expectation where ``n_tasks`` also divides
+        ``n_queries``; otherwise the first ``n_queries % n_tasks`` tasks have
+        one query more, so the first specialties cover a few more queries
+        (e.g. 668, 666 and 666 of 2000 for 6 tasks and 3 specialties) and
+        their specialists' overall accuracy differs accordingly.
         Families are still drawn (names and ``family`` keep their meaning)
         but do not change the probabilities.
     specialist_boost : float, default=1.5
