@@ -1104,6 +1104,116 @@ def test_embed_profile_refuses_malformed_inputs(pool, task_embedder):
     assert spy.calls[-1]["query"].tolist() == ["q12"]
 
 
+class _TaskMeans:
+    """The docstring's stand-in embedder: each model's mean score per task."""
+
+    def transform(self, evals):
+        return evals.groupby(["model", "task"])["score"].mean().unstack().to_numpy()
+
+
+def test_embed_profile_refuses_a_task_without_queries():
+    # Profile "p" draws only from math, which has no query: it reached the
+    # embedder with no rows, and the 3 profiles came back as 2 rows, "q"'s
+    # embedding in "p"'s place.
+    profiles = pd.DataFrame(
+        {"math": [0.9, np.nan, np.nan], "code": [np.nan, 0.2, 0.8]},
+        index=["p", "q", "r"],
+    )
+    queries = {"math": [], "code": [f"c{i}" for i in range(10)]}
+    spy = _SpyEmbedder()
+    message = r"no queries for task 'math'.* accuracy in profile\(s\) \['p'\]"
+    with pytest.raises(ValueError, match=message):
+        embed_profile(spy, profiles, queries, scores="exact")
+    with pytest.raises(ValueError, match="no queries for task 'math'"):
+        embed_profile(spy, {"math": 0.9}, queries)
+    assert not spy.calls
+    # A task without queries that no profile uses is harmless: one row per
+    # profile, in order (exact scores: 2 and 8 of the 10 code queries).
+    out = embed_profile(_TaskMeans(), profiles.iloc[1:], queries, scores="exact")
+    np.testing.assert_allclose(out, [[0.2], [0.8]])
+
+
+def test_embed_profile_checks_the_embedder_returns_one_row_per_profile():
+    class OneRow:
+        def transform(self, evals):
+            return np.zeros((1, 2))
+
+    profiles = pd.DataFrame({"math": [0.1, 0.5, 0.9]})
+    with pytest.raises(ValueError, match=r"shape \(1, 2\) for the evaluations of 3"):
+        embed_profile(OneRow(), profiles, {"math": ["q1", "q2"]})
+
+
+def test_embed_profile_refuses_missing_or_non_string_queries_and_tasks():
+    spy = _SpyEmbedder()
+    # A query without a task was dropped by the groupby, without a word.
+    table = pd.DataFrame({"query": ["y1", "y2", "y3"], "task": ["y", "y", None]})
+    with pytest.raises(TypeError, match=r"queries_by_task\['task'\] must hold str"):
+        embed_profile(spy, {"y": 1.0}, table)
+    # A missing query failed in np.unique, naming no parameter.
+    table = pd.DataFrame({"query": ["y1", "y2", None], "task": ["y", "y", "y"]})
+    with pytest.raises(TypeError, match=r"queries_by_task\['query'\] must hold str"):
+        embed_profile(spy, {"y": 1.0}, table)
+    with pytest.raises(TypeError, match=r"queries_by_task\['y'\] must hold strings"):
+        embed_profile(spy, {"y": 1.0}, {"y": ["y1", 2]})
+    with pytest.raises(TypeError, match=r"queries_by_task\['y'\] must hold strings"):
+        embed_profile(spy, {"y": 1.0}, {"y": ["y1", None]})
+    with pytest.raises(TypeError, match=r"keyed by task names .* got the key 1 \(int"):
+        embed_profile(spy, {"1": 1.0}, {1: ["y1"]})
+    with pytest.raises(TypeError, match=r"queries_by_task\['y'\] must be a sequence"):
+        embed_profile(spy, {"y": 1.0}, {"y": 5})
+    assert not spy.calls
+
+
+@pytest.mark.parametrize(
+    ("accuracies", "error", "message"),
+    [
+        ({"x": True, "y": 0.5}, TypeError, r"got True \(bool\) for task 'x'"),
+        ({"x": "0.5", "y": 0.5}, TypeError, r"got '0.5' \(str\) for task 'x'"),
+        ({"x": None, "y": 0.5}, ValueError, "task 'x' the missing value None"),
+        ({"x": np.nan, "y": 0.5}, ValueError, "task 'x' the missing value nan"),
+        (pd.Series({"x": 0.5, "y": np.nan}), ValueError, "task 'y' the missing"),
+        (
+            pd.DataFrame({"x": [0.5, True]}),
+            TypeError,
+            r"got True \(bool\) for task 'x' of profile 1",
+        ),
+        ([0.5, 0.5], TypeError, "must be one profile .* got list"),
+        (0.5, TypeError, "must be one profile .* got float 0.5"),
+        ({1: 0.5}, TypeError, r"name tasks by non-empty str \(its keys\).*\[1\]"),
+    ],
+)
+def test_embed_profile_accepts_only_numbers_as_accuracies(accuracies, error, message):
+    # True was read as 1.0, "0.5" as 0.5, None dropped the task, and a list
+    # was read as tasks '0' and '1' with an error blaming queries_by_task.
+    queries = {"x": [f"x{i}" for i in range(10)], "y": [f"y{i}" for i in range(10)]}
+    spy = _SpyEmbedder()
+    with pytest.raises(error, match=message):
+        embed_profile(spy, accuracies, queries)
+    assert not spy.calls
+
+
+def test_embed_profile_refuses_a_task_given_twice():
+    # Two 'x' columns pooled x's queries twice and the last accuracy won.
+    queries = {"x": [f"x{i}" for i in range(10)]}
+    spy = _SpyEmbedder()
+    twice = pd.DataFrame([[0.0, 1.0]], columns=["x", "x"])
+    with pytest.raises(ValueError, match=r"task\(s\) \['x'\] more than once \(its col"):
+        embed_profile(spy, twice, queries)
+    series = pd.Series([0.0, 1.0], index=["x", "x"])
+    with pytest.raises(ValueError, match=r"\['x'\] more than once \(its index"):
+        embed_profile(spy, series, queries)
+    assert not spy.calls
+    # Each task once is fine, numpy numbers included; in a DataFrame NaN
+    # leaves a task out of that profile (as documented).
+    queries["y"] = [f"y{i}" for i in range(10)]
+    wanted = {"x": np.float32(0.5), "y": np.int64(1)}
+    out = embed_profile(_TaskMeans(), wanted, queries, n_evals=20, scores="exact")
+    np.testing.assert_allclose(out, [[0.5, 1.0]])  # 5 of 10 x, all 10 y correct
+    profiles = pd.DataFrame({"x": [0.3, np.nan], "y": [0.6, 0.2]})
+    out = embed_profile(_TaskMeans(), profiles, queries, n_evals=20, scores="exact")
+    np.testing.assert_allclose(out, [[0.3, 0.6], [np.nan, 0.2]])
+
+
 def _three_model_profiles():
     def scores(math, code):
         return [1] * math + [0] * (20 - math) + [1] * code + [0] * (20 - code)
@@ -1425,6 +1535,100 @@ def test_model_map_pca_is_deterministic_for_wide_embeddings():
     np.testing.assert_array_equal(first, drawn(plot_model_map(Z, random_state=0)))
     exact = PCA(2, svd_solver="full").fit_transform(normalize(Z))
     np.testing.assert_allclose(first, exact, atol=1e-12)
+
+
+def test_model_map_mds_is_deterministic_and_leaves_the_global_rng():
+    # Over 200 models KernelPCA used ARPACK, started from np.random's state.
+    from scipy.spatial.distance import pdist, squareform
+
+    Z = np.random.default_rng(0).normal(size=(250, 8))
+
+    def drawn(ax):
+        return np.vstack([c.get_offsets() for c in ax.collections])
+
+    # The global RNG is what is checked, so its legacy API is used on purpose.
+    _, key, pos, *_ = np.random.get_state()  # noqa: NPY002
+    first = drawn(plot_model_map(Z, method="mds", metric="euclidean", annotate=False))
+    _, key_after, pos_after, *_ = np.random.get_state()  # noqa: NPY002
+    assert pos_after == pos  # not drawn from
+    np.testing.assert_array_equal(key_after, key)
+    again = drawn(plot_model_map(Z, method="mds", metric="euclidean", annotate=False))
+    np.testing.assert_array_equal(first, again)
+    # Still the exact classical MDS: the distances of the 2-D PCA scores.
+    from sklearn.decomposition import PCA
+
+    scores = PCA(2, svd_solver="full").fit_transform(Z)
+    np.testing.assert_allclose(
+        squareform(pdist(first)), squareform(pdist(scores)), atol=1e-8
+    )
+
+
+def test_model_map_tsne_of_one_dimensional_embeddings():
+    # metric="euclidean" started t-SNE from a 2-component PCA of 1-D data
+    # and failed with scikit-learn's PCA error.
+    X = np.random.default_rng(0).normal(size=(6, 1))
+
+    def drawn(ax):
+        return np.vstack([c.get_offsets() for c in ax.collections])
+
+    first = plot_model_map(X, method="tsne", metric="euclidean", random_state=0)
+    points = drawn(first)
+    assert points.shape == (6, 2) and np.isfinite(points).all()
+    assert len(first.texts) == 6
+    again = plot_model_map(X, method="tsne", metric="euclidean", random_state=0)
+    np.testing.assert_array_equal(points, drawn(again))
+
+
+def test_model_map_refuses_ambiguous_groups():
+    X = np.random.default_rng(0).normal(size=(4, 3))
+    names = ["a", "b", "c", "d"]
+    # A repeated name in a Series' index: the last group given for it won.
+    repeated = pd.Series(["A", "B", "C", "D", "E"], index=["a", "a", "b", "c", "d"])
+    with pytest.raises(ValueError, match=r"index repeats 1 name\(s\): \['a'\]"):
+        plot_model_map(X, names=names, groups=repeated)
+    # 1, True and 1.0 compare equal (one group); 1 and "1" both read "1".
+    with pytest.raises(TypeError, match=r"mixes value types: int \(e.g. 1\), bool"):
+        plot_model_map(X, names=names, groups=[1, True, 1.0, "1"])
+    with pytest.raises(TypeError, match=r"int \(e.g. 1\), str \(e.g. '1'\)"):
+        plot_model_map(X, names=names, groups=[1, "1", 1, "1"])
+    # Groups of one type are fine, read as given.
+    ax = plot_model_map(X, names=names, groups=np.array([2, 1, 2, 1]))
+    assert _labels_by_group(ax) == {"2": ["a", "c"], "1": ["b", "d"]}
+
+
+def test_portfolio_curve_plot_validates_values_and_lines():
+    curve = pd.DataFrame(
+        {
+            "value": [3, 1, 2],
+            "accuracy": [0.8, 0.5, np.nan],
+            "random_mean": [0.7, 0.4, 0.6],
+            "random_std": [0.1] * 3,
+            "full_pool_accuracy": [0.85] * 3,
+        }
+    )
+    # Strings were sorted as text: "10" before "2".
+    as_text = curve.assign(value=["10", "2", "3"])
+    with pytest.raises(TypeError, match=r"curve column\(s\) 'value' \(.*\) must"):
+        plot_portfolio_curve(as_text)
+    with pytest.raises(ValueError, match=r"'value'\] has 1 value\(s\) that are not"):
+        plot_portfolio_curve(curve.assign(value=[3, np.nan, 2]))
+    # All-NaN accuracy drew an empty axes without a word.
+    with pytest.raises(ValueError, match=r"'accuracy'\] has no finite value in its 3"):
+        plot_portfolio_curve(curve.assign(accuracy=np.nan))
+    # The first row's full-pool accuracy was drawn for all.
+    varying = curve.assign(full_pool_accuracy=[0.85, 0.9, 0.85])
+    with pytest.raises(ValueError, match=r"one finite value on every row.*0\.9"):
+        plot_portfolio_curve(varying)
+    assert plot_portfolio_curve(varying, full_pool=False)
+    # A NaN point is a gap; label=0 was replaced by "selected".
+    ax = plot_portfolio_curve(curve, label=0)
+    assert ax.lines[0].get_xdata().tolist() == [1, 2, 3]
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [0.5, np.nan, 0.8])
+    assert ax.lines[-1].get_ydata()[0] == 0.85
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["0", "random", "full pool"]
+    ax = plot_portfolio_curve(curve)
+    assert ax.get_legend().get_texts()[0].get_text() == "selected"
 
 
 def test_failed_plots_leave_no_figure():

@@ -111,7 +111,11 @@ def test_equals_brute_force_and_is_symmetric(scores):
     evals = _long(scores)
     models = sorted(m for m, row in scores.items() if row)
     assume(models)  # an empty table is check_evals' error, tested there
-    if len(models) < 2 or not any(
+    if len(models) < 2:
+        with pytest.raises(ValueError, match="evals has only 1 model"):
+            score_disagreement(evals, min_shared=1)
+        return
+    if not any(
         set(scores[a]) & set(scores[b]) for a in models for b in models if a < b
     ):
         with pytest.raises(ValueError, match="min_shared=1"):
@@ -156,6 +160,18 @@ def test_cross_pools_equal_the_joint_pool(scores, cut):
     pd.testing.assert_frame_equal(cross.distance, expected)
 
 
+def test_one_model_alone_is_said_to_be_alone():
+    # The error said no pair shared min_shared queries ("at most 0"), not
+    # that there is no pair at all.
+    evals = _long({"a": {"q1": 1, "q2": 0}})
+    with pytest.raises(ValueError, match=r"evals has only 1 model \('a'\).*no pair"):
+        score_disagreement(evals, min_shared=1)
+    # Against a reference pool one model is fine.
+    other = _long({"b": {"q1": 1, "q2": 1}})
+    result = score_disagreement(evals, other, min_shared=1)
+    assert result.distance.loc["a", "b"] == 0.5
+
+
 # ------------------------------------------------------------------------ matching
 
 
@@ -182,6 +198,53 @@ def test_match_picks_the_nearest_and_applies_the_threshold():
     assert not matches.loc["other", "is_match"]
     stricter = match_models_by_scores(probe, known, threshold=0.05, min_shared=5)
     assert not stricter["is_match"].any()
+
+
+def test_match_is_not_undone_by_float32_storage_of_the_scores():
+    # Scores are stored as float32: |0.3 - 0.1| reads 0.2000000104, and a
+    # threshold of 0.2 refused the distance printed as 0.2.
+    probe = _long({"a": {q: 0.3 for q in "wxyz"}})
+    known = _long({"b": {q: 0.1 for q in "wxyz"}})
+    matches = match_models_by_scores(probe, known, threshold=0.2, min_shared=4)
+    assert matches.loc["a", "distance"] == pytest.approx(0.2, abs=1e-7)
+    assert bool(matches.loc["a", "is_match"])
+    below = match_models_by_scores(probe, known, threshold=0.199, min_shared=4)
+    assert not below.loc["a", "is_match"]
+
+
+def test_calibration_judges_pairs_as_matching_does():
+    # Cross distances on the 5 queries: b-d 0.1, c-d 0.2 (0/1 scores, exact),
+    # a-b 0.2 (0.3 vs 0.1, stored as float32: 0.2000000104), b-c 0.26, a-d
+    # 0.3, a-c 0.38. c-d and a-b are both 0.2 to matching, so a threshold
+    # letting a third of the pairs through cannot sit between them (it sat
+    # at 0.2000000052, and a-b matched too: half the pairs).
+    evals = _long(
+        {
+            "a": {f"q{i}": 0.3 for i in range(5)},
+            "b": {f"q{i}": 0.1 for i in range(5)},
+            "c": {f"q{i}": float(i == 0) for i in range(5)},
+            "d": {f"q{i}": 0.0 for i in range(5)},
+        }
+    )
+    kwargs = {"n_evals": 5, "n_resamples": 1, "min_shared": 5}
+    result = calibrate_score_threshold(evals, false_match_rate=0.34, **kwargs)
+    np.testing.assert_allclose(
+        np.sort(result.cross_distances), [0.1, 0.2, 0.2, 0.26, 0.3, 0.38], atol=1e-7
+    )
+    assert result.threshold == pytest.approx((0.1 + 0.2) / 2)
+    assert result.false_match_rate == pytest.approx(1 / 6)
+    result = calibrate_score_threshold(evals, false_match_rate=0.5, **kwargs)
+    assert result.threshold == pytest.approx((0.2 + 0.26) / 2)
+    assert result.false_match_rate == pytest.approx(3 / 6)
+    # Matching gives the realised rate: a and c are each matched to a model
+    # at the pairs' distances (a-b 0.2 and c-d 0.2 both under 0.23).
+    matches = match_models_by_scores(
+        evals,
+        evals.query("model in ['b', 'd']"),
+        threshold=result.threshold,
+        min_shared=5,
+    )
+    assert matches.loc[["a", "c"], "is_match"].tolist() == [True, True]
 
 
 def test_match_ties_go_to_the_first_reference_in_sorted_order():

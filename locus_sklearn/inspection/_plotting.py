@@ -4,6 +4,7 @@ matplotlib is optional: it is imported when a plot is drawn.
 """
 
 from collections.abc import Mapping
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
@@ -101,7 +102,8 @@ def principal_coordinates(distances, n_components=2):
     :class:`~sklearn.decomposition.KernelPCA` (which centres a precomputed
     kernel itself); for Euclidean distances between embeddings this is their
     PCA. Negative eigenvalues (distances no Euclidean space holds exactly)
-    are not among the leading components of a map.
+    are not among the leading components of a map. The eigendecomposition is
+    dense (exact and deterministic, whatever the number of models).
 
     Parameters
     ----------
@@ -123,7 +125,12 @@ def principal_coordinates(distances, n_components=2):
     True
     """
     gram = -0.5 * np.square(distances)
-    return KernelPCA(n_components, kernel="precomputed").fit_transform(gram)
+    # eigen_solver="dense": for more than 200 models KernelPCA's "auto" picks
+    # ARPACK, whose start vector is drawn from the global np.random state, so
+    # the map would consume (and depend on) the caller's random numbers.
+    return KernelPCA(
+        n_components, kernel="precomputed", eigen_solver="dense"
+    ).fit_transform(gram)
 
 
 def plot_model_map(
@@ -152,9 +159,12 @@ def plot_model_map(
     groups : array-like of shape (n_models,), mapping or Series, default=None
         A group per model (e.g. its family), coloured with a legend. A
         mapping or Series is read by model name (its keys or index, which
-        must hold every model; other entries are ignored); other sequences
-        give the groups in the models' order. A missing group (None or NaN)
-        is refused: fill it with a group of its own (e.g. "unknown").
+        must hold every model, a Series' each once; other entries are
+        ignored); other sequences give the groups in the models' order. A
+        missing group (None or NaN) is refused: fill it with a group of its
+        own (e.g. "unknown"). Groups are all of one type (str, int, float or
+        bool): 1, 1.0 and True are equal to Python and "1" is drawn as 1, so
+        mixed types would merge groups or show two alike in the legend.
     method : {"pca", "mds", "tsne"}, default="pca"
         :class:`~sklearn.decomposition.PCA` of the embeddings, classical
         multidimensional scaling of the distances (Torgerson's principal
@@ -171,7 +181,11 @@ def plot_model_map(
     ax : matplotlib Axes, default=None
         Axes to draw on; a new figure when None.
     random_state : int, RandomState instance or None, default=None
-        Seeds t-SNE (PCA and MDS are deterministic).
+        Seeds t-SNE (PCA and MDS are deterministic). With
+        ``metric="euclidean"`` t-SNE starts from the embeddings' PCA, except
+        for 1-D embeddings, which have no second principal component (the
+        reason ``method="pca"`` refuses them): they, like the other metrics,
+        start from random points.
 
     Returns
     -------
@@ -236,11 +250,14 @@ def plot_model_map(
         points = principal_coordinates(X)
     else:
         perplexity = float(min(30.0, max(1.0, (len(names) - 1) / 3)))
+        # A PCA start needs 2 principal components: 1-D embeddings, which
+        # t-SNE itself maps fine, start from random points instead.
+        pca_start = metric == "euclidean" and X.shape[1] >= 2
         points = TSNE(
             n_components=2,
             metric=metric,
             perplexity=perplexity,
-            init="pca" if metric == "euclidean" else "random",
+            init="pca" if pca_start else "random",
             random_state=random_state,
         ).fit_transform(X)
     if ax is None:
@@ -276,6 +293,14 @@ def _check_groups(groups, names):
         )
     if isinstance(groups, Mapping | pd.Series):
         kind = "mapping" if isinstance(groups, Mapping) else "Series"
+        if kind == "Series" and not groups.index.is_unique:
+            # dict(items) would keep the last group given for a name.
+            repeated = groups.index[groups.index.duplicated()].unique()
+            raise ValueError(
+                f"groups is a Series, read by model name, but its index repeats "
+                f"{len(repeated)} name(s): {_preview(repeated)}; give each model "
+                "one group."
+            )
         lookup = dict(groups.items())
         absent = [m for m in names.tolist() if m not in lookup]
         if absent:
@@ -301,7 +326,34 @@ def _check_groups(groups, names):
             f"model(s) {_preview(names[missing].tolist())}; give every model a "
             "group (e.g. fill them with 'unknown') or leave groups=None."
         )
+    # Groups are told apart by equality and labelled by str(): 1, 1.0 and
+    # True compare equal (one colour, whichever label comes first), and 1 and
+    # "1" are two groups under the same label. One type keeps both exact.
+    kinds = {}
+    for group in groups.tolist():
+        kinds.setdefault(_group_kind(group), group)
+    if len(kinds) > 1:
+        shown = ", ".join(f"{k} (e.g. {v!r})" for k, v in kinds.items())
+        raise TypeError(
+            f"groups mixes value types: {shown}. Groups of different types can "
+            "compare equal (1 == 1.0 == True) or print alike (1 and '1'), which "
+            "would merge groups or repeat a legend label; give every group the "
+            "same type, e.g. str."
+        )
     return groups
+
+
+def _group_kind(group):
+    """The type a group is compared as: bool, int, float, str or its type name."""
+    if isinstance(group, bool | np.bool_):
+        return "bool"
+    if isinstance(group, Integral):
+        return "int"
+    if isinstance(group, Real):
+        return "float"
+    if isinstance(group, str):
+        return "str"
+    return type(group).__name__
 
 
 def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=True):
@@ -311,12 +363,15 @@ def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=T
     ----------
     curve : DataFrame
         The output of :func:`portfolio_curve`; its points are joined in
-        increasing ``value``.
+        increasing ``value`` (finite numbers). ``accuracy`` needs at least
+        one finite value (NaN points are gaps), and ``full_pool_accuracy``,
+        when drawn, one finite value shared by every row (one curve).
     ax : matplotlib Axes, default=None
         Axes to draw on (e.g. to overlay several selectors); a new figure when
         None.
     label : str, default=None
-        Legend label of the selector's curve; "selected" when None.
+        Legend label of the selector's curve; "selected" when None (any other
+        value, even 0 or "", is used as given).
     random : bool, default=True
         Whether to draw the random baseline (mean ± standard deviation).
     full_pool : bool, default=True
@@ -356,12 +411,47 @@ def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=T
         )
     if not len(curve):
         raise ValueError("curve is empty (0 rows); there is nothing to plot.")
+    numeric = {
+        column: pd.api.types.is_numeric_dtype(curve[column])
+        and not pd.api.types.is_bool_dtype(curve[column])
+        and not pd.api.types.is_complex_dtype(curve[column])
+        for column in needed
+    }
+    wrong = [f"{c!r} ({curve[c].dtype})" for c, ok in numeric.items() if not ok]
+    if wrong:
+        # Strings would be sorted and placed as text ("10" before "2").
+        raise TypeError(
+            f"curve column(s) {', '.join(wrong)} must hold numbers (int or float "
+            "dtype); convert them, e.g. curve['value'].astype(float)."
+        )
+    values = curve["value"].to_numpy(dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError(
+            f"curve['value'] has {int((~np.isfinite(values)).sum())} value(s) that "
+            "are not finite numbers (NaN or inf); every point needs a portfolio "
+            "size or budget."
+        )
+    if not np.isfinite(curve["accuracy"].to_numpy(dtype=np.float64)).any():
+        raise ValueError(
+            f"curve['accuracy'] has no finite value in its {len(curve)} row(s) (all "
+            "NaN: no portfolio had a scored model), so there is no curve to draw."
+        )
+    if full_pool:
+        full = curve["full_pool_accuracy"].to_numpy(dtype=np.float64)
+        if not np.isfinite(full).all() or len(np.unique(full)) > 1:
+            raise ValueError(
+                "curve['full_pool_accuracy'] must be one finite value on every "
+                f"row (the full pool's accuracy, one line); got "
+                f"{_preview(pd.unique(full))}. Plot one portfolio_curve at a "
+                "time (overlay them with ax=), or pass full_pool=False."
+            )
     # Lines join the points in order of value, however the rows are ordered.
     curve = curve.sort_values("value", kind="stable")
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 4.0), layout="constrained")
     x = curve["value"].to_numpy()
-    ax.plot(x, curve["accuracy"], marker="o", label=label or "selected")
+    label = "selected" if label is None else label
+    ax.plot(x, curve["accuracy"], marker="o", label=label)
     if random and curve["random_mean"].notna().any():
         mean, std = curve["random_mean"], curve["random_std"]
         (line,) = ax.plot(x, mean, linestyle=":", color="gray", label="random")

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
-from .._evals import _preview, check_evals
+from .._evals import _check_string_column, _is_real_number, _preview, check_evals
 from ._common import as_pool, check_metric, pairwise
 from ._fingerprint import _as_embedder
 from ._neighbors import _check_k
@@ -67,20 +67,27 @@ def _check_tasks(evals, name="evals"):
 
 
 def _queries_by_task(queries_by_task):
-    """Mapping task -> ndarray of distinct queries; a query belongs to one task."""
+    """Mapping task -> ndarray of distinct queries; a query belongs to one task.
+
+    Tasks and queries are non-empty strings, as in an ``evals`` table: a
+    missing one (None, NaN) would otherwise be dropped by a groupby, or fail
+    in a sort with no parameter named, and a number could be confused with
+    the string it prints as.
+    """
     is_table = isinstance(queries_by_task, pd.DataFrame) or (
         isinstance(queries_by_task, Mapping)
         and {"query", "task"} <= set(queries_by_task)
     )
     if is_table:
-        frame = pd.DataFrame(
-            {
-                "query": list(queries_by_task["query"]),
-                "task": list(queries_by_task["task"]),
-            }
+        query = _check_string_column(
+            list(queries_by_task["query"]), "queries_by_task", "query"
         )
+        task = _check_string_column(
+            list(queries_by_task["task"]), "queries_by_task", "task"
+        )
+        frame = pd.DataFrame({"query": query, "task": task})
         queries = {
-            str(task): np.unique(group.to_numpy(dtype=object))
+            task: np.unique(group.to_numpy(dtype=object))
             for task, group in frame.groupby("task")["query"]
         }
     elif not isinstance(queries_by_task, Mapping):
@@ -91,13 +98,29 @@ def _queries_by_task(queries_by_task):
     else:
         queries = {}
         for task, listed in queries_by_task.items():
+            if not isinstance(task, str) or not task:
+                raise TypeError(
+                    "queries_by_task must be keyed by task names (non-empty str); "
+                    f"got the key {task!r} ({type(task).__name__})."
+                )
             if isinstance(listed, str):  # list("q12") would be its characters
                 raise TypeError(
                     f"queries_by_task[{task!r}] must be a sequence of queries; got "
                     f"the string {listed!r}. Wrap a single query in a list: "
                     f"[{listed!r}]."
                 )
-            queries[str(task)] = np.unique(np.asarray(list(listed), dtype=object))
+            try:
+                listed = list(listed)
+            except TypeError:
+                raise TypeError(
+                    f"queries_by_task[{task!r}] must be a sequence of queries (str); "
+                    f"got {type(listed).__name__} {listed!r}."
+                ) from None
+            # A Series keeps nested sequences as entries (np.asarray would
+            # stack them into a 2-D array), so each is reported as a non-str.
+            listed = pd.Series(listed, dtype=object).to_numpy()
+            _check_string_column(listed, "queries_by_task", task)
+            queries[task] = np.unique(listed)
     # A query under two tasks would be drawn, and scored, once per task: a
     # model with two scores on one query, which the embedder refuses or
     # averages, and the profile's accuracies would no longer be its own.
@@ -138,12 +161,14 @@ def embed_profile(
         Anything with ``transform(evals)`` returning one embedding per model of
         ``evals`` in sorted model-name order; a router's ``embedder_`` is used.
     task_accuracies : mapping, Series or DataFrame of shape (n_profiles, n_tasks)
-        Accuracy in [0, 1] per task: one profile (a mapping or Series), or one
-        profile per row (a DataFrame such as :func:`task_profiles` returns;
-        NaN leaves a task out of that profile).
+        Accuracy per task, a number (not a bool) in [0, 1], tasks named by
+        str, each once: one profile (a mapping or Series, giving every task
+        it names an accuracy), or one profile per row (a DataFrame such as
+        :func:`task_profiles` returns; NaN leaves a task out of that profile).
     queries_by_task : mapping of str to sequence of str, or DataFrame
         The queries of each task, or a table with ``query`` and ``task``
-        columns (e.g. an ``evals`` table).
+        columns (e.g. an ``evals`` table); tasks and queries are non-empty
+        str. A task given an accuracy must have at least one query.
     n_evals : int, default=256
         Evaluations per profile; at most the number of queries of its tasks,
         all of which are used when there are fewer.
@@ -157,7 +182,8 @@ def embed_profile(
     Returns
     -------
     embeddings : ndarray of shape (n_profiles, d)
-        One row per profile (one row for a single profile), in input order.
+        One row per profile (one row for a single profile), in input order;
+        ``ValueError`` if the embedder returns another number of rows.
 
     Examples
     --------
@@ -179,18 +205,10 @@ def embed_profile(
     _check_n_evals(n_evals)
     if scores not in ("bernoulli", "exact"):
         raise ValueError(f"scores must be 'bernoulli' or 'exact'; got {scores!r}.")
-    if isinstance(task_accuracies, pd.DataFrame):
-        profiles = task_accuracies
-        if not len(profiles):
-            raise ValueError(
-                "task_accuracies is a DataFrame with no rows; give one profile "
-                "(per-task accuracies) per row, at least one."
-            )
-    else:
-        profiles = pd.DataFrame([pd.Series(task_accuracies, dtype=np.float64)])
+    profiles = _task_accuracies(task_accuracies)
     values = profiles.to_numpy(dtype=np.float64)
     given = ~np.isnan(values)
-    tasks = [str(t) for t in profiles.columns]
+    tasks = profiles.columns.tolist()
     outside = given & ~((values >= 0) & (values <= 1))
     if outside.any():
         p, t = np.argwhere(outside)[0]
@@ -210,13 +228,31 @@ def embed_profile(
             f"task_accuracies has task(s) {_preview(unknown)} with no queries in "
             f"queries_by_task (tasks: {_preview(sorted(queries))})."
         )
+    # A task listed with no queries draws no evaluation: a profile of only
+    # such tasks would reach the embedder with no rows and get no embedding,
+    # shifting every later profile up a row.
+    for t, task in enumerate(tasks):
+        if len(queries[task]) == 0 and given[:, t].any():
+            where = (
+                f" in profile(s) {_preview(profiles.index[given[:, t]])}"
+                if isinstance(task_accuracies, pd.DataFrame)
+                else ""
+            )
+            raise ValueError(
+                f"queries_by_task lists no queries for task {task!r}, yet "
+                f"task_accuracies gives it an accuracy{where}; list the task's "
+                "queries, or leave the task out of the profiles."
+            )
     rng = check_random_state(random_state)
     width = len(str(len(profiles)))
     frames = []
     for p, row in enumerate(values):
         used = [t for t, ok in zip(tasks, given[p], strict=True) if ok]
         if not used:
-            raise ValueError(f"Profile {p} gives no task accuracy.")
+            raise ValueError(
+                f"Profile {profiles.index[p]!r} of task_accuracies gives no task "
+                "accuracy (all NaN); give each profile at least one."
+            )
         pool = np.concatenate([queries[t] for t in used])
         task_of = np.repeat(used, [len(queries[t]) for t in used])
         picked = rng.choice(len(pool), min(n_evals, len(pool)), replace=False)
@@ -233,6 +269,7 @@ def embed_profile(
         frames.append(
             pd.DataFrame(
                 {
+                    # Zero-padded, so that sorted names keep the input order.
                     "model": f"profile{p:0{width}d}",
                     "query": pool[picked],
                     "score": score,
@@ -240,7 +277,88 @@ def embed_profile(
                 }
             )
         )
-    return np.asarray(embedder.transform(pd.concat(frames, ignore_index=True)))
+    embeddings = np.asarray(embedder.transform(pd.concat(frames, ignore_index=True)))
+    # Rows are matched to profiles by position: a missing or extra row would
+    # silently give each later profile another's embedding.
+    if embeddings.ndim != 2 or len(embeddings) != len(profiles):
+        raise ValueError(
+            f"embedder.transform returned an array of shape {embeddings.shape} for "
+            f"the evaluations of {len(profiles)} profile(s); it must return one "
+            "embedding (row) per model of the evaluations, in sorted model order."
+        )
+    return embeddings
+
+
+def _task_accuracies(task_accuracies):
+    """The profiles as a float DataFrame (n_profiles, n_tasks), NaN where a
+    DataFrame leaves a task out; task names (the columns) are checked to be
+    distinct strings and accuracies to be real numbers (range checked later).
+    """
+    if isinstance(task_accuracies, pd.DataFrame):
+        frame = task_accuracies
+        if not len(frame):
+            raise ValueError(
+                "task_accuracies is a DataFrame with no rows; give one profile "
+                "(per-task accuracies) per row, at least one."
+            )
+        kind = "DataFrame"
+    elif isinstance(task_accuracies, Mapping | pd.Series):
+        kind = "mapping" if isinstance(task_accuracies, Mapping) else "Series"
+        items = list(task_accuracies.items())
+        frame = pd.DataFrame(
+            [[v for _, v in items]], columns=[k for k, _ in items], dtype=object
+        )
+    else:
+        raise TypeError(
+            "task_accuracies must be one profile (a mapping task -> accuracy, or "
+            "a Series indexed by task) or a DataFrame with one profile per row "
+            f"and one column per task; got {type(task_accuracies).__name__} "
+            f"{task_accuracies!r}, which names no task."
+        )
+    holder = {"DataFrame": "columns", "mapping": "keys", "Series": "index"}[kind]
+    names = frame.columns.tolist()
+    odd = [n for n in names if not isinstance(n, str) or not n]
+    if odd:
+        raise TypeError(
+            f"task_accuracies must name tasks by non-empty str (its {holder}), as "
+            f"queries_by_task does; got {_preview(odd)}."
+        )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        # Two columns of one task would pool its queries twice, one accuracy
+        # silently winning over the other.
+        raise ValueError(
+            f"task_accuracies has task(s) {_preview(repeated)} more than once (its "
+            f"{holder}); give each task one accuracy per profile."
+        )
+    cells = frame.to_numpy(dtype=object)
+    # Only a DataFrame leaves a task out of a profile with NaN; in a single
+    # profile a missing value would drop the task without a word.
+    missing = pd.isna(cells) if kind == "DataFrame" else np.zeros(cells.shape, bool)
+    bad = ~missing & ~np.vectorize(_is_real_number, otypes=[bool])(cells)
+    if kind != "DataFrame":
+        bad |= pd.isna(cells)
+    if bad.any():
+        p, t = np.argwhere(bad)[0]
+        value = cells[p, t]
+        if kind != "DataFrame" and pd.isna(value):
+            raise ValueError(
+                f"task_accuracies gives task {names[t]!r} the missing value "
+                f"{value!r} ({int(bad.sum())} value(s) not numbers); a single "
+                "profile cannot leave a task out that way: drop the task from it, "
+                "or pass a DataFrame, where NaN leaves a task out of a profile."
+            )
+        where = f" of profile {frame.index[p]!r}" if kind == "DataFrame" else ""
+        raise TypeError(
+            f"task_accuracies must hold accuracies as numbers in [0, 1] (not bool "
+            f"or str); got {value!r} ({type(value).__name__}) for task "
+            f"{names[t]!r}{where} ({int(bad.sum())} value(s) not numbers)."
+        )
+    return pd.DataFrame(
+        np.where(missing, np.nan, cells).astype(np.float64),
+        index=frame.index,
+        columns=pd.Index(names, dtype=object),
+    )
 
 
 def profile_recall_at_k(

@@ -24,6 +24,22 @@ __all__ = [
 ]
 
 
+# Scores are stored as float32 (check_evals), so a disagreement carries their
+# rounding: |0.3 - 0.1| reads 0.2000000104, which a threshold of 0.2 would
+# refuse. Storage rounding is at most half a float32 ulp per score (3e-8 in
+# [0, 1]), so rounding disagreements to 6 decimals before they meet a
+# threshold takes it away (a value on the 1e-6 grid rounds back onto it)
+# while keeping apart any two rates of 0/1 scores over fewer than a million
+# queries (k / n steps by over 1e-6). Matching and calibration compare the
+# same rounded values, so a calibrated rate is the rate matching gives.
+_DECIMALS = 6
+
+
+def _rounded(rate):
+    """Disagreement rates rounded to ``_DECIMALS`` decimals (NaN stays NaN)."""
+    return np.round(rate, _DECIMALS)
+
+
 def _check_min_shared(min_shared):
     if (
         isinstance(min_shared, bool)
@@ -43,6 +59,12 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     one model's reruns do; different models, as much as their answers differ.
     Unlike an embedding, this needs the models scored on the same queries,
     and reads nothing else about them.
+
+    Scores are stored as float32 (by ``check_evals``), so the distances
+    carry its rounding: ``|0.3 - 0.1|`` reads 0.2000000104.
+    :func:`match_models_by_scores` and :func:`calibrate_score_threshold`
+    round distances to 6 decimals (1e-6, far above that rounding) before
+    comparing them with a threshold, so that this one meets 0.2.
 
     Parameters
     ----------
@@ -69,8 +91,9 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     Raises
     ------
     ValueError
-        If no pair of (different) models shares ``min_shared`` queries, so
-        that nothing can be compared.
+        If ``evals`` alone has a single model (no pair to compare), or no
+        pair of (different) models shares ``min_shared`` queries, so that
+        nothing can be compared.
 
     Notes
     -----
@@ -117,6 +140,14 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     _check_min_shared(min_shared)
     table = check_evals(evals, name="evals")
     same_pool = reference_evals is None
+    if same_pool and table.n_models < 2:
+        # Otherwise reported as no pair sharing min_shared queries (at most 0),
+        # which hides that there is no pair at all.
+        raise ValueError(
+            f"evals has only 1 model ({table.models[0]!r}) and no reference_evals "
+            "is given: there is no pair of different models to compare. Pass "
+            "evals with at least 2 models, or reference_evals to compare it with."
+        )
     reference = (
         table if same_pool else check_evals(reference_evals, name="reference_evals")
     )
@@ -185,8 +216,10 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
         Indexed by the models of ``evals`` (sorted), with columns ``nearest``
         (the reference model with the smallest disagreement; ties go to the
         first in sorted order), ``distance`` (that disagreement), ``n_shared``
-        (the queries it was measured on) and ``is_match``
-        (``distance <= threshold``).
+        (the queries it was measured on) and ``is_match`` (``distance``
+        rounded to 6 decimals ``<= threshold``: scores are stored as float32,
+        whose rounding would put a distance of 0.2 at 0.2000000104, over a
+        threshold of 0.2).
 
     Raises
     ------
@@ -249,7 +282,7 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
             "nearest": result.distance.columns.to_numpy()[nearest],
             "distance": best,
             "n_shared": n_shared[rows, nearest],
-            "is_match": best <= threshold,
+            "is_match": _rounded(best) <= threshold,
         },
         index=pd.Index(result.distance.index.to_numpy()),
     )
@@ -274,7 +307,11 @@ def calibrate_score_threshold(
     every pair of different known models on the ones both answered among
     them, as a probe would be compared (pairs sharing fewer than
     ``min_shared`` of them are skipped). The threshold lets a share
-    ``false_match_rate`` of these different-model pairs through.
+    ``false_match_rate`` of these different-model pairs through. It is
+    read off their disagreements rounded to 6 decimals, as
+    :func:`match_models_by_scores` rounds a distance before comparing it
+    with the threshold (scores are stored as float32), so the realised rate
+    is the one matching gives.
 
     What a true match looks like depends on the endpoint (the same weights
     repeat their answers; a model that samples its answers disagrees with
@@ -304,9 +341,10 @@ def calibrate_score_threshold(
     -------
     result : :class:`~sklearn.utils.Bunch`
         ``threshold`` (float; pass it to :func:`match_models_by_scores` with
-        the same ``min_shared``), ``false_match_rate`` (the realised rate),
-        ``cross_distances`` (1-D array, every compared pair of every
-        resample) and ``models``.
+        the same ``min_shared``), ``false_match_rate`` (the realised rate:
+        the share of ``cross_distances`` that, rounded to 6 decimals, are
+        ``<= threshold``), ``cross_distances`` (1-D array, every compared
+        pair of every resample, unrounded) and ``models``.
 
     Raises
     ------
@@ -378,10 +416,12 @@ def calibrate_score_threshold(
             f"n_evals={n_evals} random queries in common; score the known models "
             "on the same queries, raise n_evals or lower min_shared."
         )
-    threshold = match_threshold(cross_distances, false_match_rate)
+    # The pairs are judged as match_models_by_scores judges a probe.
+    rounded = _rounded(cross_distances)
+    threshold = match_threshold(rounded, false_match_rate)
     return Bunch(
         threshold=threshold,
-        false_match_rate=float(np.mean(cross_distances <= threshold)),
+        false_match_rate=float(np.mean(rounded <= threshold)),
         cross_distances=cross_distances,
         models=table.models.copy(),
     )
