@@ -24,7 +24,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
 from ._params import NoBoolNumbersMixin
-from ._selectors import _check_n_select, _sum_slack
+from ._selectors import _check_n_select, _rescale_exponent, _sum_slack
 from ._warnings import warn_external
 
 __all__ = ["ExpectedAccuracySelector"]
@@ -32,6 +32,10 @@ __all__ = ["ExpectedAccuracySelector"]
 
 def _greedy_expected_accuracy(P, n_select):
     """Greedy maximisation of mean_q max_{s in sel} P[s, q]; validated input.
+
+    ``P`` is finite, of shape (n_models, n_queries), and its largest
+    magnitude within 2 ** +-256 (see :func:`_scaled`), so that means of its
+    values cannot overflow.
 
     Returns the selected rows (selection order) and F after each addition.
     """
@@ -50,12 +54,34 @@ def _greedy_expected_accuracy(P, n_select):
         value[~available] = -np.inf
         scale = np.abs(terms[available]).mean(axis=1).max()
         top = value.max()
-        m = int(np.argmax(available & (value >= top - slack * scale)))
+        tied = available & (value >= top - slack * scale)
+        # A selected row is never taken again: were rounding ever to leave
+        # no candidate within the tolerance, the best available one is.
+        m = int(np.argmax(tied)) if tied.any() else int(np.argmax(value))
         selected.append(m)
         path.append(float(value[m]))
         available[m] = False
         best = np.maximum(best, P[m])
     return np.asarray(selected, dtype=np.int64), np.asarray(path)
+
+
+def _scaled(X):
+    """``X`` and an exponent ``e`` with ``X = X_scaled * 2 ** e``.
+
+    ``e`` is 0 (``X`` itself) unless the largest magnitude of ``X`` lies
+    outside 2 ** +-256; then ``X`` is scaled by a power of two to bring it
+    into [0.5, 1). A mean of values of 1e308 overflows to inf (and F's tie
+    tolerance to NaN), while the greedy's choices do not depend on the scale
+    of ``X``; the power of two scales exactly, so they are those on ``X``.
+    """
+    exponent = _rescale_exponent(X)
+    return (np.ldexp(X, -exponent) if exponent else X), exponent
+
+
+def _format_f(value):
+    """F for a message: four decimals, as an accuracy reads, unless too
+    large for them to be readable (a utility of 1e308)."""
+    return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.4g}"
 
 
 class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
@@ -72,7 +98,8 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
     choice, and it needs no scores: only the router's predictions.
 
     Any finite values work (a utility ``P - cost_weight * cost`` selects for
-    expected utility); F reads as an accuracy when they are probabilities.
+    expected utility; values as large as 1e308 are computed on without
+    overflow); F reads as an accuracy when they are probabilities.
 
     Parameters
     ----------
@@ -134,23 +161,33 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
         """
         X = validate_data(self, X, dtype=np.float64)
         _check_n_select(self.n_select, X.shape[0])
-        self.selected_indices_, self.objective_path_ = _greedy_expected_accuracy(
-            X, self.n_select
-        )
-        self.objective_ = float(self.objective_path_[-1])
-        self.full_objective_ = float(X.max(axis=0).mean())
+        # Computed on X scaled into range when its magnitudes are extreme;
+        # F, a mean of X's values, is scaled back to X's units.
+        X, exponent = _scaled(X)
+        self.selected_indices_, path = _greedy_expected_accuracy(X, self.n_select)
+        full = float(X.max(axis=0).mean())
         # A step that raises F by no more than rounding picked a tie, in row
         # order: P with one value per model (a router at shrinkage 1 predicts
         # each model's mean score) leaves every step after the first so.
         tolerance = _sum_slack(X.shape[1]) * np.abs(X).max(axis=0).mean()
-        idle = np.flatnonzero(np.diff(self.objective_path_) <= tolerance)
+        idle = np.flatnonzero(np.diff(path) <= tolerance)
+        if exponent:
+            # A mean lies between the smallest and largest value averaged;
+            # clipping to them undoes the last ulp of rounding, which at
+            # values near 1.8e308 would scale back to inf.
+            low, high = np.ldexp(X.min(), exponent), np.ldexp(X.max(), exponent)
+            path = np.clip(np.ldexp(path, exponent), low, high)
+            full = float(np.clip(np.ldexp(full, exponent), low, high))
+        self.objective_path_ = path
+        self.objective_ = float(path[-1])
+        self.full_objective_ = full
         if len(idle):
             first = int(idle[0]) + 2
             warn_external(
                 f"Selecting model {first} of n_select={self.n_select} and after it "
                 f"raised the expected accuracy by nothing (F stays "
-                f"{self.objective_path_[first - 2]:.4f}): those are ties, taken in "
-                "row order. If X holds one value per model on every query (a "
+                f"{_format_f(self.objective_path_[first - 2])}): those are ties, "
+                "taken in row order. If X holds one value per model on every query (a "
                 "LocusRouter at shrinkage_ 1 predicts each model's mean score), "
                 "take X from a router with shrinkage=None; else a smaller "
                 "n_select keeps the same F.",

@@ -57,6 +57,15 @@ __all__ = [
 _METRICS = ("cosine", "euclidean", "precomputed")
 # Rounding tolerance per term of a sum of values in [0, 1]; see _sum_slack.
 _SUM_RTOL = 4 * np.finfo(np.float64).eps
+# Magnitudes within 2 ** +-_SAFE_EXPONENT are computed on as given: their
+# squares, and sums of many squares, stay far from float64's under- and
+# overflow (2 ** +-1022). Beyond, embeddings and bandwidths are brought into
+# range by a power of two, which scales exactly, so the result is what exact
+# scaling would give, and ordinary inputs are computed as they always were.
+_SAFE_EXPONENT = 256
+# Smallest ratio of a positive cost to the largest one that the budget greedy
+# ranks (see _check_costs): 2 ** -900, ~1.2e-271.
+_COST_RANGE = 2.0**-900
 _KERNEL_CONSTRAINTS = {
     "metric": [StrOptions(set(_METRICS))],
     "bandwidth": [
@@ -126,14 +135,27 @@ def _median_bandwidth(D):
     for i in range(n - 1):
         pairs[start : start + n - 1 - i] = D[i, i + 1 :]
         start += n - 1 - i
-    sigma = float(np.median(pairs, overwrite_input=True))
+    sigma = _median(pairs)
     if sigma > 0:
         return sigma
     positive = pairs[pairs > 0]
-    return float(np.median(positive)) if positive.size else 1.0
+    return _median(positive) if positive.size else 1.0
 
 
-def _distances(X, Y, metric):
+def _median(values):
+    """``np.median`` of finite values >= 0, which may reorder ``values``.
+
+    The mean of the two middle values overflows to inf when both exceed
+    ~9e307 (distances of finite embeddings of ~1e308); halved first, it
+    cannot.
+    """
+    median = float(np.median(values, overwrite_input=True))
+    if np.isinf(median):
+        median = 2.0 * float(np.median(values / 2.0))
+    return median
+
+
+def _distances(X, Y, metric, *, name="X"):
     """Distances of shape (n_X, n_Y) in float64; ``Y=None`` means ``Y = X``.
 
     Cosine distances are ``1 - cos`` clipped to [0, 2], as
@@ -143,12 +165,44 @@ def _distances(X, Y, metric):
     zero vector has no direction: it is at cosine distance 1 from every other
     vector and 0 from itself (and from other zero vectors), whether ``Y`` is
     None or holds its own row.
+
+    Any finite embeddings work: beyond magnitudes of ``2 ** 256`` (or below
+    ``2 ** -256``) the squares inside the computation would over- or
+    underflow, so there the rows are scaled by a power of two first (each on
+    its own for the cosine metric, which ignores length; all together for the
+    Euclidean one, whose distances are scaled back). Euclidean distances
+    that exceed the largest float64 (~1.8e308) raise a ValueError naming
+    ``name``.
     """
     if metric == "euclidean":
-        D = euclidean_distances(X, Y)
+        rows = X if Y is None else np.concatenate([X, Y])
+        exponent = _rescale_exponent(rows)
+        if exponent:
+            # Every step of euclidean_distances (products, sums, sqrt) scales
+            # exactly by a power of two: these are the distances exact
+            # arithmetic would give, not 1e160 ** 2 = inf (NaN kernels) or
+            # 1e-200 ** 2 = 0 (every model at distance 0).
+            D = euclidean_distances(
+                np.ldexp(X, -exponent), None if Y is None else np.ldexp(Y, -exponent)
+            )
+            with np.errstate(over="ignore"):
+                np.ldexp(D, exponent, out=D)
+            if not np.isfinite(D).all():
+                largest = float(np.abs(rows).max())
+                raise ValueError(
+                    f"{name} has values up to {largest:.3g} in magnitude: the "
+                    "Euclidean distances between these embeddings exceed the "
+                    "largest float64 (~1.8e308). Divide the embeddings by a "
+                    "constant (e.g. their largest absolute value) first; with "
+                    "bandwidth='median' that leaves the selection unchanged."
+                )
+        else:
+            D = euclidean_distances(X, Y)
     else:
-        X_unit = normalize(X)
-        D = X_unit @ (X_unit if Y is None else normalize(Y)).T
+        # Rows of 1e160 (or 1e-200) have a norm that over- (under-)flows, and
+        # would be normalised to zero vectors, at distance 1 from everything.
+        X_unit = normalize(_rescale_rows(X))
+        D = X_unit @ (X_unit if Y is None else normalize(_rescale_rows(Y))).T
         np.subtract(1.0, D, out=D)
         # 1 - cos of unit vectors is off by up to about n_features / 2 ulps (the
         # dot product) plus a few (the normalisations): two copies of a row
@@ -165,6 +219,33 @@ def _distances(X, Y, metric):
     if Y is None:
         np.fill_diagonal(D, 0.0)
     return D
+
+
+def _outside_safe_range(magnitude):
+    """Whether a magnitude > 0 lies outside 2 ** +-_SAFE_EXPONENT."""
+    return (magnitude < 2.0**-_SAFE_EXPONENT) | (magnitude > 2.0**_SAFE_EXPONENT)
+
+
+def _rescale_exponent(A):
+    """The exponent ``e`` with ``max|A| / 2 ** e`` in [0.5, 1) when ``max|A|``
+    is outside 2 ** +-_SAFE_EXPONENT, else 0 (no rescaling)."""
+    largest = float(np.abs(A).max()) if A.size else 0.0
+    if largest == 0.0 or not _outside_safe_range(largest):
+        return 0
+    return math.frexp(largest)[1]
+
+
+def _rescale_rows(A):
+    """``A`` with each row whose largest magnitude is outside
+    2 ** +-_SAFE_EXPONENT scaled by a power of two into [0.5, 1) (exactly, so
+    its direction is unchanged); ``A`` itself when no row is."""
+    largest = np.abs(A).max(axis=1) if A.shape[1] else np.zeros(len(A))
+    rows = np.flatnonzero((largest > 0) & _outside_safe_range(largest))
+    if not rows.size:
+        return A
+    A = A.copy()
+    A[rows] = np.ldexp(A[rows], -np.frexp(largest[rows])[1][:, None])
+    return A
 
 
 def _same_rows(X, Y):
@@ -184,19 +265,22 @@ def _rbf(D, sigma, *, out=None):
     """``exp(-(D / sigma) ** 2)``, optionally in place.
 
     ``1 / sigma ** 2`` overflows to inf for a valid sigma below ~1e-154 (and
-    0 * inf is NaN on the diagonal), and ``sigma ** 2`` underflows to 0 below
-    ~1e-162; there the distances are scaled before squaring, which at worst
-    overflows to inf, whose kernel is exactly 0. Elsewhere the kernel is
-    formed as it always was (one multiply), so selections on near-ties stay
-    what they were.
+    0 * inf is NaN on the diagonal), ``sigma ** 2`` underflows to 0 below
+    ~1e-162, and above ~1e154 it overflows to inf (and inf * 0 is NaN again;
+    distances that large, from embeddings of 1e160, square to inf too).
+    Outside 2 ** +-256 the distances are therefore scaled before squaring,
+    which at worst overflows to inf, whose kernel is exactly 0. Within, the
+    kernel is formed as it always was (one multiply), so selections on
+    near-ties stay what they were: a distance whose square over- or
+    underflows there is so far beyond (or within) sigma that its kernel is 0
+    (or 1) either way.
     """
-    # numpy floats: Python's own raise OverflowError where these under- or
-    # overflow.
-    with np.errstate(over="ignore", under="ignore", divide="ignore"):
-        scale = np.float64(-1.0) / np.square(np.float64(sigma))
-    if np.isfinite(scale):
-        K = np.square(D, out=out)
-        K *= scale
+    if not _outside_safe_range(sigma):
+        # Squares of distances far beyond sigma may overflow to inf: their
+        # kernel is 0 either way, so the warning would only alarm.
+        with np.errstate(over="ignore"):
+            K = np.square(D, out=out)
+            K *= np.float64(-1.0) / np.square(np.float64(sigma))
     else:
         with np.errstate(over="ignore"):
             K = np.divide(D, sigma, out=out)
@@ -256,11 +340,13 @@ def _assign(D, sigma):
     """Kernel similarity to the selected models and each row's most similar
     one, from the distances ``D`` of shape (n_rows, n_selected).
 
-    Ties go to the earlier position, except at similarity 0: the kernel
-    underflows to exactly 0 beyond ~27 sigma whatever the distance, so a row
-    that far from every selected model goes to the nearest one (as the
-    kernel, which decreases with distance, would rank them), not to position
-    0.
+    Ties go to the earlier position, except where the kernel saturates: it
+    underflows to exactly 0 beyond ~27 sigma and rounds to exactly 1 within
+    ~1e-8 sigma, whatever the distance, so a row at similarity 0 to every
+    selected model, or at 1 to several, goes to the nearest of them (as the
+    kernel, which decreases with distance, would rank them), not to the
+    earliest position: a selected model is then labelled with itself even
+    under a bandwidth far larger than the distances.
 
     Returns
     -------
@@ -269,9 +355,11 @@ def _assign(D, sigma):
     """
     similarity = _rbf(D, sigma)
     labels = np.argmax(similarity, axis=1)
-    far = np.flatnonzero(similarity[np.arange(len(labels)), labels] == 0.0)
-    if far.size:
-        labels[far] = np.argmin(D[far], axis=1)
+    best = similarity[np.arange(len(labels)), labels]
+    saturated = np.flatnonzero((best == 0.0) | (best == 1.0))
+    if saturated.size:
+        tied = similarity[saturated] == best[saturated, None]
+        labels[saturated] = np.argmin(np.where(tied, D[saturated], np.inf), axis=1)
     return similarity, labels
 
 
@@ -311,6 +399,20 @@ def _check_costs(costs, n_models, budget):
             f"budget={budget} should be >= the cheapest model's cost "
             f"min(costs)={cheapest}; no model fits."
         )
+    positive = costs[costs > 0]
+    if positive.size and positive.min() < positive.max() * _COST_RANGE:
+        # The greedy ranks gain / cost: with the largest cost brought to ~1,
+        # a gain of up to n_models per cost below ~1e-308 overflows to inf,
+        # and ties can no longer be told. Costs that far apart are a units
+        # mistake, or the small ones are free in effect.
+        i = int(np.flatnonzero(costs == positive.min())[0])
+        raise ValueError(
+            f"costs span too wide a range: costs[{i}]={float(costs[i])!r} is below "
+            f"{_COST_RANGE:.3g} times the largest cost, {float(positive.max())!r}, "
+            "so gain per unit cost cannot be computed in float64. Give costs in "
+            "units where they are within a factor 1e270 of each other, or set "
+            "costs that are negligible to 0 (a free model)."
+        )
     return costs
 
 
@@ -330,16 +432,19 @@ def _check_pool(X, metric, *, name="X"):
 def _k_center(D, sigma, n_select):
     """Farthest-first selection in similarity space, from the kernel medoid.
 
-    Each step adds the least-covered model, the one whose largest similarity
-    to the selection is smallest, the lowest index on ties. The kernel
-    underflows to exactly 0 for every model beyond ~27 sigma of the selection,
-    whatever its distance; those ties go to the model farthest from the
-    selection, as the kernel, which decreases with distance, would rank them
-    without underflow (by row order a far outlier would be left uncovered for
-    a nearer model of lower row, breaking the factor 2 of farthest-first,
-    Gonzalez, 1985). The kernel is computed from ``D`` where needed, its row
-    sums a chunk at a time, so the distances and the kernel are never both
-    held.
+    It starts from the model with the largest kernel row sum (sums equal up
+    to rounding are ties, which go to the lowest row). Each step adds the
+    least-covered model, the one whose largest similarity to the selection
+    is smallest, the lowest index on ties. The kernel underflows to exactly 0
+    for every model beyond ~27 sigma of the selection, and rounds to exactly
+    1 for every model within ~1e-8 sigma of it (a bandwidth far larger than
+    the distances), whatever its distance; those ties go to the model
+    farthest from the selection, as the kernel, which decreases with
+    distance, would rank them without rounding (by row order a far outlier
+    would be left uncovered for a nearer model of lower row, breaking the
+    factor 2 of farthest-first, Gonzalez, 1985). The kernel is computed from
+    ``D`` where needed, its row sums a chunk at a time, so the distances and
+    the kernel are never both held.
 
     Parameters
     ----------
@@ -354,7 +459,13 @@ def _k_center(D, sigma, n_select):
     selected : ndarray of int64, shape (n_select,), in selection order
     """
     n_models = D.shape[0]
-    first = int(np.argmax(_kernel_row_sums(D, sigma)))
+    # The kernel medoid. Row sums equal in exact arithmetic (mirror-image
+    # models, at the same distances from the rest in another order) come out
+    # an ulp or so apart: sums within rounding of the largest tie, and the
+    # lowest row among them is taken, as the budget greedy does.
+    sums = _kernel_row_sums(D, sigma)
+    top = float(sums.max())
+    first = int(np.argmax(sums >= top - _sum_slack(n_models) * max(1.0, top)))
     selected = [first]
     coverage = _rbf(D[first], sigma)
     # Distance of each model to the nearest selected one, for the ties at 0.
@@ -365,8 +476,13 @@ def _k_center(D, sigma, n_select):
         open_coverage = np.where(chosen, np.inf, coverage)
         # argmin and argmax return the lowest index on ties.
         m = int(np.argmin(open_coverage))
-        if open_coverage[m] == 0.0:
-            m = int(np.argmax(np.where(open_coverage == 0.0, gap, -np.inf)))
+        if open_coverage[m] in (0.0, 1.0):
+            # The kernel saturates: exactly 0 beyond ~27 sigma, exactly 1
+            # within ~1e-8 sigma (a bandwidth far above the distances), at
+            # any distance. There the distances rank the models, as the
+            # kernel would without rounding: the farthest is least covered.
+            tied = open_coverage == open_coverage[m]
+            m = int(np.argmax(np.where(tied, gap, -np.inf)))
         selected.append(m)
         chosen[m] = True
         np.maximum(coverage, _rbf(D[m], sigma), out=coverage)
@@ -476,11 +592,20 @@ def _budget_greedy(K, costs, budget):
     coverage = np.zeros(n_models)
     spent = []
     selected = []
+    # Gains are ranked per unit of ``unit``: the costs, or, when the largest
+    # lies outside 2 ** +-256, the costs scaled by a power of two to bring it
+    # into [0.5, 1). The scaling is exact, so every comparison (the tie floor
+    # included) comes out as on the costs themselves, without a gain of 1
+    # per cost of 1e-320 overflowing to inf (and the floor to NaN). Budgets
+    # and what is spent stay in the costs' own units. _check_costs has
+    # refused costs too far apart for any common unit.
+    exponent = _rescale_exponent(costs)
+    unit = np.ldexp(costs, -exponent) if exponent else costs
     # value[m]: gain (free m) or gain per unit cost, computed at step
     # computed_at[m], an upper bound of the current value at later steps;
     # -inf once m is selected or no longer fits.
     value = K.sum(axis=1)
-    np.divide(value, costs, out=value, where=~free)
+    np.divide(value, unit, out=value, where=~free)
     computed_at = np.zeros(n_models, dtype=np.int64)
 
     def fits(m):
@@ -489,7 +614,7 @@ def _budget_greedy(K, costs, budget):
 
     def refresh(m, step):
         gain = np.maximum(K[m] - coverage, 0.0).sum()
-        value[m] = gain if free[m] else gain / costs[m]
+        value[m] = gain if free[m] else gain / unit[m]
         computed_at[m] = step
 
     step = 0
@@ -511,7 +636,7 @@ def _budget_greedy(K, costs, budget):
         # among them is found by refreshing, in index order, the models
         # below m whose bound is within rounding too.
         best = value[m]
-        floor = best - slack * max(best, 1.0 if free[m] else 1.0 / costs[m])
+        floor = best - slack * max(best, 1.0 if free[m] else 1.0 / unit[m])
         for c in np.flatnonzero(ranked[:m] >= floor).tolist():
             if not fits(c):
                 value[c] = -np.inf
@@ -557,9 +682,11 @@ def k_center_select(X, n_select, *, metric="cosine", bandwidth="median"):
     similarity to the selection is smallest (paper, eq. 9). It approximates the
     k-center objective ``max min_i max_{s in sel} K(z_i, z_s)``; with the
     Euclidean metric the worst covering distance is at most twice the optimal
-    one (Gonzalez, 1985). Models so far from the selection that their
-    similarity underflows to 0 (beyond ~27 bandwidths) are ranked by distance,
-    the farthest first, and labelled with their nearest selected model.
+    one (Gonzalez, 1985). Where the kernel saturates, models so far from the
+    selection that their similarity underflows to 0 (beyond ~27 bandwidths),
+    or so near it that their similarity rounds to 1 (a bandwidth far larger
+    than the distances), are ranked by distance, the farthest first, and
+    labelled with their nearest selected model.
 
     Read more in :class:`KCenterSelector`.
 
@@ -720,8 +847,9 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
         Largest total cost of the selection, at least the cheapest model's cost.
     costs : array-like of shape (n_models,), default=None
         Cost of each model (parameters, price), finite and >= 0; free models
-        are taken first. None gives every model a cost of 1, so ``budget``
-        counts models.
+        are taken first. Positive costs within a factor ~1e270 of each other
+        (any units: costs of 1e-320 work). None gives every model a cost of
+        1, so ``budget`` counts models.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Distance between embeddings.
     bandwidth : "median" or float, default="median"
@@ -879,8 +1007,9 @@ class _BaseSelector(
         labels : ndarray of int64, shape (n_samples,)
             Position in ``selected_indices_``; ties go to the earlier position,
             except that a row at similarity 0 to every selected model (the
-            kernel underflows beyond ~27 bandwidths) goes to the nearest one.
-            On the training data this equals ``labels_``.
+            kernel underflows beyond ~27 bandwidths), or at similarity 1 to
+            several (it rounds to 1 within ~1e-8 bandwidths), goes to the
+            nearest of them. On the training data this equals ``labels_``.
         """
         D = self._distances_to_selected(self._validate_new(X))
         return _assign(D, self.bandwidth_)[1]
@@ -895,11 +1024,13 @@ class KCenterSelector(_BaseSelector):
     appendix E.4.2). It approximates the k-center objective
     ``max min_i max_{s in sel} K(z_i, z_s)``: every model of the pool gets a
     similar representative. Selections are nested: the first k models chosen
-    for ``n_select=k+1`` are those chosen for ``n_select=k``. Ties go to the
-    lowest row, except between models whose similarity to the selection
-    underflows to exactly 0 (beyond ~27 bandwidths, e.g. a tight family of
-    fine-tunes sets a small median bandwidth): the kernel decreases with
-    distance, so the farthest of them is taken, and in ``labels_`` and
+    for ``n_select=k+1`` are those chosen for ``n_select=k``. Ties (kernel
+    row sums equal up to rounding included) go to the lowest row, except
+    between models whose similarity to the selection underflows to exactly
+    0 (beyond ~27 bandwidths, e.g. a tight family of fine-tunes sets a small
+    median bandwidth) or rounds to exactly 1 (within ~1e-8 bandwidths, e.g. a
+    numeric bandwidth far larger than the distances): the kernel decreases
+    with distance, so the farthest of them is taken, and in ``labels_`` and
     :meth:`predict` such a model goes to its nearest selected model.
 
     Parameters
@@ -1187,8 +1318,9 @@ class BudgetGreedySelector(_BaseSelector):
             Ignored.
         costs : array-like of shape (n_models,), default=None
             Cost of each model (parameters, price), finite and >= 0 (a free
-            model is taken before any costly one). None gives every model a
-            cost of 1.
+            model is taken before any costly one); positive costs within a
+            factor ~1e270 of each other (any units: costs of 1e-320 work).
+            None gives every model a cost of 1.
 
         Returns
         -------

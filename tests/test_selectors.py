@@ -858,3 +858,287 @@ def test_expected_accuracy_exact_ties_go_to_the_lower_row():
     # A real difference is no tie, however small next to the values.
     P = np.vstack([a, a + 1e-9])
     assert ExpectedAccuracySelector(n_select=1).fit(P).selected_indices_.tolist() == [1]
+
+
+# --------------------------------------------------------------------------------------
+# Extreme magnitudes, saturated kernels and rounding ties
+
+
+def _scaled_pool():
+    return np.array([[0.0, 1.0], [0.1, 1.0], [5.0, 1.0], [5.1, 1.0], [10.0, 1.0]])
+
+
+@pytest.mark.parametrize("exponent", [600, -660])
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_selectors_are_unchanged_by_extreme_scale(metric, exponent):
+    # Embeddings of ~1e180 squared to inf inside euclidean_distances (NaN
+    # objective_ and transform) and, under the cosine metric, normalised to
+    # zero vectors; embeddings of ~1e-199 put every model at distance 0.
+    # A power of two scales exactly, so the selection must be the same.
+    X = _scaled_pool()
+    scale = 2.0**exponent
+    for make in (
+        lambda: KCenterSelector(2, metric=metric),
+        lambda: KMedoidsSelector(2, metric=metric),
+        lambda: BudgetGreedySelector(2.0, metric=metric),
+    ):
+        ref, big = make().fit(X), make().fit(X * scale)
+        np.testing.assert_array_equal(big.selected_indices_, ref.selected_indices_)
+        np.testing.assert_array_equal(big.labels_, ref.labels_)
+        assert big.objective_ == pytest.approx(ref.objective_, rel=1e-12)
+        # bandwidth_ is a distance, in the embeddings' own units.
+        units = scale if metric == "euclidean" else 1.0
+        assert big.bandwidth_ == pytest.approx(ref.bandwidth_ * units, rel=1e-12)
+        similarity = big.transform(X * scale)
+        assert not np.isnan(similarity).any()
+        np.testing.assert_allclose(similarity, ref.transform(X), rtol=1e-12)
+    # A numeric bandwidth is read in the embeddings' units too.
+    ref = KCenterSelector(2, metric="euclidean", bandwidth=3.0).fit(X)
+    big = KCenterSelector(2, metric="euclidean", bandwidth=3.0 * scale).fit(X * scale)
+    np.testing.assert_array_equal(big.selected_indices_, ref.selected_indices_)
+    np.testing.assert_allclose(big.coverage_, ref.coverage_, rtol=1e-12)
+
+
+def test_cosine_ignores_rows_of_extreme_length():
+    # The cosine metric ignores each row's length: rows of ~1e300 and ~1e-290
+    # beside ordinary ones select as the ordinary rows do (the cosine
+    # distances, computed on rows brought into range by powers of two, are
+    # bit-identical).
+    X = _scaled_pool()
+    lengths = 2.0 ** np.array([1000, -960, 0, 300, -700])[:, None]
+    for make in (lambda: KCenterSelector(2), lambda: KMedoidsSelector(3)):
+        ref, odd = make().fit(X), make().fit(X * lengths)
+        np.testing.assert_array_equal(odd.selected_indices_, ref.selected_indices_)
+        assert odd.objective_ == ref.objective_
+        assert odd.bandwidth_ == ref.bandwidth_
+
+
+def test_euclidean_distances_that_overflow_are_refused():
+    # 2e308 is past float64: the distances were inf and the kernel NaN.
+    X = [[1e308], [-1e308], [0.0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"X has values up to 1e\+308 .* exceed"):
+            KCenterSelector(1, metric="euclidean").fit(X)
+        with pytest.raises(ValueError, match=r"X has values up to 1e\+308"):
+            k_medoids_select(X, 1, metric="euclidean")
+        # Distances of up to 1.8e308 are computed (a median of two such
+        # distances overflowed): the farthest pair is 1.6e308 apart.
+        X = [[8e307], [-8e307], [0.0]]
+        selector = KCenterSelector(2, metric="euclidean").fit(X)
+        assert selector.bandwidth_ == pytest.approx(8e307)
+        assert selector.selected_indices_.tolist() == [2, 0]
+        assert np.isfinite(selector.coverage_).all()
+
+
+def test_k_center_medoid_ties_to_rounding_go_to_the_lower_row():
+    # Rows 3 and 8 are mirror images (the same distances to the rest, in
+    # another order): their kernel row sums are equal in exact arithmetic but
+    # came out 8.9e-16 apart, and the higher row was taken as the medoid.
+    X = np.array(
+        [
+            [0.7409738171791774, -0.2824272472716989],
+            [0.5773959336763955, -2.0322793065134026],
+            [0.3098646874168553, 0.8664070590018645],
+            [-0.17895251107592874, -0.7102141913075584],
+            [0.5658334533735658, 1.9586147276154673],
+        ]
+    )
+    X = np.concatenate([X, -X])
+    assert KCenterSelector(1, metric="euclidean").fit(X).selected_indices_[0] == 3
+    assert KMedoidsSelector(1, metric="euclidean").fit(X).initial_indices_[0] == 3
+    assert k_center_select(X, 1, metric="euclidean")[0].tolist() == [3]
+    # Every mirrored pool: the medoid is in the first half (a row of it, or
+    # the lower row of a mirrored pair), for both metrics.
+    for seed in range(150):
+        rng = np.random.default_rng(seed)
+        A = rng.standard_normal((int(rng.integers(2, 7)), 2))
+        for metric in ("euclidean", "cosine"):
+            first = KCenterSelector(1, metric=metric).fit(np.concatenate([A, -A]))
+            assert first.selected_indices_[0] < len(A), (seed, metric)
+
+
+@pytest.mark.parametrize("bandwidth", [1e9, 1e12, 1e300])
+def test_k_center_takes_the_farthest_model_where_the_kernel_saturates_at_one(
+    bandwidth,
+):
+    # With a bandwidth far above the distances every similarity rounds to 1:
+    # the lowest row was taken, [0, 1], leaving 100.0 at distance 99 from the
+    # selection where the optimum is 1 (the factor 2 of farthest-first).
+    X = np.array([[0.0], [1.0], [100.0]])
+    kw = dict(metric="euclidean", bandwidth=bandwidth)
+    selector = KCenterSelector(2, **kw).fit(X)
+    assert selector.selected_indices_.tolist() == [0, 2]
+    assert k_center_select(X, 2, **kw)[0].tolist() == [0, 2]
+    assert KMedoidsSelector(2, **kw).fit(X).initial_indices_.tolist() == [0, 2]
+    # Each model goes to its nearest selected model (100.0 to itself, not to
+    # position 0, where every similarity is 1).
+    np.testing.assert_array_equal(selector.coverage_, [1.0, 1.0, 1.0])
+    assert selector.labels_.tolist() == [0, 0, 1]
+    assert selector.predict([[90.0], [2.0]]).tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("exponent", [-1070, -600, 0, 600, 1000])
+def test_budget_greedy_is_unchanged_by_the_scale_of_the_costs(exponent):
+    # Costs of 1e-320 (subnormal): gain / cost overflowed to inf, the tie
+    # floor to NaN, picks went by row order, with RuntimeWarnings. Integer
+    # costs times a power of two are exact even as subnormals.
+    X = random_pool(3, 8, d=2)
+    costs = np.array([1.0, 3.0, 2.0, 1.0, 4.0, 2.0, 1.0, 3.0])
+    scale = 2.0**exponent
+    ref = BudgetGreedySelector(5.0, metric="euclidean").fit(X, costs=costs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = BudgetGreedySelector(5.0 * scale, metric="euclidean")
+        scaled.fit(X, costs=costs * scale)
+    np.testing.assert_array_equal(scaled.selected_indices_, ref.selected_indices_)
+    assert scaled.total_cost_ == ref.total_cost_ * scale  # in the costs' units
+    assert scaled.objective_ == ref.objective_
+    selected, _, _ = budget_greedy_select(
+        X, 5.0 * scale, costs=costs * scale, metric="euclidean"
+    )
+    np.testing.assert_array_equal(selected, ref.selected_indices_)
+
+
+def test_budget_greedy_same_subnormal_costs_as_unit_costs():
+    X = np.array([[0.0], [0.1], [0.2], [5.0], [9.0]])
+    unit = BudgetGreedySelector(2.0, metric="euclidean").fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = BudgetGreedySelector(2e-320, metric="euclidean").fit(
+            X, costs=[1e-320] * 5
+        )
+    assert unit.selected_indices_.tolist() == [2, 3]
+    assert tiny.selected_indices_.tolist() == [2, 3]
+    assert tiny.total_cost_ == 2e-320
+
+
+def test_budget_greedy_refuses_costs_too_far_apart():
+    # 1 / 1e-300 next to 1.0: no common unit keeps gain per unit cost finite.
+    costs = [1.0, 1e-300, 2.0]
+    for fit in (
+        lambda: BudgetGreedySelector(3.0).fit(np.eye(3), costs=costs),
+        lambda: budget_greedy_select(np.eye(3), 3.0, costs=costs),
+    ):
+        with pytest.raises(ValueError, match=r"costs span too wide.*costs\[1\]=1e-300"):
+            fit()
+
+
+def _power_of_two_values(k):
+    # P(correct) on 20 queries, 0 or at least 1e-3 (no subnormal when scaled).
+    rng = np.random.default_rng(k + 2000)
+    P = rng.uniform(1e-3, 1.0, (5, 20))
+    P[rng.random(P.shape) < 0.2] = 0.0
+    return P
+
+
+@pytest.mark.filterwarnings(
+    "ignore:Selecting model .* raised the expected accuracy by nothing:UserWarning"
+)
+@pytest.mark.parametrize("exponent", [-1000, -300, 0, 300, 1022])
+def test_expected_accuracy_is_unchanged_by_the_scale_of_the_values(exponent):
+    # Values of ~4e307: the mean of 20 overflowed to inf, the tie tolerance
+    # to NaN, and an already selected row was taken again. A power of two
+    # scales every mean exactly, so the path scales with the values.
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = _power_of_two_values(exponent)
+    scale = 2.0**exponent
+    ref = ExpectedAccuracySelector(n_select=4).fit(P)
+    scaled = ExpectedAccuracySelector(n_select=4).fit(P * scale)
+    np.testing.assert_array_equal(scaled.selected_indices_, ref.selected_indices_)
+    np.testing.assert_array_equal(scaled.objective_path_, ref.objective_path_ * scale)
+    assert scaled.full_objective_ == ref.full_objective_ * scale
+
+
+def test_expected_accuracy_never_selects_a_model_twice():
+    # Finite utilities whose means overflowed: selected [0, 0], path [inf, -inf].
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = np.array([[1e308, 1e308], [1e307, 0.0], [0.0, 1e307]])
+    with pytest.warns(UserWarning, match=r"Selecting model 2 .*\(F stays 1e\+308\)"):
+        selector = ExpectedAccuracySelector(n_select=2).fit(P)
+    # Model 0 is best on both queries; 1 and 2 then tie (they add nothing).
+    assert selector.selected_indices_.tolist() == [0, 1]
+    np.testing.assert_array_equal(selector.objective_path_, [1e308, 1e308])
+    assert selector.full_objective_ == 1e308
+
+
+# --------------------------------------------------------------------------------------
+# portfolio_curve and router_embeddings
+
+
+def _curve_setup():
+    from locus_sklearn.baselines import KNNRouter
+
+    encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
+    evals = {
+        "model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+        "query": ["q1", "q2", "q3"] * 3,
+        "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
+    }
+    router = KNNRouter(1, encoder=encoder).fit(evals)
+    Z = np.array([[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]])
+    return router, evals, Z
+
+
+@pytest.mark.parametrize("costs", [{"zzz": -5.0}, [1.0, 2.0, 3.0]])
+def test_portfolio_curve_refuses_costs_with_a_count_selector(costs):
+    # A count selector never reads costs: an unknown model and a negative
+    # cost went through unchecked, and the curve had no cost column.
+    from locus_sklearn.inspection import portfolio_curve
+
+    router, evals, Z = _curve_setup()
+    for selector in (None, KCenterSelector()):
+        with pytest.raises(ValueError, match="costs applies to budgeted selectors"):
+            portfolio_curve(
+                router, evals, [1], selector=selector, costs=costs, embeddings=Z
+            )
+
+
+def test_portfolio_curve_refuses_a_selector_class():
+    from locus_sklearn.inspection import portfolio_curve
+
+    router, evals, Z = _curve_setup()
+    message = (
+        r"selector must be an estimator instance, e\.g\. KMedoidsSelector\(\); "
+        "got the class KMedoidsSelector"
+    )
+    with pytest.raises(TypeError, match=message):
+        portfolio_curve(router, evals, [1], selector=KMedoidsSelector, embeddings=Z)
+
+
+def test_precomputed_distance_frame_in_any_model_order():
+    # A valid symmetric distance DataFrame in another model order had only its
+    # rows reordered to classes_: "X is not symmetric".
+    from locus_sklearn.inspection import portfolio_curve
+    from locus_sklearn.inspection._common import router_embeddings
+
+    router, evals, Z = _curve_setup()
+    names = list("abc")
+    D = pd.DataFrame(pairwise_distances(Z), index=names, columns=names)
+    shuffled = D.loc[list("cab"), list("bca")]
+    # With a model outside the router, whose row and column are left out.
+    extra = pd.DataFrame(
+        pairwise_distances(np.vstack([Z, [[5.0, 5.0]]])),
+        index=list("abcx"),
+        columns=list("abcx"),
+    ).loc[list("xcba"), list("bxac")]
+    for frame in (shuffled, extra):
+        matrix, classes = router_embeddings(router, frame)
+        assert classes.tolist() == names
+        np.testing.assert_array_equal(matrix, D.to_numpy())
+    selector = KMedoidsSelector(metric="precomputed")
+    curves = [
+        portfolio_curve(
+            router, evals, [1, 2], selector=selector, embeddings=frame, n_random=0
+        )
+        for frame in (D, shuffled, extra)
+    ]
+    for curve in curves[1:]:
+        pd.testing.assert_frame_equal(curve, curves[0])
+    assert curves[0]["models"].tolist() == [("a",), ("a", "c")]
+    # Columns naming some models, but not those of the index: refused.
+    partial = pd.DataFrame(pairwise_distances(Z), index=names, columns=["b", "a", "z"])
+    with pytest.raises(ValueError, match="same models as index and columns"):
+        router_embeddings(router, partial)

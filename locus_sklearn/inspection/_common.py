@@ -129,7 +129,12 @@ def router_embeddings(router, embeddings=None):
     ``embeddings`` (array-like of shape (n_models, d), one row per model of
     ``router.classes_``) replaces the router's own ``model_embeddings_``; a
     DataFrame's rows are matched to ``classes_`` by its index (rows of other
-    models are left out).
+    models are left out). A DataFrame whose columns are the same model
+    names as its index, in any order, is a distance matrix (for a selector
+    with ``metric="precomputed"``): its columns are matched to ``classes_``
+    too, so it stays symmetric. One with some model names among its columns,
+    but not those of its index, is refused: columns cannot be matched to
+    models then.
 
     Returns
     -------
@@ -150,7 +155,23 @@ def router_embeddings(router, embeddings=None):
                 f"embeddings has no row for {len(absent)} model(s) of the router: "
                 f"{_preview(absent)}; its index names the models."
             )
-        return Z[[position[m] for m in classes.tolist()]], classes
+        rows = [position[m] for m in classes.tolist()]
+        columns = embeddings.columns.tolist()
+        if _same_labels(columns, names.tolist()):
+            # A distance matrix: reordering only its rows to classes_ would
+            # leave it unsymmetric ("X is not symmetric") in any other order.
+            column = {m: j for j, m in enumerate(columns)}
+            return Z[np.ix_(rows, [column[m] for m in classes.tolist()])], classes
+        named = [m for m in classes.tolist() if _has_label(columns, m)]
+        if named:
+            raise ValueError(
+                f"embeddings has model names among its columns (e.g. {named[0]!r}) "
+                "but not the same models as its index: a distance matrix needs "
+                "the same models as index and columns (in any order, matched by "
+                f"name); got index {_preview(embeddings.index)} and columns "
+                f"{_preview(embeddings.columns)}."
+            )
+        return Z[rows], classes
     Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
     if len(Z) != len(classes):
         raise ValueError(
@@ -158,6 +179,23 @@ def router_embeddings(router, embeddings=None):
             "models; pass one row per model of router.classes_."
         )
     return Z, classes
+
+
+def _has_label(labels, label):
+    """Whether ``label`` is among ``labels``; False for an unhashable one."""
+    try:
+        return label in set(labels)
+    except TypeError:
+        return False
+
+
+def _same_labels(a, b):
+    """Whether the lists ``a`` and ``b`` hold the same distinct labels (in
+    any order); False for unhashable ones."""
+    try:
+        return len(a) == len(b) == len(set(a)) and set(a) == set(b)
+    except TypeError:
+        return False
 
 
 def check_names(names, n_models, *, name="embeddings", param="names"):
@@ -263,6 +301,7 @@ def pairwise(Z, Y=None, *, metric="cosine"):
         np.asarray(Z, dtype=np.float64),
         None if Y is None else np.asarray(Y, dtype=np.float64),
         check_metric(metric),
+        name="embeddings",
     )
 
 

@@ -104,10 +104,13 @@ def portfolio_curve(
         :class:`~locus_sklearn.KMedoidsSelector` ``()``.
     costs : mapping of str to float or array-like of shape (n_models,), default=None
         Model costs for a budgeted selector; defaults to
-        ``router.model_costs_``.
+        ``router.model_costs_``. Refused with a count selector, which does
+        not use them.
     embeddings : array-like of shape (n_models, d), default=None
         Embeddings of ``router.classes_`` (in that order, or a DataFrame
-        indexed by model name); defaults to ``router.model_embeddings_``. For an
+        indexed by model name; for a selector with ``metric="precomputed"``,
+        a distance DataFrame with the model names as index and columns, in
+        any order); defaults to ``router.model_embeddings_``. For an
         :class:`~locus_sklearn.ExpectedAccuracySelector`, the models'
         predicted P(correct) on queries other than those of ``evals``, e.g.
         ``router.predict_proba(training_queries).T``.
@@ -146,6 +149,11 @@ def portfolio_curve(
     """
     Z, classes = router_embeddings(router, embeddings)
     selector = KMedoidsSelector() if selector is None else selector
+    if isinstance(selector, type):
+        raise TypeError(
+            f"selector must be an estimator instance, e.g. {selector.__name__}(); "
+            f"got the class {selector.__name__}."
+        )
     params = selector.get_params(deep=False)
     if "budget" in params:
         parameter = "budget"
@@ -161,6 +169,15 @@ def portfolio_curve(
             )
     elif "n_select" in params:
         parameter = "n_select"
+        if costs is not None:
+            # A count selector never reads costs: taking them would leave a
+            # mistyped mapping unchecked and the curve without its cost column.
+            raise ValueError(
+                "costs applies to budgeted selectors (such as BudgetGreedySelector, "
+                "with a budget parameter); the count selector "
+                f"{type(selector).__name__} selects by n_select and does not use "
+                "them. Leave costs=None, or pass a budgeted selector."
+            )
     else:
         raise TypeError(
             "selector must have an n_select or a budget parameter (a KCenterSelector, "
