@@ -236,3 +236,94 @@ class _Overlapping:
     def split(self, X):
         yield np.array([2, 3]), np.array([0, 1])
         yield np.array([0, 3]), np.array([1, 2])
+
+
+def test_router_must_be_a_locus_sklearn_router(knn):
+    # A FrozenEstimator failed on fit's y; had it run, its no-op fit would
+    # have made every out-of-fold prediction in-sample.
+    with pytest.raises(
+        TypeError,
+        match=r"router must be a fitted locus_sklearn router, not a "
+        r"FrozenEstimator \(wrapping KNNRouter\).*router\.estimator",
+    ):
+        cross_val_predict_proba(FrozenEstimator(knn), EVALS, cv=KFold(2))
+    # cost_quality_curve(cv=...) reads the out-of-fold P(correct) the same way.
+    with pytest.raises(TypeError, match="not a FrozenEstimator"):
+        cost_quality_curve(FrozenEstimator(knn), EVALS, cv=KFold(2))
+    # Another fitted estimator raised AttributeError (classes_, model_costs_).
+    from sklearn.dummy import DummyClassifier
+
+    other = DummyClassifier().fit([[0.0], [1.0]], [0, 1])
+    with pytest.raises(
+        TypeError,
+        match=r"router must be a fitted locus_sklearn router \(a BaseRouter.*\); "
+        r"got DummyClassifier",
+    ):
+        cross_val_predict_proba(other, EVALS, cv=KFold(2))
+
+
+class _XOnly:
+    """A splitter whose split takes X alone: two halves, as KFold(2)."""
+
+    def split(self, X):
+        n = len(X)
+        yield np.arange(n // 2, n), np.arange(n // 2)
+        yield np.arange(n // 2), np.arange(n // 2, n)
+
+
+class _Keywords(_XOnly):
+    def split(self, X, **kwargs):
+        assert list(kwargs["groups"]) == ["x", "x", "y", "y"]  # one per query
+        yield from super().split(X)
+
+
+class _Broken:
+    def split(self, X, y=None, groups=None):
+        raise TypeError("broken inside")
+
+
+def test_groups_need_a_splitter_that_takes_them(knn):
+    # split(X) got groups= and failed with a bare "unexpected keyword".
+    proba = cross_val_predict_proba(knn, EVALS, cv=KFold(2))
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(knn, EVALS, cv=_XOnly()), proba
+    )
+    groups = ["x", "x", "y", "y"] * 2
+    with pytest.raises(
+        TypeError,
+        match=r"cv=<.*_XOnly object.*> has a split method without a groups "
+        r"parameter, but groups was given",
+    ):
+        cross_val_predict_proba(knn, EVALS, cv=_XOnly(), groups=groups)
+    # **kwargs takes groups; a TypeError inside a splitter is left as it is.
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(knn, EVALS, cv=_Keywords(), groups=groups), proba
+    )
+    with pytest.raises(TypeError, match="^broken inside$"):
+        cross_val_predict_proba(knn, EVALS, cv=_Broken(), groups=groups)
+
+
+def test_a_model_scored_on_one_query_is_named_as_such():
+    # The advice was "Use fewer folds (cv)", which cannot help: whatever the
+    # split, the fold holding q1 leaves "lonely" no row to be fitted on.
+    lonely = pd.DataFrame({"model": ["lonely"], "query": ["q1"], "score": [1.0]})
+    evals = pd.concat([EVALS, lonely], ignore_index=True)
+    router = KNNRouter(1, encoder=ENCODER).fit(evals)
+    with pytest.raises(ValueError) as error:
+        cross_val_predict_proba(router, evals, cv=KFold(2))
+    message = str(error.value)
+    assert message.startswith(
+        "1 model(s) have evaluations on a single query, so the copy fitted "
+        "without that query's fold cannot predict them: ['lonely']. A model "
+        "needs evaluations on at least two queries"
+    )
+    assert "fewer folds" not in message
+    # With a model that fewer folds would help too, each gets its advice.
+    sparse = evals[(evals["model"] != "small") | evals["query"].isin(["q1", "q2"])]
+    router = KNNRouter(1, encoder=ENCODER).fit(sparse)
+    with pytest.raises(
+        ValueError,
+        match=r"single query.*\['lonely'\].* 1 model\(s\) have every evaluation "
+        r"in one fold.*\['small'\]\. Use fewer folds",
+    ):
+        cross_val_predict_proba(router, sparse, cv=KFold(2))

@@ -241,3 +241,104 @@ def test_route_needs_a_model():
     # argmax of an empty sequence, before.
     with pytest.raises(ValueError, match=r"y_score has no models \(shape \(2, 0\)\)"):
         route(np.zeros((2, 0)))
+
+
+def test_dataframes_are_matched_by_row_label():
+    # Rows were read by position: a perfect predictor indexed by the same
+    # queries in another order was scored against the wrong queries (0.0).
+    import pandas as pd
+
+    y_true = pd.DataFrame({"a": [1.0, 0.0], "b": [0.0, 1.0]}, index=["q1", "q2"])
+    y_score = pd.DataFrame({"a": [0.1, 0.9], "b": [0.9, 0.1]}, index=["q2", "q1"])
+    assert routing_accuracy(y_true, y_score) == 1.0
+    assert correctness_accuracy(y_true, y_score) == 1.0
+    # Rows and columns both reordered: q1 -> (a 0.9, b 0.1), q2 -> (a 0.1, b 0.9).
+    both = y_score[["b", "a"]]
+    assert correctness_log_loss(y_true, both) == pytest.approx(-np.log(0.9))
+    # Arrays have no labels: matched by position, as documented.
+    assert routing_accuracy(y_true, y_score.to_numpy()) == 0.0
+    # Other queries, or a query given twice, cannot be matched.
+    with pytest.raises(
+        ValueError,
+        match=r"different row labels: y_true has \['q1', 'q2'\], y_score has "
+        r"\['q2', 'x'\] \(1 of y_true's are not in y_score: \['q1'\]; 1 of "
+        r"y_score's are not in y_true: \['x'\]\)\..*\.to_numpy\(\)",
+    ):
+        routing_accuracy(y_true, y_score.set_axis(["q2", "x"]))
+    with pytest.raises(ValueError, match=r"different row labels: .*\['q1', 'q1'\]"):
+        correctness_accuracy(y_true, y_score.set_axis(["q1", "q1"]))
+    with pytest.raises(ValueError, match=r"1 of y_score's are not in y_true: \['q3'\]"):
+        longer = pd.concat([y_score, y_score.iloc[:1].set_axis(["q3"])])
+        correctness_log_loss(y_true, longer)
+
+
+def test_out_of_range_errors_count_and_locate_the_cells():
+    # The message was a bare "y_true must hold scores in [0, 1]".
+    y = np.zeros((1000, 3))
+    y[17, 2], y[400, 0] = 1.5, -0.2
+    with pytest.raises(
+        ValueError,
+        match=r"y_true has 2 value\(s\) outside \[0, 1\] \(e\.g\. 1\.5 at \(row 17, "
+        r"column 2\), -0\.2 at \(row 400, column 0\)\); y_true must hold scores",
+    ):
+        routing_accuracy(y, np.zeros((1000, 3)))
+    with pytest.raises(
+        ValueError,
+        match=r"y_score has 4 value\(s\) outside \[0, 1\] \(e\.g\. 1\.5 at \(row 0, "
+        r"column 0\), -1\.0 at \(row 0, column 2\), 2\.0 at \(row 0, column 3\), "
+        r"\.\.\.\); y_score must hold probabilities",
+    ):
+        correctness_log_loss([[1, 0, 1, 0, 1]], [[1.5, 0.2, -1.0, 2.0, 3.0]])
+
+
+SCORER_NAMES = [
+    "routing_accuracy",
+    "routing_accuracy_no_cost",
+    "correctness_accuracy",
+    "neg_log_loss",
+]
+SCORER_EVALS = {
+    "model": ["a", "a", "b", "b"],
+    "query": ["q1", "q2", "q1", "q2"],
+    "score": [1.0, 0.0, 0.0, 1.0],
+}
+SCORER_ENCODER = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+
+
+def test_scorers_need_a_fitted_router():
+    # All four fail alike; three of them read classes_ first and raised
+    # AttributeError.
+    from sklearn.exceptions import NotFittedError
+
+    from locus_sklearn.baselines import KNNRouter
+
+    router = KNNRouter(1, encoder=SCORER_ENCODER)
+    for name in SCORER_NAMES:
+        with pytest.raises(NotFittedError, match="KNNRouter instance is not fitted"):
+            get_router_scorer(name)(router, SCORER_EVALS)
+
+
+def test_scorers_name_models_outside_the_pool():
+    # All four name the pool, as BaseRouter.score does; three of them said
+    # "not in models" (to_dense's wording).
+    from locus_sklearn.baselines import KNNRouter
+
+    evals = {key: values[:2] for key, values in SCORER_EVALS.items()}  # a only
+    router = KNNRouter(1, encoder=SCORER_ENCODER).fit(evals)
+    for name in SCORER_NAMES:
+        with pytest.raises(
+            ValueError,
+            match=r"evals has 1 model\(s\) that are not in the pool: \['b'\]",
+        ):
+            get_router_scorer(name)(router, SCORER_EVALS)
+    # On the pool's own models each scorer gives the hand-computed value:
+    # 1-NN on its own training queries predicts a's answers exactly.
+    expected = {
+        "routing_accuracy": 0.5,  # one model: q1 -> 1, q2 -> 0
+        "routing_accuracy_no_cost": 0.5,
+        "correctness_accuracy": 1.0,
+        "neg_log_loss": 0.0,  # up to the clipping eps=1e-7
+    }
+    for name in SCORER_NAMES:
+        score = get_router_scorer(name)(router, evals)
+        assert score == pytest.approx(expected[name], abs=1e-6), name

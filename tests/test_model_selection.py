@@ -264,3 +264,12 @@ def test_train_scores_are_named_as_rows_the_scorer_cannot_score(tiny_router):
             tiny_router(shrinkage=None), EVALS, cv=cv, scoring=scorer,
             return_train_score=True, error_score="raise",
         )  # fmt: skip
+
+
+def test_onboarding_scorer_needs_a_fitted_router():
+    # It read classes_ first and raised AttributeError.
+    from sklearn.exceptions import NotFittedError
+
+    scorer = make_onboarding_scorer(ModelGroupSplit(n_splits=2, n_onboard=20))
+    with pytest.raises(NotFittedError, match="LocusRouter instance is not fitted"):
+        scorer(LocusRouter(), EVALS)

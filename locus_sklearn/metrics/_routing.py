@@ -4,8 +4,10 @@
 for a query; ``y_score`` holds predicted scores (P(correct) or any utility where
 larger is better) of the same shape. Both hold real numbers (booleans and text
 are refused, as by :func:`~locus_sklearn.check_evals`). Arrays are matched
-column by column; two DataFrames by their column labels, the model names,
-which must be the same (in any order).
+cell by cell, by position. Two DataFrames are matched by their labels: the
+columns name the models and the index the queries, so each must hold the same
+labels in both (in any order; y_score is reordered to y_true's); pass arrays
+(``.to_numpy()``) to match them by position.
 """
 
 from numbers import Integral, Real
@@ -64,8 +66,12 @@ def _check_y_true(y_true):
         y_true, dtype=np.float64, ensure_all_finite="allow-nan", input_name="y_true"
     )
     observed = ~np.isnan(y_true)
-    if np.any((y_true[observed] < 0) | (y_true[observed] > 1)):
-        raise ValueError("y_true must hold scores in [0, 1] (NaN for missing).")
+    outside = observed & ((y_true < 0) | (y_true > 1))
+    if outside.any():
+        raise ValueError(
+            f"y_true has {_cells(y_true, outside)}; y_true must hold scores in "
+            "[0, 1] (NaN for missing)."
+        )
     if not observed.any(axis=1).all():
         n_empty = int((~observed.any(axis=1)).sum())
         raise ValueError(
@@ -75,13 +81,26 @@ def _check_y_true(y_true):
     return y_true, observed
 
 
+def _cells(values, mask, limit=3):
+    """How many cells of ``mask`` there are, and the first few as ``value at
+    (row, column)``: a position finds a bad score in a large matrix, which a
+    bare "must hold ..." left the user to search for."""
+    rows, columns = np.nonzero(mask)
+    shown = ", ".join(
+        f"{float(values[r, c])!r} at (row {r}, column {c})"
+        for r, c in zip(rows[:limit], columns[:limit], strict=True)
+    )
+    more = ", ..." if len(rows) > limit else ""
+    return f"{len(rows)} value(s) outside [0, 1] (e.g. {shown}{more})"
+
+
 def _check_pair(y_true, y_score, *, utility=False):
     """Validated ``y_true``, its observed mask and ``y_score``. With
     ``utility``, ``y_score`` may hold -inf: a utility ``P(correct) -
     cost_weight * cost`` overflows there under a huge weight, and
     :func:`route` still picks a model (NaN and +inf stay refused)."""
     if isinstance(y_true, pd.DataFrame) and isinstance(y_score, pd.DataFrame):
-        y_score = _align_columns(y_true, y_score)
+        y_score = _align_frames(y_true, y_score)
     y_true, observed = _check_y_true(y_true)
     _check_real_dtype(y_score, "y_score")
     y_score = check_array(
@@ -103,26 +122,55 @@ def _check_pair(y_true, y_score, *, utility=False):
     return y_true, observed, y_score
 
 
-def _align_columns(y_true, y_score):
-    """``y_score`` with the columns of ``y_true``, matched by model name.
+def _align_frames(y_true, y_score):
+    """``y_score`` with the columns and rows of ``y_true``, matched by label.
 
-    Two DataFrames name their models in their columns; reading them by
-    position would score each model by another one's predictions.
+    Two DataFrames name their models in their columns and, most often, their
+    queries in their index; reading either by position would score a model
+    by another one's predictions, or a query by another query's.
     """
-    if y_score.columns.equals(y_true.columns):
-        return y_score
-    true_names, score_names = list(y_true.columns), list(y_score.columns)
-    if (
-        set(true_names) == set(score_names)
-        and y_true.columns.is_unique
-        and y_score.columns.is_unique
-    ):
-        return y_score[y_true.columns]
-    raise ValueError(
-        f"y_true and y_score are DataFrames with different columns: y_true has "
-        f"{_preview(true_names)}, y_score has {_preview(score_names)}. Their "
-        "columns name the models, so they must hold the same names, each once "
-        "(in any order); pass arrays to match the columns by position."
+    if not y_score.columns.equals(y_true.columns):
+        if not _same_labels(y_true.columns, y_score.columns):
+            raise _mismatch(y_true.columns, y_score.columns, "columns", "models")
+        y_score = y_score[y_true.columns]
+    if not y_score.index.equals(y_true.index):
+        if not _same_labels(y_true.index, y_score.index):
+            raise _mismatch(y_true.index, y_score.index, "row labels", "queries")
+        y_score = y_score.loc[y_true.index]
+    return y_score
+
+
+def _same_labels(true_labels, score_labels):
+    """Whether ``score_labels`` can be reordered to ``true_labels``: the same
+    labels, each once on both sides (a repeated label has no one match)."""
+    return (
+        true_labels.is_unique
+        and score_labels.is_unique
+        and len(true_labels) == len(score_labels)
+        and set(true_labels) == set(score_labels)
+    )
+
+
+def _mismatch(true_labels, score_labels, axis, what):
+    """The ValueError for two DataFrames whose ``axis`` labels differ."""
+    only_true = true_labels.difference(score_labels, sort=False)
+    only_score = score_labels.difference(true_labels, sort=False)
+    # The first labels of two long indexes look alike: name the odd ones.
+    parts = [
+        f"{len(only)} of {mine}'s are not in {other}: {_preview(only)}"
+        for only, mine, other in (
+            (only_true, "y_true", "y_score"),
+            (only_score, "y_score", "y_true"),
+        )
+        if len(only)
+    ]
+    detail = "; ".join(parts) or "the same labels, but some are repeated"
+    return ValueError(
+        f"y_true and y_score are DataFrames with different {axis}: y_true has "
+        f"{_preview(true_labels)}, y_score has {_preview(score_labels)} "
+        f"({detail}). Their {axis} name the {what}, so they must hold the same "
+        f"labels, each once (in any order); pass arrays (.to_numpy()) to match "
+        f"the {what} by position."
     )
 
 
@@ -225,6 +273,8 @@ def routing_accuracy(y_true, y_score):
     y_score : array-like of shape (n_queries, n_models)
         Predicted scores or utilities; larger is better. -inf is allowed (a
         utility overflowed by a huge cost weight); NaN and +inf are not.
+        Matched to ``y_true`` by position, or, when both are DataFrames, by
+        their column (model) and row (query) labels, which must be the same.
 
     Returns
     -------
@@ -237,6 +287,14 @@ def routing_accuracy(y_true, y_score):
     >>> y_score = [[0.9, 0.1], [0.8, 0.2], [0.9, 0.1]]
     >>> routing_accuracy(y_true, y_score)  # (1 + 0 + 0) / 3
     0.333...
+
+    Two DataFrames are matched by labels, not by position:
+
+    >>> import pandas as pd
+    >>> y_true = pd.DataFrame({"a": [1, 0], "b": [0, 1]}, index=["q1", "q2"])
+    >>> y_score = pd.DataFrame({"b": [0.9, 0.1], "a": [0.1, 0.9]}, index=["q2", "q1"])
+    >>> routing_accuracy(y_true, y_score)
+    1.0
     """
     y_true, observed, y_score = _check_pair(y_true, y_score, utility=True)
     routed = route(y_score, observed)
@@ -319,6 +377,8 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
         Observed scores in [0, 1], NaN where missing.
     y_score : array-like of shape (n_queries, n_models)
         Predicted P(correct).
+        Two DataFrames are matched by column and row labels, as in
+        :func:`routing_accuracy`.
     threshold : float, default=0.5
         Score at which a cell counts as correct, in [0, 1].
 
@@ -348,6 +408,8 @@ def correctness_log_loss(y_true, y_score, *, eps=1e-7):
         Observed scores in [0, 1], NaN where missing.
     y_score : array-like of shape (n_queries, n_models)
         Predicted P(correct), in [0, 1].
+        Two DataFrames are matched by column and row labels, as in
+        :func:`routing_accuracy`.
     eps : float, default=1e-7
         Predictions are clipped to ``[eps, 1 - eps]`` so that the loss stays
         finite; in [0, 0.5), as a larger ``eps`` would cross the bounds (0
@@ -364,8 +426,12 @@ def correctness_log_loss(y_true, y_score, *, eps=1e-7):
     """
     eps = _check_number(eps, "eps", "in [0, 0.5)", lambda e: 0 <= e < 0.5)
     y_true, observed, y_score = _check_pair(y_true, y_score)
-    if np.any((y_score < 0) | (y_score > 1)):
-        raise ValueError("y_score must hold probabilities in [0, 1] for a log loss.")
+    outside = (y_score < 0) | (y_score > 1)
+    if outside.any():
+        raise ValueError(
+            f"y_score has {_cells(y_score, outside)}; y_score must hold "
+            "probabilities in [0, 1] for a log loss."
+        )
     p = np.clip(y_score[observed], eps, 1 - eps)
     t = y_true[observed]
     # xlogy(0, 0) is 0 where 0 * log(0) is NaN: with eps=0, a prediction of 0

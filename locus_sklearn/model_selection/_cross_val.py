@@ -8,6 +8,7 @@ from numbers import Integral
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
+from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import (
     RepeatedStratifiedKFold,
     StratifiedGroupKFold,
@@ -16,6 +17,7 @@ from sklearn.model_selection import (
 )
 from sklearn.utils.validation import check_is_fitted
 
+from .._base import BaseRouter
 from .._evals import _as_frame, _preview, _sorted_codes, check_evals
 from .._router import LocusRouter
 from .._shrinkage import cross_fitted_predictions, query_folds, shrink
@@ -51,6 +53,20 @@ def _needs_y(splitter):
     except (TypeError, ValueError):  # a builtin or C callable: cannot tell
         return False
     return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def _takes_groups(splitter):
+    """Whether ``splitter.split`` accepts ``groups=`` (by name or ``**kwargs``);
+    read from its signature, so that a TypeError raised inside a splitter is
+    never mistaken for a missing parameter."""
+    try:
+        parameters = inspect.signature(splitter.split).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: cannot tell
+        return True
+    return any(
+        p.name == "groups" or p.kind is inspect.Parameter.VAR_KEYWORD
+        for p in parameters
+    )
 
 
 def _check_cv(cv, n_queries):
@@ -106,6 +122,13 @@ class _CheckedFolds:
     positions in [0, n_queries), no query in two test folds."""
 
     def __init__(self, splitter, n_queries, groups):
+        if groups is not None and not _takes_groups(splitter):
+            raise TypeError(
+                f"cv={_short(splitter)} has a split method without a groups "
+                "parameter, but groups was given. Pass groups only with a "
+                "splitter whose split takes groups= (GroupKFold, "
+                "LeaveOneGroupOut), or drop groups."
+            )
         self.splitter = splitter
         self.n_queries = n_queries
         self.groups = groups
@@ -190,12 +213,30 @@ def _query_groups(groups, evals, table):
     return np.asarray(values)[first]
 
 
-def _lost_models(lost):
-    return ValueError(
-        f"{len(lost)} model(s) have every evaluation in one fold, so a copy "
-        f"fitted without it cannot predict them: {_preview(lost)}. Use fewer "
-        "folds (cv), or give these models more evaluations."
-    )
+def _lost_models(lost, table):
+    """The ValueError for models that have no rows outside a test fold."""
+    frame = table.to_frame()
+    distinct = frame[frame["model"].isin(lost)].groupby("model")["query"].nunique()
+    # A model scored on one query loses it with any split of the queries:
+    # fewer folds, the advice for the others, cannot help it.
+    single = [m for m in lost if distinct.get(m, 0) <= 1]
+    spread = [m for m in lost if distinct.get(m, 0) > 1]
+    parts = []
+    if single:
+        parts.append(
+            f"{len(single)} model(s) have evaluations on a single query, so the "
+            f"copy fitted without that query's fold cannot predict them: "
+            f"{_preview(single)}. A model needs evaluations on at least two "
+            "queries to be predicted out of fold, whatever cv is; give these "
+            "models more evaluations, or remove them (from evals and the router)."
+        )
+    if spread:
+        parts.append(
+            f"{len(spread)} model(s) have every evaluation in one fold, so a copy "
+            f"fitted without it cannot predict them: {_preview(spread)}. Use "
+            "fewer folds (cv), or give these models more evaluations."
+        )
+    return ValueError(" ".join(parts))
 
 
 def _refitted_folds(router, table, splitter):
@@ -210,7 +251,7 @@ def _refitted_folds(router, table, splitter):
         inside = frame[~np.isin(table.query_index, held)]
         lost = np.setdiff1d(classes, inside["model"].unique())
         if len(lost):
-            raise _lost_models(lost)
+            raise _lost_models(lost, table)
         copy = clone(router).fit(inside, model_costs=fold_costs)
         yield held, copy.predict_proba(table.queries[held])
 
@@ -225,8 +266,29 @@ def _locus_folds(router, table, splitter):
     folds = cross_fitted_predictions(router._locus, table, X, splitter)
     for _, proba, means, columns, rows in folds:
         if len(columns) < table.n_models:
-            raise _lost_models(np.delete(table.models, columns))
+            raise _lost_models(np.delete(table.models, columns), table)
         yield rows, shrink(proba, means, router.shrinkage_)
+
+
+def _check_router(router):
+    """Refuse what is not a locus_sklearn router before any attribute of one
+    (``classes_``, ``model_costs_``) is read."""
+    if isinstance(router, FrozenEstimator):
+        # Its fit does nothing: every copy would predict with the router
+        # fitted on all of evals, so each "out-of-fold" prediction would be
+        # in-sample.
+        raise TypeError(
+            f"router must be a fitted locus_sklearn router, not a FrozenEstimator "
+            f"(wrapping {type(router.estimator).__name__}): a frozen copy cannot "
+            "be refitted without a fold, so it cannot hold the fold out. Pass "
+            "the router itself (router.estimator); it is not changed."
+        )
+    if not isinstance(router, BaseRouter):
+        raise TypeError(
+            f"router must be a fitted locus_sklearn router (a BaseRouter, such as "
+            f"LocusRouter or KNNRouter); got {type(router).__name__}. For a "
+            "search such as GridSearchCV, pass its best_estimator_."
+        )
 
 
 def cross_val_predict_proba(router, evals, *, cv=5, groups=None):
@@ -250,6 +312,10 @@ def cross_val_predict_proba(router, evals, *, cv=5, groups=None):
     Parameters
     ----------
     router : fitted router
+        A :class:`~locus_sklearn.LocusRouter` or another router of
+        locus_sklearn (a subclass of ``BaseRouter``, such as the peers of
+        :mod:`locus_sklearn.baselines`). A ``FrozenEstimator`` is refused:
+        its copies could not be refitted without their fold.
     evals : DataFrame or mapping of columns
         Scored evaluations (``model``, ``query``, ``score``) of every model of
         the pool, typically the router's training evaluations.
@@ -292,7 +358,9 @@ def cross_val_predict_proba(router, evals, *, cv=5, groups=None):
         one fold, ``cv`` needs a target ``y``, or ``groups`` does not give
         one group per row with one group per query.
     TypeError
-        If ``cv`` is none of the kinds above.
+        If ``router`` is not a router of locus_sklearn (or is a
+        ``FrozenEstimator``), ``cv`` is none of the kinds above, or
+        ``groups`` is given to a splitter whose ``split`` takes no groups.
 
     Examples
     --------
@@ -318,6 +386,7 @@ def cross_val_predict_proba(router, evals, *, cv=5, groups=None):
     ...                         groups=groups)[:, 1].tolist()
     [0.0, 1.0, 1.0, 0.0]
     """
+    _check_router(router)
     check_is_fitted(router)
     table = check_evals(evals)
     query_groups = None if groups is None else _query_groups(groups, evals, table)
@@ -329,6 +398,7 @@ def out_of_fold_proba(router, table, cv, *, query_groups=None):
     validated :class:`~locus_sklearn.EvalTable` (callers that checked the
     evaluations themselves do not check them again); ``query_groups`` holds
     one group per query of ``table.queries``, or is None."""
+    _check_router(router)  # cost_quality_curve(cv=...) calls this directly
     classes = np.asarray(router.classes_, dtype=object)
     unknown = np.setdiff1d(table.models, classes)
     absent = np.setdiff1d(classes, table.models)

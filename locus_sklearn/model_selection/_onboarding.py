@@ -8,6 +8,7 @@ from numbers import Integral
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import BaseCrossValidator
+from sklearn.utils.validation import check_is_fitted
 
 from .._evals import _as_frame, _preview, check_evals, check_model_costs
 from ..metrics._scorers import ROUTER_SCORERS
@@ -203,6 +204,8 @@ class _OnboardingScorer:
                 f"The onboarding scorer needs a router with add_models (such as "
                 f"LocusRouter); got {type(estimator).__name__}."
             )
+        # Before classes_ is read: an unfitted router raised AttributeError.
+        check_is_fitted(estimator)
         frame = _as_frame(X, "X")
         onboard, score = self.cv.onboarding_split(frame)
         held_out = np.unique(frame["model"].to_numpy(dtype=object))
