@@ -11,10 +11,12 @@ then refined under each prior of ``--priors``), and scores the
 held-out rows with the model's embedding and the kernel readout of the
 rest: log-loss (mean BCE; graded scores are soft targets) and correctness
 accuracy. The encoder's embedding (no refinement) is the row ``encoder``.
-No test query is read.
+No test query is read. The recorded runs (``refine_prior_{a,b}.json``) also
+had a prior of 0, which ``LocusEmbedder`` refuses since 2026-12-05 (below
+0.001 a refined embedding depends on the other models of its batch).
 
 Usage: python benchmarks/refine_prior.py [--pools bfcl mmlu-open]
-       [--seeds 0 1 2] [--priors 0 0.001 ... 1] [--tag T]
+       [--seeds 0 1 2] [--priors 0.001 ... 1] [--tag T]
 """
 
 import os
@@ -91,7 +93,7 @@ def run(pool, seed, args, log):
 def main(argv=None):
     command_line(
         __doc__, "refine_prior", run, argv,
-        add_arguments=priors_argument([0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]),
+        add_arguments=priors_argument([0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]),
         header=lambda _: {"held_share": HELD_SHARE},
     )  # fmt: skip
 

@@ -28,7 +28,7 @@ from ._evals import _preview, check_evals, check_queries
 from ._params import NoBoolNumbersMixin, NumberInterval
 from ._persistence import load_embedder, save_embedder
 from ._readout import ReadoutPool, import_hnswlib
-from ._refinement import embedding_scale, refine_embeddings
+from ._refinement import REFINE_PRIOR_MIN, embedding_scale, refine_embeddings
 from ._training import (
     MONITORS,
     NETWORK_PARAMS,
@@ -160,6 +160,38 @@ def warn_if_collapsed(embeddings, kernel_readout):
     )
 
 
+def _check_embedding_models(embeddings, models):
+    """The models naming the rows of ``embeddings``, where a DataFrame's
+    index names them (any index but a default RangeIndex), are ``models``
+    (the evaluations' models, sorted), in that order: the kernel readout
+    pairs row ``i`` with the ``i``-th model's evaluations, so a mismatch
+    would predict each model from another's evaluations."""
+    index = getattr(embeddings, "index", None)
+    if not isinstance(embeddings, pd.DataFrame) or isinstance(index, pd.RangeIndex):
+        return
+    names = list(index)
+    models = list(models)
+    if names == models:
+        return
+    if len(names) != len(models):
+        # The shape check below names the counts.
+        return
+    first = next(
+        i for i, (a, b) in enumerate(zip(names, models, strict=True)) if a != b
+    )
+    if set(names) == set(models):
+        problem, fix = "the same models in another order", "embeddings.sort_index()"
+    else:
+        problem, fix = "other models", "the evaluations of the embedded models"
+    raise ValueError(
+        f"embeddings is indexed by models {_preview(names)} but evals' models, "
+        f"which predict_proba pairs with the embeddings' rows in sorted name "
+        f"order, are {_preview(models)} ({problem}: row {first} is "
+        f"{names[first]!r}, read with the evaluations of {models[first]!r}); "
+        f"pass {fix}."
+    )
+
+
 class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
     """Learn LOCUS model embeddings from scored evaluations.
 
@@ -228,12 +260,23 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         exact readout but changed the routed model on a quarter of the
         questions (near ties; P(correct) moved by up to 0.19); at 10,000
         models x 1,024 evaluations they read 14x faster
-        (``benchmarks/results/readout_scale.md``).
+        (``benchmarks/results/readout_scale.md``). The neighbours are drawn
+        from the stored queries of the whole pool, not of each model, so a
+        model's P(correct) then depends on the other models in the pool:
+        :meth:`LocusRouter.add_models` and ``remove_models`` move the other
+        models' probabilities (up to 0.018 on a 7-model synthetic pool at 8
+        neighbours), and ``predict(queries, models=subset)``, which reads
+        the whole pool, can route differently from the router with the
+        other models removed. The exact readout (None) reads each model from
+        its own evaluations alone.
     readout_index : {"exact", "hnsw"}, default="exact"
         How ``readout_neighbors`` are found: every similarity and a top-k
         ("exact"), or an HNSW graph of the stored queries from hnswlib
         ("hnsw": approximate, sublinear in the number of stored queries;
         install the ``ann`` extra). "hnsw" needs ``readout_neighbors``.
+        Either way the neighbours are searched among the whole pool's stored
+        queries, so a model's P(correct) depends on the other models in the
+        pool (see ``readout_neighbors``).
     readout_dtype : {"float32", "bfloat16"}, default="float32"
         Precision of the readout's largest product, the cosines between the
         queries and every stored query. "bfloat16" is an approximation
@@ -371,7 +414,13 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         0.1 minimises the log-loss on held-out training queries on BFCL
         and Shaberi and is within 0.001 of the minimum on MMLU-Pro and
         RouterBench; with no prior (0) the fit overfits a model's rows
-        (``benchmarks/refine_prior.py``, TUNING.md session 29).
+        (``benchmarks/refine_prior.py``, TUNING.md session 29). At least
+        0.001, the smallest prior those benchmarks measured: with no prior
+        the fit has no fixed point (the embeddings run away), and under a
+        tiny one float32 rounding steers the solve, so that a model's
+        embedding depended on the models refined beside it (in small test
+        fits, up to 1e-3 relative at priors of 1e-5 to 1e-4, 0.4 at 1e-8;
+        within 5e-7 from 3e-4 up).
     random_state : int, RandomState instance or None, default=None
         Seeds the validation split, initial weights and episode sampling; an
         int makes a CPU fit reproducible bit for bit. On a GPU two such fits
@@ -469,7 +518,9 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
             Interval(Integral, 1, None, closed="left"),
         ],
         "refine_steps": [Interval(Integral, 0, None, closed="left")],
-        "refine_prior": [Interval(Real, 0, None, closed="left")],
+        # Below REFINE_PRIOR_MIN a model's refinement is no longer its own
+        # to float32 rounding (see the parameter's doc).
+        "refine_prior": [Interval(Real, REFINE_PRIOR_MIN, None, closed="left")],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }
@@ -558,10 +609,12 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         self.verbose = verbose
 
     # Parameters that are not saved with a fitted embedder: how queries are
-    # encoded is saved apart, the others are run-time choices.
-    _RUN_TIME_PARAMS = (
-        "encoder", "memory", "device", "accelerator", "random_state", "verbose",
-    )  # fmt: skip
+    # encoded is saved apart, the others are choices of the machine and run
+    # that load the file (load(path, device=...) sets the device; a cache
+    # directory or a process group's handle means nothing elsewhere).
+    # random_state is saved (an int or None), so that a clone of a loaded
+    # embedder refits as the original did.
+    _RUN_TIME_PARAMS = ("encoder", "memory", "device", "accelerator", "verbose")
 
     def __getstate__(self):
         # As in save(): the accelerator (this process group's handle) is not
@@ -863,15 +916,42 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         embeddings : array-like of shape (n_models, embedding_dim)
-            E.g. ``transform(evals)``.
+            E.g. ``transform(evals)``. A DataFrame (``transform``'s pandas
+            output) is read as its values; with ``evals``, an index other
+            than a default ``RangeIndex`` names the models of its rows and
+            must equal ``evals``' models in sorted order.
         queries : sequence of str
         evals : DataFrame or mapping of columns, default=None
-            The evaluations the embeddings were made from (same models, sorted
-            order); required when ``kernel_readout=True``.
+            The evaluations the embeddings were made from; required when
+            ``kernel_readout=True`` (ignored otherwise). Row ``i`` of
+            ``embeddings`` is paired with the ``i``-th of ``evals``' models
+            in sorted name order, as ``transform(evals)`` orders its rows;
+            embeddings indexed by other models, or by the same ones in
+            another order, are a ValueError.
 
         Returns
         -------
         proba : ndarray of shape (n_queries, n_models)
+            Column ``i`` is the model of row ``i`` of ``embeddings``.
+
+        Examples
+        --------
+        >>> from locus_sklearn import LocusEmbedder
+        >>> from locus_sklearn.datasets import make_model_pool
+        >>> pool = make_model_pool(n_models=4, n_families=2, n_queries=100,
+        ...                        evals_per_model=80, random_state=0)
+        >>> embedder = LocusEmbedder(pool.encodings, embedding_dim=8, n_latents=2,
+        ...                          n_blocks=1, n_heads=2, max_epochs=1,
+        ...                          enc_size=(16, 64), random_state=0)
+        >>> embedder = embedder.fit(pool.evals).set_output(transform="pandas")
+        >>> Z = embedder.transform(pool.evals)  # indexed by model, sorted
+        >>> queries = list(pool.evals["query"].unique()[:3])
+        >>> embedder.predict_proba(Z, queries, evals=pool.evals).shape
+        (3, 4)
+        >>> embedder.predict_proba(Z.iloc[::-1], queries, evals=pool.evals)
+        Traceback (most recent call last):
+        ...
+        ValueError: embeddings is indexed by models ['fam1-m03', 'fam1-m02', ...
         """
         check_is_fitted(self)
         self._check_fitted_network()
@@ -879,6 +959,8 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         evaluations = None
         if evals is not None:
             table = check_evals(evals)
+            if self.kernel_readout:
+                _check_embedding_models(embeddings, table.models)
             evaluations = (self._encode(table.queries), table)
         return self._predict_proba_encoded(
             embeddings, self._encode(queries), evaluations
@@ -890,6 +972,13 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         once, for many calls)."""
         self._check_fitted_network()
         embeddings = np.asarray(embeddings, dtype=np.float32)
+        # torch.as_tensor refuses the negative strides of a reversed view
+        # (Z[::-1], or a DataFrame reordered with .iloc[::-1]), even along an
+        # axis of length 1, where np.ascontiguousarray keeps the view; and it
+        # warns of a read-only one (a DataFrame's values under pandas'
+        # copy-on-write). One small copy (n_models x embedding_dim) avoids both.
+        if min(embeddings.strides, default=0) < 0 or not embeddings.flags.writeable:
+            embeddings = embeddings.copy()
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
             raise ValueError(
                 f"embeddings must have shape (n_models, {self.embedding_dim}); got "
@@ -942,7 +1031,13 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
 
         The query encoder is stored as a reference (the bundled default or a
         model directory) or, for a mapping, as its vectors; a custom encoder
-        object must be passed again to :meth:`load`.
+        object must be passed again to :meth:`load`. Every hyper-parameter
+        is stored but ``encoder``, ``device``, ``memory``, ``accelerator``
+        and ``verbose``, choices of where and how the file is used
+        (:meth:`load`'s ``device=`` sets the device). ``random_state`` is
+        stored as the int or None it is; a ``RandomState`` instance, whose
+        state fit has already advanced, cannot be stored and is saved as
+        None, with a warning.
 
         Parameters
         ----------
@@ -967,11 +1062,15 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
             Overrides the saved query encoder (required if a custom object was
             used).
         device : str, default=None
-            Torch device; None uses CUDA when available, else CPU.
+            Torch device; None uses CUDA when available, else CPU. The loaded
+            embedder's ``device`` parameter is this value, as given (None
+            stays None, resolved again at each fit).
 
         Returns
         -------
         embedder : LocusEmbedder
+            With the saved hyper-parameters, ``random_state`` included (None
+            for a file of a version that did not save it).
         """
         return load_embedder(cls, path, encoder=encoder, device=device)
 

@@ -4,7 +4,9 @@ A saved estimator is one file (:mod:`._files`): the network weights, the pool
 (names, embeddings, costs, and the stored evaluations the kernel readout
 reads) and, for a precomputed-vector encoder, its vectors; the JSON header
 holds the network layout version (:data:`~._nn.NETWORK_LAYOUT`), the
-estimator kind, its hyper-parameters and how to rebuild the query encoder.
+estimator kind, its hyper-parameters (all but the run-time choices
+``encoder``, ``device``, ``memory``, ``accelerator`` and ``verbose``;
+``random_state`` as an int or None) and how to rebuild the query encoder.
 
 Loading validates every field — header schema (no field it does not know)
 and types, hyper-parameters against the estimator's own constraints, tensor
@@ -31,9 +33,11 @@ from ._encoders import QueryEncoder, as_query_encoder
 from ._evals import EvalTable, check_model_costs
 from ._files import read_file, write_file
 from ._nn import NETWORK_LAYOUT, LocusNetwork
+from ._refinement import REFINE_PRIOR_MIN
 from ._shrinkage import mean_scores
 from ._training import NETWORK_PARAMS, build_net
 from ._version import __version__
+from ._warnings import warn_external
 
 __all__ = [
     "encoder_from_spec",
@@ -56,6 +60,8 @@ _ADDED_PARAMS = {
     "readout_dtype": "float32",
     "refine_steps": 0,
     "refine_prior": 0.1,
+    # Earlier files did not record the seed; they loaded with None.
+    "random_state": None,
 }
 # Hyper-parameters that files of earlier versions hold and this one no longer
 # has, each with why reading the file without it builds the same estimator.
@@ -243,6 +249,7 @@ def _check_embedder(check, cls):
         )
     if isinstance(params.get("enc_size"), list):
         params["enc_size"] = tuple(params["enc_size"])
+    prior = _raise_refine_prior(params)
     try:
         probe = cls(**params)
         probe._validate_params()
@@ -284,7 +291,36 @@ def _check_embedder(check, cls):
         if not bool((scale > 0).all()):
             check.fail("tensor 'embedding_scale'", "is not positive")
         names.append("embedding_scale")
+    if prior is not None:
+        warn_external(
+            f"{check.path!r} holds refine_prior={prior!r}, which versions before "
+            f"this one accepted; it is now at least {REFINE_PRIOR_MIN:g} (with "
+            "so weak a prior the refinement has no fixed point, and a model's "
+            "embedding depends on the models refined beside it), and the file "
+            f"is loaded with refine_prior={REFINE_PRIOR_MIN:g}. "
+            + (
+                "Its refine_steps=0 makes no use of it: nothing changes."
+                if params["refine_steps"] == 0
+                else f"With its refine_steps={params['refine_steps']}, embeddings "
+                "made after loading differ from those made before saving."
+            ),
+            UserWarning,
+        )
     return names
+
+
+def _raise_refine_prior(params):
+    """A file's ``refine_prior`` below REFINE_PRIOR_MIN (0 was accepted
+    before that bound) raised to it; return the value read, or None."""
+    prior = params.get("refine_prior")
+    if (
+        isinstance(prior, int | float)
+        and not isinstance(prior, bool)
+        and 0 <= prior < REFINE_PRIOR_MIN
+    ):
+        params["refine_prior"] = REFINE_PRIOR_MIN
+        return prior
+    return None
 
 
 def _expected_state(params, n_features):
@@ -429,6 +465,16 @@ def _embedder_state(embedder, *, include_query_text=True):
     )
     params = {k: _json_value(v) for k, v in embedder._saved_params().items()}
     params["enc_size"] = [_json_value(v) for v in params["enc_size"]]
+    if isinstance(params["random_state"], np.random.RandomState):
+        # Its state cannot be stored in JSON, and fit has advanced it: no
+        # stored value would refit as this fit did.
+        warn_external(
+            "random_state is a RandomState instance, which cannot be saved; the "
+            "file records random_state=None. Fit with an int random_state to "
+            "save a seed that a refit of the loaded estimator reproduces.",
+            UserWarning,
+        )
+        params["random_state"] = None
     metadata = {
         "library_version": __version__,
         "network_layout": NETWORK_LAYOUT,
@@ -452,9 +498,11 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     params["enc_size"] = tuple(params["enc_size"])
     given = device
     device = resolve_device(device)
+    # The parameter is the device asked for, as a fit keeps it (None is
+    # resolved again at each fit); the network goes to the resolved one.
     embedder = cls(
         encoder_from_spec(metadata["encoder"], tensors, encoder),
-        device=device,
+        device=given,
         **params,
     )
     # The device asked for, not the one resolved: with none asked, an encoder

@@ -4,8 +4,9 @@ The encoder F_θ is amortised: one forward pass maps any evaluation set to an
 embedding, and what it does not read from a set is lost however well the
 predictor G_ψ could use it. :func:`refine_embeddings` closes part of that
 gap the way matrix factorisation fits a new row: it starts from the
-encoder's ``z0`` and takes Adam steps on each model's own evaluations under
-the frozen predictor, with a Gaussian prior that keeps ``z`` near ``z0``.
+encoder's ``z0`` and takes damped Gauss-Newton steps on each model's own
+evaluations under the frozen predictor, with a Gaussian prior that keeps
+``z`` near ``z0``.
 Plain PyTorch, like :mod:`._nn`; :class:`~._embedder.LocusEmbedder` calls it
 from ``transform`` when ``refine_steps > 0``.
 """
@@ -17,7 +18,17 @@ from torch.nn import functional as F
 from ._readout import _float32_weights, _readout_and_evidence
 from ._training import padded_rows, size_batches
 
-__all__ = ["embedding_scale", "refine_embeddings"]
+__all__ = ["REFINE_PRIOR_MIN", "embedding_scale", "refine_embeddings"]
+
+# The smallest prior weight (LocusEmbedder's refine_prior). With none the fit
+# has no fixed point: embeddings ran away (norm 2.8 to 58-450 in 10 steps). A
+# tiny prior leaves directions so flat that float32 rounding of the batched
+# passes steers the solve: a model's embedding then depended on the models
+# refined beside it, by up to 1e-3 relative at priors of 1e-5 to 1e-4 (0.4 at
+# 1e-8), where from 3e-4 up it stayed within 5e-7 (small test fits,
+# embedding_dim 8 to 128, with and without the kernel readout). 0.001 is also
+# the smallest prior benchmarks/refine_prior.py measured on real pools.
+REFINE_PRIOR_MIN = 1e-3
 
 # Most cosine cells (rows x stored rows) of one block of the leave-one-out
 # readout: 4 M floats, 16 MiB in float32, whatever a model's size.
@@ -193,6 +204,8 @@ def refine_embeddings(module, table, X_query, z0, *, scale, steps, prior, batch_
     steps : int
         Most Gauss-Newton steps per model.
     prior : float
+        Weight of the prior, at least :data:`REFINE_PRIOR_MIN` (below it the
+        independence above does not hold; the caller checks).
     batch_tokens : int
         Most evaluation rows refined together (bounds memory).
 
@@ -259,9 +272,10 @@ def _refine_batch(
         grad = torch.bmm(residual, jac).squeeze(1) + curvature * delta
         variance = (p * (1 - p) * weight).unsqueeze(-1)  # (B, M, 1)
         hessian = torch.bmm((jac * variance).transpose(1, 2), jac)  # (B, d, d)
-        # The prior's curvature, plus a touch of Levenberg damping that keeps
-        # the solve defined with no prior (prior=0); damping changes the
-        # steps, not the fixed point, where the gradient is zero.
+        # The prior's curvature, plus a touch of Levenberg damping (kept from
+        # when prior=0 was allowed, which it kept defined; it leaves the
+        # results as they were); damping changes the steps, not the fixed
+        # point, where the gradient is zero.
         levenberg = 1e-6 * hessian.diagonal(dim1=1, dim2=2).mean(1)
         damping = curvature + levenberg + 1e-12
         hessian = hessian + damping[:, None, None] * eye

@@ -191,6 +191,69 @@ def test_predict_proba_refuses_non_finite_embeddings(router, pool, query_texts, 
         embedder.predict_proba(Z, query_texts[:2], evals=pool.evals)
 
 
+def test_predict_proba_takes_embeddings_with_negative_strides(
+    router, pool, query_texts, tiny_embedder
+):
+    # torch.as_tensor refuses a reversed view: Z[::-1], or the values of a
+    # pandas output reordered with .iloc[::-1], were a ValueError from torch.
+    embedder = tiny_embedder(pool.encodings, kernel_readout=False, max_epochs=1)
+    embedder.fit(pool.evals)
+    Z = embedder.transform(pool.evals)
+    queries = query_texts[:3]
+    reversed_view = Z[::-1]
+    assert reversed_view.strides[0] < 0
+    expected = embedder.predict_proba(Z, queries)[:, ::-1]
+    np.testing.assert_array_equal(
+        embedder.predict_proba(reversed_view, queries), expected
+    )
+    frame = embedder.set_output(transform="pandas").transform(pool.evals)
+    np.testing.assert_array_equal(
+        embedder.predict_proba(frame.iloc[::-1], queries), expected
+    )
+    # With the kernel readout: a view of one model's rows, reversed.
+    readout = router.embedder_
+    one = pool.evals[pool.evals["model"] == pool.evals["model"].iloc[0]]
+    Z1 = np.repeat(readout.transform(one), 2, axis=0)[::-2]
+    assert Z1.strides[0] < 0
+    np.testing.assert_array_equal(
+        readout.predict_proba(Z1, queries, evals=one),
+        readout.predict_proba(Z1.copy(), queries, evals=one),
+    )
+
+
+def test_predict_proba_pairs_indexed_embeddings_with_evals_by_model(
+    router, pool, query_texts, fitted_copy, model_names, rows_of
+):
+    # Only the number of models was compared: embeddings of models A, B, C
+    # were read silently with the evaluations of D, E, F, or of C, B, A.
+    embedder = fitted_copy(router.embedder_).set_output(transform="pandas")
+    first = rows_of(pool.evals, model_names[:3])
+    last = rows_of(pool.evals, model_names[3:6])
+    Z = embedder.transform(first)
+    queries = query_texts[:3]
+    with pytest.raises(
+        ValueError,
+        match=r"indexed by models \['fam0-m00', .*\(other models: row 0 is "
+        r"'fam0-m00', read with the evaluations of 'fam0-m03'\)",
+    ):
+        embedder.predict_proba(Z, queries, evals=last)
+    with pytest.raises(
+        ValueError,
+        match=r"the same models in another order: row 0 is 'fam0-m02', read with "
+        r"the evaluations of 'fam0-m00'\); pass embeddings.sort_index\(\)",
+    ):
+        embedder.predict_proba(Z.iloc[::-1], queries, evals=first)
+    # The index in evals' sorted order, or none (a RangeIndex): as the array.
+    expected = embedder.predict_proba(Z.to_numpy(), queries, evals=first)
+    np.testing.assert_array_equal(
+        embedder.predict_proba(Z, queries, evals=first), expected
+    )
+    np.testing.assert_array_equal(
+        embedder.predict_proba(pd.DataFrame(Z.to_numpy()), queries, evals=first),
+        expected,
+    )
+
+
 def test_wrong_encoder_dimension(router, pool):
     from locus_sklearn import QueryEncoder
 

@@ -625,3 +625,74 @@ def test_numpy_scalar_hyper_parameters_save_and_load_as_equal_values(
     np.testing.assert_array_equal(
         loaded_router.predict_proba(queries), router.predict_proba(queries)
     )
+
+
+def test_loaded_parameters_are_those_fitted_and_the_device_asked_for(
+    tmp_path, tiny_embedder, pool, assert_reproduced
+):
+    # random_state was not saved (0 came back None, so two refits of a
+    # clone of the loaded router differed), and device took the resolved
+    # value ('cpu' for None) instead of the one asked for.
+    from sklearn.base import clone
+
+    router = LocusRouter(
+        tiny_embedder(pool.encodings, max_epochs=1, random_state=7), shrinkage=None
+    ).fit(pool.evals)
+    path = tmp_path / "r.locus"
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    assert loaded.get_params()["embedder__random_state"] == 7
+    assert loaded.embedder_.random_state == 7
+    assert loaded.get_params()["embedder__device"] is None
+    assert loaded.embedder_.device is None
+    assert LocusRouter.load(path, device="cpu").embedder_.device == "cpu"
+    params = {k: v for k, v in router.get_params().items() if k != "embedder"}
+    loaded_params = {k: v for k, v in loaded.get_params().items() if k != "embedder"}
+    assert loaded_params.keys() == params.keys()
+    for name, value in params.items():
+        if not name.endswith("encoder"):  # saved apart: a copy of the mapping
+            assert loaded_params[name] == value, name
+    # A clone of the loaded router refits as the original was fitted.
+    refit = clone(loaded).fit(pool.evals)
+    assert_reproduced(refit.model_embeddings_, router.model_embeddings_)
+    router.embedder_.save(tmp_path / "e.locus")
+    assert LocusEmbedder.load(tmp_path / "e.locus").random_state == 7
+
+
+def test_a_random_state_instance_is_saved_as_none_with_a_warning(
+    tmp_path, tiny_embedder, pool
+):
+    embedder = tiny_embedder(
+        pool.encodings, max_epochs=1, random_state=np.random.RandomState(0)
+    ).fit(pool.evals)
+    with pytest.warns(UserWarning, match="random_state is a RandomState instance"):
+        embedder.save(tmp_path / "e.locus")
+    assert LocusEmbedder.load(tmp_path / "e.locus").random_state is None
+
+
+@pytest.mark.parametrize(
+    "value, valid",
+    [(None, True), (0, True), (2**32 - 1, True), ("missing", True),
+     (-1, False), (2**32, False), (1.5, False), (True, False), ("0", False)],
+)  # fmt: skip
+def test_the_saved_random_state_is_checked_as_fit_checks_it(
+    tmp_path, router, value, valid
+):
+    path = tmp_path / "r.locus"
+    router.save(path)
+    metadata, tensors, _ = read_file(path, "LocusRouter")
+    if value == "missing":  # a file of a version that did not save it
+        del metadata["params"]["random_state"]
+    else:
+        metadata["params"]["random_state"] = value
+    write_file(tmp_path / "edited.locus", metadata, tensors)
+    if valid:
+        expected = None if value == "missing" else value
+        loaded = LocusRouter.load(tmp_path / "edited.locus")
+        assert loaded.embedder_.random_state == expected
+        assert loaded.get_params()["embedder__random_state"] == expected
+    else:
+        with pytest.raises(
+            ValueError, match=r"header field 'params' is invalid \(.*random_state"
+        ):
+            LocusRouter.load(tmp_path / "edited.locus")

@@ -299,6 +299,73 @@ def test_invalid_refinement_parameters(pool, tiny_embedder, params, match):
         tiny_embedder(pool.encodings, **params).fit(pool.evals)
 
 
+@pytest.mark.parametrize("prior", [0.0, 1e-8, 5e-4])
+def test_refine_prior_below_the_minimum_is_refused(
+    router, pool, rows_of, fitted_copy, tiny_embedder, prior
+):
+    # 0 was accepted, yet without a prior the refinement has no fixed point
+    # (embeddings ran from norm 2.8 to hundreds) and under tiny ones a
+    # model's embedding depended on the models refined beside it (54 %
+    # relative at 0, 40 % at 1e-8).
+    with pytest.raises(
+        InvalidParameterError, match=r"'refine_prior' .* range \[0\.001, inf\)"
+    ):
+        tiny_embedder(pool.encodings, refine_prior=prior).fit(pool.evals)
+    # Also set after fit, as transform reads it.
+    late = fitted_copy(router.embedder_, refine_steps=10, refine_prior=prior)
+    with pytest.raises(InvalidParameterError, match="'refine_prior'"):
+        late.transform(pool.evals)
+
+
+def test_the_smallest_refine_prior_keeps_each_models_refinement_its_own(
+    router, pool, rows_of, fitted_copy
+):
+    smallest = _refinement.REFINE_PRIOR_MIN
+    refined = fitted_copy(router.embedder_, refine_steps=10, refine_prior=smallest)
+    z = refined.transform(pool.evals)
+    z0 = router.embedder_.transform(pool.evals)
+    # It moves the embeddings further than the default prior, and stays a
+    # model's own: alone, or one model per pass, as in the pool.
+    default = fitted_copy(router.embedder_, refine_steps=10).transform(pool.evals)
+    assert np.abs(z - z0).max() > np.abs(default - z0).max()
+    alone = refined.transform(rows_of(pool.evals, ["fam1-m05"]))
+    np.testing.assert_allclose(alone[0], z[5], atol=1e-5)
+    one_by_one = fitted_copy(
+        router.embedder_,
+        refine_steps=10,
+        refine_prior=smallest,
+        transform_batch_tokens=1,
+    )
+    np.testing.assert_allclose(one_by_one.transform(pool.evals), z, atol=1e-5)
+    with pytest.raises(InvalidParameterError, match="'refine_prior'"):
+        refined.set_params(refine_prior=np.nextafter(smallest, 0)).transform(pool.evals)
+
+
+@pytest.mark.parametrize("steps", [0, 10])
+def test_a_file_with_a_refine_prior_below_the_minimum_loads_raised_with_a_warning(
+    router, pool, tmp_path, fitted_copy, steps
+):
+    # Versions before the bound saved refine_prior=0; such a file is read
+    # with the smallest valid prior, and says so (it was loaded as 0).
+    path = tmp_path / "refined.locus"
+    fitted_copy(router.embedder_, refine_steps=steps).save(path)
+    metadata, tensors, _ = read_file(path, "LocusEmbedder")
+    metadata["params"]["refine_prior"] = 0
+    write_file(tmp_path / "zero.locus", metadata, tensors)
+    change = "nothing changes" if steps == 0 else "embeddings made after loading"
+    with pytest.warns(
+        UserWarning, match=rf"holds refine_prior=0, .*refine_prior=0\.001\. .*{change}"
+    ):
+        loaded = LocusEmbedder.load(tmp_path / "zero.locus")
+    assert loaded.refine_prior == _refinement.REFINE_PRIOR_MIN
+    assert np.isfinite(loaded.transform(pool.evals)).all()
+    # A negative one was never saved: refused, naming the field.
+    metadata["params"]["refine_prior"] = -0.1
+    write_file(tmp_path / "negative.locus", metadata, tensors)
+    with pytest.raises(ValueError, match="header field 'params' is invalid"):
+        LocusEmbedder.load(tmp_path / "negative.locus")
+
+
 def test_saved_scale_round_trip_and_checks(router, pool, tmp_path, fitted_copy):
     refined = fitted_copy(router.embedder_, refine_steps=10)
     path = tmp_path / "refined.locus"
