@@ -138,8 +138,11 @@ class FakeBackends:
     seconds), ``"hold"`` (answers once ``hold`` requests are in, or after 10
     seconds), ``"nan"`` or ``"huge"`` (200 with a NaN or a 1e400 in its JSON)
     or ``"gzip"`` (answers, streams included, gzip-compressed when the
-    request accepts it); ``hits[model]`` counts requests, ``seen`` keeps
-    (model, headers, body) of each.
+    request accepts it), ``"gap"`` (a stream whose first chunk comes at once
+    and the rest after ``gap`` seconds), ``"surrogate"`` (200 whose answer
+    holds a lone surrogate escape), ``"empty"`` (200 with an empty body) or
+    ``(status, headers, payload)`` (that answer as it is); ``hits[model]``
+    counts requests, ``seen`` keeps (model, headers, body) of each.
     """
 
     def __init__(self, stall=2.0):
@@ -148,6 +151,7 @@ class FakeBackends:
         self.seen = []
         self.stall = stall
         self.pace = 0.2
+        self.gap = 1.0
         self.hold = 0
         self.held = threading.Condition()
         self.lock = threading.Lock()
@@ -187,6 +191,43 @@ class FakeBackends:
                     self.send_header("content-length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
+                    return
+                if isinstance(mode, tuple):
+                    status, headers, payload = mode
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    if status not in (204, 304):
+                        self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                if mode == "empty":
+                    content_type = "text/event-stream" if body.get("stream") else None
+                    self.send_response(200)
+                    self.send_header("content-type", content_type or "application/json")
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                if mode == "surrogate":
+                    # json.dumps writes the lone surrogate as the escape \ud800.
+                    self._send(
+                        200,
+                        {"id": "x", "choices": [{"message": {"content": "a\ud800b"}}]},
+                    )
+                    return
+                if mode == "gap":
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for i, part in enumerate(("answer ", "from ", model)):
+                        if i == 1:
+                            time.sleep(backends.gap)
+                        event = {"choices": [{"delta": {"content": part}}]}
+                        self._chunk(f"data: {json.dumps(event)}\n\n".encode())
+                    self._chunk(b"data: [DONE]\n\n")
+                    self._chunk(b"")
                     return
                 compress = mode == "gzip" and "gzip" in self.headers.get(
                     "accept-encoding", ""
@@ -233,6 +274,10 @@ class FakeBackends:
                     },
                     mode,
                 )
+
+            def _chunk(self, data):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
 
             def _send(self, status, obj, mode=None):
                 payload = json.dumps(obj).encode()
@@ -1805,3 +1850,286 @@ def test_gateway_config_urls_names_and_yaml_numbers(tmp_path):
         r"write it in quotes: 'yes':",
     ):
         load_gateway_config(path)
+
+
+# ------------------------------------- text, statuses, headers, lifecycle
+def test_lone_surrogate_escapes_are_a_400_naming_the_field(
+    router_path, routers, backends
+):
+    """``"\\ud800"`` is valid JSON syntax but not text UTF-8 can encode: a 400
+    naming the field on /route and the gateway, never a 500 when forwarding
+    it or writing it back, and no backend is called. A valid pair is text."""
+    gateway = _gateway(backends, routers[0].classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for path, content, param in [
+            (
+                "/v1/chat/completions",
+                b'{"model": "locus", "messages": [{"role": "system", "content": '
+                b'"\\ud800"}, {"role": "user", "content": "q000"}]}',
+                "messages.0.content",
+            ),
+            (
+                "/v1/chat/completions",
+                b'{"model": "locus", "messages": [{"role": "user", "content": '
+                b'"q000"}], "user": "x\\udfff"}',
+                "user",
+            ),
+            ("/route", b'{"query": "q000", "models": ["\\ud800"]}', "models.0"),
+            ("/route", b'{"query": "q000", "\\ud800": 1}', "body"),
+        ]:
+            response = _post_raw(url, path, content)
+            assert response.status_code == 400, (content, response.text)
+            error = response.json()["error"]
+            assert error["param"] == param, error
+            assert "lone surrogate" in error["message"], error
+        assert sum(backends.hits.values()) == 0
+        pair = b'{"query": "q000", "models": ["\\ud83d\\ude00"]}'  # an emoji
+        response = _post_raw(url, "/route", pair)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["param"] == "models"
+
+
+def test_backend_answer_with_a_lone_surrogate_is_relayed_unchanged(
+    router_path, routers, backends
+):
+    """Not a 500 after the backend answered: the client gets the JSON value
+    the backend sent, from that backend."""
+    model = routers[0].classes_[0]
+    backends.modes[model] = "surrogate"
+    gateway = _gateway(backends, routers[0].classes_)
+    body = {"model": model, "messages": [{"role": "user", "content": "q000"}]}
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-locus-model"] == model
+    assert response.json()["choices"][0]["message"]["content"] == "a\ud800b"
+    assert backends.hits == {model: 1}
+
+
+def test_a_begun_stream_is_relayed_past_the_deadline(router_path, routers, backends):
+    """Each chunk of a stream that has begun within ``timeout`` of the one
+    before, however long after the deadline: not cut at the deadline."""
+    model = routers[0].classes_[0]
+    backends.modes[model] = "gap"
+    backends.gap = 1.0  # between the first chunk and the next
+    gateway = _gateway(backends, routers[0].classes_, deadline=0.4)
+    gateway["backends"][model]["timeout"] = 3.0
+    body = {
+        "model": model,
+        "stream": True,
+        "messages": [{"role": "user", "content": "q000"}],
+    }
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        try:
+            response, text = _stream(url, body)
+        except httpx.HTTPError as exc:  # the stream was cut
+            pytest.fail(f"the stream was cut: {type(exc).__name__}: {exc}")
+    assert response.headers["x-locus-model"] == model
+    assert text == f"answer from {model}"
+    assert backends.hits == {model: 1}
+
+
+def test_a_body_in_utf16_or_utf32_is_a_400(router_path, routers, backends):
+    """``json.loads`` would detect UTF-16 and UTF-32; the documented rule is
+    UTF-8 only (a UTF-8 byte order mark is ignored)."""
+    gateway = _gateway(backends, routers[0].classes_)
+    chat = json.dumps(
+        {"model": "locus", "messages": [{"role": "user", "content": "q000"}]}
+    )
+    route = json.dumps({"query": "q000"})
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for encoding in ("utf-16", "utf-16-be", "utf-32-le", "utf-32"):
+            for path, text in [("/route", route), ("/v1/chat/completions", chat)]:
+                response = _post_raw(url, path, text.encode(encoding))
+                _assert_body_error(response, 400, "not UTF-8", "UTF-8")
+        assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
+        response = _post_raw(url, "/route", route.encode("utf-8-sig"))
+        assert response.status_code == 200, response.text
+    assert sum(backends.hits.values()) == 0
+
+
+@pytest.mark.parametrize(
+    "answer, error",
+    [
+        ((204, {}, b""), "HTTP 204"),
+        (
+            (
+                301,
+                {"location": "http://h.test/", "content-type": "text/html"},
+                b"moved",
+            ),
+            "HTTP 301",
+        ),
+        ((202, {"content-type": "text/plain"}, b"queued"), "HTTP 202"),
+        ((201, {"content-type": "application/json"}, b'{"id": "x"}'), "HTTP 201"),
+    ],
+)
+def test_gateway_answers_below_400_other_than_200_fall_back(
+    router_path, routers, backends, answer, error
+):
+    """A 204 has no answer to relay (it went out as a 204 with a body), a
+    redirect lost its Location, a non-JSON 202 came back as an error under
+    a success status: each is a failed attempt, as a non-JSON 200 is."""
+    router = routers[0]
+    routed = router.classes_[0]
+    nearest = fallback_order(router).loc[routed].iloc[0]
+    backends.modes[routed] = answer
+    gateway = _gateway(backends, router.classes_)
+    body = {"model": routed, "messages": [{"role": "user", "content": "q000"}]}
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-locus-model"] == nearest
+    assert response.headers["x-locus-attempts"] == "2"
+    assert response.json()["locus"]["failed"] == [{"model": routed, "error": error}]
+    assert response.json()["choices"][0]["message"]["content"] == f"from {nearest}"
+
+
+def test_gateway_empty_stream_is_a_failed_attempt(router_path, routers, backends):
+    """A 200 to stream=true that ends before its first byte is not relayed
+    as an empty complete stream: the next model answers."""
+    router = routers[0]
+    routed = router.classes_[0]
+    nearest = fallback_order(router).loc[routed].iloc[0]
+    backends.modes[routed] = "empty"
+    gateway = _gateway(backends, router.classes_)
+    body = {
+        "model": routed,
+        "stream": True,
+        "messages": [{"role": "user", "content": "q000"}],
+    }
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response, text = _stream(url, body)
+    assert response.status_code == 200
+    assert response.headers["x-locus-model"] == nearest
+    assert response.headers["x-locus-attempts"] == "2"
+    assert text == f"answer from {nearest}"
+
+
+def test_error_answers_keep_their_headers(router_path, monkeypatch):
+    """A 405 says what is allowed (``Allow``); the admin 401 says how to
+    authenticate (``WWW-Authenticate``)."""
+    monkeypatch.setenv("LOCUS_TEST_ADMIN", "s3cret")
+    app = create_app(router_path, admin_token_env="LOCUS_TEST_ADMIN")
+    with serve(app) as url:
+        for path in ("/route", "/admin/reload"):
+            response = httpx.get(f"{url}{path}")
+            assert response.status_code == 405
+            assert response.headers["allow"] == "POST"
+            assert response.json()["error"]["type"] == "http_error"
+        response = httpx.post(f"{url}/admin/reload")
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.json()["error"]["type"] == "auth_error"
+
+
+def test_openapi_declares_the_real_error_body(router_path, routers, backends):
+    """Every error status in the schema is ``{"error": {...}}`` as sent, not
+    FastAPI's ``HTTPValidationError`` (``{"detail": [...]}``), and each
+    status a route answers is declared."""
+    gateway = _gateway(backends, routers[0].classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        spec = httpx.get(f"{url}/openapi.json").json()
+        invalid = httpx.post(f"{url}/route", json={"query": "q000", "top_k": "2"})
+    schemas = spec["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    body = schemas["ErrorBody"]
+    assert body["required"] == ["error"]
+    detail = schemas[body["properties"]["error"]["$ref"].rsplit("/", 1)[1]]
+    assert {"message", "type", "param"} <= set(detail["required"])
+    assert invalid.status_code == 422
+    assert set(invalid.json()) == {"error"}
+    assert set(detail["required"]) <= set(invalid.json()["error"])
+    declared = {}
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            for status, answer in operation["responses"].items():
+                if int(status) < 400:
+                    continue
+                declared.setdefault((method, path), set()).add(int(status))
+                schema = answer["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (
+                    method,
+                    path,
+                    status,
+                )
+    assert {400, 413, 415, 422, 503} <= declared[("post", "/route")]
+    assert {400, 404, 413, 415, 422, 502, 503, 504} <= declared[
+        ("post", "/v1/chat/completions")
+    ]
+    assert {401, 409} <= declared[("post", "/admin/reload")]
+
+
+def test_requests_without_the_lifespan_get_503(router_path, routers, backends):
+    """An ASGI transport that does not run the lifespan, or a request after
+    it ended: a 503 saying so, not a 500 or a request that hangs."""
+    from starlette.testclient import TestClient
+
+    gateway = _gateway(backends, routers[0].classes_)
+    app = create_app(router_path, gateway=gateway)
+    chat = {"model": "locus", "messages": [{"role": "user", "content": "q000"}]}
+
+    async def unstarted():
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return [
+                await c.post("/route", json={"query": "q000"}),
+                await c.post("/v1/chat/completions", json=chat),
+            ]
+
+    for response in asyncio.run(asyncio.wait_for(unstarted(), 10)):
+        assert response.status_code == 503, response.text
+        error = response.json()["error"]
+        assert error["type"] == "server_error" and "not started" in error["message"]
+
+    with TestClient(app) as client:
+        assert client.post("/route", json={"query": "q000"}).status_code == 200
+    after = []
+    thread = threading.Thread(
+        target=lambda: after.append(client.post("/route", json={"query": "q000"})),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(10)
+    assert after, "the request after shutdown hangs"
+    assert after[0].status_code == 503, after[0].text
+    assert "shutting down" in after[0].json()["error"]["message"]
+    assert sum(backends.hits.values()) == 0
+
+
+def test_batcher_stop_fails_what_is_still_waiting():
+    """Requests being computed, held for the next batch or still queued when
+    the batcher stops fail with BatcherStopped (a 503 in the service), and
+    so does a request submitted after: none waits forever."""
+    from locus_sklearn.serve._batching import BatcherStopped, MicroBatcher
+
+    started, release = threading.Event(), threading.Event()
+
+    def fn(items):
+        started.set()
+        release.wait(10)
+        return "ctx", np.asarray(items)
+
+    async def scenario():
+        batcher = MicroBatcher(fn, max_batch=2)
+        with pytest.raises(BatcherStopped, match="not started"):
+            await batcher.submit([0])
+        await batcher.start()
+        # [0] is computed, [1, 2] held for the next batch, [3] queued.
+        tasks = [
+            asyncio.create_task(batcher.submit(part)) for part in ([0], [1, 2], [3])
+        ]
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)
+        threading.Timer(0.2, release.set).start()
+        await batcher.stop()
+        results = await asyncio.wait_for(
+            asyncio.gather(*tasks, return_exceptions=True), 5
+        )
+        with pytest.raises(BatcherStopped, match="shutting down"):
+            await batcher.submit([5])
+        return results
+
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, BatcherStopped) for r in results), results

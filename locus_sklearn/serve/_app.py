@@ -13,6 +13,7 @@ import logging
 import math
 import numbers
 import os
+import re
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from starlette.exceptions import HTTPException  # noqa: E402
 from .._base import check_model_subset  # noqa: E402
 from ..inspection._cost import _utility  # noqa: E402
 from ..metrics import route  # noqa: E402
-from ._batching import MicroBatcher  # noqa: E402
+from ._batching import BatcherStopped, MicroBatcher  # noqa: E402
 from ._config import _unique_keys, load_gateway_config  # noqa: E402
 from ._state import RouterHolder  # noqa: E402
 
@@ -44,20 +45,86 @@ logger = logging.getLogger("locus_sklearn.serve")
 class APIError(Exception):
     """An error answered as ``{"error": {"message", "type", "param"}}``."""
 
-    def __init__(self, status, message, *, param=None, kind="invalid_request_error"):
+    def __init__(
+        self,
+        status,
+        message,
+        *,
+        param=None,
+        kind="invalid_request_error",
+        headers=None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.kind = kind
+        self.headers = headers
 
 
 def error_response(
-    status, message, *, param=None, kind="invalid_request_error", **extra
+    status,
+    message,
+    *,
+    param=None,
+    kind="invalid_request_error",
+    headers=None,
+    **extra,
 ):
     """The OpenAI error shape, so OpenAI clients show the message."""
     body = {"error": {"message": message, "type": kind, "param": param, **extra}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: OpenAI's error object."""
+
+    model_config = ConfigDict(extra="allow")
+
+    message: str = Field(description="What went wrong, naming the field.")
+    type: str = Field(
+        description="invalid_request_error, server_error, backend_error, ..."
+    )
+    param: str | None = Field(
+        description="The field at fault (``queries.0``, ``body``), or null."
+    )
+    attempts: list[dict] | None = Field(
+        default=None,
+        description="Gateway only (502, 504): each backend tried and its error.",
+    )
+    routed_model: str | None = Field(
+        default=None, description="Gateway only: the model the request was routed to."
+    )
+
+
+class ErrorBody(BaseModel):
+    """The body of every error answer (any 4xx or 5xx)."""
+
+    error: ErrorDetail
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "The body is not standard UTF-8 JSON",
+    401: "The admin token is missing or wrong",
+    404: "The model is neither 'locus' nor a served model",
+    409: "The router file did not load; the old router keeps serving",
+    413: "The body is over the size limit",
+    415: "The body was not sent as JSON",
+    422: "A field is invalid",
+    502: "No backend answered",
+    503: "The service is not started, is shutting down, or is overloaded",
+    504: "No backend answered before the deadline",
+}
+
+
+def _error_responses(*statuses):
+    """``responses=`` for a route: each status answers an :class:`ErrorBody`
+    (declaring 422 replaces FastAPI's ``HTTPValidationError``, which this
+    service never sends)."""
+    return {
+        status: {"model": ErrorBody, "description": _ERROR_DESCRIPTIONS[status]}
+        for status in statuses
+    }
 
 
 def _reject_constant(name):
@@ -110,15 +177,85 @@ def _has_body(headers):
         return True
 
 
+# A JSON escape that can make a lone surrogate: \ud800 to \udfff.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _not_utf8(text):
+    """The first lone surrogate in ``text`` (``"\\ud800"``), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"\\u{ord(text[exc.start]):04x}"
+    return None
+
+
+def _lone_surrogate(value):
+    """Where a string of the parsed JSON ``value`` (a key or a value) holds a
+    lone surrogate: ``(param, message)``, or None.
+
+    A lone surrogate (``"\\ud800"``) is valid JSON syntax but not Unicode
+    text: it cannot be encoded as UTF-8, so it could be neither forwarded
+    nor written back in an answer.
+    """
+    stack = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            found, whose = _not_utf8(item), ""
+        elif isinstance(item, dict):
+            found = whose = None
+            for key in item:
+                found = _not_utf8(key)
+                if found:
+                    whose = f"the key {key!r} of "
+                    break
+            stack.extend(((*path, k), v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            found = None
+            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(item))))
+        else:
+            found = None
+        if found:
+            where = ".".join(map(str, path)) or "body"
+            return where, (
+                f"{whose}{where} holds a lone surrogate escape ({found} without "
+                "its pair), which is not Unicode text and cannot be encoded as "
+                "UTF-8; send the character itself or a valid surrogate pair."
+            )
+    return None
+
+
+class _BodyFieldError(HTTPException):
+    """A 400 about one field of a body that parsed: raised from
+    ``Request.json()``, where FastAPI lets only HTTPException through."""
+
+    def __init__(self, message, param):
+        super().__init__(400, message)
+        self.param = param
+
+
 class _StrictJSONRequest(Request):
-    """A request whose ``json()`` is :func:`_strict_json`; its failures reach
-    FastAPI as the ``JSONDecodeError`` it answers 400 to (``param: body``)."""
+    """A request whose ``json()`` is :func:`_strict_json` of the body decoded
+    as UTF-8 (not UTF-16 or UTF-32, which ``json.loads`` would detect; a
+    UTF-8 byte order mark is ignored); its failures reach FastAPI as the
+    ``JSONDecodeError`` it answers 400 to (``param: body``). A string holding
+    a lone surrogate escape is a 400 naming its field."""
 
     async def json(self):
         if not hasattr(self, "_json"):
             body = await self.body()
             try:
-                self._json = _strict_json(body)
+                text = body.decode("utf-8-sig")
+                if "\x00" in text:
+                    # Never valid in JSON text; UTF-16 and UTF-32 are full of it.
+                    raise json.JSONDecodeError(
+                        "it is not UTF-8 text (it holds NUL bytes, as UTF-16 or "
+                        "UTF-32 text does); send the JSON encoded as UTF-8",
+                        "",
+                        0,
+                    )
+                data = _strict_json(text)
             except json.JSONDecodeError:
                 raise
             except UnicodeDecodeError as exc:
@@ -133,6 +270,11 @@ class _StrictJSONRequest(Request):
                     str(exc) if isinstance(exc, ValueError) else "too deeply nested"
                 )
                 raise json.JSONDecodeError(message, "", 0) from None
+            found = _SURROGATE_ESCAPE.search(text) and _lone_surrogate(data)
+            if found:
+                param, message = found
+                raise _BodyFieldError(message, param)
+            self._json = data
         return self._json
 
 
@@ -304,14 +446,28 @@ def _install_error_handlers(app):
 
     @app.exception_handler(APIError)
     async def _api_error(request, exc):
-        return error_response(exc.status, exc.message, param=exc.param, kind=exc.kind)
+        return error_response(
+            exc.status,
+            exc.message,
+            param=exc.param,
+            kind=exc.kind,
+            headers=exc.headers,
+        )
 
     @app.exception_handler(HTTPException)
     async def _http(request, exc):
+        # Its headers kept: a 405's Allow, say.
         if exc.status_code == 400:
             # FastAPI's answer to a body it could not read: a request error.
-            return error_response(400, str(exc.detail), param="body")
-        return error_response(exc.status_code, str(exc.detail), kind="http_error")
+            return error_response(
+                400,
+                str(exc.detail),
+                param=getattr(exc, "param", "body"),
+                headers=exc.headers,
+            )
+        return error_response(
+            exc.status_code, str(exc.detail), kind="http_error", headers=exc.headers
+        )
 
     @app.exception_handler(Exception)
     async def _internal(request, exc):
@@ -434,6 +590,9 @@ class Service:
         """The router snapshot that answered and P(correct), (n_queries, n_models)."""
         try:
             return await self.batcher.submit(queries)
+        except BatcherStopped as exc:
+            # No lifespan run (an ASGI transport without it), or shut down.
+            raise APIError(503, str(exc), kind="server_error") from None
         except (ValueError, TypeError, KeyError) as exc:
             # The encoder rejects what it cannot resolve (unknown ids, ...).
             raise APIError(422, f"{param}: {exc}", param=param) from None
@@ -647,7 +806,11 @@ async def _watch(service, interval):
 
 
 def _add_route_endpoint(app, service):
-    @app.post("/route", summary="Route queries to models")
+    @app.post(
+        "/route",
+        summary="Route queries to models",
+        responses=_error_responses(400, 413, 415, 422, 503),
+    )
     async def route_queries(body: RouteRequest):
         """Routed model, P(correct) of every model and the top k, per query."""
         if body.query is not None:
@@ -701,7 +864,7 @@ def _add_route_endpoint(app, service):
 
 
 def _add_pool_endpoints(app, service, admin_token):
-    @app.get("/models", summary="The pool")
+    @app.get("/models", summary="The pool", responses=_error_responses(422))
     async def models(
         embeddings: bool = Query(False, description="Include embeddings."),
     ):
@@ -742,7 +905,11 @@ def _add_pool_endpoints(app, service, admin_token):
             "last_reload_error": service.holder.last_error,
         }
 
-    @app.post("/admin/reload", summary="Reload the configured router file")
+    @app.post(
+        "/admin/reload",
+        summary="Reload the configured router file",
+        responses=_error_responses(401, 409),
+    )
     async def reload(request: Request):
         """Load the configured file again and swap it in between requests.
 
@@ -757,7 +924,10 @@ def _add_pool_endpoints(app, service, admin_token):
             given = request.headers.get("authorization", "").encode("latin-1")
             if not hmac.compare_digest(given, f"Bearer {admin_token}".encode()):
                 raise APIError(
-                    401, "Reloading needs the admin token.", kind="auth_error"
+                    401,
+                    "Reloading needs the admin token.",
+                    kind="auth_error",
+                    headers={"WWW-Authenticate": "Bearer"},
                 )
         try:
             old, new = await service.holder.reload()

@@ -11,7 +11,11 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["MicroBatcher"]
+__all__ = ["MicroBatcher", "BatcherStopped"]
+
+
+class BatcherStopped(RuntimeError):
+    """The batcher is not running: never started, or stopped."""
 
 
 class MicroBatcher:
@@ -46,39 +50,62 @@ class MicroBatcher:
         self._queue = None
         self._task = None
         self._executor = None
+        self._pending = []  # taken from the queue, not answered yet
 
     async def start(self):
         self._queue = asyncio.Queue()
+        self._pending = []
         # One worker: the predictor is not run concurrently with itself, and
         # batches are what gives throughput.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="locus-route")
         self._task = asyncio.create_task(self._run())
 
     async def stop(self):
+        """Stop the worker; every request not answered yet, and any submitted
+        later, fails with :class:`BatcherStopped`."""
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        stopped = BatcherStopped("The service is shutting down; retry later.")
+        for _, future in self._pending:
+            _settle(future, exception=stopped)
+        self._pending = []
+        while self._queue is not None and not self._queue.empty():
+            _settle(self._queue.get_nowait()[1], exception=stopped)
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
     async def submit(self, items):
-        """The context and the rows of ``fn``'s array for ``items``."""
+        """The context and the rows of ``fn``'s array for ``items``.
+
+        Raises :class:`BatcherStopped` when the worker is not running (never
+        started, or stopped): nothing would ever answer.
+        """
+        if self._task is None:
+            raise BatcherStopped(
+                "The service is not started: its lifespan has not run (serve the "
+                "app with uvicorn, or use a TestClient as a context manager)."
+            )
+        if self._task.done():
+            raise BatcherStopped("The service is shutting down; retry later.")
         future = asyncio.get_running_loop().create_future()
         self.n_calls += 1
-        await self._queue.put((list(items), future))
+        self._queue.put_nowait((list(items), future))
         return await future
 
     async def _run(self):
         loop = asyncio.get_running_loop()
         held = None  # taken from the queue, too large for the last batch
         while True:
+            # What was taken from the queue and not answered yet: failed by
+            # stop() if the worker is cancelled before answering it.
+            self._pending = batch = [] if held is None else [held]
             if held is None:
-                batch = [await self._queue.get()]
-            else:
-                batch, held = [held], None
+                batch.append(await self._queue.get())
+            held = None
             size = len(batch[0][0])
             closes = time.monotonic() + self.window
             while size < self.max_batch:
@@ -94,12 +121,14 @@ class MicroBatcher:
                     # It starts the next batch, in its arrival order: the
                     # queue cannot be peeked at, so it is held here.
                     held = entry
+                    self._pending = [*batch, held]
                     break
                 batch.append(entry)
                 size += len(entry[0])
             batch = [(items, f) for items, f in batch if not f.cancelled()]
             if batch:
                 await self._process(loop, batch)
+            self._pending = [] if held is None else [held]
 
     async def _process(self, loop, batch):
         items = [item for part, _ in batch for item in part]

@@ -8,19 +8,27 @@ answers, in a ``locus`` field). When a backend fails (connection refused,
 timeout, 500, 502, 503, 504, 429, 408) the request goes to the next model of the routed
 model's capability-based fallback order (nearest model embeddings first),
 each model at most once, within ``fallback.max_attempts`` attempts and
-``fallback.deadline`` seconds. Other 4xx answers are the client's problem and
-pass through unchanged. A stream that has begun is not retried.
+``fallback.deadline`` seconds. So do a 200 that is not a JSON object (or, for
+a stream, that ends before its first byte) and any other answer below 400
+(a 204, a redirect): none of them could be relayed as an answer. Other 4xx
+answers are the client's problem and pass through unchanged. A stream that
+has begun is not retried.
 
 A backend's ``timeout`` bounds each attempt as a whole, from sending the
 request to the end of a non-streamed answer (a backend that sends its
 headers at once and then its body slowly is abandoned at the timeout too),
 or to the first chunk of a streamed one; the deadline bounds every attempt
-likewise. A stream that has begun is relayed to its end, each later chunk
-within ``timeout`` of the one before (a stalled stream is cut, not ended
-as if complete).
+likewise. A stream that has begun is relayed to its end, past the deadline,
+each later chunk within ``timeout`` of the one before (a stalled stream is
+cut, not ended as if complete).
+
+A JSON answer holding a lone surrogate escape (``"\\ud800"``, which cannot
+be encoded as UTF-8) is relayed as the backend wrote it: written with ASCII
+escapes, the same JSON value.
 """
 
 import asyncio
+import json
 import time
 
 import numpy as np
@@ -40,14 +48,38 @@ from ._app import (  # noqa: E402
     _allowed_mask,
     _checked_utility,
     _cost_weight,
+    _error_responses,
     _strict_json,
     error_response,
 )
 
 __all__ = ["add_gateway_endpoints", "RETRYABLE_STATUS"]
 
-#: Backend answers that send the request to the next model.
+#: Backend answers that send the request to the next model (and so does any
+#: answer below 400 other than 200).
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _failed_status(status):
+    """A backend status that is a failed attempt: a retryable error, or an
+    answer below 400 other than 200 (a 204 has no answer, a redirect is not
+    followed and its Location not relayed)."""
+    return status in RETRYABLE_STATUS or (status < 400 and status != 200)
+
+
+class _RelayedJSON(JSONResponse):
+    """A backend's JSON answer, relayed: as UTF-8, or where it holds a lone
+    surrogate (``"\\ud800"``, which UTF-8 cannot encode) with ASCII escapes,
+    which give the client the same JSON value the backend sent."""
+
+    def render(self, content):
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode(
+                "ascii"
+            )
+
 
 ROUTER_MODEL = "locus"
 
@@ -135,7 +167,11 @@ def add_gateway_endpoints(app, service):
         ]
         return {"object": "list", "data": data}
 
-    @app.post("/v1/chat/completions", summary="OpenAI-compatible chat, routed")
+    @app.post(
+        "/v1/chat/completions",
+        summary="OpenAI-compatible chat, routed",
+        responses=_error_responses(400, 404, 413, 415, 422, 502, 503, 504),
+    )
     async def chat(body: ChatRequest, request: Request):
         # Forward what the client sent, less the locus extensions. The body
         # was parsed strictly (the app's route class), so a NaN or 1e400 (say
@@ -205,15 +241,21 @@ def add_gateway_endpoints(app, service):
 async def _attempt(client, request, stream):
     """Send ``request``; the response and its content: the whole body, or
     for a streamed 200 the first chunk and an iterator of the rest (None for
-    a retryable status). Awaited under the attempt's time bound, so a slow
-    body is bounded like a slow connection."""
+    a failed status, or a stream that ended before its first byte). Awaited
+    under the attempt's time bound, so a slow body is bounded like a slow
+    connection."""
     response = await client.send(request, stream=True)
     try:
-        if response.status_code in RETRYABLE_STATUS:
+        if _failed_status(response.status_code):
             return response, None
         if stream and response.status_code == 200:
             chunks = response.aiter_bytes()
-            return response, (await anext(chunks, b""), chunks)
+            first = b""
+            while not first:
+                first = await anext(chunks, None)
+                if first is None:
+                    return response, None
+            return response, (first, chunks)
         return response, await response.aread()
     except BaseException:
         # Timed out (cancelled) or failed part-way: free the connection.
@@ -232,6 +274,7 @@ async def _forward(service, payload, order, routed, *, stream):
         if remaining <= 0:
             break
         backend = config.backends[model]
+        # The attempt, up to its first chunk, within both bounds.
         timeout = min(backend.timeout, remaining)
         headers = {"content-type": "application/json"}
         key = backend.api_key()
@@ -243,12 +286,15 @@ async def _forward(service, payload, order, routed, *, stream):
             backend.chat_url,
             json=body,
             headers=headers,
-            timeout=httpx.Timeout(timeout),
+            # Each read: the reads of a stream that has begun, past the
+            # deadline, are bounded by the backend's own timeout only.
+            timeout=httpx.Timeout(backend.timeout),
         )
         try:
             # httpx's timeout bounds each read alone; this bounds the attempt
-            # whole: a backend that stalls before its headers, or sends them
-            # and then its body slowly, is left at its timeout.
+            # whole (to the first chunk of a stream): a backend that stalls
+            # before its headers, or sends them and then its body slowly, is
+            # left at its timeout or the deadline, whichever comes first.
             response, content = await asyncio.wait_for(
                 _attempt(client, request, stream), timeout=timeout
             )
@@ -271,7 +317,12 @@ async def _forward(service, payload, order, routed, *, stream):
             continue
         if content is None:
             await response.aclose()
-            attempts.append({"model": model, "error": f"HTTP {response.status_code}"})
+            error = (
+                f"HTTP {response.status_code}"
+                if _failed_status(response.status_code)
+                else "empty stream"
+            )
+            attempts.append({"model": model, "error": error})
             continue
         locus_headers = {
             "x-locus-model": model,
@@ -308,7 +359,7 @@ async def _forward(service, payload, order, routed, *, stream):
                 headers=locus_headers,
             )
         data["locus"] = {"model": model, "routed_model": routed, "failed": attempts}
-        return JSONResponse(
+        return _RelayedJSON(
             data, status_code=response.status_code, headers=locus_headers
         )
     timed_out = deadline - loop.time() <= 0
