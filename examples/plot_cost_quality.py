@@ -72,8 +72,8 @@ print(curve.pareto[["cost_weight", "mean_cost", "accuracy"]].head())
 # %%
 # Tune the cost weight to a target
 # --------------------------------
-# Ask for the most accurate routing whose mean cost is at most a quarter of
-# the best single model's. :func:`~locus_sklearn.inspection.calibrate_cost_weight`
+# Ask for the least cost pressure (the smallest cost weight) whose mean cost
+# is at most a quarter of the best single model's. :func:`~locus_sklearn.inspection.calibrate_cost_weight`
 # needs only queries for a cost target (a log of real traffic will do). It is
 # tuned on the calibration queries, which the router never read at fit (its
 # kernel readout knows the answers to the training queries, so they would

@@ -799,7 +799,9 @@ def test_fit_shrinkage_repeats_option(capsys):
     from locus_sklearn._cli._parser import build_parser
 
     fit = ["fit", "e.csv", "-o", "r"]
-    assert build_parser().parse_args(fit).shrinkage_repeats == 1
+    # Not given: None, which fit runs as LocusRouter's default of 1 (and
+    # tells apart from an explicit --shrinkage-repeats).
+    assert build_parser().parse_args(fit).shrinkage_repeats is None
     assert (
         build_parser().parse_args([*fit, "--shrinkage-repeats", "3"]).shrinkage_repeats
         == 3
@@ -951,7 +953,7 @@ def test_match_names_the_copy_and_not_the_stranger(match_files, cli):
     "extra, status, message",
     [
         (["--min-shared", "500"], 1, "fewer than --min-shared 500"),
-        (["--false-match-rate", "1.5"], 1, "--false-match-rate must be in (0, 1)"),
+        (["--false-match-rate", "1.5"], 2, "--false-match-rate: expected a number"),
         (["--threshold", "0.1", "--false-match-rate", "0.1"], 2, "not allowed"),
         (["--threshold", "-1"], 2, "--threshold"),
     ],
@@ -1413,3 +1415,293 @@ def test_seed_options_take_numpy_seeds(cli, value):
     # demo --seed -1 was a status-1 error naming no option.
     status, _, err = cli("demo", "--quick", "--seed", value)
     assert status == 2 and "--seed" in err and "0 to 4294967295" in err
+
+
+# --- CLI defects of issue 46 ------------------------------------------------------
+
+
+def test_calibrate_target_cost_is_described_as_what_it_returns(cli):
+    """calibrate_cost_weight returns the smallest λ meeting a cost target;
+    accuracy is not monotone in λ, so "the most accurate λ" was wrong."""
+    status, out, _ = cli("calibrate", "--help")
+    text = " ".join(out.split())
+    assert status == 0
+    assert "the smallest λ whose mean cost is <= --target-cost" in text
+    assert "most accurate λ with" not in text
+    from pathlib import Path
+
+    guide = Path(__file__).parents[1] / "docs" / "user_guide" / "deploying.rst"
+    guide = " ".join(guide.read_text(encoding="utf-8").split())
+    assert "# the most accurate routing with a mean cost" not in guide
+    assert "# the smallest λ whose mean cost is at most" in guide
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # No model column: the first dimension was read as the model names.
+        ("a,b\n1,2\n3,4\n5,6\n", "its first column is 'a', not 'model'"),
+        ("model,a,b\n,1,2\nm2,1,3\nm3,0,1\n", "blank model name in data row(s) [1]"),
+        ("model,a\nm1,1\nm1,2\nm2,3\n", "more than once: ['m1']"),
+    ],
+)
+def test_embeddings_csv_needs_a_named_model_column(tmp_path, cli, text, message):
+    emb = tmp_path / "emb.csv"
+    emb.write_text(text)
+    for args in (["select", emb, "--k", "1"], ["neighbors", emb, "m2", "--k", "1"]):
+        status, out, err = cli(*args)
+        assert_one_line(status, err, 1, f"'{emb}'", message)
+        assert out == ""
+
+
+def test_embed_writes_the_model_column_select_reads(workdir, tmp_path, cli):
+    emb = tmp_path / "emb.csv"
+    status, _, err = cli("embed", workdir / "router.locus", workdir / "new.csv",
+                         "-o", emb)  # fmt: skip
+    assert status == 0, err
+    assert emb.read_text().startswith("model,")
+    status, out, err = cli("select", emb, "--k", "1", "--tsv")
+    assert status == 0, err
+    assert out.splitlines()[1].split("\t")[1] in ("fam2-m06", "fam2-m07")
+
+
+@pytest.mark.parametrize(
+    "option", [["--encodings", "x.npz"], ["--encoder", "dir"], ["--device", "cpu"]]
+)
+def test_neighbors_on_embeddings_csv_refuses_encoder_options(
+    workdir, tmp_path, cli, option
+):
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv")
+    status, out, err = cli("neighbors", emb, "fam0-m00", "--k", "2", *option)
+    assert_one_line(status, err, 2, option[0], "embeddings csv", "--help")
+    assert out == ""
+
+
+def test_fit_set_the_same_name_twice_is_refused(workdir, tmp_path, cli):
+    out = tmp_path / "x.locus"
+    status, _, err = cli(
+        "fit", workdir / "evals.csv", "-o", out, "--encodings", workdir / "enc.npz",
+        "--set", "max_epochs=1", "--set", "max-epochs=2",
+    )  # fmt: skip
+    assert_one_line(status, err, 2, "--set max_epochs=1", "--set max_epochs=2", "once")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("shrinkage", ["0.5", "none"])
+def test_fit_shrinkage_repeats_without_auto_is_refused(
+    workdir, tmp_path, cli, shrinkage
+):
+    out = tmp_path / "x.locus"
+    status, _, err = cli(
+        "fit", workdir / "evals.csv", "-o", out, "--encodings", workdir / "enc.npz",
+        "--shrinkage", shrinkage, "--shrinkage-repeats", "3",
+    )  # fmt: skip
+    assert_one_line(
+        status, err, 2, "--shrinkage-repeats 3", f"--shrinkage {shrinkage}", "auto"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "device, reason",
+    [
+        ("meta", "meta tensors hold no data"),
+        pytest.param(
+            "mps",
+            "MPS backend is not available",
+            marks=pytest.mark.skipif(
+                __import__("torch").backends.mps.is_available(), reason="has MPS"
+            ),
+        ),
+    ],
+)
+def test_unusable_device_is_a_usage_error(workdir, cli, device, reason):
+    """mps/meta failed at run time (status 1) naming the parameter device=."""
+    for args in (
+        ["route", workdir / "router.locus", "q001"],
+        ["calibrate", workdir / "router.locus", workdir / "evals.csv",
+         "--target-cost", "1"],
+    ):  # fmt: skip
+        status, out, err = cli(*args, "--device", device)
+        assert_one_line(status, err, 2, "argument --device", f"'{device}'", reason)
+        assert "device=" not in err and out == ""
+
+
+def test_fit_cache_is_checked_first_and_refused_with_encodings(
+    workdir, tmp_path, cli, monkeypatch
+):
+    from locus_sklearn import LocusRouter
+
+    def trained(*args, **kwargs):
+        raise AssertionError("fit trained")
+
+    monkeypatch.setattr(LocusRouter, "fit", trained)
+    out, afile = tmp_path / "x.locus", tmp_path / "afile"
+    afile.write_text("")
+    status, _, err = cli("fit", workdir / "evals.csv", "-o", out, "--cache", afile)
+    assert_one_line(status, err, 3, f"--cache '{afile}'", "not a folder")
+    status, _, err = cli(
+        "fit", workdir / "evals.csv", "-o", out, "--cache", tmp_path / "cache",
+        "--encodings", workdir / "enc.npz",
+    )  # fmt: skip
+    assert_one_line(status, err, 2, "--cache", "--encodings")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("budget", ["2.9", "0.5"])
+def test_select_budget_without_costs_is_a_whole_number(workdir, tmp_path, cli, budget):
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv")
+    status, out, err = cli("select", emb, "--budget", budget)
+    assert_one_line(status, err, 2, f"--budget {budget}", "whole number")
+    assert "min(costs)" not in err and "budget=" not in err and out == ""
+    status, out, err = cli("select", emb, "--budget", "2", "--tsv")
+    assert status == 0, err
+    assert len(out.strip().splitlines()) - 1 <= 2
+
+
+@pytest.mark.parametrize(
+    "extra, status, contains, absent",
+    [
+        (["--threshold", "5"], 2, ["argument --threshold", "[0, 1]"], []),
+        (["--false-match-rate", "1"], 2, ["argument --false-match-rate", "(0, 1)"],
+         []),
+        (["--threshold", "0.2", "--min-shared", "500"], 1,
+         ["--min-shared 500", "between ENDPOINTS and KNOWN"],
+         ["min_shared", "reference_evals"]),
+        (["--min-shared", "1000"], 1, ["KNOWN", "--min-shared 1000"],
+         ["min_shared", "n_evals"]),
+    ],
+)  # fmt: skip
+def test_match_ranges_and_min_shared_in_option_terms(
+    match_files, cli, extra, status, contains, absent
+):
+    path, _ = match_files
+    code, out, err = cli("match", path / "known.csv", path / "endpoints.csv", *extra)
+    assert_one_line(code, err, status, *contains)
+    for text in absent:
+        assert text not in err, err
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    "args, status, contains, absent",
+    [
+        (["neighbors", "{w}/router.locus", "nosuch"], 1, ["MODEL 'nosuch'"],
+         ["model="]),
+        (["route", "{w}/router.locus", "new text"], 1, ["--encodings", "no vector"],
+         ["encoder (", "mapping"]),
+        (["fit", *FIT, "--encoder", "/nonexistent"], 1, ["--encoder '/nonexistent'"],
+         ["encoder=", "mapping {query_id"]),
+        (["calibrate", "{w}/router.locus", "QUERIES", "--target-cost", "1",
+          "--cv", "2"], 1, ["--cv 2", "EVALS must be scored"], ["cv=", "of evals"]),
+        (["fit", "{w}", "-o", "{w}/x.locus", "--encodings", "{w}/enc.npz"], 3,
+         ["The evaluations file", "is a folder"], ["path="]),
+        (["serve", "PLAIN", "--config", "GATEWAY"], 1,
+         ["`locus fit --costs FILE`", "cost_weight=0.5"], ["model_costs"]),
+    ],
+)  # fmt: skip
+def test_more_errors_name_options_not_parameters(
+    workdir, tmp_path, cli, args, status, contains, absent
+):
+    from locus_sklearn import LocusRouter
+
+    files = {"QUERIES": tmp_path / "queries.txt", "GATEWAY": tmp_path / "g.yaml"}
+    files["QUERIES"].write_text("q001\nq017\n")
+    files["GATEWAY"].write_text(
+        "backends:\n  fam0-m00:\n    base_url: http://127.0.0.1:9/v1\n"
+        "cost_weight: 0.5\n"
+    )
+    router = LocusRouter.load(workdir / "router.locus")
+    router.model_costs_ = None
+    files["PLAIN"] = tmp_path / "plain.locus"
+    router.save(files["PLAIN"])
+    if args[0] == "serve":
+        pytest.importorskip("uvicorn")
+    code, _, err = cli(*[files.get(a, a.format(w=workdir)) for a in args])
+    assert_one_line(code, err, status, *contains)
+    for text in absent:
+        assert text not in err, err
+    assert not (workdir / "x.locus").exists()
+
+
+def test_portfolio_tie_warning_names_options(workdir, tmp_path, cli):
+    from locus_sklearn import LocusRouter
+
+    router = LocusRouter.load(workdir / "router.locus")
+    router.shrinkage_ = 1.0  # P(correct) is each model's mean score
+    router.save(tmp_path / "flat.locus")
+    status, _, err = cli("portfolio", tmp_path / "flat.locus", "q001", "q017",
+                         "--k", "3", "--tsv")  # fmt: skip
+    assert status == 0, err
+    assert "locus portfolio: warning: Selecting model 2 of --k 3" in err, err
+    assert "`locus fit --shrinkage none`" in err
+    for text in ("n_select", "shrinkage=None", "shrinkage_", "take X"):
+        assert text not in err, err
+
+
+def test_models_option_reads_csv_quoting(workdir, tmp_path, cli):
+    """A model whose name holds a comma or spaces can be chosen; "a, b"
+    with spaces after the commas still names a and b."""
+    from locus_sklearn import LocusRouter
+    from locus_sklearn._cli._types import model_list
+
+    assert model_list('"a,b", padded ,c') == ["a,b", " padded ", "c"]
+    router = LocusRouter.load(workdir / "router.locus")
+    names = ["a,b", " padded ", "c", 'say "hi"', "e", "f"]
+    router.classes_ = np.array(names, dtype=object)
+    router.save(tmp_path / "odd.locus")
+    for given, expected in (
+        ('"a,b", padded ', {"a,b", " padded "}),
+        ('"say ""hi""",c', {'say "hi"', "c"}),
+        ("c, e", {"c", "e"}),
+    ):
+        status, out, err = cli("route", tmp_path / "odd.locus", "q001", "--models",
+                               given, "--top", "6", "--json")  # fmt: skip
+        assert status == 0, err
+        ranking = json.loads(out)[0]["ranking"]
+        assert {r["model"] for r in ranking} == expected, given
+    status, _, err = cli("route", tmp_path / "odd.locus", "q001", "--models", '"a,b')
+    assert_one_line(status, err, 2, "argument --models")
+
+
+def test_output_that_is_an_input_is_refused(workdir, tmp_path, cli):
+    evals = tmp_path / "evals.csv"
+    evals.write_bytes((workdir / "evals.csv").read_bytes())
+    before = evals.read_bytes()
+    status, _, err = cli("embed", workdir / "router.locus", evals, "-o", evals)
+    assert_one_line(status, err, 2, f"EMBEDDINGS '{evals}' is EVALS", "overwrite")
+    status, _, err = cli("fit", evals, "-o", evals, "--encodings", workdir / "enc.npz")
+    assert_one_line(status, err, 2, f"ROUTER '{evals}' is EVALS", "overwrite")
+    assert evals.read_bytes() == before
+
+
+def test_route_cost_weight_that_overflows_is_refused(workdir, cli):
+    from locus_sklearn import LocusRouter
+
+    costs = LocusRouter.load(workdir / "router.locus").model_costs_
+    huge = f"{np.finfo(np.float64).max / costs.max() * 1.5:g}"
+    status, out, err = cli("route", workdir / "router.locus", "q001",
+                           "--cost-weight", huge, "--top", "3")  # fmt: skip
+    assert_one_line(status, err, 1, f"--cost-weight {float(huge):g}", "too large")
+    assert out == ""
+    # A large weight that does not overflow ranks by cost, cheapest first.
+    status, out, err = cli("route", workdir / "router.locus", "q001",
+                           "--cost-weight", "1e300", "--top", "3", "--json")  # fmt: skip
+    assert status == 0, err
+    ranked = [r["cost"] for r in json.loads(out)[0]["ranking"]]
+    assert ranked == sorted(costs.tolist())[:3]
+
+
+def test_costs_file_with_an_extra_field_names_the_row(workdir, tmp_path, cli):
+    """A decimal comma ("m,1,5") made pandas take the model column as the
+    index and read every row shifted."""
+    from locus_sklearn import LocusRouter
+
+    names = LocusRouter.load(workdir / "router.locus").classes_
+    costs = tmp_path / "costs.csv"
+    costs.write_text("model,cost\n" + "".join(f"{m},{i},5\n" for i, m in
+                                              enumerate(names, 1)))  # fmt: skip
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv")
+    status, out, err = cli("select", emb, "--budget", "3", "--costs", costs)
+    assert_one_line(status, err, 1, f"'{costs}'", "data row 1 has 3 fields")
+    assert out == "" and "warning" not in err

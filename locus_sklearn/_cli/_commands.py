@@ -9,7 +9,9 @@ their messages into the command line's terms.
 
 import contextlib
 import difflib
+import re
 import sys
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -18,6 +20,7 @@ import pandas as pd
 from ._errors import EXIT_USAGE, CommandError, interrupts_kept
 from ._io import (
     check_folder_writable,
+    check_not_an_input,
     check_writable,
     costs_for,
     echo,
@@ -34,6 +37,7 @@ from ._io import (
     write_csv,
     write_estimator,
 )
+from ._types import resolve_models
 
 __all__ = [
     "cmd_demo",
@@ -56,23 +60,78 @@ _OPTION_OF = [
 ]
 
 
+# Precomputed encodings (a router fitted with them, --encodings) and the
+# query encoder (--encoder), as the estimators name them.
+_ENCODER_TERMS = [
+    (
+        "encoder (a mapping of precomputed encodings) has no vector",
+        "The precomputed encodings (saved in the router, or given with "
+        "--encodings) have no vector",
+    ),
+    ("must be a key of the mapping (it has", "must have one there (they have"),
+    ("or use an encoder that encodes text", "or add it with --encodings FILE.npz"),
+    (
+        "Pass the path of a local sentence-transformers model directory (e.g. one "
+        "saved with SentenceTransformer.save(path)), an object with an "
+        "encode(list_of_str) method, or a mapping {query_id: vector}; "
+        "encoder=None uses the bundled all-MiniLM-L6-v2.",
+        "Give --encoder the path of a local sentence-transformers model directory "
+        "(e.g. one saved with SentenceTransformer.save(path)), or precomputed "
+        "vectors with --encodings FILE.npz; without either, the bundled "
+        "all-MiniLM-L6-v2 is used.",
+    ),
+    ("encoder=", "--encoder "),
+]
+
+
+def _in_terms(message, pairs):
+    """``message`` with each (parameter text, option text) pair replaced
+    where the parameter text stands on its own (``evals`` but not
+    ``n_evals``, ``model=`` but not ``n_model=``)."""
+    for parameter, option in pairs:
+        before = r"(?<![\w-])" if re.match(r"\w", parameter) else ""
+        after = r"(?!\w)" if re.search(r"\w$", parameter) else ""
+        pattern = before + re.escape(parameter) + after
+        message = re.sub(pattern, option.replace("\\", r"\\"), message)
+    return message
+
+
 @contextlib.contextmanager
-def _in_option_terms(*more):
+def _in_option_terms(*more, common=True):
     """Re-raise an estimator's ValueError/TypeError naming options, not
     parameters ("pass model_costs=" becomes "pass --costs FILE").
 
     ``more`` holds further (parameter text, option text) pairs, replaced
-    before the common ones.
+    before the common ones (the costs and the cost weight; left out with
+    ``common=False``, where those words name something else, such as a
+    gateway configuration's ``cost_weight``).
     """
     try:
         yield
     except (ValueError, TypeError) as exc:
-        message = str(exc)
-        for parameter, option in [*more, *_OPTION_OF]:
-            message = message.replace(parameter, option)
+        message = _in_terms(str(exc), [*more, *(_OPTION_OF if common else [])])
         if message == str(exc) or type(exc) not in (ValueError, TypeError):
             raise
         raise type(exc)(message) from None
+
+
+@contextlib.contextmanager
+def _warnings_in_option_terms(*pairs):
+    """Show the warnings raised in the block with ``pairs`` replaced, as
+    :func:`_in_option_terms` does for errors (after the block, by the
+    warning handler in place outside it)."""
+    caught = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            yield
+    finally:
+        for warning in caught:
+            warnings.warn_explicit(
+                _in_terms(str(warning.message), pairs),
+                warning.category,
+                warning.filename,
+                warning.lineno,
+            )
 
 
 def _encoder_arg(args):
@@ -85,12 +144,14 @@ def _encoder_arg(args):
 
 
 def _load(path, args, *, embedder_ok=False):
-    return load_estimator(
-        path,
-        encoder=_encoder_arg(args),
-        device=getattr(args, "device", None),
-        embedder_ok=embedder_ok,
-    )
+    encoder = _encoder_arg(args)
+    with _in_option_terms(*_ENCODER_TERMS, common=False):
+        return load_estimator(
+            path,
+            encoder=encoder,
+            device=getattr(args, "device", None),
+            embedder_ok=embedder_ok,
+        )
 
 
 def routing_scores(router, queries):
@@ -135,7 +196,17 @@ _FIT_OPTIONS = {
 
 def _check_set_conflicts(args):
     """Refuse ``--set NAME=...`` together with the option that sets NAME
-    (``--set max_epochs=5 --epochs 1``): neither may silently win."""
+    (``--set max_epochs=5 --epochs 1``), or twice (``--set max_epochs=1
+    --set max_epochs=2``): neither may silently win."""
+    seen = {}
+    for name, value in args.set or []:
+        if name in seen:
+            raise CommandError(
+                f"--set {name}={seen[name]!r} and --set {name}={value!r} both set "
+                f"{name}; give it once.",
+                status=EXIT_USAGE,
+            )
+        seen[name] = value
     for name, value in args.set or []:
         if name not in _FIT_OPTIONS:
             continue
@@ -192,7 +263,29 @@ def cmd_fit(args):
     from .._encoders import QueryEncoder
 
     _check_set_conflicts(args)
+    if args.shrinkage_repeats is not None and args.shrinkage != "auto":
+        shown = "none" if args.shrinkage is None else f"{args.shrinkage:g}"
+        raise CommandError(
+            f"--shrinkage-repeats {args.shrinkage_repeats} applies to --shrinkage "
+            f"auto only; with --shrinkage {shown} there is nothing to choose. "
+            "Leave out one of them.",
+            status=EXIT_USAGE,
+        )
+    if args.cache and args.encodings:
+        raise CommandError(
+            f"--cache {args.cache!r} caches what the query encoder computes; with "
+            "--encodings nothing is encoded, so there is nothing to cache. Leave "
+            "out one of them.",
+            status=EXIT_USAGE,
+        )
     check_writable(args.output, "ROUTER")
+    check_not_an_input(
+        args.output,
+        "ROUTER",
+        {"EVALS": args.evals, "--costs": args.costs, "--encodings": args.encodings},
+    )
+    if args.cache:
+        check_folder_writable(args.cache, "--cache")  # before any work
     evals = read_evals(args.evals)
     models = sorted(evals["model"].unique())
     model_costs = None
@@ -203,7 +296,8 @@ def cmd_fit(args):
     if not isinstance(encoder, Mapping):
         # Show the encoding progress of a sentence-transformers model.
         encoder = QueryEncoder(encoder, show_progress_bar=not args.quiet)
-        encoder.fit()  # resolve the model directory now: a bad path fails at once
+        with _in_option_terms(*_ENCODER_TERMS, common=False):
+            encoder.fit()  # resolve the model directory now: a bad path fails at once
     embedder = LocusEmbedder(
         encoder,
         memory=args.cache,
@@ -221,7 +315,7 @@ def cmd_fit(args):
         router = LocusRouter(
             embedder,
             shrinkage=args.shrinkage,
-            shrinkage_repeats=args.shrinkage_repeats,
+            shrinkage_repeats=args.shrinkage_repeats or 1,
         ).fit(evals, model_costs=model_costs)
     write_estimator(router, args.output, "ROUTER")
     dim = router.model_embeddings_.shape[1]
@@ -256,16 +350,44 @@ def _ranking(router, queries, args):
     from .._base import check_model_subset
 
     if args.cost_weight is not None:
+        _check_cost_weight_finite(args.cost_weight, router.model_costs_)
         router.set_params(cost_weight=args.cost_weight)
+    else:
+        _check_cost_weight_finite(router.cost_weight, router.model_costs_, given=False)
     allowed = np.arange(len(router.classes_))
     if args.models:
-        mask = check_model_subset(args.models, router.classes_, name="--models")
+        models = resolve_models(args.models, router.classes_)
+        mask = check_model_subset(models, router.classes_, name="--models")
         allowed = np.flatnonzero(mask)
-    with _in_option_terms():
+    with _in_option_terms(*_ENCODER_TERMS):
         proba, utility = routing_scores(router, queries)
     # Stable sort on -utility: ties go to the first model, as in predict().
     best = np.argsort(-utility[:, allowed], axis=1, kind="stable")
     return proba, allowed[best[:, : args.top]]
+
+
+def _check_cost_weight_finite(cost_weight, costs, *, given=True):
+    """Refuse a cost weight so large that ``cost_weight * cost`` overflows
+    for some model: the utilities of those models would all be -inf, and
+    ranked by pool order instead of by cost (as ``locus serve`` refuses
+    it). ``given``: from ``--cost-weight``, else the router's own."""
+    if costs is None or not len(costs) or not cost_weight:
+        return  # no costs: the router reports that --cost-weight needs them
+    largest = float(np.max(costs))
+    with np.errstate(over="ignore"):
+        product = float(cost_weight) * largest
+    if not np.isfinite(product):
+        what = "--cost-weight" if given else "The router's saved cost weight"
+        fix = (
+            "give a smaller --cost-weight"
+            if given
+            else "pass a smaller --cost-weight, or refit or recalibrate the router"
+        )
+        raise ValueError(
+            f"{what} {float(cost_weight):g} is too large for the router's costs: "
+            f"times the largest cost ({largest:g}) it is not a finite number; "
+            f"{fix}."
+        )
 
 
 def cmd_route(args):
@@ -313,6 +435,15 @@ def cmd_embed(args):
     from .. import LocusRouter
 
     check_writable(args.output, "EMBEDDINGS")
+    check_not_an_input(
+        args.output,
+        "EMBEDDINGS",
+        {
+            "ROUTER_OR_EMBEDDER": args.model,
+            "EVALS": args.evals,
+            "--encodings": args.encodings,
+        },
+    )
     if not str(args.output).lower().endswith(".csv"):
         # select and neighbors read embeddings from csv files only.
         raise CommandError(
@@ -322,10 +453,11 @@ def cmd_embed(args):
         )
     estimator = _load(args.model, args, embedder_ok=True)
     evals = read_evals(args.evals)
-    if isinstance(estimator, LocusRouter):
-        embeddings = estimator.embed(evals)
-    else:
-        embeddings = estimator.transform(evals)
+    with _in_option_terms(*_ENCODER_TERMS, common=False):
+        if isinstance(estimator, LocusRouter):
+            embeddings = estimator.embed(evals)
+        else:
+            embeddings = estimator.transform(evals)
     models = sorted(evals["model"].unique())
     frame = pd.DataFrame(
         embeddings,
@@ -369,9 +501,15 @@ def cmd_onboard(args):
     evals = read_evals(args.evals)
     output = args.output or args.router
     check_writable(output, "ROUTER")
+    # Writing over ROUTER is what onboard does without -o; not over the others.
+    check_not_an_input(
+        output,
+        "-o/--output" if args.output else "ROUTER",
+        {"EVALS": args.evals, "--costs": args.costs, "--encodings": args.encodings},
+    )
     models = sorted(evals["model"].unique())
     before = set(router.classes_)
-    with _in_option_terms():
+    with _in_option_terms(*_ENCODER_TERMS):
         router.add_models(evals, model_costs=_onboard_costs(router, models, args.costs))
     write_estimator(router, output, "ROUTER")  # atomic: the old file or the new
     new = [m for m in models if m not in before]
@@ -407,6 +545,13 @@ def _selector(args, names, X, costs):
         if args.method:
             raise ValueError(
                 "--method applies to --k; --budget always selects greedily."
+            )
+        if costs is None and (args.budget != int(args.budget) or args.budget < 1):
+            raise CommandError(
+                f"--budget {args.budget:g}: without --costs the budget is a number "
+                "of models, a whole number >= 1; give --costs FILE for a budget in "
+                "cost units.",
+                status=EXIT_USAGE,
             )
         if costs is not None and len(costs) and args.budget < costs.min():
             cheapest = int(np.argmin(costs))
@@ -468,6 +613,24 @@ def cmd_select(args):
 
 
 # ------------------------------------------------------------------- portfolio
+# ExpectedAccuracySelector's words (its X is the router's P(correct) here).
+_PORTFOLIO_TERMS = [
+    (
+        "If X holds one value per model on every query (a LocusRouter at "
+        "shrinkage_ 1 predicts each model's mean score), take X from a router "
+        "with shrinkage=None",
+        "If the router's P(correct) is one value per model on every query (a "
+        "router at shrinkage 1 predicts each model's mean score), refit it with "
+        "`locus fit --shrinkage none`",
+    ),
+    ("taken in row order", "taken in the pool's order"),
+    ("(F stays", "(the expected accuracy stays"),
+    ("the same F", "the same expected accuracy"),
+    ("a smaller n_select", "a smaller --k"),
+    ("n_select=", "--k "),
+]
+
+
 def cmd_portfolio(args):
     from .. import ExpectedAccuracySelector
 
@@ -478,8 +641,13 @@ def cmd_portfolio(args):
         raise ValueError(
             f"--k {args.k} is larger than the number of models ({len(names)})."
         )
-    predicted = router.predict_proba(queries).T  # (n_models, n_queries)
-    selector = ExpectedAccuracySelector(n_select=args.k).fit(predicted)
+    with _in_option_terms(*_ENCODER_TERMS):
+        predicted = router.predict_proba(queries).T  # (n_models, n_queries)
+    with (
+        _warnings_in_option_terms(*_PORTFOLIO_TERMS),
+        _in_option_terms(*_PORTFOLIO_TERMS),
+    ):
+        selector = ExpectedAccuracySelector(n_select=args.k).fit(predicted)
     selected, path = selector.selected_indices_, selector.objective_path_
     if args.json:
         emit_json(
@@ -513,13 +681,26 @@ def cmd_portfolio(args):
 def cmd_neighbors(args):
     from ..inspection import nearest_models
 
+    terms = [("model=", "MODEL "), ("k=", "--k "), ("metric=", "--metric ")]
     if str(args.router).lower().endswith(".csv"):
+        for option in ("encoder", "encodings", "device"):
+            if getattr(args, option, None) is not None:
+                raise CommandError(
+                    f"--{option} {getattr(args, option)}: ROUTER "
+                    f"{str(args.router)!r} is an embeddings csv, read as it is (no "
+                    f"query encoder, no device); --{option} applies to a saved "
+                    "router only.",
+                    status=EXIT_USAGE,
+                )
         names, X = read_embeddings(args.router)
         if args.model in set(names) and args.k > len(names) - 1:
             raise ValueError(
                 f"--k {args.k} is larger than the other models ({len(names) - 1})."
             )
-        table = nearest_models(X, args.model, k=args.k, metric=args.metric, names=names)
+        with _in_option_terms(*terms, common=False):
+            table = nearest_models(
+                X, args.model, k=args.k, metric=args.metric, names=names
+            )
     else:
         router = _load(args.router, args)
         n_others = len(router.classes_) - 1
@@ -527,7 +708,8 @@ def cmd_neighbors(args):
             raise ValueError(
                 f"--k {args.k} is larger than the other models ({n_others})."
             )
-        table = nearest_models(router, args.model, k=args.k, metric=args.metric)
+        with _in_option_terms(*terms, common=False):
+            table = nearest_models(router, args.model, k=args.k, metric=args.metric)
     if args.json:
         emit_json(
             [
@@ -541,6 +723,25 @@ def cmd_neighbors(args):
     return 0
 
 
+# match_models_by_scores(ENDPOINTS, KNOWN) and calibrate_score_threshold(KNOWN)
+# name their parameters; match names its arguments and options.
+_MIN_SHARED_TERMS = [("min_shared=", "--min-shared "), ("min_shared", "--min-shared")]
+_MATCH_TERMS = [
+    ("reference_evals", "KNOWN"),
+    ("evals", "ENDPOINTS"),
+    ("threshold=", "--threshold "),
+    *_MIN_SHARED_TERMS,
+]
+_CALIBRATE_THRESHOLD_TERMS = [
+    ("raise n_evals or lower min_shared", "score the endpoints on more queries, or "
+     "lower --min-shared"),
+    ("of n_evals=", "of "),
+    ("false_match_rate=", "--false-match-rate "),
+    *_MIN_SHARED_TERMS,
+    ("evals", "KNOWN"),
+]  # fmt: skip
+
+
 def cmd_match(args):
     from ..inspection import calibrate_score_threshold, match_models_by_scores
 
@@ -548,9 +749,12 @@ def cmd_match(args):
     endpoints = read_evals(args.endpoints)
     threshold = args.threshold
     if threshold is None:
-        if not 0 < args.false_match_rate < 1:
+        n_known = known["query"].nunique()
+        if n_known < args.min_shared:
             raise ValueError(
-                f"--false-match-rate must be in (0, 1); got {args.false_match_rate}."
+                f"KNOWN has scores on {n_known} queries, fewer than --min-shared "
+                f"{args.min_shared}: score the known models on more queries, or "
+                "lower --min-shared."
             )
         # Calibrate for the smallest probe: its rates are the noisiest, so a
         # threshold that lets few different-model pairs through there lets
@@ -563,23 +767,25 @@ def cmd_match(args):
                 f"than --min-shared {args.min_shared}: score it on more of the known "
                 "queries, or lower --min-shared."
             )
-        n_evals = min(n_evals, known["query"].nunique())
-        calibration = calibrate_score_threshold(
-            known,
-            n_evals=n_evals,
-            false_match_rate=args.false_match_rate,
-            min_shared=args.min_shared,
-            random_state=args.random_state,
-        )
+        n_evals = min(n_evals, n_known)
+        with _in_option_terms(*_CALIBRATE_THRESHOLD_TERMS, common=False):
+            calibration = calibrate_score_threshold(
+                known,
+                n_evals=n_evals,
+                false_match_rate=args.false_match_rate,
+                min_shared=args.min_shared,
+                random_state=args.random_state,
+            )
         threshold = calibration.threshold
         note(
             f"threshold {threshold:.4f}: lets {calibration.false_match_rate:.1%} of "
             f"the pairs of different known models through on random sets of "
             f"{n_evals} known queries (target {args.false_match_rate:.1%})"
         )
-    table = match_models_by_scores(
-        endpoints, known, threshold=threshold, min_shared=args.min_shared
-    )
+    with _in_option_terms(*_MATCH_TERMS, common=False):
+        table = match_models_by_scores(
+            endpoints, known, threshold=threshold, min_shared=args.min_shared
+        )
     if args.json:
         emit_json(
             {

@@ -7,11 +7,13 @@ write against the target, never against a temporary file.
 """
 
 import contextlib
+import csv
 import io
 import json
 import os
 import re
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,6 +39,7 @@ __all__ = [
     "read_lines",
     "read_queries",
     "check_folder_writable",
+    "check_not_an_input",
     "check_writable",
     "write_csv",
     "write_estimator",
@@ -278,6 +281,11 @@ def read_evals(path):
         _check_header(path, sep)
     try:
         return load_evals(path)
+    except OSError as exc:  # e.g. a folder: "path='.' is a folder; ..."
+        message = _evals_terms(str(exc), path)
+        if message == str(exc):
+            raise
+        raise type(exc)(message) from None
     except (ValueError, TypeError) as exc:
         found = _first_bad_score(path) if isinstance(exc, ValueError) else None
         if found is None:
@@ -385,15 +393,48 @@ def read_lines(path, what):
 
 # ----------------------------------------------------------------------- costs
 def _read_csv(path, what, **options):
-    """``pd.read_csv`` with one-line errors naming the ``what`` file."""
+    """``pd.read_csv`` of every column as read (never one taken as the index),
+    with one-line errors naming the ``what`` file; a row with more fields
+    than the header is refused (pandas would shift it, or drop its extra
+    fields)."""
     try:
-        return pd.read_csv(path, **options)
+        with warnings.catch_warnings():
+            # A row with extra fields: refused below, naming the row.
+            warnings.simplefilter("ignore", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, index_col=False, **options)
     except FileNotFoundError:
         raise FileNotFoundError(f"No such {what} file: {str(path)!r}.") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ValueError(
             f"Could not read the {what} file {str(path)!r}: {exc}"
         ) from None
+    _check_no_extra_fields(path, what)
+    return frame
+
+
+def _check_no_extra_fields(path, what):
+    """Refuse a csv row with more fields than the header, naming the row
+    (``m,1,5`` under ``model,cost``: a decimal comma, or an unquoted
+    comma in a name)."""
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        rows = csv.reader(handle)
+        row_number = 0
+        try:
+            header = next(rows, [])
+            for row in rows:
+                row_number += bool(row)  # pandas skips blank lines
+                if len(row) > len(header):
+                    raise ValueError(
+                        f"The {what} file {str(path)!r}: data row {row_number} "
+                        f"has {len(row)} fields, but the header has {len(header)} "
+                        f"({','.join(header)}): {','.join(row)!r}. Quote a value "
+                        "that holds a comma, and write decimals with a point."
+                    )
+        except csv.Error as exc:
+            raise ValueError(
+                f"Could not read the {what} file {str(path)!r} as csv, after data "
+                f"row {row_number}: {exc}"
+            ) from None
 
 
 def read_costs(path):
@@ -580,7 +621,8 @@ def read_encodings(path):
 
 # ------------------------------------------------------------------ embeddings
 def read_embeddings(path):
-    """Model names and embeddings from a csv written by ``locus embed``.
+    """Model names and embeddings from a csv written by ``locus embed``: a
+    ``model`` column first, then one numeric column per dimension.
 
     Returns
     -------
@@ -588,16 +630,34 @@ def read_embeddings(path):
     X : ndarray of float64, shape (n_models, n_dims)
     """
     # Every cell as text: a model named "NA", "None" or "007" stays that name.
-    frame = _read_csv(path, "embeddings", index_col=0, dtype=str, keep_default_na=False)
-    values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    if frame.shape[1] == 0 or len(frame) == 0 or not np.isfinite(values).all():
+    frame = _read_csv(path, "embeddings", dtype=str, keep_default_na=False)
+    expected = (
+        "expected a model column followed by numeric columns (as written by "
+        "locus embed)"
+    )
+    if len(frame.columns) == 0 or str(frame.columns[0]).strip() != "model":
+        first = str(frame.columns[0]) if len(frame.columns) else None
         raise ValueError(
-            f"{str(path)!r} is not an embeddings csv: expected a model column followed "
-            "by numeric columns (as written by locus embed)."
+            f"{str(path)!r} is not an embeddings csv: its first column is "
+            f"{first!r}, not 'model'; {expected}."
         )
-    names = frame.index.astype(str).to_numpy(dtype=object)
-    if len(set(names)) != len(names):
-        raise ValueError(f"{str(path)!r} lists some models more than once.")
+    names = frame.iloc[:, 0].to_numpy(dtype=object)
+    values = frame.iloc[:, 1:].apply(pd.to_numeric, errors="coerce")
+    values = values.to_numpy(dtype=np.float64)
+    if values.shape[1] == 0 or len(frame) == 0 or not np.isfinite(values).all():
+        raise ValueError(f"{str(path)!r} is not an embeddings csv: {expected}.")
+    blank = [i + 1 for i, name in enumerate(names) if not str(name).strip()]
+    if blank:
+        raise ValueError(
+            f"The embeddings file {str(path)!r} has a blank model name in data "
+            f"row(s) {blank[:5]}; every row needs the name of its model."
+        )
+    repeated = sorted(set(names[pd.Series(names).duplicated().to_numpy()]))
+    if repeated:
+        raise ValueError(
+            f"The embeddings file {str(path)!r} lists {len(repeated)} model(s) "
+            f"more than once: {repeated[:5]}; keep one row per model."
+        )
     return names, values
 
 
@@ -677,6 +737,34 @@ def check_writable(path, what):
         raise CommandError(
             f"cannot write {what} {str(path)!r}: {problem}", status=EXIT_IO
         )
+
+
+def check_not_an_input(output, what, inputs):
+    """Refuse, as a command-line error, to write ``what`` at ``output`` when
+    it is one of the ``inputs`` (a mapping of option or argument name to
+    path; None for one not given) the command reads.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> evals = os.path.join(tempfile.mkdtemp(), "evals.csv")
+    >>> _ = open(evals, "w").write("model,query,score\\n")
+    >>> check_not_an_input(evals, "ROUTER", {"EVALS": evals})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    locus_sklearn._cli._errors.CommandError: ROUTER '...evals.csv' is EVALS, ...
+    """
+    if not os.path.exists(output):
+        return
+    for name, path in inputs.items():
+        if path is None or not os.path.exists(path):
+            continue
+        if os.path.samefile(output, path):
+            raise CommandError(
+                f"{what} {str(output)!r} is {name}, which this command reads; "
+                "writing it would overwrite that input. Give another file name.",
+                status=EXIT_USAGE,
+            )
 
 
 def check_folder_writable(path, what):

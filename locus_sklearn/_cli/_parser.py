@@ -10,7 +10,15 @@ import argparse
 import ast
 
 from . import _commands
-from ._types import model_list, nonnegative_float, positive_float, positive_int, seed
+from ._types import (
+    fraction,
+    model_list,
+    nonnegative_float,
+    open_fraction,
+    positive_float,
+    positive_int,
+    seed,
+)
 
 __all__ = ["PROG", "build_parser"]
 
@@ -74,12 +82,17 @@ def _shrinkage(text):
 
 
 def _device(text):
-    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ...)."""
+    """A torch device this machine has and locus_sklearn can compute on
+    (``cpu``, ``cuda``, ``cuda:1``, ``mps`` where available, ...): the
+    rules of :func:`locus_sklearn._device.resolve_device`, as a command-line
+    error that names the option."""
     import torch
+
+    from .._device import resolve_device
 
     try:
         device = torch.device(text)
-    except (RuntimeError, ValueError):
+    except (RuntimeError, ValueError, TypeError):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a torch device; use e.g. cpu or cuda"
         ) from None
@@ -95,6 +108,18 @@ def _device(text):
             raise argparse.ArgumentTypeError(
                 f"{text!r} is not available: this machine has {n} CUDA device(s)"
             )
+    try:
+        resolve_device(text)  # the estimators' own rules: meta, mps, xpu, ...
+    except ValueError:
+        if device.type == "meta":
+            why = "meta tensors hold no data, so nothing could be computed there"
+        elif device.type == "mps":
+            why = "Apple's MPS backend is not available here"
+        else:
+            why = f"this torch ({torch.__version__}) cannot compute on it"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not available: {why}; use --device cpu"
+        ) from None
     return text
 
 
@@ -246,10 +271,9 @@ def _add_fit(sub, common, encoding):
     p.add_argument(
         "--shrinkage-repeats",
         type=positive_int,
-        default=1,
         metavar="N",
-        help="with --shrinkage auto: judge each value on N shuffles of the 5 "
-        "folds together (default 1; more take out the choice's dependence on "
+        help="with --shrinkage auto only: judge each value on N shuffles of the "
+        "5 folds together (default 1; more take out the choice's dependence on "
         "which queries share a fold, at N times its cost)",
     )
     p.add_argument(
@@ -260,7 +284,12 @@ def _add_fit(sub, common, encoding):
         help="any other LocusEmbedder hyper-parameter, e.g. --set "
         "n_latents=16 --set 'enc_size=(32, 512)'; repeatable",
     )
-    p.add_argument("--cache", metavar="DIR", help="cache query encodings in DIR")
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="cache the query encoder's encodings in the folder DIR (not with "
+        "--encodings, which are precomputed already)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     _json_option(p, "a summary of the saved router")
     p.set_defaults(func=_commands.cmd_fit)
@@ -293,7 +322,10 @@ def _add_route(sub, common, encoding, output):
         "--models",
         type=model_list,
         metavar="A,B,...",
-        help="route only among these models (an outage, a portfolio)",
+        help="route only among these models (an outage, a portfolio); "
+        "comma-separated, read as a csv line (quote a name that holds a comma: "
+        "'\"a,b\",c'); spaces around a name are ignored unless the pool has the "
+        "name with them",
     )
     p.set_defaults(func=_commands.cmd_route)
 
@@ -358,7 +390,8 @@ def _add_select(sub, common, output):
         "--budget",
         type=positive_float,
         metavar="B",
-        help="largest total cost (with --costs; without, a model count)",
+        help="largest total cost (with --costs; without, a number of models, "
+        "a whole number >= 1)",
     )
     p.add_argument("--costs", metavar="FILE", help="csv with columns model,cost")
     p.add_argument(
@@ -432,17 +465,18 @@ def _add_match(sub, common, output):
     how = p.add_mutually_exclusive_group()
     how.add_argument(
         "--threshold",
-        type=nonnegative_float,
+        type=fraction,
         metavar="D",
-        help="a disagreement under which an endpoint matches (default: calibrated)",
+        help="a disagreement in [0, 1] under which an endpoint matches (default: "
+        "calibrated)",
     )
     how.add_argument(
         "--false-match-rate",
-        type=positive_float,
+        type=open_fraction,
         default=0.01,
         metavar="P",
         help="the calibrated threshold's share of different-model pairs let "
-        "through (default: %(default)s)",
+        "through, in (0, 1) (default: %(default)s)",
     )
     p.add_argument(
         "--min-shared",

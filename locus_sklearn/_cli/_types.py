@@ -3,14 +3,18 @@
 or an :class:`argparse.ArgumentTypeError` that says what was expected."""
 
 import argparse
+import csv
 
 __all__ = [
+    "fraction",
     "int_at_least",
     "model_list",
     "nonnegative_float",
     "nonnegative_int",
+    "open_fraction",
     "positive_float",
     "positive_int",
+    "resolve_models",
     "seed",
 ]
 
@@ -93,8 +97,81 @@ def positive_float(text):
     return value
 
 
+def fraction(text):
+    """An argparse type: a number in [0, 1].
+
+    Examples
+    --------
+    >>> fraction("0.5")
+    0.5
+    >>> fraction("5")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a number in [0, 1], got '5'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def open_fraction(text):
+    """An argparse type: a number strictly between 0 and 1.
+
+    Examples
+    --------
+    >>> open_fraction("1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a number in (0, 1), got '1'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
 def model_list(text):
-    models = [m.strip() for m in text.split(",") if m.strip()]
+    """An argparse type: model names separated by commas, read as one csv
+    line (a name holding a comma or a quote is quoted as in csv:
+    ``'"a,b",c'``). Names are kept as written, spaces included; blank ones
+    are skipped. :func:`resolve_models` matches them to a pool.
+
+    Examples
+    --------
+    >>> model_list('a, b,"c,d"')
+    ['a', ' b', 'c,d']
+    """
+    try:
+        rows = list(csv.reader([text], strict=True))
+    except csv.Error as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated model names (a name with a comma, quote or "
+            f"line break in double quotes, as in csv), got {text!r}: {exc}"
+        ) from None
+    models = [m for row in rows for m in row if m.strip()]
     if not models:
-        raise argparse.ArgumentTypeError("expected comma-separated model names")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated model names, got {text!r}"
+        )
     return models
+
+
+def resolve_models(models, pool):
+    """The names of ``models`` (from :func:`model_list`) as ``pool`` spells
+    them: a name of the pool as written is that model; otherwise spaces
+    around it are not part of the name (``--models "a, b"``).
+
+    Examples
+    --------
+    >>> resolve_models([" b", " padded "], ["b", " padded "])
+    ['b', ' padded ']
+    """
+    names = set(pool)
+    return [m if m in names else m.strip() for m in models]

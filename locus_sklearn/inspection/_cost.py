@@ -521,8 +521,10 @@ def calibrate_cost_weight(
 
     Give exactly one target:
 
-    - ``target_cost``: the smallest λ (the most accurate routing) whose mean
-      cost per query is at most ``target_cost``;
+    - ``target_cost``: the smallest λ (the least pressure on cost) whose
+      mean cost per query is at most ``target_cost``; accuracy need not fall
+      as λ grows, so a larger λ that also meets the target may route more
+      accurately (:func:`cost_quality_curve` shows every λ);
     - ``target_share`` with ``models``: the smallest λ that sends at most
       that fraction of queries to ``models`` (RouteLLM's "at most 20 % of
       calls to the strong model");
@@ -674,8 +676,9 @@ def calibrate_cost_weight(
             f"{len(queries)} queries; over all cost weights it ranges from "
             f"{value.min():.6g} to {value.max():.6g}."
         )
-    # Cost and share: the most accurate λ that meets the cap; accuracy floor:
-    # the cheapest λ that keeps it.
+    # Cost and share: the smallest λ that meets the cap (the least pressure on
+    # cost, not always the most accurate); accuracy floor: the cheapest λ that
+    # keeps it.
     i = int(np.flatnonzero(ok)[-1 if min_accuracy is not None else 0])
     row = points.iloc[i]
     return Bunch(

@@ -20,9 +20,10 @@ import socket
 import sys
 from pathlib import Path
 
-from .._cli._commands import _in_option_terms
+from .._cli._commands import _ENCODER_TERMS, _in_option_terms
 from .._cli._errors import EXIT_IO, EXIT_USAGE, CommandError, interrupts_kept
 from .._cli._io import (
+    check_not_an_input,
     check_writable,
     emit_json,
     load_estimator,
@@ -34,24 +35,19 @@ from .._cli._io import (
 )
 from .._cli._parser import _device, _Parser
 from .._cli._types import (
+    fraction,
     int_at_least,
     model_list,
     nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,
+    resolve_models,
 )
 
 __all__ = ["add_subparsers", "build_parser", "main"]
 
 PROG = "locus"
-
-
-def _fraction(text):
-    value = nonnegative_float(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return value
 
 
 def _port(text):
@@ -73,7 +69,9 @@ def _encoder(args):
 
 
 def _load_router(args):
-    return load_estimator(args.router, encoder=_encoder(args), device=args.device)
+    encoder = _encoder(args)
+    with _in_option_terms(*_ENCODER_TERMS, common=False):
+        return load_estimator(args.router, encoder=encoder, device=args.device)
 
 
 def _json_number(value):
@@ -106,7 +104,18 @@ _CALIBRATE_OPTIONS = [
     ("shrinkage='auto'", "--shrinkage auto"),
     ("shrinkage=None", "--shrinkage none"),
     ("a fixed shrinkage below 1", "a --shrinkage below 1"),
+    ("cv=", "--cv "),
+    ("evals", "EVALS"),
+    *_ENCODER_TERMS,
 ]
+
+# The router file and the gateway configuration, as create_app and
+# litellm_config name them: cost_weight there is the configuration's key.
+_SERVE_TERMS = [
+    ("serve a router fitted with model_costs=", "serve a router fitted with "
+     "`locus fit --costs FILE`"),
+    *_ENCODER_TERMS,
+]  # fmt: skip
 
 
 def _cmd_calibrate(args):
@@ -116,8 +125,14 @@ def _cmd_calibrate(args):
         raise CommandError("--target-share needs --models", status=EXIT_USAGE)
     if args.output:
         check_writable(args.output, "ROUTER_OUT")  # before any work
+        check_not_an_input(
+            args.output,
+            "ROUTER_OUT",
+            {"EVALS": args.evals, "--encodings": args.encodings},
+        )
     router = _load_router(args)
     evals = _read_calibration_set(args.evals)
+    models = args.models and resolve_models(args.models, router.classes_)
     # With --cv, copies of the router are refitted: a Ctrl-C there must stop
     # the command, not leave a fold trained part-way.
     with interrupts_kept(), _in_option_terms(*_CALIBRATE_OPTIONS):
@@ -126,7 +141,7 @@ def _cmd_calibrate(args):
             evals,
             target_cost=args.target_cost,
             target_share=args.target_share,
-            models=args.models,
+            models=models,
             min_accuracy=args.min_accuracy,
             cv=args.cv,
         )
@@ -140,9 +155,7 @@ def _cmd_calibrate(args):
         print(f"interval     [{result.lower:.6g}, {result.upper:.6g})")
         print(f"mean_cost    {result.mean_cost:.6g}")
         if args.models:
-            print(
-                f"share        {result.share:.4f}  (of calls to {','.join(args.models)})"
-            )
+            print(f"share        {result.share:.4f}  (of calls to {','.join(models)})")
         if result.accuracy == result.accuracy:
             print(f"accuracy     {result.accuracy:.4f}")
         print(f"n_queries    {result.n_queries}")
@@ -210,19 +223,21 @@ def _cmd_serve(args):
             "is to require."
         )
 
-    app = create_app(
-        args.router,
-        gateway=args.config,
-        encoder=_encoder(args),
-        encoder_backend=args.encoder_backend,
-        device=args.device,
-        max_batch=args.max_batch,
-        batch_window_ms=args.batch_window_ms,
-        max_queries=args.max_queries,
-        max_body_bytes=args.max_body_bytes,
-        watch_interval=args.watch,
-        admin_token_env=args.admin_token_env,
-    )
+    encoder = _encoder(args)
+    with _in_option_terms(*_SERVE_TERMS, common=False):
+        app = create_app(
+            args.router,
+            gateway=args.config,
+            encoder=encoder,
+            encoder_backend=args.encoder_backend,
+            device=args.device,
+            max_batch=args.max_batch,
+            batch_window_ms=args.batch_window_ms,
+            max_queries=args.max_queries,
+            max_body_bytes=args.max_body_bytes,
+            watch_interval=args.watch,
+            admin_token_env=args.admin_token_env,
+        )
     # Bound here, before saying so: a port in use is one error line (exit
     # 3), not uvicorn's own exit after a "serving" line.
     sockets = _listen(args.host, args.port)
@@ -255,8 +270,14 @@ def _cmd_litellm(args):
     yaml = require("yaml")
     if args.output:
         check_writable(args.output, "FILE.yaml")  # before any work
+        check_not_an_input(
+            args.output,
+            "-o/--output",
+            {"ROUTER": args.router, "--config": args.config},
+        )
     router = _load_router(args)
-    config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
+    with _in_option_terms(*_SERVE_TERMS, common=False):
+        config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
     text = yaml.safe_dump(config, sort_keys=False)
     if args.output:
         write_text(text, args.output, "FILE.yaml")  # atomic
@@ -401,9 +422,12 @@ def _add_calibrate(subparsers):
         "calibrate",
         help="tune the cost weight to a target mean cost, call share or accuracy",
         description="Find the cost weight λ that meets one target on the queries of "
-        "EVALS: the most accurate λ with mean cost <= --target-cost, or with at most "
-        "--target-share of calls to --models, or the cheapest λ with accuracy >= "
-        "--min-accuracy (needs scores). EVALS is a long-format evaluations file "
+        "EVALS: the smallest λ whose mean cost is <= --target-cost, or the smallest "
+        "λ that sends at most --target-share of calls to --models, or the largest λ "
+        "(the cheapest routing) whose accuracy is >= --min-accuracy (needs scores). "
+        "The smallest λ is the one that weighs cost least among those meeting the "
+        "target, not necessarily the most accurate: accuracy need not fall as λ "
+        "grows. EVALS is a long-format evaluations file "
         "(csv/parquet/jsonl) or, for cost and share targets, a .txt file of queries, "
         "one per line. Use queries the router was not fitted on, or its training "
         "evaluations with --cv.",
@@ -419,19 +443,21 @@ def _add_calibrate(subparsers):
     )
     target.add_argument(
         "--target-share",
-        type=_fraction,
+        type=fraction,
         metavar="S",
         help="largest fraction of calls to --models",
     )
     target.add_argument(
-        "--min-accuracy", type=_fraction, metavar="A", help="smallest routing accuracy"
+        "--min-accuracy", type=fraction, metavar="A", help="smallest routing accuracy"
     )
     p.add_argument(
         "--models",
         type=model_list,
         metavar="A,B",
-        help="the models --target-share caps (comma-separated); with another "
-        "target, their share of calls is reported (share)",
+        help="the models --target-share caps (comma-separated, read as a csv line: "
+        "quote a name that holds a comma; spaces around a name are ignored unless "
+        "the pool has the name with them); with another target, their share of "
+        "calls is reported (share)",
     )
     p.add_argument(
         "--cv",
