@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.validation import check_is_fitted
@@ -25,11 +26,37 @@ from ._evals import _preview, check_evals, check_model_costs, check_queries
 from ._params import NoBoolNumbersMixin
 from .metrics._routing import route
 
-__all__ = ["BaseRouter", "check_cost_weight", "check_model_subset", "routing_utility"]
+__all__ = [
+    "BaseRouter",
+    "check_cost_weight",
+    "check_model_subset",
+    "route_by_utility",
+    "routing_utility",
+]
 
 
 def check_model_subset(models, classes, *, name="models"):
     """Boolean mask over ``classes`` for the model names in ``models``.
+
+    Parameters
+    ----------
+    models : iterable of str
+        Model names (a list, 1-D array, set, ...), each once.
+    classes : ndarray of str, shape (n_models,)
+    name : str, default="models"
+        The parameter, as error messages name it.
+
+    Returns
+    -------
+    mask : ndarray of bool, shape (n_models,)
+
+    Raises
+    ------
+    TypeError
+        If ``models`` is a string, a mapping, not iterable, or holds an entry
+        that is not a str (a nested list, the row of a 2-D array, a number).
+    ValueError
+        If ``models`` is empty, repeats a model or names one not in ``classes``.
 
     Examples
     --------
@@ -41,9 +68,32 @@ def check_model_subset(models, classes, *, name="models"):
         raise TypeError(
             f"{name} must be a list of model names; got the string {models!r}."
         )
-    models = list(models)
+    if isinstance(models, Mapping):
+        # Iterating would give the keys and drop the values, which may be the
+        # point ({"a": False, "b": True} would allow "a").
+        raise TypeError(
+            f"{name} must be a list of model names; got a {type(models).__name__} "
+            f"of {len(models)} entries, whose values would be ignored. Pass "
+            "list(d) for its keys, or [m for m, ok in d.items() if ok] for the "
+            "models it marks True."
+        )
+    try:
+        models = list(models)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a list of model names; got {models!r} of type "
+            f"{type(models).__name__}, which is not iterable."
+        ) from None
     if not models:
         raise ValueError(f"{name} is empty; give at least one model of the pool.")
+    not_names = [m for m in models if not isinstance(m, str)]
+    if not_names:
+        raise TypeError(
+            f"{name} must be a one-dimensional list of model names (str); "
+            f"{len(not_names)} of {len(models)} entries are not: "
+            f"{_preview(not_names)}. A nested list or a 2-D array gives one "
+            "entry per row: flatten it."
+        )
     position = {m: i for i, m in enumerate(classes)}
     unknown = [m for m in models if m not in position]
     if unknown:
@@ -119,9 +169,69 @@ def routing_utility(proba, model_costs, cost_weight):
     cost_weight = _check_costs_for_weight(cost_weight, model_costs)
     if cost_weight == 0:
         return proba
-    # A huge weight may overflow to -inf; route() still picks an allowed model.
+    # A huge weight may overflow to -inf; route_by_utility() resolves such a
+    # row by cost, and route() still picks an allowed model.
     with np.errstate(over="ignore"):
         return proba - cost_weight * model_costs
+
+
+def route_by_utility(proba, model_costs, cost_weight, available=None):
+    """Model routed to for each query: the largest ``P - cost_weight * cost``.
+
+    The utilities are :func:`routing_utility`'s and are routed by
+    :func:`~locus_sklearn.metrics.route`, except in a row where every
+    available utility overflowed to -inf (a huge ``cost_weight``): there the
+    query goes to the cheapest available model, ties to the larger P, then
+    to the first. That is the model with the largest exact utility: two
+    different float costs differ by at least one part in 2**53, which
+    ``cost_weight`` times a cost past the float range multiplies to far more
+    than the at most 1 by which the P differ.
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_queries, n_models)
+        P(correct), finite.
+    model_costs : ndarray of shape (n_models,) or None
+        Finite costs >= 0.
+    cost_weight : float
+    available : ndarray of bool, shape (n_queries, n_models) or (n_models,), default=None
+        Models a query may be routed to; None allows every model.
+
+    Returns
+    -------
+    routed : ndarray of int64, shape (n_queries,)
+        Column of the routed model; ties go to the lowest column, as in
+        :func:`~locus_sklearn.metrics.route`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> proba, costs = np.array([[1.0, 0.5, 0.0]]), np.array([5.0, 2.0, 9.0])
+    >>> route_by_utility(proba, costs, 0.01).tolist()
+    [0]
+    >>> routing_utility(proba, costs, 1e308)
+    array([[-inf, -inf, -inf]])
+    >>> route_by_utility(proba, costs, 1e308).tolist()  # the cheapest
+    [1]
+    """
+    cost_weight = _check_costs_for_weight(cost_weight, model_costs)
+    utility = routing_utility(proba, model_costs, cost_weight)
+    routed = route(utility, available)
+    if cost_weight == 0:
+        return routed
+    # route() has chosen an allowed model; a -inf utility there means that
+    # every allowed one overflowed (P is finite and the costs are, so -inf
+    # comes only from cost_weight * cost).
+    stuck = np.flatnonzero(utility[np.arange(len(routed)), routed] == -np.inf)
+    if len(stuck):
+        candidates = utility[stuck] == -np.inf
+        if available is not None:
+            candidates &= np.broadcast_to(available, utility.shape)[stuck]
+        cost = np.where(candidates, model_costs, np.inf)
+        # lexsort is stable: full ties keep the lowest column.
+        order = np.lexsort((-np.asarray(proba)[stuck], cost), axis=-1)
+        routed[stuck] = order[:, 0]
+    return routed
 
 
 class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
@@ -198,8 +308,10 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         evals : DataFrame or mapping of columns
             Long-format evaluations with columns ``model``, ``query``, ``score``
             (see :func:`~locus_sklearn.check_evals`).
-        y : None
-            Ignored; present for API consistency.
+        y : None or array-like
+            Ignored; present for scikit-learn API consistency. A mapping or a
+            pandas Series is refused: it is most likely the costs passed
+            positionally, which go in ``model_costs=``.
         model_costs : mapping of str to float, pandas Series or array-like of shape (n_models,), default=None
             Cost of each model, used by :meth:`predict` when ``cost_weight > 0``.
             A mapping or Series is read by model name (a Series by its index);
@@ -210,6 +322,12 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         -------
         self : object
         """
+        if isinstance(y, Mapping | pd.Series):
+            # Ignoring it would silently fit without the costs.
+            raise TypeError(
+                f"routers take no y; pass costs as model_costs=: fit(evals, "
+                f"model_costs=...). Got y of type {type(y).__name__}."
+            )
         table = check_evals(evals)
         costs = check_model_costs(model_costs, table.models)
         # Fail before training rather than at the first predict.
@@ -257,7 +375,9 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         """Utility of routing each query to each model.
 
         The utility of model m is ``P(correct) - cost_weight * cost_m``;
-        :meth:`predict` routes to the largest one.
+        :meth:`predict` routes to the largest one. A huge ``cost_weight`` may
+        overflow utilities to -inf; where every one of a query's does,
+        :meth:`predict` routes to the cheapest model.
 
         Parameters
         ----------
@@ -273,7 +393,10 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
     def predict(self, queries, models=None):
         """Route each query to the model with the largest utility.
 
-        The utility of model m is ``P(correct) - cost_weight * cost_m``.
+        The utility of model m is ``P(correct) - cost_weight * cost_m``. Where
+        a huge ``cost_weight`` overflows every allowed model's utility to
+        -inf, the query goes to the cheapest allowed model (ties to the larger
+        P(correct), then to the first), the model of largest exact utility.
 
         Parameters
         ----------
@@ -290,15 +413,14 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         available = None
         if models is not None:
             available = check_model_subset(models, self.classes_)
-        utility = self.decision_function(queries)
-        if available is not None:
-            available = np.broadcast_to(available, utility.shape)
-        return self.classes_[route(utility, available)]
+        proba = self.predict_proba(queries)
+        routed = route_by_utility(proba, self.model_costs_, self.cost_weight, available)
+        return self.classes_[routed]
 
     def score(self, evals, y=None):
         """Routing accuracy on the queries of ``evals``.
 
-        Each query is routed (cost weight included) among the pool's models
+        Each query is routed as :meth:`predict` routes it, among the models
         that have a score for it in ``evals``, and the routed model's score is
         averaged over queries (see :func:`~locus_sklearn.metrics.routing_accuracy`).
 
@@ -313,8 +435,6 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         -------
         accuracy : float
         """
-        from .metrics import routing_accuracy
-
         check_is_fitted(self)
         table = check_evals(evals)
         pool = set(self.classes_)
@@ -325,5 +445,11 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
                 f"{_preview(unknown)}; score() routes among the fitted models."
             )
         y_true = table.to_dense(self.classes_)
-        utility = self.decision_function(table.queries)
-        return routing_accuracy(y_true, utility)
+        proba = self.predict_proba(table.queries)
+        # routing_accuracy(y_true, utility), but routed as predict routes: a
+        # row whose utilities all overflowed goes by cost, which the
+        # utilities alone cannot tell.
+        routed = route_by_utility(
+            proba, self.model_costs_, self.cost_weight, ~np.isnan(y_true)
+        )
+        return float(y_true[np.arange(len(y_true)), routed].mean())

@@ -546,3 +546,127 @@ def test_encodings_passed_where_a_number_belongs_are_named_briefly():
         message = str(error.value)
         assert f"'{name}' parameter" in message and "mapping of 500 entries" in message
         assert "pass them as encoder=" in message and len(message) < 300
+
+
+def _twin_pool():
+    """Twins x000/y000, ..., x099/y099 share an encoding; b scores 1 on x, 0 on y.
+
+    a is evaluated on every query, so that b can share a's neighbour list.
+    """
+    X = np.random.default_rng(0).standard_normal((100, 4)).astype(np.float32)
+    queries = [f"{twin}{i:03d}" for i in range(100) for twin in "xy"]
+    encoder = {q: X[int(q[1:])] for q in queries}
+    b = pd.DataFrame({"model": "b", "query": queries, "score": [1.0, 0.0] * 100})
+    a = b.assign(model="a", score=0.5)
+    return encoder, b, a
+
+
+# Twins share their encodings on purpose.
+@pytest.mark.filterwarnings("ignore::locus_sklearn.SharedEncodingsWarning")
+@pytest.mark.parametrize(
+    # k=1: the query's twins tie; x (sorted first) is nearer: b -> 1.
+    # k=3: its twins, then the nearest other pair, x first: b -> (1 + 0 + 1) / 3.
+    "k, expected",
+    [(1, 1.0), (3, 2 / 3)],
+)
+def test_knn_tied_neighbors_rank_by_query_id(k, expected):
+    # Equal similarities were ranked arbitrarily, differently by the shared
+    # list (torch.topk) and the per-model top-k (argpartition): b's prediction
+    # changed with the other models of the pool and with k set after fit.
+    encoder, b, a = _twin_pool()
+    queries = [f"{twin}{i:03d}" for i in range(0, 100, 10) for twin in "xy"]
+    alone = KNNRouter(k, encoder=encoder).fit(b)
+    pooled = KNNRouter(k, encoder=encoder).fit(pd.concat([a, b]))
+    own = KNNRouter(10**6, encoder=encoder).fit(b).set_params(k=k)
+    # The paths under test: b shares a neighbour list in the first two, takes
+    # its own top-k in the last.
+    assert 0 in alone._shared_models and 1 in pooled._shared_models
+    assert len(own._shared_models) == 0
+    for router in (alone, pooled, own):
+        b_column = router.classes_.tolist().index("b")
+        np.testing.assert_allclose(
+            router.predict_proba(queries)[:, b_column], expected, rtol=1e-6
+        )
+
+
+# Twins share their encodings on purpose.
+@pytest.mark.filterwarnings("ignore::locus_sklearn.SharedEncodingsWarning")
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+@pytest.mark.parametrize("k", [1, 2, 5, 9, 40])
+def test_knn_with_tied_neighbors_matches_brute_force(k, weights):
+    # Every training query has two twins of the same encoding (ties at every
+    # rank, at the end of the shared list too); brute force ranks equal
+    # similarities by training query index, as the router documents.
+    coverage = [1.0, 0.9, 0.5, 0.2, 0.05]
+    evals, encoder, _ = make_pool(n_models=5, n_queries=90, coverage=coverage, seed=6)
+    evals = pd.concat(
+        [evals.assign(query=evals["query"] + twin) for twin in ("", "b", "c")]
+    ).sample(frac=1.0, random_state=0)
+    rng = np.random.default_rng(6)
+    evals["score"] = (rng.random(len(evals)) < 0.5).astype(float)
+    encoder = {q + twin: v for q, v in encoder.items() for twin in ("", "b", "c")}
+    _, extra, _ = make_pool(n_queries=30, seed=7)
+    queries = [f"new{q}" for q in extra]
+    if weights == "uniform":  # exact matches: weight 1e12 in float32, inf here
+        queries += list(encoder)[::7]
+    encoder.update({f"new{q}": v for q, v in extra.items()})
+    router = KNNRouter(k, encoder=encoder, weights=weights).fit(evals)
+    if k == 9:
+        assert 0 < len(router._shared_models) < 5
+    table = check_evals(evals)
+    X_train = np.stack([encoder[q] for q in table.queries]).astype(np.float64)
+    similarity = np.stack([encoder[q] for q in queries]) @ X_train.T
+    expected = np.empty((len(queries), table.n_models))
+    for m in range(table.n_models):
+        rows = table.model_index == m
+        own = similarity[:, table.query_index[rows]]
+        # A stable sort: equal similarities keep increasing query index.
+        order = np.argsort(-own, axis=1, kind="stable")[:, :k]
+        nearest = np.take_along_axis(own, order, 1)
+        w = np.ones_like(nearest) if weights == "uniform" else 1 / (1 - nearest)
+        expected[:, m] = (w * table.score[rows][order]).sum(1) / w.sum(1)
+    np.testing.assert_allclose(router.predict_proba(queries), expected, rtol=1e-4)
+
+
+# --- arguments of the shared router API --------------------------------------
+
+_TWO = pd.DataFrame(
+    {"model": ["a", "a", "b", "b"], "query": ["q1", "q2", "q1", "q2"],
+     "score": [1.0, 1.0, 0.0, 1.0]}
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "models, match",
+    [
+        ([["a", "b"]], r"models must be a one-dimensional list .* 1 of 1 entries"),
+        (np.array([["a", "b"]]), r"models must be a one-dimensional list"),
+        ([0, "b"], r"1 of 2 entries are not: \[0\]"),
+        ({"a": False, "b": True}, r"got a dict .*list\(d\).*if ok\]"),
+        (5, r"models must be a list of model names; got 5 of type int"),
+    ],
+)
+def test_predict_models_must_be_a_flat_list_of_names(models, match):
+    # A nested list or 2-D array failed with a bare "unhashable type"; a
+    # mapping was read as its keys ({"a": False, "b": True} allowed a).
+    router = SingleBestRouter().fit(_TWO)
+    with pytest.raises(TypeError, match=match):
+        router.predict(["q"], models=models)
+    # Still accepted: any 1-D collection of names.
+    assert router.predict(["q"], models=np.array(["b"])).tolist() == ["b"]
+    assert router.predict(["q"], models=iter(["b"])).tolist() == ["b"]
+    assert router.predict(["q"], models={"b": 0}.keys()).tolist() == ["b"]
+    assert router.predict(["q"], models={"b"}).tolist() == ["b"]
+
+
+@pytest.mark.parametrize("y", [{"a": 10.0, "b": 0.0}, pd.Series({"a": 10.0, "b": 0.0})])
+def test_fit_refuses_costs_passed_as_y(y):
+    # fit(evals, costs) ignored the costs as y and fitted without them.
+    with pytest.raises(
+        TypeError, match="routers take no y; pass costs as model_costs="
+    ):
+        SingleBestRouter().fit(_TWO, y)
+    # y is otherwise ignored, as scikit-learn's meta-estimators expect.
+    for y in (None, np.zeros(4), [0, 1, 0, 1]):
+        router = SingleBestRouter().fit(_TWO, y)
+        assert router.predict(["q"]).tolist() == ["a"]

@@ -342,3 +342,40 @@ def test_scorers_name_models_outside_the_pool():
     for name in SCORER_NAMES:
         score = get_router_scorer(name)(router, evals)
         assert score == pytest.approx(expected[name], abs=1e-6), name
+
+
+def test_a_huge_cost_weight_routes_to_the_cheapest_model():
+    # P - w * cost overflows to -inf for every model at w = 1e308: predict
+    # and score routed to the first model. The exact utilities are ranked by
+    # cost (two float costs differ by far more than 1 / w): the cheapest
+    # model, ties to the larger P, then to the first.
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn.baselines import SingleBestRouter
+
+    evals = check_evals(
+        {"model": ["a", "a", "b", "b", "c", "c", "d", "d"],
+         "query": ["q1", "q2"] * 4,
+         "score": [1.0, 1.0, 0.5, 0.0, 1.0, 0.0, 0.0, 1.0]}
+    ).to_frame()  # fmt: skip
+    # Mean scores (SingleBestRouter's P): a 1, b 0.25, c 0.5, d 0.5.
+    costs = {"a": 5.0, "b": 2.0, "c": 2.0, "d": 9.0}
+    router = SingleBestRouter(cost_weight=1e308).fit(evals, model_costs=costs)
+    assert np.isneginf(router.decision_function(["q1"])).all()
+    # b and c cost the least; c has the larger P.
+    assert router.predict(["q1", "q2"]).tolist() == ["c", "c"]
+    assert router.predict(["q1"], models=["a", "b", "d"]).tolist() == ["b"]
+    assert router.predict(["q1"], models=["a", "d"]).tolist() == ["a"]
+    # score routes as predict: c on both queries, scored 1 and 0.
+    assert router.score(evals) == pytest.approx(0.5)
+    # Among the models scored on a query: c not scored on q2 -> b (0.0).
+    assert router.score(evals[(evals["model"] != "c") | (evals["query"] == "q1")]) == (
+        pytest.approx((1.0 + 0.0) / 2)
+    )
+    # Equal cost and P: the first. A finite utility beats an overflowed one.
+    from locus_sklearn._base import route_by_utility
+
+    proba, equal = np.array([[0.5, 0.5, 0.5]]), np.array([3.0, 1.0, 1.0])
+    assert route_by_utility(proba, equal, 1e308).tolist() == [1]
+    assert route_by_utility(proba, np.array([0.0, 1.0, 2.0]), 1e308).tolist() == [0]
+    # Ordinary weights route as route() does.
+    assert route_by_utility(proba, equal, 0.1).tolist() == [1]

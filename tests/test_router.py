@@ -578,3 +578,14 @@ def test_add_models_warns_where_an_added_mean_tops_the_pool(router, pool):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no shrinkage: the mean routes nothing
         plain.add_models(lucky.iloc[:64])
+
+
+def test_fit_refuses_costs_passed_as_y(pool, tiny_embedder, model_names):
+    # fit(evals, costs) read the costs as y, ignored them and fitted a router
+    # without costs (model_costs_ None); refused before training.
+    costs = {m: 1.0 for m in model_names}
+    for y in (costs, pd.Series(costs)):
+        router = LocusRouter(tiny_embedder(pool.encodings))
+        with pytest.raises(TypeError, match="routers take no y; pass costs as model"):
+            router.fit(pool.evals, y)
+        assert not hasattr(router.embedder, "net_")

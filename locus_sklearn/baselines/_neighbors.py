@@ -15,6 +15,43 @@ __all__ = ["KNNRouter"]
 _BLOCK_ELEMENTS = 2**24
 
 
+def _top_k(similarity, k):
+    """Columns of the ``k`` largest similarities of each row, ties to the left.
+
+    Equal similarities are ranked by column, the lower first: a model's
+    columns are its training queries in increasing index (an EvalTable's rows
+    are sorted by model, then query), so this is the training query index,
+    the order :meth:`KNNRouter._predict_shared` ranks ties by too.
+
+    Parameters
+    ----------
+    similarity : ndarray of shape (n_queries, n_columns)
+        ``n_columns > k``.
+    k : int
+
+    Returns
+    -------
+    top : ndarray of int, shape (n_queries, k)
+        Columns, in no particular order where a row has no tie at its k-th
+        largest similarity, else by decreasing similarity.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> _top_k(np.array([[0.5, 0.9, 0.9, 0.9]]), 2).tolist()
+    [[1, 2]]
+    """
+    n_columns = similarity.shape[1]
+    top = np.argpartition(similarity, n_columns - k, axis=1)[:, n_columns - k :]
+    # argpartition puts the k-th largest first and picks among equal values
+    # arbitrarily: redo the rows where the k-th largest ties a column left out.
+    kth = np.take_along_axis(similarity, top[:, :1], axis=1)
+    tied = np.flatnonzero((similarity >= kth).sum(axis=1) > k)
+    if len(tied):
+        top[tied] = np.argsort(-similarity[tied], axis=1, kind="stable")[:, :k]
+    return top
+
+
 class KNNRouter(BaseRouter):
     """Route by each model's mean score on its k nearest training queries.
 
@@ -66,6 +103,12 @@ class KNNRouter(BaseRouter):
     resolved from that model's own similarities); models evaluated on few
     queries take a top-k over their own columns. :meth:`fit` picks the split
     that minimises the work, from the models' numbers of evaluations.
+
+    Training queries equally similar to a query (duplicated encodings, say)
+    are ranked by their position in the sorted training query ids, the first
+    one nearest, in both searches: a model's k neighbors, and so its
+    prediction, do not depend on the other models of the pool or on ``k``
+    having been set before or after :meth:`fit`.
 
     Examples
     --------
@@ -163,8 +206,7 @@ class KNNRouter(BaseRouter):
             return np.full(len(similarity), scores.mean())
         similarity = similarity[:, queries]
         if len(queries) > self.k:
-            top = np.argpartition(similarity, len(queries) - self.k, axis=1)
-            top = top[:, len(queries) - self.k :]
+            top = _top_k(similarity, self.k)
             similarity = np.take_along_axis(similarity, top, axis=1)
             scores = scores[top]
         weight = self._weights(similarity)
@@ -176,8 +218,31 @@ class KNNRouter(BaseRouter):
         """Fill ``proba``'s shared-model columns from one similarity block."""
         n_neighbors = self._n_shared_neighbors
         similarity_t = torch.from_numpy(similarity)
-        nearest, neighbor = torch.topk(similarity_t, n_neighbors, dim=1, sorted=True)
+        # One neighbor more than the list holds shows whether the list ends
+        # inside a group of equal similarities.
+        n_take = min(n_neighbors + 1, similarity.shape[1])
+        nearest, neighbor = torch.topk(similarity_t, n_take, dim=1, sorted=True)
         nearest, neighbor = nearest.numpy(), neighbor.numpy()
+        cut = None
+        if n_take > n_neighbors:
+            cut = nearest[:, n_neighbors - 1] == nearest[:, n_neighbors]
+            nearest, neighbor = nearest[:, :n_neighbors], neighbor[:, :n_neighbors]
+        # topk orders equal similarities arbitrarily: rank them by training
+        # query index, as _top_k does, so that both searches pick the same
+        # neighbors (rows without ties keep topk's order).
+        tied = np.flatnonzero((nearest[:, 1:] == nearest[:, :-1]).any(axis=1))
+        if len(tied):
+            order = np.lexsort((neighbor[tied], -nearest[tied]), axis=-1)
+            nearest[tied] = np.take_along_axis(nearest[tied], order, axis=1)
+            neighbor[tied] = np.take_along_axis(neighbor[tied], order, axis=1)
+        cut_tie = None
+        if cut is not None and cut.any():
+            # Where the list ends inside a group of equal similarities, topk
+            # kept an arbitrary part of it, which need not hold its lowest
+            # training query indices: that group is not read from the list,
+            # and a model that needs it is resolved from its own similarities
+            # (a miss, below).
+            cut_tie = cut[:, None] & (nearest == nearest[:, -1:])
         weight = self._weights(nearest)
         rank_dtype = np.int16 if n_neighbors < np.iinfo(np.int16).max else np.int64
         # k may have been raised by set_params since fit planned the list: a
@@ -188,6 +253,8 @@ class KNNRouter(BaseRouter):
             # Neighbors are sorted by similarity: the model's k nearest
             # evaluated queries are its first k evaluated ones in the list.
             evaluated = self._shared_evaluated[j][neighbor]
+            if cut_tie is not None:
+                evaluated &= ~cut_tie
             rank = np.cumsum(evaluated, axis=1, dtype=rank_dtype)
             selected = evaluated & (rank <= k)
             scores = self._shared_scores[j][neighbor]
