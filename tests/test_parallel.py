@@ -1,7 +1,9 @@
 """Chunked reading, chunked and parallel embedding and scoring (locus_sklearn.parallel)."""
 
 import copy
+import tracemalloc
 import warnings
+from contextlib import nullcontext
 
 import joblib
 import numpy as np
@@ -10,13 +12,16 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from joblib.parallel import ThreadingBackend
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
+from sklearn.linear_model import LogisticRegression
 from sklearn.utils._param_validation import InvalidParameterError
 
 from locus_sklearn import FewEvaluationsWarning, LocusEmbedder
 from locus_sklearn.datasets import load_evals
 from locus_sklearn.parallel import (
+    _chunked,
     iter_model_chunks,
     predict_chunked,
     predict_proba_chunked,
@@ -215,6 +220,43 @@ def test_threading_backend_leaves_torch_threads(embedder, pool, whole):
         Z = transform_chunked(embedder, pool.evals, chunk_models=4, n_jobs=2)
     assert torch.get_num_threads() == before
     np.testing.assert_allclose(Z, whole, **TOL)
+
+
+def test_chunked_scoring_needs_a_locus_sklearn_router(embedder, router, pool):
+    # Only a predict_proba method was required: a LocusEmbedder (whose
+    # predict_proba takes embeddings and queries) or a scikit-learn
+    # classifier was sent to the workers and failed there with an error
+    # that did not name router.
+    classifier = LogisticRegression().fit([[0.0], [1.0]], [0, 1])
+    queries = pool.queries["query"][:20]
+    for bad, described in [
+        (embedder, "LocusEmbedder"),
+        (classifier, "LogisticRegression"),
+        (FrozenEstimator(embedder), "a FrozenEstimator wrapping LocusEmbedder"),
+    ]:
+        message = (
+            r"router must be a fitted router of locus_sklearn \(a BaseRouter: "
+            r"LocusRouter or any router of locus_sklearn\.baselines, or a "
+            rf"FrozenEstimator wrapping one\); got {described}\.$"
+        )
+        with pytest.raises(TypeError, match=message):
+            predict_proba_chunked(bad, queries, n_jobs=2)
+        with pytest.raises(TypeError, match=message):
+            predict_chunked(bad, queries, n_jobs=2)
+        with pytest.raises(TypeError, match=message):
+            predict_chunked(bad, queries, models=["fam0-m00"])
+    # A frozen router is still a router (FrozenEstimator delegates to it).
+    frozen = FrozenEstimator(router)
+    np.testing.assert_allclose(
+        predict_proba_chunked(frozen, queries, chunk_queries=7),
+        router.predict_proba(queries),
+        **TOL,
+    )
+    subset = router.classes_[:3]
+    np.testing.assert_array_equal(
+        predict_chunked(frozen, queries, models=subset, chunk_queries=7),
+        router.predict(queries, models=subset),
+    )
 
 
 def test_predict_chunked_sequential_matches(router, pool):
@@ -639,6 +681,106 @@ def test_query_tasks_checked_across_chunks(
     with pytest.raises(ValueError) as from_chunked:
         transform_chunked(embedder, evals, chunk_models=chunk_models)
     assert str(from_chunked.value) == str(from_transform.value)
+
+
+def _conflict_in_second_chunk(pool):
+    """pool.evals with a query that the first and second models (chunks of
+    chunk_models=1) give different tasks; the ten chunks after agree."""
+    evals = pool.evals.copy()
+    first, second = sorted(evals["model"].unique())[:2]
+    shared = set(evals.loc[evals["model"] == first, "query"])
+    shared &= set(evals.loc[evals["model"] == second, "query"])
+    query = sorted(shared)[0]
+    evals.loc[(evals["model"] == second) & (evals["query"] == query), "task"] = "x"
+    return evals
+
+
+class _NoGeneratorThreading(ThreadingBackend):
+    """Threads, refusing return_as="generator" as joblib's multiprocessing
+    backend and Ray's do (processes could not count the chunks run here)."""
+
+    supports_return_generator = False
+
+
+@pytest.mark.parametrize(
+    "backend, n_jobs, most_chunks",
+    [
+        (None, None, 2),  # sequential: the conflicting chunk is the last run
+        # A backend without generators runs groups of 2 * n_jobs chunks.
+        ("no_generator_threading", 2, 4),
+    ],
+)
+def test_query_task_conflict_stops_the_chunks_after_it(
+    embedder, pool, monkeypatch, backend, n_jobs, most_chunks
+):
+    # Every chunk's query list was kept until all chunks had run, and only
+    # then checked: 12 chunks embedded to refuse what chunk 2 contradicts.
+    # Each result is folded into the query -> task map as it arrives now.
+    joblib.register_parallel_backend("no_generator_threading", _NoGeneratorThreading)
+    embedded = []
+
+    def counted(*args, **kwargs):
+        embedded.append(1)
+        return embed_chunk(*args, **kwargs)
+
+    embed_chunk = _chunked._embed_chunk
+    monkeypatch.setattr(_chunked, "_embed_chunk", counted)
+    evals = _conflict_in_second_chunk(pool)
+    with pytest.raises(ValueError, match="more than one task") as from_transform:
+        embedder.transform(evals)
+    # backend None: joblib's default, sequential for n_jobs=None.
+    config = joblib.parallel_config(backend=backend) if backend else nullcontext()
+    with config, warnings.catch_warnings():
+        # No warning from joblib that the chunks in flight were dropped.
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError) as from_chunked:
+            transform_chunked(embedder, evals, chunk_models=1, n_jobs=n_jobs)
+    assert str(from_chunked.value) == str(from_transform.value)
+    assert 2 <= len(embedded) <= most_chunks
+    # Without a conflict, that backend still embeds every chunk, in order.
+    embedded.clear()
+    config = joblib.parallel_config(backend=backend) if backend else nullcontext()
+    with config:
+        Z = transform_chunked(embedder, pool.evals, chunk_models=1, n_jobs=n_jobs)
+    assert len(embedded) == pool.evals["model"].nunique()
+    np.testing.assert_allclose(Z, embedder.transform(pool.evals), **TOL)
+
+
+def test_query_tasks_held_once_per_distinct_query(tiny_embedder, tmp_path):
+    # Every model is scored on the same 20 long queries and each chunk holds
+    # one model: the (query, task) lists of all 40 chunks were kept until the
+    # end (about 40 x 20 x 4,000 characters, 3 MB and more with their
+    # copies), so memory grew with the pool. The query -> task map holds
+    # each of the 20 queries once (80 kB).
+    n_models, n_queries, length = 40, 20, 4_000
+    rng = np.random.default_rng(0)
+    queries = [f"q{j:02d}-" + "x" * length for j in range(n_queries)]
+    evals = pd.DataFrame(
+        {
+            "model": np.repeat([f"m{i:02d}" for i in range(n_models)], n_queries),
+            "query": queries * n_models,
+            "score": rng.integers(0, 2, n_models * n_queries).astype(float),
+            "task": [f"t{j % 3}" for j in range(n_queries)] * n_models,
+        }
+    )
+    encodings = {q: rng.normal(size=8).astype(np.float32) for q in queries}
+    embedder = tiny_embedder(encodings, max_epochs=1).fit(evals.iloc[:200])
+    peaks = {}
+    for label, frame in [("task", evals), ("no task", evals.drop(columns="task"))]:
+        # Parquet: each chunk's queries are read as new strings, as in a
+        # worker process, rather than shared with a frame in memory.
+        path = _write_parquet(frame, tmp_path / f"{label}.parquet")
+        transform_chunked(embedder, path, chunk_models=1)  # warm caches
+        tracemalloc.start()
+        try:
+            transform_chunked(embedder, path, chunk_models=1)
+            peaks[label] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    one_chunk = n_queries * length
+    # Generous: the map and the chunk being folded measure about 2.3 chunks
+    # of query texts; the lists of every chunk measured 40.
+    assert peaks["task"] - peaks["no task"] < 8 * one_chunk, peaks
 
 
 def test_stream_not_grouped_by_model(embedder, pool):

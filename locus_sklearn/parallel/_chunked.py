@@ -1,7 +1,9 @@
 """Embed and score large pools chunk by chunk, in joblib workers."""
 
+import itertools
 import os
 import reprlib
+import warnings
 from numbers import Integral
 from types import SimpleNamespace
 
@@ -11,7 +13,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils.parallel import Parallel, delayed
 from sklearn.utils.validation import check_is_fitted
 
-from .._base import check_model_subset
+from .._base import BaseRouter, check_model_subset
 from .._embedder import LocusEmbedder
 from .._evals import _preview, check_evals, check_queries, tasks_by_query
 from ._sources import model_chunks
@@ -77,20 +79,84 @@ def _embed_chunk(embedder, chunk, n_threads, parent_pid):
     return table.models, np.diff(table.indptr), embeddings, table.n_input_rows, tasks
 
 
-def _check_tasks_across_chunks(tasks, name="evals"):
-    """Refuse a query given different tasks in different chunks.
+class _QueryTasks:
+    """The task of every query seen so far, checked chunk by chunk.
 
     check_evals refuses a query with two tasks within a chunk, as transform
     does within the whole table; a query evaluated by models of two chunks
-    is checked here, with transform's message. ``tasks``: (queries, task of
-    each) of every chunk that has a task column.
+    is checked here, as each chunk's result arrives, so that no chunk's
+    query list is kept: memory grows with the distinct queries of the pool
+    (one entry per query, however many chunks share it), not with chunks x
+    queries.
     """
-    if len(tasks) < 2:
+
+    def __init__(self, name="evals"):
+        self.name = name
+        self.task_of = {}
+        # One object per distinct task: each chunk's (unpickled or re-read)
+        # task strings are new objects, which the map would otherwise keep
+        # one of per query.
+        self._tasks = {}
+
+    def __len__(self):
+        return len(self.task_of)
+
+    def add(self, queries, query_task):
+        """Fold one chunk's (distinct queries, task of each) into the map.
+
+        Raises transform's ValueError, naming this chunk's queries whose
+        task differs from the one an earlier chunk gave them.
+        """
+        task_of, tasks = self.task_of, self._tasks
+        conflicting = []
+        for query, task in zip(queries.tolist(), query_task.tolist(), strict=True):
+            known = task_of.setdefault(query, tasks.setdefault(task, task))
+            if known != task:
+                conflicting.append((query, known, task))
+        if conflicting:
+            # tasks_by_query words the error exactly as transform does: each
+            # conflicting query is passed with both of its tasks.
+            queries = np.array([query for query, _, _ in conflicting], dtype=object)
+            tasks_by_query(
+                np.repeat(np.arange(len(queries)), 2),
+                np.array([t for _, *both in conflicting for t in both], dtype=object),
+                queries,
+                self.name,
+            )
+
+
+def _results_in_order(tasks, n_jobs):
+    """Yield the results of joblib ``tasks`` in task order, as they finish.
+
+    A generator from joblib where the backend gives one (sequential, loky,
+    threading, dask): a result is folded and dropped before the next, and
+    no more than joblib's ``pre_dispatch`` (2 * n_jobs) chunks are in
+    flight. Backends that refuse ``return_as="generator"`` (joblib's
+    multiprocessing, Ray) run the tasks in groups of 2 * n_jobs instead, so
+    that their results never pile up either.
+    """
+    try:
+        parallel = Parallel(n_jobs=n_jobs, return_as="generator")
+    except ValueError:
+        # joblib refuses the generator when the backend is set up (the only
+        # ValueError it can raise here, n_jobs being checked already); any
+        # other error is raised again by the Parallel below.
+        parallel = None
+    if parallel is not None:
+        yield from parallel(tasks)
         return
-    queries, query_index = np.unique(
-        np.concatenate([queries for queries, _ in tasks]), return_inverse=True
-    )
-    tasks_by_query(query_index, np.concatenate([t for _, t in tasks]), queries, name)
+    group = 2 * joblib.effective_n_jobs(n_jobs)
+    tasks = iter(tasks)
+    while batch := list(itertools.islice(tasks, group)):
+        yield from Parallel(n_jobs=n_jobs)(batch)
+
+
+def _close_quietly(results):
+    """Stop ``results`` early (an error was raised) without joblib's warning
+    that the chunks still in flight were cancelled: that is intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"joblib\.")
+        results.close()
 
 
 def _locus_embedder(embedder):
@@ -116,7 +182,11 @@ def transform_chunked(
     (see :func:`iter_model_chunks`) and each chunk is validated, encoded and
     embedded as :meth:`~locus_sklearn.LocusEmbedder.transform` does, in a
     joblib worker. Memory is bounded by the chunks in flight (about
-    ``2 * n_jobs``), not by the pool.
+    ``2 * n_jobs``) and the result, not by the pool's rows: each chunk's
+    result is folded in as it arrives. With a ``task`` column, what grows
+    with the pool is one entry per distinct query id (its task, to refuse a
+    query given different tasks in two chunks), however many chunks share
+    the query.
 
     Parameters
     ----------
@@ -158,7 +228,9 @@ def transform_chunked(
     ValueError
         For ``chunk_models < 1``, ``n_jobs=0``, a file that cannot be read, or
         any table :func:`~locus_sklearn.check_evals` rejects (checked chunk by
-        chunk, and a query given different tasks in two chunks).
+        chunk, and a query given different tasks in two chunks: raised at
+        the first chunk that contradicts an earlier one, counting and naming
+        that chunk's conflicting queries).
     TypeError
         For a ``chunk_models`` or ``n_jobs`` that is not an int, a
         ``return_models`` that is not a bool, or a file
@@ -211,16 +283,27 @@ def transform_chunked(
         delayed(_embed_chunk)(locus, chunk, _worker_threads(n_jobs), os.getpid())
         for chunk in chunks
     )
-    # Results in task order ("list", which every backend supports: joblib's
-    # multiprocessing and Ray's refuse a generator); they are sorted by model
-    # below anyway. Memory stays bounded either way: joblib draws the chunks
-    # from the generator lazily (pre_dispatch, 2 * n_jobs in flight), and a
-    # chunk's result is only its models' embeddings.
-    parts = Parallel(n_jobs=n_jobs)(tasks)
-    models = np.concatenate([p[0] for p in parts])
-    counts = np.concatenate([p[1] for p in parts])
-    embeddings = np.concatenate([p[2] for p in parts])
-    n_read = sum(p[3] for p in parts)
+    # joblib draws the chunks from the generator lazily (pre_dispatch, 2 *
+    # n_jobs in flight). Each result is folded in as it comes: its models'
+    # embeddings are kept (they are the output, sorted by model below), its
+    # query list only long enough to update the query -> task map, which
+    # also refuses a conflicting chunk before the chunks after it run.
+    models, counts, embeddings, n_read = [], [], [], 0
+    query_tasks = _QueryTasks()
+    results = _results_in_order(tasks, n_jobs)
+    try:
+        for part in results:
+            models.append(part[0])
+            counts.append(part[1])
+            embeddings.append(part[2])
+            n_read += part[3]
+            if part[4] is not None:
+                query_tasks.add(*part[4])
+    finally:
+        _close_quietly(results)
+    models = np.concatenate(models)
+    counts = np.concatenate(counts)
+    embeddings = np.concatenate(embeddings)
     if n_rows is not None and n_read != n_rows:
         raise RuntimeError(
             f"evals had {n_rows} rows when its models were listed but {n_read} "
@@ -234,7 +317,6 @@ def transform_chunked(
             f"{len(repeated)} model(s) were embedded in two chunks: "
             f"{_preview(repeated)}."
         )
-    _check_tasks_across_chunks([p[4] for p in parts if p[4] is not None])
     # transform's warning and output, from what the chunks returned.
     summary = SimpleNamespace(
         models=models, indptr=np.concatenate([[0], np.cumsum(counts)])
@@ -249,17 +331,29 @@ def _call_chunk(router, method, queries, n_threads, parent_pid, params):
     return getattr(router, method)(queries, **params)
 
 
-def _check_router(router, method):
-    if not hasattr(router, method):
+def _check_router(router):
+    """Refuse what is not a locus_sklearn router, here rather than in a worker.
+
+    A predict_proba method is not enough: LocusEmbedder's takes embeddings
+    and queries, a scikit-learn classifier a numeric matrix, and either
+    would fail in the worker with an error that does not name ``router``.
+    A FrozenEstimator delegates predict and predict_proba to its router.
+    """
+    inner = router.estimator if isinstance(router, FrozenEstimator) else router
+    if not isinstance(inner, BaseRouter):
+        given = type(router).__name__
+        if inner is not router:
+            given = f"a FrozenEstimator wrapping {type(inner).__name__}"
         raise TypeError(
-            f"router must be a fitted router with a {method} method (e.g. "
-            f"LocusRouter); got {type(router).__name__}."
+            "router must be a fitted router of locus_sklearn (a BaseRouter: "
+            "LocusRouter or any router of locus_sklearn.baselines, or a "
+            f"FrozenEstimator wrapping one); got {given}."
         )
     check_is_fitted(router)
 
 
 def _map_query_chunks(router, method, queries, chunk_queries, n_jobs, params):
-    _check_router(router, method)
+    _check_router(router)
     _check_n_jobs(n_jobs)
     chunk_queries = _check_chunk_queries(chunk_queries)
     queries = check_queries(queries)
@@ -288,7 +382,9 @@ def predict_proba_chunked(router, queries, *, chunk_queries=1000, n_jobs=None):
     ----------
     router : fitted router
         A :class:`~locus_sklearn.LocusRouter` or any router of
-        :mod:`locus_sklearn.baselines`.
+        :mod:`locus_sklearn.baselines`, or a ``FrozenEstimator`` wrapping
+        one; anything else (a LocusEmbedder, a scikit-learn classifier) is a
+        TypeError, raised before any chunk runs.
     queries : sequence of str or DataFrame with a ``query`` column
     chunk_queries : int, default=1000
         Queries per chunk. Memory per worker grows with it.
@@ -335,7 +431,9 @@ def predict_chunked(router, queries, *, models=None, chunk_queries=1000, n_jobs=
     ----------
     router : fitted router
         A :class:`~locus_sklearn.LocusRouter` or any router of
-        :mod:`locus_sklearn.baselines`.
+        :mod:`locus_sklearn.baselines`, or a ``FrozenEstimator`` wrapping
+        one; anything else (a LocusEmbedder, a scikit-learn classifier) is a
+        TypeError, raised before any chunk runs.
     queries : sequence of str or DataFrame with a ``query`` column
     models : iterable of str, default=None
         Restrict routing to these models of the pool, each named once
@@ -367,7 +465,7 @@ def predict_chunked(router, queries, *, models=None, chunk_queries=1000, n_jobs=
     """
     params = {}
     if models is not None:
-        _check_router(router, "predict")
+        _check_router(router)
         # Checked once, here, and sent to every chunk as a list of the pool's
         # names: a generator would be used up by the first chunk (and does not
         # pickle for a worker process).
