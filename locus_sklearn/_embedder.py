@@ -210,7 +210,12 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
         all-MiniLM-L6-v2, a sentence-transformers model directory, any object
         with ``encode(list_of_str)``, or a mapping of precomputed vectors.
     embedding_dim : int, default=128
-        d, the size of a model embedding and of every attention layer.
+        d, the size of a model embedding and of every attention layer; at
+        least 3. The embedding is the output of the pooling block's final
+        LayerNorm, whose d values have zero mean and a fixed norm before its
+        scale and shift: d − 2 degrees of freedom. At d = 1 every model would
+        get the same embedding (the LayerNorm's bias), at d = 2 one of two
+        points (but for models whose two pre-norm values nearly tie).
     n_latents : int, default=64
         r, learned latents of each latent-bottleneck block.
     n_blocks : int, default=2
@@ -478,7 +483,9 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
 
     _parameter_constraints = {
         "encoder": "no_validation",
-        "embedding_dim": [Interval(Integral, 1, None, closed="left")],
+        # At least 3: a LayerNorm output of d values has d - 2 degrees of
+        # freedom (see the docstring).
+        "embedding_dim": [Interval(Integral, 3, None, closed="left")],
         "n_latents": [Interval(Integral, 1, None, closed="left")],
         "n_blocks": [Interval(Integral, 1, None, closed="left")],
         "n_heads": [Interval(Integral, 1, None, closed="left")],

@@ -45,8 +45,24 @@ _TRANSPOSED_WEIGHTS = 2**22
 def _float32_weights(tau):
     """Whether the kernel weights exp((cos − 1) / τ) fit float32 as they are:
     their smallest, exp(−2/τ), well inside the normal floats (from about
-    exp(−87)), so that no model's weights underflow to an empty set."""
-    return 2 / tau < 60
+    exp(−87)), so that no model's weights underflow to an empty set.
+
+    Written as τ > 2/60 rather than 2/τ < 60: a bandwidth that underflowed to
+    0 (or is NaN) after a diverged step answers False here instead of raising
+    ZeroDivisionError, so that the divergence check can name the cause."""
+    return tau > 2 / 60
+
+
+def _offset(similarity):
+    """``cos − 1``, clamped at 0: the kernel weight's exponent times τ.
+
+    A float32 cosine of two equal directions can round to about 1 + 1e-7;
+    unclamped, its weight exp((cos − 1) / τ) would exceed 1 (the exact
+    weight of a duplicate), by a factor that grows without bound as τ
+    narrows (e^0.1 at τ = 1e-6, e^1000 at 1e-10: one duplicate then
+    outweighs its equals instead of tying with them, and +inf minus +inf
+    gives NaN in the log-sum-exp)."""
+    return (similarity - 1).clamp_max(0)
 
 
 def _readout_and_evidence(mass, total):
@@ -92,7 +108,8 @@ class KernelReadout(nn.Module):
 
     From a model's evaluation set {(φ(x_i), y_i)}, the readout at query x is
     ``r = Σ w_i y_i / Σ w_i`` with ``w_i = exp((cos(φ(x), φ(x_i)) − 1) / τ)``
-    and a learned bandwidth τ, and the evidence ``log(1 + Σ w_i)``. Both are
+    and a learned bandwidth τ (cos − 1 clamped at 0: a float32 cosine can
+    round above 1), and the evidence ``log(1 + Σ w_i)``. Both are
     features of the predictor, next to the embedding: the embedding carries
     what a model is like, the readout what it did on similar queries.
 
@@ -109,7 +126,7 @@ class KernelReadout(nn.Module):
         self.log_bandwidth = nn.Parameter(torch.tensor(float(bandwidth)).log())
 
     def _features(self, similarity, score, mask):
-        logits = (similarity - 1) / self.log_bandwidth.exp()
+        logits = _offset(similarity) / self.log_bandwidth.exp()
         logits = logits.masked_fill(~mask, float("-inf"))
         mass = torch.logsumexp(logits, dim=-1, keepdim=True)
         weights = torch.exp(logits - mass).nan_to_num(0.0)  # empty sets: all -inf
@@ -176,7 +193,7 @@ class KernelReadout(nn.Module):
         values = torch.stack(
             [mask.to(dtype), torch.where(mask, score, 0).to(dtype)], -1
         )
-        offset = similarity - 1
+        offset = _offset(similarity)
         if similarity.requires_grad:
             sums = (offset / tau).exp() @ values
         else:
@@ -258,7 +275,7 @@ class KernelReadout(nn.Module):
         unit = F.normalize(queries.to(bank.dtype), dim=-1)
         if neighbors is not None:
             similarity, nearest = pool.nearest(unit, neighbors, index)
-            logits = (similarity.to(dtype) - 1) / tau
+            logits = _offset(similarity.to(dtype)) / tau
             # Below τ = 0.003 exp((cos − 1) / τ) underflows even float64 for
             # distant neighbours (a model with only those would read 0.5 with
             # no evidence): as in pairwise_exact, each (query, model)'s
@@ -278,7 +295,8 @@ class KernelReadout(nn.Module):
             return out
         table = pool.table(dtype)  # (2M, U)
         bank = pool.bank_in(similarity_dtype)
-        # Scale and shift folded into the product: (cos - 1) / tau.
+        # Scale and shift folded into the product: (cos - 1) / tau, clamped
+        # at 0 before the exponential as in _offset (a cosine rounded above 1).
         scaled = (unit * (1 / tau)).to(similarity_dtype)
         shift = torch.tensor(-1 / tau, dtype=bank.dtype, device=bank.device)
         step = max(1, min(query_chunk, 2**23 // len(bank)))
@@ -292,10 +310,12 @@ class KernelReadout(nn.Module):
         for start in range(0, queries.shape[0], step):
             chunk = scaled[start : start + step]
             if transposed:
-                weights = torch.addmm(shift, bank, chunk.T).to(dtype).exp_()  # (U, q)
+                weights = torch.addmm(shift, bank, chunk.T).to(dtype)  # (U, q)
+                weights = weights.clamp_max_(0).exp_()
                 sums = (table @ weights).T
             else:
-                weights = torch.addmm(shift, chunk, bank.T).to(dtype).exp_()  # (q, U)
+                weights = torch.addmm(shift, chunk, bank.T).to(dtype)  # (q, U)
+                weights = weights.clamp_max_(0).exp_()
                 if not pool.is_sparse:
                     sums = weights @ table.T  # (q, 2M)
                 else:

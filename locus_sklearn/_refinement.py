@@ -143,7 +143,11 @@ def _bank_leave_one_out_readout(readout, unit, table):
     tau = float(readout.log_bandwidth.detach().exp())
     sizes = np.diff(table.indptr)
     n_bank = len(unit)
-    if 2 / tau > 600 or float(n_bank) ** 2 >= float((sizes.astype(float) ** 2).sum()):
+    # ``not tau >= ...``: a bandwidth of 0 or NaN (set by hand after a fit)
+    # takes the other path instead of dividing by zero here.
+    if not tau >= 2 / 600 or float(n_bank) ** 2 >= float(
+        (sizes.astype(float) ** 2).sum()
+    ):
         return None  # exp(-2/τ) near float64's smallest, or no shared queries
     if 2 * n_bank * 2 * table.n_models * 8 > _BANK_BYTES:
         return None  # the (U, 2M) counts and sums would not stay small
@@ -164,7 +168,10 @@ def _bank_leave_one_out_readout(readout, unit, table):
     step = max(1, _READOUT_CELLS // n_bank)
     for start in range(0, n_bank, step):
         part = slice(start, start + step)
-        weights = (unit[part] @ unit.T).to(dtype).sub_(1).div_(tau).exp_()
+        # cos - 1 clamped at 0, as the readout's own paths do (_offset): a
+        # float32 cosine of equal directions may round above 1.
+        offset = (unit[part] @ unit.T).to(dtype).sub_(1).clamp_max_(0)
+        weights = offset.div_(tau).exp_()
         weights.diagonal(offset=start).zero_()  # each row's own term
         sums[part] = weights @ values
     mass, total = sums[query, model], sums[query, model + n_models]

@@ -388,8 +388,19 @@ def seeded_rng(seed, device):
 
 
 class DivergenceCheck(Callback):
-    """Stop with a clear error as soon as a training loss is not finite,
-    instead of training on NaN and failing later somewhere less clear.
+    """Stop with a clear error as soon as training diverges, instead of
+    training on NaN and failing later somewhere less clear.
+
+    After every training step it checks the loss, and the kernel readout's
+    bandwidth τ (one number) where the network has one: a large step can
+    push log τ to −inf, τ to 0, before any loss shows it. After every epoch
+    it checks every weight and the validation loss: the last step of a fit
+    can leave non-finite weights that no later training loss reports, and
+    weights grown large but finite can overflow the validation pass to NaN
+    while every training loss was finite; the validation metrics and early
+    stopping would then fail on NaN with messages that name nothing the user
+    set. Put it first among the callbacks, so that its epoch-end check runs
+    before theirs.
 
     Parameters
     ----------
@@ -403,16 +414,89 @@ class DivergenceCheck(Callback):
         self.estimator = estimator
         self.remedy = remedy
 
+    def diverged(self, net, what):
+        """The FloatingPointError to raise; ``what`` says what became
+        non-finite (e.g. "the training loss became nan")."""
+        advice = f"lower lr (now {net.lr})"
+        decay = _decoupled_weight_decay(net)
+        if decay * net.lr >= 1:
+            # AdamW scales every weight by 1 - lr * weight_decay each step:
+            # at lr * weight_decay >= 1 that flips or zeroes them, whatever
+            # the gradients.
+            advice += (
+                f" or weight_decay (now {decay}; lr * weight_decay = "
+                f"{decay * net.lr:g} must stay below 1)"
+            )
+        return FloatingPointError(
+            f"{self.estimator} training diverged: {what} in epoch "
+            f"{len(net.history)}; {advice}"
+            + (f" or {self.remedy}." if self.remedy else ".")
+        )
+
     def on_batch_end(self, net, batch=None, training=None, **kwargs):
         if not training:
             return
         loss = net.history[-1, "batches", -1, "train_loss"]
         if not np.isfinite(loss):
-            raise FloatingPointError(
-                f"{self.estimator} training diverged: the training loss became "
-                f"{loss} in epoch {len(net.history)}; lower lr (now {net.lr})"
-                + (f" or {self.remedy}." if self.remedy else ".")
+            raise self.diverged(net, f"the training loss became {loss}")
+        readout = getattr(_unwrapped(net), "readout", None)
+        if readout is not None:
+            # τ as the readout computes it, in the parameter's float32.
+            log_tau = readout.log_bandwidth.detach()
+            tau, log_tau = float(log_tau.exp()), float(log_tau)
+            if not 0 < tau < np.inf:
+                raise self.diverged(
+                    net,
+                    f"the kernel readout's bandwidth became {tau} (log-bandwidth "
+                    f"{log_tau})",
+                )
+
+    def on_epoch_end(self, net, **kwargs):
+        module = _unwrapped(net)
+        # One float64 sum per weight tensor: finite exactly when every weight
+        # is (finite float32 weights cannot overflow it), and once per epoch
+        # is cheap next to checking every step.
+        sums = [p.detach().sum(dtype=torch.float64) for p in module.parameters()]
+        if sums and not bool(torch.isfinite(torch.stack(sums)).all()):
+            names = [
+                name
+                for name, p in module.named_parameters()
+                if not bool(torch.isfinite(p.detach()).all())
+            ]
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            raise self.diverged(
+                net, f"weights became non-finite ({len(names)} tensors: {shown})"
             )
+        valid_loss = net.history[-1].get("valid_loss")
+        if valid_loss is not None and not np.isfinite(valid_loss):
+            raise self.diverged(net, f"the validation loss became {valid_loss}")
+
+
+def _unwrapped(net):
+    """A skorch net's module, unwrapped from any data-parallel wrapper."""
+    return net._network() if hasattr(net, "_network") else net.module_
+
+
+def _decoupled_weight_decay(net):
+    """The largest decoupled (AdamW) weight decay of ``net``'s optimizer, 0
+    for none or for another optimizer (Adam's weight_decay is an L2 term of
+    the gradient, which its step normalises)."""
+    optimizer = getattr(net, "optimizer_", None)
+    if not isinstance(optimizer, torch.optim.AdamW):
+        return 0.0
+    return max(
+        (group.get("weight_decay", 0.0) for group in optimizer.param_groups),
+        default=0.0,
+    )
+
+
+def _divergence_check(net):
+    """``net``'s DivergenceCheck (for its estimator name and remedy), or a
+    default one."""
+    for _, callback in getattr(net, "callbacks_", ()):
+        if isinstance(callback, DivergenceCheck):
+            return callback
+    return DivergenceCheck()
 
 
 class ValidRoutingAccuracy(Callback):
@@ -504,6 +588,13 @@ class ValidRoutingAccuracy(Callback):
             queries = self.bank[self.queries_[torch.as_tensor(self.keep_)]].to(device)
             logits = module.pairwise_logits(z, queries, self._evaluations(device))
         module.train(was_training)
+        if bool(torch.isnan(logits).any() | torch.isposinf(logits).any()):
+            # The weights and validation loss were finite (DivergenceCheck
+            # runs first), but the pairwise pass overflowed: the routing
+            # metric's own error would name only its y_score.
+            raise _divergence_check(net).diverged(
+                net, "the validation logits became NaN or +inf"
+            )
         # Models with no held-out rows keep a zero z; they never count, since
         # routing only ranks the models observed on each query.
         accuracy = routing_accuracy(self.y_true_, logits.cpu().numpy())

@@ -557,3 +557,53 @@ def test_fit_transform_warns_of_few_evaluations_once_as_transform_does(
     assert len(few_evaluations_warnings(embedder.transform, small.evals)) == 1
     pipeline = Pipeline([("embed", embedder), ("select", KCenterSelector(2))])
     assert len(few_evaluations_warnings(pipeline.fit, small.evals)) == 1
+
+
+@pytest.mark.parametrize("embedding_dim", [1, 2])
+def test_embedding_dims_a_layer_norm_collapses_are_refused(
+    pool, tiny_embedder, model_names, rows_of, embedding_dim
+):
+    """z is the output of a LayerNorm over d values (d − 2 degrees of
+    freedom): at d = 1 every model got the LayerNorm's bias, at d = 2 one of
+    two points. Both trained and returned such embeddings."""
+    evals = rows_of(pool.evals, model_names[:4])
+    embedder = tiny_embedder(
+        pool.encodings, embedding_dim=embedding_dim, n_heads=1, max_epochs=1
+    )
+    with pytest.raises(
+        InvalidParameterError,
+        match=rf"'embedding_dim' parameter .* range \[3, inf\)\. Got {embedding_dim}",
+    ):
+        embedder.fit(evals)
+    # The smallest accepted size fits.
+    embedder.set_params(embedding_dim=3).fit(evals)
+    assert embedder.transform(evals).shape == (4, 3)
+
+
+# A 2-dimensional LayerNorm output collapses, as the test shows.
+@pytest.mark.filterwarnings("ignore::locus_sklearn.CollapsedEmbeddingWarning")
+def test_load_refuses_a_saved_embedding_dim_below_3(
+    pool, tiny_embedder, model_names, rows_of, tmp_path, monkeypatch
+):
+    """A file saved by a version that accepted embedding_dim=2 is refused
+    at load, naming the file and the parameter (load checks the saved
+    hyper-parameters against the estimator's constraints)."""
+    from numbers import Integral
+
+    from sklearn.utils._param_validation import Interval
+
+    from locus_sklearn import LocusEmbedder
+
+    constraints = dict(LocusEmbedder._parameter_constraints)
+    constraints["embedding_dim"] = [Interval(Integral, 1, None, closed="left")]
+    monkeypatch.setattr(LocusEmbedder, "_parameter_constraints", constraints)
+    path = tmp_path / "tiny.safetensors"
+    evals = rows_of(pool.evals, model_names[:4])
+    tiny_embedder(pool.encodings, embedding_dim=2, n_heads=1, max_epochs=1).fit(
+        evals
+    ).save(path)
+    monkeypatch.undo()
+    with pytest.raises(
+        ValueError, match=rf"{path.name}.*'embedding_dim' parameter .* Got 2"
+    ):
+        LocusEmbedder.load(path)

@@ -459,3 +459,30 @@ def test_standardized_embeddings_use_running_statistics_outside_a_batch():
     assert torch.isfinite(one).all()
     torch.testing.assert_close(stats.running_mean, before)
     assert int(stats.num_batches_tracked) == 3
+
+
+def test_pairwise_logits_stay_bounded_at_a_vanishing_bandwidth():
+    """Logits of queries equal to stored ones at τ = e^-100 (a denormal
+    float32). The readout's inputs are bounded (readout in [-1, 1], evidence
+    at most log(1 + 20) here), so an untrained predictor's logits stay small;
+    a cosine rounded to 1 + 1e-7 once gave a weight of e^(1e-7/τ), evidence
+    near 6e36 and logits near 6e35, which a fitted predictor turned into NaN
+    (see test_readout.py)."""
+    torch.manual_seed(0)
+    net = LocusNetwork(
+        F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2, kernel_readout=True
+    ).eval()
+    with torch.no_grad():
+        net.readout.log_bandwidth.fill_(-100.0)
+    bank = torch.randn(40, F)
+    evaluations = EvaluationSets(
+        bank, torch.arange(40), (torch.arange(40) % 2).float(), [0, 20, 40]
+    )
+    z = torch.randn(2, D)
+    for neighbors in (None, 3):
+        with torch.inference_mode():
+            logits = net.pairwise_logits(
+                z, bank, evaluations, readout_neighbors=neighbors
+            )
+        assert torch.isfinite(logits).all(), neighbors
+        assert logits.abs().max() < 100, (neighbors, logits.abs().max())

@@ -475,3 +475,83 @@ def test_kernel_readout_pairwise_matrix_form_matches_log_sum_exp(bandwidth):
     assert torch.isfinite(fast).all()
     torch.testing.assert_close(fast, exact, rtol=1e-4, atol=1e-5)
     assert torch.equal(fast[:, 1], torch.zeros(37, 2))  # model without rows
+
+
+def test_float32_weights_answers_for_a_bandwidth_of_zero_or_nan():
+    """A diverged step can leave τ = 0 (log τ = −inf) or NaN: the choice of
+    precision must answer False there, not raise ZeroDivisionError before
+    the divergence check can name the cause."""
+    assert not readout_module._float32_weights(0.0)
+    assert not readout_module._float32_weights(float("nan"))
+    assert readout_module._float32_weights(0.1)
+    assert not readout_module._float32_weights(0.03)
+
+
+@pytest.mark.parametrize("bandwidth", [0.02, 0.004, 1e-6, 1e-10, float(np.exp(-100))])
+def test_a_stored_query_weighs_one_at_any_bandwidth(bandwidth):
+    """A query equal to a stored one has weight at most exp(0) = 1, whatever τ.
+
+    Its float32 cosine can round to 1 + 1e-7; unclamped, exp((cos − 1) / τ)
+    exceeded 1 by a factor growing as τ narrows (evidence 0.82 instead of
+    log 2 at τ = 1e-6, 3.6e3 at 1e-10). A cosine rounded *below* 1 still
+    lowers the weight (float32 cannot resolve τ much under 1e-7), so the
+    evidence is bounded above, not pinned. Every path is checked: the exact
+    log-sum-exp, the fused float32 / float64 products of both layouts, the
+    neighbour gather and the training episodes. The other 63 stored queries
+    are random directions, whose weights vanish at these bandwidths, so each
+    query reads its own score."""
+    gen = torch.Generator().manual_seed(0)
+    bank = torch.randn(64, 32, generator=gen)
+    score = (torch.arange(64) % 2).float()
+    sets = EvaluationSets(bank, torch.arange(64), score, [0, 64])
+    readout = KernelReadout(bandwidth)
+    with torch.no_grad():
+        paths = {
+            "exact": readout.pairwise_exact(bank, *sets)[:, 0],
+            "neighbours": readout.pairwise_pool(bank, ReadoutPool(sets), neighbors=4)[
+                :, 0
+            ],
+            "episodes": readout.episodes(
+                bank,
+                torch.arange(64)[None],
+                torch.arange(64)[None],
+                score[None],
+                torch.ones(1, 64, dtype=torch.bool),
+            )[0],
+        }
+        for sparse in (False, True):
+            pool = ReadoutPool(sets, sparse=sparse)
+            paths[f"pool sparse={sparse}"] = readout.pairwise_pool(bank, pool)[:, 0]
+    for name, features in paths.items():
+        readout_value, evidence = features.unbind(-1)
+        torch.testing.assert_close(
+            readout_value, 2 * score - 1, msg=lambda m, n=name: f"{n}: {m}"
+        )
+        assert torch.isfinite(evidence).all(), name
+        assert evidence.max() <= np.log(2) + 1e-6, (name, evidence.max())
+        assert evidence.min() >= 0, name
+
+
+@pytest.mark.filterwarnings("ignore::locus_sklearn.CollapsedEmbeddingWarning")
+def test_fitted_predictions_stay_finite_at_a_vanishing_bandwidth():
+    """A fitted embedder whose bandwidth is set to e^-100 (a denormal
+    float32) predicted NaN: the weight of a query's own stored copy,
+    e^((cos − 1) / τ) with cos rounded to 1 + 1e-7, overflowed."""
+    from locus_sklearn.datasets import make_model_pool
+
+    small = make_model_pool(
+        n_models=6, n_families=2, n_queries=40, evals_per_model=20, random_state=0
+    )
+    embedder = LocusEmbedder(
+        small.encodings, embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2,
+        max_epochs=6, enc_size=(2, 16), episodes_per_epoch=12, batch_size=4,
+        random_state=0, lr=10.0,
+    ).fit(small.evals)  # fmt: skip
+    Z = embedder.transform(small.evals)
+    queries = sorted(small.evals["query"].unique())[:10]
+    with torch.no_grad():
+        embedder.net_.module_.readout.log_bandwidth.fill_(-100.0)
+    for neighbors in (None, 3):
+        embedder.set_params(readout_neighbors=neighbors)
+        proba = embedder.predict_proba(Z, queries, evals=small.evals)
+        assert np.isfinite(proba).all(), neighbors

@@ -135,6 +135,111 @@ def test_divergence_is_a_clear_error(pool, tiny_embedder, model_names, rows_of):
         )
 
 
+def _diverging_fit(**params):
+    """A small fit that diverges (the settings of a probe's repros)."""
+    from locus_sklearn import LocusEmbedder
+    from locus_sklearn.datasets import make_model_pool
+
+    small = make_model_pool(
+        n_models=6, n_families=2, n_queries=40, evals_per_model=20, random_state=0
+    )
+    settings = dict(
+        embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2, enc_size=(2, 16),
+        random_state=0, **params,
+    )  # fmt: skip
+    return LocusEmbedder(small.encodings, **settings).fit(small.evals)
+
+
+def test_a_collapsed_readout_bandwidth_is_a_clear_divergence_error():
+    """lr=1000 drives the readout's log-bandwidth to about -980, τ to 0.0:
+    the next batch raised ZeroDivisionError (2 / τ) before any loss showed
+    the divergence."""
+    with pytest.raises(
+        FloatingPointError,
+        match=r"training diverged: the kernel readout's bandwidth became 0\.0 "
+        r".*epoch 1; lower lr \(now 1000\.0\)",
+    ):
+        _diverging_fit(lr=1000.0, max_epochs=2, episodes_per_epoch=12, batch_size=4)
+
+
+@pytest.mark.parametrize(
+    "params, names",
+    [
+        ({"lr": 1000.0}, r"lower lr \(now 1000\.0\)"),
+        # AdamW scales the weights by 1 - lr * weight_decay = -9 each step.
+        (
+            {"weight_decay": 1e4},
+            r"weight_decay \(now 10000\.0; lr \* weight_decay = 10",
+        ),
+    ],
+)
+def test_divergence_on_an_epochs_last_step_is_named_before_validation(params, names):
+    """Weights that grow tenfold an epoch (every training loss still
+    finite, up to 1e21) overflow the validation pass to NaN first: the
+    routing metric then raised "y_score must hold finite numbers", naming
+    nothing the user set. The validation loss is checked before it."""
+    with pytest.raises(FloatingPointError, match=f"training diverged: .*{names}"):
+        _diverging_fit(
+            kernel_readout=False, max_epochs=10, episodes_per_epoch=6, batch_size=6,
+            **params,
+        )  # fmt: skip
+
+
+def test_divergence_check_finds_non_finite_weights_at_epoch_end():
+    """No training loss follows the last step of the last epoch: the epoch's
+    end checks the weights themselves, then the validation loss."""
+    from types import SimpleNamespace
+
+    import torch
+    from skorch.history import History
+
+    from locus_sklearn._training import DivergenceCheck
+
+    module = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 1))
+    net = SimpleNamespace(module_=module, lr=0.5, history=History())
+    net.history.new_epoch()
+    net.history.record("valid_loss", 0.7)
+    check = DivergenceCheck("Router", remedy=None)
+    check.on_epoch_end(net)  # finite: nothing to say
+    with torch.no_grad():
+        module[1].weight[0, 2] = float("inf")
+    with pytest.raises(
+        FloatingPointError,
+        match=r"^Router training diverged: weights became non-finite \(1 tensors: "
+        r"1\.weight\) in epoch 1; lower lr \(now 0\.5\)\.$",
+    ):
+        check.on_epoch_end(net)
+    with torch.no_grad():
+        module[1].weight[0, 2] = 0.0
+    net.history.record("valid_loss", float("nan"))
+    with pytest.raises(FloatingPointError, match="the validation loss became nan"):
+        check.on_epoch_end(net)
+
+
+def test_non_finite_validation_logits_are_a_divergence_error(
+    pool, tiny_embedder, model_names, rows_of, monkeypatch
+):
+    """NaN routing logits with finite weights and loss (an overflow in the
+    pairwise pass) stop the fit with the divergence message, not the routing
+    metric's error about its y_score."""
+    import torch
+
+    from locus_sklearn._nn import LocusNetwork
+
+    def nan_logits(self, z, queries, *args, **kwargs):
+        return torch.full((len(queries), len(z)), float("nan"))
+
+    monkeypatch.setattr(LocusNetwork, "pairwise_logits", nan_logits)
+    embedder = tiny_embedder(
+        pool.encodings, max_epochs=1, early_stopping=None, validation_fraction=0.3
+    )
+    with pytest.raises(
+        FloatingPointError,
+        match=r"the validation logits became NaN or \+inf in epoch 1; lower lr",
+    ):
+        embedder.fit(rows_of(pool.evals, model_names[:4]))
+
+
 def test_valid_routing_accuracy_reuses_the_validation_pass(
     pool, tiny_embedder, model_names, rows_of
 ):
