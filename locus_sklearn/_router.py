@@ -92,7 +92,13 @@ class LocusRouter(BaseRouter):
         only move whole traffic from one model to another). With ``s > 0``
         the probabilities are the shrunk ones (at ``s = 1`` each model's
         mean score, the same for every query); use ``shrinkage=None`` for
-        the per-query estimates themselves.
+        the per-query estimates themselves. Where ``shrinkage_ > 0`` and the
+        model with the highest mean score has it from fewer than the
+        embedder's ``enc_size[0]`` evaluations, ``fit`` and ``add_models``
+        warn (``UserWarning``): that mean alone can send it every query (two
+        evaluations, both scored 1, took all of a 6-model pool's queries
+        from ``s = 0.1`` up, and "auto" chose 1); give it more evaluations,
+        remove it, or fit with ``shrinkage=None``.
     shrinkage_repeats : int, default=1
         With ``shrinkage="auto"``: how many shuffles of the 5 folds each value
         is judged on, together. At a few hundred evaluations per model the
@@ -227,6 +233,7 @@ class LocusRouter(BaseRouter):
             )  # fmt: skip
         else:
             self.shrinkage_ = float(self.shrinkage or 0.0)
+        self._warn_thin_leader(table.models, table.models, np.diff(table.indptr))
 
     def _predict_proba_encoded(self, X):
         if self.shrinkage_ == 1:
@@ -342,15 +349,20 @@ class LocusRouter(BaseRouter):
         """Warn where, at shrinkage 1, an added model's mean score over the
         rows it was added from tops every other model's: routing then sends it
         every query on that mean alone, read on other queries than the pool's
-        means."""
-        if self.shrinkage_ != 1:
-            # Below 1 the embedding's P(correct) still takes part in the blend.
-            return
+        means. Otherwise, warn as ``fit`` does where the pool's highest mean
+        is an added model's over fewer than ``enc_size[0]`` evaluations
+        (:meth:`_warn_thin_leader`)."""
+        if self.shrinkage_ != 1 or not self._warn_added_mean_tops_pool(table, new_at):
+            self._warn_thin_leader(self.classes_, table.models, np.diff(table.indptr))
+
+    def _warn_added_mean_tops_pool(self, table, new_at):
+        """At shrinkage 1: warn where an added model's mean tops every other
+        model's; whether it warned."""
         means = self.model_mean_scores_
         others = np.ones(len(means), dtype=bool)
         others[new_at] = False
         if not others.any():
-            return
+            return False
         leader = int(np.flatnonzero(others)[np.argmax(means[others])])
         counts = np.diff(table.indptr)
         over = [
@@ -359,7 +371,7 @@ class LocusRouter(BaseRouter):
             if means[at] > means[leader]
         ]
         if not over:
-            return
+            return False
         name, mean, n = max(over, key=lambda item: item[1])
         warn_external(
             f"{name!r} now has the pool's highest mean score, {mean:.3f} over the "
@@ -369,6 +381,58 @@ class LocusRouter(BaseRouter):
             "on other queries than the pool's means: add it from "
             "evaluations spread over the pool's tasks, or route with "
             "shrinkage=None (the plain router) to judge it by its embedding.",
+            UserWarning,
+        )
+        return True
+
+    def _warn_thin_leader(self, classes, models, counts):
+        """Warn where the model with the pool's highest mean score has that
+        mean from fewer than ``enc_size[0]`` evaluations while ``shrinkage_``
+        blends the means into routing.
+
+        ``classes`` is the pool (in the order of ``model_mean_scores_``);
+        ``models`` the models whose means were just taken, from ``counts``
+        evaluations each: ``fit``'s whole pool, or the models ``add_models``
+        added or refreshed (another model's count was judged when it came).
+        The mean itself is not changed (a count-adjusted mean would be
+        another safeguard); the warning says what routing will do with it.
+        """
+        # Any shrinkage above 0, not only 1: in (1 - s) * P + s * mean, the
+        # leader loses a query only where another model's P(correct) tops its
+        # own by more than s / (1 - s) times the gap between their means, on
+        # every query alike; a mean of a few evaluations is far from the
+        # others (two scored 1 give 1.0), so the means decide nearly every
+        # query long before s = 1. On a 6-model pool (means 0.3 to 0.62) plus
+        # a model with 2 evaluations, both scored 1, s = 0.1 already sent it
+        # all 118 queries, as s = 1 does; "auto" chose 1 there (its
+        # cross-fitted accuracy equal from 0.25 to 1). At s = 0 the means
+        # route nothing.
+        s = self.shrinkage_
+        if not s > 0:
+            return
+        means = self.model_mean_scores_
+        # The model routing prefers at s = 1 (ties: the first, as argmax).
+        leader = int(np.argmax(means))
+        name = classes[leader]
+        count_of = dict(zip(models, counts, strict=True))
+        low = int(self._locus.enc_size[0])
+        if name not in count_of or count_of[name] >= low:
+            return
+        n = int(count_of[name])
+        chosen = ' (chosen by shrinkage="auto")' if self.shrinkage == "auto" else ""
+        routes = (
+            "routing sends it every query (cost aside) on that mean alone"
+            if s == 1
+            else f"predict_proba blends that mean into its P(correct) on every "
+            f"query with weight {s:g}, which can send it every query (cost aside) "
+            "on that mean alone"
+        )
+        warn_external(
+            f"{name!r} has the pool's highest mean score, {means[leader]:.3f}, over "
+            f"only {n} evaluation(s), fewer than enc_size[0]={low}. With "
+            f"shrinkage_={s:g}{chosen}, {routes}. Give it at least {low} "
+            "evaluations spread over the pool's tasks, remove it "
+            "(remove_models), or route with shrinkage=None (the plain router).",
             UserWarning,
         )
 

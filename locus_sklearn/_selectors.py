@@ -40,7 +40,7 @@ from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._evals import check_model_costs
+from ._evals import _preview, check_model_costs
 from ._params import NumberInterval
 from ._warnings import warn_external
 
@@ -372,27 +372,76 @@ def _check_n_select(n_select, n_models):
         )
 
 
-def _check_costs(costs, n_models, budget):
+def _row_names(X):
+    """The model names of the rows of ``X``, and why there are none.
+
+    A DataFrame whose index holds unique str labels (``LocusEmbedder``'s
+    output under ``set_output(transform="pandas")``, indexed by model name)
+    names its rows; anything else does not.
+
+    Returns
+    -------
+    names : ndarray of object, shape (n_models,), or None
+    reason : str or None
+        Why ``names`` is None, as an error message says it; None with names.
+    """
+    if not isinstance(X, pd.DataFrame):
+        return None, f"X is a {type(X).__name__}, whose rows have no names"
+    index = X.index
+    not_names = [label for label in index if not isinstance(label, str)]
+    if not_names:
+        return None, (
+            f"X's index does not hold model names: {len(not_names)} label(s) are "
+            f"not str, e.g. {_preview(not_names)}"
+        )
+    repeated = index[index.duplicated()].unique().tolist()
+    if repeated:
+        return None, (
+            f"X's index repeats {len(repeated)} model name(s), "
+            f"{_preview(repeated)}, so a name does not tell one row"
+        )
+    return np.asarray(index, dtype=object), None
+
+
+def _check_costs(costs, n_models, budget, row_names=(None, None)):
     """Per-model costs as float64 of shape (n_models,); unit costs when None.
 
-    Costs follow the rows of ``X`` (like ``sample_weight``), so they are read by
-    position; :func:`check_model_costs` does the shared validation (finite and
-    >= 0: a free model, such as one run locally, costs 0, as in
-    :class:`~locus_sklearn.LocusRouter`), the budget rule (some model fits) is
-    the selector's own.
+    Costs follow the rows of ``X`` (like ``sample_weight``): an array is read
+    by position. A Series (by its index) or a mapping is read by model name,
+    which needs ``X`` to name its rows (``row_names``, from
+    :func:`_row_names`: a DataFrame indexed by unique model names), and must
+    name exactly those models. :func:`check_model_costs` does the shared
+    validation (finite and >= 0: a free model, such as one run locally,
+    costs 0, as in :class:`~locus_sklearn.LocusRouter`), the budget rule
+    (some model fits) is the selector's own.
     """
+    names, reason = row_names
     if isinstance(costs, pd.Series | Mapping):
-        # check_model_costs reads these by model name, which rows lack; by
-        # position, a Series ordered otherwise than X gives wrong costs.
-        raise TypeError(
-            f"costs is a {type(costs).__name__}, which names its models, but a "
-            "selector's models are the rows of X and have no names; pass an "
-            "array of shape (n_models,) in the row order of X."
-        )
+        if names is None:
+            # By position, a Series ordered otherwise than X gives wrong costs.
+            raise TypeError(
+                f"costs is a {type(costs).__name__}, which names its models, but "
+                f"a selector's models are the rows of X, and {reason}; pass an "
+                "array of shape (n_models,) in the row order of X, or X as a "
+                "DataFrame indexed by unique model names (as LocusEmbedder "
+                "gives under set_output(transform='pandas'))."
+            )
+        if isinstance(costs, pd.Series):
+            not_names = [m for m in costs.index if not isinstance(m, str)]
+            if not_names:
+                raise ValueError(
+                    "costs is a pandas Series, which is read by its index of model "
+                    f"names, but {len(not_names)} index label(s) are not model "
+                    f"names: {_preview(not_names)}. Index it by the model names of "
+                    "X's index, or pass costs.to_numpy() for costs in the row "
+                    "order of X."
+                )
+    if names is None:
+        names = np.arange(n_models)
     if costs is None:
         costs = np.ones(n_models, dtype=np.float64)
     else:
-        costs = check_model_costs(costs, np.arange(n_models), name="costs")
+        costs = check_model_costs(costs, names, name="costs", models="X's index")
     cheapest = float(costs.min())
     if budget < cheapest:
         raise ValueError(
@@ -821,7 +870,7 @@ def k_medoids_select(
     {
         "X": ["array-like"],
         "budget": [NumberInterval(Real, 0, None, closed="neither")],
-        "costs": ["array-like", None],
+        "costs": ["array-like", Mapping, None],
         **_KERNEL_CONSTRAINTS,
     },
     prefer_skip_nested_validation=True,
@@ -845,11 +894,16 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
         ``metric="precomputed"``.
     budget : float
         Largest total cost of the selection, at least the cheapest model's cost.
-    costs : array-like of shape (n_models,), default=None
+    costs : array-like of shape (n_models,), pandas Series, mapping of str to float, default=None
         Cost of each model (parameters, price), finite and >= 0; free models
         are taken first. Positive costs within a factor ~1e270 of each other
         (any units: costs of 1e-320 work). None gives every model a cost of
-        1, so ``budget`` counts models.
+        1, so ``budget`` counts models. An array is read in the row order of
+        ``X``; a Series (by its index) or a mapping is read by model name,
+        when ``X`` is a DataFrame indexed by unique model names (as
+        :class:`~locus_sklearn.LocusEmbedder` gives under
+        ``set_output(transform="pandas")``), and must name exactly its
+        models.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Distance between embeddings.
     bandwidth : "median" or float, default="median"
@@ -876,8 +930,9 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
     >>> selected.tolist()
     [2, 0]
     """
+    row_names = _row_names(X)
     X = _check_pool(X, metric)
-    costs = _check_costs(costs, X.shape[0], budget)
+    costs = _check_costs(costs, X.shape[0], budget, row_names)
     K, sigma = _kernel_matrix(X, metric, bandwidth)
     return _select_outputs(X, _budget_greedy(K, costs, budget), metric, sigma, "sum")
 
@@ -935,10 +990,11 @@ class _BaseSelector(
         return self._fit(X)
 
     def _fit(self, X, costs=None):
+        row_names = _row_names(X)  # before validate_data drops the index
         X = validate_data(self, X, dtype=np.float64)
         if self.metric == "precomputed":
             _check_precomputed(X)
-        costs = self._check_fit_params(X.shape[0], costs)
+        costs = self._check_fit_params(X.shape[0], costs, row_names)
         D, self.bandwidth_ = _distance_matrix(X, self.metric, self.bandwidth)
         selected = self._select(D, self.bandwidth_, costs)
         del D
@@ -959,7 +1015,7 @@ class _BaseSelector(
         )
         return self
 
-    def _check_fit_params(self, n_models, costs):
+    def _check_fit_params(self, n_models, costs, row_names):
         _check_n_select(self.n_select, n_models)
         return None
 
@@ -1316,11 +1372,16 @@ class BudgetGreedySelector(_BaseSelector):
             Model embeddings, or distances when ``metric="precomputed"``.
         y : None
             Ignored.
-        costs : array-like of shape (n_models,), default=None
+        costs : array-like of shape (n_models,), pandas Series, mapping of str to float, default=None
             Cost of each model (parameters, price), finite and >= 0 (a free
             model is taken before any costly one); positive costs within a
             factor ~1e270 of each other (any units: costs of 1e-320 work).
-            None gives every model a cost of 1.
+            None gives every model a cost of 1. An array is read in the row
+            order of ``X``; a Series (by its index) or a mapping is read by
+            model name, when ``X`` is a DataFrame indexed by unique model
+            names (as :class:`~locus_sklearn.LocusEmbedder` gives under
+            ``set_output(transform="pandas")``), and must name exactly its
+            models.
 
         Returns
         -------
@@ -1329,8 +1390,8 @@ class BudgetGreedySelector(_BaseSelector):
         """
         return self._fit(X, costs)
 
-    def _check_fit_params(self, n_models, costs):
-        return _check_costs(costs, n_models, self.budget)
+    def _check_fit_params(self, n_models, costs, row_names):
+        return _check_costs(costs, n_models, self.budget, row_names)
 
     def _select(self, D, sigma, costs):
         selected = _budget_greedy(_rbf(D, sigma, out=D), costs, self.budget)

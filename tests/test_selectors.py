@@ -1142,3 +1142,155 @@ def test_precomputed_distance_frame_in_any_model_order():
     partial = pd.DataFrame(pairwise_distances(Z), index=names, columns=["b", "a", "z"])
     with pytest.raises(ValueError, match="same models as index and columns"):
         router_embeddings(router, partial)
+
+
+# ------------------------------------------- costs by model name (a named X's rows)
+
+
+def _named_pool():
+    """Five models on a line, rows named in reverse name order, and costs in
+    that row order that give another selection when read in name order."""
+    names = ["e", "d", "c", "b", "a"]
+    X = pd.DataFrame(
+        [[0.0], [0.1], [5.0], [5.1], [10.0]],
+        index=pd.Index(names, name="model"),
+        columns=["x"],
+    )
+    return X, np.array([3.0, 1.0, 1.0, 3.0, 3.0])
+
+
+def test_costs_by_name_follow_a_dataframe_index_of_model_names():
+    # Pipeline(LocusEmbedder, BudgetGreedySelector).set_output("pandas")
+    # gives the selector X indexed by model name, yet a costs Series indexed
+    # by model name was refused as if the rows had no names.
+    X, row_costs = _named_pool()
+    by_name = pd.Series(row_costs, index=X.index).sort_index()  # a, b, ..., e
+    selector = BudgetGreedySelector(2.0, metric="euclidean")
+    expected = selector.fit(X, costs=row_costs).selected_indices_.tolist()
+    # Read by position, the name-ordered values select otherwise.
+    assert selector.fit(X, costs=by_name.to_numpy()).selected_indices_.tolist() != (
+        expected
+    )
+    for costs in (by_name, by_name.to_dict()):
+        selector.fit(X, costs=costs)
+        assert selector.selected_indices_.tolist() == expected
+        assert selector.total_cost_ == math.fsum(row_costs[expected])
+        selected, _, _ = budget_greedy_select(X, 2.0, costs=costs, metric="euclidean")
+        assert selected.tolist() == expected
+    # fit_predict and fit_transform pass costs on to fit.
+    labels = BudgetGreedySelector(2.0, metric="euclidean").fit_predict(X, costs=by_name)
+    np.testing.assert_array_equal(labels, selector.labels_)
+    similarity = BudgetGreedySelector(2.0, metric="euclidean").fit_transform(
+        X, costs=by_name
+    )
+    np.testing.assert_allclose(similarity, selector.transform(X))
+
+
+@pytest.mark.parametrize(
+    "costs, message",
+    [
+        (
+            {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0},
+            r"no cost for 1 model\(s\) of X's index: \['e'\]",
+        ),
+        (
+            {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0, "e": 1.0, "z": 1.0},
+            r"costs for 1 model\(s\) that are not in X's index: \['z'\]",
+        ),
+        (
+            pd.Series(1.0, index=["a", "b", "c", "d", "f"]),
+            r"no cost for 1 model\(s\) of X's index: \['e'\] and costs for 1 "
+            r"model\(s\) that are not in X's index: \['f'\]",
+        ),
+        (
+            pd.Series(1.0, index=range(5)),
+            r"5 index label\(s\) are not model names: \[0, 1, 2, 3, 4\]\. Index it "
+            r"by the model names of X's index, or pass costs.to_numpy\(\) for "
+            r"costs in the row order of X",
+        ),
+        (
+            pd.Series([1.0, -1.0, 1.0, 1.0, 1.0], index=["a", "b", "c", "d", "e"]),
+            r"costs must be finite and >= 0; 1 cost\(s\) are not: \[\('b', -1.0\)\]",
+        ),
+    ],
+)
+def test_costs_by_name_must_name_exactly_the_models_of_x(costs, message):
+    X, _ = _named_pool()
+    with pytest.raises(ValueError, match=message):
+        BudgetGreedySelector(5.0, metric="euclidean").fit(X, costs=costs)
+    with pytest.raises(ValueError, match=message):
+        budget_greedy_select(X, 5.0, costs=costs, metric="euclidean")
+
+
+@pytest.mark.parametrize(
+    "index, reason",
+    [
+        (
+            range(5),
+            r"X's index does not hold model names: 5 label\(s\) are not str, "
+            r"e\.g\. \[0, 1, 2, 3, 4\]",
+        ),
+        (["a", "a", "b", "c", "d"], r"X's index repeats 1 model name\(s\), \['a'\]"),
+    ],
+)
+def test_costs_by_name_refused_where_x_index_is_not_model_names(index, reason):
+    # Refused as before, without claiming that X's rows have no names.
+    X, row_costs = _named_pool()
+    X = X.set_axis(list(index))
+    costs = pd.Series(row_costs, index=["a", "b", "c", "d", "e"])
+    message = r"costs is a Series, which names its models, but a selector's "
+    for fit in (
+        lambda: BudgetGreedySelector(5.0).fit(X, costs=costs),
+        lambda: budget_greedy_select(X, 5.0, costs=costs),
+    ):
+        with pytest.raises(TypeError, match=message + r".*" + reason) as info:
+            fit()
+        assert "have no names" not in str(info.value)
+
+
+def test_costs_by_name_through_a_pandas_pipeline_and_metadata_routing():
+    import sklearn
+
+    X, row_costs = _named_pool()
+    by_name = pd.Series(row_costs, index=X.index).sort_index()
+    expected = (
+        BudgetGreedySelector(2.0).fit(
+            StandardScaler().fit_transform(X), costs=row_costs
+        )
+    ).selected_indices_.tolist()
+    pipe = make_pipeline(StandardScaler(), BudgetGreedySelector(2.0)).set_output(
+        transform="pandas"
+    )
+    pipe.fit(X, budgetgreedyselector__costs=by_name)
+    assert pipe[-1].selected_indices_.tolist() == expected
+    with sklearn.config_context(enable_metadata_routing=True):
+        routed = make_pipeline(
+            StandardScaler(), BudgetGreedySelector(2.0).set_fit_request(costs=True)
+        ).set_output(transform="pandas")
+        routed.fit(X, costs=by_name)
+        assert routed[-1].selected_indices_.tolist() == expected
+        labels = routed.fit_predict(X, costs=by_name)
+        np.testing.assert_array_equal(labels, routed[-1].labels_)
+
+
+def test_costs_series_with_a_pandas_locus_embedder_pipeline(tiny_embedder):
+    # The reported case: the embedder's pandas output is indexed by model name.
+    from locus_sklearn.datasets import make_model_pool
+
+    small = make_model_pool(
+        n_models=6, n_queries=60, n_families=2, evals_per_model=40, random_state=0
+    )
+    models = sorted(small.evals["model"].unique())
+    costs = pd.Series(np.arange(1.0, 7.0), index=models)
+    pipe = make_pipeline(
+        tiny_embedder(small.encodings, max_epochs=1), BudgetGreedySelector(3.0)
+    ).set_output(transform="pandas")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few evaluations: not the point here
+        pipe.fit(small.evals, budgetgreedyselector__costs=costs[::-1])
+        Z = pipe[0].transform(small.evals)
+    assert Z.index.tolist() == models
+    selector = pipe[-1]
+    assert selector.total_cost_ == costs.iloc[selector.selected_indices_].sum() <= 3.0
+    reference = BudgetGreedySelector(3.0).fit(Z.to_numpy(), costs=costs.to_numpy())
+    assert selector.selected_indices_.tolist() == reference.selected_indices_.tolist()
