@@ -283,15 +283,40 @@ def _non_strings(values):
     return values[~is_str]
 
 
+def _is_missing(value):
+    """Whether ``value`` is a missing value (None, NaN, pd.NA, NaT)."""
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError, ArithmeticError):
+        # An array-like entry is not a scalar missing value; a signalling
+        # Decimal NaN raises decimal.InvalidOperation (an ArithmeticError).
+        return False
+
+
 def _check_string_column(values, name, column):
     """Raise unless every entry of ``values`` is a non-empty str."""
     values = np.asarray(values, dtype=object)
     bad = _non_strings(values)
     if len(bad):
+        # Missing ids (NaN, None, pd.NA) get their own remedy: .astype(str)
+        # would turn them into the literal id "nan", accepted silently.
+        missing = np.fromiter((_is_missing(v) for v in bad), bool, len(bad))
+        n_missing = int(missing.sum())
+        others = bad[~missing]
+        if not len(others):
+            raise TypeError(
+                f"{name}[{column!r}] must hold strings; {n_missing} missing "
+                f"value(s) in {column!r}: drop or fill those rows."
+            )
+        hint = (
+            f" ({n_missing} missing value(s) in {column!r}: drop or fill those rows)"
+            if n_missing
+            else ""
+        )
         raise TypeError(
-            f"{name}[{column!r}] must hold strings; {len(bad)} of {len(values)} "
-            f"rows do not (e.g. {_preview(bad[:5])}). Convert ids with "
-            ".astype(str) if they are numbers."
+            f"{name}[{column!r}] must hold strings; {len(others)} of "
+            f"{len(values)} rows do not (e.g. {_preview(others[:5])}). Convert "
+            f"ids with .astype(str) if they are numbers{hint}."
         )
     empty = values == ""
     if empty.any():

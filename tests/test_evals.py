@@ -106,7 +106,8 @@ def test_score_too_large_for_a_float_is_a_value_error_naming_the_column():
         (
             frame(query=[None, None]),
             TypeError,
-            r"evals\['query'\] must hold strings; 2 of 2",
+            r"evals\['query'\] must hold strings; 2 missing value\(s\) in 'query': "
+            "drop or fill those rows",
         ),
         (frame(model=["", "b"]), ValueError, "1 empty string"),
         (frame(task=["t1", "t2"]), ValueError, "more than one task"),

@@ -1010,10 +1010,19 @@ def test_fingerprint_calibration_checks_the_metric_before_embedding():
         )
 
 
-@pytest.mark.parametrize("bad", [True, False, -0.1, float("nan"), "0.1"])
-def test_match_models_refuses_a_threshold_that_is_not_a_number(bad):
-    # True was taken as the threshold 1.0.
+@pytest.mark.parametrize("bad", [-0.1, float("nan")])
+def test_match_models_refuses_a_threshold_out_of_range(bad):
     with pytest.raises(ValueError, match=f"threshold={re.escape(repr(bad))} should"):
+        match_models([[0.0, 1.0]], [[1.0, 0.0]], threshold=bad)
+
+
+@pytest.mark.parametrize("bad", [True, False, "0.1"])
+def test_match_models_refuses_a_threshold_that_is_not_a_number(bad):
+    # True was taken as the threshold 1.0. A value of the wrong kind is a
+    # TypeError (docs/user_guide/errors.rst).
+    with pytest.raises(
+        TypeError, match=rf"threshold must be a number.*got {re.escape(repr(bad))}"
+    ):
         match_models([[0.0, 1.0]], [[1.0, 0.0]], threshold=bad)
 
 

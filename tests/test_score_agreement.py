@@ -282,12 +282,19 @@ def test_min_shared_is_validated(bad):
         match_models_by_scores(evals, evals, threshold=0.1, min_shared=bad)
 
 
-@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "0.1", None])
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
 def test_threshold_is_validated(bad):
     evals = _long({"a": {"q1": 1.0}, "b": {"q1": 0.0}})
     with pytest.raises(
         ValueError, match=r"threshold=.* should be a number in \[0, 1\]"
     ):
+        match_models_by_scores(evals, evals, threshold=bad, min_shared=1)
+
+
+@pytest.mark.parametrize("bad", [True, "0.1", None])
+def test_threshold_of_the_wrong_kind_is_a_type_error(bad):
+    evals = _long({"a": {"q1": 1.0}, "b": {"q1": 0.0}})
+    with pytest.raises(TypeError, match=r"threshold must be a number"):
         match_models_by_scores(evals, evals, threshold=bad, min_shared=1)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 # The package's one cost validator; the only place the CLI names it.
-from .._evals import check_model_costs
+from .._evals import _preview, check_model_costs
 from ._errors import EXIT_IO, EXIT_USAGE, CommandError
 
 __all__ = [
@@ -509,7 +509,17 @@ def costs_for(costs, models, path):
     [3.0, 1.0]
     """
     models = np.asarray(models, dtype=object)
-    wanted = {m: costs[m] for m in models if m in costs}
+    # Checked here rather than left to check_model_costs, whose remedy ("pass
+    # costs for exactly the models of the pool") is wrong for a file: its
+    # other rows are ignored, so it only has to cover the pool.
+    missing = [m for m in models if m not in costs]
+    if missing:
+        raise ValueError(
+            f"The costs file {str(path)!r} has no cost for {len(missing)} model(s) "
+            f"of the pool: {_preview(missing)}; list a cost for every model of the "
+            "pool (other rows are ignored)."
+        )
+    wanted = {m: costs[m] for m in models}
     return check_model_costs(wanted, models, name=f"The costs file {str(path)!r}")
 
 

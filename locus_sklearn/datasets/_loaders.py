@@ -300,11 +300,15 @@ def _read_scores(frame, column, path, kind, lines):
     raise TypeError(message)
 
 
-def _require(frame, columns, name):
+def _require(frame, columns, name, source=None):
+    """Raise unless ``frame`` has every one of ``columns``; all the missing
+    ones are named at once, so a file is not fixed one round at a time.
+    ``source`` (a path, or None for a DataFrame) is named in the message."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
+        where = name if source is None else f"{name} ({os.fspath(source)!r})"
         raise ValueError(
-            f"{name} has no column(s) {missing}; it has columns "
+            f"{where} has no column(s) {missing}; it has columns "
             f"{list(map(str, frame.columns))}. Name the right columns with "
             "model_column=, query_column=, score_column=, task_column= or "
             "query_id_column=."
@@ -480,9 +484,9 @@ def load_evals(
     id_columns = [model_column, query_id_column if joined else query_column, task_name]
     frame, kind, lines = _read_table(path, "path", id_columns, score_column)
     frame = _ids_as_str(frame, id_columns)
-    _require(frame, [model_column, score_column], "path")
-    score = _read_scores(frame, score_column, path, kind, lines)
 
+    # queries is read before the columns are checked: a queries path that
+    # cannot be read at all (a folder, a missing file) is the first thing to fix.
     query_table = None
     if joined:
         if isinstance(queries, pd.DataFrame):
@@ -492,10 +496,20 @@ def load_evals(
                 queries, "queries", [query_id_column, query_column, task_name]
             )
         query_table = _ids_as_str(query_table, [query_id_column, task_name])
-        _require(frame, [query_id_column], "path")
-        _require(query_table, [query_id_column, query_column], "queries")
-    else:
-        _require(frame, [query_column], "path")
+
+    # Every required column of the file checked together: model and score
+    # first and the query column later would report them in two rounds.
+    query_key = query_id_column if joined else query_column
+    _require(frame, [model_column, query_key, score_column], "path", path)
+    score = _read_scores(frame, score_column, path, kind, lines)
+
+    if joined:
+        _require(
+            query_table,
+            [query_id_column, query_column],
+            "queries",
+            None if isinstance(queries, pd.DataFrame) else queries,
+        )
 
     # Where the task column is: the evaluation file first, then the query table.
     task_in = None

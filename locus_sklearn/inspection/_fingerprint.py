@@ -15,6 +15,7 @@ from sklearn.utils import Bunch, check_random_state
 from .._evals import _preview, check_evals
 from .._warnings import warn_external
 from ._common import as_pool, check_metric, match_threshold, pairwise
+from ._score_agreement import _check_threshold_kind
 
 __all__ = ["calibrate_fingerprint_threshold", "match_models"]
 
@@ -253,11 +254,8 @@ def match_models(
     endpoint-1  model-a  0.001273      True
     endpoint-2  model-a  0.292893     False
     """
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, Real)
-        or not threshold >= 0
-    ):
+    _check_threshold_kind(threshold, calibrator="calibrate_fingerprint_threshold")
+    if not threshold >= 0:
         raise ValueError(f"threshold={threshold!r} should be a number >= 0.")
     new, names = as_pool(new_embeddings, names, name="new_embeddings")
     reference, reference_names = as_pool(

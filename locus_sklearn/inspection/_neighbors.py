@@ -95,6 +95,7 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
     rank
     1        c  0.004963
     """
+    _check_model_not_names(model)
     if check_metric(metric, precomputed=True) == "precomputed":
         if np.ndim(model) == 1:
             raise ValueError(
@@ -106,6 +107,7 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
         distances = D[i]
         candidates = np.delete(np.arange(len(D)), i)
         return _nearest(names, distances, candidates, k)
+    _warn_if_distances(embeddings, metric)
     Z, names = as_pool(embeddings, names)
     if np.ndim(model) == 1:
         point = check_array([model], dtype=np.float64, input_name="model")
@@ -121,6 +123,57 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
         distances = pairwise(Z[[i]], Z, metric=metric)[0]
         candidates = np.delete(np.arange(len(Z)), i)
     return _nearest(names, distances, candidates, k)
+
+
+def _check_model_not_names(model):
+    """Refuse a sequence of model names as ``model``.
+
+    A 1-d ``model`` is read as an embedding point, so ``["a"]`` or
+    ``["a", "b"]`` would otherwise fail deep in scikit-learn's check_array
+    with "could not convert string to float", which does not say that one
+    name is expected.
+    """
+    if isinstance(model, str) or np.ndim(model) == 0:
+        return
+    values = np.asarray(model, dtype=object).ravel()
+    if any(isinstance(v, str | np.str_) for v in values):
+        raise TypeError(
+            "model must be one model name (str), a row index (int), or an "
+            "embedding of d floats; got a sequence of names "
+            f"{_preview(values, limit=5)}. Pass one name at a time."
+        )
+
+
+def _warn_if_distances(embeddings, metric):
+    """Warn when ``embeddings`` look like a precomputed distance matrix.
+
+    A square DataFrame with the same models as index and columns and a zero
+    diagonal (such as score_disagreement(evals).distance) is still a valid
+    (n_models, n_models) embedding matrix, so forgetting metric="precomputed"
+    gives other distances and another neighbor order without any error.
+    """
+    if metric == "precomputed" or not isinstance(embeddings, pd.DataFrame):
+        return
+    n_rows, n_cols = embeddings.shape
+    if (
+        n_rows == 0
+        or n_rows != n_cols
+        or not embeddings.index.equals(embeddings.columns)
+    ):
+        return
+    try:
+        diagonal = np.diag(embeddings.to_numpy(dtype=np.float64))
+    except (TypeError, ValueError):
+        return  # not numbers: as_pool reports that
+    if np.all(diagonal == 0):
+        warn_external(
+            "embeddings is a square DataFrame with the same models as index and "
+            "columns and a zero diagonal: it looks like a distance matrix (such "
+            "as score_disagreement(evals).distance), but it is read as "
+            f'embeddings with metric={metric!r}. Pass metric="precomputed" if '
+            "it holds distances.",
+            UserWarning,
+        )
 
 
 def _nearest(names, distances, candidates, k):
@@ -170,6 +223,9 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
     b     a  c
     c     b  a
     """
+    # metric checked first: an invalid one must not also warn.
+    check_metric(metric, precomputed=True)
+    _warn_if_distances(embeddings, metric)
     D, names = pool_distances(embeddings, names, metric=metric)
     order = neighbor_order(D)
     return pd.DataFrame(

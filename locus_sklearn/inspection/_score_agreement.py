@@ -8,6 +8,7 @@ are trained to predict correctness on *new* queries and so average that
 per-query agreement away (``benchmarks/results/embedding_quality.md``).
 """
 
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -38,6 +39,30 @@ _DECIMALS = 6
 def _rounded(rate):
     """Disagreement rates rounded to ``_DECIMALS`` decimals (NaN stays NaN)."""
     return np.round(rate, _DECIMALS)
+
+
+def _check_threshold_kind(threshold, *, calibrator):
+    """Raise TypeError unless ``threshold`` is a real number (not a bool).
+
+    The whole result of a calibrate_*_threshold function (a Bunch) is the
+    usual mistake: its repr runs to thousands of characters and would bury
+    the remedy, so the message shows a short repr and names ``.threshold``.
+    """
+    if isinstance(threshold, Real) and not isinstance(threshold, bool | np.bool_):
+        return
+    if isinstance(threshold, Mapping) and "threshold" in threshold:
+        raise TypeError(
+            f"threshold must be a number; got a {type(threshold).__name__} with a "
+            f"'threshold' entry, as {calibrator} returns: pass result.threshold, "
+            "not the whole result."
+        )
+    shown = repr(threshold)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    raise TypeError(
+        f"threshold must be a number (int or float, not bool); got {shown} "
+        f"({type(threshold).__name__})."
+    )
 
 
 def _check_min_shared(min_shared):
@@ -251,11 +276,8 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
                nearest  n_shared  is_match
     endpoint-1    qwen       100      True
     """
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, Real)
-        or not (0 <= threshold <= 1)
-    ):
+    _check_threshold_kind(threshold, calibrator="calibrate_score_threshold")
+    if not (0 <= threshold <= 1):
         raise ValueError(f"threshold={threshold!r} should be a number in [0, 1].")
     _check_min_shared(min_shared)
     result = score_disagreement(evals, reference_evals, min_shared=min_shared)

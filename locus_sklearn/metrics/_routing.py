@@ -38,6 +38,20 @@ def _check_real_dtype(values, name):
     """
     if sparse.issparse(values):
         return  # check_array refuses sparse input with its own message
+    if isinstance(values, pd.DataFrame) and {"model", "query", "score"} <= set(
+        values.columns
+    ):
+        # The long evaluation table is the library's usual input, and its
+        # text columns would otherwise be refused for their dtype without
+        # saying that a matrix is expected nor how to build one.
+        raise TypeError(
+            f"{name} looks like a long evaluation table (columns 'model', 'query' "
+            f"and 'score', {len(values)} rows); the metrics take a score matrix "
+            "of shape (n_queries, n_models). Convert it with "
+            "check_evals(evals).to_dense() (rows check_evals(evals).queries, "
+            "columns .models) or evals.pivot_table(index='query', "
+            "columns='model', values='score')."
+        )
     if isinstance(values, pd.DataFrame):
         dtypes = list(values.dtypes)
     else:
@@ -303,6 +317,17 @@ def routing_accuracy(y_true, y_score):
 
 def oracle_accuracy(y_true):
     """Mean over queries of the best observed score: a perfect router's accuracy.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_queries, n_models)
+        Observed scores in [0, 1], NaN where missing; every query needs at
+        least one observed score. A long evaluation table converts with
+        ``check_evals(evals).to_dense()``.
+
+    Returns
+    -------
+    accuracy : float
 
     Examples
     --------
