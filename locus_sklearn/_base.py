@@ -13,6 +13,7 @@ from numbers import Real
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils import metadata_routing
 from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.validation import check_is_fitted
 
@@ -24,6 +25,7 @@ from ._encoders import (
 )
 from ._evals import _preview, check_evals, check_model_costs, check_queries
 from ._params import NoBoolNumbersMixin
+from ._repr import SummaryReprMixin
 from .metrics._routing import route
 
 __all__ = [
@@ -234,7 +236,7 @@ def route_by_utility(proba, model_costs, cost_weight, available=None):
     return routed
 
 
-class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
+class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
     """Base class of routers: fit on ``evals``, route queries to models.
 
     Subclasses set ``_parameter_constraints`` and implement two hooks:
@@ -257,6 +259,18 @@ class BaseRouter(NoBoolNumbersMixin, BaseEstimator):
         "cost_weight": [Interval(Real, 0, None, closed="left")],
     }
     _uses_query_encodings = True
+
+    # scikit-learn's metadata routing takes every argument but X and y for
+    # metadata a meta-estimator may route; evals and queries are the data
+    # (what X is elsewhere), so set_fit_request(evals=True) is not offered.
+    # model_costs stays routable (per-model metadata), and so does predict's
+    # models: a per-call restriction of the pool (an outage) that a Pipeline
+    # ending in a router should forward to its predict.
+    __metadata_request__fit = {"evals": metadata_routing.UNUSED}
+    __metadata_request__predict = {"queries": metadata_routing.UNUSED}
+    __metadata_request__predict_proba = {"queries": metadata_routing.UNUSED}
+    __metadata_request__decision_function = {"queries": metadata_routing.UNUSED}
+    __metadata_request__score = {"evals": metadata_routing.UNUSED}
 
     def _validate_params(self):
         # A mapping where a number belongs is most likely the query encodings

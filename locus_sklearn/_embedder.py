@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.utils import check_random_state
+from sklearn.utils import check_random_state, metadata_routing
 from sklearn.utils._param_validation import (
     HasMethods,
     Interval,
@@ -29,6 +29,7 @@ from ._params import NoBoolNumbersMixin, NumberInterval
 from ._persistence import load_embedder, save_embedder
 from ._readout import ReadoutPool, import_hnswlib
 from ._refinement import REFINE_PRIOR_MIN, embedding_scale, refine_embeddings
+from ._repr import SummaryReprMixin
 from ._training import (
     MONITORS,
     NETWORK_PARAMS,
@@ -192,7 +193,9 @@ def _check_embedding_models(embeddings, models):
     )
 
 
-class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
+class LocusEmbedder(
+    SummaryReprMixin, NoBoolNumbersMixin, TransformerMixin, BaseEstimator
+):
     """Learn LOCUS model embeddings from scored evaluations.
 
     ``fit`` trains the attention encoder F_θ (with its evaluation tokenizer
@@ -480,6 +483,18 @@ class LocusEmbedder(NoBoolNumbersMixin, TransformerMixin, BaseEstimator):
     >>> embedder.transform(pool.evals).shape
     (6, 16)
     """
+
+    # scikit-learn's metadata routing takes every argument but X and y for
+    # metadata a meta-estimator may route: these are all data (predict_proba's
+    # evals is what the embeddings were made from), so no set_*_request
+    # offers them.
+    __metadata_request__fit = {"evals": metadata_routing.UNUSED}
+    __metadata_request__transform = {"evals": metadata_routing.UNUSED}
+    __metadata_request__predict_proba = {
+        "embeddings": metadata_routing.UNUSED,
+        "queries": metadata_routing.UNUSED,
+        "evals": metadata_routing.UNUSED,
+    }
 
     _parameter_constraints = {
         "encoder": "no_validation",

@@ -37,6 +37,7 @@ from ._device import parse_device, resolve_device
 from ._evals import _preview, check_queries
 from ._length_batches import encode_in_length_batches
 from ._params import NumberInterval
+from ._repr import SummaryReprMixin
 from ._warnings import warn_external
 
 __all__ = ["QueryEncoder", "SharedEncodingsWarning", "as_query_encoder"]
@@ -323,7 +324,7 @@ def _lookup_mapping(mapping, queries, n_features):
     return np.stack(rows)
 
 
-class QueryEncoder(TransformerMixin, BaseEstimator):
+class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
     """Encode query texts (or ids) into L2-normalised float32 vectors.
 
     A stateless transformer: :meth:`fit` only resolves ``encoder`` (it learns

@@ -15,7 +15,10 @@ import warnings
 
 import numpy as np
 import pytest
+import sklearn
 from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, KFold, cross_validate
+from sklearn.pipeline import Pipeline
 from sklearn.utils import estimator_checks
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -35,6 +38,7 @@ from locus_sklearn.baselines import (
     MatrixFactorizationRouter,
     SingleBestRouter,
 )
+from locus_sklearn.datasets import make_model_pool
 
 SELECTORS = [
     KCenterSelector(n_select=3),
@@ -148,3 +152,68 @@ def test_routers_are_tagged_for_text_input_as_the_embedder_is(router):
     assert (tags.two_d_array, tags.string) == (False, True)
     assert (tags.two_d_array, tags.string) == (embedder.two_d_array, embedder.string)
     estimator_checks.check_valid_tag_types(type(router).__name__, router)
+
+
+# Routers and LocusEmbedder take their data as evals / queries / embeddings,
+# not X: scikit-learn's metadata routing listed these as metadata to route.
+ROUTABLE_METADATA = {"fit": {"model_costs": None}, "predict": {"models": None}}
+
+
+@pytest.mark.parametrize(
+    "estimator, expected",
+    [*[(router, ROUTABLE_METADATA) for router in ROUTERS], (LocusEmbedder(), {})],
+    ids=lambda e: type(e).__name__ if hasattr(e, "fit") else "",
+)
+def test_metadata_routing_offers_metadata_not_data(estimator, expected):
+    with sklearn.config_context(enable_metadata_routing=True):
+        estimator = clone(estimator)
+        assert estimator.get_metadata_routing()._serialize() == expected
+        for method, data in [
+            ("fit", "evals"),
+            ("score", "evals"),
+            ("predict", "queries"),
+            ("predict_proba", "queries"),
+            ("transform", "evals"),
+        ]:
+            setter = getattr(estimator, f"set_{method}_request", None)
+            if setter is not None:
+                with pytest.raises(TypeError, match="Unexpected args"):
+                    setter(**{data: True})
+
+
+def test_model_costs_and_models_are_routed_through_meta_estimators():
+    pool = make_model_pool(
+        n_models=4, n_queries=60, n_families=2, evals_per_model=40, random_state=0
+    )
+    costs = dict(zip(pool.models["model"], [1.0, 2.0, 3.0, 4.0], strict=True))
+    with sklearn.config_context(enable_metadata_routing=True):
+        # cost_weight > 0: fit raises unless the costs reach the router.
+        router = (
+            KNNRouter(k=5, encoder=pool.encodings, cost_weight=0.1)
+            .set_fit_request(model_costs=True)
+            .set_predict_request(models=True)
+        )
+        pipe = Pipeline([("router", router)]).fit(pool.evals, model_costs=costs)
+        np.testing.assert_array_equal(pipe[-1].model_costs_, [1.0, 2.0, 3.0, 4.0])
+        queries = list(pool.encodings)[:5]
+        only = [pipe[-1].classes_[2]]
+        assert (pipe.predict(queries, models=only) == only[0]).all()
+
+        result = cross_validate(
+            router,
+            pool.evals,
+            cv=KFold(3, shuffle=True, random_state=0),
+            params={"model_costs": costs},
+            return_estimator=True,
+            error_score="raise",
+        )
+        for fitted in result["estimator"]:
+            np.testing.assert_array_equal(fitted.model_costs_, [1.0, 2.0, 3.0, 4.0])
+
+        search = GridSearchCV(
+            router, {"k": [3, 5]}, cv=KFold(3, shuffle=True, random_state=0)
+        )
+        search.fit(pool.evals, model_costs=costs)
+        np.testing.assert_array_equal(
+            search.best_estimator_.model_costs_, [1.0, 2.0, 3.0, 4.0]
+        )

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch
 
+from .._repr import QueryEncodings
 from ._loaders import _long_frame
 
 __all__ = ["load_mmlu_pro"]
@@ -133,7 +134,10 @@ def load_mmlu_pro(*, open_weights_only=False):
             by question text.
         encodings : dict of str to ndarray of shape (384,)
             Query text -> float32 L2-normalised MiniLM encoding, for every query
-            of ``evals``. Usable as ``encoder=``.
+            of ``evals``. Usable as ``encoder=``. A ``dict`` subclass that
+            prints as its size (``QueryEncodings(3000 queries x 384)``), so
+            that the repr of an estimator or pipeline holding it stays short
+            and fast.
         scores : DataFrame of shape (3000, n_models)
             The same scores as a matrix, indexed by query text with one column
             per model; NaN where the model has no record of the question.
@@ -165,6 +169,8 @@ def load_mmlu_pro(*, open_weights_only=False):
     27
     >>> next(iter(data.encodings.values())).shape
     (384,)
+    >>> data.encodings
+    QueryEncodings(3000 queries x 384)
     """
     if not isinstance(open_weights_only, (bool, np.bool_)):
         raise TypeError(f"open_weights_only must be a bool; got {open_weights_only!r}.")
@@ -206,7 +212,9 @@ def load_mmlu_pro(*, open_weights_only=False):
 
     vectors = arrays["encodings"].astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    encodings = dict(zip(prompts, vectors, strict=True))
+    # Printed as its size: scikit-learn's repr of an estimator holding it
+    # would format every vector (minutes at this size).
+    encodings = QueryEncodings(zip(prompts, vectors, strict=True))
 
     queries = pd.DataFrame(
         {

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
+from .._repr import QueryEncodings
 from ._loaders import _long_frame
 
 __all__ = ["make_model_pool"]
@@ -255,7 +256,9 @@ def make_model_pool(
             model, then query.
         encodings : dict of str to ndarray of shape (n_features,)
             Query id -> float32 unit vector, for every query. Usable as
-            ``encoder=``.
+            ``encoder=``. A ``dict`` subclass that prints as its size
+            (``QueryEncodings(50 queries x 8)``), so that the repr of an
+            estimator or pipeline holding it stays short and fast.
         probabilities : DataFrame of shape (n_queries, n_models)
             True probabilities of a correct answer, indexed by query with one
             column per model (also for cells not in ``evals``).
@@ -292,6 +295,8 @@ def make_model_pool(
     ((50, 6), (6, 2))
     >>> data.encodings["q00"].shape
     (8,)
+    >>> data.encodings
+    QueryEncodings(50 queries x 8)
     """
     n_models, n_queries, n_tasks, n_families, n_features, n_evals = _check_pool(
         n_models, n_queries, n_tasks, n_families, n_features, evals_per_model, noise
@@ -387,7 +392,8 @@ def make_model_pool(
         extra["specialty"] = dict(zip(models, model_specialty.tolist(), strict=True))
     return Bunch(
         evals=evals,
-        encodings=dict(zip(queries, encodings, strict=True)),
+        # Printed as its size, not every vector (see QueryEncodings).
+        encodings=QueryEncodings(zip(queries, encodings, strict=True)),
         probabilities=pd.DataFrame(
             probabilities,
             index=pd.Index(queries, name="query"),

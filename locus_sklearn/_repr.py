@@ -1,0 +1,149 @@
+"""Fast text and HTML reprs of estimators holding large precomputed encodings.
+
+scikit-learn's repr compares every parameter with its default by ``repr``
+and its pretty printer formats each value several times before cutting the
+text to about 700 characters: an estimator built with ``encoder=`` a mapping
+of 3,000 vectors of 384 floats took about four minutes to print (and its
+Jupyter display longer). The estimators of this package print a shallow copy
+in which such a mapping is replaced by a one-line summary; the estimator
+itself is never changed, since another thread may be using it.
+"""
+
+from collections.abc import Mapping
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils import estimator_html_repr
+from sklearn.utils._pprint import _EstimatorPrettyPrinter
+
+__all__ = ["QueryEncodings", "SummaryReprMixin", "summarize_mapping"]
+
+# scikit-learn's printer shows at most 30 entries of a mapping (then "..."),
+# so past that the text was never the whole mapping; up to it, a mapping is
+# printed as before.
+_MAX_MAPPING_ENTRIES = 30
+
+
+def summarize_mapping(mapping):
+    """One line naming a mapping of vectors by its size, for reprs.
+
+    Examples
+    --------
+    >>> summarize_mapping({"q1": [3.0, 4.0], "q2": [0.0, 2.0]})
+    '2 queries x 2'
+    """
+    shape = np.shape(next(iter(mapping.values()), ()))
+    return f"{len(mapping)} queries x {' x '.join(map(str, shape)) or '?'}"
+
+
+class _MappingSummary:
+    """Stands for a large mapping parameter in the printed copy."""
+
+    def __init__(self, mapping):
+        self._text = f"<{type(mapping).__name__} of {summarize_mapping(mapping)}>"
+
+    def __repr__(self):
+        return self._text
+
+
+class QueryEncodings(dict):
+    """A dict of query id -> encoding whose repr is a one-line summary.
+
+    What the dataset loaders return as ``encodings``: it is a plain ``dict``
+    in every other respect (``==``, pickling, hashing by joblib, ``encoder=``),
+    but it prints as its size, so that scikit-learn's repr of a
+    :class:`~sklearn.pipeline.Pipeline` holding it, which this package cannot
+    shorten, stays fast.
+
+    Examples
+    --------
+    >>> enc = QueryEncodings({"q1": [3.0, 4.0], "q2": [0.0, 2.0]})
+    >>> enc
+    QueryEncodings(2 queries x 2)
+    >>> enc == {"q1": [3.0, 4.0], "q2": [0.0, 2.0]}
+    True
+    """
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"{type(self).__name__}({summarize_mapping(self)})"
+
+
+def _display_value(value):
+    """``value`` as printed: a large mapping summarised, estimators recursed.
+
+    Returns ``value`` itself when nothing in it needs summarising, so that
+    ordinary estimators print exactly as scikit-learn prints them.
+    """
+    if isinstance(value, QueryEncodings):
+        return value  # already prints as a summary
+    if isinstance(value, Mapping) and len(value) > _MAX_MAPPING_ENTRIES:
+        return _MappingSummary(value)
+    if isinstance(value, BaseEstimator):
+        # Any estimator parameter (LocusRouter's embedder, a FrozenEstimator
+        # wrapping one), whether or not of this package.
+        return _display_copy(value)
+    return value
+
+
+def _display_copy(estimator):
+    """A shallow copy of ``estimator`` with large mapping parameters summarised.
+
+    ``estimator`` itself when there is none.
+    """
+    if not hasattr(estimator, "__dict__"):
+        return estimator  # no attributes to copy (a __slots__ estimator)
+    replaced = {}
+    for name, value in estimator.get_params(deep=False).items():
+        shown = _display_value(value)
+        if shown is not value:
+            replaced[name] = shown
+    if not replaced:
+        return estimator
+    # Not copy.copy: that goes through __getstate__, which may drop what is
+    # printed (LocusEmbedder's drops its accelerator).
+    shown = object.__new__(type(estimator))
+    vars(shown).update(vars(estimator))
+    # scikit-learn estimators store each parameter under its name, which is
+    # where get_params() reads it.
+    vars(shown).update(replaced)
+    return shown
+
+
+class SummaryReprMixin:
+    """Print large mapping parameters (precomputed encodings) as a summary.
+
+    Overrides ``__repr__`` and the HTML repr hooks of scikit-learn's
+    ``BaseEstimator`` (``_html_repr``, which ``_repr_html_`` and
+    ``_repr_mimebundle_`` call, and ``_get_params_html``) to print a shallow copy of the estimator in
+    which every mapping of more than 30 entries, here or in a nested
+    estimator, is replaced by its size; the estimator is not changed.
+    An estimator without one prints exactly as scikit-learn prints it.
+
+    Examples
+    --------
+    >>> from locus_sklearn import QueryEncoder
+    >>> QueryEncoder({f"q{i}": [1.0, 0.0] for i in range(1000)})
+    QueryEncoder(encoder=<dict of 1000 queries x 2>)
+    """
+
+    def __repr__(self, N_CHAR_MAX=700):
+        return BaseEstimator.__repr__(_display_copy(self), N_CHAR_MAX=N_CHAR_MAX)
+
+    def _html_repr(self):
+        return estimator_html_repr(_display_copy(self))
+
+    def _get_params_html(self, deep=True, doc_link=""):
+        # The parameter table of the HTML repr, also where scikit-learn draws
+        # this estimator as a step of its own (a Pipeline's HTML repr).
+        return BaseEstimator._get_params_html(_display_copy(self), deep, doc_link)
+
+
+# scikit-learn's pretty printer lays out a nested estimator over several lines
+# only if its class's __repr__ is BaseEstimator's (it looks the layout up by
+# the __repr__ function); registered so that overriding __repr__ leaves the
+# text of an estimator inside another (a Pipeline step) as it was.
+_EstimatorPrettyPrinter._dispatch[SummaryReprMixin.__repr__] = (
+    _EstimatorPrettyPrinter._pprint_estimator
+)

@@ -1,0 +1,145 @@
+"""Text and HTML reprs of estimators holding large precomputed encodings.
+
+scikit-learn's repr formatted every vector of a mapping ``encoder=`` several
+times: minutes for the 3,000 x 384 encodings of ``load_mmlu_pro``.
+"""
+
+import copy
+import pickle
+import time
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.frozen import FrozenEstimator
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.utils import estimator_html_repr
+
+from locus_sklearn import LocusEmbedder, LocusRouter, QueryEncoder
+from locus_sklearn.baselines import KNNRouter, MatrixFactorizationRouter
+from locus_sklearn.datasets import load_mmlu_pro, make_model_pool
+
+# scikit-learn's repr of one estimator holding this took about 30 s (its HTML
+# repr about a minute); the summary takes milliseconds.
+N_QUERIES, N_FEATURES = 20_000, 64
+LARGE = {
+    f"q{i}": vector
+    for i, vector in enumerate(
+        np.random.default_rng(0).standard_normal((N_QUERIES, N_FEATURES))
+    )
+}
+# Without its angle brackets, which the HTML repr escapes.
+SUMMARY = f"dict of {N_QUERIES} queries x {N_FEATURES}"
+
+
+def _seconds(function, *args):
+    start = time.perf_counter()
+    result = function(*args)
+    return time.perf_counter() - start, result
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LocusEmbedder(LARGE),
+        lambda: LocusRouter(LocusEmbedder(LARGE)),
+        lambda: LocusRouter(FrozenEstimator(LocusEmbedder(LARGE))),
+        lambda: QueryEncoder(LARGE),
+        lambda: KNNRouter(encoder=LARGE),
+        lambda: MatrixFactorizationRouter(encoder=LARGE),
+    ],
+    ids=["embedder", "router", "frozen", "query_encoder", "knn", "mf"],
+)
+def test_large_mapping_prints_as_a_summary_quickly(make):
+    estimator = make()
+    # Loose bounds: each took well over the bound before, far under it now.
+    elapsed, text = _seconds(repr, estimator)
+    assert elapsed < 5, elapsed
+    assert SUMMARY in text and "array(" not in text
+    # What Jupyter calls.
+    elapsed, html = _seconds(estimator._repr_html_)
+    assert elapsed < 5, elapsed
+    assert SUMMARY in html and "array(" not in html
+    elapsed, bundle = _seconds(estimator._repr_mimebundle_)
+    assert elapsed < 5, elapsed
+    assert SUMMARY in bundle["text/plain"] and SUMMARY in bundle["text/html"]
+    # What was printed is a copy: the estimator still holds the mapping.
+    assert _holds_large(estimator)
+
+
+def _holds_large(estimator):
+    """Whether ``estimator`` or one nested in it has LARGE as a parameter."""
+    return any(
+        value is LARGE or (hasattr(value, "get_params") and _holds_large(value))
+        for value in estimator.get_params(deep=False).values()
+    )
+
+
+def test_ordinary_estimators_print_as_scikit_learn_prints_them():
+    # Printed by scikit-learn's repr before the summary existed. Inside a
+    # Pipeline, scikit-learn lays a nested estimator out over several lines
+    # only if it recognises its __repr__.
+    small = {"q1": [3.0, 4.0]}
+    router = LocusRouter(
+        LocusEmbedder(small, embedding_dim=8, n_latents=4, max_epochs=2, lr=0.02),
+        cost_weight=0.5,
+    )
+    assert repr(Pipeline([("router", router)])) == (
+        "Pipeline(steps=[('router',\n"
+        "                 LocusRouter(cost_weight=0.5,\n"
+        "                             embedder=LocusEmbedder(embedding_dim=8,\n"
+        "                                                    encoder={'q1': [3.0, 4.0]},\n"
+        "                                                    lr=0.02, max_epochs=2,\n"
+        "                                                    n_latents=4)))])"
+    )
+    assert repr(router) == (
+        "LocusRouter(cost_weight=0.5,\n"
+        "            embedder=LocusEmbedder(embedding_dim=8, encoder={'q1': [3.0, 4.0]},\n"
+        "                                   lr=0.02, max_epochs=2, n_latents=4))"
+    )
+    assert repr(KNNRouter(k=3, encoder=small)) == (
+        "KNNRouter(encoder={'q1': [3.0, 4.0]}, k=3)"
+    )
+    # Up to 30 entries (what scikit-learn shows of a mapping), as before.
+    thirty = {f"q{i}": np.ones(2) for i in range(30)}
+    assert "array([1., 1.])" in repr(QueryEncoder(thirty))
+
+
+def test_dataset_encodings_print_as_their_size_and_act_as_a_dict():
+    pool = make_model_pool(
+        n_models=4, n_queries=50, n_families=2, evals_per_model=10, random_state=0
+    )
+    encodings = pool.encodings
+    assert repr(encodings) == "QueryEncodings(50 queries x 32)"
+    assert isinstance(encodings, dict)
+    plain = dict(encodings)
+    for same in [
+        pickle.loads(pickle.dumps(encodings)),
+        copy.copy(encodings),
+        copy.deepcopy(encodings),
+    ]:
+        assert type(same) is type(encodings)
+        assert list(same) == list(plain)
+        assert all(np.array_equal(same[q], plain[q]) for q in plain)
+    # Pipeline(memory=) keys its cache on joblib's hash, equal for equal data.
+    assert joblib.hash(encodings) == joblib.hash(copy.deepcopy(encodings))
+    queries = list(plain)[:3]
+    np.testing.assert_array_equal(
+        QueryEncoder(encodings).fit().transform(queries),
+        QueryEncoder(plain).fit().transform(queries),
+    )
+    # In a Pipeline, whose repr is scikit-learn's own, it prints as its size.
+    pipe = make_pipeline(QueryEncoder(encodings))
+    assert "QueryEncodings(50 queries x 32)" in repr(pipe)
+
+
+def test_mmlu_pro_encodings_in_a_pipeline_print_quickly():
+    encodings = load_mmlu_pro().encodings
+    assert repr(encodings) == "QueryEncodings(3000 queries x 384)"
+    pipe = make_pipeline(LocusEmbedder(encodings, max_epochs=2))
+    elapsed, text = _seconds(repr, pipe)
+    assert elapsed < 5, elapsed
+    assert "QueryEncodings(3000 queries x 384)" in text
+    elapsed, html = _seconds(estimator_html_repr, pipe)
+    assert elapsed < 5, elapsed
+    assert "QueryEncodings(3000 queries x 384)" in html
