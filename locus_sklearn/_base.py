@@ -236,6 +236,26 @@ def route_by_utility(proba, model_costs, cost_weight, available=None):
     return routed
 
 
+def observed_scores(router, evals, reason):
+    """``(table, y_true)``: ``evals`` checked and its scores as a dense
+    (n_queries, n_models) matrix in ``router.classes_`` order (NaN where a
+    model has no score), refused where ``router`` is not fitted or ``evals``
+    has models outside its pool (``reason``, for the message, says why the
+    fitted models only). Shared by :meth:`BaseRouter.score` and the
+    scorers of :mod:`locus_sklearn.metrics`, so that both fail alike."""
+    # Before classes_ is read: an unfitted router raised AttributeError.
+    check_is_fitted(router)
+    table = check_evals(evals)
+    pool = set(router.classes_)
+    unknown = [m for m in table.models if m not in pool]
+    if unknown:
+        raise ValueError(
+            f"evals has {len(unknown)} model(s) that are not in the pool: "
+            f"{_preview(unknown)}; {reason}."
+        )
+    return table, table.to_dense(router.classes_)
+
+
 class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
     """Base class of routers: fit on ``evals``, route queries to models.
 
@@ -449,16 +469,9 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
         -------
         accuracy : float
         """
-        check_is_fitted(self)
-        table = check_evals(evals)
-        pool = set(self.classes_)
-        unknown = [m for m in table.models if m not in pool]
-        if unknown:
-            raise ValueError(
-                f"evals has {len(unknown)} model(s) that are not in the pool: "
-                f"{_preview(unknown)}; score() routes among the fitted models."
-            )
-        y_true = table.to_dense(self.classes_)
+        table, y_true = observed_scores(
+            self, evals, "score() routes among the fitted models"
+        )
         proba = self.predict_proba(table.queries)
         # routing_accuracy(y_true, utility), but routed as predict routes: a
         # row whose utilities all overflowed goes by cost, which the

@@ -1,8 +1,5 @@
 """Scorers for GridSearchCV: ``scorer(router, evals)`` on a fitted router."""
 
-from sklearn.utils.validation import check_is_fitted
-
-from .._evals import _preview, check_evals
 from ._routing import correctness_accuracy, correctness_log_loss, routing_accuracy
 
 __all__ = ["get_router_scorer", "ROUTER_SCORERS"]
@@ -12,18 +9,11 @@ def _observed_and_predicted(router, evals):
     """Dense observed scores of ``evals`` and the router's P(correct), both
     in ``router.classes_`` order, checked as :meth:`BaseRouter.score` checks
     them (so that every scorer fails alike on the same fold)."""
-    # Before classes_ is read: an unfitted router raised AttributeError.
-    check_is_fitted(router)
-    table = check_evals(evals)
-    pool = set(router.classes_)
-    unknown = [m for m in table.models if m not in pool]
-    if unknown:
-        # to_dense's "not in models" named neither the pool nor the router.
-        raise ValueError(
-            f"evals has {len(unknown)} model(s) that are not in the pool: "
-            f"{_preview(unknown)}; the scorer scores the fitted models only."
-        )
-    y_true = table.to_dense(router.classes_)
+    from .._base import observed_scores  # _base imports this package
+
+    table, y_true = observed_scores(
+        router, evals, "the scorer scores the fitted models only"
+    )
     y_score = router.predict_proba(table.queries)
     return y_true, y_score
 
