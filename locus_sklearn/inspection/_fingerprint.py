@@ -243,6 +243,15 @@ def match_models(
         reference model; ties go to the lowest row), ``distance`` and
         ``is_match`` (``distance <= threshold``).
 
+    Raises
+    ------
+    TypeError
+        If ``threshold`` is not a number (a bool, a string, or the whole
+        result of :func:`calibrate_fingerprint_threshold`: pass its
+        ``.threshold``).
+    ValueError
+        If ``threshold`` is negative or NaN.
+
     Examples
     --------
     >>> from locus_sklearn.inspection import match_models

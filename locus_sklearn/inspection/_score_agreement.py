@@ -248,9 +248,13 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
 
     Raises
     ------
+    TypeError
+        If ``threshold`` is not a number (a bool, a string, or the whole
+        result of :func:`calibrate_score_threshold`: pass its ``.threshold``).
     ValueError
-        If a model of ``evals`` shares fewer than ``min_shared`` queries with
-        every reference model (it is named, with the most it shares).
+        If ``threshold`` is outside [0, 1], or a model of ``evals`` shares
+        fewer than ``min_shared`` queries with every reference model (it is
+        named, with the most it shares).
 
     Examples
     --------
