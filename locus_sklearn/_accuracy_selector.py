@@ -24,7 +24,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
 from ._params import NoBoolNumbersMixin
-from ._selectors import _check_n_select, _rescale_exponent, _sum_slack
+from ._selectors import _check_n_select, _scaled, _sum_slack
 from ._warnings import warn_external
 
 __all__ = ["ExpectedAccuracySelector"]
@@ -63,19 +63,6 @@ def _greedy_expected_accuracy(P, n_select):
         available[m] = False
         best = np.maximum(best, P[m])
     return np.asarray(selected, dtype=np.int64), np.asarray(path)
-
-
-def _scaled(X):
-    """``X`` and an exponent ``e`` with ``X = X_scaled * 2 ** e``.
-
-    ``e`` is 0 (``X`` itself) unless the largest magnitude of ``X`` lies
-    outside 2 ** +-256; then ``X`` is scaled by a power of two to bring it
-    into [0.5, 1). A mean of values of 1e308 overflows to inf (and F's tie
-    tolerance to NaN), while the greedy's choices do not depend on the scale
-    of ``X``; the power of two scales exactly, so they are those on ``X``.
-    """
-    exponent = _rescale_exponent(X)
-    return (np.ldexp(X, -exponent) if exponent else X), exponent
 
 
 def _format_f(value):
@@ -161,8 +148,10 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
         """
         X = validate_data(self, X, dtype=np.float64)
         _check_n_select(self.n_select, X.shape[0])
-        # Computed on X scaled into range when its magnitudes are extreme;
-        # F, a mean of X's values, is scaled back to X's units.
+        # Computed on X scaled into range when its magnitudes are extreme (a
+        # mean of values of 1e308 overflows to inf, and F's tie tolerance to
+        # NaN; the greedy's choices do not depend on X's scale); F, a mean of
+        # X's values, is scaled back to X's units.
         X, exponent = _scaled(X)
         self.selected_indices_, path = _greedy_expected_accuracy(X, self.n_select)
         full = float(X.max(axis=0).mean())

@@ -131,6 +131,14 @@ class EvalTable:
         return dense
 
 
+def _unordered(values):
+    """Whether ``values`` is a set, whose order nobody chose: it iterates in
+    hash order (for str, one that changes between processes with
+    PYTHONHASHSEED). A dict's keys() are a set too, but keep the order they
+    were inserted in."""
+    return isinstance(values, AbstractSet) and not isinstance(values, KeysView)
+
+
 def _preview(values, limit=5):
     """The first ``limit`` values as a list literal for an error message.
 
@@ -534,13 +542,9 @@ def check_queries(queries, *, name="queries"):
             f"{name} must be a sequence of str, not a single string; wrap it in a "
             f"list: [{queries!r}]."
         )
-    if isinstance(queries, Mapping) or (
-        isinstance(queries, AbstractSet) and not isinstance(queries, KeysView)
-    ):
-        # A set iterates in hash order (for str, it changes between processes
-        # with PYTHONHASHSEED): predictions would come back in an order nobody
-        # chose. A mapping would give its keys where its values may be meant.
-        # A dict's keys() keep the order they were inserted in.
+    if isinstance(queries, Mapping) or _unordered(queries):
+        # From a set, predictions would come back in an order nobody chose; a
+        # mapping would give its keys where its values may be meant.
         raise TypeError(
             f"{name} must be a sequence of str in the order predictions are "
             f"wanted, or a DataFrame with a 'query' column; got a "

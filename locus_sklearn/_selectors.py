@@ -235,6 +235,15 @@ def _rescale_exponent(A):
     return math.frexp(largest)[1]
 
 
+def _scaled(A):
+    """``A`` and an exponent ``e`` with ``A = A_scaled * 2 ** e``: ``e`` is 0
+    (``A`` itself) unless the largest magnitude of ``A`` lies outside
+    2 ** +-_SAFE_EXPONENT; then ``A`` is scaled by a power of two into
+    [0.5, 1), exactly, so that comparisons come out as on ``A`` itself."""
+    exponent = _rescale_exponent(A)
+    return (np.ldexp(A, -exponent) if exponent else A), exponent
+
+
 def _rescale_rows(A):
     """``A`` with each row whose largest magnitude is outside
     2 ** +-_SAFE_EXPONENT scaled by a power of two into [0.5, 1) (exactly, so
@@ -648,8 +657,7 @@ def _budget_greedy(K, costs, budget):
     # per cost of 1e-320 overflowing to inf (and the floor to NaN). Budgets
     # and what is spent stay in the costs' own units. _check_costs has
     # refused costs too far apart for any common unit.
-    exponent = _rescale_exponent(costs)
-    unit = np.ldexp(costs, -exponent) if exponent else costs
+    unit, _ = _scaled(costs)
     # value[m]: gain (free m) or gain per unit cost, computed at step
     # computed_at[m], an upper bound of the current value at later steps;
     # -inf once m is selected or no longer fits.

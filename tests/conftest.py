@@ -199,3 +199,20 @@ def assert_reproduced():
 def rows_of():
     """``rows_of(evals, models)``: the rows of ``evals`` of the given models."""
     return _rows_of
+
+
+@pytest.fixture
+def three_model_knn():
+    """A KNNRouter(1) fitted on three models a, b, c over three queries
+    (q1 and q2 near each other, q3 apart), and its evaluations: a answers q1
+    and q2 right, b only q1, c only q3. The small pool of the portfolio
+    curve's tests."""
+    from locus_sklearn.baselines import KNNRouter
+
+    encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
+    evals = {
+        "model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+        "query": ["q1", "q2", "q3"] * 3,
+        "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
+    }
+    return KNNRouter(1, encoder=encoder).fit(evals), evals

@@ -1308,14 +1308,8 @@ def test_portfolio_curve(router, pool):
         portfolio_curve(router, pool.evals, [2], selector=LocusEmbedder())
 
 
-def test_portfolio_baseline_skips_draws_without_a_score():
-    encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
-    train = {
-        "model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
-        "query": ["q1", "q2", "q3"] * 3,
-        "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
-    }
-    router = KNNRouter(1, encoder=encoder).fit(train)
+def test_portfolio_baseline_skips_draws_without_a_score(three_model_knn):
+    router, _ = three_model_knn
     # c has no held-out score: a draw of c alone has no accuracy (was NaN,
     # which made the baseline NaN); a or b alone, or any pair, scores 1.
     held = {"model": ["a", "b"], "query": ["q1", "q1"], "score": [1, 1]}
@@ -1353,14 +1347,8 @@ def test_budget_portfolio_needs_costs(pool):
     assert curve["n_models"].tolist() == [3]
 
 
-def test_portfolio_curve_validates_values():
-    encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
-    evals = {
-        "model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
-        "query": ["q1", "q2", "q3"] * 3,
-        "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
-    }
-    router = KNNRouter(1, encoder=encoder).fit(evals)
+def test_portfolio_curve_validates_values(three_model_knn):
+    router, evals = three_model_knn
     Z = [[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]]
     # 2 was "not iterable", "12" was read as sizes "1" and "2", [] gave an
     # empty frame.

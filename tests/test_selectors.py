@@ -1065,30 +1065,19 @@ def test_expected_accuracy_never_selects_a_model_twice():
 
 
 # --------------------------------------------------------------------------------------
-# portfolio_curve and router_embeddings
+# portfolio_curve and router_embeddings (the pool of conftest's three_model_knn)
 
-
-def _curve_setup():
-    from locus_sklearn.baselines import KNNRouter
-
-    encoder = {"q1": [1.0, 0.0], "q2": [0.9, 0.1], "q3": [0.0, 1.0]}
-    evals = {
-        "model": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
-        "query": ["q1", "q2", "q3"] * 3,
-        "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
-    }
-    router = KNNRouter(1, encoder=encoder).fit(evals)
-    Z = np.array([[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]])
-    return router, evals, Z
+# Embeddings of a, b, c.
+_CURVE_Z = np.array([[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]])
 
 
 @pytest.mark.parametrize("costs", [{"zzz": -5.0}, [1.0, 2.0, 3.0]])
-def test_portfolio_curve_refuses_costs_with_a_count_selector(costs):
+def test_portfolio_curve_refuses_costs_with_a_count_selector(costs, three_model_knn):
     # A count selector never reads costs: an unknown model and a negative
     # cost went through unchecked, and the curve had no cost column.
     from locus_sklearn.inspection import portfolio_curve
 
-    router, evals, Z = _curve_setup()
+    (router, evals), Z = three_model_knn, _CURVE_Z
     for selector in (None, KCenterSelector()):
         with pytest.raises(ValueError, match="costs applies to budgeted selectors"):
             portfolio_curve(
@@ -1096,10 +1085,10 @@ def test_portfolio_curve_refuses_costs_with_a_count_selector(costs):
             )
 
 
-def test_portfolio_curve_refuses_a_selector_class():
+def test_portfolio_curve_refuses_a_selector_class(three_model_knn):
     from locus_sklearn.inspection import portfolio_curve
 
-    router, evals, Z = _curve_setup()
+    (router, evals), Z = three_model_knn, _CURVE_Z
     message = (
         r"selector must be an estimator instance, e\.g\. KMedoidsSelector\(\); "
         "got the class KMedoidsSelector"
@@ -1108,13 +1097,13 @@ def test_portfolio_curve_refuses_a_selector_class():
         portfolio_curve(router, evals, [1], selector=KMedoidsSelector, embeddings=Z)
 
 
-def test_precomputed_distance_frame_in_any_model_order():
+def test_precomputed_distance_frame_in_any_model_order(three_model_knn):
     # A valid symmetric distance DataFrame in another model order had only its
     # rows reordered to classes_: "X is not symmetric".
     from locus_sklearn.inspection import portfolio_curve
     from locus_sklearn.inspection._common import router_embeddings
 
-    router, evals, Z = _curve_setup()
+    (router, evals), Z = three_model_knn, _CURVE_Z
     names = list("abc")
     D = pd.DataFrame(pairwise_distances(Z), index=names, columns=names)
     shuffled = D.loc[list("cab"), list("bca")]

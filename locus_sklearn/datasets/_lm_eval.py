@@ -610,7 +610,13 @@ def from_lm_eval(
             _check_one_model_for_model(model, runs[0][0].parent, dates)
         names = [model] * len(runs)
     else:
-        models = [_model_run(file, date) for file, _, date in runs]
+        # One read of a run's results files, not one per task of the run (a
+        # run's first samples file is where an unreadable run is reported).
+        run_of = {}
+        for file, _, date in runs:
+            if (file.parent, date) not in run_of:
+                run_of[file.parent, date] = _model_run(file, date)
+        models = [run_of[file.parent, date] for file, _, date in runs]
         names = [name for name, _ in models]
         _check_one_model_per_name(names, models, [date for _, _, date in runs])
 

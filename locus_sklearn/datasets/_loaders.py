@@ -4,13 +4,12 @@ import gzip
 import json
 import os
 import warnings
-from collections.abc import KeysView, Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
-from .._evals import _as_float, _is_real_number, _preview, check_evals
+from .._evals import _as_float, _is_real_number, _preview, _unordered, check_evals
 from .._warnings import warn_external
 
 __all__ = ["from_wide", "load_evals"]
@@ -566,12 +565,10 @@ def _entries(values, name, valid):
 
     An item that is a tuple (a column of a MultiIndex) or a list stays one
     entry: np.asarray would make a 2-D array, whose length is not the number
-    of entries. A set is refused: it iterates in hash order (for str, one
-    that changes between processes with PYTHONHASHSEED), so which entry gets
-    which name or task would be chosen by nobody. A dict's keys() keep the
-    order they were inserted in.
+    of entries. A set is refused (:func:`~.._evals._unordered`): which entry
+    gets which name or task would be chosen by nobody.
     """
-    if isinstance(values, AbstractSet) and not isinstance(values, KeysView):
+    if _unordered(values):
         raise TypeError(
             f"{name} must be {valid}; got a {type(values).__name__} "
             f"{_preview(values)}, which has no order. Pass a list in the order "
