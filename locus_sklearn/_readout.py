@@ -236,9 +236,13 @@ class KernelReadout(nn.Module):
         sparse when the pool is (:class:`ReadoutPool`). The weights are
         ``exp((cos − 1) / τ)`` themselves, in [exp(−2/τ), 1]: float32 while
         exp(−2/τ) is far from float32's smallest normal number, float64 for
-        narrower bandwidths, and below τ = 0.003 the per-model log-sum-exp
-        of :meth:`pairwise_exact`. No (Q, R) matrix of evaluations is formed:
-        memory is Q_chunk·U floats plus the pool.
+        narrower bandwidths. Below τ = 0.003, where even float64 underflows,
+        each model's weights are taken relative to its largest (the
+        log-sum-exp of :meth:`pairwise_exact`), summed over the pool's stored
+        cells (counts and nonzero score sums, C ≤ 2R) in steps of about 2**20
+        (query, cell) pairs. No (Q, R) matrix of evaluations is formed:
+        memory is Q_chunk·U floats, or below τ = 0.003 about
+        max(2**20, C) (query, cell) pairs, plus the pool.
 
         Parameters
         ----------
@@ -246,7 +250,9 @@ class KernelReadout(nn.Module):
         pool : ReadoutPool
         query_chunk : int, default=256
             Most queries per chunk; fewer when U is large, so that the
-            (U, Q_chunk) weights stay within 32 MB.
+            (U, Q_chunk) weights, with the similarities they are made from
+            where those are in another dtype, stay within 32 MB (and below
+            τ = 0.003, so that a chunk gathers about 2**20 cells).
         neighbors : int or None, default=None
             An approximation: only the ``neighbors`` bank queries nearest each
             query (by cosine) enter its readout; a model with no evaluation
@@ -258,14 +264,14 @@ class KernelReadout(nn.Module):
             top-k, or the pool's hnswlib graph (:meth:`ReadoutPool.nearest`;
             approximate, and faster when U is large).
         similarity_dtype : torch.dtype, default=torch.float32
-            Precision of the (U, F) x (F, Q) similarity product, the largest;
+            Precision of the (U, F) x (F, Q) similarity product, the largest,
+            also where ``neighbors`` are chosen by it (``index="exact"``:
+            near ties may then swap; hnswlib searches in float32);
             ``torch.bfloat16`` is an approximation (cosines to about 1e-2)
             for hardware with bfloat16 matrix units. Weights and sums stay
             float32 or float64.
         """
         tau = float(self.log_bandwidth.detach().exp())
-        if tau < 0.003 and neighbors is None:
-            return self.pairwise_exact(queries, *pool.evaluations)
         n_models = pool.n_models
         out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
         if pool.n_rows == 0:  # no evaluations: readout 0.5, evidence 0
@@ -273,14 +279,28 @@ class KernelReadout(nn.Module):
         dtype = torch.float32 if _float32_weights(tau) else torch.float64
         bank = pool.bank  # (U, F), unit rows
         unit = F.normalize(queries.to(bank.dtype), dim=-1)
+        # Below τ = 0.003 exp((cos − 1) / τ) underflows even float64 for
+        # distant queries (a model with only those would read 0.5 with no
+        # evidence): as in pairwise_exact, each (query, model)'s weights are
+        # taken relative to its largest, a log-sum-exp.
+        narrow = tau < 0.003
+        if narrow and neighbors is None:
+            # Every bank query is a neighbour; chunked so that a step gathers
+            # about 2**20 cells (several 8-byte arrays of them, about 40 MB).
+            bank = pool.bank_in(similarity_dtype)
+            step = max(1, min(query_chunk, 2**20 // max(1, pool.n_cells())))
+            for start in range(0, queries.shape[0], step):
+                part = slice(start, start + step)
+                similarity = unit[part].to(similarity_dtype) @ bank.T
+                logits = _offset(similarity.to(dtype)) / tau
+                sums, peak = pool.gather(None, logits, log=True)
+                self._readout(sums, pool, out[part], peak)
+            return out
         if neighbors is not None:
-            similarity, nearest = pool.nearest(unit, neighbors, index)
+            similarity, nearest = pool.nearest(
+                unit, neighbors, index, dtype=similarity_dtype
+            )
             logits = _offset(similarity.to(dtype)) / tau
-            # Below τ = 0.003 exp((cos − 1) / τ) underflows even float64 for
-            # distant neighbours (a model with only those would read 0.5 with
-            # no evidence): as in pairwise_exact, each (query, model)'s
-            # weights are taken relative to its largest, a log-sum-exp.
-            narrow = tau < 0.003
             weights = logits if narrow else logits.exp_()
             # About 4M gathered cells per step.
             per_query = nearest.shape[1] * max(1, 2 * pool.n_rows // len(bank))
@@ -299,7 +319,10 @@ class KernelReadout(nn.Module):
         # at 0 before the exponential as in _offset (a cosine rounded above 1).
         scaled = (unit * (1 / tau)).to(similarity_dtype)
         shift = torch.tensor(-1 / tau, dtype=bank.dtype, device=bank.device)
-        step = max(1, min(query_chunk, 2**23 // len(bank)))
+        # 32 MB of weights per chunk, and of the similarities they are
+        # converted from where the dtypes differ (float64 weights: 8 + 4 bytes).
+        itemsize = dtype.itemsize + (bank.dtype.itemsize if bank.dtype != dtype else 0)
+        step = max(1, min(query_chunk, 2**25 // (len(bank) * itemsize)))
         # The sparse product gathers rows of its dense operand at random. Where
         # a chunk's (U, q) weights stay in cache they are formed transposed, so
         # that it reads them in place (0.6-0.8x the time at 112 models x 256
@@ -496,7 +519,7 @@ class ReadoutPool:
                 table = torch.cat([patterns, sums])
                 self.count_row, self.n_count_rows = count_row, len(patterns)
         self._tables = {torch.float32: table}
-        self._by_bank = None  # (U, 2M) CSR arrays, for the neighbour readout
+        self._by_bank = None  # (U, 2M) CSR arrays: neighbour and narrow readouts
         self._graph = None  # hnswlib graph of the bank
         self._banks = {}  # the bank in other dtypes
 
@@ -517,7 +540,7 @@ class ReadoutPool:
             self._banks[dtype] = self.bank.to(dtype)
         return self._banks[dtype]
 
-    def nearest(self, queries, k, index="exact", query_chunk=256):
+    def nearest(self, queries, k, index="exact", query_chunk=256, dtype=None):
         """The ``k`` bank queries nearest each query, by cosine.
 
         Parameters
@@ -531,6 +554,13 @@ class ReadoutPool:
             "hnsw" searches an hnswlib graph of the bank (built on first use
             and kept with the pool; needs the ``ann`` extra), approximate
             but sublinear in U.
+        query_chunk : int, default=256
+            Most queries per product; fewer when U is large (at most 32 MB
+            of similarities).
+        dtype : torch.dtype or None, default=None
+            Precision of the "exact" similarities and of those returned
+            (None: :attr:`bank`'s float32); ``torch.bfloat16`` rounds cosines
+            to about 1e-2, so near ties may swap. "hnsw" searches in float32.
 
         Returns
         -------
@@ -548,12 +578,12 @@ class ReadoutPool:
             nearest = torch.as_tensor(found.astype(np.int64), device=device)
             # hnswlib's inner-product distance is 1 - <q, b>.
             return 1 - torch.as_tensor(distance, device=device), nearest
+        bank = self.bank if dtype is None else self.bank_in(dtype)
+        queries = queries.to(bank.dtype)
         similarity, nearest = [], []
         step = max(1, min(query_chunk, 2**23 // len(self.bank)))
         for start in range(0, len(queries), step):
-            values, rows = torch.topk(
-                queries[start : start + step] @ self.bank.T, k, dim=1
-            )
+            values, rows = torch.topk(queries[start : start + step] @ bank.T, k, dim=1)
             similarity.append(values)
             nearest.append(rows)
         return torch.cat(similarity), torch.cat(nearest)
@@ -584,16 +614,9 @@ class ReadoutPool:
         self._graph.set_ef(max(self.HNSW_EF, k))
         return self._graph
 
-    def gather(self, nearest, weights, log=False):
-        """Weighted counts|sums of a few bank queries per query, shape (Q, K + M):
-        ``out[q] = Σ_j weights[q, j] · table[:, nearest[q, j]]``, reading only
-        the stored cells of those bank queries.
-
-        With ``log=True``, ``weights`` are log-weights, and each model's
-        counts and sums are relative to its largest gathered weight: returns
-        ``(out, peak)``, where model ``m``'s columns are scaled by
-        ``exp(−peak[:, m])`` and ``peak`` (Q, M) is that largest log-weight
-        (−inf where none was gathered), so that no weight underflows."""
+    def _cells(self):
+        """The (U, K + M) transpose of the float32 table as CSR arrays (row
+        pointers, columns, values), built on first use and kept."""
         if self._by_bank is None:
             with warnings.catch_warnings():  # "sparse CSR support is in beta"
                 warnings.simplefilter("ignore", UserWarning)
@@ -605,19 +628,49 @@ class ReadoutPool:
                 csr.col_indices().long(),
                 csr.values(),
             )
-        crow, col, value = self._by_bank
-        n_queries, k = nearest.shape
+        return self._by_bank
+
+    def n_cells(self):
+        """Stored cells of the table C: counts, and score sums where nonzero."""
+        return len(self._cells()[1])
+
+    def gather(self, nearest, weights, log=False):
+        """Weighted counts|sums of a few bank queries per query, shape (Q, K + M):
+        ``out[q] = Σ_j weights[q, j] · table[:, nearest[q, j]]``, reading only
+        the stored cells of those bank queries. ``nearest=None`` reads every
+        bank query: ``weights`` of shape (Q, U), ``out = weights @ table.T``.
+
+        With ``log=True``, ``weights`` are log-weights, and each model's
+        counts and sums are relative to its largest gathered weight: returns
+        ``(out, peak)``, where model ``m``'s columns are scaled by
+        ``exp(−peak[:, m])`` and ``peak`` (Q, M) is that largest log-weight
+        (−inf where none was gathered), so that no weight underflows."""
+        crow, col, value = self._cells()
+        n_queries = len(weights)
         width = self.n_count_rows + self.n_models
-        start = crow[nearest].reshape(-1)
-        length = crow[nearest + 1].reshape(-1) - start
-        pair = torch.repeat_interleave(
-            torch.arange(len(start), device=start.device), length
-        )
-        # Position of each gathered cell within its bank query's row.
-        offset = torch.cumsum(length, 0) - length
-        cell = torch.arange(len(pair), device=start.device) - offset[pair] + start[pair]
-        target = torch.div(pair, k, rounding_mode="floor") * width + col[cell]
-        weight = weights.reshape(-1)[pair]
+        if nearest is None:
+            # Every stored cell once per query, in the CSR's order.
+            weight = weights.repeat_interleave(crow.diff(), dim=1).reshape(-1)
+            first = torch.arange(n_queries, device=col.device)[:, None] * width
+            target = (first + col).reshape(-1)
+            value = value.expand(n_queries, -1).reshape(-1)
+        else:
+            k = nearest.shape[1]
+            start = crow[nearest].reshape(-1)
+            length = crow[nearest + 1].reshape(-1) - start
+            pair = torch.repeat_interleave(
+                torch.arange(len(start), device=start.device), length
+            )
+            # Position of each gathered cell within its bank query's row.
+            offset = torch.cumsum(length, 0) - length
+            cell = (
+                torch.arange(len(pair), device=start.device)
+                - offset[pair]
+                + start[pair]
+            )
+            target = torch.div(pair, k, rounding_mode="floor") * width + col[cell]
+            weight = weights.reshape(-1)[pair]
+            value = value[cell]
         peak = None
         if log:
             # Largest log-weight of each count row; a model's score sums use
@@ -628,13 +681,16 @@ class ReadoutPool:
             peak = largest if self.count_row is None else largest[:, self.count_row]
             weight = (weight - torch.cat([largest, peak], 1).reshape(-1)[target]).exp()
         out = weights.new_zeros(n_queries * width)
-        out.index_add_(0, target, weight * value[cell].to(weights.dtype))
+        out.index_add_(0, target, weight * value.to(weights.dtype))
         out = out.view(n_queries, width)
         return out if peak is None else (out, peak)
 
     def nbytes(self):
-        """Bytes held: the bank and the tables built so far."""
+        """Bytes held: the bank in each dtype, the tables and the neighbour
+        readout's (U, K + M) cells built so far; not the hnswlib graph of
+        ``index="hnsw"``, whose size hnswlib does not report."""
         tensors = [self.bank, *self._banks.values(), *self._tables.values()]
+        tensors += self._by_bank or ()
         total = 0
         for t in tensors:
             if t.layout == torch.sparse_csr:

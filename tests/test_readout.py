@@ -356,6 +356,121 @@ def test_bfloat16_similarity_is_close_to_float32():
     assert torch.equal(low[:, 1], full[:, 1])  # the model without rows
 
 
+def _brute_force_readout(queries, sets, bandwidth):
+    """Each model's log-sum-exp readout in float64, one (query, model) at a time."""
+    unit = torch.nn.functional.normalize(queries.double(), dim=-1)
+    rows = torch.nn.functional.normalize(sets.bank.double(), dim=-1)[sets.index]
+    out = torch.zeros(len(queries), len(sets.indptr) - 1, 2, dtype=torch.float64)
+    for m in range(len(sets.indptr) - 1):
+        part = slice(int(sets.indptr[m]), int(sets.indptr[m + 1]))
+        if part.start == part.stop:
+            continue
+        logits = ((unit @ rows[part].T - 1).clamp_max(0)) / bandwidth
+        log_mass = torch.logsumexp(logits, dim=1)
+        weights = (logits - log_mass[:, None]).exp()
+        out[:, m, 0] = 2 * (weights @ sets.score[part].double()) - 1
+        out[:, m, 1] = torch.nn.functional.softplus(log_mass)
+    return out
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("bandwidth", [0.0029, 0.001, 1e-4])
+def test_narrow_exact_readout_is_chunked_and_matches_float64(bandwidth, sparse):
+    """Below τ = 0.003 the exact readout fell back to pairwise_exact: a
+    (256, R) matrix of evaluations whatever query_chunk said, a Python loop
+    over the models, and float64 queries refused. It reads the pool's cells
+    in chunks of at most query_chunk queries, and matches a float64 brute
+    force (float32 cosines, to about 1e-7, move the exponents by 1e-7 / τ)."""
+    sets = _random_sets(7, 40, 6, [10, 0, 25, 7, 1, 40])
+    queries = torch.randn(13, 6, generator=torch.Generator().manual_seed(2))
+    readout = KernelReadout(bandwidth)
+    pool = ReadoutPool(sets, sparse=sparse)
+    chunks = []
+    gather = pool.gather
+
+    def spy(nearest, weights, log=False):
+        chunks.append(tuple(weights.shape))
+        return gather(nearest, weights, log=log)
+
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+        patch.setattr(pool, "gather", spy)
+        got = readout.pairwise_pool(queries, pool, query_chunk=4)
+        got64 = readout.pairwise_pool(queries.double(), pool, query_chunk=4)
+    assert chunks and all(q <= 4 and u == len(pool.bank) for q, u in chunks)
+    expected = _brute_force_readout(queries, sets, bandwidth)
+    tolerance = 1e-7 / bandwidth * 10
+    torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance)
+    assert got64.dtype == torch.float64
+    torch.testing.assert_close(got64, got.double())
+    assert torch.equal(got[:, 1], torch.zeros(13, 2))  # the model without rows
+
+
+def test_bfloat16_similarity_chooses_the_neighbours_too():
+    """readout_dtype="bfloat16" was ignored with neighbours: the top-k ran in
+    float32. The neighbours now come from the bfloat16 product, each within
+    its rounding (about 1e-2) of the float32 k-th nearest."""
+    sets = _random_sets(5, 200, 32, [40, 0, 80, 10])
+    queries = torch.randn(30, 32, generator=torch.Generator().manual_seed(4))
+    readout = KernelReadout(0.1)
+    pool = ReadoutPool(sets)
+    with torch.no_grad():
+        full = readout.pairwise_pool(queries, pool, neighbors=8)
+        low = readout.pairwise_pool(
+            queries, pool, neighbors=8, similarity_dtype=torch.bfloat16
+        )
+    torch.testing.assert_close(low, full, rtol=0.1, atol=0.05)
+    assert not torch.equal(low, full)
+    unit = torch.nn.functional.normalize(queries, dim=-1)
+    similarity, nearest = pool.nearest(unit, 8, dtype=torch.bfloat16)
+    assert similarity.dtype == torch.bfloat16
+    exact = unit @ pool.bank.T
+    kth = exact.topk(8, dim=1).values[:, -1:]
+    assert (exact.gather(1, nearest) >= kth - 2e-2).all()
+    torch.testing.assert_close(
+        similarity.float(), exact.gather(1, nearest), rtol=0, atol=1e-2
+    )
+
+
+def test_readout_chunks_are_sized_by_the_weights_dtype():
+    """The (U, q) weights of a chunk, with the float32 similarities they are
+    converted from, stay within 32 MB: float64 weights (1/30 > τ >= 0.003)
+    took chunks sized for float32 ones, 96 MB in all."""
+    n_bank = 2**16
+    gen = torch.Generator().manual_seed(0)
+    sets = EvaluationSets(
+        torch.randn(n_bank, 4, generator=gen), torch.arange(n_bank),
+        torch.rand(n_bank, generator=gen), [0, n_bank],
+    )  # fmt: skip
+    pool = ReadoutPool(sets, sparse=False)
+    queries = torch.randn(300, 4, generator=gen)
+    sizes = []
+    write = KernelReadout._readout
+
+    def spy(sums, pool, out, peak=None):
+        sizes.append(len(out))
+        return write(sums, pool, out, peak)
+
+    for bandwidth, itemsize in [(0.1, 4), (0.01, 8 + 4)]:
+        sizes.clear()
+        with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+            patch.setattr(KernelReadout, "_readout", staticmethod(spy))
+            KernelReadout(bandwidth).pairwise_pool(queries, pool)
+        assert max(sizes) * n_bank * itemsize <= 32 * 2**20, bandwidth
+
+
+def test_nbytes_counts_the_cells_of_the_neighbour_readout():
+    """nbytes left out the (U, K + M) cells the neighbour and narrow readouts
+    build and keep."""
+    sets = _random_sets(0, 300, 4, [50, 120, 30])
+    pool = ReadoutPool(sets)
+    queries = torch.randn(5, 4)
+    before = pool.nbytes()
+    with torch.no_grad():
+        KernelReadout(0.1).pairwise_pool(queries, pool, neighbors=3)
+    cells = sum(t.numel() * t.element_size() for t in pool._by_bank)
+    assert pool.nbytes() == before + cells > before
+
+
 def test_models_on_the_same_queries_share_one_row_of_counts():
     """Every model evaluated on the whole bank: one row of counts, same readout."""
     gen = torch.Generator().manual_seed(0)
