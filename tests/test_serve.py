@@ -26,6 +26,7 @@ yaml = pytest.importorskip("yaml")
 
 import uvicorn  # noqa: E402
 from conftest import TINY  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.datasets import make_model_pool  # noqa: E402
@@ -984,6 +985,7 @@ def _captured_app(monkeypatch):
         import torch
 
         seen["app"], seen["threads"] = server.config.app, torch.get_num_threads()
+        seen["config"] = server.config
 
     monkeypatch.setattr(serve_cli, "_listen", lambda host, port: [])
     monkeypatch.setattr(serve_cli, "_run_server", run)
@@ -1215,6 +1217,7 @@ def test_load_errors_name_the_configured_file(tmp_path, router_path):
         ("max_query_chars", 0, ValueError),
         ("batch_window_ms", -5, ValueError),
         ("batch_window_ms", float("nan"), ValueError),
+        ("batch_window_ms", 10_000.5, ValueError),
         ("watch_interval", -1, ValueError),
         ("watch_interval", 0, ValueError),
         ("watch_interval", float("inf"), ValueError),
@@ -1704,7 +1707,7 @@ def test_no_free_connection_is_the_gateway_overload(router_path, routers, backen
 
     gateway = _gateway(backends, routers[0].classes_)
     app = create_app(router_path, gateway=gateway)
-    service = app.app.state.service
+    service = app.state.service
     with serve(app) as url:
         own = service.client
         service.client = httpx.AsyncClient(transport=httpx.MockTransport(no_connection))
@@ -2133,3 +2136,252 @@ def test_batcher_stop_fails_what_is_still_waiting():
 
     results = asyncio.run(scenario())
     assert all(isinstance(r, BatcherStopped) for r in results), results
+
+
+# ------------------------------------------------------ review fixes (47)
+def test_gateway_config_yaml_merge_keys(tmp_path):
+    """``<<: *shared`` is read as safe_load reads it (a key written beside it
+    overrides the merged one); a key written twice is still refused."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "backends:\n"
+        "  m1: &shared\n"
+        "    base_url: http://127.0.0.1:9001/v1\n"
+        "    timeout: 10\n"
+        "  m2:\n"
+        "    <<: *shared\n"
+        "    timeout: 20\n"
+        "    model: other\n"
+    )
+    config = load_gateway_config(path)
+    m2 = config.backends["m2"]
+    assert m2.chat_url == "http://127.0.0.1:9001/v1/chat/completions"
+    assert (m2.timeout, m2.model) == (20.0, "other")
+    assert config.backends["m1"].timeout == 10.0
+    path.write_text(path.read_text() + "    model: again\n")
+    with pytest.raises(ValueError, match="found the key 'model' a second time"):
+        load_gateway_config(path)
+
+
+def test_gateway_config_takes_any_mapping():
+    from collections import UserDict
+    from types import MappingProxyType
+
+    backend = {"base_url": "http://127.0.0.1:9/v1"}
+    for config in [
+        MappingProxyType({"backends": {"m": backend}}),
+        UserDict({"backends": {"m": backend}}),
+        {"backends": MappingProxyType({"m": backend})},
+        {"backends": {"m": MappingProxyType(backend)}},
+    ]:
+        loaded = load_gateway_config(config)
+        assert loaded.backends["m"].chat_url == "http://127.0.0.1:9/v1/chat/completions"
+
+
+def test_reloads_on_a_second_lifespan(router_path):
+    """The reload lock is not bound to the loop of the first lifespan: an app
+    run again (a new loop) reloads concurrently without a 409 (a lock bound
+    to the first loop raised there)."""
+    from locus_sklearn.serve._state import RouterHolder
+
+    holder = RouterHolder(router_path)
+
+    async def two_reloads():
+        return await asyncio.gather(
+            holder.reload(), holder.reload(), return_exceptions=True
+        )
+
+    for _ in range(2):
+        results = asyncio.run(two_reloads())
+        assert all(isinstance(r, tuple) for r in results), results
+    assert holder.current.version == 5 and holder.last_error is None
+
+
+def test_a_router_whose_own_cost_weight_overflows_is_refused(
+    tmp_path, router_path, routers
+):
+    """Its default would fail every request with a 422 blaming the client,
+    while router.predict routes such a weight to the cheapest model: refused
+    at start and on reload, naming the file; a gateway default serves it."""
+    router = routers[0]
+    path = tmp_path / "huge.safetensors"
+    own = router.cost_weight
+    router.set_params(cost_weight=1e308)
+    try:
+        router.save(path)
+    finally:
+        router.set_params(cost_weight=own)
+    with pytest.raises(ValueError, match=r"has cost_weight=1e\+308, too large"):
+        create_app(path)
+    app = create_app(
+        path,
+        gateway={
+            "backends": {
+                m: {"base_url": "http://127.0.0.1:9/v1"} for m in router.classes_
+            },
+            "cost_weight": 0.0,
+        },
+    )
+    with TestClient(app) as client:
+        assert client.post("/route", json={"query": "q000"}).status_code == 200
+    app = create_app(router_path)
+    router_path.write_bytes(path.read_bytes())
+    with TestClient(app) as client:
+        response = client.post("/admin/reload")
+    assert response.status_code == 409
+    assert str(router_path.resolve()) in response.json()["error"]["message"]
+
+
+def test_create_app_returns_the_fastapi_app(router_path):
+    from fastapi import FastAPI
+
+    app = create_app(router_path, max_body_bytes=100)
+    assert isinstance(app, FastAPI)
+    assert app.state.service.holder.current.version == 1
+    assert any(route.path == "/route" for route in app.routes)
+    with TestClient(app) as client:
+        response = client.post("/route", json={"query": "x" * 200})
+    assert response.status_code == 413, response.text
+
+
+def test_litellm_config_unfitted_router_or_a_router_file(
+    router_path, routers, backends
+):
+    from sklearn.exceptions import NotFittedError
+
+    gateway = _gateway(backends, routers[0].classes_)
+    with pytest.raises(NotFittedError):
+        litellm_config(LocusRouter(), gateway)
+    for path in (router_path, str(router_path)):
+        assert litellm_config(path, gateway) == litellm_config(routers[0], gateway)
+
+
+def test_serve_logs_the_service_at_its_log_level(router_path, monkeypatch, capsys):
+    """uvicorn configures only its own loggers: the service's (a reload at
+    INFO) gets a handler and --log-level too."""
+    import logging
+
+    seen = _captured_app(monkeypatch)
+    logger = logging.getLogger("locus_sklearn.serve")
+    try:
+        assert serve_main(["serve", str(router_path), "--log-level", "info"]) == 0
+        loggers = seen["config"].log_config["loggers"]
+        assert loggers["locus_sklearn.serve"]["level"] == "INFO"
+        logger.info("Reloaded the router file")
+        assert "Reloaded the router file" in capsys.readouterr().err
+        assert serve_main(["serve", str(router_path), "--log-level", "warning"]) == 0
+        logger.info("not shown")
+        assert "not shown" not in capsys.readouterr().err
+    finally:
+        for handler in logger.handlers[:]:
+            logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        logger.propagate = True
+
+
+@pytest.mark.parametrize(
+    "host, said",
+    [
+        ("::1", "on http://[::1]:8123 "),
+        ("", "on port 8123 of every interface "),
+        ("127.0.0.1", "on http://127.0.0.1:8123 "),
+    ],
+)
+def test_serving_line_gives_a_usable_address(
+    router_path, monkeypatch, capsys, host, said
+):
+    _captured_app(monkeypatch)
+    argv = ["serve", str(router_path), "--host", host, "--port", "8123"]
+    assert serve_main([*argv, "--log-level", "critical"]) == 0
+    assert said in capsys.readouterr().err
+
+
+def test_batcher_counts_the_calls_of_a_failed_batch_rerun():
+    """A failed batch is re-run request by request: each is a predictor call,
+    counted as a batch with its queries."""
+    from locus_sklearn.serve._batching import MicroBatcher
+
+    calls = []
+
+    def fn(items):
+        calls.append(list(items))
+        if "bad" in items:
+            raise KeyError("unknown id 'bad'")
+        return "ctx", np.array([[len(x)] for x in items])
+
+    async def scenario():
+        batcher = MicroBatcher(fn, max_batch=10, window=0.05)
+        await batcher.start()
+        try:
+            results = await asyncio.gather(
+                batcher.submit(["a", "bb"]),
+                batcher.submit(["bad"]),
+                batcher.submit(["ccc"]),
+                return_exceptions=True,
+            )
+        finally:
+            await batcher.stop()
+        return batcher, results
+
+    batcher, results = asyncio.run(scenario())
+    assert isinstance(results[1], KeyError)
+    assert calls == [["a", "bb", "bad", "ccc"], ["a", "bb"], ["bad"], ["ccc"]]
+    assert (batcher.n_batches, batcher.n_items) == (len(calls), sum(map(len, calls)))
+
+
+def test_batcher_survives_a_base_exception_of_the_predictor():
+    """SystemExit from the predictor fails its batch (a RuntimeError, a 500
+    in the service) and the worker goes on answering."""
+    from locus_sklearn.serve._batching import MicroBatcher
+
+    def fn(items):
+        if "boom" in items:
+            raise SystemExit(3)
+        return "ctx", np.array([[len(x)] for x in items])
+
+    async def scenario():
+        batcher = MicroBatcher(fn, max_batch=8)
+        await batcher.start()
+        try:
+            with pytest.raises(RuntimeError, match="raised SystemExit: 3"):
+                await asyncio.wait_for(batcher.submit(["boom"]), 5)
+            return await asyncio.wait_for(batcher.submit(["ok"]), 5)
+        finally:
+            await batcher.stop()
+
+    context, rows = asyncio.run(scenario())
+    assert context == "ctx" and rows.tolist() == [[2]]
+
+
+def test_added_encodings_of_another_dimension_are_named(router_path, pool):
+    """The added vector is the odd one, not the saved ones."""
+    query = next(iter(pool.encodings))
+    with pytest.raises(ValueError) as info:
+        create_app(router_path, encoder={query: [1.0, 2.0]})
+    message = str(info.value)
+    dim = len(pool.encodings[query])
+    assert f"must have their shape ({dim},); 1 of the 1 added" in message, message
+    assert f"{query!r}: (2,)" in message and str(router_path) in message
+
+
+def test_serve_onnx_backend_error_names_the_option(router_path, monkeypatch, capsys):
+    _captured_app(monkeypatch)
+    status = serve_main(["serve", str(router_path), "--encoder-backend", "onnx"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert "--encoder-backend onnx runs" in err and "Use --encoder-backend torch" in err
+    assert "backend='" not in err
+
+
+def test_batch_window_has_an_upper_bound(router_path, monkeypatch, capsys):
+    _captured_app(monkeypatch)
+    with pytest.raises(
+        ValueError, match=r"batch_window_ms must be .* <= 10000; got 1e"
+    ):
+        create_app(router_path, batch_window_ms=1e308)
+    with pytest.raises(SystemExit) as info:
+        serve_main(["serve", str(router_path), "--batch-window-ms", "20000"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--batch-window-ms: expected milliseconds in [0, 10000], got '20000'" in err
+    assert serve_main(["serve", str(router_path), "--batch-window-ms", "10000"]) == 0

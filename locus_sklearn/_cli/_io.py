@@ -711,8 +711,35 @@ def load_estimator(path, *, encoder=None, device=None, embedder_ok=False):
         if saved is not None:
             saved = (saved.embedder_ if cls is LocusRouter else saved).encoder
         if isinstance(saved, Mapping):
+            _check_added_encodings(encoder, saved, path)
             encoder = {**saved, **encoder}
     return cls.load(path, encoder=encoder, device=device)
+
+
+def _check_added_encodings(added, saved, path):
+    """The vectors ``added`` to those ``saved`` in ``path`` must have their
+    dimension: checked in the merged mapping, a mismatch is measured against
+    its first vector, and one added vector of another dimension replacing it
+    made every saved vector the odd one."""
+    if not saved:
+        return
+    shape = tuple(np.shape(next(iter(saved.values()))))
+    wrong = []
+    for key, value in added.items():
+        try:
+            own = tuple(np.shape(value))
+        except ValueError:  # ragged: the encoder's own check names it
+            continue
+        if own != shape:
+            wrong.append((key, own))
+    if wrong:
+        shown = ", ".join(f"{k!r}: {own}" for k, own in wrong[:5])
+        raise ValueError(
+            f"The precomputed encodings added to those saved in {str(path)!r} "
+            f"(a mapping encoder, or --encodings) must have their shape {shape}; "
+            f"{len(wrong)} of the {len(added)} added vectors do not "
+            f"({shown}{', ...' if len(wrong) > 5 else ''})."
+        )
 
 
 # --------------------------------------------------------------------- writing

@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException  # noqa: E402
 from .._base import check_model_subset  # noqa: E402
 from ..inspection._cost import _utility  # noqa: E402
 from ..metrics import route  # noqa: E402
-from ._batching import BatcherStopped, MicroBatcher  # noqa: E402
+from ._batching import MAX_WINDOW_MS, BatcherStopped, MicroBatcher  # noqa: E402
 from ._config import _unique_keys, load_gateway_config  # noqa: E402
 from ._state import RouterHolder  # noqa: E402
 
@@ -628,7 +628,8 @@ def create_app(
         must name a model of the router's pool and each ``api_key_env`` a
         variable that is set, and a ``cost_weight`` > 0 needs a router with
         costs; a router file that does not fit it is refused at start and on
-        reload.
+        reload. Without a gateway ``cost_weight``, requests get the router's
+        own, and a file whose own overflows with its costs is refused too.
     encoder : default=None
         Overrides the router's saved query encoder (see
         :meth:`~locus_sklearn.LocusRouter.load`). A mapping of precomputed
@@ -646,8 +647,9 @@ def create_app(
         Queries per micro-batch, at most (one larger request goes whole).
         This and the other ``max_*`` limits are ints >= 1.
     batch_window_ms : float, default=0.0
-        How long a batch waits for more requests after its first one. With 0
-        a batch holds what arrived while the previous one computed, and a
+        How long a batch waits for more requests after its first one, at
+        most 10000 (10 seconds: a longer wait would only hold requests). With
+        0 a batch holds what arrived while the previous one computed, and a
         request that finds the service idle is answered at once.
     max_queries : int, default=256
         Queries per ``/route`` request, at most.
@@ -666,7 +668,8 @@ def create_app(
     Returns
     -------
     app : fastapi.FastAPI
-        Run it with uvicorn (``locus serve`` does).
+        Run it with uvicorn (``locus serve`` does). ``max_body_bytes`` is
+        applied by a middleware of it.
 
     Examples
     --------
@@ -692,7 +695,7 @@ def create_app(
     _check_int("max_queries", max_queries)
     _check_int("max_query_chars", max_query_chars)
     _check_int("max_body_bytes", max_body_bytes)
-    _check_real("batch_window_ms", batch_window_ms, positive=False)
+    _check_real("batch_window_ms", batch_window_ms, positive=False, upper=MAX_WINDOW_MS)
     if watch_interval is not None:
         _check_real("watch_interval", watch_interval, positive=True)
     if encoder_backend not in ("torch", "onnx"):
@@ -766,7 +769,10 @@ def create_app(
         from ._gateway import add_gateway_endpoints
 
         add_gateway_endpoints(fastapi_app, service)
-    return BodyLimit(fastapi_app, max_body_bytes)
+    # A middleware, not a wrapper: the app returned is the FastAPI app, with
+    # its state, routes and add_middleware.
+    fastapi_app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    return fastapi_app
 
 
 def _check_int(name, value):
@@ -780,15 +786,22 @@ def _check_int(name, value):
         raise ValueError(f"{name} must be an int >= 1; got {value!r}.")
 
 
-def _check_real(name, value, *, positive):
-    """``value`` must be a finite number, > 0 or >= 0."""
+def _check_real(name, value, *, positive, upper=None):
+    """``value`` must be a finite number, > 0 or >= 0, and <= ``upper``."""
     bound = "> 0" if positive else ">= 0"
+    if upper is not None:
+        bound += f" and <= {upper}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"{name} must be a finite number {bound}; got {value!r} of type "
             f"{type(value).__name__}."
         )
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+    if (
+        not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+        or (upper is not None and value > upper)
+    ):
         raise ValueError(f"{name} must be a finite number {bound}; got {value!r}.")
 
 

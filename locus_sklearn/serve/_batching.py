@@ -11,7 +11,12 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["MicroBatcher", "BatcherStopped"]
+__all__ = ["MicroBatcher", "BatcherStopped", "MAX_WINDOW_MS"]
+
+# The longest batch window create_app and ``locus serve`` take, in ms: a
+# batch gains nothing from a wait of seconds, and a huge one (1e308) would
+# hold every request for good.
+MAX_WINDOW_MS = 10_000
 
 
 class BatcherStopped(RuntimeError):
@@ -130,21 +135,38 @@ class MicroBatcher:
                 await self._process(loop, batch)
             self._pending = [] if held is None else [held]
 
-    async def _process(self, loop, batch):
-        items = [item for part, _ in batch for item in part]
+    async def _call(self, loop, items):
+        """``fn(items)`` in the worker thread, counted as one batch.
+
+        Whatever it raises but a cancellation (the worker stopping) comes
+        back as an Exception: a BaseException such as SystemExit would end
+        the worker, and every later request would find it gone.
+        """
         self.n_batches += 1
         self.n_items += len(items)
         try:
-            context, rows = await loop.run_in_executor(self._executor, self._fn, items)
+            return await loop.run_in_executor(self._executor, self._fn, items)
+        except (Exception, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            raise RuntimeError(
+                f"the predictor raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    async def _process(self, loop, batch):
+        items = [item for part, _ in batch for item in part]
+        try:
+            context, rows = await self._call(loop, items)
         except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], exception=exc)
                 return
             # One bad request (say an unknown query id) must not fail the
-            # others: answer each on its own.
+            # others: answer each on its own (each call a batch of its own
+            # in the counters, as it is one more predictor call).
             for part, future in batch:
                 try:
-                    result = await loop.run_in_executor(self._executor, self._fn, part)
+                    result = await self._call(loop, part)
                 except Exception as own:
                     _settle(future, exception=own)
                 else:

@@ -44,6 +44,7 @@ from .._cli._types import (
     positive_int,
     resolve_models,
 )
+from ._batching import MAX_WINDOW_MS
 
 __all__ = ["add_subparsers", "build_parser", "main"]
 
@@ -55,6 +56,42 @@ def _port(text):
     if value > 65535:
         raise argparse.ArgumentTypeError(f"expected a port in [1, 65535], got {text!r}")
     return value
+
+
+def _batch_window(text):
+    value = nonnegative_float(text)
+    if value > MAX_WINDOW_MS:
+        raise argparse.ArgumentTypeError(
+            f"expected milliseconds in [0, {MAX_WINDOW_MS}], got {text!r}"
+        )
+    return value
+
+
+def _url(host, port):
+    """Where ``locus serve`` listens, as said on its "serving" line: an IPv6
+    address in brackets (``http://[::1]:8000``); no host is every interface."""
+    if not host:
+        return f"port {port} of every interface"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def _log_config(level):
+    """uvicorn's logging configuration, with the service's own logger
+    (``locus_sklearn.serve``: reloads, errors) at ``level`` too: uvicorn
+    configures only its loggers, which left the service's INFO lines unseen."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["locus_sklearn.serve"] = {
+        "handlers": ["default"],
+        "level": level.upper(),
+        "propagate": False,
+    }
+    return config
 
 
 def _encoder(args):
@@ -114,6 +151,9 @@ _CALIBRATE_OPTIONS = [
 _SERVE_TERMS = [
     ("serve a router fitted with model_costs=", "serve a router fitted with "
      "`locus fit --costs FILE`"),
+    # The query encoder's backend, which --encoder-backend sets.
+    ("backend='onnx'", "--encoder-backend onnx"),
+    ("backend='torch'", "--encoder-backend torch"),
     *_ENCODER_TERMS,
 ]  # fmt: skip
 
@@ -247,11 +287,12 @@ def _cmd_serve(args):
             host=args.host,
             port=args.port,
             log_level=args.log_level,
+            log_config=_log_config(args.log_level),
             timeout_keep_alive=args.keep_alive,
         )
         server = uvicorn.Server(config)
         print(
-            f"{PROG}: serving {args.router} on http://{args.host}:{args.port} "
+            f"{PROG}: serving {args.router} on {_url(args.host, args.port)} "
             f"(API docs at /docs)",
             file=sys.stderr,
             flush=True,
@@ -358,11 +399,12 @@ def _add_serve(subparsers):
     )
     p.add_argument(
         "--batch-window-ms",
-        type=nonnegative_float,
+        type=_batch_window,
         default=0.0,
-        help="how long a batch waits for more requests after its first; with 0 "
-        "it holds what arrived while the previous one computed (default: "
-        "%(default)s)",
+        metavar="MS",
+        help="how long a batch waits for more requests after its first, at "
+        f"most {MAX_WINDOW_MS} ms; with 0 it holds what arrived while "
+        "the previous one computed (default: %(default)s)",
     )
     p.add_argument(
         "--max-queries",

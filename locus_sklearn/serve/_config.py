@@ -21,8 +21,10 @@ Keys are never written in the file, only the name of the variable that holds
 one, so the file can be committed. Values are checked strictly: a number
 written as a string (``timeout: "30"``) or a boolean where a number goes
 (``max_attempts: true``) is an error naming the field, never converted;
-numbers must be finite; a key written twice in one mapping is an error, and
-so is a key YAML reads as something other than text (``yes:`` is a boolean).
+numbers must be finite; a key written twice in one mapping is an error (one
+merged in with ``<<: *anchor`` may be written again, overriding it, as YAML
+says), and so is a key YAML reads as something other than text (``yes:`` is
+a boolean).
 ``base_url`` may carry a query (``?api-version=...``), kept after the path
 ``/chat/completions`` is added to; a fragment (``#...``) is refused.
 """
@@ -30,7 +32,7 @@ so is a key YAML reads as something other than text (``yes:`` is a boolean).
 import json
 import os
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -218,6 +220,12 @@ def _unique_key_loader(yaml):
 
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
+            # Merge keys (``<<: *shared``) are flattened first, as safe_load
+            # does: a merged key is overridden by one written here, which is
+            # YAML's rule, not a repeat; only the keys written here must be
+            # unique.
+            written = {id(key_node) for key_node, _ in node.value}
+            self.flatten_mapping(node)
             seen = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
@@ -228,18 +236,28 @@ def _unique_key_loader(yaml):
                         f"{key!r}, not as a name; write it in quotes: "
                         f"'{key_node.value}':"
                     )
-                if isinstance(key, Hashable) and key in seen:
+                if id(key_node) not in written or not isinstance(key, Hashable):
+                    continue
+                if key in seen:
                     raise yaml.constructor.ConstructorError(
                         "while reading a mapping",
                         node.start_mark,
                         f"found the key {key!r} a second time",
                         key_node.start_mark,
                     )
-                if isinstance(key, Hashable):
-                    seen.add(key)
+                seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader
+
+
+def _as_dicts(value):
+    """``value`` with every mapping in it a dict (a MappingProxyType or
+    UserDict too, nested ones included): pydantic's strict mode takes only
+    dicts."""
+    if isinstance(value, Mapping):
+        return {key: _as_dicts(item) for key, item in value.items()}
+    return value
 
 
 def load_gateway_config(config):
@@ -248,7 +266,8 @@ def load_gateway_config(config):
     Parameters
     ----------
     config : str, path-like, mapping or GatewayConfig
-        A YAML (``.yaml``/``.yml``) or JSON file, or its content as a mapping.
+        A YAML (``.yaml``/``.yml``) or JSON file, or its content as a mapping
+        (any :class:`collections.abc.Mapping`, nested ones included).
 
     Returns
     -------
@@ -302,6 +321,8 @@ def load_gateway_config(config):
                     f"{source} is not valid JSON ({exc}); use a .yaml or .yml "
                     "suffix for YAML."
                 ) from None
+    if isinstance(config, Mapping):
+        config = _as_dicts(config)
     if not isinstance(config, dict):
         raise ValueError(
             f"The {source} must be a mapping with a 'backends' key; got "

@@ -1,7 +1,10 @@
 """Export the capability-based fallback order as a LiteLLM router configuration."""
 
+import os
 from numbers import Integral
 from urllib.parse import urlsplit
+
+from sklearn.utils.validation import check_is_fitted
 
 from .._evals import _preview
 
@@ -24,8 +27,10 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
 
     Parameters
     ----------
-    router : fitted router
-        A router with ``classes_`` and ``model_embeddings_``.
+    router : fitted router, str or path-like
+        A router with ``classes_`` and ``model_embeddings_``, or a router
+        file (:meth:`~locus_sklearn.LocusRouter.save`), loaded as
+        :func:`create_app` loads it.
     gateway : str, path-like, mapping or GatewayConfig
         The gateway configuration (see :func:`load_gateway_config`).
     n_fallbacks : int, default=None
@@ -35,6 +40,11 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     -------
     config : dict
         ``{"model_list": [...], "router_settings": {"fallbacks": [...]}}``.
+
+    Raises
+    ------
+    sklearn.exceptions.NotFittedError
+        If ``router`` is not fitted.
 
     Examples
     --------
@@ -57,9 +67,14 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     ...     config["router_settings"]["fallbacks"], names)]
     [1, 1, 1, 1, 1]
     """
+    from .._cli._io import load_estimator
     from ..inspection import fallback_order
     from ._config import load_gateway_config
 
+    if isinstance(router, (str, os.PathLike)):
+        router = load_estimator(router)
+    # Before classes_ is read: an unfitted router raised AttributeError.
+    check_is_fitted(router)
     gateway = load_gateway_config(gateway)
     pool = [str(m) for m in router.classes_]
     missing = [m for m in gateway.backends if m not in set(pool)]

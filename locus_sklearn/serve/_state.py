@@ -125,6 +125,24 @@ def _check_gateway(router, gateway, path):
                 )
 
 
+def _check_own_cost_weight(router, path):
+    """The router's own cost weight, the default of requests, must not
+    overflow with its costs: every request without a cost_weight of its own
+    would be refused, the message blaming the client."""
+    weight = router.cost_weight
+    costs = router.model_costs_
+    if weight > 0 and costs is not None:
+        with np.errstate(over="ignore"):
+            if not np.isfinite(weight * np.asarray(costs, dtype=np.float64)).all():
+                raise ValueError(
+                    f"{str(path)!r} has cost_weight={weight:g}, too large for its "
+                    "costs: cost_weight * cost overflows, so every request "
+                    "without a cost_weight of its own would be refused; save "
+                    "the router with a smaller cost_weight, or set cost_weight "
+                    "in the gateway configuration."
+                )
+
+
 class RouterHolder:
     """Loads the configured router file and keeps the current state.
 
@@ -138,7 +156,10 @@ class RouterHolder:
     gateway : GatewayConfig or None
         Every backend must name a model of the router's pool, each
         ``api_key_env`` a variable that is set, and a default
-        ``cost_weight`` > 0 needs a router with costs.
+        ``cost_weight`` > 0 needs a router with costs. Without a default
+        ``cost_weight`` there, the router's own is the default, and one that
+        overflows with its costs (``cost_weight * cost`` beyond the float
+        range) is refused.
     encoder_backend : {"torch", "onnx"}, default="torch"
         The ``backend`` of each loaded router's query encoder
         (:class:`~locus_sklearn.QueryEncoder`); set on every load.
@@ -152,7 +173,10 @@ class RouterHolder:
         self._device = device
         self._encoder_backend = encoder_backend
         self._gateway = gateway
-        self._lock = asyncio.Lock()
+        # Made on the loop that reloads (see _reload_lock): an app run again
+        # (a second lifespan, on a new loop) must not find a lock bound to
+        # the first one.
+        self._lock = self._lock_loop = None
         self.last_error = None
         self.current = self._load(version=1)
         self._seen = self.current.file_stamp
@@ -192,6 +216,8 @@ class RouterHolder:
             router.encoder_.set_params(**backend).fit()
         if self._gateway is not None:
             _check_gateway(router, self._gateway, self.path)
+        if self._gateway is None or self._gateway.cost_weight is None:
+            _check_own_cost_weight(router, self.path)
         self._check_predicts(router)
         metric = "cosine" if self._gateway is None else self._gateway.fallback.metric
         if len(router.classes_) > 1:
@@ -244,6 +270,14 @@ class RouterHolder:
         except OSError:
             return False
 
+    def _reload_lock(self):
+        """The lock that serializes reloads, one per event loop: an asyncio
+        lock may be used on one loop only."""
+        loop = asyncio.get_running_loop()
+        if self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
     async def reload(self):
         """Load the file again and swap it in; on failure keep the old router.
 
@@ -256,7 +290,7 @@ class RouterHolder:
         Exception
             Whatever loading raised; the old router keeps serving.
         """
-        async with self._lock:
+        async with self._reload_lock():
             old = self.current
             loop = asyncio.get_running_loop()
             try:
