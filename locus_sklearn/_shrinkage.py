@@ -108,7 +108,10 @@ def choose_shrinkage(
     With ``model_costs`` the fold queries are routed as ``predict`` routes
     them, by ``shrunk P(correct) - cost_weight · cost``, and each value is
     judged by the mean of ``score - cost_weight · cost`` of the routed model
-    (at ``cost_weight`` 0: accuracy, as without costs).
+    (at ``cost_weight`` 0: accuracy, as without costs). A query whose every
+    utility a huge ``cost_weight`` overflows to -inf is left out for every
+    value alike: whichever model it goes to (``predict`` sends it to the
+    cheapest), its judged utility is -inf, which tells no value apart.
 
     Parameters
     ----------
@@ -139,7 +142,9 @@ def choose_shrinkage(
         return 0.0, {}
     if model_costs is None:
         model_costs, cost_weight = np.zeros(table.n_models), 0.0
-    penalty_of = cost_weight * np.asarray(model_costs, dtype=np.float64)
+    # A huge cost weight overflows to inf, as in routing_utility: no warning.
+    with np.errstate(over="ignore"):
+        penalty_of = cost_weight * np.asarray(model_costs, dtype=np.float64)
     hits = {s: [] for s in grid}
     folds = (
         fold

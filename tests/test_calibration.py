@@ -9,6 +9,7 @@ from conftest import TINY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import KFold
 
 from locus_sklearn import LocusEmbedder, LocusRouter
 from locus_sklearn.baselines import KNNRouter, SingleBestRouter
@@ -372,3 +373,83 @@ def test_crossings_equal_on_paper_are_one_step():
     routed = router.predict(["q0", "q1"])
     assert np.mean([costs[m] for m in routed]) == pytest.approx(result.mean_cost)
     assert result.mean_cost <= 0.4
+
+
+def _three_cost_router():
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    evals = {
+        "model": ["big"] * 2 + ["mid"] * 2 + ["small"] * 2,
+        "query": ["q1", "q2"] * 3,
+        "score": [1, 1, 0, 0, 1, 0],
+    }
+    costs = {"big": 11.0, "mid": 5.0, "small": 2.0}
+    return KNNRouter(1, encoder=encoder).fit(evals, model_costs=costs), evals
+
+
+def test_curve_at_an_overflowing_cost_weight_routes_as_score():
+    # At λ = 1e308 every λ·cost overflows to -inf: score() routes each query
+    # to the cheapest model, the curve routed both to the first ("big").
+    router, evals = _three_cost_router()
+    point = cost_quality_curve(router, evals, [1e308]).points.iloc[0]
+    router.set_params(cost_weight=1e308)
+    assert router.predict(["q1", "q2"]).tolist() == ["small", "small"]
+    assert point["accuracy"] == router.score(evals) == 0.5
+    assert point["mean_cost"] == 2.0
+
+
+class _CostsAsGiven(SingleBestRouter):
+    """A router whose model_costs_ are whatever it was given, unchecked."""
+
+    def __init__(self, costs=None):
+        super().__init__()
+        self.costs = costs
+
+    def fit(self, evals, model_costs=None):
+        super().fit(evals)
+        self.model_costs_ = np.asarray(self.costs, dtype=object)
+        return self
+
+
+@pytest.mark.parametrize(
+    ("costs", "message"),
+    [
+        ([np.nan, 1.0], r"must be finite and >= 0; got \[nan\] for \['big'\]"),
+        ([np.inf, 1.0], r"must be finite and >= 0; got \[inf\] for \['big'\]"),
+        ([5.0, -1.0], r"must be finite and >= 0; got \[-1.0\] for \['small'\]"),
+        ([5.0], r"must have shape \(n_models,\) = \(2,\), .* got shape \(1,\)"),
+    ],
+)
+def test_a_routers_model_costs_are_checked(costs, message):
+    # NaN, inf and negative costs came out as NaN, inf and negative mean costs.
+    evals = {"model": ["big"] * 2 + ["small"] * 2, "query": ["q1", "q2"] * 2}
+    evals["score"] = [1, 1, 1, 0]
+    router = _CostsAsGiven(costs).fit(evals)
+    with pytest.raises(ValueError, match=r"^_CostsAsGiven\.model_costs_ " + message):
+        cost_quality_curve(router, evals)
+    with pytest.raises(ValueError, match=r"^_CostsAsGiven\.model_costs_ " + message):
+        calibrate_cost_weight(router, evals, target_cost=1)
+
+
+def test_cost_cv_errors_say_none_means_no_cross_validation():
+    router, evals = _three_cost_router()
+    message = r"^cv must be None \(no cross-validation: route by router.predict_p"
+    for function, kwargs in [
+        (calibrate_cost_weight, {"target_cost": 6}),
+        (cost_quality_curve, {}),
+    ]:
+        for bad in ("x", 2.5, True):
+            with pytest.raises(TypeError, match=message + r".*; got "):
+                function(router, evals, cv=bad, **kwargs)
+        with pytest.raises(TypeError, match=message + r".*; got the class KFold"):
+            function(router, evals, cv=KFold, **kwargs)
+
+
+def test_calibrate_names_the_router_and_reads_models_once():
+    router, evals = _three_cost_router()
+    with pytest.raises(TypeError, match=r"^router must be a fitted router .* None"):
+        calibrate_cost_weight(None, evals, target_cost=6)
+    # A generator was read by the check and shown as [] in the message.
+    models = (m for m in ["big", "mid", "small"])
+    calls = r"share of calls to \['big', 'mid', 'small'\] 0.5 on"
+    with pytest.raises(ValueError, match=calls):
+        calibrate_cost_weight(router, evals, target_share=0.5, models=models)

@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 from scipy.cluster.hierarchy import fcluster
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 from sklearn.metrics import adjusted_rand_score, pairwise_distances
 
 from locus_sklearn import (
     BudgetGreedySelector,
+    FewEvaluationsWarning,
     KCenterSelector,
     LocusEmbedder,
     LocusRouter,
@@ -1676,3 +1678,99 @@ def test_plots_without_matplotlib(monkeypatch, family_embeddings):
     Z, _, _ = family_embeddings
     with pytest.raises(ImportError, match="pip install matplotlib"):
         plot_model_map(Z)
+
+
+# ------------------------------------------------- fixes of the inspection probes
+
+
+def test_fallback_and_portfolio_route_overflowed_utilities_by_cost():
+    # At cost_weight 1e308 every utility overflows to -inf: predict and score
+    # route to the cheapest model ("c"), these routed to the first ("a").
+    evals = {
+        "model": ["a", "a", "b", "b", "c", "c"],
+        "query": ["q1", "q2"] * 3,
+        "score": [1, 1, 1, 0, 0, 1],
+    }
+    costs = {"a": 5.0, "b": 3.0, "c": 2.0}
+    router = SingleBestRouter(cost_weight=1e308).fit(evals, model_costs=costs)
+    assert router.predict(["q1", "q2"]).tolist() == ["c", "c"]
+    Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    fallback = fallback_routing_accuracy(router, evals, k=[1], embeddings=Z)
+    assert fallback["no_outage_accuracy"].tolist() == [router.score(evals)] == [0.5]
+    curve = portfolio_curve(router, evals, [2, 3], embeddings=Z, n_random=3)
+    assert curve["full_pool_accuracy"].tolist() == [0.5, 0.5]
+    assert curve["accuracy"].iloc[1] == 0.5
+    # A portfolio's queries go to its own cheapest model, as predict(models=).
+    score = {("a", "q1"): 1, ("a", "q2"): 1, ("b", "q1"): 1, ("b", "q2"): 0}
+    score.update({("c", "q1"): 0, ("c", "q2"): 1})
+    Z = [[1.0, 0.0], [0.0, 1.0], [0.1, 0.9]]  # selects a and c
+    curve = portfolio_curve(router, evals, [2], embeddings=Z, n_random=0)
+    portfolio = list(curve["models"].iloc[0])
+    routed = router.predict(["q1", "q2"], models=portfolio)
+    assert sorted(portfolio) == ["a", "c"] and routed.tolist() == ["c", "c"]
+    expected = np.mean([score[m, q] for m, q in zip(routed, ["q1", "q2"], strict=True)])
+    assert curve["accuracy"].iloc[0] == expected == 0.5
+
+
+@pytest.mark.parametrize(
+    ("names", "error", "message"),
+    [
+        ({"a", "b", "c"}, TypeError, r"^names must be a sequence .* got a set"),
+        (frozenset("abc"), TypeError, r"^names must be a sequence .* got a frozenset"),
+        ({"a": 0, "b": 1, "c": 2}, TypeError, r"^names must .* got a dict"),
+        (5, TypeError, r"^names must be a sequence of model names, .* got 5 \(int\)"),
+        (["a", None, "c"], ValueError, r"^names has 1 missing name\(s\) \(None or"),
+        (["a", np.nan, "c"], ValueError, r"^names has 1 missing name\(s\) \(None or"),
+        ([1, 1.0, 2], ValueError, r"^names has duplicates: \[1.0\]"),
+        ([True, 1, 2], ValueError, r"^names has duplicates: \[1\]"),
+        ([1, "1", 2], ValueError, r"^names has duplicates: \['1'\]"),
+    ],
+)
+def test_names_are_an_ordered_sequence_of_distinct_names(names, error, message):
+    # A set was paired with the rows in hash order (PYTHONHASHSEED), 5 gave a
+    # bare "not iterable", None became a NaN label, and 1 and 1.0 (one
+    # dictionary key) passed the duplicate check.
+    Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    with pytest.raises(error, match=message):
+        fallback_order(Z, names=names)
+    with pytest.raises(error, match="^reference_" + message[1:]):
+        match_models(Z, Z, threshold=0.1, reference_names=names)
+
+
+def test_portfolio_curve_names_a_selector_that_is_not_an_estimator(three_model_knn):
+    router, evals = three_model_knn
+    Z = [[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]]
+    # Was AttributeError: 'str' object has no attribute 'get_params'.
+    with pytest.raises(TypeError, match=r"^selector must be an unfitted selector .*"):
+        portfolio_curve(router, evals, [1], embeddings=Z, selector="kmedoids")
+    # Was "... got None (NoneType). Pass [None] for one."
+    with pytest.raises(TypeError, match=r"got None \(NoneType\)\.$"):
+        portfolio_curve(router, evals, None, embeddings=Z)
+
+
+def test_fingerprint_calibration_of_an_unfitted_router_is_not_fitted(pool):
+    # Was a TypeError saying the router has no transform.
+    with pytest.raises(NotFittedError, match="LocusRouter instance is not fitted"):
+        calibrate_fingerprint_threshold(LocusRouter(), pool.evals, n_evals=30)
+
+
+def test_fingerprint_calibration_warns_of_few_evaluations_by_n_evals(router, pool):
+    # The embedder's warning named the internal per-subset models
+    # ('m0000000r0000') and asked for more scored queries per model.
+    kwargs = {"n_resamples": 2, "n_evals": 8, "random_state": 0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibrate_fingerprint_threshold(router, pool.evals, **kwargs)
+    few = [w for w in caught if issubclass(w.category, FewEvaluationsWarning)]
+    assert len(few) == 1
+    assert str(few[0].message).startswith(
+        "n_evals=8 is fewer evaluations than the embedder's enc_size[0]=16"
+    )
+    assert few[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FewEvaluationsWarning)
+        with pytest.raises(FewEvaluationsWarning, match=r"^n_evals=8 is fewer"):
+            calibrate_fingerprint_threshold(router, pool.evals, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 240 evaluations: no warning at all
+        calibrate_fingerprint_threshold(router, pool.evals, n_resamples=2, n_evals=16)

@@ -1,6 +1,8 @@
 """LocusRouter's shrinkage safeguard: the blend, its cross-fitted choice,
 onboarding, persistence and validation."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,6 +14,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import KFold
 
 from locus_sklearn import LocusRouter, check_evals
+from locus_sklearn._base import route_by_utility
 from locus_sklearn._files import read_file, write_file
 from locus_sklearn._shrinkage import (
     SHRINKAGE_GRID,
@@ -353,3 +356,26 @@ def test_save_load_keeps_the_repeats(frozen, pool, tmp_path):
             match="header field 'shrinkage_repeats' (must be of type int|is under 1)",
         ):
             LocusRouter.load(path, encoder=pool.encodings)
+
+
+def test_choose_shrinkage_at_a_cost_weight_that_overflows():
+    # 1e308 * cost overflows to inf for both models: every utility is -inf,
+    # so whichever model a query goes to (predict: the cheapest, m0) its
+    # judged utility is -inf for every value, and nothing can be judged. The
+    # overflow, which routing_utility allows, raised a RuntimeWarning.
+    table, X, truth = _two_model_pool()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        choice = choose_shrinkage(
+            _KnownProba(truth), table, X, model_costs=np.array([2.0, 3.0]),
+            cost_weight=1e308,
+        )  # fmt: skip
+    assert choice == (0.0, {})
+    routed = route_by_utility(truth, np.array([2.0, 3.0]), 1e308)
+    assert (routed == 0).all()
+    # With one model whose penalty stays finite, every query goes to it.
+    s, scores = choose_shrinkage(
+        _KnownProba(truth), table, X, model_costs=np.array([0.0, 3.0]),
+        cost_weight=1e308,
+    )  # fmt: skip
+    assert set(scores.values()) == {0.75} and s == 1.0

@@ -1,13 +1,17 @@
 """Helpers shared by the inspection functions (validated pools, distances, scores)."""
 
+from collections.abc import Hashable, Iterable, Mapping
 from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import is_scalar
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._evals import _preview, check_evals
+from .._base import route_by_utility
+from .._evals import _preview, _unordered, check_evals
 from .._selectors import _check_precomputed, _distances
+from ..metrics import route
 
 METRICS = ("cosine", "euclidean")
 
@@ -201,9 +205,26 @@ def _same_labels(a, b):
 def check_names(names, n_models, *, name="embeddings", param="names"):
     """Model names as an object array of shape (n_models,), one per row of
     ``name``; ``param`` is how errors call them (e.g. "reference_names")."""
-    if isinstance(names, str):
+    if isinstance(names, str | bytes):
         raise TypeError(
             f"{param} must be a sequence of model names, not the string {names!r}."
+        )
+    if isinstance(names, Mapping) or _unordered(names):
+        # Names are paired with rows by position: a set iterates in hash order
+        # (for str, one that changes with PYTHONHASHSEED), and a mapping would
+        # give its keys where its values may be meant.
+        raise TypeError(
+            f"{param} must be a sequence of model names in the order of the rows "
+            f"of {name}; got a {type(names).__name__}, which has no such order. "
+            "Pass a list: sorted() of a set, or list() of a mapping's keys or "
+            "values."
+        )
+    if not isinstance(names, Iterable) or (
+        isinstance(names, np.ndarray) and names.ndim == 0
+    ):
+        raise TypeError(
+            f"{param} must be a sequence of model names, one per row of {name}; "
+            f"got {names!r} ({type(names).__name__})."
         )
     names = np.asarray(list(names), dtype=object)
     if names.shape != (n_models,):
@@ -211,11 +232,34 @@ def check_names(names, n_models, *, name="embeddings", param="names"):
             f"{param} must have one name per row of {name}, shape ({n_models},); "
             f"got shape {names.shape}."
         )
-    unique, counts = np.unique(names.astype(str), return_counts=True)
-    if (counts > 1).any():
+    listed = names.tolist()
+    missing = [
+        i for i, m in enumerate(listed) if m is None or (is_scalar(m) and pd.isna(m))
+    ]
+    if missing:
         raise ValueError(
-            f"{param} has duplicates: {_preview(unique[counts > 1])}; each model "
-            "needs its own name."
+            f"{param} has {len(missing)} missing name(s) (None or NaN), e.g. at "
+            f"position {missing[0]}; each model needs a name."
+        )
+    unhashable = [m for m in listed if not isinstance(m, Hashable)]
+    if unhashable:
+        raise TypeError(
+            f"{param} must hold hashable model names, such as str; got "
+            f"{_preview(unhashable)}."
+        )
+    # Names that are one dictionary key (1, 1.0 and True) would be looked up as
+    # one model, and names printed alike (1 and "1") would be read as one.
+    seen_key, seen_text, duplicates = set(), set(), {}
+    for m in listed:
+        if m in seen_key or str(m) in seen_text:
+            duplicates.setdefault(m, None)
+        seen_key.add(m)
+        seen_text.add(str(m))
+    if duplicates:
+        raise ValueError(
+            f"{param} has duplicates: {_preview(duplicates)}; each model needs its "
+            "own name (names equal as dictionary keys, such as 1 and 1.0, or "
+            "printed alike, such as 1 and '1', are one name)."
         )
     return names
 
@@ -468,6 +512,42 @@ def router_utility(router, queries, *, function):
             "cost_weight=0."
         )
     return np.asarray(router.predict_proba(queries), dtype=np.float64)
+
+
+def router_routing(router, queries, *, function):
+    """``routed(available, rows=None)``: the column ``router.predict`` routes
+    each query of ``queries`` (or of its positions ``rows``) to among the
+    ``available`` models, a bool mask of shape (n_rows, n_models) with one
+    model per row at least.
+
+    The utilities are :func:`router_utility`'s, computed once for every mask.
+    Where a huge ``cost_weight`` overflowed every available utility of a
+    row to -inf, the utilities cannot tell the models apart, and the row is
+    routed as ``predict`` routes it, by cost
+    (:func:`~locus_sklearn._base.route_by_utility`); ``route`` alone would
+    pick the first available model.
+    """
+    utility = router_utility(router, queries, function=function)
+    costs = getattr(router, "model_costs_", None)
+    cost_weight = getattr(router, "cost_weight", 0)
+    proba = []  # P(correct), read once and only if some row overflowed
+
+    def routed(available, rows=None):
+        rows = np.arange(len(utility)) if rows is None else np.asarray(rows)
+        chosen = route(utility[rows], available)
+        stuck = np.flatnonzero(utility[rows, chosen] == -np.inf)
+        if len(stuck) and costs is not None and cost_weight:
+            if not proba:
+                proba.append(np.asarray(router.predict_proba(queries), np.float64))
+            chosen[stuck] = route_by_utility(
+                proba[0][rows[stuck]],
+                np.asarray(costs, dtype=np.float64),
+                cost_weight,
+                available[stuck],
+            )
+        return chosen
+
+    return routed
 
 
 def import_pyplot():

@@ -9,15 +9,16 @@ upper envelope of the lines ``P_m - λ·c_m`` per query), so the curve and the
 calibration need no grid and miss no step.
 """
 
-from collections.abc import Mapping
-from numbers import Real
+import reprlib
+from collections.abc import Iterable, Mapping
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted
 
-from .._base import check_model_subset, routing_utility
+from .._base import check_model_subset, route_by_utility, routing_utility
 from .._evals import _preview, check_evals, check_queries
 from .._warnings import warn_external
 from ..metrics import route
@@ -32,12 +33,43 @@ def _utility(proba, costs, cost_weight):
 
 
 def _router_costs(router):
+    if not hasattr(router, "fit"):
+        # check_is_fitted's "None is not an estimator instance." names no
+        # parameter.
+        raise TypeError(
+            "router must be a fitted router with classes_, predict_proba and "
+            f"model_costs_; got {reprlib.repr(router)} ({type(router).__name__})."
+        )
     check_is_fitted(router)
     costs = getattr(router, "model_costs_", None)
     if costs is None:
         raise ValueError(
             f"{type(router).__name__} was fitted without model costs; the cost "
             "weight only matters with costs: fit it with model_costs=."
+        )
+    # A custom router's costs are its own: a NaN, inf or negative cost would
+    # come out as a NaN, inf or negative mean cost, and the wrong shape as an
+    # IndexError.
+    n_models = len(router.classes_)
+    name = f"{type(router).__name__}.model_costs_"
+    try:
+        costs = np.asarray(costs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be numbers, one cost per model of classes_; got "
+            f"{reprlib.repr(costs)}."
+        ) from None
+    if costs.shape != (n_models,):
+        raise ValueError(
+            f"{name} must have shape (n_models,) = ({n_models},), one cost per "
+            f"model of classes_; got shape {costs.shape}."
+        )
+    bad = ~np.isfinite(costs) | (costs < 0)
+    if bad.any():
+        raise ValueError(
+            f"{name} must be finite and >= 0; got "
+            f"{_preview(costs[bad].tolist())} for "
+            f"{_preview(np.asarray(router.classes_, dtype=object)[bad])}."
         )
     if getattr(router, "shrinkage_", 0.0) == 1.0:
         # LocusRouter's safeguard at its end point: no per-query signal left.
@@ -49,7 +81,7 @@ def _router_costs(router):
             "shrinkage=None or a fixed shrinkage below 1.",
             UserWarning,
         )
-    return np.asarray(costs, dtype=np.float64)
+    return costs
 
 
 def _read_queries_or_evals(router, evals):
@@ -79,11 +111,36 @@ def _read_queries_or_evals(router, evals):
     return queries, None, np.ones((len(queries), len(classes)), dtype=bool), None
 
 
+def _check_cv_kind(cv):
+    """Refuse a ``cv`` of no kind these functions take, saying what None
+    means here: no cross-validation (cross_val_predict_proba's message says
+    5 folds, its default). Values of the right kind are checked there."""
+    if cv is None or (isinstance(cv, Integral) and not isinstance(cv, bool)):
+        return
+    kinds = (
+        "None (no cross-validation: route by router.predict_proba), an int >= 2 "
+        "(folds), a splitter with a split method (such as "
+        "sklearn.model_selection.KFold) or an iterable of (train, test) index pairs"
+    )
+    if isinstance(cv, type):
+        raise TypeError(
+            f"cv must be {kinds}; got the class {cv.__name__}, not an instance "
+            f"(e.g. {cv.__name__}())."
+        )
+    if isinstance(cv, str | bytes) or not (
+        hasattr(cv, "split") or isinstance(cv, Iterable)
+    ):
+        raise TypeError(
+            f"cv must be {kinds}; got {reprlib.repr(cv)} ({type(cv).__name__})."
+        )
+
+
 def _queries_and_proba(router, evals, cv, *, scores_needed=None):
     """Queries, dense scores (or None), candidates and P(correct): the
     router's predictions, or with ``cv`` its out-of-fold ones. Raises
     TypeError with the message ``scores_needed`` if given and ``evals``
     holds queries only."""
+    _check_cv_kind(cv)
     queries, Y, candidates, table = _read_queries_or_evals(router, evals)
     if Y is None and scores_needed is not None:
         raise TypeError(scores_needed)
@@ -351,7 +408,8 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
 
     Each query of ``evals`` is routed as :meth:`~locus_sklearn.LocusRouter.score`
     routes it (among the pool's models with a score for it), to the model
-    with the largest ``P(correct) - λ·cost``, for each λ. With
+    with the largest ``P(correct) - λ·cost``, for each λ (where a huge λ
+    overflows every utility of a query to -inf, to the cheapest model). With
     ``cost_weights=None`` the curve is exact: one point per interval of λ in
     which no routing decision changes, found from the crossings of the
     models' utility lines (no grid, no missed step). The router is not
@@ -441,7 +499,9 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
         rows = np.arange(len(queries))
         records = []
         for weight in weights:
-            routed = route(_utility(proba, costs, weight), candidates)
+            # As predict routes: by cost where a huge weight overflowed every
+            # utility of a query to -inf.
+            routed = route_by_utility(proba, costs, weight, candidates)
             counts = np.bincount(routed, minlength=len(costs))
             records.append(
                 {
@@ -666,7 +726,9 @@ def calibrate_cost_weight(
         what, target = "mean cost", target_cost
     elif target_share is not None:
         value, ok = points["share"], points["share"] <= target_share + tol
-        what, target = f"share of calls to {list(models)}", target_share
+        # From the mask: models may have been a generator, read by the check.
+        capped = np.asarray(router.classes_, dtype=object)[share_mask].tolist()
+        what, target = f"share of calls to {capped}", target_share
     else:
         value, ok = points["accuracy"], points["accuracy"] >= min_accuracy - tol
         what, target = "accuracy", min_accuracy

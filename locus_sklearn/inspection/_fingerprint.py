@@ -6,12 +6,15 @@ appendix E.3). A distance threshold calibrated on a reference pool turns the
 nearest reference model into a match / no-match decision.
 """
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
+from sklearn.utils.validation import check_is_fitted
 
+from .._embedder import FewEvaluationsWarning
 from .._evals import _preview, check_evals
 from .._warnings import warn_external
 from ._common import as_pool, check_metric, match_threshold, pairwise
@@ -22,6 +25,10 @@ __all__ = ["calibrate_fingerprint_threshold", "match_models"]
 
 def _as_embedder(embedder):
     """The embedder of a fitted router, or the embedder itself."""
+    if hasattr(embedder, "fit") and not isinstance(embedder, type):
+        # An unfitted router has no embedder_ and was refused as having no
+        # transform, which hid the cause.
+        check_is_fitted(embedder)
     embedder = getattr(embedder, "embedder_", embedder)
     if not hasattr(embedder, "transform"):
         raise TypeError(
@@ -30,6 +37,31 @@ def _as_embedder(embedder):
             f"{type(embedder).__name__}."
         )
     return embedder
+
+
+def _reissue(caught, n_evals, embedder):
+    """Warnings of the subsets' transform, raised again for the caller. A
+    FewEvaluationsWarning names the internal per-subset models and asks for
+    more scored queries per model; the cause is ``n_evals``, so it is said
+    in those terms, once."""
+    few = False
+    for w in caught:
+        if issubclass(w.category, FewEvaluationsWarning):
+            few = True
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if few:
+        low = getattr(embedder, "enc_size", None)
+        low = f" enc_size[0]={int(low[0])}" if low is not None else ""
+        warn_external(
+            f"n_evals={n_evals} is fewer evaluations than the embedder's"
+            f"{low or ' smallest training set'}: each subset is embedded from "
+            "n_evals evaluations, so the self- and cross-distances, and the "
+            "threshold, are those of less reliable embeddings (as a probe of "
+            "n_evals evaluations would be). Raise n_evals to calibrate for "
+            "larger probes.",
+            FewEvaluationsWarning,
+        )
 
 
 def calibrate_fingerprint_threshold(
@@ -101,6 +133,10 @@ def calibrate_fingerprint_threshold(
         If a model used has fewer than ``2 * n_evals`` evaluations, so that
         any two of its subsets overlap (the models and their counts are
         named).
+    FewEvaluationsWarning
+        If ``n_evals`` is under the embedder's ``enc_size[0]`` (the smallest
+        set it was trained to embed from): the subsets' embeddings, and so
+        the threshold, are less reliable.
 
     Notes
     -----
@@ -122,7 +158,7 @@ def calibrate_fingerprint_threshold(
     >>> embedder = LocusEmbedder(pool.encodings, embedding_dim=8, n_latents=2,
     ...                          n_blocks=1, n_heads=1, max_epochs=1,
     ...                          episodes_per_epoch=4, validation_fraction=0,
-    ...                          random_state=0).fit(pool.evals)
+    ...                          enc_size=(16, 64), random_state=0).fit(pool.evals)
     >>> result = calibrate_fingerprint_threshold(
     ...     embedder, pool.evals, n_resamples=3, n_evals=30, false_match_rate=0.05,
     ...     random_state=0)
@@ -186,7 +222,12 @@ def calibrate_fingerprint_threshold(
     )
     if table.query_task is not None:
         frame["task"] = table.query_task[table.query_index[rows]]
-    embeddings = np.asarray(embedder.transform(frame), dtype=np.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        # Recorded whatever the caller's filters (an "error" one would raise
+        # the internal message): _reissue applies them to its own.
+        warnings.simplefilter("always", FewEvaluationsWarning)
+        embeddings = np.asarray(embedder.transform(frame), dtype=np.float64)
+    _reissue(caught, n_evals, embedder)
     distance = pairwise(embeddings, metric=metric)
     owner = np.repeat(np.arange(len(eligible)), n_resamples)
     a, b = np.triu_indices(len(embeddings), k=1)

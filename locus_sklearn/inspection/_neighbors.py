@@ -8,7 +8,6 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._evals import _preview, check_evals
 from .._warnings import warn_external
-from ..metrics import route
 from ._common import (
     as_distances,
     as_pool,
@@ -19,7 +18,7 @@ from ._common import (
     pairwise,
     pool_distances,
     router_embeddings,
-    router_utility,
+    router_routing,
 )
 
 __all__ = ["fallback_order", "fallback_routing_accuracy", "nearest_models"]
@@ -239,8 +238,9 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     """Routing accuracy when the routed model is down and its neighbor answers.
 
     Each query of ``evals`` is routed as ``router.predict`` would (the
-    largest ``P(correct) - cost_weight * cost``) among the models with a score
-    for it; the routed model is then made unavailable and the query goes to
+    largest ``P(correct) - cost_weight * cost``; the cheapest model where a
+    huge ``cost_weight`` overflows every utility to -inf) among the models
+    with a score for it; the routed model is then made unavailable and the query goes to
     its ``k``-th nearest neighbor in embedding space among the remaining
     models with a score (paper, appendix E.2). On a complete score matrix this
     is exactly the paper's protocol; on a sparse one, a query's pool is the
@@ -311,10 +311,9 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     )
     Y = table.to_dense(classes)
     observed = ~np.isnan(Y)
-    utility = router_utility(
+    routed = router_routing(
         router, table.queries, function="fallback_routing_accuracy"
-    )
-    routed = route(utility, observed)
+    )(observed)
     rows = np.arange(len(Y))
     routed_score = Y[rows, routed]
     order = neighbor_order(D)[routed]  # (n_queries, n - 1)

@@ -11,8 +11,7 @@ from sklearn.utils import check_random_state
 
 from .._evals import check_evals, check_model_costs
 from .._selectors import KMedoidsSelector
-from ..metrics import route
-from ._common import check_models_in_pool, router_embeddings, router_utility
+from ._common import check_models_in_pool, router_embeddings, router_routing
 
 # ExpectedAccuracySelector's warning that a step added nothing (a tie).
 _TIED_SELECTION = "Selecting model .* raised the expected accuracy by nothing"
@@ -43,9 +42,15 @@ def _check_values(values, parameter):
             f"{values!r}."
         )
     if not hasattr(values, "__iter__"):
+        # A single size or budget is a mistake with a fix; None is no value.
+        hint = (
+            f" Pass [{values!r}] for one."
+            if isinstance(values, Real) and not isinstance(values, bool)
+            else ""
+        )
         raise TypeError(
             f"values must be a sequence of {what} ({parameter}); got {values!r} "
-            f"({type(values).__name__}). Pass [{values!r}] for one."
+            f"({type(values).__name__}).{hint}"
         )
     values = list(values)
     if not values:
@@ -154,6 +159,13 @@ def portfolio_curve(
             f"selector must be an estimator instance, e.g. {selector.__name__}(); "
             f"got the class {selector.__name__}."
         )
+    if not hasattr(selector, "get_params"):
+        # A name such as "kmedoids" failed on get_params, naming no parameter.
+        raise TypeError(
+            "selector must be an unfitted selector instance with an n_select or "
+            "a budget parameter, such as KMedoidsSelector() or "
+            f"BudgetGreedySelector(); got {selector!r} ({type(selector).__name__})."
+        )
     params = selector.get_params(deep=False)
     if "budget" in params:
         parameter = "budget"
@@ -202,7 +214,7 @@ def portfolio_curve(
     )
     Y = table.to_dense(classes)
     observed = ~np.isnan(Y)
-    utility = router_utility(router, table.queries, function="portfolio_curve")
+    routed_among = router_routing(router, table.queries, function="portfolio_curve")
 
     def accuracy(portfolio):
         available = observed.copy()
@@ -212,7 +224,7 @@ def portfolio_curve(
         counted = available.any(axis=1)
         if not counted.any():
             return np.nan, 0
-        routed = route(utility[counted], available[counted])
+        routed = routed_among(available[counted], np.flatnonzero(counted))
         return float(Y[counted][np.arange(counted.sum()), routed].mean()), int(
             counted.sum()
         )
