@@ -6,9 +6,11 @@ once into compact index arrays (:class:`EvalTable`); :func:`check_queries`
 validates the queries given at prediction time.
 """
 
+import sys
 from collections.abc import KeysView, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from decimal import Decimal
 from numbers import Real
 
 import numpy as np
@@ -139,6 +141,13 @@ def _unordered(values):
     return isinstance(values, AbstractSet) and not isinstance(values, KeysView)
 
 
+def _is_arrow_array(values):
+    """Whether ``values`` is a pyarrow Array or ChunkedArray (pyarrow is not
+    imported for this: if nothing imported it, no value is one)."""
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(values, (pa.Array, pa.ChunkedArray))
+
+
 def _preview(values, limit=5):
     """The first ``limit`` values as a list literal for an error message.
 
@@ -192,8 +201,16 @@ def _check_model_names(models):
 
 
 def _check_columns(columns, name):
-    """Refuse a table (or a Parquet schema) without the required columns, or
-    with one of the standard columns twice."""
+    """Refuse a table (or a Parquet schema) without the required columns, with
+    one of the standard columns twice, or with MultiIndex columns."""
+    if isinstance(columns, pd.MultiIndex):
+        # frame["score"] of MultiIndex columns selects every column under
+        # 'score': a DataFrame, which no check below expects.
+        raise ValueError(
+            f"{name} has MultiIndex columns {_preview(columns)}; each of 'model', "
+            "'query', 'score' and 'task' must name one column. Flatten the "
+            "columns first, e.g. evals.columns = evals.columns.get_level_values(0)."
+        )
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise ValueError(
@@ -257,9 +274,18 @@ def _as_frame(evals, name):
                     "positions match."
                 )
         try:
-            return pd.DataFrame({key: list(column) for key, column in evals.items()})
+            # Each column as a Series (by position: a Series' own index is
+            # dropped), so nullable, categorical and Arrow dtypes survive, as
+            # in a DataFrame; list() would turn pyarrow arrays into Arrow
+            # scalars and pd.NA into an object.
+            return pd.DataFrame(
+                {
+                    key: pd.Series(column).reset_index(drop=True)
+                    for key, column in evals.items()
+                }
+            )
         except (TypeError, ValueError, OverflowError) as exc:
-            # pandas refuses some values outright (e.g. timedeltas in years).
+            # pandas refuses some values outright.
             raise TypeError(
                 f"{name} could not be read as a table of columns: {exc}"
             ) from None
@@ -352,28 +378,58 @@ def _as_float(number):
         return np.inf if number > 0 else -np.inf
 
 
-def _check_score_column(values, name):
-    series = pd.Series(values)
-    if pd.api.types.is_bool_dtype(series.dtype):
+def _is_real_dtype(dtype):
+    """Whether a column or array of ``dtype`` holds real numbers: integers or
+    floats of NumPy, pandas (nullable) or Arrow. Not booleans, complex numbers
+    (numpy would drop the imaginary part), durations (numpy counts
+    timedelta64 as an integer type) or decimals (kind "O"), whose values
+    are refused rather than converted, however the column stores them.
+    """
+    return getattr(dtype, "kind", "O") in "iuf"
+
+
+def _check_score_dtype(dtype, name):
+    """Refuse a score column of boolean or complex ``dtype``, or of Arrow
+    decimals, with a message naming the conversion to make."""
+    if pd.api.types.is_bool_dtype(dtype):
         raise TypeError(
             f"{name}['score'] has boolean dtype; scores must be numbers in [0, 1]. "
             "Convert explicitly, e.g. evals['score'].astype(float)."
         )
-    if pd.api.types.is_complex_dtype(series.dtype):
+    if pd.api.types.is_complex_dtype(dtype):
         # Converting to float would silently drop the imaginary part.
         raise TypeError(
-            f"{name}['score'] has complex dtype {series.dtype}; scores must be real "
+            f"{name}['score'] has complex dtype {dtype}; scores must be real "
             "numbers in [0, 1]. Convert explicitly if the imaginary parts are zero, "
             "e.g. evals['score'].to_numpy().real."
         )
-    if not pd.api.types.is_numeric_dtype(series.dtype):
+    if pd.api.types.is_numeric_dtype(dtype) and not _is_real_dtype(dtype):
+        # Arrow decimals: refused, as Decimal objects and Parquet decimals are.
+        raise TypeError(
+            f"{name}['score'] has dtype {dtype}; scores must be integers or floats "
+            "in [0, 1]. Decimals are refused rather than converted: cast them, "
+            "e.g. evals['score'].astype(float)."
+        )
+
+
+def _check_score_column(values, name):
+    series = pd.Series(values)
+    _check_score_dtype(series.dtype, name)
+    if not _is_real_dtype(series.dtype):
         items = series.to_numpy(dtype=object)
         is_number = np.fromiter(map(_is_real_number, items), bool, len(items))
         if not is_number.all():
             bad = items[~is_number]
+            decimals = any(isinstance(v, Decimal) for v in bad)
+            hint = (
+                " Decimals are refused rather than converted: cast them, e.g. "
+                "evals['score'].astype(float)."
+                if decimals
+                else ""
+            )
             raise TypeError(
                 f"{name}['score'] must hold numbers in [0, 1]; {len(bad)} of "
-                f"{len(items)} rows are not numbers (e.g. {_preview(bad[:5])})."
+                f"{len(items)} rows are not numbers (e.g. {_preview(bad[:5])}).{hint}"
             )
         # One by one: a Python int beyond float64's range made the whole
         # conversion fail with a bare OverflowError; it is infinite here.
@@ -445,12 +501,13 @@ def check_evals(evals, *, name="evals"):
     TypeError
         If ``evals`` is not a table, ids are not strings, or scores are not
         real numbers: booleans (a flag is not a score; convert with
-        ``astype(float)`` if 0/1 is meant) and complex numbers are refused
-        rather than converted.
+        ``astype(float)`` if 0/1 is meant), complex numbers and decimals are
+        refused rather than converted.
     ValueError
-        If a column is missing, the table is empty, a score is NaN, infinite or
-        outside [0, 1], a query has conflicting tasks, or the pandas Series of
-        a mapping have different indexes.
+        If a column is missing or repeated, the columns are a MultiIndex,
+        the table is empty, a score is NaN, infinite or outside [0, 1], a
+        query has conflicting tasks, or the pandas Series of a mapping have
+        different indexes.
 
     Examples
     --------
@@ -503,7 +560,7 @@ def check_queries(queries, *, name="queries"):
 
     Parameters
     ----------
-    queries : sequence of str, or DataFrame with a ``query`` column
+    queries : sequence of str, pyarrow array, or DataFrame with a ``query`` column
         Query texts or ids, in the order predictions are wanted. Repeats are
         allowed.
     name : str, default="queries"
@@ -521,8 +578,9 @@ def check_queries(queries, *, name="queries"):
         value that is not a str.
     ValueError
         If ``queries`` is empty, not one-dimensional, has no ``query``
-        column, or holds an empty string (as :func:`check_evals` refuses an
-        empty query id; blank strings such as ``" "`` are kept).
+        column or several (repeated, or under a MultiIndex), or holds an
+        empty string (as :func:`check_evals` refuses an empty query id;
+        blank strings such as ``" "`` are kept).
 
     Examples
     --------
@@ -537,6 +595,15 @@ def check_queries(queries, *, name="queries"):
                 f"{list(map(str, queries.columns))}."
             )
         queries = queries["query"]
+        if isinstance(queries, pd.DataFrame):
+            # Repeated 'query' columns, or MultiIndex columns with 'query' as
+            # a first level: list() of the selection would give its labels.
+            raise ValueError(
+                f"{name}['query'] is not one column but a DataFrame of "
+                f"{queries.shape[1]} column(s) {_preview(queries.columns)}; give "
+                "the queries in one column named 'query' (rename or drop the "
+                "others, or flatten MultiIndex columns)."
+            )
     if isinstance(queries, (str, bytes)):
         raise TypeError(
             f"{name} must be a sequence of str, not a single string; wrap it in a "
@@ -553,6 +620,9 @@ def check_queries(queries, *, name="queries"):
         )
     if isinstance(queries, (pd.Series, np.ndarray)):
         values = np.asarray(queries, dtype=object)
+    elif _is_arrow_array(queries):
+        # NumPy would stack its Arrow scalars into shape (n, 1).
+        values = np.asarray(queries.to_pylist(), dtype=object)
     elif isinstance(queries, Sequence) or hasattr(queries, "__iter__"):
         values = np.asarray(list(queries), dtype=object)
     else:

@@ -1411,3 +1411,122 @@ def test_load_evals_names_cells_python_but_not_pandas_reads_as_numbers(tmp_path,
         ValueError, match=rf"1 of 2 cells are not numbers, e\.g\. '{cell}'"
     ):
         load_evals(path)
+
+
+def test_from_wide_refuses_ragged_rows():
+    # np.asarray raised numpy's own "inhomogeneous shape" error.
+    with pytest.raises(ValueError, match="2-D.*rows have different lengths"):
+        from_wide([[0.5], [0.5, 1.0]])
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"tasks": [1, 2]}, TypeError, r"tasks must be strings.*\[1, 2\]"),
+        ({"tasks": ["t", None]}, TypeError, r"tasks must be strings.*1 missing"),
+        ({"tasks": {"q1": "t", "q2": ""}}, ValueError, r"tasks has 1 empty.*'q2'"),
+        ({"queries": ["q1", ""]}, ValueError, r"queries must be non-empty.*\[1\]"),
+        ({"models": [""]}, ValueError, r"models must be non-empty.*\[0\]"),
+    ],
+)
+def test_from_wide_names_the_parameter_of_a_bad_name(kwargs, error, match):
+    # These were reported as "evals built from scores['task'] ...".
+    kwargs = {"models": ["m"], "queries": ["q1", "q2"]} | kwargs
+    with pytest.raises(error, match=match):
+        from_wide([[0.5], [1.0]], **kwargs)
+
+
+def test_from_wide_reads_object_and_categorical_columns_of_numbers():
+    wide = pd.DataFrame(
+        {
+            "m1": pd.array([0.5, 1], dtype=object),
+            "m2": pd.array([None, 0.25], dtype=object),
+            "m3": pd.Categorical([0.75, None]),
+        },
+        index=["q1", "q2"],
+    )
+    evals = from_wide(wide)
+    assert evals["score"].tolist() == [0.5, 1.0, 0.25, 0.75]
+    assert evals["query"].tolist() == ["q1", "q2", "q2", "q1"]
+    for column in (pd.array([0.5, True], dtype=object), pd.Categorical(["a", "b"])):
+        with pytest.raises(TypeError, match="'m' "):
+            from_wide(pd.DataFrame({"m": column}, index=["q1", "q2"]))
+
+
+def test_from_wide_refuses_arrow_decimals():
+    from decimal import Decimal
+
+    pa = pytest.importorskip("pyarrow")
+    wide = pd.DataFrame(
+        {"m": pd.array([Decimal("0.5")], dtype=pd.ArrowDtype(pa.decimal128(3, 2)))}
+    )
+    with pytest.raises(TypeError, match="decimals"):
+        from_wide(wide)
+
+
+def test_load_evals_names_decimal_scores(tmp_path):
+    from decimal import Decimal
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "d.parquet"
+    score = pa.array([Decimal("0.5")], pa.decimal128(3, 2))
+    pq.write_table(pa.table({"model": ["a"], "query": ["q"], "score": score}), path)
+    with pytest.raises(TypeError, match="Decimals are refused.*floats"):
+        load_evals(path)
+
+
+def test_load_evals_reads_other_csv_columns_as_pandas_does(tmp_path):
+    # keep_default_na=False applied to every column: a numeric column with
+    # an empty cell was read as text.
+    path = tmp_path / "e.csv"
+    path.write_text("model,query,score,latency,note\na,NA,1,0.5,x\na,q2,0,,NA\n")
+    evals = load_evals(path)
+    assert evals["latency"].dtype == np.float64
+    assert np.isnan(evals["latency"][1])
+    assert evals["note"].isna().tolist() == [False, True]
+    assert evals["query"].tolist() == ["NA", "q2"]  # ids stay as written
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ["query_id", "query", "query"],
+        pd.MultiIndex.from_tuples([("query_id", ""), ("query", "a"), ("query", "b")]),
+    ],
+)
+def test_load_evals_refuses_a_queries_column_given_twice(tmp_path, columns):
+    path = tmp_path / "s.csv"
+    pd.DataFrame({"model": ["a", "a"], "query_id": ["1", "2"], "score": [1, 0]}).to_csv(
+        path, index=False
+    )
+    queries = pd.DataFrame([["1", "t1", "x"], ["2", "t2", "y"]], columns=columns)
+    with pytest.raises(ValueError, match=r"queries\['query'\] is not one column"):
+        load_evals(path, queries=queries)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"model_column": "id", "query_column": "id"}, "model_column='id' and query"),
+        ({"model_column": "score", "query_column": "id"}, "score_column='score'"),
+        ({"query_column": "id", "task_column": "id"}, "task_column='id'"),
+        ({"queries": "q.csv", "query_column": "query_id"}, "query_column="),
+    ],
+)
+def test_load_evals_refuses_one_column_for_two_roles(tmp_path, kwargs, match):
+    path = tmp_path / "same.csv"
+    pd.DataFrame({"model": ["a"], "id": ["b"], "score": [0.5]}).to_csv(
+        path, index=False
+    )
+    with pytest.raises(ValueError, match=match):
+        load_evals(path, **kwargs)
+
+
+def test_load_evals_queries_of_the_wrong_type_says_what_is_accepted(tmp_path):
+    path = tmp_path / "s.csv"
+    pd.DataFrame({"model": ["a"], "query_id": ["1"], "score": [1]}).to_csv(
+        path, index=False
+    )
+    with pytest.raises(TypeError, match=r"path.*or a pandas DataFrame; got a dict"):
+        load_evals(path, queries={"query_id": ["1"], "query": ["t1"]})

@@ -317,7 +317,9 @@ def test_model_costs_series_is_read_by_index_not_position():
     [
         ({"model": [], "query": [], "score": [None, []]}, "same length"),
         ({"model": ["a"], "query": ["q"], "score": [[1.0, [0.0]]]}, "score"),
-        ({"model": np.array(["NaT"], dtype="timedelta64[Y]")}, "could not be read"),
+        # Read as a Series (a list of its values made pandas fail): what is
+        # wrong with it is then what is reported.
+        ({"model": np.array(["NaT"], dtype="timedelta64[Y]")}, "missing required"),
     ],
 )
 def test_campaign_findings_check_evals(evals, match):
@@ -623,3 +625,71 @@ def test_to_dense_models_in_any_order_with_extra_names():
     np.testing.assert_array_equal(dense, [[1.0, np.nan, 0.0], [np.nan, np.nan, 1.0]])
     with pytest.raises(ValueError, match=r"1 model\(s\) that are not in models"):
         DENSE.to_dense(["a"])
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ["query", "query"],
+        pd.MultiIndex.from_tuples([("query", "text")]),
+        pd.MultiIndex.from_tuples([("query", "text"), ("query", "note")]),
+    ],
+)
+def test_check_queries_refuses_a_query_selection_of_several_columns(columns):
+    # queries["query"] was a DataFrame, and list() of it gave its column
+    # labels as the queries.
+    queries = pd.DataFrame([["2+2?"] * len(columns)], columns=columns)
+    with pytest.raises(ValueError, match=r"queries\['query'\] is not one column"):
+        check_queries(queries)
+
+
+def test_check_queries_reads_a_pyarrow_array():
+    pa = pytest.importorskip("pyarrow")
+    assert check_queries(pa.array(["a", "b"])).tolist() == ["a", "b"]
+    assert check_queries(pa.chunked_array([["a"], ["b"]])).tolist() == ["a", "b"]
+    with pytest.raises(TypeError, match=r"1 of 2 entries.*\[None\]"):
+        check_queries(pa.array(["a", None]))
+
+
+def test_multiindex_columns_are_refused_naming_evals():
+    evals = frame(model=["a"], query=["q"], score=[0.5])
+    evals.columns = pd.MultiIndex.from_tuples(
+        [("model", "x"), ("query", "y"), ("score", "z")]
+    )
+    with pytest.raises(ValueError, match=r"evals has MultiIndex columns.*Flatten"):
+        check_evals(evals)
+
+
+def test_mapping_columns_keep_their_dtype():
+    # list() of each column turned pyarrow arrays into Arrow scalars (refused
+    # as not strings) and a nullable float's pd.NA into a non-number.
+    pa = pytest.importorskip("pyarrow")
+    mapping = {
+        "model": pa.array(["a", "b"]),
+        "query": pa.chunked_array([["q"], ["q"]]),
+        "score": pa.array([0.5, 1.0]),
+    }
+    assert check_evals(mapping).score.tolist() == [0.5, 1.0]
+    score = pd.Series([0.5, None], dtype="Float64")
+    columns = {"model": ["a", "b"], "query": ["q", "q"], "score": score}
+    for evals in (columns, pd.DataFrame(columns)):
+        with pytest.raises(ValueError, match="1 NaN or infinite value"):
+            check_evals(evals)
+    # Read by position, as before: a Series' index does not pair the rows.
+    shifted = {
+        "model": pd.Series(["a", "b"], index=[5, 6]),
+        "query": ["q", "r"],
+        "score": [0.5, 1.0],
+    }
+    assert check_evals(shifted).to_frame()["query"].tolist() == ["q", "r"]
+
+
+def test_decimal_scores_are_refused_whatever_their_dtype():
+    from decimal import Decimal
+
+    pa = pytest.importorskip("pyarrow")
+    decimals = pd.Series([Decimal("0.5")], dtype=pd.ArrowDtype(pa.decimal128(3, 2)))
+    with pytest.raises(TypeError, match=r"decimal128.*Decimals are refused"):
+        check_evals({"model": ["a"], "query": ["q"], "score": decimals})
+    with pytest.raises(TypeError, match="Decimals are refused"):
+        check_evals({"model": ["a"], "query": ["q"], "score": [Decimal("0.5")]})

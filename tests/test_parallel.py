@@ -542,17 +542,17 @@ def test_plain_folder_with_key_value_names_reads_as_before(embedder, pool, tmp_p
 
 
 def test_parquet_folder_read_errors_name_the_file(embedder, pool, tmp_path):
-    # Each file valid alone, but the second holds an id the folder's type
-    # (int64, for ids stored as int64 and uint64) cannot take.
-    first = pd.DataFrame({"model": [1, 2], "query": ["q1", "q2"], "score": 1.0})
-    second = first.assign(model=np.array([2**63 + 5, 3], dtype=np.uint64))
+    # Each file valid alone, but the second holds a score the folder's type
+    # (float64, for scores stored as floats and integers) cannot take exactly.
+    first = pd.DataFrame({"model": ["a", "b"], "query": ["q1", "q2"], "score": 1.0})
+    second = first.assign(model=["c", "d"], score=[2**53 + 1, 1])
     folder = _folder(tmp_path, first, second)
     with pytest.raises(
         ValueError,
         match=r"evals could not be read: file '.*b\.parquet' fails with ArrowInvalid: "
-        r".*model: int64.*; store each column with the same type in every file",
+        r".*score: double.*; store each column with the same type in every file",
     ):
-        iter_model_chunks(folder)
+        list(iter_model_chunks(folder))
     (folder / "b.parquet").write_text("not parquet")
     with pytest.raises(
         ValueError, match=r"file '.*b\.parquet' fails with ArrowInvalid"
@@ -830,3 +830,99 @@ def test_not_fitted_and_wrong_estimators(pool, router):
         predict_proba_chunked(type(router)(), ["q"])
     with pytest.raises(TypeError, match="router must be a fitted router"):
         predict_chunked(LocusEmbedder(), ["q"])
+
+
+@pytest.mark.parametrize("dtype", ["bool", "boolean", "bool[pyarrow]"])
+@pytest.mark.parametrize("other", ["int64", "uint8", "Int64", "float64"])
+def test_stream_refuses_boolean_scores_before_concatenating(dtype, other):
+    # pandas concatenates booleans with integers as 1/0: the chunk passed
+    # check_evals, where the same rows in one DataFrame are refused.
+    flags = pd.DataFrame({"model": ["a"], "query": ["q"], "score": [True]})
+    flags["score"] = flags["score"].astype(dtype)
+    numbers = pd.DataFrame({"model": ["b"], "query": ["q"], "score": [1]})
+    numbers["score"] = numbers["score"].astype(other)
+    with pytest.raises(TypeError, match=r"evals \(frame 0\)\['score'\] has boolean"):
+        list(iter_model_chunks([flags, numbers], chunk_models=1))
+
+
+def test_string_view_ids_are_read_as_strings(tmp_path):
+    view = pa.string_view()
+    table = pa.table(
+        {
+            "model": pa.array(["b", "a", "c"], view),
+            "query": pa.array(["q1", "q2", "q1"], view),
+            "score": [0.5, 1.0, 0.0],
+        }
+    )
+    path = tmp_path / "parts"
+    path.mkdir()
+    pq.write_table(table, path / "a.parquet")
+    pq.write_table(
+        pa.table({"model": ["d"], "query": ["q3"], "score": [1.0]}), path / "b.parquet"
+    )
+    expected = load_evals(path / "a.parquet")
+    for source, n_models in [
+        (path / "a.parquet", 3),
+        (path, 4),
+        (ds.dataset(table), 3),
+    ]:
+        chunks = list(iter_model_chunks(source, chunk_models=2))
+        read = pd.concat(chunks, ignore_index=True)
+        assert sorted(read["model"]) == sorted(["a", "b", "c", "d"][:n_models])
+        first = read[read["model"] != "d"].sort_values("model", ignore_index=True)
+        pd.testing.assert_frame_equal(
+            first.astype({"model": object, "query": object}),
+            expected.sort_values("model", ignore_index=True),
+            check_dtype=False,
+        )
+
+
+def test_multiindex_columns_are_refused_naming_evals():
+    evals = pd.DataFrame(
+        [["a", "q", 0.5]],
+        columns=pd.MultiIndex.from_tuples(
+            [("model", "x"), ("query", "y"), ("score", "z")]
+        ),
+    )
+    for source in (evals, [evals]):
+        with pytest.raises(ValueError, match=r"MultiIndex columns.*Flatten"):
+            list(iter_model_chunks(source))
+
+
+def test_ids_stored_as_different_integer_types_are_read_as_strings(tmp_path):
+    # int64 and uint64 have no common integer type: the folder failed with
+    # ArrowInvalid, where each file reads alone.
+    first = pd.DataFrame(
+        {
+            "model": np.array([1, 2], np.int32),
+            "query": np.array([2**63, 1], np.uint64),
+            "score": 1.0,
+        }
+    )
+    second = pd.DataFrame(
+        {"model": np.array([2**63, 3], np.uint64), "query": [2, 3], "score": 0.5}
+    )
+    # One model per chunk: each is read with a filter on its name.
+    chunks = list(iter_model_chunks(_folder(tmp_path, first, second), chunk_models=1))
+    assert [chunk["model"].tolist() for chunk in chunks] == [
+        ["1"],
+        ["2"],
+        ["3"],
+        [str(2**63)],
+    ]
+    assert [chunk["query"].tolist() for chunk in chunks] == [
+        [str(2**63)],
+        ["1"],
+        ["3"],
+        ["2"],
+    ]
+
+
+def test_decimal_scores_in_a_file_are_refused_with_the_fix(tmp_path):
+    from decimal import Decimal
+
+    score = pa.array([Decimal("0.5")], pa.decimal128(3, 2))
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"model": ["a"], "query": ["q"], "score": score}), path)
+    with pytest.raises(TypeError, match=r"decimal128.*decimals are not converted"):
+        list(iter_model_chunks(path))

@@ -5,11 +5,20 @@ import json
 import os
 import warnings
 from collections.abc import Mapping
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
 
-from .._evals import _as_float, _is_real_number, _preview, _unordered, check_evals
+from .._evals import (
+    _as_float,
+    _is_missing,
+    _is_real_dtype,
+    _is_real_number,
+    _preview,
+    _unordered,
+    check_evals,
+)
 from .._warnings import warn_external
 
 __all__ = ["from_wide", "load_evals"]
@@ -49,6 +58,14 @@ def _file_format(path, name):
         f"{name}={os.fspath(path)!r} has an unknown suffix; valid suffixes are "
         f"{list(_READERS)}."
     )
+
+
+# The texts pandas.read_csv reads as missing values by default.
+_NA_TEXTS = (
+    *("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan"),
+    *("1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a"),
+    *("nan", "null"),
+)
 
 
 class _RepeatedKey(ValueError):
@@ -161,8 +178,13 @@ def _read_table(path, name, string_columns, score_column=None):
             return pd.read_parquet(path), kind, None
         # Ids and texts stay strings ("NA", "null" or "007" are valid query
         # texts); only an empty score cell becomes NaN, which check_evals then
-        # reports.
-        na = {score_column: [""]} if score_column else None
+        # reports. Other columns are read as pandas reads them, missing cells
+        # included (NA texts are per column: their names come from the header).
+        sep = "," if kind == "csv" else "\t"
+        header = pd.read_csv(path, sep=sep, nrows=0, index_col=False).columns
+        na = {c: _NA_TEXTS for c in header if c not in string_columns}
+        if score_column:
+            na[score_column] = [""]
         with warnings.catch_warnings():
             # A row with more fields than the header: by default pandas makes
             # the first column the index (shifting every column), and with
@@ -170,7 +192,7 @@ def _read_table(path, name, string_columns, score_column=None):
             warnings.simplefilter("error", pd.errors.ParserWarning)
             frame = pd.read_csv(
                 path,
-                sep="," if kind == "csv" else "\t",
+                sep=sep,
                 dtype={c: str for c in string_columns},
                 keep_default_na=False,
                 na_values=na,
@@ -276,13 +298,14 @@ def _read_scores(frame, column, path, kind, lines):
         f"({f'line {lines[i]}' if lines is not None else f'row {i + 1}'})"
         for i in bad[:3]
     )
-    flags = any(isinstance(items[i], (bool, np.bool_)) for i in bad)
-    hint = (
-        " Booleans are refused rather than converted: write 1 and 0 if that is "
-        "what they mean."
-        if flags
-        else ""
-    )
+    hint = ""
+    if any(isinstance(items[i], (bool, np.bool_)) for i in bad):
+        hint = (
+            " Booleans are refused rather than converted: write 1 and 0 if that "
+            "is what they mean."
+        )
+    elif any(isinstance(items[i], Decimal) for i in bad):
+        hint = " Decimals are refused rather than converted: store scores as floats."
     message = (
         f"column {column!r} of path={os.fspath(path)!r} must hold numbers in "
         f"[0, 1]; {len(bad)} of {len(items)} "
@@ -312,6 +335,33 @@ def _require(frame, columns, name, source=None):
             "model_column=, query_column=, score_column=, task_column= or "
             "query_id_column=."
         )
+
+
+def _distinct_columns(roles):
+    """Raise if two of ``roles`` (``(parameter, column)`` pairs) name one column."""
+    seen = {}
+    for parameter, column in roles:
+        if column in seen:
+            raise ValueError(
+                f"{seen[column]}={column!r} and {parameter}={column!r} name the "
+                "same column, whose values would be read for both; give each "
+                "its own column."
+            )
+        seen[column] = parameter
+
+
+def _one_column_each(table, columns):
+    """Raise unless each of ``columns`` present in the DataFrame ``table``
+    (``queries``) selects one column: a repeated name, or a first level of
+    MultiIndex columns, selects several."""
+    for column in dict.fromkeys(columns):
+        if column in table.columns and isinstance(table[column], pd.DataFrame):
+            raise ValueError(
+                f"queries[{column!r}] is not one column but a DataFrame of "
+                f"{table[column].shape[1]} column(s); queries has columns "
+                f"{_preview(table.columns, limit=10)}. Give each column its own "
+                "name (flatten MultiIndex columns)."
+            )
 
 
 def _match_query_ids(ids, query_table, query_id_column):
@@ -378,7 +428,8 @@ def load_evals(
     ``.tsv.gz``, ``.parquet``, ``.jsonl`` or ``.jsonl.gz``. One row per scored
     evaluation. Columns are renamed to the standard names ``model``,
     ``query``, ``score`` and ``task``; other columns are kept as they are,
-    dtype included.
+    dtype included (those of a csv/tsv file as ``pandas.read_csv`` reads
+    them, an empty cell or ``"NA"`` missing).
 
     Query texts may live in a separate table, the way EmbedLLM-style releases
     ship a model-query-score file keyed by a question id plus a file with the
@@ -437,11 +488,14 @@ def load_evals(
         column twice, a jsonl object that names a key twice, a missing
         column, a score cell of a csv/tsv file that is not a number
         (``True``, ``yes``, ``0,5``), query ids of ``path`` that are absent
-        from ``queries``, duplicate ids in ``queries``, or a table that
-        :func:`~locus_sklearn.check_evals` rejects.
+        from ``queries``, duplicate ids in ``queries``, one column named for
+        two roles (e.g. ``model_column == query_column``), a column of a
+        ``queries`` DataFrame that selects several (a repeated name), or a
+        table that :func:`~locus_sklearn.check_evals` rejects.
     TypeError
-        If a score of a parquet or jsonl file is not a real number: booleans
-        and text such as ``"0.5"`` are refused rather than converted, as
+        If ``queries`` is neither a path nor a DataFrame, or a score of a
+        parquet or jsonl file is not a real number: booleans, decimals and
+        text such as ``"0.5"`` are refused rather than converted, as
         :func:`~locus_sklearn.check_evals` refuses them.
     FileNotFoundError
         If ``path`` or ``queries`` does not exist.
@@ -480,6 +534,25 @@ def load_evals(
         raise TypeError(f"task_column must be a str or None; got {task_column!r}.")
     task_name = "task" if task_column is None else task_column
     joined = queries is not None
+    if joined and not isinstance(queries, (str, os.PathLike, pd.DataFrame)):
+        raise TypeError(
+            "queries must be a path (str or os.PathLike) or a pandas DataFrame; "
+            f"got a {type(queries).__name__}. Pass pd.DataFrame(queries) for a "
+            "mapping of columns."
+        )
+    # One column read for two roles would give both its values silently.
+    task_role = [] if task_column is None else [("task_column", task_column)]
+    query_role = (
+        ("query_id_column", query_id_column)
+        if joined
+        else ("query_column", query_column)
+    )
+    _distinct_columns(
+        [("model_column", model_column), query_role, ("score_column", score_column)]
+        + task_role
+    )
+    if joined:  # the columns of queries
+        _distinct_columns([query_role, ("query_column", query_column)] + task_role)
     id_columns = [model_column, query_id_column if joined else query_column, task_name]
     frame, kind, lines = _read_table(path, "path", id_columns, score_column)
     frame = _ids_as_str(frame, id_columns)
@@ -489,6 +562,7 @@ def load_evals(
     query_table = None
     if joined:
         if isinstance(queries, pd.DataFrame):
+            _one_column_each(queries, [query_id_column, query_column, task_name])
             query_table = queries.copy()
         else:
             query_table, _, _ = _read_table(
@@ -613,6 +687,13 @@ def _labels(values, default, n, name, prefix):
             f"{name} must be strings; got {_preview(values[~is_str][:5])}. Pass "
             f"{name}= or convert the labels with .astype(str)."
         )
+    empty = np.flatnonzero(values == "")
+    if len(empty):
+        # As check_evals refuses an empty id, naming the parameter here.
+        raise ValueError(
+            f"{name} must be non-empty strings; got '' at position(s) "
+            f"{_preview(empty)}."
+        )
     repeated = pd.Index(values)
     repeated = repeated[repeated.duplicated()]
     if len(repeated):
@@ -644,7 +725,9 @@ def _query_tasks(tasks, queries):
                 f"tasks has no entry for {len(unknown)} of {n_queries} queries "
                 f"(e.g. {_preview(unknown[:5])})."
             )
-        return np.array([tasks[q] for q in queries], dtype=object)
+        return _check_tasks(
+            np.array([tasks[q] for q in queries], dtype=object), queries
+        )
     if isinstance(tasks, (str, bytes)):
         raise TypeError(
             f"tasks must be a sequence of str (one per query) or a mapping query "
@@ -664,22 +747,52 @@ def _query_tasks(tasks, queries):
         raise ValueError(
             f"tasks must have one entry per query ({n_queries}); got {len(query_task)}."
         )
+    return _check_tasks(query_task, queries)
+
+
+def _check_tasks(query_task, queries):
+    """Raise unless every task of ``query_task`` (one per query) is a non-empty
+    str; the error names ``tasks`` and the queries whose task is bad."""
+    is_str = np.fromiter((isinstance(t, str) for t in query_task), bool, len(queries))
+    if not is_str.all():
+        bad = query_task[~is_str]
+        missing = sum(map(_is_missing, bad))
+        raise TypeError(
+            f"tasks must be strings, one per query; {len(bad)} of {len(queries)} "
+            f"are not (e.g. {_preview(bad[:5])} for queries "
+            f"{_preview(queries[~is_str][:5])}"
+            f"{f', {missing} missing' if missing else ''}). Give every query a "
+            "task name; convert numbers with .astype(str)."
+        )
+    empty = query_task == ""
+    if empty.any():
+        raise ValueError(
+            f"tasks has {int(empty.sum())} empty string(s) '' (for queries "
+            f"{_preview(queries[empty][:5])}); every query needs a non-empty task "
+            "name."
+        )
     return query_task
 
 
-def _is_real_dtype(dtype):
-    """Whether a column or array of ``dtype`` holds real numbers.
-
-    Not booleans, complex numbers (numpy would drop the imaginary part) or
-    durations (numpy counts timedelta64 as an integer type), as check_evals.
-    """
-    if isinstance(dtype, np.dtype):
-        return dtype.kind in "iuf"
-    return (
-        pd.api.types.is_numeric_dtype(dtype)
-        and not pd.api.types.is_bool_dtype(dtype)
-        and not pd.api.types.is_complex_dtype(dtype)
-    )
+def _real_column(column):
+    """A column of a wide ``scores`` DataFrame as float64 (NaN where missing),
+    or None if it holds something other than real numbers."""
+    if _is_real_dtype(column.dtype):
+        return column.to_numpy(dtype=np.float64, na_value=np.nan)
+    if not (
+        pd.api.types.is_object_dtype(column.dtype)
+        or isinstance(column.dtype, pd.CategoricalDtype)
+    ):
+        return None
+    items = column.to_numpy(dtype=object)
+    is_number = np.fromiter(map(_is_real_number, items), bool, len(items))
+    missing = np.fromiter((v is None or v is pd.NA for v in items), bool, len(items))
+    if not (is_number | missing).all():
+        return None
+    values = np.full(len(items), np.nan)
+    # One by one: a Python int beyond float64's range is infinite here.
+    values[is_number] = np.fromiter(map(_as_float, items[is_number]), np.float64)
+    return values
 
 
 def from_wide(scores, models=None, queries=None, *, tasks=None):
@@ -695,7 +808,8 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     scores : array-like of shape (n_queries, n_models) or DataFrame
         Scores in [0, 1], NaN (or masked, in a masked array) where missing. A
         DataFrame gives the queries as its index and the models as its
-        columns.
+        columns; an object or categorical column of it may hold numbers, with
+        None or ``pd.NA`` where missing.
     models : sequence of str of shape (n_models,), default=None
         Model names. Defaults to the DataFrame's columns, or for an array to
         ``"model0"``, ``"model1"``, ... (zero-padded so they sort in order).
@@ -723,14 +837,15 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     ------
     TypeError
         If ``scores`` does not hold real numbers (booleans, complex numbers,
-        durations and text are refused rather than converted), if ``models``,
-        ``queries`` or ``tasks`` is a single string, a set or not a sequence,
-        if ``models`` or ``queries`` is a mapping, or if a model or query
-        name is not a str.
+        durations, decimals and text are refused rather than converted), if
+        ``models``, ``queries`` or ``tasks`` is a single string, a set or not
+        a sequence, if ``models`` or ``queries`` is a mapping, or if a model,
+        query or task name is not a str.
     ValueError
-        If ``scores`` is not 2-D, is empty, holds an infinite value or a
-        model without any score, if names repeat or do not match the shape of
-        ``scores``, or if ``tasks`` misses a query.
+        If ``scores`` is not 2-D (or its rows have different lengths), is
+        empty, holds an infinite value or a model without any score, if names
+        repeat, are empty strings or do not match the shape of ``scores``, or
+        if ``tasks`` misses a query or gives one an empty string.
 
     Examples
     --------
@@ -746,29 +861,42 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     if isinstance(scores, pd.DataFrame):
         default_models = list(scores.columns)
         default_queries = list(scores.index)
-        bad = [(c, t) for c, t in scores.dtypes.items() if not _is_real_dtype(t)]
+        # An object or categorical column may hold numbers only (a missing
+        # one as None or pd.NA): its values are checked one by one.
+        columns = [_real_column(scores.iloc[:, j]) for j in range(scores.shape[1])]
+        bad = [
+            (c, t)
+            for (c, t), column in zip(scores.dtypes.items(), columns, strict=True)
+            if column is None
+        ]
         if bad:
             shown = ", ".join(f"{c!r} ({t})" for c, t in bad[:5])
             raise TypeError(
                 f"scores must hold real numbers in [0, 1] (NaN for missing); "
                 f"{len(bad)} column(s) do not: {shown}"
                 f"{', ...' if len(bad) > 5 else ''}. Booleans, complex "
-                "numbers (whose imaginary part would be lost), durations and text "
-                "are refused rather than converted."
+                "numbers (whose imaginary part would be lost), durations, "
+                "decimals and text are refused rather than converted."
             )
-        values = scores.to_numpy(dtype=np.float64, na_value=np.nan)
+        values = np.column_stack(columns) if columns else np.empty(scores.shape)
     else:
         default_models = default_queries = None
         # np.asarray drops a masked array's mask: a masked (missing) cell
         # would be scored with whatever value lies under it.
         masked = isinstance(scores, np.ma.MaskedArray)
-        array = scores if masked else np.asarray(scores)
+        try:
+            array = scores if masked else np.asarray(scores)
+        except ValueError:  # nested sequences numpy cannot stack
+            raise ValueError(
+                "scores must be a 2-D (n_queries, n_models) array-like; rows have "
+                "different lengths."
+            ) from None
         if not _is_real_dtype(array.dtype):
             raise TypeError(
                 f"scores must hold real numbers in [0, 1] (NaN for missing); got "
                 f"an array of dtype {array.dtype}. Booleans, complex numbers "
-                "(whose imaginary part would be lost), durations and text are "
-                "refused rather than converted."
+                "(whose imaginary part would be lost), durations, decimals and "
+                "text are refused rather than converted."
             )
         values = array.astype(np.float64)
         if masked:

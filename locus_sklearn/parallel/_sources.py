@@ -25,6 +25,7 @@ import pandas as pd
 from .._evals import (
     _as_frame,
     _check_columns,
+    _check_score_dtype,
     _check_string_column,
     _empty_error,
     _preview,
@@ -60,17 +61,25 @@ class FrameChunk:
 class DatasetChunk:
     """Rows of the models ``values`` of a pyarrow dataset, read on demand."""
 
-    def __init__(self, dataset, columns, values, by_range, name):
+    def __init__(self, dataset, columns, values, by_range, name, cast=False):
         self.dataset = dataset
         self.columns = columns
         self.values = values
         self.by_range = by_range
         self.name = name
+        self.cast = cast
 
     def read(self):
+        import pyarrow as pa
         import pyarrow.dataset as ds
 
         field = ds.field("model")
+        if self.cast:
+            # A file stores the names, read as strings, as Arrow string_view
+            # or integers, which pyarrow cannot compare with the strings of
+            # the filter (nor with its row groups' statistics): compare them
+            # once read. No row group is skipped then.
+            field = field.cast(pa.large_string())
         if self.by_range:
             # Names are sorted and the chunk takes every name in between.
             where = (field >= self.values[0]) & (field <= self.values[-1])
@@ -124,7 +133,11 @@ def _arrow_read_errors():
 def _is_text(arrow_type):
     import pyarrow as pa
 
-    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    return (
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_string_view(arrow_type)
+    )
 
 
 def _check_arrow_types(schema, name, where="the column has"):
@@ -152,8 +165,8 @@ def _check_arrow_types(schema, name, where="the column has"):
             ):
                 raise TypeError(
                     f"{name}['score'] must hold numbers in [0, 1]; {where} Arrow "
-                    f"type {arrow_type}. Store scores as floats (strings are not "
-                    "converted to numbers)."
+                    f"type {arrow_type}. Store scores as floats (strings and "
+                    "decimals are not converted to numbers)."
                 )
         elif not (_is_text(value_type) or pa.types.is_integer(value_type)):
             raise TypeError(
@@ -255,7 +268,9 @@ def _unified_schema(dataset, files, name):
     - scores stored as different types are read as float64;
     - ids stored as integers in some files and as strings in others are
       refused (integers become decimal strings, so 7 and "007" could not
-      both be kept); ids of a csv file are read as strings, as written;
+      both be kept); ids stored as different integer types (e.g. uint64
+      and int64) are read as their decimal strings; ids of a csv file are
+      read as strings, as written;
     - a column of Arrow type null (a header-only file written from pandas)
       types nothing.
 
@@ -264,8 +279,11 @@ def _unified_schema(dataset, files, name):
     import pyarrow as pa
 
     fields = {field.name: field for field in dataset.schema}
-    if not files:  # a table in memory: its schema is its own
-        return dataset.schema
+    if not files:  # a table in memory: its schema is its own, string_view aside
+        for column in _ID_COLUMNS:
+            if column in fields and pa.types.is_string_view(fields[column].type):
+                fields[column] = pa.field(column, pa.large_string())
+        return pa.schema(list(fields.values()), metadata=dataset.schema.metadata)
     has_task = _check_optional_task(files, name)
     for column in ("model", "query", "score", "task"):
         stored = []  # (path, type) of each file storing values of the column
@@ -288,7 +306,12 @@ def _unified_schema(dataset, files, name):
             if column not in fields and any(column in s.names for _, s in files):
                 fields[column] = pa.field(column, pa.null())
             continue
-        types = {arrow_type for _, arrow_type in stored}
+        # pyarrow can neither filter nor compare string_view ids: read them
+        # as strings.
+        types = {
+            pa.large_string() if pa.types.is_string_view(arrow_type) else arrow_type
+            for _, arrow_type in stored
+        }
         if len(types) == 1:
             (arrow_type,) = types
         elif column == "score":  # integers or floats, checked file by file
@@ -299,18 +322,25 @@ def _unified_schema(dataset, files, name):
     return pa.schema(list(fields.values()), metadata=dataset.schema.metadata)
 
 
-def _unified_id_type(column, stored, name):
-    """The type to read an id column stored as several types: integers as
-    int64, strings as large strings, a mix of the two refused."""
+def _value_type(arrow_type):
+    """The type of the values of a column of ``arrow_type`` (dictionary-encoded
+    or not)."""
     import pyarrow as pa
 
-    def value_type(arrow_type):
-        if pa.types.is_dictionary(arrow_type):
-            return arrow_type.value_type
-        return arrow_type
+    if pa.types.is_dictionary(arrow_type):
+        return arrow_type.value_type
+    return arrow_type
 
-    integers = [p for p, t in stored if pa.types.is_integer(value_type(t))]
-    strings = [p for p, t in stored if _is_text(value_type(t))]
+
+def _unified_id_type(column, stored, name):
+    """The type to read an id column stored as several types: strings as
+    large strings, integers too (their decimal strings, as they are read
+    anyway: no one integer type may hold them all, e.g. uint64 and int64),
+    a mix of integers and strings refused."""
+    import pyarrow as pa
+
+    integers = [p for p, t in stored if pa.types.is_integer(_value_type(t))]
+    strings = [p for p, t in stored if _is_text(_value_type(t))]
     if integers and strings:
         raise TypeError(
             f"{name}[{column!r}] is stored as integers in {len(integers)} file(s) "
@@ -319,7 +349,7 @@ def _unified_id_type(column, stored, name):
             'strings, so 7 and "007" would become one id; store the ids as '
             "strings in every file."
         )
-    return pa.int64() if integers else pa.large_string()
+    return pa.large_string()
 
 
 def _with_schema(dataset, schema):
@@ -341,6 +371,9 @@ def _with_schema(dataset, schema):
         return ds.UnionDataset(
             schema, [_with_schema(child, schema) for child in dataset.children]
         )
+    if isinstance(dataset, ds.InMemoryDataset):
+        # Its string_view ids as strings: a table in memory is cast, not read.
+        return ds.InMemoryDataset(dataset.to_table().cast(schema))
     return dataset.replace_schema(schema)  # pragma: no cover - no file to unify
 
 
@@ -445,6 +478,19 @@ def _dataset_chunks(dataset, chunk_models, name):
     files = _check_files(dataset, name)
     dataset = _with_schema(dataset, _unified_schema(dataset, files, name))
     schema = dataset.schema
+    # Names read as strings from a file that stores them as string_view or
+    # integers: compared once read (see DatasetChunk.read).
+    stored = [
+        _value_type(s.field("model").type)
+        for f, s in files
+        if "model" in s.names and not _is_csv(f)
+    ]
+    cast = pa.types.is_large_string(schema.field("model").type) and any(
+        not (
+            pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+        )
+        for t in stored
+    )
     # Partition columns and in-memory tables: the dataset's own schema.
     _check_arrow_types(schema, name)
     if dataset.count_rows() == 0:
@@ -477,7 +523,9 @@ def _dataset_chunks(dataset, chunk_models, name):
     values = sorted(names, key=str)
     columns = [c for c in ("model", "query", "score", "task") if c in schema.names]
     chunks = [
-        DatasetChunk(dataset, columns, values[i : i + chunk_models], is_text, name)
+        DatasetChunk(
+            dataset, columns, values[i : i + chunk_models], is_text, name, cast
+        )
         for i in range(0, len(values), chunk_models)
     ]
     if not _pickles(dataset):
@@ -517,6 +565,9 @@ def _stream_chunks(frames, chunk_models, name):
         _check_columns(frame.columns, label)
         if len(frame) == 0:
             continue
+        # Frames are concatenated below, where pandas turns booleans among
+        # integers into 1/0: refuse them here, as check_evals refuses them.
+        _check_score_dtype(frame["score"].dtype, label)
         n_rows += len(frame)
         model = _check_string_column(
             frame["model"].to_numpy(dtype=object), label, "model"
@@ -600,7 +651,8 @@ def iter_model_chunks(evals, *, chunk_models=1000):
     <locus_sklearn.LocusRouter.add_models>` or
     :func:`~locus_sklearn.check_evals`. No row is dropped or changed; chunks
     are not validated beyond the ``model`` column and, for a Parquet or
-    dataset source, the column types of every file (validate each chunk with
+    dataset source, the column types of every file, or for a stream the
+    ``score`` dtype of every frame (validate each chunk with
     :func:`~locus_sklearn.check_evals`).
 
     Parameters
@@ -623,8 +675,9 @@ def iter_model_chunks(evals, *, chunk_models=1000):
           (not the first file's): scores stored as integers in some files
           and floats in others are read as floats; ids stored as integers in
           some files and strings in others, or a ``task`` column in only some
-          of the files with rows, are refused; a header-only file (columns
-          of Arrow type null) types nothing. A
+          of the files with rows, are refused (ids stored as different
+          integer types are read as their decimal strings); a header-only
+          file (columns of Arrow type null) types nothing. A
           hive-partitioned folder (``model=m1/part-0.parquet``, as
           ``DataFrame.to_parquet(path, partition_cols=["model"])`` writes it)
           gives the columns its folder names hold and its files lack, ids
@@ -648,14 +701,16 @@ def iter_model_chunks(evals, *, chunk_models=1000):
     ------
     ValueError
         If ``chunk_models < 1``, a column is missing (from ``evals`` or one of
-        its files; ``task`` from only some files), ``evals`` is empty (or a
+        its files; ``task`` from only some files) or repeated, the columns
+        are a MultiIndex, ``evals`` is empty (or a
         folder with no Parquet files), a stream is not grouped by model (a
         model's rows come back after frames without it), or a file cannot be
         read (not Parquet, or its values do not fit the other files' types).
     TypeError
         If ``evals`` is none of the above, a model name is not a string, a
         file stores a column as a type the column cannot hold (e.g. scores
-        as strings), or ids are stored as integers in some files and as
+        as strings), a frame of a stream has boolean scores (refused, as
+        :func:`~locus_sklearn.check_evals` refuses them), or ids are stored as integers in some files and as
         strings in others.
 
     Examples
