@@ -293,7 +293,9 @@ class LocusEmbedder(
         (float64 where the learned bandwidth is below 1/30, and each model's
         log-sum-exp below 0.003, so that no weight underflows). On MMLU-Pro
         it moved P(correct) by at most 1e-3 and the routed model on 0.2% of
-        questions.
+        questions. With ``readout_neighbors`` and ``readout_index="exact"``
+        the neighbours are chosen by this product too (near ties may swap);
+        ``readout_index="hnsw"`` searches in float32.
     n_profile_regions : int, default=0
         R > 0 adds the profile objective: a linear head from z_m predicts the
         model's mean score in each of R regions of the query space (k-means
@@ -342,7 +344,9 @@ class LocusEmbedder(
     lr : float, default=1e-3
         AdamW learning rate.
     weight_decay : float, default=0.01
-        AdamW weight decay.
+        AdamW weight decay. ``lr * weight_decay`` must be below 1: from 1 on
+        each step scales the weights to zero or flips them, and ``fit``
+        raises a ValueError before training.
     gradient_clip : float, default=1.0
         Maximum gradient norm.
     validation_fraction : float, default=0.1
@@ -702,6 +706,19 @@ class LocusEmbedder(
                 "1 <= low <= high."
             )
 
+    def _check_training(self):
+        """Settings that ``fit`` alone reads, checked before it trains."""
+        if self.lr * self.weight_decay >= 1:
+            # AdamW scales every weight by 1 - lr * weight_decay each step:
+            # from 1 on that zeroes or flips them whatever the gradients, and
+            # training ends with a network fitted to nothing, without an error.
+            raise ValueError(
+                f"lr={self.lr!r} and weight_decay={self.weight_decay!r} give "
+                f"lr * weight_decay = {self.lr * self.weight_decay:g}, which must "
+                "be below 1 (AdamW scales every weight by 1 - lr * weight_decay "
+                "each step); lower lr or weight_decay."
+            )
+
     def _check_fitted_network(self):
         """The parameters that shape the network (``_FITTED_NETWORK_PARAMS``)
         are still those the fitted ``net_`` was built with."""
@@ -771,6 +788,7 @@ class LocusEmbedder(
         """Validate, encode the queries once, fit; return (table, X_query)."""
         table = check_evals(evals)
         self._check_structure(check_import=True)  # before the encoder loads
+        self._check_training()
         encoder = self._query_encoder()
         X_query = encode_queries(encoder, table.queries)
         warn_shared_encodings(X_query, table.queries)
@@ -792,6 +810,7 @@ class LocusEmbedder(
         ``check_collapse``: warn (:class:`CollapsedEmbeddingWarning`) when the
         training models' embeddings are nearly identical."""
         self._check_structure(check_import=True)  # before training
+        self._check_training()
         rng = check_random_state(self.random_state)
         device = self._training_device()
         if self.accelerator is not None:
@@ -1048,12 +1067,15 @@ class LocusEmbedder(
         return readout_pool(self.net_.module_, X_table, table)
 
     # ------------------------------------------------------------- persistence
-    def save(self, path):
+    def save(self, path, *, include_query_text=True):
         """Save the fitted embedder to one safetensors file (no pickle).
 
         The query encoder is stored as a reference (the bundled default or a
         model directory) or, for a mapping, as its vectors; a custom encoder
-        object must be passed again to :meth:`load`. Every hyper-parameter
+        object must be passed again to :meth:`load`. The encoder stored is
+        the fitted one (``encoder_``), which ``transform`` encodes with: an
+        ``encoder`` set after fit takes effect at the next fit, and the loaded
+        embedder's ``encoder`` is the fitted one. Every hyper-parameter
         is stored but ``encoder``, ``device``, ``memory``, ``accelerator``
         and ``verbose``, choices of where and how the file is used
         (:meth:`load`'s ``device=`` sets the device). ``random_state`` is
@@ -1064,14 +1086,23 @@ class LocusEmbedder(
         Parameters
         ----------
         path : str or path-like
+        include_query_text : bool, default=True
+            False leaves a mapping encoder out of the file (its keys are query
+            texts): pass it again to :meth:`load` (``encoder=``). Use it when
+            prompts must not ship, or when the mapping's keys are too long for
+            the file's 100 MB header.
         """
         check_is_fitted(self)
+        if not isinstance(include_query_text, bool):
+            raise TypeError(
+                f"include_query_text must be True or False; got {include_query_text!r}."
+            )
         # Settings changed after fit are checked as load checks them: a file
         # written with one that load refuses could not be read back.
         self._validate_params()
         self._check_structure()
         self._check_fitted_network()
-        save_embedder(self, path)
+        save_embedder(self, path, include_query_text=include_query_text)
 
     @classmethod
     def load(cls, path, *, encoder=None, device=None):
@@ -1082,7 +1113,7 @@ class LocusEmbedder(
         path : str or path-like
         encoder : default=None
             Overrides the saved query encoder (required if a custom object was
-            used).
+            used, or a mapping saved with ``include_query_text=False``).
         device : str, default=None
             Torch device; None uses CUDA when available, else CPU. The loaded
             embedder's ``device`` parameter is this value, as given (None

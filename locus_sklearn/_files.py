@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import struct
+import time
 from pathlib import Path
 
 import torch
@@ -48,12 +49,30 @@ def _digest(header, tensors):
 
 # Bytes of randomness in a temporary name: 16 hex digits.
 _TEMP_TOKEN_BYTES = 8
+# The longest file name most file systems take (bytes), and what a temporary
+# name adds to its stem: ".", ".", 16 hex digits, ".tmp".
+_NAME_MAX = 255
+_TEMP_EXTRA = 2 * _TEMP_TOKEN_BYTES + 6
+# A temporary file younger than this (seconds) and still empty may be a save
+# between creating its file and locking it: not taken for a leftover.
+_TEMP_GRACE = 60
+
+
+def _temp_stem(target):
+    """What a temporary name of ``target`` holds of its name: the name, or,
+    where the name is too long to take the extra characters (a name ``open()``
+    accepts could not be saved), its first 50 characters and a hash of it."""
+    name = target.name
+    if len(os.fsencode(name)) + _TEMP_EXTRA <= _NAME_MAX:
+        return name
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    return f"{name[:50]}~{digest}"
 
 
 def _temp_name(target):
     """A fresh temporary name beside ``target``: ``.<name>.<random>.tmp``."""
     return target.with_name(
-        f".{target.name}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
+        f".{_temp_stem(target)}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
     )
 
 
@@ -61,7 +80,8 @@ def _is_temp_name(target, name):
     """Whether the file name ``name`` is one :func:`_temp_name` gives ``target``
     (not merely alike: a user's ``.<name>.notes.tmp`` is not ours to delete)."""
     token = f"[0-9a-f]{{{2 * _TEMP_TOKEN_BYTES}}}"
-    return re.fullmatch(rf"\.{re.escape(target.name)}\.{token}\.tmp", name) is not None
+    stem = re.escape(_temp_stem(target))
+    return re.fullmatch(rf"\.{stem}\.{token}\.tmp", name) is not None
 
 
 def _write_error(kind, code, path, what):
@@ -82,7 +102,7 @@ def _remove_stale_temp_files(target):
     if fcntl is None:
         return
     pattern = os.path.join(
-        glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp"
+        glob.escape(str(target.parent)), f".{glob.escape(_temp_stem(target))}.*.tmp"
     )
     for stale in glob.glob(pattern):
         if not _is_temp_name(target, os.path.basename(stale)):
@@ -93,6 +113,12 @@ def _remove_stale_temp_files(target):
             continue  # renamed or removed meanwhile
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A writer locks its file just after creating it and writes only
+            # while it holds the lock: a young empty file may be one between
+            # the two, not yet locked.
+            info = os.fstat(fd)
+            if info.st_size == 0 and time.time() - info.st_mtime < _TEMP_GRACE:
+                continue
             os.unlink(stale)
         except OSError:
             pass  # a save in progress holds it, or it is already gone
@@ -103,13 +129,17 @@ def _remove_stale_temp_files(target):
 def write_file(path, metadata, tensors, *, too_large_advice=""):
     """Write ``tensors`` and JSON ``metadata`` atomically to ``path``.
 
-    A temporary file ``.<name>.<random>.tmp`` in the same folder is renamed
-    over the target only once complete and flushed to disk, so a failure never
-    leaves a half-written file. A new file gets the mode ``open()`` would give
+    A temporary file ``.<name>.<random>.tmp`` in the same folder (for a name
+    too long to take the 22 extra characters, its first 50 characters and a
+    hash of it stand for ``<name>``) is renamed over the target only once
+    complete and flushed to disk, so a failure never leaves a half-written
+    file. A new file gets the mode ``open()`` would give
     it (``0o666`` less the umask); an existing one keeps its mode. A symbolic
     link is followed: the file it points to is replaced, the link stays.
     Temporary files left by killed saves of the same target are removed after
-    a successful save. Errors name ``path``, never the temporary file.
+    a successful save (an empty one once it is a minute old: until then it
+    may be a concurrent save's, not yet locked). Errors name ``path``, never
+    the temporary file.
 
     A header over the 100 MB safetensors reads and writes is a ValueError
     naming ``path``, ending with ``too_large_advice`` (how the caller could
@@ -166,6 +196,15 @@ def write_bytes(path, data):
     target = Path(os.path.realpath(path))
     if target.is_dir():
         raise _write_error(IsADirectoryError, errno.EISDIR, path, "it is a directory")
+    if os.fspath(path).endswith(tuple(filter(None, (os.sep, os.altsep)))):
+        # The resolved path drops the separator: "dir/out/" would be written
+        # as a file "out" where the caller named a folder.
+        raise _write_error(
+            IsADirectoryError,
+            errno.EISDIR,
+            path,
+            "it ends with a path separator, so it names a folder; give a file name",
+        )
     if not target.parent.is_dir():
         # The nearest existing folder on the way: a file there is the problem
         # ("file.locus/x"), not a missing folder.
@@ -208,9 +247,11 @@ def write_bytes(path, data):
             f"cannot create a file in {str(target.parent)!r} ({exc.strerror})",
         ) from None
     try:
+        if fcntl is not None:
+            # At once: until it holds the lock, a concurrent save of the same
+            # target could take the file for a killed save's leftover.
+            fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(fd, "wb") as handle:
-            if fcntl is not None:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             if mode is not None:
                 os.chmod(tmp, mode)
             handle.write(data)
@@ -231,8 +272,12 @@ def write_bytes(path, data):
     _remove_stale_temp_files(target)
 
 
-def read_file(path, kind):
+def read_file(path, kind, *, known=None):
     """Read a file written by :func:`write_file`; check format and ``kind``.
+
+    ``known``: the kinds the caller reads (None: any); a file of another
+    one, or of none, is not a valid file, where one of a known kind other
+    than ``kind`` is to be loaded with its own class.
 
     Returns
     -------
@@ -287,10 +332,17 @@ def read_file(path, kind):
         }
     except json.JSONDecodeError as exc:
         raise ValueError(f"{str(path)!r} has a corrupt header ({exc}).") from None
-    if metadata.get("kind") != kind:
+    found = metadata.get("kind")
+    if not isinstance(found, str) or (known is not None and found not in known):
+        # Not another estimator's file: no class could load it.
+        problem = "is missing" if found is None else f"has an unknown value {found!r}"
         raise ValueError(
-            f"{str(path)!r} holds a {metadata.get('kind')}, not a {kind}; load it "
-            f"with {metadata.get('kind')}.load."
+            f"{str(path)!r} is not a valid locus_sklearn file: header field "
+            f"'kind' {problem}."
+        )
+    if found != kind:
+        raise ValueError(
+            f"{str(path)!r} holds a {found}, not a {kind}; load it with {found}.load."
         )
     # Files written before the layout was recorded hold layout 1.
     layout = metadata.pop("network_layout", 1)

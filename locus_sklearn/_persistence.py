@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.frozen import FrozenEstimator
 
 from ._base import _check_costs_for_weight
 from ._device import resolve_device
-from ._encoders import QueryEncoder, as_query_encoder
+from ._encoders import QueryEncoder, _check_mapping, as_query_encoder
 from ._evals import EvalTable, check_model_costs
 from ._files import read_file, write_file
 from ._nn import NETWORK_LAYOUT, LocusNetwork
@@ -104,6 +105,7 @@ _HEADER_FIELDS = {
         "shrinkage_fitted",
         "shrinkage_repeats",
         "memory_queries",
+        "frozen_embedder",
     },
 }
 
@@ -115,12 +117,15 @@ def _hash(text):
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def encoder_spec(encoder, *, include_query_text=True):
+def encoder_spec(encoder, *, include_query_text=True, n_features=None):
     """JSON spec and tensors describing an ``encoder=`` value.
 
     With ``include_query_text=False`` a mapping encoder's keys (query texts)
     are not stored: its spec is ``hashed_mapping`` and loading needs the
-    mapping again (``encoder=``).
+    mapping again (``encoder=``). A mapping that is stored is checked as fit
+    checks it, and to give ``n_features``-dimensional vectors where given:
+    one changed after fit would otherwise be written to a file that load
+    refuses.
     """
     if isinstance(encoder, QueryEncoder):
         encoder = encoder.encoder
@@ -131,6 +136,20 @@ def encoder_spec(encoder, *, include_query_text=True):
     if isinstance(encoder, Mapping):
         if not include_query_text:
             return {"kind": "hashed_mapping"}, {}
+        try:
+            dimension = _check_mapping(encoder)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(
+                f"The mapping encoder was changed after fit and cannot be saved: {exc}"
+            ) from None
+        if n_features is not None and dimension != n_features:
+            first = next(iter(encoder))
+            raise ValueError(
+                "The mapping encoder was changed after fit and cannot be saved: "
+                f"its vectors (encoder[{first!r}] and the others) have dimension "
+                f"{dimension}, but the estimator was fitted on {n_features}-"
+                "dimensional encodings."
+            )
         keys = list(encoder)
         vectors = np.stack([np.asarray(encoder[k], dtype=np.float32) for k in keys])
         return {"kind": "mapping", "keys": keys}, {
@@ -262,6 +281,18 @@ def _check_embedder(check, cls):
     extra = sorted(set(spec) - _ENCODER_FIELDS[kind])
     if extra:
         check.fail("header field 'encoder'", f"has unknown fields {extra}")
+    # Each block adds tensors: an n_blocks the stored tensors cannot hold is
+    # refused before a module of that many blocks is built to compare with.
+    n_stored = sum(name.startswith("net.") for name in check.tensors)
+    per_block = len(_expected_state({**params, "n_blocks": 2}, n_features)) - len(
+        _expected_state({**params, "n_blocks": 1}, n_features)
+    )
+    if params["n_blocks"] * per_block > n_stored:
+        check.fail(
+            "header field 'params'",
+            f"has n_blocks={params['n_blocks']}, but the file holds {n_stored} "
+            f"network tensors, too few for that many blocks of {per_block}",
+        )
     expected = _expected_state(params, n_features)
     names = [f"net.{k}" for k in expected]
     if kind == "mapping":
@@ -367,10 +398,18 @@ def _check_router(check):
     memory += ("memory.score",)
     stored = any(name in check.tensors for name in memory)
     if stored or "memory_queries" in check.metadata:
+        # Only the kernel readout reads them; no router without it keeps any.
+        if not params.get("kernel_readout"):
+            check.fail(
+                "tensors 'memory.*' / header field 'memory_queries'",
+                "are present, but kernel_readout=False stores no evaluations",
+            )
         _check_pool_evals(check, pool)
         names += memory
     elif params.get("kernel_readout"):
         check.fail("tensor 'memory.encodings'", "is missing (kernel_readout=True)")
+    if check.metadata.get("frozen_embedder", True) is not True:
+        check.fail("header field 'frozen_embedder'", "must be true where present")
     return names
 
 
@@ -398,6 +437,10 @@ def _check_shrinkage(check, n_pool):
     means = check.tensor("pool.mean_scores", (n_pool,), (torch.float64,)).numpy()
     if ((means < 0) | (means > 1)).any():
         check.fail("tensor 'pool.mean_scores'", "is outside [0, 1]")
+    # Every version that writes the fitted value writes the setting beside it
+    # (null for None): without it the router would load with shrinkage=None.
+    if "shrinkage" not in check.metadata:
+        check.fail("header field 'shrinkage'", "is missing")
 
 
 def _check_pool_evals(check, pool):
@@ -434,7 +477,7 @@ def _check_pool_evals(check, pool):
 
 def _checked(path, kind, embedder_cls):
     """Read ``path`` and check every field; return (metadata, tensors)."""
-    metadata, tensors, intact = read_file(path, kind)
+    metadata, tensors, intact = read_file(path, kind, known=tuple(_HEADER_FIELDS))
     check = _Checker(path, metadata, tensors)
     check.only_fields(kind)
     check.field("library_version", "str")
@@ -460,8 +503,13 @@ def _json_value(value):
 
 def _embedder_state(embedder, *, include_query_text=True):
     """(metadata, tensors) describing a fitted LocusEmbedder."""
+    # The fitted encoder, which transform encodes with: an ``encoder`` set
+    # after fit (no refit) is not it, and stored would load as another
+    # embedder than the one saved.
     spec, tensors = encoder_spec(
-        embedder.encoder, include_query_text=include_query_text
+        embedder.encoder_,
+        include_query_text=include_query_text,
+        n_features=embedder.n_query_features_,
     )
     params = {k: _json_value(v) for k, v in embedder._saved_params().items()}
     params["enc_size"] = [_json_value(v) for v in params["enc_size"]]
@@ -533,10 +581,25 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     return embedder
 
 
-def save_embedder(embedder, path):
-    """Write a fitted LocusEmbedder to ``path``."""
-    metadata, tensors = _embedder_state(embedder)
-    write_file(path, {"kind": "LocusEmbedder", **metadata}, tensors)
+def save_embedder(embedder, path, *, include_query_text=True):
+    """Write a fitted LocusEmbedder to ``path``.
+
+    With ``include_query_text=False`` a mapping encoder is not stored (its
+    keys are query texts): loading needs it again.
+    """
+    metadata, tensors = _embedder_state(embedder, include_query_text=include_query_text)
+    advice = ""
+    if "keys" in metadata["encoder"]:
+        advice = (
+            "; save(path, include_query_text=False) leaves the mapping encoder "
+            "out (pass it again to load)"
+        )
+    write_file(
+        path,
+        {"kind": "LocusEmbedder", **metadata},
+        tensors,
+        too_large_advice=advice,
+    )
 
 
 def load_embedder(cls, path, *, encoder=None, device=None):
@@ -564,6 +627,9 @@ def save_router(router, path, *, include_query_text=True):
         pool=router.classes_.tolist(),
         cost_weight=float(router.cost_weight),
     )
+    if isinstance(router.embedder_, FrozenEstimator):
+        # Only then: files of other routers stay readable by earlier versions.
+        metadata["frozen_embedder"] = True
     tensors["pool.embeddings"] = torch.from_numpy(router.model_embeddings_)
     means = np.asarray(router.model_mean_scores_, dtype=np.float64)
     # Unknown (NaN) only for a router read from an earlier version's file
@@ -603,19 +669,24 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     embedder = _embedder_from_state(
         embedder_cls, metadata, tensors, path, encoder=encoder, device=device
     )
+    # The parameter is an unfitted copy, as fit leaves it: set_params on it
+    # (embedder__...) must not change the fitted embedder_. A copy of the
+    # parameters, not sklearn.clone: that would deep-copy an encoder model or
+    # mapping the two can share, since set_params replaces values and never
+    # edits them. A router fitted on a frozen embedder gets it frozen again,
+    # as parameter and fitted embedder_ both (as fit leaves them), so that a
+    # clone refits as the original's clone would, reusing it.
+    param = embedder_cls(**embedder.get_params(deep=False))
+    if metadata.get("frozen_embedder"):
+        param = FrozenEstimator(embedder)
     router = cls(
-        # The parameter is an unfitted copy, as fit leaves it: set_params on
-        # it (embedder__...) must not change the fitted embedder_. A copy of
-        # the parameters, not sklearn.clone: that would deep-copy an encoder
-        # model or mapping the two can share, since set_params replaces
-        # values and never edits them.
-        embedder_cls(**embedder.get_params(deep=False)),
+        param,
         cost_weight=metadata["cost_weight"],
         shrinkage=metadata.get("shrinkage"),
         # Files of versions before the option judged one shuffle of the folds.
         shrinkage_repeats=metadata.get("shrinkage_repeats", 1),
     )
-    router.embedder_ = embedder
+    router.embedder_ = param if metadata.get("frozen_embedder") else embedder
     router.encoder_ = embedder.encoder_
     router.n_query_features_ = embedder.n_query_features_
     router.classes_ = np.asarray(metadata["pool"], dtype=object)

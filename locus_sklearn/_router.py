@@ -1,5 +1,6 @@
 """LocusRouter: route queries with LOCUS model embeddings; onboard models."""
 
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -288,15 +289,26 @@ class LocusRouter(BaseRouter):
         evals : DataFrame or mapping of columns
             Evaluations of the models to add or refresh.
         model_costs : mapping of str to float, default=None
-            Costs of the models in ``evals``; required for new models when the
-            router has costs. Given, it replaces the cost of existing ones;
-            omitted, a refreshed model keeps its cost.
+            Costs of the models in ``evals``, by model name (a dict, or a
+            pandas Series indexed by model name; a list or an array is
+            refused, as its order could be read two ways); required for new
+            models when the router has costs. Given, it replaces the cost of
+            existing ones; omitted, a refreshed model keeps its cost.
 
         Returns
         -------
         self : LocusRouter
         """
         check_is_fitted(self)
+        if model_costs is not None and not isinstance(model_costs, Mapping | pd.Series):
+            # An array would be read in sorted-name order, which a caller
+            # listing costs in the order of evals would not notice.
+            raise TypeError(
+                "model_costs must be a mapping of model name to cost (or a pandas "
+                f"Series indexed by model name); got {type(model_costs).__name__}. "
+                "add_models reads each model's cost by its name, which an array or "
+                "a list does not hold: pass dict(zip(names, costs))."
+            )
         table = check_evals(evals)
         new_costs = check_model_costs(model_costs, table.models, models="evals")
         is_new = ~np.isin(table.models, self.classes_)
@@ -495,8 +507,10 @@ class LocusRouter(BaseRouter):
         reference) and the pool: ``classes_``, ``model_embeddings_``,
         ``model_costs_``, ``cost_weight`` and, with the kernel readout,
         ``pool_evals_``: every stored evaluation with its query's encoding
-        and, by default, the query's text. A precomputed-vector (mapping)
-        encoder is stored with its keys, which are query texts too.
+        and, by default, the query's text. The query encoder stored is the
+        fitted one (``encoder_``, which predictions use), not an ``encoder``
+        set after fit; a precomputed-vector (mapping) encoder is stored with
+        its keys, which are query texts too.
 
         Parameters
         ----------
@@ -538,7 +552,9 @@ class LocusRouter(BaseRouter):
         Returns
         -------
         router : LocusRouter
-            Its ``embedder_`` is a fitted :class:`LocusEmbedder`.
+            Its ``embedder_`` is a fitted :class:`LocusEmbedder`, or, for a
+            router fitted on a ``FrozenEstimator``, one wrapping it (its
+            ``embedder`` too, as ``fit`` left them).
         """
         return load_router(cls, LocusEmbedder, path, encoder=encoder, device=device)
 

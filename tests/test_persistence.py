@@ -118,6 +118,10 @@ def test_a_save_in_progress_elsewhere_is_not_cleaned_up(tmp_path):
     busy = tmp_path / ".router.locus.0123456789abcdef.tmp"
     with open(busy, "wb") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        # Written to, as a writer does under its lock (an empty young file is
+        # spared whether locked or not).
+        handle.write(b"partial")
+        handle.flush()
         _write(path)
         assert busy.exists()
     _write(path)
@@ -535,6 +539,30 @@ def _repeated_key(metadata, tensors):
             _set(cost_weight=0.5),
             "'cost_weight' is invalid \\(cost_weight=0.5 needs model costs",
         ),
+        # Loaded as shrinkage=None where 'auto' was saved.
+        (
+            lambda m, t: m.pop("shrinkage"),
+            "header field 'shrinkage' is missing",
+        ),
+        # Loaded with the stored evaluations set, which no such router keeps.
+        (
+            lambda m, t: m["params"].update(kernel_readout=False),
+            "'memory.\\*' / header field 'memory_queries' are present, but "
+            "kernel_readout=False",
+        ),
+        # Said "holds a None, not a LocusRouter; load it with None.load".
+        (lambda m, t: m.pop("kind"), "header field 'kind' is missing"),
+        (_set(kind="Forest"), "header field 'kind' has an unknown value 'Forest'"),
+        (
+            _set(frozen_embedder=False),
+            "header field 'frozen_embedder' must be true where present",
+        ),
+        # Built 1,000 blocks (on the meta device) before comparing one tensor;
+        # 10,000 took 30 s and 1.5 GB.
+        (
+            lambda m, t: m["params"].update(n_blocks=1000),
+            "has n_blocks=1000, but the file holds \\d+ network tensors, too few",
+        ),
     ],
 )
 def test_load_checks_every_field_of_the_file(router, tmp_path, edit, match):
@@ -696,3 +724,185 @@ def test_the_saved_random_state_is_checked_as_fit_checks_it(
             ValueError, match=r"header field 'params' is invalid \(.*random_state"
         ):
             LocusRouter.load(tmp_path / "edited.locus")
+
+
+def test_save_stores_the_fitted_encoder_not_one_set_after_fit(tmp_path, tiny_embedder):
+    """An encoder set after fit (no refit) is not the one transform encodes
+    with; save stored it, so the loaded embedder encoded otherwise (or the
+    file was refused at load, for a mapping of another dimension)."""
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    encodings = dict(pool.encodings)
+    keys = list(encodings)
+    shifted = {k: encodings[keys[(i + 1) % len(keys)]] for i, k in enumerate(keys)}
+    embedder = tiny_embedder(encodings, max_epochs=1).fit(pool.evals)
+    router = LocusRouter(tiny_embedder(encodings, max_epochs=1), shrinkage=None)
+    router.fit(pool.evals)
+    queries = keys[:10]
+    for other in (shifted, {k: np.ones(3) for k in keys}):
+        embedder.set_params(encoder=other)
+        embedder.save(tmp_path / "e.locus")
+        loaded = LocusEmbedder.load(tmp_path / "e.locus")
+        np.testing.assert_array_equal(
+            loaded.transform(pool.evals), embedder.transform(pool.evals)
+        )
+        np.testing.assert_array_equal(loaded.encoder[keys[0]], encodings[keys[0]])
+        # The router's save goes through the same path.
+        router.embedder_.set_params(encoder=other)
+        router.save(tmp_path / "r.locus")
+        np.testing.assert_array_equal(
+            LocusRouter.load(tmp_path / "r.locus").predict_proba(queries),
+            router.predict_proba(queries),
+        )
+
+
+@pytest.mark.parametrize(
+    "key, value, error, match",
+    [
+        (7, [1.0] * 32, TypeError, "must have str keys.*e.g. \\[7\\]"),
+        ("new", [np.nan] * 32, ValueError, "NaN or infinite values.*\\['new'\\]"),
+        # Finite as a float64, infinite as the float32 the file stores.
+        ("new", [1e39] * 32, ValueError, "NaN or infinite values.*\\['new'\\]"),
+        # Failed with numpy's bare "all input arrays must have the same shape".
+        ("new", [1.0] * 5, ValueError, "inconsistent dimension.*'new': \\(5,\\)"),
+        (
+            None,
+            [1.0] * 5,
+            ValueError,
+            "dimension 5, but the estimator was fitted on 32",
+        ),
+    ],
+)
+def test_save_checks_a_mapping_encoder_changed_after_fit(
+    tmp_path, tiny_embedder, key, value, error, match
+):
+    # Each saved a file that load refused (or failed with numpy's error).
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    encodings = dict(pool.encodings)
+    embedder = tiny_embedder(encodings, max_epochs=1).fit(pool.evals)
+    if key is None:  # every vector replaced, in the same dict
+        encodings.update((k, np.asarray(value)) for k in list(encodings))
+    else:
+        encodings[key] = np.asarray(value)
+    path = tmp_path / "e.locus"
+    with pytest.raises(
+        error, match=f"changed after fit and cannot be saved: .*{match}"
+    ):
+        embedder.save(path)
+    assert not path.exists()
+
+
+def test_a_router_on_a_frozen_embedder_loads_with_it_frozen(tmp_path, tiny_embedder):
+    """Loaded with a plain, unfitted embedder as its parameter: a clone of
+    the loaded router trained a new embedder where the original's clone
+    reuses the frozen one."""
+    from sklearn.base import clone
+    from sklearn.frozen import FrozenEstimator
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    models = pool.models["model"].tolist()
+    trained = tiny_embedder(pool.encodings, max_epochs=1)
+    trained.fit(pool.evals[pool.evals["model"].isin(models[:3])])
+    router = LocusRouter(FrozenEstimator(trained), shrinkage=None).fit(pool.evals)
+    path = tmp_path / "r.locus"
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    # As fit leaves them: one frozen embedder, parameter and fitted.
+    assert isinstance(loaded.embedder, FrozenEstimator)
+    assert loaded.embedder_ is loaded.embedder
+    loaded.save(tmp_path / "again.locus")
+    again = LocusRouter.load(tmp_path / "again.locus")
+    assert isinstance(again.embedder, FrozenEstimator)
+    queries = pool.evals["query"].unique()[:10]
+    np.testing.assert_array_equal(
+        clone(loaded).fit(pool.evals).predict_proba(queries),
+        clone(router).fit(pool.evals).predict_proba(queries),
+    )
+    # Other routers' files are as before (readable by earlier versions).
+    LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), shrinkage=None).fit(
+        pool.evals
+    ).save(path)
+    assert "frozen_embedder" not in read_file(path, "LocusRouter")[0]
+    assert not isinstance(LocusRouter.load(path).embedder, FrozenEstimator)
+
+
+def test_an_embedder_saves_without_its_mapping_encoder(
+    tmp_path, tiny_embedder, monkeypatch
+):
+    """LocusEmbedder.save had no include_query_text: a mapping with long
+    query texts as keys (a header over 100 MB) could not be saved at all."""
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    embedder = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    path = tmp_path / "e.locus"
+    embedder.save(path, include_query_text=False)
+    metadata, tensors, _ = read_file(path, "LocusEmbedder")
+    assert metadata["encoder"] == {"kind": "hashed_mapping"}
+    assert "encoder.vectors" not in tensors
+    with pytest.raises(ValueError, match="saved without query text"):
+        LocusEmbedder.load(path)
+    loaded = LocusEmbedder.load(path, encoder=dict(pool.encodings))
+    np.testing.assert_array_equal(
+        loaded.transform(pool.evals), embedder.transform(pool.evals)
+    )
+    with pytest.raises(TypeError, match="include_query_text must be True or False"):
+        embedder.save(path, include_query_text="no")
+
+    def too_large(tensors, metadata=None):
+        raise SafetensorError("Error while serializing: header too large")
+
+    monkeypatch.setattr(_files_module, "save", too_large)
+    with pytest.raises(ValueError, match="save\\(path, include_query_text=False\\)"):
+        embedder.save(path)
+
+
+def test_a_concurrent_save_leaves_a_new_temporary_file_alone(tmp_path, monkeypatch):
+    """The temporary file was locked only after os.fdopen: a save of the same
+    target that finished in between took it for a killed save's leftover and
+    deleted it, and the first save failed with FileNotFoundError."""
+    pytest.importorskip("fcntl")
+    path = tmp_path / "router.locus"
+    real_fdopen = os.fdopen
+    interrupted = []
+
+    def fdopen(fd, *args, **kwargs):
+        if not interrupted:
+            interrupted.append(fd)
+            _write(path, value=1.0)  # the other save, start to finish
+        return real_fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    _write(path, value=2.0)
+    assert read_file(path, "Test")[0]["value"] == 2.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["router.locus"]
+
+
+def test_a_young_empty_temporary_file_is_left_for_a_minute(tmp_path):
+    # A save between creating its file and locking it: empty and unlocked.
+    path = tmp_path / "router.locus"
+    young = tmp_path / ".router.locus.0123456789abcdef.tmp"
+    young.touch()
+    _write(path)
+    assert young.exists()
+    os.utime(young, (0, 0))
+    _write(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["router.locus"]
+
+
+def test_a_path_ending_in_a_separator_is_refused(tmp_path):
+    # write_bytes("dir/out/") wrote a file named "out".
+    with pytest.raises(IsADirectoryError, match="ends with a path separator") as info:
+        _files_module.write_bytes(str(tmp_path / "out") + os.sep, b"x")
+    assert info.value.errno == 21
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_long_file_name_saves_and_its_leftovers_are_removed(tmp_path):
+    # A name open() accepts failed: the temporary name added 22 characters
+    # ("File name too long").
+    path = tmp_path / ("y" * 240 + ".locus")
+    _write(path, value=1.0)
+    assert read_file(path, "Test")[0]["value"] == 1.0
+    _crash_during_save(path)
+    (left,) = [p.name for p in tmp_path.iterdir() if p != path]
+    assert len(left) <= 255 and left.startswith(".yyy")
+    _write(path, value=2.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -92,6 +92,22 @@ def test_add_models_costs_name_the_models_of_evals(router, pool, fitted_copy):
     assert costed.model_costs_[costed.classes_.tolist().index("newcomer")] == 2.0
 
 
+def test_add_models_refuses_model_costs_not_named_by_model(router, pool, fitted_copy):
+    """A list was read in sorted-name order: costs listed in the order of
+    evals went to the wrong models, silently. A Series by model name is fine."""
+    costed = fitted_copy(router)
+    costed.model_costs_ = np.ones(len(router.classes_))
+    one = pool.evals[pool.evals["model"] == "fam0-m00"]
+    new = pd.concat([one.assign(model="zz-new"), one.assign(model="aa-new")])
+    for costs in ([300.0, 3.0], np.array([300.0, 3.0])):
+        with pytest.raises(TypeError, match=r"model_costs must be a mapping .* got"):
+            costed.add_models(new, model_costs=costs)
+    assert "zz-new" not in costed.classes_  # refused before any change
+    costed.add_models(new, model_costs=pd.Series({"zz-new": 300.0, "aa-new": 3.0}))
+    cost = dict(zip(costed.classes_, costed.model_costs_, strict=True))
+    assert (cost["zz-new"], cost["aa-new"]) == (300.0, 3.0)
+
+
 def test_nan_costs_rejected(pool, tiny_embedder, model_names):
     costs = {m: 1.0 for m in model_names}
     costs[model_names[0]] = float("nan")

@@ -4,10 +4,12 @@
 The tiny settings and the ``pool`` fixture are in conftest.py.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
-from locus_sklearn import LocusRouter
+from locus_sklearn import CollapsedEmbeddingWarning, LocusRouter
 from locus_sklearn.metrics import correctness_accuracy
 
 
@@ -130,9 +132,11 @@ def test_episode_collator_draws_one_encoder_size_per_batch():
 def test_divergence_is_a_clear_error(pool, tiny_embedder, model_names, rows_of):
     evals = rows_of(pool.evals, model_names[:4])
     with pytest.raises(FloatingPointError, match="training diverged.*lower lr"):
-        tiny_embedder(pool.encodings, lr=1e30, gradient_clip=None, max_epochs=3).fit(
-            evals
-        )
+        # weight_decay=0: with it, an lr * weight_decay of 1 or more is
+        # refused before training.
+        tiny_embedder(
+            pool.encodings, lr=1e30, weight_decay=0.0, gradient_clip=None, max_epochs=3
+        ).fit(evals)
 
 
 def _diverging_fit(**params):
@@ -143,10 +147,12 @@ def _diverging_fit(**params):
     small = make_model_pool(
         n_models=6, n_families=2, n_queries=40, evals_per_model=20, random_state=0
     )
+    # weight_decay=0: lr alone diverges (an lr * weight_decay of 1 or more
+    # is refused before training).
     settings = dict(
         embedding_dim=8, n_latents=2, n_blocks=1, n_heads=2, enc_size=(2, 16),
-        random_state=0, **params,
-    )  # fmt: skip
+        random_state=0, weight_decay=0.0,
+    ) | params  # fmt: skip
     return LocusEmbedder(small.encodings, **settings).fit(small.evals)
 
 
@@ -162,27 +168,49 @@ def test_a_collapsed_readout_bandwidth_is_a_clear_divergence_error():
         _diverging_fit(lr=1000.0, max_epochs=2, episodes_per_epoch=12, batch_size=4)
 
 
-@pytest.mark.parametrize(
-    "params, names",
-    [
-        ({"lr": 1000.0}, r"lower lr \(now 1000\.0\)"),
-        # AdamW scales the weights by 1 - lr * weight_decay = -9 each step.
-        (
-            {"weight_decay": 1e4},
-            r"weight_decay \(now 10000\.0; lr \* weight_decay = 10",
-        ),
-    ],
-)
-def test_divergence_on_an_epochs_last_step_is_named_before_validation(params, names):
-    """Weights that grow tenfold an epoch (every training loss still
-    finite, up to 1e21) overflow the validation pass to NaN first: the
-    routing metric then raised "y_score must hold finite numbers", naming
-    nothing the user set. The validation loss is checked before it."""
-    with pytest.raises(FloatingPointError, match=f"training diverged: .*{names}"):
+def test_divergence_on_an_epochs_last_step_is_named_before_validation():
+    """Weights grown large but finite by an epoch's last step overflow the
+    validation pass to NaN first: the routing metric then raised "y_score
+    must hold finite numbers", naming nothing the user set. The validation
+    loss is checked before it. (The probe's repros grew the weights tenfold
+    an epoch with an lr * weight_decay of 10, now refused before training:
+    test_lr_times_weight_decay_of_one_is_refused_at_fit.)"""
+    with pytest.raises(
+        FloatingPointError,
+        match=r"training diverged: the validation loss became .* lower lr "
+        r"\(now 1e\+30\)",
+    ):
         _diverging_fit(
-            kernel_readout=False, max_epochs=10, episodes_per_epoch=6, batch_size=6,
-            **params,
+            lr=1e30, kernel_readout=False, max_epochs=10, episodes_per_epoch=6,
+            batch_size=6,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("lr, weight_decay", [(0.01, 150.0), (1e-3, 1e4), (0.5, 2.0)])
+def test_lr_times_weight_decay_of_one_is_refused_at_fit(
+    pool, tiny_embedder, lr, weight_decay
+):
+    """AdamW scales every weight by 1 - lr * weight_decay each step: between
+    1 and 2 that zeroes or flips them without a non-finite value, and fit
+    returned a router trained to nothing, without an error or a warning (the
+    training guide said it stopped with a FloatingPointError)."""
+    embedder = tiny_embedder(pool.encodings, lr=lr, weight_decay=weight_decay)
+    match = (
+        f"lr={lr!r} and weight_decay={weight_decay!r} give lr \\* weight_decay = "
+        ".* which must be below 1"
+    )
+    with pytest.raises(ValueError, match=match):
+        embedder.fit(pool.evals)
+    assert not hasattr(embedder, "net_")
+    with pytest.raises(ValueError, match=match):
+        LocusRouter(embedder).fit(pool.evals)
+    # Just below 1 trains (to a collapse, which is warned of, not refused).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CollapsedEmbeddingWarning)
+        fitted = tiny_embedder(
+            pool.encodings, lr=lr, weight_decay=0.99 / lr, max_epochs=1
+        ).fit(pool.evals)
+    assert fitted.n_epochs_ == 1
 
 
 def test_divergence_check_finds_non_finite_weights_at_epoch_end():
