@@ -5,9 +5,12 @@
 #   bash run.sh test     # install with test extras, then the test suite
 #   bash run.sh docs     # install with docs extras, then build the docs (warnings are errors)
 #
-# Torch: a CPU build of torch is installed first (TORCH_SPEC, default torch==2.13.0), so
-# pip never resolves the multi-GB CUDA build on a machine without a GPU. For CUDA, install
-# the CUDA torch you want into .venv first (or set TORCH_SPEC); an importable torch is kept.
+# Torch: torch is installed first (TORCH_SPEC, default torch==2.13.0), before the package
+# can ask for an unpinned one. Where pip finds a CPU wheel of that pin (this project's
+# machines and CI keep one), that is the CPU build; PyPI's Linux wheel of torch is the
+# multi-GB CUDA build, so elsewhere set TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# (passed to pip as --index-url for the torch step only). For CUDA, install the CUDA
+# torch you want into .venv first (or set TORCH_SPEC); an importable torch is kept.
 set -euo pipefail
 cd "$(dirname "$0")"
 job="${1:-demo}"
@@ -15,6 +18,7 @@ shift || true
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+TORCH_INDEX_URL="${TORCH_INDEX_URL:-}"
 
 case "$job" in
   demo) extras="[plot]" ;;
@@ -30,7 +34,11 @@ py="$VENV/bin/python"
 stamp="$VENV/.locus-installed$extras"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   if ! "$py" -c "import torch" 2>/dev/null; then
-    "$py" -m pip install --disable-pip-version-check -q "$TORCH_SPEC"
+    if [ -n "$TORCH_INDEX_URL" ]; then
+      "$py" -m pip install --disable-pip-version-check -q --index-url "$TORCH_INDEX_URL" "$TORCH_SPEC"
+    else
+      "$py" -m pip install --disable-pip-version-check -q "$TORCH_SPEC"
+    fi
   fi
   "$py" -m pip install --disable-pip-version-check -q -e ".$extras"
   touch "$stamp"
