@@ -30,6 +30,15 @@ MMLU_CLOSED = (
     "deepseek-chat",
 )
 
+#: The folder of ``SHARED_DATA`` each shared data set is read from.
+SHARED_FOLDERS = {
+    "mmlu-open": "mmlu_pro_32models",
+    "mmlu-all": "mmlu_pro_32models",
+    "routerbench": "routerbench_routerdc_subset",
+    "bfcl": "bfcl_71models",
+    "shaberi": "shaberi_169models",
+}
+
 
 @dataclass
 class BenchData:
@@ -64,6 +73,46 @@ class BenchData:
     info: dict = field(default_factory=dict)
 
 
+def _missing(name, root):
+    """Why data set ``name`` cannot be read from ``root``, or None."""
+    path = os.path.join(root, "correctness.npz")
+    if os.path.exists(path):
+        return None
+    return f"data set {name!r} reads {path}, which does not exist"
+
+
+def _stop(problems):
+    raise SystemExit(
+        "; ".join(problems) + ". The shared data (../shared/data next to the "
+        "checkout) is on development machines only; the synthetic data and the "
+        "package's built-in data (locus_sklearn.datasets) run anywhere."
+    )
+
+
+def require_shared(names):
+    """Exit with a message naming each data set of ``names`` that is read from
+    ``SHARED_DATA`` and is missing there (before any work: a missing pool must
+    not end a run after the others were fitted); other names pass.
+
+    >>> require_shared(["synthetic"])
+    """
+    problems = [
+        _missing(name, os.path.join(SHARED_DATA, SHARED_FOLDERS[name]))
+        for name in names
+        if name in SHARED_FOLDERS
+    ]
+    problems = [p for p in problems if p]
+    if problems:
+        _stop(problems)
+
+
+def _require(name, root):
+    """Exit with a message if data set ``name`` is not under ``root``."""
+    problem = _missing(name, root)
+    if problem:
+        _stop([problem])
+
+
 def encode_texts(texts, encoder=None, cache_dir=CACHE_DIR, chunk=4096):
     """Encode query texts with QueryEncoder, cached on disk (joblib.Memory).
 
@@ -86,7 +135,9 @@ def _encodings_for(ids, texts, encoder):
 
 def load_mmlu_pro(open_only=True, encoder=None, root=None):
     """MMLU-Pro, 32 (or 27 open-weights) models x 12,032 questions."""
-    root = root or os.path.join(SHARED_DATA, "mmlu_pro_32models")
+    name = "mmlu-open" if open_only else "mmlu-all"
+    root = root or os.path.join(SHARED_DATA, SHARED_FOLDERS[name])
+    _require(name, root)
     data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
     queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
     Y, models = data["Y"], data["models"].astype(str)
@@ -106,7 +157,6 @@ def load_mmlu_pro(open_only=True, encoder=None, root=None):
     )
     assert (queries["question_id"].to_numpy() == data["question_id"]).all()
     encodings = _encodings_for(ids, queries["prompt"].tolist(), encoder)
-    name = "mmlu-open" if open_only else "mmlu-all"
     return BenchData(
         name=name,
         evals=evals,
@@ -136,7 +186,8 @@ def routerbench_question(prompt):
 
 def load_routerbench(encoder=None, root=None):
     """RouterBench 0-shot subset (RouterDC): 11 models, own train/test split, costs."""
-    root = root or os.path.join(SHARED_DATA, "routerbench_routerdc_subset")
+    root = root or os.path.join(SHARED_DATA, SHARED_FOLDERS["routerbench"])
+    _require("routerbench", root)
     data = np.load(os.path.join(root, "correctness.npz"), allow_pickle=False)
     queries = pd.read_csv(os.path.join(root, "queries.csv.gz"), keep_default_na=False)
     Y, cost, models = data["Y"], data["cost"], data["models"].astype(str)
@@ -304,7 +355,8 @@ def _dense_pool(root, prefix):
 
 def load_bfcl(encoder=None, root=None):
     """BFCL v2 (non-live): 71 models x 1,700 function-calling queries, 12 tasks."""
-    root = root or os.path.join(SHARED_DATA, "bfcl_71models")
+    root = root or os.path.join(SHARED_DATA, SHARED_FOLDERS["bfcl"])
+    _require("bfcl", root)
     evals, queries, models, ids = _dense_pool(root, "bfcl")
     texts = [
         _bfcl_text(t, f)
@@ -363,7 +415,8 @@ def shaberi_sibling_groups(models):
 
 def load_shaberi(encoder=None, root=None):
     """Shaberi: 169 models x 320 Japanese chat prompts, graded 0-1 judge scores."""
-    root = root or os.path.join(SHARED_DATA, "shaberi_169models")
+    root = root or os.path.join(SHARED_DATA, SHARED_FOLDERS["shaberi"])
+    _require("shaberi", root)
     evals, queries, models, ids = _dense_pool(root, "shaberi")
     return BenchData(
         name="shaberi",

@@ -41,10 +41,38 @@ def git_dirty():
     return [line[3:] for line in out.stdout.splitlines()]
 
 
+def cpu_model():
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else what
+    :mod:`platform` knows (on Linux only the architecture, ``x86_64``, which
+    does not tell two machines apart)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def torch_device(device=None):
+    """The device a LOCUS fit with ``device=device`` trains on (None: CUDA
+    where torch sees a GPU, as the estimators choose), with the GPU's name."""
+    import torch
+
+    from locus_sklearn._device import resolve_device
+
+    resolved = resolve_device(device)
+    if torch.device(resolved).type == "cuda":
+        return f"{resolved} ({torch.cuda.get_device_name(resolved)})"
+    return resolved
+
+
 def machine_info(**extra):
-    """Processor and core count, plus ``extra`` fields (torch threads, load)."""
+    """CPU model and core count, plus ``extra`` fields (torch threads, load,
+    device)."""
     return {
-        "processor": platform.processor() or platform.machine(),
+        "processor": cpu_model(),
         "cores": os.cpu_count(),
         **extra,
     }

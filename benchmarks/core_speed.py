@@ -23,8 +23,8 @@ Measures, with random weights and synthetic data (384-d query encodings):
 Prints medians over repeats, ratios to the FLOP floor measured in the same run
 and peak memory (RSS), and writes JSON. A run without ``--fit``,
 ``--fit-scaling`` or ``--refine`` keeps those sections of the JSON it
-replaces, named under ``earlier_sections`` with the date and commit of the
-run that measured them.
+replaces, named under ``earlier_sections`` with the date, commit and
+machine of the run that measured them.
 
 With ``--device cuda`` every section runs on the GPU (timers synchronise
 with it; the floors are that GPU's matmul rates) and the JSON is written as
@@ -46,6 +46,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
+from _args import positive_int
 from _provenance import git_commit, machine_info
 
 from locus_sklearn import LocusEmbedder
@@ -416,7 +417,9 @@ def bench_fit_scaling():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="timings per median (>= 1)"
+    )
     parser.add_argument("--fit", action="store_true", help="also time a full fit")
     parser.add_argument(
         "--fit-scaling",
@@ -534,9 +537,9 @@ OPTIONAL_SECTIONS = (
 
 def carry_over(result, previous):
     """``result`` with the optional sections it did not run taken from the
-    ``previous`` file, each named in ``earlier_sections`` with the date and
-    commit of the run that measured it (a rerun of the fast sections alone
-    used to overwrite the slow ones with null)."""
+    ``previous`` file, each named in ``earlier_sections`` with the date,
+    commit and machine of the run that measured it (a rerun of the fast
+    sections alone used to overwrite the slow ones with null)."""
     result = dict(result)
     earlier = {}
     for name in OPTIONAL_SECTIONS:
@@ -545,7 +548,12 @@ def carry_over(result, previous):
         result[name] = previous[name]
         sources = previous.get("earlier_sections", {})
         earlier[name] = sources.get(
-            name, {"date": previous.get("date"), "commit": previous.get("commit")}
+            name,
+            {
+                "date": previous.get("date"),
+                "commit": previous.get("commit"),
+                "machine": previous.get("machine"),
+            },
         )
     if earlier:
         result["earlier_sections"] = earlier

@@ -41,6 +41,7 @@ Usage::
     python benchmarks/embedding_quality.py [--pools bfcl shaberi ...] [--seeds 0 1 2]
         [--n 256 all] [--quick] [--variants baseline profile ...] [--tag T]
         [--task-features W]   # diagnostic: W x one-hot(task) appended to the encodings
+    python benchmarks/embedding_quality.py --merge A.json B.json [--out DIR]
 """
 
 # ruff: noqa: E501
@@ -62,6 +63,8 @@ sys.path.insert(0, HERE)
 
 import _data  # noqa: E402
 import routing  # noqa: E402  (paths, offline env, LOCUS settings)
+from _args import locus_setting, n_or_all, positive_int  # noqa: E402
+from _provenance import stamp, torch_device  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.inspection import (  # noqa: E402
@@ -72,6 +75,8 @@ from locus_sklearn.inspection._geometry import spread_of  # noqa: E402
 from locus_sklearn.metrics import oracle_accuracy, routing_accuracy  # noqa: E402
 
 POOLS = ("bfcl", "shaberi", "mmlu-open", "mmlu-all", "routerbench", "specialists")
+#: The pools ``load_pool`` makes or takes from the package (no shared data).
+BUILT_IN_POOLS = ("specialists", "mmlu-open", "mmlu-all")
 SELF_NS = (64, 128, 256, 1024)
 #: LOCUS variants: LocusEmbedder parameters over the benchmark's settings. The
 #: training prototypes of session 4 (strength coordinate, identity InfoNCE,
@@ -272,6 +277,12 @@ def load_pool(name, seed=0):
     if "groups" not in data.info:
         data.info["groups"] = {}
     return data
+
+
+def require_pools(pools):
+    """Exit with a message before any work if a pool of ``pools`` reads the
+    shared data and it is missing (``_data.require_shared``)."""
+    _data.require_shared([p for p in pools if p not in BUILT_IN_POOLS])
 
 
 def with_task_features(data, weight):
@@ -1080,6 +1091,8 @@ def run_one(
 
 
 SETTINGS = dict(routing.LOCUS_PARAMS)
+#: The training prototypes' keys (``VARIANTS``), which ``--locus`` may set too.
+PROTOTYPE_KEYS = sorted({k for v in VARIANTS.values() for k in v if k.startswith("_")})
 
 
 def routing_settings():
@@ -1301,12 +1314,19 @@ def summarise_union(runs):
 
 
 def main(argv=None):
-    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--merge":
-        return merge(sys.argv[2:], os.path.join(HERE, "results"))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: join the runs of these result files into "
+        "<out>/embedding_quality.{json,md} (of the other options only --out applies)",
+    )
     p.add_argument("--pools", nargs="+", default=list(POOLS), choices=POOLS)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--n", nargs="+", default=None)
+    p.add_argument(
+        "--n", nargs="+", type=n_or_all, default=None, help="ints >= 1 or 'all'"
+    )
     p.add_argument("--quick", action="store_true", help="n = 256 only; max_epochs 20")
     p.add_argument(
         "--variants", nargs="*", default=["baseline"], choices=list(VARIANTS)
@@ -1333,25 +1353,33 @@ def main(argv=None):
         metavar="W",
         help="append W x one-hot(task) to every query encoding (diagnostic)",
     )
-    p.add_argument("--locus", nargs="*", default=[], metavar="KEY=VALUE")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--locus", nargs="*", type=locus_setting(PROTOTYPE_KEYS), default=[],
+        metavar="KEY=VALUE",
+    )  # fmt: skip
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--tag", default="")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
+    # At the start: a folder that cannot be made must not lose a whole run.
+    os.makedirs(args.out, exist_ok=True)
+    if args.merge:
+        return merge(args.merge, args.out)
+    require_pools(args.pools)
     import torch
 
     torch.set_num_threads(args.threads)
     if args.quick:
         SETTINGS["max_epochs"] = 20
     routing.update_settings(SETTINGS, args.locus)
-    ns = [
-        n if n == "all" else int(n)
-        for n in (args.n or (["256"] if args.quick else ["256", "all"]))
-    ]
+    ns = args.n or ([256] if args.quick else [256, "all"])
     log = lambda *a: print(*a, flush=True)  # noqa: E731
     # The code that runs is the code of the start: later commits during a
     # long run must not be recorded as its provenance.
-    commit, dirty = routing.git_commit(), routing.git_dirty()
+    started = stamp(
+        torch_threads=args.threads, device=torch_device(SETTINGS.get("device"))
+    )
+    commit, dirty = started["commit"], routing.git_dirty()
     results = {}
     for pool in args.pools:
         t0 = time.perf_counter()
@@ -1380,6 +1408,7 @@ def main(argv=None):
             "date": datetime.date.today().isoformat(),
             "commit": commit,
             "dirty": dirty,
+            "machine": started["machine"],
             "settings": {
                 k: list(v) if isinstance(v, tuple) else v for k, v in SETTINGS.items()
             },

@@ -66,6 +66,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from _args import positive_int  # noqa: E402
+from _provenance import cpu_model, torch_device  # noqa: E402
 from scipy.cluster.hierarchy import fcluster  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
@@ -236,19 +238,13 @@ def git_commit():
         return "unknown"
 
 
-def machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+def machine(device=None):
+    """The machine in words; ``device``: the one the LOCUS fit ran on (None:
+    the one a fit at ``device=None`` picks)."""
     return (
-        f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), CPU only, Python "
+        f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), LOCUS fitted on "
+        f"{torch_device(device)}, Python "
         f"{platform.python_version()}"
     )
 
@@ -266,7 +262,7 @@ def main(argv=None):
         help="tiny LOCUS fit and few random draws (smoke test)",
     )
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument(
         "--render-only",
         action="store_true",
@@ -304,6 +300,7 @@ def main(argv=None):
     router.fit(train)
     timings["fit_s"] = time.perf_counter() - t
     locus = router.embedder_
+    fit_device = str(next(locus.net_.module_.parameters()).device)
     history = locus.net_.history
     # The restored weights are early stopping's best: the last epoch that beat
     # the best before it by the relative threshold, which need not be the
@@ -515,7 +512,7 @@ def main(argv=None):
     meta = dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"),
         commit=commit,
-        machine=machine(),
+        machine=machine(fit_device),
         data=args.data,
         description=data["description"],
         seed=seed,

@@ -45,6 +45,8 @@ sys.path.insert(0, HERE)
 
 import _data  # noqa: E402
 import routing  # noqa: E402  (sets up paths and offline env)
+from _args import n_or_all, non_negative_float, positive_int  # noqa: E402
+from _provenance import stamp  # noqa: E402
 
 from locus_sklearn.metrics import routing_accuracy  # noqa: E402
 
@@ -170,20 +172,25 @@ def encoding_clusters(data, k, seed):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="mmlu-open")
-    p.add_argument("--n", default="256")
+    p.add_argument("--data", default="mmlu-open", choices=routing.ALL_DATA)
+    p.add_argument("--n", type=n_or_all, default="256", help="an int >= 1 or 'all'")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    p.add_argument("--prior", type=float, default=10.0)
+    p.add_argument(
+        "--prior", type=non_negative_float, default=10.0,
+        help="pseudo-rows of the model's mean in each shrunk cell (>= 0)",
+    )  # fmt: skip
     p.add_argument("--rank", type=int, default=2)
     p.add_argument("--l2", type=float, default=1e-3)
     p.add_argument(
-        "--clusters", nargs="*", type=int, default=[],
+        "--clusters", nargs="*", type=positive_int, default=[],
         help="also route by k-means clusters of the encodings (K per value)",
     )  # fmt: skip
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)  # before the run, not after it
     routing.set_threads(1)
-    n = args.n if args.n == "all" else int(args.n)
+    started = stamp(torch_threads=1)  # the code of the start, on this machine
+    n = args.n
     data = _data.load(args.data)
     if "task" not in data.evals or data.evals["task"].isna().any():
         raise SystemExit(f"--data {args.data} has no task label on every row.")
@@ -195,7 +202,7 @@ def main(argv=None):
     lines = [
         f"# Routing headroom by task: {args.data}, n={n}",
         "",
-        f"{time.strftime('%Y-%m-%d')}, commit {routing.git_commit()}; "
+        f"{time.strftime('%Y-%m-%d')}, commit {started['commit']}; "
         "`python benchmarks/headroom.py` (routers that know each test query's task, "
         "next to kNN and the single best model on the same rows and test queries).",
         "",
@@ -210,14 +217,14 @@ def main(argv=None):
         lines.append(f"| {name} | {cells} | {col.mean():.3f} ± {col.std(ddof=0):.3f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"headroom_{args.data}_{n}")
     with open(stem + ".md", "w") as f:
         f.write(text)
     with open(stem + ".json", "w") as f:
         json.dump(
             {"data": args.data, "n": str(n), "args": vars(args),
-             "commit": routing.git_commit(), "date": time.strftime("%Y-%m-%d"),
+             "commit": started["commit"], "date": time.strftime("%Y-%m-%d"),
+             "machine": started["machine"],
              "routing_acc": {str(s): r for s, r in per_seed.items()}},
             f, indent=1,
         )  # fmt: skip

@@ -33,7 +33,8 @@ sys.path.insert(0, HERE)
 
 import embedding_quality  # noqa: E402
 import routing  # noqa: E402
-from _provenance import git_commit, machine_info  # noqa: E402
+from _args import locus_setting  # noqa: E402
+from _provenance import git_commit, machine_info, torch_device  # noqa: E402
 
 from locus_sklearn import ExpectedAccuracySelector, KMedoidsSelector  # noqa: E402
 from locus_sklearn.inspection import portfolio_curve  # noqa: E402
@@ -134,22 +135,37 @@ def markdown(result):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pools", nargs="+", default=["mmlu-open", "bfcl", "shaberi"])
+    # The docstring's first paragraph: its first line stops mid-sentence.
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split())
+    )
+    parser.add_argument(
+        "--pools",
+        nargs="+",
+        default=["mmlu-open", "bfcl", "shaberi"],
+        choices=embedding_quality.POOLS,
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--quick", action="store_true", help="max_epochs 20")
     parser.add_argument(
-        "--locus", nargs="*", default=[], metavar="KEY=VALUE",
-        help="LocusEmbedder settings over the benchmark's",
+        "--locus", nargs="*", type=locus_setting(embedding_quality.PROTOTYPE_KEYS),
+        default=[], metavar="KEY=VALUE",
+        help="LocusEmbedder settings over the benchmark's own "
+        "(embedding_quality.py's, with max_epochs 20 under --quick)",
     )  # fmt: skip
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
+    # Every pool before the first fit: a missing one must not end the run
+    # after the others were fitted.
+    embedding_quality.require_pools(args.pools)
+    os.makedirs(args.out, exist_ok=True)  # before the run, not after it
     settings = {"max_epochs": 20} if args.quick else {}
     routing.update_settings(settings, args.locus)
+    device = (dict(embedding_quality.SETTINGS) | settings).get("device")
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "commit": git_commit(),
-        "machine": machine_info(),
+        "machine": machine_info(device=torch_device(device)),
         "seeds": args.seeds,
         "settings": {
             k: list(v) if isinstance(v, tuple) else v
@@ -165,7 +181,6 @@ def main(argv=None):
             runs.append(run)
             print(pool, seed, json.dumps(run["by_k"]), flush=True)
         result["pools"][pool] = runs
-    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "portfolios.json"), "w") as handle:
         json.dump(result, handle, indent=2)
     text = markdown(result)

@@ -6,9 +6,10 @@ Usage::
         [--seeds 0 1 2] [--n 64 128 256 512 1024 all] [--encoder DIR] \
         [--evals PATH] [--out benchmarks/results] [--jobs N] [--rebuild]
 
-Data: ``mmlu-open`` and ``mmlu-all`` (the built-in MMLU-Pro subset),
-``routerbench``, ``bfcl`` and ``shaberi`` (read from ``../shared/data``, on
-development machines only), ``synthetic``, or ``evals`` with ``--evals PATH``.
+Data: ``mmlu-open`` and ``mmlu-all`` (MMLU-Pro, 12,032 questions x 27
+open-weights / all 32 models), ``routerbench``, ``bfcl`` and ``shaberi`` (all
+read from ``../shared/data``, on development machines only), ``synthetic``
+(runs anywhere), or ``evals`` with ``--evals PATH``.
 
 Seeds run in parallel processes, one per core (``--jobs``), each fit on one
 thread (``--threads``). ``--rebuild`` re-summarises the stored JSON and rewrites
@@ -55,7 +56,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import _data  # noqa: E402
-from _provenance import git_commit, git_dirty  # noqa: E402
+from _args import locus_setting, n_or_all, positive_int  # noqa: E402
+from _provenance import cpu_model, git_commit, git_dirty, torch_device  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.baselines import (  # noqa: E402
@@ -150,20 +152,13 @@ def make_router(name, encodings, seed, settings):
 
 
 # ------------------------------------------------------------------ helpers
-def machine_info():
+def machine_info(device=None):
+    """The machine, ``device`` being the LOCUS settings' ``device``."""
     import torch
 
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
+        "device": torch_device(device),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
@@ -851,13 +846,19 @@ def parse_args(argv):
         action="store_true",
         help="n in {256, all}; onboarding/robustness on a reduced grid",
     )
-    p.add_argument("--tiny", action="store_true", help="seconds-long smoke run (tests)")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="smoke run (tests): tiny LOCUS and peers, few n, and a small "
+        "synthetic pool (other data sets keep their size)",
+    )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument(
         "--n",
         nargs="+",
+        type=n_or_all,
         default=None,
-        help="training evaluations per model (ints or 'all')",
+        help="training evaluations per model (ints >= 1 or 'all')",
     )
     p.add_argument("--routers", nargs="+", default=list(ROUTERS), choices=ROUTERS)
     p.add_argument(
@@ -872,6 +873,7 @@ def parse_args(argv):
     p.add_argument(
         "--locus",
         nargs="*",
+        type=locus_setting(),
         default=[],
         metavar="KEY=VALUE",
         help="override LOCUS settings, e.g. dropout=0.2 early_stopping=valid_loss",
@@ -880,14 +882,14 @@ def parse_args(argv):
     p.add_argument("--tag", default="", help="suffix of the JSON file name")
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=1,
         help="torch threads (default 1: the machine is shared; oversubscribed "
         "OpenMP threads slow every process down many times)",
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=positive_int,
         default=None,
         help="seeds run in parallel processes (default: one per core, at most "
         "one per seed)",
@@ -941,7 +943,7 @@ def main(argv=None):
     if args.evals and "evals" not in data_names:
         data_names.append("evals")
     if args.n:
-        ns = [n if n == "all" else int(n) for n in args.n]
+        ns = list(args.n)
     elif args.tiny:
         ns = [32, "all"]
     elif args.quick:
@@ -967,6 +969,9 @@ def main(argv=None):
             f"--quick: n in {ns}; onboarding k in {onboard_ks}; robustness subsamples "
             f"{robust_ns}; epochs and model sizes unchanged"
         )
+    # Every data set before the first fit: a missing one must not end the run
+    # after hours of work on the others.
+    _data.require_shared(data_names)
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for name in data_names:
@@ -999,7 +1004,7 @@ def main(argv=None):
             "mode": "tiny" if args.tiny else ("quick" if args.quick else "full"),
             "ns": [str(n) for n in ns],
             "cost_n": str(ref_n),
-            "machine": machine_info(),
+            "machine": machine_info(settings["locus"].get("device")),
             "settings": {
                 "locus": {
                     k: list(v) if isinstance(v, tuple) else v

@@ -25,6 +25,7 @@ import time
 import joblib
 import numpy as np
 import pandas as pd
+from _args import positive_int
 from _provenance import git_commit, machine_info
 
 N_FEATURES = 384
@@ -204,14 +205,30 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, seconds")
     parser.add_argument("--out", default=None, help="folder for scale.{md,json}")
-    parser.add_argument("--chunk-models", type=int, default=1000)
-    parser.add_argument("--child", choices=["transform", "route"], default=None)
-    parser.add_argument("--embedder")
-    parser.add_argument("--parquet")
-    parser.add_argument("--models", type=int)
-    parser.add_argument("--queries", type=int, default=20000)
-    parser.add_argument("--n-jobs", type=int, default=1)
+    parser.add_argument(
+        "--chunk-models",
+        type=positive_int,
+        default=None,
+        help="models per chunk of the streaming transform (default 1000, "
+        "100 with --quick)",
+    )
+    # The options of the child processes the run starts, not of a run.
+    hidden = argparse.SUPPRESS
+    parser.add_argument("--child", choices=["transform", "route"], help=hidden)
+    parser.add_argument("--embedder", help=hidden)
+    parser.add_argument("--parquet", help=hidden)
+    parser.add_argument("--models", type=positive_int, help=hidden)
+    parser.add_argument("--queries", type=positive_int, help=hidden)
+    parser.add_argument("--n-jobs", type=positive_int, help=hidden)
     args = parser.parse_args(argv)
+    child_only = ("embedder", "parquet", "models", "queries", "n_jobs")
+    if args.child is None:
+        given = [f"--{k.replace('_', '-')}" for k in child_only if getattr(args, k)]
+        if given:
+            parser.error(
+                f"{', '.join(given)}: options of the child processes (--child), "
+                "not of a run; use --quick, --chunk-models and --out"
+            )
     if args.child == "transform":
         return child_transform(args)
     if args.child == "route":
@@ -222,7 +239,8 @@ def main(argv=None):
         chunk_models, route_models, route_queries = 100, 100, 4000
     else:
         n_evals, n_queries, sizes, full = 1024, 20000, [2500, 5000], 10000
-        chunk_models, route_models, route_queries = args.chunk_models, 1000, 20000
+        chunk_models, route_models, route_queries = 1000, 1000, 20000
+    chunk_models = args.chunk_models or chunk_models
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         mapping = encodings(n_queries)

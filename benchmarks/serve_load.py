@@ -12,7 +12,8 @@ queries per second, p50 / p99 latency, failed requests, the mean micro-batch
 size (from ``/healthz``), and, measured in the same run, the encoder alone (MiniLM ``transform`` at batch 1,
 8 and 64) and the whole in-process router (``predict_proba`` on text), whose
 throughput bounds the service's. Writes ``results/serve_load.md`` and
-``results/serve_load.json`` (``serve_load_threads{N}.*`` with ``--threads N``).
+``results/serve_load.json`` (``serve_load_threads{N}.*`` with ``--threads N``;
+``--out DIR`` for another folder).
 
 ``--encoder-backend torch onnx`` measures the text runs and the bounds once per
 query-encoder backend (``QueryEncoder(backend=...)``, ``locus serve
@@ -38,7 +39,8 @@ import threading
 import time
 
 import numpy as np
-from _provenance import git_commit
+from _args import positive_int
+from _provenance import cpu_model, git_commit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -383,8 +385,13 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument(
+        "--out",
+        default=RESULTS,
+        help="folder of the results (a --quick run writes nothing)",
+    )
+    parser.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=THREADS,
         help="torch threads of the server and the in-process bounds",
     )
@@ -396,6 +403,9 @@ def main(argv=None):
         help="query-encoder backends to measure, side by side (default: torch)",
     )
     args = parser.parse_args(argv)
+    write = not args.no_write and not args.quick
+    if write:  # before the run: a folder that cannot be made must not lose it
+        os.makedirs(args.out, exist_ok=True)
     backends = list(dict.fromkeys(args.encoder_backend))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, ROOT)
@@ -449,7 +459,7 @@ def main(argv=None):
     result = {
         "date": datetime.date.today().isoformat(),
         "commit": git_commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, "
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"torch {torch.__version__} ({torch.get_num_threads()} threads)",
         "load_average": load_average,
@@ -460,16 +470,15 @@ def main(argv=None):
     }
     text = _markdown(result)
     print(text)
-    if not args.no_write and not args.quick:
-        os.makedirs(RESULTS, exist_ok=True)
+    if write:
         name = (
             "serve_load"
             + ("" if args.threads == THREADS else f"_threads{args.threads}")
             + ("_onnx" if "onnx" in backends else "")
         )
-        with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+        with open(os.path.join(args.out, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=2)
-        with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
+        with open(os.path.join(args.out, f"{name}.md"), "w") as f:
             f.write(text)
     return result
 

@@ -34,6 +34,8 @@ sys.path.insert(0, HERE)
 
 import embedding_quality as eq  # noqa: E402
 import routing  # noqa: E402
+from _args import locus_setting, n_or_all, positive_int  # noqa: E402
+from _provenance import stamp, torch_device  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
 from locus_sklearn.metrics import routing_accuracy  # noqa: E402
@@ -124,19 +126,27 @@ def main(argv=None):
     p.add_argument("--pools", nargs="+", default=list(eq.POOLS), choices=eq.POOLS)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--offsets", nargs="+", type=int, default=[0, 1000, 2000])
-    p.add_argument("--n", default="256")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--locus", nargs="*", default=[], metavar="KEY=VALUE")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--n", type=n_or_all, default="256", help="an int >= 1 or 'all'")
+    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument(
+        "--locus", nargs="*", type=locus_setting(), default=[], metavar="KEY=VALUE"
+    )
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--tag", default="")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
+    # At the start: a folder that cannot be made must not lose a whole run.
+    os.makedirs(args.out, exist_ok=True)
+    eq.require_pools(args.pools)
     import torch
 
     torch.set_num_threads(args.threads)
     routing.update_settings(eq.SETTINGS, args.locus)
-    n = args.n if args.n == "all" else int(args.n)
-    commit, dirty = routing.git_commit(), routing.git_dirty()
+    n = args.n
+    started = stamp(
+        torch_threads=args.threads, device=torch_device(eq.SETTINGS.get("device"))
+    )
+    commit, dirty = started["commit"], routing.git_dirty()
     results = {}
     for pool in args.pools:
         data = eq.load_pool(pool)
@@ -152,9 +162,11 @@ def main(argv=None):
                 )
                 fits.append(f)
         results[pool] = {
+            "date": started["date"],
             "commit": commit,
             "dirty": dirty,
-            "n": args.n,
+            "machine": started["machine"],
+            "n": str(args.n),
             "repeats": args.repeats,
             "holdout_share": HOLDOUT_SHARE,
             "settings": {

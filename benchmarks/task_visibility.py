@@ -58,6 +58,8 @@ sys.path.insert(0, HERE)
 import embedding_quality as eq  # noqa: E402
 import headroom  # noqa: E402
 import routing  # noqa: E402  (paths, offline env)
+from _args import n_or_all  # noqa: E402
+from _provenance import stamp  # noqa: E402
 
 from locus_sklearn.metrics import routing_accuracy  # noqa: E402
 
@@ -294,11 +296,17 @@ def main(argv=None):
         "--pools", nargs="+", default=list(POOLS), choices=POOLS + ("specialists",)
     )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--n", nargs="+", default=["256", "all"])
+    p.add_argument(
+        "--n", nargs="+", type=n_or_all, default=[256, "all"],
+        help="ints >= 1 or 'all'",
+    )  # fmt: skip
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
-    ns = [n if n == "all" else int(n) for n in args.n]
-    commit = routing.git_commit()  # the code of the start, as in embedding_quality
+    # At the start: a folder that cannot be made must not lose a whole run.
+    os.makedirs(args.out, exist_ok=True)
+    eq.require_pools(args.pools)
+    ns = list(args.n)
+    started = stamp()  # the code of the start, as in embedding_quality
     results = {}
     for pool in args.pools:
         t0 = time.perf_counter()
@@ -311,7 +319,8 @@ def main(argv=None):
             "description": data.description,
             "seeds": args.seeds,
             "date": datetime.date.today().isoformat(),
-            "commit": commit,
+            "commit": started["commit"],
+            "machine": started["machine"],
             "runs": runs,
             "summary": summarise(runs),
             "wall_s": time.perf_counter() - t0,

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import sys
 from types import SimpleNamespace
 from unittest import mock
@@ -1147,14 +1148,16 @@ def test_core_speed_keeps_sections_a_run_skipped():
     )
     assert second["fit"] == {"seconds": 300.0}  # run now: replaces
     assert second["fit_scaling"] == {"slopes": 1}
-    assert second["earlier_sections"] == {"fit_scaling": {"date": "d1", "commit": "c1"}}
+    assert second["earlier_sections"] == {
+        "fit_scaling": {"date": "d1", "commit": "c1", "machine": None}
+    }
     third = core_speed.carry_over(
         {"date": "d3", "commit": "c3", "fit": None, "fit_scaling": None}, second
     )
     assert third["fit"] == {"seconds": 300.0}
     assert third["earlier_sections"] == {
-        "fit": {"date": "d2", "commit": "c2"},
-        "fit_scaling": {"date": "d1", "commit": "c1"},
+        "fit": {"date": "d2", "commit": "c2", "machine": None},
+        "fit_scaling": {"date": "d1", "commit": "c1", "machine": None},
     }
     # Nothing earlier to keep: the skipped section stays null, no provenance.
     alone = core_speed.carry_over({"fit": None, "fit_scaling": None}, {"fit": None})
@@ -1745,7 +1748,7 @@ def test_core_speed_keeps_a_skipped_batch_sweep():
     )
     assert kept["transform_batch_sweep_seconds"] == {"whole pass/float32/262144": 0.025}
     assert kept["earlier_sections"] == {
-        "transform_batch_sweep_seconds": {"date": "d1", "commit": "c1"}
+        "transform_batch_sweep_seconds": {"date": "d1", "commit": "c1", "machine": None}
     }
 
 
@@ -2032,3 +2035,338 @@ def test_fit_locus_seed_offset_moves_only_the_random_state(quality, monkeypatch)
     assert (base.random_state, moved.random_state) == (2, 1002)
     moved.set_params(random_state=2)
     assert moved.get_params() == base.get_params()
+
+
+# ------------------------------------------- command lines, folders, provenance
+@pytest.mark.parametrize(
+    "name", ["embedding_quality", "task_visibility", "shrinkage_repeats_holdout"]
+)
+def test_results_folder_is_made_before_the_run(name, tmp_path, monkeypatch):
+    """--out that does not exist yet is made at the start: a run used to end
+    in FileNotFoundError when writing, its results lost."""
+    script = _load_script(name)
+    pools = script if name == "embedding_quality" else script.eq
+
+    def stop(*args, **kwargs):
+        raise RuntimeError("the run starts")
+
+    monkeypatch.setattr(pools, "load_pool", stop)
+    out = tmp_path / "new" / "folder"
+    with pytest.raises(RuntimeError, match="the run starts"):
+        script.main(["--pools", "specialists", "--out", str(out)])
+    assert out.is_dir()
+
+
+def test_missing_shared_data_stops_before_any_work(routing, headroom, tmp_path):
+    """Without ../shared/data every pool read from it ends in a message naming
+    the pool and the path, before the first fit (not a numpy traceback after
+    the other pools were fitted)."""
+    _benchmarks_on_path()
+    import _data
+
+    missing = tmp_path / "no-shared"
+    out = tmp_path / "out"
+    bfcl = re.escape(str(missing / "bfcl_71models" / "correctness.npz"))
+    with mock.patch.object(_data, "SHARED_DATA", str(missing)):
+        with pytest.raises(SystemExit, match=rf"'bfcl' reads {bfcl}.*synthetic"):
+            routing.main(
+                ["--data", "synthetic", "bfcl", "--tiny", "--seeds", "0",
+                 "--experiments", "main", "--routers", "kNN", "--out", str(out),
+                 "--quiet", "--threads", str(torch.get_num_threads())]
+            )  # fmt: skip
+        assert not list(out.glob("*.json"))  # synthetic was not run first
+        with pytest.raises(SystemExit, match="'mmlu-open' reads"):
+            headroom.main(["--out", str(out)])
+        with pytest.raises(SystemExit, match=rf"'bfcl' reads {bfcl}"):
+            _data.load_bfcl()
+        portfolios = _load_script("portfolios")
+        with mock.patch.object(portfolios, "run_one", side_effect=AssertionError):
+            with pytest.raises(SystemExit, match="'bfcl' reads.*'shaberi' reads"):
+                portfolios.main(
+                    ["--pools", "specialists", "bfcl", "shaberi", "--out", str(out)]
+                )
+        _data.require_shared(["synthetic", "evals"])  # nothing shared: passes
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["--prior", "-1"], "--prior"),
+        (["--prior", "nan"], "--prior"),
+        (["--clusters", "0"], "--clusters"),
+        (["--n", "0"], "--n"),
+    ],
+)
+def test_headroom_refuses_bad_values_by_name(headroom, argv, option, tmp_path, capsys):
+    """A negative prior gave probabilities above 1 (and -inf) and exited 0;
+    --clusters 0 ended in a scikit-learn traceback."""
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            headroom.main(
+                ["--data", "synthetic", "--n", "32", "--seeds", "0", *argv,
+                 "--out", str(tmp_path)]
+            )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert stop.value.code == 2
+    assert f"argument {option}: '{argv[1]}'" in capsys.readouterr().err
+
+
+def test_core_speed_refuses_zero_repeats(tmp_path, capsys):
+    """--repeats 0 timed nothing and wrote NaN medians into the JSON."""
+    core_speed = _load_script("core_speed")
+    with mock.patch.object(core_speed, "matmul_gflops", side_effect=AssertionError):
+        with pytest.raises(SystemExit) as stop:
+            core_speed.main(["--repeats", "0", "--out", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "argument --repeats: '0' is not an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--n", "-5"], "argument --n: '-5' is neither an integer >= 1 nor 'all'"),
+        (["--n", "0"], "argument --n: '0'"),
+        (["--n", "foo"], "argument --n: 'foo'"),
+        (["--threads", "0"], "argument --threads: '0' is not an integer >= 1"),
+        (["--jobs", "0"], "argument --jobs: '0'"),
+        (["--locus", "bogus=1"], "'bogus' is not a LocusEmbedder parameter"),
+        (["--locus", "random_state=3"], "sets 'random_state' itself"),
+        (["--locus", "max_epochs"], "'max_epochs' is not KEY=VALUE"),
+    ],
+)
+def test_routing_refuses_bad_values_by_name(routing, argv, message, capsys):
+    """They used to end in tracebacks from numpy or torch, --locus only inside
+    the worker after the data was loaded."""
+    with pytest.raises(SystemExit) as stop:
+        routing.parse_args(["--data", "synthetic", *argv])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+    args = routing.parse_args(["--n", "64", "all", "--locus", "max_epochs=1"])
+    assert args.n == [64, "all"] and args.locus == ["max_epochs=1"]
+
+
+@pytest.mark.parametrize(
+    "name, argv",
+    [
+        ("embedding_quality", ["--threads", "0"]),
+        ("embedding_quality", ["--n", "0"]),
+        ("embedding_quality", ["--locus", "bogus=1"]),
+        ("geometry", ["--threads", "0"]),
+        ("serve_load", ["--threads", "0", "--no-write"]),
+        ("shrinkage_repeats_holdout", ["--repeats", "0"]),
+        ("task_visibility", ["--n", "-1"]),
+    ],
+)
+def test_scripts_refuse_bad_values_by_name(name, argv, tmp_path, capsys):
+    script = _load_script(name)
+    threads = torch.get_num_threads()
+    out = [] if name == "serve_load" else ["--out", str(tmp_path)]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            script.main([*argv, *out])
+    finally:
+        torch.set_num_threads(threads)
+    assert stop.value.code == 2
+    assert f"argument {argv[0]}: " in capsys.readouterr().err
+
+
+def test_embedding_quality_locus_takes_the_prototype_keys(quality):
+    """--locus sets the variants' training prototypes too (``_vicreg``, ...)."""
+    check = quality.locus_setting(quality.PROTOTYPE_KEYS)
+    assert check("_seed_offset=1000") == "_seed_offset=1000"
+    assert "_vicreg" in quality.PROTOTYPE_KEYS
+
+
+def _scale_children(monkeypatch, scale):
+    """scale.py's parent run with no real work: the argv of each child."""
+    calls = []
+
+    def child(argv):
+        calls.append(argv)
+        if argv[1] == "transform":
+            return {"seconds": 1.0, "baseline_rss_mb": 1.0, "peak_rss_mb": 2.0,
+                    "checksum": 1.0}  # fmt: skip
+        return {"seconds": 1.0, "first_call_seconds": 2.0}
+
+    monkeypatch.setattr(scale, "make_embedder", lambda *a, **k: {})
+    monkeypatch.setattr(scale, "write_pool", lambda path, *a: open(path, "w").close())
+    monkeypatch.setattr(scale, "_run_child", child)
+    return calls
+
+
+def test_scale_hides_and_refuses_child_options(monkeypatch, capsys):
+    """--models, --queries, --n-jobs (and --child's others) are the child
+    processes' options: not in --help, refused in a run, where they used to
+    be ignored; --chunk-models applies under --quick too."""
+    scale = _load_script("scale")
+    calls = _scale_children(monkeypatch, scale)
+    with pytest.raises(SystemExit):
+        scale.main(["--help"])
+    text = capsys.readouterr().out
+    assert "--chunk-models" in text
+    assert not any(f"--{o}" in text for o in ("models ", "queries", "n-jobs", "child"))
+    with pytest.raises(SystemExit) as stop:
+        scale.main(["--quick", "--models", "5", "--n-jobs", "2"])
+    assert stop.value.code == 2
+    assert "--models, --n-jobs: options of the child processes" in (
+        capsys.readouterr().err
+    )
+    assert not calls
+    with pytest.raises(SystemExit):
+        scale.main(["--quick", "--chunk-models", "0"])
+    result = scale.main(["--quick", "--chunk-models", "7"])
+    transforms = [argv for argv in calls if argv[1] == "transform"]
+    assert transforms and all(
+        argv[argv.index("--chunk-models") + 1] == "7" for argv in transforms
+    )
+    assert {r["chunk_models"] for r in result["rows"] if "chunk_models" in r} == {7}
+
+
+def test_machine_names_the_cpu_model_and_the_device(monkeypatch, routing):
+    """The machine field said only ``x86_64`` on Linux (every stored result
+    the same); geometry.py said "CPU only" whatever device LOCUS fitted on."""
+    _benchmarks_on_path()
+    import _provenance
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [
+                line.split(":", 1)[1].strip() for line in f if "model name" in line
+            ]
+    except OSError:  # pragma: no cover - not Linux
+        names = []
+    if not names:  # pragma: no cover - not Linux
+        pytest.skip("no CPU model name in /proc/cpuinfo")
+    assert _provenance.machine_info()["processor"] == names[0]
+    assert routing.machine_info()["cpu"] == names[0]
+    geometry = _load_script("geometry")
+    assert "LOCUS fitted on cpu" in geometry.machine("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "FAKE GPU")
+    assert _provenance.torch_device() == "cuda (FAKE GPU)"
+    assert routing.machine_info()["device"] == "cuda (FAKE GPU)"
+    text = geometry.machine()
+    assert "CPU only" not in text and "cuda (FAKE GPU)" in text
+
+
+def test_results_name_their_machine(quality, headroom, tmp_path, monkeypatch):
+    """Each JSON carries date, commit and machine (benchmarks/results/README):
+    headroom, embedding_quality, task_visibility and shrinkage_repeats_holdout
+    wrote no machine."""
+    threads = torch.get_num_threads()
+    try:
+        headroom.main(["--data", "synthetic", "--n", "32", "--seeds", "0",
+                       "--out", str(tmp_path)])  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads((tmp_path / "headroom_synthetic_32.json").read_text())
+    assert {"date", "commit", "machine"} <= set(saved)
+    assert saved["machine"]["processor"]
+    # embedding_quality, with the run itself replaced (the provenance is what
+    # is tested here, and the tiny runs are tested above).
+    monkeypatch.setattr(quality, "run_one", lambda *a, **k: {"seed": 0, "by_n": {}})
+    monkeypatch.setattr(quality, "summarise", lambda runs: {})
+    monkeypatch.setattr(quality, "markdown", lambda results: "")
+    try:
+        quality.main(["--pools", "specialists", "--seeds", "0", "--out",
+                      str(tmp_path), "--threads", str(threads)])  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads((tmp_path / "embedding_quality.json").read_text())
+    assert saved["specialists"]["machine"]["torch_threads"] == threads
+    assert saved["specialists"]["machine"]["device"] in ("cpu", "cuda") or (
+        saved["specialists"]["machine"]["device"].startswith("cuda")
+    )
+    visibility = _load_script("task_visibility")
+    monkeypatch.setattr(visibility, "run_seed", lambda *a: {})
+    monkeypatch.setattr(visibility, "summarise", lambda runs: {})
+    monkeypatch.setattr(visibility, "markdown", lambda results: "")
+    visibility.main(["--pools", "specialists", "--seeds", "0", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "task_visibility.json").read_text())
+    assert {"date", "commit", "machine"} <= set(saved["specialists"])
+    srh = _load_script("shrinkage_repeats_holdout")
+    fit = {"shrinkage": {}, "routing": {}, "choice_s": {"single": 0, "repeated": 0}}
+    monkeypatch.setattr(srh, "run_one", lambda *a: fit)
+    monkeypatch.setattr(srh, "summarise", lambda fits: {})
+    try:
+        srh.main(["--pools", "specialists", "--seeds", "0", "--offsets", "0",
+                  "--out", str(tmp_path)])  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads((tmp_path / "shrinkage_repeats_holdout.json").read_text())
+    assert {"date", "commit", "machine"} <= set(saved["specialists"])
+
+
+def test_core_speed_keeps_the_machine_of_a_kept_section():
+    core_speed = _load_script("core_speed")
+    previous = {"date": "d1", "commit": "c1", "machine": {"processor": "A"},
+                "fit": {"seconds": 400.0}}  # fmt: skip
+    kept = core_speed.carry_over(
+        {"date": "d2", "commit": "c2", "machine": {"processor": "B"}, "fit": None},
+        previous,
+    )
+    assert kept["earlier_sections"] == {
+        "fit": {"date": "d1", "commit": "c1", "machine": {"processor": "A"}}
+    }
+
+
+def test_embedding_quality_merge_is_an_option_and_writes_into_out(
+    quality, tmp_path, monkeypatch, capsys
+):
+    """--merge was read from sys.argv only, not in --help, and always wrote
+    into benchmarks/results."""
+    with pytest.raises(SystemExit):
+        quality.main(["--help"])
+    assert "--merge JSON" in capsys.readouterr().out
+    block = {"routing": {"kNN": 0.5}, "embeddings": {}}
+    paths = []
+    for seed in (0, 1):
+        run = {"seed": seed, "by_n": {"256": block}}
+        path = tmp_path / f"part{seed}.json"
+        path.write_text(json.dumps({"bfcl": {"wall_s": 1.0, "runs": [run]}}))
+        paths.append(str(path))
+    monkeypatch.setattr(quality, "markdown", lambda results: "merged\n")
+    merged = quality.main(["--merge", *paths, "--out", str(tmp_path / "merged")])
+    assert merged["bfcl"]["seeds"] == [0, 1]
+    saved = json.loads((tmp_path / "merged" / "embedding_quality.json").read_text())
+    assert saved["bfcl"]["sources"] == ["part0.json", "part1.json"]
+    assert (tmp_path / "merged" / "embedding_quality.md").read_text() == "merged\n"
+
+
+def test_serve_load_writes_into_out(tmp_path, monkeypatch):
+    """serve_load.py had no --out: a full run always wrote into
+    benchmarks/results."""
+    serve_load = _load_script("serve_load")
+    threads = torch.get_num_threads()
+    row = {"clients": 1, "qps": 1.0}
+    monkeypatch.setattr(serve_load, "_fit_router", lambda path: (None, ["q"] * 4))
+    monkeypatch.setattr(serve_load, "_run_mode", lambda *a, **k: [dict(row)])
+    monkeypatch.setattr(serve_load, "_bounds", lambda *a: {"encoder_b1": {"qps": 2.0}})
+    monkeypatch.setattr(serve_load, "_markdown", lambda result: "# load\n")
+    out = tmp_path / "load"
+    try:
+        result = serve_load.main(["--out", str(out), "--threads", str(threads)])
+    finally:
+        torch.set_num_threads(threads)
+    name = "serve_load" + (
+        "" if threads == serve_load.THREADS else f"_threads{threads}"
+    )
+    assert json.loads((out / f"{name}.json").read_text())["commit"] == result["commit"]
+    assert (out / f"{name}.md").read_text() == "# load\n"
+
+
+def test_help_texts_are_whole(routing, capsys):
+    """portfolios.py's description and --locus help stopped mid-sentence;
+    routing.py's --tiny claimed a seconds-long run on any data."""
+    portfolios = _load_script("portfolios")
+    with pytest.raises(SystemExit):
+        portfolios.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "and random ones, side by side." in text
+    assert "over the benchmark's own" in text
+    with pytest.raises(SystemExit):
+        routing.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "small synthetic pool (other data sets keep their size)" in text
