@@ -379,3 +379,76 @@ def test_a_huge_cost_weight_routes_to_the_cheapest_model():
     assert route_by_utility(proba, np.array([0.0, 1.0, 2.0]), 1e308).tolist() == [0]
     # Ordinary weights route as route() does.
     assert route_by_utility(proba, equal, 0.1).tolist() == [1]
+
+
+@pytest.mark.parametrize("eps", [1e-17, 1e-300, np.finfo(float).tiny])
+def test_correctness_log_loss_is_finite_for_any_positive_eps(eps):
+    # 1 - eps rounds to 1.0 below eps ~ 1.1e-16: the upper clip did nothing,
+    # and a certain "correct" for a score of 0 cost inf (its mirror, 39.1).
+    wrong_one = correctness_log_loss([[0.0]], [[1.0]], eps=eps)
+    assert np.isfinite(wrong_one)
+    assert wrong_one == correctness_log_loss([[1.0]], [[0.0]], eps=eps)
+    assert wrong_one == pytest.approx(-np.log(eps))
+
+
+def test_correctness_log_loss_ordinary_eps_unchanged():
+    # The floor on 1 - p only acts where 1 - eps rounds to 1: ordinary eps
+    # give the loss 1 - clip(p) gave, bit for bit.
+    y_true = np.array([[1.0, 0.0, 0.0, 1.0, 0.3]])
+    y_score = np.array([[0.0, 1.0, 0.999999999, 0.3, 0.7]])
+    for eps in [1e-7, 1e-15, 1e-16, 0.1]:
+        p = np.clip(y_score, eps, 1 - eps)
+        expected = -np.mean(y_true * np.log(p) + (1 - y_true) * np.log(1 - p))
+        assert correctness_log_loss(y_true, y_score, eps=eps) == expected
+
+
+def test_correctness_accuracy_refuses_scores_outside_0_1():
+    # Utilities (decision_function) were thresholded at 0.5 as if they were
+    # P(correct); correctness_log_loss refused them already.
+    with pytest.raises(
+        ValueError,
+        match=r"y_score has 4 value\(s\) outside \[0, 1\] \(e\.g\. -3\.0 at \(row 0, "
+        r"column 0\), .*\); y_score must hold probabilities in \[0, 1\] for a "
+        r"correctness accuracy\.",
+    ):
+        correctness_accuracy([[1.0, 0.0], [0.0, 1.0]], [[-3.0, 7.0], [2.5, -0.1]])
+    assert correctness_accuracy([[1.0, 0.0]], [[1.0, 0.0]]) == 1.0
+
+
+def test_route_validates_y_score_like_the_metrics():
+    import pandas as pd
+    from scipy import sparse
+
+    # numpy's "setting an array element with a sequence" named nothing.
+    with pytest.raises(TypeError, match="Sparse data was passed for y_score"):
+        route(sparse.csr_matrix([[0.1, 0.9]]))
+    # pd.NA raised numpy's TypeError; it is a NaN, which never wins.
+    y_score = pd.DataFrame(
+        {"a": pd.array([0.1, pd.NA], dtype="Float64"), "b": [0.05, 0.2]}
+    )
+    assert route(y_score).tolist() == [0, 1]
+    # The 2-D message and the empty cases stay route's own.
+    with pytest.raises(ValueError, match=r"y_score must be 2-D, .* got shape \(\)"):
+        route(0.5)
+    with pytest.raises(ValueError, match=r"y_score must be 2-D, .* got shape \(0,\)"):
+        route([])
+    assert route(np.zeros((0, 3))).tolist() == []
+    assert route([[np.inf, -np.inf, NAN]]).tolist() == [0]
+
+
+@pytest.mark.parametrize("call", [routing_accuracy, correctness_accuracy])
+def test_a_long_table_beside_a_dataframe_names_the_conversion(call):
+    # Label matching ran first: "DataFrames with different columns ... pass
+    # arrays (.to_numpy())", which would not have helped.
+    import pandas as pd
+
+    evals = pd.DataFrame(
+        {"model": ["a", "b", "a", "b"], "query": ["q1", "q1", "q2", "q2"],
+         "score": [1.0, 0.0, 0.0, 1.0]}
+    )  # fmt: skip
+    proba = pd.DataFrame([[0.9, 0.1], [0.2, 0.8]], columns=["a", "b"])
+    hint = r"looks like a long evaluation table .* check_evals\(evals\)\.to_dense\(\)"
+    with pytest.raises(TypeError, match="y_true " + hint):
+        call(evals, proba)
+    with pytest.raises(TypeError, match="y_score " + hint):
+        call(proba, evals)

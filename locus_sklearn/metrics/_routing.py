@@ -30,20 +30,17 @@ __all__ = [
 ]
 
 
-def _check_real_dtype(values, name):
-    """Refuse booleans, text, objects and complex numbers as scores.
+def _check_not_long_table(values, name):
+    """Refuse a long evaluation table, naming the conversion to a matrix.
 
-    ``check_array`` would read ``"1"`` and ``True`` as the number 1 (and
-    check_evals refuses both as scores), so the dtype is checked first.
+    The long evaluation table is the library's usual input, and its text
+    columns would otherwise be refused for their dtype (or, beside a
+    DataFrame of predictions, for its column labels) without saying that a
+    matrix is expected nor how to build one.
     """
-    if sparse.issparse(values):
-        return  # check_array refuses sparse input with its own message
     if isinstance(values, pd.DataFrame) and {"model", "query", "score"} <= set(
         values.columns
     ):
-        # The long evaluation table is the library's usual input, and its
-        # text columns would otherwise be refused for their dtype without
-        # saying that a matrix is expected nor how to build one.
         raise TypeError(
             f"{name} looks like a long evaluation table (columns 'model', 'query' "
             f"and 'score', {len(values)} rows); the metrics take a score matrix "
@@ -52,6 +49,17 @@ def _check_real_dtype(values, name):
             "columns .models) or evals.pivot_table(index='query', "
             "columns='model', values='score')."
         )
+
+
+def _check_real_dtype(values, name):
+    """Refuse booleans, text, objects and complex numbers as scores.
+
+    ``check_array`` would read ``"1"`` and ``True`` as the number 1 (and
+    check_evals refuses both as scores), so the dtype is checked first.
+    """
+    if sparse.issparse(values):
+        return  # check_array refuses sparse input with its own message
+    _check_not_long_table(values, name)
     if isinstance(values, pd.DataFrame):
         dtypes = list(values.dtypes)
     else:
@@ -114,6 +122,10 @@ def _check_pair(y_true, y_score, *, utility=False):
     cost_weight * cost`` overflows there under a huge weight, and
     :func:`route` still picks a model (NaN and +inf stay refused)."""
     if isinstance(y_true, pd.DataFrame) and isinstance(y_score, pd.DataFrame):
+        # Before matching labels: a long table's columns are no model names,
+        # and "different columns" would hide how to build the matrix.
+        _check_not_long_table(y_true, "y_true")
+        _check_not_long_table(y_score, "y_score")
         y_score = _align_frames(y_true, y_score)
     y_true, observed = _check_y_true(y_true)
     _check_real_dtype(y_score, "y_score")
@@ -134,6 +146,18 @@ def _check_pair(y_true, y_score, *, utility=False):
             "both must be (n_queries, n_models)."
         )
     return y_true, observed, y_score
+
+
+def _check_probabilities(y_score, use):
+    """Refuse a ``y_score`` outside [0, 1]: utilities or decision values are
+    no P(correct), and ``use`` (thresholded or logged) would give a number
+    that means nothing."""
+    outside = (y_score < 0) | (y_score > 1)
+    if outside.any():
+        raise ValueError(
+            f"y_score has {_cells(y_score, outside)}; y_score must hold "
+            f"probabilities in [0, 1] for {use}."
+        )
 
 
 def _align_frames(y_true, y_score):
@@ -226,7 +250,18 @@ default=None
     [0]
     """
     _check_real_dtype(y_score, "y_score")
-    y_score = np.asarray(y_score, dtype=np.float64)
+    # check_array as for the other metrics (sparse input named, pd.NA read as
+    # NaN), but -inf, +inf and NaN are allowed and the 2-D check is our own.
+    y_score = check_array(
+        y_score,
+        dtype=np.float64,
+        ensure_all_finite=False,
+        ensure_2d=False,
+        allow_nd=True,
+        ensure_min_samples=0,
+        ensure_min_features=0,
+        input_name="y_score",
+    )
     if y_score.ndim != 2:
         raise ValueError(
             f"y_score must be 2-D, shape (n_queries, n_models); got shape "
@@ -401,7 +436,8 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
     y_true : array-like of shape (n_queries, n_models)
         Observed scores in [0, 1], NaN where missing.
     y_score : array-like of shape (n_queries, n_models)
-        Predicted P(correct).
+        Predicted P(correct), in [0, 1] (utilities and decision values are
+        refused).
         Two DataFrames are matched by column and row labels, as in
         :func:`routing_accuracy`.
     threshold : float, default=0.5
@@ -420,6 +456,7 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
         threshold, "threshold", "in [0, 1]", lambda t: 0 <= t <= 1
     )
     y_true, observed, y_score = _check_pair(y_true, y_score)
+    _check_probabilities(y_score, "a correctness accuracy")
     hit = (y_score >= threshold) == (y_true >= threshold)
     return float(hit[observed].mean())
 
@@ -437,8 +474,10 @@ def correctness_log_loss(y_true, y_score, *, eps=1e-7):
         :func:`routing_accuracy`.
     eps : float, default=1e-7
         Predictions are clipped to ``[eps, 1 - eps]`` so that the loss stays
-        finite; in [0, 0.5), as a larger ``eps`` would cross the bounds (0
-        clips nothing: a confident wrong prediction then costs inf).
+        finite for any ``eps > 0`` (``1 - p`` is kept at least ``eps`` where
+        ``1 - eps`` rounds to 1, below about 1e-16); in [0, 0.5), as a larger
+        ``eps`` would cross the bounds (0 clips nothing: a confident wrong
+        prediction then costs inf).
 
     Returns
     -------
@@ -451,14 +490,13 @@ def correctness_log_loss(y_true, y_score, *, eps=1e-7):
     """
     eps = _check_number(eps, "eps", "in [0, 0.5)", lambda e: 0 <= e < 0.5)
     y_true, observed, y_score = _check_pair(y_true, y_score)
-    outside = (y_score < 0) | (y_score > 1)
-    if outside.any():
-        raise ValueError(
-            f"y_score has {_cells(y_score, outside)}; y_score must hold "
-            "probabilities in [0, 1] for a log loss."
-        )
+    _check_probabilities(y_score, "a log loss")
     p = np.clip(y_score[observed], eps, 1 - eps)
+    # Below eps ~ 1.1e-16, 1 - eps rounds to 1.0 and the clip leaves p = 1,
+    # so 1 - p = 0 would cost inf: floor it at eps there (elsewhere 1 - p is
+    # kept bit for bit; with eps=0 it stays 0).
+    q = np.where(p < 1, 1 - p, eps)
     t = y_true[observed]
     # xlogy(0, 0) is 0 where 0 * log(0) is NaN: with eps=0, a prediction of 0
     # for a score of 0 costs nothing.
-    return float(-(xlogy(t, p) + xlogy(1 - t, 1 - p)).mean())
+    return float(-(xlogy(t, p) + xlogy(1 - t, q)).mean())
