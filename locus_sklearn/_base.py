@@ -15,7 +15,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import metadata_routing
 from sklearn.utils._param_validation import Interval, InvalidParameterError
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from ._encoders import (
     as_query_encoder,
@@ -23,7 +23,7 @@ from ._encoders import (
     encode_queries,
     warn_shared_encodings,
 )
-from ._evals import _preview, check_evals, check_model_costs, check_queries
+from ._evals import _as_frame, _preview, check_evals, check_model_costs, check_queries
 from ._params import NoBoolNumbersMixin
 from ._repr import SummaryReprMixin
 from .metrics._routing import route
@@ -35,6 +35,34 @@ __all__ = [
     "route_by_utility",
     "routing_utility",
 ]
+
+
+def _check_ignored_y(y, evals):
+    """Refuse a ``y`` that is not None nor one entry per row of ``evals``.
+
+    Routers ignore y, but ignoring costs passed positionally would silently
+    fit without them: only what a meta-estimator passes on (a y given with
+    ``evals``, split with its rows) is let through.
+    """
+    if y is None:
+        return
+    n_rows = len(_as_frame(evals, "evals"))
+    if isinstance(y, Mapping | pd.Series | str):
+        got = f"y of type {type(y).__name__}"
+    else:
+        try:
+            n_y = _num_samples(y)
+        except TypeError:
+            got = f"y of type {type(y).__name__}"
+        else:
+            if n_y == n_rows:
+                return
+            got = f"y of type {type(y).__name__} with {n_y} entries"
+    raise TypeError(
+        f"routers take no y; pass costs as model_costs=: fit(evals, "
+        f"model_costs=...). Got {got}; y is ignored and may only be None or, as "
+        f"a meta-estimator passes it, one entry per row of evals ({n_rows})."
+    )
 
 
 def check_model_subset(models, classes, *, name="models"):
@@ -342,10 +370,12 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
         evals : DataFrame or mapping of columns
             Long-format evaluations with columns ``model``, ``query``, ``score``
             (see :func:`~locus_sklearn.check_evals`).
-        y : None or array-like
-            Ignored; present for scikit-learn API consistency. A mapping or a
-            pandas Series is refused: it is most likely the costs passed
-            positionally, which go in ``model_costs=``.
+        y : None or array-like of shape (n_rows,), default=None
+            Ignored; present for scikit-learn API consistency (a meta-estimator
+            passes on a y given with ``evals``, one entry per row). Anything
+            else, a mapping, a pandas Series or an array of another length, is
+            refused: it is most likely the costs passed positionally, which go
+            in ``model_costs=``.
         model_costs : mapping of str to float, pandas Series or array-like of shape (n_models,), default=None
             Cost of each model, used by :meth:`predict` when ``cost_weight > 0``.
             A mapping or Series is read by model name (a Series by its index);
@@ -356,13 +386,8 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
         -------
         self : object
         """
-        if isinstance(y, Mapping | pd.Series):
-            # Ignoring it would silently fit without the costs.
-            raise TypeError(
-                f"routers take no y; pass costs as model_costs=: fit(evals, "
-                f"model_costs=...). Got y of type {type(y).__name__}."
-            )
         table = check_evals(evals)
+        _check_ignored_y(y, evals)
         costs = check_model_costs(model_costs, table.models)
         # Fail before training rather than at the first predict.
         _check_costs_for_weight(self.cost_weight, costs)

@@ -19,6 +19,7 @@ from locus_sklearn.baselines import (
     SingleBestRouter,
 )
 from locus_sklearn.metrics import correctness_accuracy
+from locus_sklearn.parallel import predict_proba_chunked
 
 
 def _unit(degrees):
@@ -628,6 +629,41 @@ def test_knn_with_tied_neighbors_matches_brute_force(k, weights):
     np.testing.assert_allclose(router.predict_proba(queries), expected, rtol=1e-4)
 
 
+# Training queries share their encodings on purpose.
+@pytest.mark.filterwarnings("ignore::locus_sklearn.SharedEncodingsWarning")
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_knn_duplicated_encodings_tie_whatever_the_batch(weights):
+    # A single query's product took another BLAS path than a batch's and
+    # rounded identical training encodings' similarities differently: the
+    # tie broke otherwise, and a's prediction changed with the batch size and
+    # with a model b evaluated on one more training query.
+    rng = np.random.default_rng(1)
+    distinct = rng.normal(size=(40, 384)).astype(np.float32)
+    train = [f"q{i:03d}" for i in range(200)]
+    encoder = dict(zip(train, distinct[rng.integers(0, 40, 200)], strict=True))
+    queries = [f"t{i:03d}" for i in range(60)]
+    encoder.update({q: rng.normal(size=384).astype(np.float32) for q in queries})
+    a = pd.DataFrame(
+        {"model": "a", "query": train[:-1], "score": rng.integers(0, 2, 199) * 1.0}
+    )
+    ab = pd.concat([a, pd.DataFrame({"model": ["b"], "query": train[-1:]})])
+    ab["score"] = ab["score"].fillna(1.0)
+    alone = KNNRouter(3, encoder=encoder, weights=weights).fit(a)
+    pooled = KNNRouter(3, encoder=encoder, weights=weights).fit(ab)
+    own = KNNRouter(10**6, encoder=encoder, weights=weights).fit(a).set_params(k=3)
+    # Both searches: a shares a neighbor list, then takes its own top-k.
+    assert len(alone._shared_models) == 1 and len(own._shared_models) == 0
+    batch = alone.predict_proba(queries)
+    # A query's similarities may still round by the batch: a tie broken
+    # otherwise changes a neighbor (0.33 here), rounding a last digit.
+    for router in (alone, pooled, own):
+        one_by_one = np.vstack([router.predict_proba([q])[:, :1] for q in queries])
+        np.testing.assert_allclose(one_by_one, batch, rtol=1e-6)
+        chunked = predict_proba_chunked(router, queries, chunk_queries=1)
+        np.testing.assert_allclose(chunked[:, :1], batch, rtol=1e-6)
+    np.testing.assert_allclose(pooled.predict_proba(queries)[:, :1], batch, rtol=1e-6)
+
+
 # --- arguments of the shared router API --------------------------------------
 
 _TWO = pd.DataFrame(
@@ -670,3 +706,14 @@ def test_fit_refuses_costs_passed_as_y(y):
     for y in (None, np.zeros(4), [0, 1, 0, 1]):
         router = SingleBestRouter().fit(_TWO, y)
         assert router.predict(["q"]).tolist() == ["a"]
+
+
+@pytest.mark.parametrize("y", [[10.0, 0.0], np.array([10.0, 0.0]), ("a", "b"), 1.0])
+def test_fit_refuses_costs_passed_as_y_array(y):
+    # A list, array or tuple of costs was ignored as y (model_costs_ None):
+    # only None or one entry per row of evals, as a meta-estimator passes y,
+    # is ignored.
+    with pytest.raises(
+        TypeError, match=r"pass costs as model_costs=.*row of evals \(4\)"
+    ):
+        SingleBestRouter().fit(_TWO, y)

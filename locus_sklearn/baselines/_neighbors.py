@@ -96,11 +96,11 @@ class KNNRouter(BaseRouter):
     Notes
     -----
     The search is brute force and exact. Prediction computes the cosine
-    similarities of a block of queries to all training queries once (one
-    matrix product), then: models evaluated on most training queries share
-    one list of nearest training queries, long enough that each usually
-    finds its ``k`` evaluated ones in it (a query where one does not is
-    resolved from that model's own similarities); models evaluated on few
+    similarities of a block of queries to all distinct training encodings
+    once (one matrix product), then: models evaluated on most training
+    queries share one list of nearest training queries, long enough that each
+    usually finds its ``k`` evaluated ones in it (a query where one does not
+    is resolved from that model's own similarities); models evaluated on few
     queries take a top-k over their own columns. :meth:`fit` picks the split
     that minimises the work, from the models' numbers of evaluations.
 
@@ -108,7 +108,9 @@ class KNNRouter(BaseRouter):
     are ranked by their position in the sorted training query ids, the first
     one nearest, in both searches: a model's k neighbors, and so its
     prediction, do not depend on the other models of the pool or on ``k``
-    having been set before or after :meth:`fit`.
+    having been set before or after :meth:`fit`. Training queries with
+    identical encodings get one similarity, computed once, so they tie
+    exactly however many queries are predicted at once.
 
     Examples
     --------
@@ -144,6 +146,23 @@ class KNNRouter(BaseRouter):
 
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         self.query_encodings_ = normalize(X_query).astype(np.float32)
+        # A matrix product may round one column differently from another
+        # holding the same values (a single query takes another BLAS path than
+        # a batch): similarities are computed once per distinct encoding, so
+        # duplicated ones tie exactly and are ranked by training query index.
+        _, first, inverse = np.unique(
+            self.query_encodings_, axis=0, return_index=True, return_inverse=True
+        )
+        if len(first) == len(inverse):
+            self._distinct_encodings, self._to_distinct = self.query_encodings_, None
+        else:
+            # In order of first occurrence, as close as may be to the product
+            # over all training queries.
+            order = np.argsort(first)
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            self._distinct_encodings = self.query_encodings_[first[order]]
+            self._to_distinct = rank[inverse.reshape(-1)]
         self.n_evals_ = np.bincount(table.model_index, minlength=table.n_models)
         self._indptr = table.indptr
         self._query_index = table.query_index
@@ -279,7 +298,9 @@ class KNNRouter(BaseRouter):
         chunk = max(1, _BLOCK_ELEMENTS // len(self.query_encodings_))
         for start in range(0, len(X), chunk):
             block = slice(start, start + chunk)
-            similarity = X[block] @ self.query_encodings_.T
+            similarity = X[block] @ self._distinct_encodings.T
+            if self._to_distinct is not None:
+                similarity = np.take(similarity, self._to_distinct, axis=1)
             if len(self._shared_models):
                 self._predict_shared(similarity, proba[block])
             for m in own:
