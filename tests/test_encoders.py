@@ -262,7 +262,7 @@ def test_mapping_inconsistent_dimension_error_at_fit():
         ({}, ValueError, "empty mapping"),
         ({"a": [[1.0, 2.0]]}, ValueError, r"encoder\['a'\] has shape \(1, 2\)"),
         ({"a": []}, ValueError, "non-empty one-dimensional"),
-        ({"a": "text"}, TypeError, r"encoder\['a'\] must be a vector of numbers"),
+        ({"a": "text"}, TypeError, r"encoder\['a'\] must be a vector of real numbers"),
         (
             {"a": [1.0, 0.0], 7: [0.0, 1.0]},
             TypeError,
@@ -274,13 +274,66 @@ def test_mapping_inconsistent_dimension_error_at_fit():
             ValueError,
             r"NaN or infinite values in 2 of its 3 vectors.*\['b', 'c'\]",
         ),
-        # float32 overflow is caught too: encodings are stored as float32.
+        # float32 overflow is caught too: a saved estimator stores float32.
         ({"a": [1.0, 0.0], "big": [1e300, 0.0]}, ValueError, r"\['big'\]"),
+        # Not numbers of an encoding: a cast would parse, count or drop them.
+        (
+            {"a": [1.0, 0.0], "q1": ["3", "4"]},
+            TypeError,
+            r"encoder\['q1'\] must be a vector of real numbers.*list read as "
+            r"dtype <U1",
+        ),
+        ({"q1": [True, False]}, TypeError, r"encoder\['q1'\].*dtype bool"),
+        ({"q1": [1 + 2j, 3]}, TypeError, r"encoder\['q1'\].*dtype complex128"),
+        (
+            {"q1": np.ma.masked_array([1.0, 2.0], mask=[0, 1])},
+            TypeError,
+            r"encoder\['q1'\].*MaskedArray with masked entries",
+        ),
     ],
 )
 def test_mapping_bad_values(mapping, error, match):
     with pytest.raises(error, match=match):
         QueryEncoder(mapping).fit()
+
+
+def test_tiny_and_huge_finite_vectors_keep_their_direction():
+    """Cast to float32 before normalising, 1e-50 underflowed to a zero row
+    and 1e39 overflowed into a refused 'infinite' vector."""
+    tiny = {
+        "tiny": [1e-50, 2e-50],
+        "tinier": [1e-200, 2e-200],  # squares underflow even in float64
+    }
+    huge = {
+        "huge": [1e39, 2e39],
+        "huger": [1e300, 2e300],  # squares overflow even in float64
+    }
+    expected = np.array([[1, 2]] * 2, dtype=np.float32) / np.float32(np.sqrt(5))
+    # Huge ones are refused in a mapping, stored as float32 by save.
+    X = QueryEncoder(tiny).fit().transform(list(tiny))
+    np.testing.assert_allclose(X, expected, rtol=1e-6)
+    vectors = {**tiny, **huge}
+    X = QueryEncoder(
+        CountingEncoder(lambda texts: np.array([vectors[t] for t in texts]))
+    ).fit_transform(list(vectors))
+    np.testing.assert_allclose(X, np.vstack([expected, expected]), rtol=1e-6)
+
+
+def test_float32_encodings_normalised_as_before():
+    # Normalised in float64 and rounded once, as float32 encodings always
+    # were: bit for bit the same encodings (and memory= caches) as before.
+    X = np.random.default_rng(0).standard_normal((50, 384)).astype(np.float32)
+    X[3] = 0
+    norms = np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
+    expected = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+    queries = np.array([f"q{i}" for i in range(50)], dtype=object)
+    np.testing.assert_array_equal(_encoders._check_encodings(X, queries), expected)
+
+
+def test_mapping_tensor_that_requires_grad():
+    vector = torch.tensor([3.0, 4.0], requires_grad=True)
+    X = QueryEncoder({"q1": vector}).fit().transform(["q1"])
+    np.testing.assert_allclose(X, [[0.6, 0.8]], rtol=1e-6)
 
 
 def test_mapping_checked_by_as_query_encoder_naming_the_key():
@@ -328,7 +381,15 @@ def test_custom_object_returning_tensor():
         (lambda texts: np.ones((len(texts) + 1, 2)), ValueError, r"shape \(3, 2\)"),
         (lambda texts: np.ones(len(texts)), ValueError, "expected shape"),
         (lambda texts: np.ones((len(texts), 0)), ValueError, "n_features >= 1"),
-        (lambda texts: [["a", "b"]] * len(texts), TypeError, "float32"),
+        (lambda texts: [["a", "b"]] * len(texts), TypeError, "real numbers"),
+        (lambda texts: [["1", "2"]] * len(texts), TypeError, "read as dtype <U1"),
+        (lambda texts: np.ones((len(texts), 2), bool), TypeError, "dtype bool"),
+        (lambda texts: np.ones((len(texts), 2), complex), TypeError, "complex128"),
+        (
+            lambda texts: np.ma.masked_array(np.ones((len(texts), 2)), mask=True),
+            TypeError,
+            "MaskedArray with masked entries",
+        ),
         (
             lambda texts: np.array([[1.0, np.inf], [0.0, 1.0]]),
             ValueError,
@@ -451,7 +512,7 @@ def test_onnx_model_retrained_in_place_is_exported_again(tmp_path, monkeypatch):
             exported.append(model)
             self.version = len(exported)
 
-        def encode(self, texts, batch_size):
+        def encode(self, texts, batch_size, show_progress_bar):
             return np.full((len(texts), 2), [1.0, self.version])
 
     monkeypatch.setattr(_onnx, "OnnxSentenceEncoder", Export)
@@ -462,6 +523,45 @@ def test_onnx_model_retrained_in_place_is_exported_again(tmp_path, monkeypatch):
     second = QueryEncoder(model_dir, backend="onnx").fit().transform(["q"])
     assert len(exported) == 2
     assert not np.array_equal(first, second)
+    assert len(_encoders._MODELS) == 1  # the first export is not kept
+
+
+def test_model_changed_after_fit_is_not_loaded_under_the_fit_key(tmp_path, monkeypatch):
+    """Changed between fit and the first transform, the new files were
+    loaded, kept in memory and cached by memory= under the key of the files
+    fit had read."""
+    monkeypatch.setattr(_encoders, "_MODELS", {})
+    model_dir = _linked_copy_of_default_model(tmp_path / "model")
+    location = tmp_path / "cache"
+    encoder = QueryEncoder(model_dir, memory=str(location), device="cpu").fit()
+    _retrain_in_place(model_dir)
+    with pytest.raises(
+        ValueError, match="changed after the encoder was fitted"
+    ) as info:
+        encoder.transform(QUERIES)
+    assert repr(str(model_dir.resolve())) in str(info.value)
+    assert _encoders._MODELS == {} and _cache_files(location) == []
+    assert encoder.fit().transform(QUERIES).shape == (2, 384)  # fitted again
+
+
+def test_older_versions_of_a_model_are_not_kept_loaded(tmp_path, monkeypatch):
+    monkeypatch.setattr(_encoders, "_MODELS", {})
+    model_dir = _linked_copy_of_default_model(tmp_path / "model")
+    QueryEncoder(model_dir, device="cpu").fit().transform(QUERIES)
+    _retrain_in_place(model_dir)
+    QueryEncoder(model_dir, device="cpu").fit().transform(QUERIES)
+    assert len(_encoders._MODELS) == 1
+
+
+def test_dangling_link_in_model_directory(tmp_path, monkeypatch):
+    # sentence-transformers loads the model without the file; so does fit.
+    monkeypatch.setattr(_encoders, "_MODELS", {})
+    model_dir = _linked_copy_of_default_model(tmp_path / "model")
+    (model_dir / "README.md").unlink()
+    (model_dir / "README.md").symlink_to(tmp_path / "gone.md")
+    encoder = QueryEncoder(model_dir, device="cpu").fit()
+    assert ("README.md", -1, -1) in encoder._cache_key[1]
+    assert encoder.transform(QUERIES).shape == (2, 384)
 
 
 def test_memory_not_used_for_mappings_and_objects(tmp_path):
@@ -554,6 +654,18 @@ def test_bad_encoder_type(bad):
     assert message.startswith("encoder must be")
     assert type(bad).__name__ in message
     assert "encode(list_of_str)" in message and "mapping" in message
+    assert "transform method" not in message
+
+
+def test_transformer_without_encode_is_told_to_wrap_transform():
+    # A TF-IDF + SVD pipeline has transform, not encode.
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.pipeline import make_pipeline
+
+    pipeline = make_pipeline(TfidfVectorizer(), TruncatedSVD(2))
+    with pytest.raises(TypeError, match=r"Pipeline\. It has a transform method: wrap"):
+        QueryEncoder(pipeline).fit()
 
 
 @pytest.mark.parametrize(
@@ -721,6 +833,59 @@ def test_onnx_backend_gives_the_torch_encodings(onnx_encoder):
     np.testing.assert_allclose(
         onnx_encoder.transform([ONNX_TEXTS[1]])[0], X[1], atol=1e-5
     )
+
+
+def test_onnx_backend_shows_its_progress_bar(onnx_encoder, capsys):
+    encoder = clone(onnx_encoder).set_params(show_progress_bar=True, batch_size=1)
+    encoder.fit().transform(ONNX_TEXTS[:3])
+    assert "Batches" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx", "object"])
+def test_lone_surrogate_is_refused_naming_its_place(backend, request):
+    """A lone surrogate failed deep inside the tokenizer with a TypeError
+    naming neither the query nor the character."""
+    if backend == "onnx":
+        encoder = request.getfixturevalue("onnx_encoder")
+    elif backend == "object":  # a SentenceTransformer object
+        encoder = QueryEncoder(request.getfixturevalue("default_model")).fit()
+    else:
+        encoder = QueryEncoder(device="cpu").fit()
+    with pytest.raises(
+        ValueError, match=r"X\[2\] \('bad \\ud800 text'\).*'\\ud800' at character 4"
+    ):
+        encoder.transform(["hello", "hello", "bad \ud800 text"])
+
+
+def test_lone_surrogate_is_a_valid_mapping_id():
+    X = QueryEncoder({"\ud800": [1.0, 0.0]}).fit().transform(["\ud800"])
+    np.testing.assert_array_equal(X, [[1.0, 0.0]])
+
+
+def test_onnx_backend_applies_the_default_prompt(tmp_path, monkeypatch):
+    """Set by default_prompt_name, the prompt was added by PyTorch's encode
+    but not by the ONNX backend: encodings 0.15 apart, not float rounding."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    monkeypatch.setattr(_encoders, "_MODELS", {})
+    model_dir = _linked_copy_of_default_model(tmp_path / "model")
+    config = model_dir / "config_sentence_transformers.json"
+    settings = json.loads(config.read_text())
+    settings.update(prompts={"query": "query: "}, default_prompt_name="query")
+    config.unlink()  # a link to the bundled model's file
+    config.write_text(json.dumps(settings))
+    # Pooling without the prompt's tokens: reads prompt_length from the tokenizer.
+    pooling = model_dir / "1_Pooling" / "config.json"
+    settings = json.loads(pooling.read_text())
+    pooling.unlink()
+    pooling.write_text(json.dumps({**settings, "include_prompt": False}))
+
+    expected = QueryEncoder(model_dir, device="cpu").fit().transform(ONNX_TEXTS)
+    X = QueryEncoder(model_dir, backend="onnx").fit().transform(ONNX_TEXTS)
+    np.testing.assert_allclose(X, expected, atol=1e-6)
+    # The prompt (and leaving its tokens out of the mean) changes the encodings.
+    plain = QueryEncoder(device="cpu").fit().transform(ONNX_TEXTS)
+    assert np.abs(expected - plain).max() > 0.05
 
 
 def test_onnx_backend_exports_once_per_process(onnx_encoder, monkeypatch):
