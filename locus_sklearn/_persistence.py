@@ -30,7 +30,7 @@ from sklearn.frozen import FrozenEstimator
 
 from ._base import _check_costs_for_weight
 from ._device import resolve_device
-from ._encoders import QueryEncoder, _check_mapping, as_query_encoder
+from ._encoders import QueryEncoder, _check_mapping, _mapping_vector, as_query_encoder
 from ._evals import EvalTable, check_model_costs
 from ._files import read_file, write_file
 from ._nn import NETWORK_LAYOUT, LocusNetwork
@@ -151,11 +151,28 @@ def encoder_spec(encoder, *, include_query_text=True, n_features=None):
                 "dimensional encodings."
             )
         keys = list(encoder)
-        vectors = np.stack([np.asarray(encoder[k], dtype=np.float32) for k in keys])
+        vectors = np.stack([_stored_vector(k, encoder[k]) for k in keys])
         return {"kind": "mapping", "keys": keys}, {
             "encoder.vectors": torch.from_numpy(vectors)
         }
     return {"kind": "object", "type": type(encoder).__qualname__}, {}
+
+
+# Below this largest entry a vector loses precision, or its direction, as
+# float32 (whose normal numbers end at about 1.2e-38).
+_TINY_VECTOR = 1e-30
+
+
+def _stored_vector(key, value):
+    """A mapping's vector as the file stores it, float32. A vector whose
+    entries are all below 1e-30 is stored divided by its largest entry: as
+    float32 it would underflow (to zeros at 1e-50), and only its direction,
+    which the encoder normalises to, is ever read."""
+    vector = _mapping_vector(key, value)
+    largest = np.abs(vector).max()
+    if 0 < largest < _TINY_VECTOR:
+        vector = vector / largest
+    return vector.astype(np.float32)
 
 
 def encoder_from_spec(spec, tensors, encoder):

@@ -906,3 +906,28 @@ def test_a_long_file_name_saves_and_its_leftovers_are_removed(tmp_path):
     assert len(left) <= 255 and left.startswith(".yyy")
     _write(path, value=2.0)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_tiny_mapping_vector_keeps_its_direction_through_save(
+    tmp_path, tiny_embedder
+):
+    """A vector of entries near 1e-50 encodes by its direction (normalised in
+    float64), but was stored cast to float32: zeros, so the loaded router
+    encoded that query as a zero vector, another query than the saved one's."""
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    encodings = dict(pool.encodings)
+    tiny = next(iter(encodings))
+    encodings[tiny] = np.asarray(encodings[tiny], dtype=np.float64) * 1e-50
+    router = LocusRouter(tiny_embedder(encodings, max_epochs=1), shrinkage=None)
+    router.fit(pool.evals)
+    path = tmp_path / "r.locus"
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    # Stored as float32 (scaled by its largest entry): the same direction to
+    # float32 rounding, not a zero vector.
+    np.testing.assert_allclose(
+        loaded.encoder_.transform([tiny]), router.encoder_.transform([tiny]), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        loaded.predict_proba([tiny]), router.predict_proba([tiny]), atol=1e-5
+    )
