@@ -646,7 +646,7 @@ def test_threads_option(workdir, cli, monkeypatch):
     status, _, err = cli("route", workdir / "router.locus", "q001", "--threads", "2")
     assert status == 0 and calls[2:] == [2, before], err
     status, _, err = cli("--threads", "0", "route", workdir / "router.locus", "q001")
-    assert status == 2 and "positive integer" in err
+    assert status == 2 and "from 1 to 1024" in err
 
 
 def test_json_output(workdir, tmp_path, cli):
@@ -1705,3 +1705,294 @@ def test_costs_file_with_an_extra_field_names_the_row(workdir, tmp_path, cli):
     status, out, err = cli("select", emb, "--budget", "3", "--costs", costs)
     assert_one_line(status, err, 1, f"'{costs}'", "data row 1 has 3 fields")
     assert out == "" and "warning" not in err
+
+
+# --- demo defects of issue 47 -----------------------------------------------------
+
+
+@pytest.fixture
+def fake_minilm(monkeypatch):
+    """The demo's query encoder for a user's file, without loading MiniLM:
+    seeded random vectors (the demo's steps, not its accuracies, are tested)."""
+    import locus_sklearn._encoders
+
+    real = locus_sklearn._encoders.QueryEncoder
+
+    class Encoder(real):  # the bundled MiniLM (encoder=None) only
+        def fit(self, X=None, y=None):
+            return self if self.encoder is None else super().fit(X, y)
+
+        def transform(self, X):
+            if self.encoder is not None:
+                return super().transform(X)
+            rng = np.random.default_rng(0)
+            return rng.normal(size=(len(X), 8)).astype(np.float32)
+
+    monkeypatch.setattr(locus_sklearn._encoders, "QueryEncoder", Encoder)
+
+
+def _demo_evals(path, models, n_queries=100, keep=None, seed=0):
+    """A demo evaluations file: each model scored on the queries ``keep(model,
+    query, is_test)`` allows (all by default), with the demo's own 80/20 split
+    of seed 0 deciding which queries are test queries."""
+    from locus_sklearn._cli import _demo
+
+    rng = np.random.default_rng(seed)
+    queries = [f"question {i:03d}" for i in range(n_queries)]
+    frame = pd.DataFrame({"query": queries, "model": "x", "score": 0.0})
+    _, test = _demo._split(frame, np.random.RandomState(0))
+    test = set(test["query"])
+    rows = [
+        (m, q, float(rng.random() < 0.5))
+        for m in models
+        for q in queries
+        if keep is None or keep(m, q, q in test)
+    ]
+    pd.DataFrame(rows, columns=["model", "query", "score"]).to_csv(path, index=False)
+    return path
+
+
+def test_demo_interrupted_in_training_exits_130(tmp_path, cli, monkeypatch,
+                                                fake_minilm):  # fmt: skip
+    """skorch ended the demo's fit at Ctrl-C: the demo went on with a partly
+    trained router, printed everything and exited 0."""
+    import signal
+
+    from locus_sklearn import LocusRouter
+
+    def interrupted_fit(self, evals, y=None, **params):
+        try:  # a Ctrl-C during training, caught as skorch's loop catches it
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        return self
+
+    monkeypatch.setattr(LocusRouter, "fit", interrupted_fit)
+    evals = _demo_evals(tmp_path / "e.csv", ["a", "b", "c"])
+    status, out, err = cli("demo", "--quick", "--evals", evals,
+                           "--output", tmp_path / "out")  # fmt: skip
+    assert status == 130 and err.splitlines()[-1] == "locus demo: interrupted", err
+    assert "[1/4]" in out and "[2/4]" not in out
+    assert not (tmp_path / "out").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_demo_needs_two_trained_models_with_test_scores_before_training(
+    tmp_path, cli, monkeypatch, fake_minilm
+):
+    """A model with only test rows left one model to train on (the demo
+    trained, reported, then failed naming "embeddings"); models with no test
+    rows failed after training with "evals is empty"."""
+    from locus_sklearn import LocusRouter
+
+    def trained(*args, **kwargs):
+        raise AssertionError("the demo trained")
+
+    monkeypatch.setattr(LocusRouter, "fit", trained)
+    one = _demo_evals(tmp_path / "one.csv", ["a", "b"],
+                      keep=lambda m, q, is_test: m == "a" or is_test)  # fmt: skip
+    status, out, err = cli("demo", "--quick", "--evals", one)
+    assert_one_line(status, err, 1, f"--evals '{one}'", "only 1 (a)",
+                    "b (only test queries)", "at least 2")  # fmt: skip
+    assert out == ""
+    no_test = _demo_evals(tmp_path / "no_test.csv", ["a", "b", "c"],
+                          keep=lambda m, q, is_test: (m == "c") == is_test)  # fmt: skip
+    status, out, err = cli("demo", "--quick", "--evals", no_test)
+    assert_one_line(status, err, 1, f"--evals '{no_test}'", "(a, b) has a score",
+                    "20 test queries", "c (only test queries)")  # fmt: skip
+    assert out == ""
+
+
+def test_demo_says_which_models_it_leaves_out(tmp_path, cli, fake_minilm):
+    # A model with only test rows was dropped silently.
+    pytest.importorskip("matplotlib")
+    evals = _demo_evals(tmp_path / "e.csv", ["a", "b", "c", "d"],
+                        keep=lambda m, q, is_test: m != "d" or is_test)  # fmt: skip
+    status, out, err = cli("demo", "--quick", "--evals", evals,
+                           "--output", tmp_path / "out")  # fmt: skip
+    assert status == 0, err
+    assert "Left out, too few training scores to train on: d (only test queries)" in out
+    assert "on 3 models" in out
+
+
+def test_threads_is_capped_as_a_usage_error(cli):
+    # torch failed on it: "Overflow when unpacking long long", status 1.
+    for args in (("--threads", "99999999999999999999", "demo", "--quick"),
+                 ("select", "x.csv", "--k", "2", "--threads", "2147483648")):  # fmt: skip
+        status, _, err = cli(*args)
+        assert_one_line(status, err, 2, "--threads", "from 1 to 1024")
+    from locus_sklearn._cli._parser import build_parser
+
+    assert build_parser().parse_args(["--threads", "1024", "demo"]).threads == 1024
+
+
+def test_demo_single_best_names_the_model_it_routes_to(tmp_path, cli, fake_minilm):
+    """The best model on train had no test scores: the row named it though
+    every query went to another, and "Mean of empty slice" was warned."""
+    pytest.importorskip("matplotlib")
+    evals = _demo_evals(tmp_path / "e.csv", ["a", "b", "c"],
+                        keep=lambda m, q, is_test: m != "a" or not is_test)  # fmt: skip
+    frame = pd.read_csv(evals)
+    frame.loc[frame["model"] == "a", "score"] = 1.0  # the best on train
+    frame.to_csv(evals, index=False)
+    means = frame[frame["model"] != "a"].groupby("model")["score"].mean()
+    status, _, err = cli("demo", "--quick", "--json", "--evals", evals,
+                         "--output", tmp_path / "out")  # fmt: skip
+    assert status == 0, err
+    row = next(line for line in err.splitlines() if "single best model (" in line)
+    assert f"({means.idxmax()}, chosen on train among the models with test" in row
+    assert "warning" not in err
+
+
+def test_demo_counts_repeated_rows_once(tmp_path, cli, fake_minilm):
+    """Repeated (model, query) rows were counted as more queries and
+    evaluations ("90 test queries" of 60; onboarding "from 128" of 105)."""
+    pytest.importorskip("matplotlib")
+    evals = _demo_evals(tmp_path / "e.csv", [f"m{i}" for i in range(6)],
+                        n_queries=200)  # fmt: skip
+    frame = pd.read_csv(evals)
+    pd.concat([frame, frame]).to_csv(evals, index=False)
+    status, out, err = cli("demo", "--quick", "--evals", evals,
+                           "--output", tmp_path / "out")  # fmt: skip
+    assert status == 0, err
+    assert "6 models, 200 queries, 1,200 evaluations (1,200 repeated (model, " \
+        "query) rows averaged)" in out  # fmt: skip
+    assert "Split (seed 0): 160 training / 40 test queries." in out
+    assert "on 3 models (480 evaluations" in out
+    lines = out[out.index("[3/4]") :].splitlines()[3:6]
+    assert [line.split()[1] for line in lines] == ["40"] * 3, lines
+    assert "from all ~160" in out and "over the 1" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("demo", "--output", ""),
+        ("demo", "--evals", " "),
+        ("fit", "e.csv", "-o", ""),
+        ("onboard", "r.locus", "e.csv", "-o", ""),
+        ("route", "r.locus", "q", "--encodings", ""),
+        ("select", "emb.csv", "--k", "2", "--costs", ""),
+    ],
+)
+def test_empty_path_options_are_usage_errors(tmp_path, cli, monkeypatch, args):
+    # demo --output '' wrote the figures into the current folder; onboard
+    # -o '' replaced the router in place; --costs '' meant no costs.
+    monkeypatch.chdir(tmp_path)
+    status, _, err = cli(*args)
+    option = next(a for a in args if a.startswith("-") and a not in ("--k",))
+    assert_one_line(status, err, 2, f"argument {option}", "expected a file or folder")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--all-models", "--open-weights"])
+def test_demo_refuses_model_choice_with_evals(tmp_path, cli, option):
+    # Both chose among the built-in models, and were ignored with --evals.
+    status, _, err = cli("demo", "--quick", "--evals", tmp_path / "e.csv", option)
+    assert_one_line(status, err, 2, option, "--evals", "only one")
+    from locus_sklearn._cli._parser import build_parser
+
+    args = build_parser().parse_args(["demo", option])
+    assert args.open_weights is (option == "--open-weights")
+
+
+def test_demo_help_and_training_line_say_what_it_does(cli, monkeypatch):
+    """--threads said "torch's own choice" (the demo uses 1 thread on CPU),
+    --epochs did not say --quick trains 2 without early stopping, and the
+    [1/4] line never said that early stopping (on valid_loss) was on."""
+    from types import SimpleNamespace
+
+    from locus_sklearn import LocusRouter
+    from locus_sklearn._cli import _demo
+
+    status, out, _ = cli("demo", "--help")
+    text = " ".join(out.split())
+    assert status == 0 and "(default: 1 on a machine without CUDA" in text
+    assert "with --quick 2, without" in text
+
+    class Stop(Exception):
+        pass
+
+    def fit(self, evals, y=None):
+        raise Stop
+
+    monkeypatch.setattr(LocusRouter, "fit", fit)
+    said = []
+    demo = SimpleNamespace(pool=["a", "b"], pool_train=pd.DataFrame(index=[0]),
+                           encoder=None, seed=0,
+                           say=lambda *lines: said.extend(lines))  # fmt: skip
+    for settings, phrase in [
+        (_demo.DEMO_SETTINGS, "256 episodes each, early stopping on valid_loss, "
+                              "patience 7)"),
+        (_demo.QUICK_SETTINGS, "32 episodes each)"),
+    ]:  # fmt: skip
+        said.clear()
+        with pytest.raises(Stop):
+            _demo._train(demo, dict(settings))
+        assert said[0].endswith(phrase), said
+
+
+def test_interrupt_while_starting_is_one_line(capsys, monkeypatch):
+    """A Ctrl-C while the command's modules load printed a traceback."""
+    import runpy
+
+    import locus_sklearn._cli
+    from locus_sklearn._cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(locus_sklearn._cli, "build_parser", interrupted)
+    try:  # an escaping KeyboardInterrupt would end the test session
+        status = main(["demo", "--quick"])
+    except KeyboardInterrupt:
+        pytest.fail("main() let KeyboardInterrupt through")
+    assert status == 130
+    assert capsys.readouterr().err == "locus: interrupted\n"
+
+    class Finder:  # the import of the command line, interrupted
+        def find_spec(self, name, path=None, target=None):
+            if name == "locus_sklearn._cli":
+                raise KeyboardInterrupt
+
+    monkeypatch.delitem(sys.modules, "locus_sklearn._cli")
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    try:
+        runpy.run_module("locus_sklearn.__main__", run_name="__main__")
+    except KeyboardInterrupt:
+        pytest.fail("python -m locus_sklearn let KeyboardInterrupt through")
+    except SystemExit as exc:
+        assert exc.code == 130
+    else:
+        pytest.fail("python -m locus_sklearn ran")
+    assert capsys.readouterr().err == "locus: interrupted\n"
+
+
+@pytest.mark.parametrize(
+    "args, dest",
+    [
+        (("match", "a", "b", "--threshold", "-0"), "threshold"),
+        (("route", "r", "q", "--cost-weight", "-0.0"), "cost_weight"),
+        (("fit", "e", "-o", "r", "--shrinkage", "-0"), "shrinkage"),
+    ],
+)
+def test_negative_zero_is_zero(args, dest):
+    # Kept as -0.0, and printed so ("threshold": -0.0).
+    import math
+
+    from locus_sklearn._cli._parser import build_parser
+
+    value = getattr(build_parser().parse_args(list(args)), dest)
+    assert value == 0 and math.copysign(1, value) == 1
+
+
+def test_demo_knn_label_and_skipped_onboarding(tmp_path, cli, fake_minilm):
+    """Under 50 training queries the label said k=50; with onboarding
+    skipped the JSON summary had no onboarding_accuracy key."""
+    pytest.importorskip("matplotlib")
+    evals = _demo_evals(tmp_path / "e.csv", ["a", "b", "c"], n_queries=40)
+    status, out, err = cli("demo", "--quick", "--json", "--evals", evals,
+                           "--output", tmp_path / "out")  # fmt: skip
+    assert status == 0, err
+    assert "KNNRouter (k=32), a peer router" in err and "Onboarding skipped" in err
+    assert json.loads(out)["onboarding_accuracy"] is None

@@ -1253,6 +1253,18 @@ def test_threads_before_serve_are_kept(router_path, monkeypatch):
     assert seen["threads"] == target
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_serve_threads_is_capped_as_a_usage_error(router_path, capsys, where):
+    # torch failed on it: "Overflow when unpacking long long", status 1.
+    args = ["serve", str(router_path)]
+    option = ["--threads", "99999999999999999999"]
+    args = option + args if where == "before" else args + option
+    with pytest.raises(SystemExit) as exc:
+        serve_main(args)
+    assert exc.value.code == 2
+    assert "--threads" in capsys.readouterr().err
+
+
 def test_gateway_reports_the_effective_cost_weight(router_path, routers, backends):
     gateway = {**_gateway(backends, routers[0].classes_), "cost_weight": 0.01}
     with serve(create_app(router_path, gateway=gateway)) as url:

@@ -102,7 +102,12 @@ def main(argv=None):
     # No "Loading weights" bars when the query encoder loads; encoding
     # progress (sentence-transformers' own bar) is still shown by fit.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    return run(build_parser().parse_args(argv))
+    try:  # building the parser imports the optional subcommands' modules
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return run(args)
 
 
 def run(args):

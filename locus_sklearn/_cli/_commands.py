@@ -169,11 +169,18 @@ def routing_scores(router, queries):
 def cmd_demo(args):
     from ._demo import run_demo
 
+    if args.evals is not None and args.open_weights is not None:
+        option = "--open-weights" if args.open_weights else "--all-models"
+        raise CommandError(
+            f"{option} chooses among the built-in data's models; with --evals "
+            "the demo uses every model of the file: give only one of them.",
+            status=EXIT_USAGE,
+        )
     check_folder_writable(args.output, "--output")  # before any work
     summary = run_demo(
         args.evals,
         output=args.output,
-        open_weights=args.open_weights,
+        open_weights=args.open_weights is not False,
         epochs=args.epochs,
         seed=args.seed,
         quick=args.quick,

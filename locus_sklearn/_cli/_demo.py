@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ._errors import interrupts_kept
 from ._io import format_table, progress_to_stderr
 
 __all__ = ["run_demo", "DEMO_SETTINGS", "QUICK_SETTINGS"]
@@ -69,8 +70,16 @@ def _table(header, rows):
     return format_table(header, rows, aligns=aligns, indent="  ")
 
 
-def _load(evals_path, open_weights, say):
-    """Return (evals, encoder, family, description) for the demo's data."""
+def _names(models, limit=5):
+    """Up to ``limit`` model names, comma-separated, for a message."""
+    models = list(models)
+    more = f", ... ({len(models)} in all)" if len(models) > limit else ""
+    return ", ".join(models[:limit]) + more
+
+
+def _load(evals_path, open_weights):
+    """Return (evals, encodings, family, description) for the demo's data;
+    encodings is None for a user's file (see :func:`_encode`)."""
     from ..datasets import load_mmlu_pro
 
     if evals_path is None:
@@ -82,7 +91,6 @@ def _load(evals_path, open_weights, say):
         )
         # The precomputed MiniLM encodings: nothing is encoded at demo time.
         return data.evals, data.encodings, data.family, description
-    from .._encoders import QueryEncoder
     from ._io import read_evals
 
     # The commands' reader: its errors name the file (and row), not parameters.
@@ -94,15 +102,33 @@ def _load(evals_path, open_weights, say):
             f"--evals {os.fspath(evals_path)!r} has {n_models} model; the demo "
             "routes among models and needs at least 2."
         )
+    n_rows = len(evals)
+    # Repeated (model, query) rows are averaged, as the estimators would;
+    # here, once, so that every count the demo prints is of distinct ones.
+    how = {"score": "mean", **({"task": "first"} if "task" in evals else {})}
+    evals = evals.groupby(["model", "query"], as_index=False, sort=False).agg(how)
+    repeated = (
+        f" ({n_rows - len(evals):,} repeated (model, query) rows averaged)"
+        if n_rows > len(evals)
+        else ""
+    )
     description = (
         f"{os.fspath(evals_path)}: {evals['model'].nunique():,} models, "
         f"{evals['query'].nunique():,} queries, {len(evals):,} evaluations"
+        f"{repeated}"
     )
+    return evals, None, None, description
+
+
+def _encode(evals, say):
+    """Encodings of the queries of a user's file with the bundled MiniLM."""
+    from .._encoders import QueryEncoder
+
     queries = np.sort(evals["query"].unique())
     say(f"Encoding {len(queries):,} queries with the bundled all-MiniLM-L6-v2 ...")
     vectors = QueryEncoder(show_progress_bar=True).fit().transform(queries)
     # Encode once; the router and the kNN peer share the vectors.
-    return evals, dict(zip(queries, vectors, strict=True)), None, description
+    return dict(zip(queries, vectors, strict=True))
 
 
 def _split(evals, rng):
@@ -202,6 +228,41 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
     return written
 
 
+def _left_out(evals, counts, pool, held_out):
+    """Models neither trained on nor held out, each with why: "a (only test
+    queries)", "b (1 training query)"."""
+    out = []
+    for name in np.sort(evals["model"].unique()):
+        if name in pool or name in held_out:
+            continue
+        n = int(counts.get(name, 0))
+        out.append(f"{name} ({'only test queries' if n == 0 else '1 training query'})")
+    return out
+
+
+def _check_pool(source, demo, left_out):
+    """Refuse, before any work, a split that leaves fewer than 2 models to
+    train on or none of them a test query to score the routers on."""
+    n_train, n_test = demo.train["query"].nunique(), demo.test["query"].nunique()
+    split = f"the seeded 80/20 split of its queries (--seed {demo.seed})"
+    dropped = f"; left out: {_names(left_out)}" if left_out else ""
+    if len(demo.pool) < 2:
+        found = f"only 1 ({_names(demo.pool)})" if len(demo.pool) else "none"
+        raise ValueError(
+            f"{source}: the demo trains a router among the models with 2 or "
+            f"more scores on the {n_train:,} training queries of {split}, and "
+            f"needs at least 2; there is {found}{dropped}. Give more models "
+            "scores on the same queries."
+        )
+    if not demo.test["model"].isin(demo.pool).any():
+        raise ValueError(
+            f"{source}: none of the {len(demo.pool)} models the demo trains on "
+            f"({_names(demo.pool)}) has a score on the {n_test:,} test queries of "
+            f"{split}, on which it scores the routers{dropped}. Give them scores "
+            "on more of the same queries."
+        )
+
+
 class _Demo:
     """The data of one demo run, shared by its steps."""
 
@@ -209,21 +270,34 @@ class _Demo:
         self.say = say
         self.seed = seed
         self.rng = np.random.RandomState(seed)
-        self.evals, self.encoder, self.family, description = _load(
-            evals, open_weights, say
-        )
+        self.evals, self.encoder, self.family, description = _load(evals, open_weights)
         self.train, self.test = _split(self.evals, self.rng)
-        self.held_out = _held_out_models(self.train, self.test, self.rng, N_HELD_OUT)
         train = self.train
-        self.pool = np.sort(
-            train.loc[~train["model"].isin(self.held_out), "model"].unique()
+        # A model needs 2 training rows to be trained on (one to encode, one
+        # to predict); one with fewer is left out, and said so below.
+        counts = train["model"].value_counts()
+        trainable = counts.index[counts >= 2]
+        self.held_out = _held_out_models(
+            train[train["model"].isin(trainable)], self.test, self.rng, N_HELD_OUT
         )
+        self.pool = np.sort(trainable[~trainable.isin(self.held_out)].to_numpy())
         self.pool_train = train[train["model"].isin(self.pool)]
+        left_out = _left_out(self.evals, counts, self.pool, self.held_out)
+        source = (
+            "the built-in data" if evals is None else f"--evals {os.fspath(evals)!r}"
+        )
+        _check_pool(source, self, left_out)
+        if self.encoder is None:
+            self.encoder = _encode(self.evals, say)
         say(
             f"LOCUS demo on {description}.",
             f"Split (seed {seed}): {train['query'].nunique():,} training / "
             f"{self.test['query'].nunique():,} test queries.",
         )
+        if left_out:
+            say(
+                f"Left out, too few training scores to train on: {', '.join(left_out)}."
+            )
         if self.held_out:
             say(f"Held out of training, to onboard later: {', '.join(self.held_out)}.")
         say("")
@@ -233,19 +307,25 @@ def _train(demo, settings):
     """Step 1: fit a LocusRouter on the pool; return (router, seconds)."""
     from .. import LocusEmbedder, LocusRouter
 
-    early = ", early stopping on held-out routing accuracy"
-    demo.say(
-        f"[1/4] Training a LocusRouter on {len(demo.pool)} models "
-        f"({len(demo.pool_train):,} evaluations; at most {settings['max_epochs']} "
-        f"epochs, {settings['episodes_per_epoch']} episodes each"
-        + (early if settings.get("early_stopping") else "")
-        + ")"
-    )
     embedder = LocusEmbedder(
         demo.encoder, random_state=demo.seed, verbose=1, **settings
     )
+    # What the embedder will do (the library's defaults where the settings
+    # leave them), so that the line says how training ends.
+    early = (
+        f", early stopping on {embedder.early_stopping}, patience {embedder.patience}"
+        if embedder.early_stopping and embedder.validation_fraction
+        else ""
+    )
+    demo.say(
+        f"[1/4] Training a LocusRouter on {len(demo.pool)} models "
+        f"({len(demo.pool_train):,} evaluations; at most {embedder.max_epochs} "
+        f"epochs, {embedder.episodes_per_epoch} episodes each{early})"
+    )
     t0 = time.perf_counter()
-    with progress_to_stderr():  # the epoch table is progress, not the report
+    # The epoch table is progress, not the report. skorch ends a fit at
+    # Ctrl-C and keeps what it trained: interrupts_kept stops the demo too.
+    with progress_to_stderr(), interrupts_kept():
         router = LocusRouter(embedder).fit(demo.pool_train)
     fit_time = time.perf_counter() - t0
     demo.say(
@@ -275,23 +355,31 @@ def _compare_routers(demo, router):
     locus_acc, locus_used = _route_stats(router.predict_proba(queries), Y)
 
     oracle_acc = float(np.nanmax(Y, axis=1).mean())
-    knn = KNNRouter(k=50, encoder=demo.encoder).fit(demo.pool_train)
+    # A model with fewer than k training queries uses all of them: k is at
+    # most the largest count, so that the label gives the k used.
+    k = min(50, int(demo.pool_train["model"].value_counts().max()))
+    knn = KNNRouter(k=k, encoder=demo.encoder).fit(demo.pool_train)
     knn_acc, knn_used = _route_stats(knn.predict_proba(queries), Y)
     # The single best is a router too: every query to the model of the best
     # training mean among those scored on it, as the others are routed (on
     # sparse test rows the best model's own queries would be other queries).
     train_means = demo.pool_train.groupby("model")["score"].mean()
     means = train_means.reindex(router.classes_).to_numpy()
-    best = router.classes_[int(np.argmax(means))]
+    has_scores = ~np.isnan(Y).all(axis=0)
+    # Named: the best of the models scored on these queries (one that is
+    # scored on none is never routed to).
+    best = router.classes_[int(np.argmax(np.where(has_scores, means, -np.inf)))]
     best_acc, best_used = _route_stats(np.tile(means, (len(queries), 1)), Y)
     label = f"single best model ({best}, chosen on train"
+    if not has_scores[int(np.argmax(means))]:
+        label += " among the models with test scores"
     label += ")" if best_used == 1 else "; the next where it has no score)"
     rows = [
         ("oracle (best model per query)", f"{oracle_acc:.3f}", ""),
         ("LocusRouter", f"{locus_acc:.3f}", locus_used),
-        ("KNNRouter (k=50), a peer router", f"{knn_acc:.3f}", knn_used),
+        (f"KNNRouter (k={k}), a peer router", f"{knn_acc:.3f}", knn_used),
         (label, f"{best_acc:.3f}", best_used),
-        ("average model", f"{np.nanmean(np.nanmean(Y, axis=0)):.3f}", ""),
+        ("average model", f"{np.nanmean(Y[:, has_scores], axis=0).mean():.3f}", ""),
     ]
     demo.say(
         f"[2/4] Routing accuracy on {where}:",
@@ -326,7 +414,7 @@ def _onboard(demo, router):
             "[3/4] Onboarding skipped: too few models or evaluations to hold some out.",
             "",
         )
-        return {}
+        return {"onboarding_accuracy": None}
     demo.say(
         f"[3/4] Onboarding the {len(held_out)} held-out models from "
         f"{N_ONBOARD_EVALS} evaluations each (no training); correctness "
@@ -493,8 +581,9 @@ def run_demo(
     evals : str or path-like, default=None
         A long-format evaluation file (csv, parquet or jsonl; see
         :func:`~locus_sklearn.datasets.load_evals`), whose queries are encoded
-        with the bundled MiniLM encoder. None uses the built-in MMLU-Pro
-        subset with its precomputed encodings.
+        with the bundled MiniLM encoder; repeated (model, query) rows are
+        averaged into one. None uses the built-in MMLU-Pro subset with its
+        precomputed encodings.
     output : str or path-like, default="locus_demo_output"
         Folder for the figures (created if needed).
     open_weights : bool, default=True

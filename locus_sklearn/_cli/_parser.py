@@ -15,9 +15,11 @@ from ._types import (
     model_list,
     nonnegative_float,
     open_fraction,
+    path,
     positive_float,
     positive_int,
     seed,
+    threads,
 )
 
 __all__ = ["PROG", "build_parser"]
@@ -78,7 +80,7 @@ def _shrinkage(text):
         raise argparse.ArgumentTypeError(
             f"expected auto, none or a number in [0, 1], got {text!r}"
         )
-    return value
+    return value + 0.0  # "-0" is 0, not -0.0
 
 
 def _device(text):
@@ -124,9 +126,8 @@ def _device(text):
 
 
 # -------------------------------------------------------------- shared options
-def _shared_parents():
-    """Parent parsers: ``common`` (every subcommand), ``encoding`` (commands
-    that encode queries), ``output`` (commands that print a table)."""
+def _common_parent(threads_default="torch's own choice"):
+    """The options of every command, ``--threads`` saying what it defaults to."""
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: the value given before the subcommand is kept when the
     # option is not repeated after it.
@@ -138,21 +139,30 @@ def _shared_parents():
     )
     common.add_argument(
         "--threads",
-        type=positive_int,
+        type=threads,
         metavar="N",
         default=argparse.SUPPRESS,
-        help="number of CPU threads torch uses (default: torch's own choice)",
+        help=f"number of CPU threads torch uses (default: {threads_default})",
     )
+    return common
+
+
+def _shared_parents():
+    """Parent parsers: ``common`` (every subcommand), ``encoding`` (commands
+    that encode queries), ``output`` (commands that print a table)."""
+    common = _common_parent()
     encoding = argparse.ArgumentParser(add_help=False)
     exclusive = encoding.add_mutually_exclusive_group()
     exclusive.add_argument(
         "--encoder",
+        type=path,
         metavar="DIR",
         help="a local sentence-transformers model directory (default: the bundled "
         "all-MiniLM-L6-v2, or what the router was fitted with)",
     )
     exclusive.add_argument(
         "--encodings",
+        type=path,
         metavar="FILE.npz",
         help="precomputed query vectors: an npz file with arrays 'queries' (strings) "
         "and 'vectors' (n, d); added to those saved in a router fitted with them",
@@ -178,7 +188,12 @@ def _json_option(parser, what):
 
 
 # ----------------------------------------------------------------- subcommands
-def _add_demo(sub, common):
+def _add_demo(sub):
+    # The demo's own --threads default: one thread without CUDA (run_demo).
+    common = _common_parent(
+        "1 on a machine without CUDA, as the demo's network is small; "
+        "torch's own choice with CUDA"
+    )
     p = sub.add_parser(
         "demo",
         parents=[common],
@@ -189,6 +204,7 @@ def _add_demo(sub, common):
     )
     p.add_argument(
         "--evals",
+        type=path,
         metavar="PATH",
         help="your own long-format evaluations "
         "(csv/parquet/jsonl with columns model, query, score) instead of "
@@ -196,29 +212,33 @@ def _add_demo(sub, common):
     )
     p.add_argument(
         "--output",
+        type=path,
         metavar="DIR",
         default="locus_demo_output",
         help="folder for the figures (default: %(default)s)",
     )
+    # default None: cmd_demo refuses either with --evals (not the built-in data).
     weights = p.add_mutually_exclusive_group()
     weights.add_argument(
         "--open-weights",
         dest="open_weights",
-        action="store_true",
-        default=True,
-        help="the 27 open-weights models (default)",
+        action="store_const",
+        const=True,
+        help="the built-in data's 27 open-weights models (default)",
     )
     weights.add_argument(
         "--all-models",
         dest="open_weights",
-        action="store_false",
-        help="all 32 models, API models included",
+        action="store_const",
+        const=False,
+        help="all 32 models of the built-in data, API models included",
     )
     p.add_argument(
         "--epochs",
         type=positive_int,
         metavar="N",
-        help="maximum training epochs (default: 40, with early stopping)",
+        help="maximum training epochs (default: 40, with early stopping; with "
+        "--quick 2, without)",
     )
     p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
     p.add_argument(
@@ -241,11 +261,14 @@ def _add_fit(sub, common, encoding):
     p.add_argument(
         "-o",
         "--output",
+        type=path,
         required=True,
         metavar="ROUTER",
         help="where to save the router (e.g. router.safetensors)",
     )
-    p.add_argument("--costs", metavar="FILE", help="csv with columns model,cost")
+    p.add_argument(
+        "--costs", type=path, metavar="FILE", help="csv with columns model,cost"
+    )
     p.add_argument(
         "--epochs",
         type=positive_int,
@@ -286,6 +309,7 @@ def _add_fit(sub, common, encoding):
     )
     p.add_argument(
         "--cache",
+        type=path,
         metavar="DIR",
         help="cache the query encoder's encodings in the folder DIR (not with "
         "--encodings, which are precomputed already)",
@@ -340,7 +364,7 @@ def _add_embed(sub, common, encoding):
     )
     p.add_argument("model", metavar="ROUTER_OR_EMBEDDER")
     p.add_argument("evals", metavar="EVALS", help="evaluation file")
-    p.add_argument("-o", "--output", required=True, metavar="EMBEDDINGS.csv")
+    p.add_argument("-o", "--output", type=path, required=True, metavar="EMBEDDINGS.csv")
     _json_option(p, "the embeddings (as well as writing the csv)")
     p.set_defaults(func=_commands.cmd_embed)
 
@@ -359,6 +383,7 @@ def _add_onboard(sub, common, encoding):
     p.add_argument("evals", metavar="EVALS", help="evaluations of the models to add")
     p.add_argument(
         "--costs",
+        type=path,
         metavar="FILE",
         help="csv with columns model,cost (required for new models when the "
         "router has costs)",
@@ -366,6 +391,7 @@ def _add_onboard(sub, common, encoding):
     p.add_argument(
         "-o",
         "--output",
+        type=path,
         metavar="ROUTER",
         help="write the updated router here instead of in place",
     )
@@ -393,7 +419,9 @@ def _add_select(sub, common, output):
         help="largest total cost (with --costs; without, a number of models, "
         "a whole number >= 1)",
     )
-    p.add_argument("--costs", metavar="FILE", help="csv with columns model,cost")
+    p.add_argument(
+        "--costs", type=path, metavar="FILE", help="csv with columns model,cost"
+    )
     p.add_argument(
         "--method",
         choices=["kcenter", "kmedoids"],
@@ -505,7 +533,7 @@ def _router_and_queries(parser):
         help="query texts; '-' reads one query per line from stdin",
     )
     parser.add_argument(
-        "--file", metavar="FILE", help="read one query per line from FILE"
+        "--file", type=path, metavar="FILE", help="read one query per line from FILE"
     )
 
 
@@ -562,7 +590,7 @@ def build_parser():
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    _add_demo(sub, common)
+    _add_demo(sub)
     _add_fit(sub, common, encoding)
     _add_route(sub, common, encoding, output)
     _add_embed(sub, common, encoding)

@@ -12,11 +12,18 @@ __all__ = [
     "nonnegative_float",
     "nonnegative_int",
     "open_fraction",
+    "path",
     "positive_float",
     "positive_int",
     "resolve_models",
     "seed",
+    "threads",
 ]
+
+#: The most torch threads ``--threads`` takes: far above any CPU's cores,
+#: and below what torch can be given at all (a larger number is refused by
+#: torch with an overflow error that names no option).
+MAX_THREADS = 1024
 
 
 def int_at_least(low):
@@ -78,6 +85,50 @@ def seed(text):
     return value
 
 
+def threads(text):
+    """An argparse type: a number of torch threads, from 1 to
+    :data:`MAX_THREADS`.
+
+    Examples
+    --------
+    >>> threads("4")
+    4
+    >>> threads("2000")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected an integer from 1 to 1024, got '2000'
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from 1 to {MAX_THREADS}, got {text!r}"
+        )
+    return value
+
+
+def path(text):
+    """An argparse type: a file or folder name, not empty or blank (an empty
+    name would silently mean the current folder, or no file at all).
+
+    Examples
+    --------
+    >>> path("out")
+    'out'
+    >>> path(" ")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a file or folder name, got ' '
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected a file or folder name, got {text!r}"
+        )
+    return text
+
+
 def nonnegative_float(text):
     try:
         value = float(text)
@@ -87,7 +138,7 @@ def nonnegative_float(text):
         ) from None
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+    return value + 0.0  # "-0" is 0, not -0.0 (printed as -0.0 in JSON)
 
 
 def positive_float(text):
@@ -115,7 +166,7 @@ def fraction(text):
         value = float("nan")
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return value
+    return value + 0.0  # "-0" is 0, not -0.0
 
 
 def open_fraction(text):

@@ -43,6 +43,7 @@ from .._cli._types import (
     positive_float,
     positive_int,
     resolve_models,
+    threads,
 )
 from ._batching import MAX_WINDOW_MS
 
@@ -359,7 +360,7 @@ def _router_options(p):
     # serve ...`) is kept when the option is not repeated after it.
     p.add_argument(
         "--threads",
-        type=positive_int,
+        type=threads,
         metavar="N",
         default=argparse.SUPPRESS,
         help="torch threads for encoding and scoring (default: torch's; 1 is "
@@ -595,7 +596,7 @@ def build_parser():
     )
     parser.add_argument(
         "--threads",
-        type=positive_int,
+        type=threads,
         metavar="N",
         default=argparse.SUPPRESS,
         help="number of CPU threads torch uses (default: torch's own choice)",
