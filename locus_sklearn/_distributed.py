@@ -25,6 +25,7 @@ accelerate itself is imported only by the caller who builds the Accelerator;
 this module needs skorch alone.
 """
 
+import os
 from numbers import Integral
 
 import numpy as np
@@ -173,6 +174,18 @@ def check_accelerator(accelerator, device, batch_size):
     and ``batch_size`` (episodes per step over all processes) a multiple of
     the number of processes."""
     n_processes = accelerator.num_processes
+    world = os.environ.get("WORLD_SIZE", "")
+    if n_processes == 1 and world.isdigit() and int(world) > 1:
+        # Launched as several processes, each of which would train its own
+        # full copy and save over the others' file: on a machine without a
+        # GPU, Accelerator() does not join them (accelerate 1.x) unless
+        # told to run on the CPU.
+        raise ValueError(
+            f"the accelerator trains in 1 process, but this is one of "
+            f"WORLD_SIZE={world} launched processes: each would train its own "
+            "copy. On CPUs create it as Accelerator(cpu=True); on GPUs check "
+            "that each process sees one."
+        )
     if batch_size % n_processes:
         raise ValueError(
             f"batch_size={batch_size} must be a multiple of the number of "

@@ -252,6 +252,20 @@ def test_devices_compare_by_type_and_index():
     assert not _same_device(torch.device("cpu:0"), cuda0)
 
 
+def test_a_one_process_accelerator_among_launched_processes_is_refused(
+    pool, accelerator, monkeypatch
+):
+    """Under torchrun on a machine without a GPU, Accelerator() (no cpu=True)
+    left each process on its own: every one trained a full copy, and each
+    main process saved over the others' file, without a word."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    embedder = LocusEmbedder(pool.encodings, accelerator=accelerator, **TINY)
+    with pytest.raises(ValueError, match=r"WORLD_SIZE=2.*Accelerator\(cpu=True\)"):
+        embedder.fit(pool.evals)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    embedder.set_params(max_epochs=1).fit(pool.evals)
+
+
 def test_accelerator_must_look_like_one(pool):
     with pytest.raises(ValueError, match="accelerator"):
         LocusEmbedder(pool.encodings, accelerator="gpu", **TINY).fit(pool.evals)
