@@ -14,7 +14,11 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import metadata_routing
-from sklearn.utils._param_validation import Interval, InvalidParameterError
+from sklearn.utils._param_validation import (
+    Interval,
+    InvalidParameterError,
+    make_constraint,
+)
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from ._encoders import (
@@ -332,10 +336,22 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
                     hint = ""
                     if "encoder" in self._parameter_constraints:
                         hint = " If they are query encodings, pass them as encoder=."
+                    elif name == "embedder":
+                        hint = (
+                            " If they are query encodings, pass them to the "
+                            f"embedder: {type(self).__name__}(LocusEmbedder("
+                            "encoder=...))."
+                        )
+                    # Worded as scikit-learn lists them.
+                    valid = [make_constraint(c) for c in constraints]
+                    valid = [str(c) for c in valid if not c.hidden]
+                    valid = " or ".join(
+                        filter(None, [", ".join(valid[:-1]), valid[-1]])
+                    )
                     raise InvalidParameterError(
                         f"The {name!r} parameter of {type(self).__name__} got a "
-                        f"mapping of {len(value)} entries, which is none of its "
-                        f"valid values.{hint}"
+                        f"mapping of {len(value)} entries; it must be {valid}."
+                        f"{hint}"
                     )
         super()._validate_params()
 

@@ -193,6 +193,19 @@ def _check_embedding_models(embeddings, models):
     )
 
 
+# What training reads of an ``accelerator`` (an accelerate.Accelerator).
+_ACCELERATOR_ATTRIBUTES = (
+    "prepare",
+    "reduce",
+    "unwrap_model",
+    "num_processes",
+    "device",
+    "split_batches",
+    "is_main_process",
+    "process_index",
+)
+
+
 class LocusEmbedder(
     SummaryReprMixin, NoBoolNumbersMixin, TransformerMixin, BaseEstimator
 ):
@@ -347,8 +360,8 @@ class LocusEmbedder(
         AdamW weight decay. ``lr * weight_decay`` must be below 1: from 1 on
         each step scales the weights to zero or flips them, and ``fit``
         raises a ValueError before training.
-    gradient_clip : float, default=1.0
-        Maximum gradient norm.
+    gradient_clip : float or None, default=1.0
+        Maximum gradient norm; None trains without clipping.
     validation_fraction : float, default=0.1
         Fraction of queries held out: their rows are the validation targets
         for early stopping (each model embedded from its other rows). 0
@@ -739,6 +752,19 @@ class LocusEmbedder(
         the accelerator's (``device`` then None or it)."""
         if self.accelerator is None:
             return resolve_device(self.device)
+        # The constraint asks for prepare and reduce only; training reads
+        # these too, and another object failed deep inside it.
+        missing = [
+            name
+            for name in _ACCELERATOR_ATTRIBUTES
+            if not hasattr(self.accelerator, name)
+        ]
+        if missing:
+            raise TypeError(
+                f"accelerator={self.accelerator!r} has no {', '.join(missing)}; "
+                "pass an accelerate.Accelerator (or None to train in this "
+                "process alone)."
+            )
         return check_accelerator(self.accelerator, self.device, self.batch_size)
 
     def _saved_params(self):
@@ -998,10 +1024,11 @@ class LocusEmbedder(
         self._check_fitted_network()
         queries = check_queries(queries)
         evaluations = None
-        if evals is not None:
+        # Only the kernel readout reads them: otherwise ignored, as documented
+        # (not encoded, so a query its encoder lacks is no error).
+        if evals is not None and self.kernel_readout:
             table = check_evals(evals)
-            if self.kernel_readout:
-                _check_embedding_models(embeddings, table.models)
+            _check_embedding_models(embeddings, table.models)
             evaluations = (self._encode(table.queries), table)
         return self._predict_proba_encoded(
             embeddings, self._encode(queries), evaluations

@@ -6,7 +6,9 @@ reads) and, for a precomputed-vector encoder, its vectors; the JSON header
 holds the network layout version (:data:`~._nn.NETWORK_LAYOUT`), the
 estimator kind, its hyper-parameters (all but the run-time choices
 ``encoder``, ``device``, ``memory``, ``accelerator`` and ``verbose``;
-``random_state`` as an int or None) and how to rebuild the query encoder.
+``random_state`` as an int or None; for a router, also its ``embedder``
+parameter's where they differ from its fitted embedder's) and how to rebuild
+the query encoder.
 
 Loading validates every field — header schema (no field it does not know)
 and types, hyper-parameters against the estimator's own constraints, tensor
@@ -106,6 +108,7 @@ _HEADER_FIELDS = {
         "shrinkage_repeats",
         "memory_queries",
         "frozen_embedder",
+        "embedder_params",
     },
 }
 
@@ -277,21 +280,8 @@ def _check_embedder(check, cls):
     check.field("classes", "names")
     if check.field("n_epochs", "int") < 0 or n_features < 1:
         check.fail("header fields 'n_epochs' / 'n_query_features'", "are out of range")
-    names = set(cls()._saved_params())
-    unknown, missing = sorted(set(params) - names), sorted(names - set(params))
-    if unknown or missing:
-        check.fail(
-            "header field 'params'", f"has unknown names {unknown}, lacks {missing}"
-        )
-    if isinstance(params.get("enc_size"), list):
-        params["enc_size"] = tuple(params["enc_size"])
     prior = _raise_refine_prior(params)
-    try:
-        probe = cls(**params)
-        probe._validate_params()
-        probe._check_structure()
-    except (TypeError, ValueError) as exc:
-        check.fail("header field 'params'", f"is invalid ({exc})")
+    _check_params(check, cls, params, "params")
     kind = spec.get("kind")
     if kind not in _ENCODER_KINDS:
         check.fail("header field 'encoder'", f"has an unknown kind {kind!r}")
@@ -357,6 +347,24 @@ def _check_embedder(check, cls):
     return names
 
 
+def _check_params(check, cls, params, field):
+    """Check the embedder hyper-parameters ``params`` of header ``field``."""
+    names = set(cls()._saved_params())
+    unknown, missing = sorted(set(params) - names), sorted(names - set(params))
+    if unknown or missing:
+        check.fail(
+            f"header field {field!r}", f"has unknown names {unknown}, lacks {missing}"
+        )
+    if isinstance(params.get("enc_size"), list):
+        params["enc_size"] = tuple(params["enc_size"])
+    try:
+        probe = cls(**params)
+        probe._validate_params()
+        probe._check_structure()
+    except (TypeError, ValueError) as exc:
+        check.fail(f"header field {field!r}", f"is invalid ({exc})")
+
+
 def _raise_refine_prior(params):
     """A file's ``refine_prior`` below REFINE_PRIOR_MIN (0 was accepted
     before that bound) raised to it; return the value read, or None."""
@@ -384,8 +392,9 @@ def _expected_state(params, n_features):
     }
 
 
-def _check_router(check):
-    """Check a router's fields beyond its embedder's; return its tensor names."""
+def _check_router(check, cls):
+    """Check a router's fields beyond its embedder's (``cls`` its class);
+    return its tensor names."""
     pool = check.field("pool", "names")
     cost_weight = check.field("cost_weight", "number")
     n_pool = len(pool)
@@ -427,6 +436,19 @@ def _check_router(check):
         check.fail("tensor 'memory.encodings'", "is missing (kernel_readout=True)")
     if check.metadata.get("frozen_embedder", True) is not True:
         check.fail("header field 'frozen_embedder'", "must be true where present")
+    if "embedder_params" in check.metadata:
+        if check.metadata.get("frozen_embedder"):
+            check.fail(
+                "header field 'embedder_params'",
+                "is present, but a frozen embedder has no parameters of its own",
+            )
+        # Read as the fitted ones are: a parameter added after this version
+        # is missing from its files.
+        params = {**_ADDED_PARAMS, **check.field("embedder_params", "dict")}
+        for name in _RETIRED_PARAMS:
+            params.pop(name, None)
+        check.metadata["embedder_params"] = params
+        _check_params(check, cls, params, "embedder_params")
     return names
 
 
@@ -500,7 +522,7 @@ def _checked(path, kind, embedder_cls):
     check.field("library_version", "str")
     names = _check_embedder(check, embedder_cls)
     if kind == "LocusRouter":
-        names += _check_router(check)
+        names += _check_router(check, embedder_cls)
     check.only(names)
     if not intact:
         check.fail("checksum", "does not match the contents (modified or damaged)")
@@ -518,6 +540,15 @@ def _json_value(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _params_state(embedder):
+    """The saved hyper-parameters of ``embedder`` as JSON holds them."""
+    params = {k: _json_value(v) for k, v in embedder._saved_params().items()}
+    params["enc_size"] = [_json_value(v) for v in params["enc_size"]]
+    if isinstance(params["random_state"], np.random.RandomState):
+        params["random_state"] = None  # _embedder_state warns
+    return params
+
+
 def _embedder_state(embedder, *, include_query_text=True):
     """(metadata, tensors) describing a fitted LocusEmbedder."""
     # The fitted encoder, which transform encodes with: an ``encoder`` set
@@ -528,9 +559,8 @@ def _embedder_state(embedder, *, include_query_text=True):
         include_query_text=include_query_text,
         n_features=embedder.n_query_features_,
     )
-    params = {k: _json_value(v) for k, v in embedder._saved_params().items()}
-    params["enc_size"] = [_json_value(v) for v in params["enc_size"]]
-    if isinstance(params["random_state"], np.random.RandomState):
+    params = _params_state(embedder)
+    if isinstance(embedder.random_state, np.random.RandomState):
         # Its state cannot be stored in JSON, and fit has advanced it: no
         # stored value would refit as this fit did.
         warn_external(
@@ -539,7 +569,6 @@ def _embedder_state(embedder, *, include_query_text=True):
             "save a seed that a refit of the loaded estimator reproduces.",
             UserWarning,
         )
-        params["random_state"] = None
     metadata = {
         "library_version": __version__,
         "network_layout": NETWORK_LAYOUT,
@@ -647,6 +676,13 @@ def save_router(router, path, *, include_query_text=True):
     if isinstance(router.embedder_, FrozenEstimator):
         # Only then: files of other routers stay readable by earlier versions.
         metadata["frozen_embedder"] = True
+    elif hasattr(router.embedder, "_saved_params"):  # a LocusEmbedder
+        # embedder__<name> set after fit: the parameter, which a clone refits
+        # with, is no longer the fitted embedder's settings. Stored only then,
+        # as frozen_embedder is.
+        params = _params_state(router.embedder)
+        if params != metadata["params"]:
+            metadata["embedder_params"] = params
     tensors["pool.embeddings"] = torch.from_numpy(router.model_embeddings_)
     means = np.asarray(router.model_mean_scores_, dtype=np.float64)
     # Unknown (NaN) only for a router read from an earlier version's file
@@ -693,7 +729,9 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     # edits them. A router fitted on a frozen embedder gets it frozen again,
     # as parameter and fitted embedder_ both (as fit leaves them), so that a
     # clone refits as the original's clone would, reusing it.
-    param = embedder_cls(**embedder.get_params(deep=False))
+    param = embedder_cls(
+        **{**embedder.get_params(deep=False), **metadata.get("embedder_params", {})}
+    )
     if metadata.get("frozen_embedder"):
         param = FrozenEstimator(embedder)
     router = cls(

@@ -179,6 +179,11 @@ class LocusRouter(BaseRouter):
             check_is_fitted(self.embedder.estimator)
             return self.embedder.estimator.encoder_
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
+        # Checked as LocusEmbedder.fit checks them, before the encoder loads
+        # and every query is encoded, not after.
+        embedder._validate_params()
+        embedder._check_structure(check_import=True)
+        embedder._check_training()
         return embedder._query_encoder()
 
     def get_params(self, deep=True):
@@ -534,6 +539,11 @@ class LocusRouter(BaseRouter):
         self._locus._validate_params()
         self._locus._check_structure()
         self._locus._check_fitted_network()
+        if isinstance(self.embedder, LocusEmbedder):
+            # Its own settings are saved too where set after fit (a clone of
+            # the loaded router refits with them).
+            self.embedder._validate_params()
+            self.embedder._check_structure()
         save_router(self, path, include_query_text=include_query_text)
 
     @classmethod
@@ -554,7 +564,9 @@ class LocusRouter(BaseRouter):
         router : LocusRouter
             Its ``embedder_`` is a fitted :class:`LocusEmbedder`, or, for a
             router fitted on a ``FrozenEstimator``, one wrapping it (its
-            ``embedder`` too, as ``fit`` left them).
+            ``embedder`` too, as ``fit`` left them). Otherwise its
+            ``embedder`` is an unfitted embedder with the settings it had at
+            :meth:`save`, ``embedder__<name>`` set after ``fit`` included.
         """
         return load_router(cls, LocusEmbedder, path, encoder=encoder, device=device)
 

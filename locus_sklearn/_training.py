@@ -759,7 +759,12 @@ def build_net(
 
 
 def _callbacks(params, valid_ds, n_models, bank):
-    callbacks = [("divergence", DivergenceCheck())]
+    # Clipping is on by default: the advice then is to clip harder.
+    clip = params["gradient_clip"]
+    remedy = (
+        "set gradient_clip" if clip is None else f"lower gradient_clip (now {clip})"
+    )
+    callbacks = [("divergence", DivergenceCheck(remedy=remedy))]
     if params["gradient_clip"] is not None:
         callbacks.append(("clip", GradientNormClipping(params["gradient_clip"])))
     if valid_ds is None:

@@ -607,3 +607,35 @@ def test_load_refuses_a_saved_embedding_dim_below_3(
         ValueError, match=rf"{path.name}.*'embedding_dim' parameter .* Got 2"
     ):
         LocusEmbedder.load(path)
+
+
+def test_predict_proba_ignores_evals_without_the_kernel_readout(
+    pool, query_texts, tiny_embedder
+):
+    """Documented as ignored, evals were validated and every query encoded:
+    one missing from a mapping encoder was a ValueError."""
+    embedder = tiny_embedder(pool.encodings, kernel_readout=False, max_epochs=1)
+    embedder.fit(pool.evals)
+    Z = embedder.transform(pool.evals)
+    evals = pool.evals.copy()
+    evals.loc[evals.index[0], "query"] = "a query the encoder lacks"
+    queries = query_texts[:3]
+    np.testing.assert_array_equal(
+        embedder.predict_proba(Z, queries, evals=evals),
+        embedder.predict_proba(Z, queries),
+    )
+
+
+def test_an_accelerator_lacking_what_training_reads_is_named(pool, tiny_embedder):
+    # The constraint asks for prepare and reduce: an object with only those
+    # failed deep inside training with an AttributeError.
+    class NotAnAccelerator:
+        def prepare(self, *args):
+            return args
+
+        def reduce(self, *args):
+            return args
+
+    embedder = tiny_embedder(pool.encodings, accelerator=NotAnAccelerator())
+    with pytest.raises(TypeError, match="accelerator=.* has no unwrap_model, "):
+        embedder.fit(pool.evals)

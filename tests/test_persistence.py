@@ -375,10 +375,13 @@ def test_a_loaded_routers_parameter_is_not_its_fitted_embedder(
     assert loaded.embedder_.refine_steps == 0 and loaded.embedder_.embedding_dim == 16
     np.testing.assert_array_equal(loaded.predict_proba(query_texts[:10]), expected)
     # Saved again, the file holds what the first one held (safetensors orders
-    # the header fields anew in each file, so the bytes differ).
+    # the header fields anew in each file, so the bytes differ), and the
+    # settings set since on the parameter.
     loaded.save(tmp_path / "again.safetensors")
     first = read_file(path, "LocusRouter")
     again = read_file(tmp_path / "again.safetensors", "LocusRouter")
+    settings = again[0].pop("embedder_params")
+    assert settings == {**first[0]["params"], "refine_steps": 10, "embedding_dim": 32}
     assert first[0] == again[0] and again[2]
     assert first[1].keys() == again[1].keys()
     for name, tensor in first[1].items():
@@ -556,6 +559,14 @@ def _repeated_key(metadata, tensors):
         (
             _set(frozen_embedder=False),
             "header field 'frozen_embedder' must be true where present",
+        ),
+        (
+            lambda m, t: m.update(embedder_params={**m["params"], "colour": 1}),
+            "header field 'embedder_params' has unknown names \\['colour'\\]",
+        ),
+        (
+            lambda m, t: m.update(frozen_embedder=True, embedder_params=m["params"]),
+            "'embedder_params' is present, but a frozen embedder",
         ),
         # Built 1,000 blocks (on the meta device) before comparing one tensor;
         # 10,000 took 30 s and 1.5 GB.
@@ -823,6 +834,46 @@ def test_a_router_on_a_frozen_embedder_loads_with_it_frozen(tmp_path, tiny_embed
     ).save(path)
     assert "frozen_embedder" not in read_file(path, "LocusRouter")[0]
     assert not isinstance(LocusRouter.load(path).embedder, FrozenEstimator)
+
+
+def test_embedder_parameters_set_after_fit_survive_save_and_load(
+    tmp_path, tiny_embedder
+):
+    """The parameter was rebuilt from the fitted embedder: embedder__<name>
+    set after fit came back as the fitted value, and a clone of the loaded
+    router trained another model than the original's clone."""
+    from sklearn.base import clone
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    router = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), shrinkage=None)
+    router.fit(pool.evals)
+    path = tmp_path / "r.locus"
+    # Files of routers without such settings are as before.
+    router.save(path)
+    assert "embedder_params" not in read_file(path, "LocusRouter")[0]
+    router.set_params(embedder__max_epochs=2, embedder__refine_steps=2)
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    assert loaded.get_params()["embedder__max_epochs"] == 2
+    assert loaded.get_params()["embedder__refine_steps"] == 2
+    # The fitted embedder is the one fitted.
+    assert loaded.embedder_.max_epochs == 1
+    assert loaded.embedder_.refine_steps == 0
+    loaded.save(tmp_path / "again.locus")
+    assert LocusRouter.load(tmp_path / "again.locus").embedder.max_epochs == 2
+    np.testing.assert_array_equal(
+        clone(loaded).fit(pool.evals).model_embeddings_,
+        clone(router).fit(pool.evals).model_embeddings_,
+    )
+    # Checked as the fitted parameters are, at save and at load.
+    router.set_params(embedder__max_epochs=0)
+    with pytest.raises(ValueError, match="max_epochs"):
+        router.save(tmp_path / "bad.locus")
+    metadata, tensors, _ = read_file(path, "LocusRouter")
+    metadata["embedder_params"]["max_epochs"] = 0
+    write_file(path, metadata, tensors)
+    with pytest.raises(ValueError, match="header field 'embedder_params' is invalid"):
+        LocusRouter.load(path)
 
 
 def test_an_embedder_saves_without_its_mapping_encoder(

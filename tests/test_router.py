@@ -605,3 +605,38 @@ def test_fit_refuses_costs_passed_as_y(pool, tiny_embedder, model_names):
         with pytest.raises(TypeError, match="routers take no y; pass costs as model"):
             router.fit(pool.evals, y)
         assert not hasattr(router.embedder, "net_")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"max_epochs": 0},
+        {"n_heads": 3},
+        {"enc_size": (0, 4)},
+        {"lr": 1.0, "weight_decay": 1.0},
+    ],
+)
+def test_fit_checks_the_embedders_settings_before_encoding(pool, tiny_embedder, params):
+    """LocusEmbedder.fit refuses them first; the router built the encoder and
+    encoded every query, then failed on them."""
+
+    class Counting:
+        calls = 0
+
+        def encode(self, texts):
+            Counting.calls += len(texts)
+            return np.stack([pool.encodings[t] for t in texts])
+
+    router = LocusRouter(tiny_embedder(Counting(), **params))
+    with pytest.raises(ValueError):
+        router.fit(pool.evals)
+    assert Counting.calls == 0
+
+
+def test_query_encodings_passed_as_the_embedder_are_refused_with_the_fix(pool):
+    # Said only "is none of its valid values", naming neither them nor the fix.
+    with pytest.raises(ValueError) as info:
+        LocusRouter(pool.encodings).fit(pool.evals)
+    message = str(info.value)
+    assert "must be None or an object implementing 'fit' and 'transform'" in message
+    assert "LocusRouter(LocusEmbedder(encoder=...))" in message

@@ -139,6 +139,19 @@ def test_divergence_is_a_clear_error(pool, tiny_embedder, model_names, rows_of):
         ).fit(evals)
 
 
+@pytest.mark.parametrize(
+    "clip, advice",
+    [(1.0, r"lower gradient_clip \(now 1\.0\)\.$"), (None, r"or set gradient_clip\.$")],
+)
+def test_divergence_advice_follows_gradient_clip(clip, advice):
+    # Said "or set gradient_clip" with clipping on (the default 1.0).
+    with pytest.raises(FloatingPointError, match=advice):
+        _diverging_fit(
+            lr=1000.0, gradient_clip=clip, max_epochs=2, episodes_per_epoch=12,
+            batch_size=4,
+        )  # fmt: skip
+
+
 def _diverging_fit(**params):
     """A small fit that diverges (the settings of a probe's repros)."""
     from locus_sklearn import LocusEmbedder
