@@ -832,24 +832,28 @@ def test_fit_set_conflicting_with_its_option_is_refused(
     assert not out.exists()
 
 
+def _interrupted_fit(self, evals, y=None, **params):
+    """A LocusRouter.fit stand-in: a Ctrl-C during training, caught as
+    skorch's training loop catches it (the fit returns)."""
+    import signal
+
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+    except KeyboardInterrupt:
+        pass
+    return self
+
+
 def test_fit_interrupted_in_training_exits_130_and_writes_nothing(
     workdir, tmp_path, cli, monkeypatch, tiny_cli_args
 ):
     """skorch ends a fit at Ctrl-C and keeps the network trained so far;
     ``locus fit`` must not save that router and exit 0."""
-    import os
     import signal
 
     from locus_sklearn import LocusRouter
 
-    def interrupted_fit(self, evals, y=None, **params):
-        try:  # a Ctrl-C during training, caught as skorch's loop catches it
-            os.kill(os.getpid(), signal.SIGINT)
-        except KeyboardInterrupt:
-            pass
-        return self
-
-    monkeypatch.setattr(LocusRouter, "fit", interrupted_fit)
+    monkeypatch.setattr(LocusRouter, "fit", _interrupted_fit)
     out = tmp_path / "router.locus"
     out.write_bytes(b"the router in place")
     status, stdout, err = cli(
@@ -1760,14 +1764,7 @@ def test_demo_interrupted_in_training_exits_130(tmp_path, cli, monkeypatch,
 
     from locus_sklearn import LocusRouter
 
-    def interrupted_fit(self, evals, y=None, **params):
-        try:  # a Ctrl-C during training, caught as skorch's loop catches it
-            os.kill(os.getpid(), signal.SIGINT)
-        except KeyboardInterrupt:
-            pass
-        return self
-
-    monkeypatch.setattr(LocusRouter, "fit", interrupted_fit)
+    monkeypatch.setattr(LocusRouter, "fit", _interrupted_fit)
     evals = _demo_evals(tmp_path / "e.csv", ["a", "b", "c"])
     status, out, err = cli("demo", "--quick", "--evals", evals,
                            "--output", tmp_path / "out")  # fmt: skip

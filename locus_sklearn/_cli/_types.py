@@ -61,52 +61,41 @@ nonnegative_int = int_at_least(0)
 nonnegative_int.__name__ = "nonnegative_int"
 
 
-def seed(text):
-    """An argparse type: a random seed, an integer in [0, 2**32 - 1] (what
-    NumPy's RandomState takes).
+def int_between(low, high):
+    """An argparse type: an integer from ``low`` to ``high``, both included.
 
     Examples
     --------
-    >>> seed("7")
-    7
-    >>> seed("-1")
+    >>> int_between(1, 8)("8")
+    8
+    >>> int_between(1, 8)("9")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected an integer from 0 to 4294967295, got '-1'
+    argparse.ArgumentTypeError: expected an integer from 1 to 8, got '9'
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(
-            f"expected an integer from 0 to {2**32 - 1}, got {text!r}"
-        )
-    return value
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {low} to {high}, got {text!r}"
+            )
+        return value
+
+    parse.__name__ = f"int_between_{low}_{high}"
+    return parse
 
 
-def threads(text):
-    """An argparse type: a number of torch threads, from 1 to
-    :data:`MAX_THREADS`.
-
-    Examples
-    --------
-    >>> threads("4")
-    4
-    >>> threads("2000")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: expected an integer from 1 to 1024, got '2000'
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_THREADS:
-        raise argparse.ArgumentTypeError(
-            f"expected an integer from 1 to {MAX_THREADS}, got {text!r}"
-        )
-    return value
+# A random seed: what NumPy's RandomState takes.
+seed = int_between(0, 2**32 - 1)
+seed.__name__ = "seed"
+# Torch threads: beyond about 2**31 torch fails with "Overflow when unpacking
+# long", naming no option.
+threads = int_between(1, MAX_THREADS)
+threads.__name__ = "threads"
 
 
 def path(text):
