@@ -650,14 +650,17 @@ def _budget_greedy(K, costs, budget):
     coverage = np.zeros(n_models)
     spent = []
     selected = []
-    # Gains are ranked per unit of ``unit``: the costs, or, when the largest
-    # lies outside 2 ** +-256, the costs scaled by a power of two to bring it
-    # into [0.5, 1). The scaling is exact, so every comparison (the tie floor
-    # included) comes out as on the costs themselves, without a gain of 1
-    # per cost of 1e-320 overflowing to inf (and the floor to NaN). Budgets
-    # and what is spent stay in the costs' own units. _check_costs has
-    # refused costs too far apart for any common unit.
-    unit, _ = _scaled(costs)
+    # Gains are ranked per unit of ``unit``: the costs scaled by the power of
+    # two that brings the largest into [0.5, 1). The scaling is exact, so
+    # every comparison (the tie floor included) comes out as on the costs
+    # themselves, and, as _check_costs has refused costs more than 2 ** 900
+    # apart, every positive unit is a normal number: a gain of 1 per cost of
+    # 1e-320 cannot overflow to inf (nor the floor to NaN), whatever the
+    # largest cost (scaling only a largest outside 2 ** +-256 left 1e-320
+    # beside 1e-77 unscaled). Budgets and what is spent stay in the costs'
+    # own units.
+    largest = costs.max(initial=0.0)
+    unit = np.ldexp(costs, -math.frexp(largest)[1]) if largest > 0 else costs
     # value[m]: gain (free m) or gain per unit cost, computed at step
     # computed_at[m], an upper bound of the current value at later steps;
     # -inf once m is selected or no longer fits.

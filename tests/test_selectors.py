@@ -1000,6 +1000,24 @@ def test_budget_greedy_is_unchanged_by_the_scale_of_the_costs(exponent):
     np.testing.assert_array_equal(selected, ref.selected_indices_)
 
 
+@pytest.mark.parametrize(
+    "largest, cheap", [(1e-77, 1e-320), (1e-60, 1e-320), (1e-77, 1e-310)]
+)
+def test_budget_greedy_subnormal_costs_beside_a_small_largest_cost(largest, cheap):
+    """Only a largest cost outside 2 ** +-256 was rescaled: beside 1e-77,
+    costs of 1e-320 stayed as they were, gain / cost overflowed to inf and
+    the far outlier (row 1) was taken first by row order."""
+    X = np.array([[0.0], [50.0], [1.0], [1.1], [1.2]])
+    ref = BudgetGreedySelector(2.0, metric="euclidean")
+    ref.fit(X, costs=[2.0**40, 1.0, 1.0, 1.0, 1.0])
+    assert ref.selected_indices_.tolist() == [2, 1]  # the cluster's centre first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = BudgetGreedySelector(2 * cheap, metric="euclidean")
+        tiny.fit(X, costs=[largest, cheap, cheap, cheap, cheap])
+    np.testing.assert_array_equal(tiny.selected_indices_, ref.selected_indices_)
+
+
 def test_budget_greedy_same_subnormal_costs_as_unit_costs():
     X = np.array([[0.0], [0.1], [0.2], [5.0], [9.0]])
     unit = BudgetGreedySelector(2.0, metric="euclidean").fit(X)
