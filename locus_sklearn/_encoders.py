@@ -231,6 +231,10 @@ def _as_float64(value):
     Float64, not float32: a finite vector is normalised before it is rounded,
     so that tiny ones do not underflow to zero nor huge ones overflow.
     """
+    if type(value) is np.ndarray and value.dtype.kind in "fiu":
+        # The common case first (a mapping's vectors, read once per query at
+        # transform): the checks below cost more than the lookup itself.
+        return value.astype(np.float64, copy=False), None
     if hasattr(value, "detach"):  # a torch tensor, possibly on a GPU or with grad
         value = value.detach().cpu()
     if np.ma.is_masked(value):
