@@ -237,8 +237,8 @@ class KernelReadout(nn.Module):
         ``exp((cos − 1) / τ)`` themselves, in [exp(−2/τ), 1]: float32 while
         exp(−2/τ) is far from float32's smallest normal number, float64 for
         narrower bandwidths. Below τ = 0.003, where even float64 underflows,
-        each model's weights are taken relative to its largest (the
-        log-sum-exp of :meth:`pairwise_exact`), summed over the pool's stored
+        each model's weights are taken relative to its largest (a per-model
+        log-sum-exp), summed over the pool's stored
         cells (counts and nonzero score sums, C ≤ 2R) in steps of about 2**20
         (query, cell) pairs. No (Q, R) matrix of evaluations is formed:
         memory is Q_chunk·U floats, or below τ = 0.003 about
@@ -281,8 +281,8 @@ class KernelReadout(nn.Module):
         unit = F.normalize(queries.to(bank.dtype), dim=-1)
         # Below τ = 0.003 exp((cos − 1) / τ) underflows even float64 for
         # distant queries (a model with only those would read 0.5 with no
-        # evidence): as in pairwise_exact, each (query, model)'s weights are
-        # taken relative to its largest, a log-sum-exp.
+        # evidence): each (query, model)'s weights are taken relative to its
+        # largest, a log-sum-exp.
         narrow = tau < 0.003
         if narrow and neighbors is None:
             # Every bank query is a neighbour; chunked so that a step gathers
@@ -368,24 +368,6 @@ class KernelReadout(nn.Module):
             # gathered weight has peak = log(mass) = −inf and evidence 0.
             evidence = F.softplus(peak + torch.log(mass))
         out[:, :, 0], out[:, :, 1] = readout, evidence
-        return out
-
-    def pairwise_exact(
-        self, queries, bank, set_index, set_score, indptr, query_chunk=256
-    ):
-        """:meth:`pairwise` through each model's log-sum-exp (any bandwidth;
-        slower: it gathers a (Q, R) similarity matrix)."""
-        n_models = len(indptr) - 1
-        out = queries.new_zeros(queries.shape[0], n_models, self.n_outputs)
-        queries, bank = F.normalize(queries, dim=-1), F.normalize(bank, dim=-1)
-        for start in range(0, queries.shape[0], query_chunk):
-            similarity = (queries[start : start + query_chunk] @ bank.T)[:, set_index]
-            for m in range(n_models):
-                rows = slice(int(indptr[m]), int(indptr[m + 1]))
-                sim = similarity[:, rows]
-                out[start : start + query_chunk, m] = self._features(
-                    sim, set_score[rows], torch.ones_like(sim, dtype=torch.bool)
-                )
         return out
 
 

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
@@ -15,6 +16,24 @@ from sklearn.base import clone
 from locus_sklearn import LocusEmbedder, LocusRouter
 from locus_sklearn import _readout as readout_module
 from locus_sklearn._readout import EvaluationSets, KernelReadout, ReadoutPool
+
+
+def _pairwise_exact(readout, queries, bank, set_index, set_score, indptr, chunk=256):
+    """The readout through each model's log-sum-exp, one model at a time over
+    a (Q, R) similarity matrix: the slow reference the pool's paths are
+    checked against."""
+    n_models = len(indptr) - 1
+    out = queries.new_zeros(queries.shape[0], n_models, readout.n_outputs)
+    queries, bank = F.normalize(queries, dim=-1), F.normalize(bank, dim=-1)
+    for start in range(0, queries.shape[0], chunk):
+        similarity = (queries[start : start + chunk] @ bank.T)[:, set_index]
+        for m in range(n_models):
+            rows = slice(int(indptr[m]), int(indptr[m + 1]))
+            sim = similarity[:, rows]
+            out[start : start + chunk, m] = readout._features(
+                sim, set_score[rows], torch.ones_like(sim, dtype=torch.bool)
+            )
+    return out
 
 
 def _fresh_proba(router, queries):
@@ -51,7 +70,7 @@ def test_sparse_dense_and_log_sum_exp_agree(seed, sizes, n_duplicates, bandwidth
     queries = torch.randn(9, 5, generator=torch.Generator().manual_seed(seed + 1))
     readout = KernelReadout(bandwidth)
     with torch.no_grad():
-        exact = readout.pairwise_exact(queries, *sets)
+        exact = _pairwise_exact(readout, queries, *sets)
         dense = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=False), 4)
         sparse = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=True), 4)
         with pytest.MonkeyPatch.context() as patch:  # no bank is small enough
@@ -376,7 +395,7 @@ def _brute_force_readout(queries, sets, bandwidth):
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("bandwidth", [0.0029, 0.001, 1e-4])
 def test_narrow_exact_readout_is_chunked_and_matches_float64(bandwidth, sparse):
-    """Below τ = 0.003 the exact readout fell back to pairwise_exact: a
+    """Below τ = 0.003 the exact readout fell back to a per-model loop: a
     (256, R) matrix of evaluations whatever query_chunk said, a Python loop
     over the models, and float64 queries refused. It reads the pool's cells
     in chunks of at most query_chunk queries, and matches a float64 brute
@@ -485,7 +504,7 @@ def test_models_on_the_same_queries_share_one_row_of_counts():
         shared = readout.pairwise_pool(queries, pool)
         sparse = readout.pairwise_pool(queries, ReadoutPool(sets, sparse=True))
         top = readout.pairwise_pool(queries, pool, neighbors=15)
-        exact = readout.pairwise_exact(queries, *sets)
+        exact = _pairwise_exact(readout, queries, *sets)
     torch.testing.assert_close(shared, exact, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(shared, sparse, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(top, shared, rtol=1e-5, atol=1e-6)
@@ -586,7 +605,7 @@ def test_kernel_readout_pairwise_matrix_form_matches_log_sum_exp(bandwidth):
         fast = readout.pairwise(
             queries, bank, set_index, set_score, indptr, query_chunk=8
         )
-        exact = readout.pairwise_exact(queries, bank, set_index, set_score, indptr)
+        exact = _pairwise_exact(readout, queries, bank, set_index, set_score, indptr)
     assert torch.isfinite(fast).all()
     torch.testing.assert_close(fast, exact, rtol=1e-4, atol=1e-5)
     assert torch.equal(fast[:, 1], torch.zeros(37, 2))  # model without rows
@@ -622,7 +641,7 @@ def test_a_stored_query_weighs_one_at_any_bandwidth(bandwidth):
     readout = KernelReadout(bandwidth)
     with torch.no_grad():
         paths = {
-            "exact": readout.pairwise_exact(bank, *sets)[:, 0],
+            "exact": _pairwise_exact(readout, bank, *sets)[:, 0],
             "neighbours": readout.pairwise_pool(bank, ReadoutPool(sets), neighbors=4)[
                 :, 0
             ],
