@@ -116,13 +116,18 @@ def _check_gateway(router, gateway, path):
                 f"costs, but {str(path)!r} has none; set cost_weight to 0 (or "
                 "leave it out) or serve a router fitted with model_costs=."
             )
-        with np.errstate(over="ignore"):
-            if not np.isfinite(weight * np.asarray(costs, dtype=np.float64)).all():
-                raise ValueError(
-                    f"The gateway configuration's cost_weight={weight:g} is too "
-                    f"large for the costs of {str(path)!r}: cost_weight * cost "
-                    "overflows."
-                )
+        if _overflows(weight, costs):
+            raise ValueError(
+                f"The gateway configuration's cost_weight={weight:g} is too "
+                f"large for the costs of {str(path)!r}: cost_weight * cost "
+                "overflows."
+            )
+
+
+def _overflows(weight, costs):
+    """Whether ``weight * cost`` is beyond the float range for some cost."""
+    with np.errstate(over="ignore"):
+        return not np.isfinite(weight * np.asarray(costs, dtype=np.float64)).all()
 
 
 def _check_own_cost_weight(router, path):
@@ -131,16 +136,14 @@ def _check_own_cost_weight(router, path):
     would be refused, the message blaming the client."""
     weight = router.cost_weight
     costs = router.model_costs_
-    if weight > 0 and costs is not None:
-        with np.errstate(over="ignore"):
-            if not np.isfinite(weight * np.asarray(costs, dtype=np.float64)).all():
-                raise ValueError(
-                    f"{str(path)!r} has cost_weight={weight:g}, too large for its "
-                    "costs: cost_weight * cost overflows, so every request "
-                    "without a cost_weight of its own would be refused; save "
-                    "the router with a smaller cost_weight, or set cost_weight "
-                    "in the gateway configuration."
-                )
+    if weight > 0 and costs is not None and _overflows(weight, costs):
+        raise ValueError(
+            f"{str(path)!r} has cost_weight={weight:g}, too large for its "
+            "costs: cost_weight * cost overflows, so every request "
+            "without a cost_weight of its own would be refused; save "
+            "the router with a smaller cost_weight, or set cost_weight "
+            "in the gateway configuration."
+        )
 
 
 class RouterHolder:
