@@ -1964,6 +1964,37 @@ def test_interrupt_while_starting_is_one_line(capsys, monkeypatch):
         pytest.fail("python -m locus_sklearn ran")
     assert capsys.readouterr().err == "locus: interrupted\n"
 
+    # The `locus` script's entry point: the same handler, called as a function.
+    from locus_sklearn.__main__ import main as entry_point
+
+    assert entry_point(["demo", "--quick"]) == 130
+    assert capsys.readouterr().err == "locus: interrupted\n"
+
+
+def test_the_script_reaches_its_handler_before_the_heavy_imports():
+    """The `locus` script imported the package, and with it torch and
+    scikit-learn (seconds), before any handler: a Ctrl-C then printed a
+    traceback. The package loads its public names on first use, so the entry
+    point's module loads neither, and `--help` needs no torch."""
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="locus")
+    assert script.value == "locus_sklearn.__main__:main"
+    probe = (
+        "import sys\n"
+        "import locus_sklearn.__main__\n"
+        "heavy = sorted({'torch', 'sklearn', 'pandas'} & set(sys.modules))\n"
+        "assert not heavy, heavy\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        locus_sklearn.__main__.main(['--help'])\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, exc.code\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)
+
 
 @pytest.mark.parametrize(
     "args, dest",

@@ -217,3 +217,25 @@ def test_model_costs_and_models_are_routed_through_meta_estimators():
         np.testing.assert_array_equal(
             search.best_estimator_.model_costs_, [1.0, 2.0, 3.0, 4.0]
         )
+
+
+def test_the_package_loads_its_public_names_on_first_use():
+    # `import locus_sklearn` loads no torch (the `locus` script's Ctrl-C
+    # handler depends on it; test_cli.py); every public name still resolves,
+    # is listed by dir() and by a star import, and an unknown one is an
+    # AttributeError naming it.
+    import locus_sklearn
+
+    namespace = {}
+    exec("from locus_sklearn import *", namespace)
+    public = sorted(set(namespace) - {"__builtins__"})
+    assert public == sorted(locus_sklearn.__all__)
+    assert {*locus_sklearn._PUBLIC, "__version__"} == set(public)
+    assert set(public) <= set(dir(locus_sklearn))
+    for name in public:
+        value = getattr(locus_sklearn, name)
+        if name != "__version__":
+            assert value.__module__.startswith("locus_sklearn."), name
+            assert value.__name__ == name
+    with pytest.raises(AttributeError, match="has no attribute 'LocusRuoter'"):
+        locus_sklearn.LocusRuoter  # noqa: B018
