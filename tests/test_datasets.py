@@ -1530,3 +1530,155 @@ def test_load_evals_queries_of_the_wrong_type_says_what_is_accepted(tmp_path):
     )
     with pytest.raises(TypeError, match=r"path.*or a pandas DataFrame; got a dict"):
         load_evals(path, queries={"query_id": ["1"], "query": ["t1"]})
+
+
+# ------------------------------------------- query ids, '~' paths, None in rows
+
+
+def _scores_file(tmp_path, ids, name="scores.csv"):
+    path = tmp_path / name
+    frame = pd.DataFrame({"model": ["a"] * len(ids), "qid": ids, "score": 1.0})
+    if name.endswith(".parquet"):
+        frame.to_parquet(path)
+    else:
+        frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "queries_ids",
+    [
+        # An int id column with one missing id, as pandas stores it.
+        [2.0, np.nan, 1.0],
+        pd.Series([2, None, 1], dtype=object),  # Python ints, built by hand
+    ],
+)
+def test_load_evals_matches_integer_ids_stored_as_float_or_object(
+    tmp_path, queries_ids
+):
+    # No id ever matched: 1.0 against the csv's "1", reported as "not in
+    # queries" although the ids were there.
+    path = _scores_file(tmp_path, ["1", "2", "1"])
+    queries = pd.DataFrame({"qid": queries_ids, "query": ["two", "orphan", "one"]})
+    evals = load_evals(path, queries=queries, query_id_column="qid")
+    assert evals["query"].tolist() == ["one", "two", "one"]
+    assert evals["qid"].tolist() == ["1", "2", "1"]
+
+
+def test_load_evals_matches_float_ids_of_a_jsonl_and_parquet(tmp_path):
+    # The jsonl query table of the report: one record without its id makes
+    # the column float; and float ids in the evaluation file itself.
+    queries = _write(
+        tmp_path / "q.jsonl",
+        '{"qid": 1, "query": "one"}\n{"qid": 2, "query": "two"}\n'
+        '{"qid": null, "query": "orphan"}\n{"qid": null, "query": "orphan 2"}\n',
+    )
+    path = _scores_file(tmp_path, [2.0, 1.0], "scores.parquet")
+    evals = load_evals(path, queries=queries, query_id_column="qid")
+    assert evals["query"].tolist() == ["two", "one"]
+    assert evals["qid"].tolist() == ["2", "1"]
+
+
+@pytest.mark.parametrize(
+    "queries_ids, reason",
+    [
+        ([1.0, 1.5], r"1\.5 is not a whole number"),
+        ([1.0, 2.0**53], r"9007199254740992\.0 is past 2\*\*53"),
+    ],
+)
+def test_load_evals_never_matches_other_float_ids_to_text(
+    tmp_path, queries_ids, reason
+):
+    path = _scores_file(tmp_path, ["1", "2"])
+    queries = pd.DataFrame({"qid": queries_ids, "query": ["one", "x"]})
+    with pytest.raises(
+        TypeError,
+        match=rf"path\['qid'\] has dtype str .*queries\['qid'\] has "
+        rf"dtype float64 .*{reason}",
+    ):
+        load_evals(path, queries=queries, query_id_column="qid")
+    # Numbers are still matched with numbers: 2.0 finds 2.0 beside 2.5.
+    path = _scores_file(tmp_path, [2.0, 1.0], "scores.parquet")
+    queries = pd.DataFrame({"qid": [1.0, 2.0, 2.5], "query": ["one", "two", "x"]})
+    evals = load_evals(path, queries=queries, query_id_column="qid")
+    assert evals["query"].tolist() == ["two", "one"]
+    assert evals["qid"].tolist() == [2.0, 1.0]
+
+
+def test_load_evals_a_missing_query_id_is_not_matched(tmp_path):
+    # pandas matches NA to NA: the evaluation without an id was given the
+    # text of the query without one, silently.
+    path = _scores_file(tmp_path, pd.array([1, None], dtype="Int64"), "scores.parquet")
+    queries = pd.DataFrame(
+        {"qid": pd.array([1, None], dtype="Int64"), "query": ["one", "orphan"]}
+    )
+    with pytest.raises(ValueError, match=r"1 of 2 rows of path have no 'qid'"):
+        load_evals(path, queries=queries, query_id_column="qid")
+
+
+def test_load_evals_expands_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _scores_file(tmp_path, ["1"])
+    pd.DataFrame({"qid": ["1"], "query": ["one"]}).to_csv(
+        tmp_path / "q.csv", index=False
+    )
+    evals = load_evals("~/scores.csv", queries="~/q.csv", query_id_column="qid")
+    assert evals["query"].tolist() == ["one"]
+    with pytest.raises(FileNotFoundError, match=r"path='~/absent\.csv' does not"):
+        load_evals("~/absent.csv")
+
+
+def test_from_lm_eval_expands_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _write_samples(tmp_path / "out", "t", [_mc(0, "2+2?", 1.0)])
+    evals = from_lm_eval("~/out", model="m", query_text="question")
+    assert evals["query"].tolist() == ["2+2?"]
+    with pytest.raises(FileNotFoundError, match=r"path='~/absent' does not"):
+        from_lm_eval("~/absent")
+
+
+def _question(doc):
+    return doc["question"]
+
+
+@pytest.mark.parametrize(
+    "query_text, source",
+    [("question", "the doc key 'question'"), (_question, "query_text=<function")],
+)
+def test_from_lm_eval_a_doc_text_that_differs_between_runs_says_so(
+    tmp_path, query_text, source
+):
+    # The message said the prompts differed and to pass query_text= a doc
+    # key, which the caller had done: the dataset changed between the runs.
+    for model, question in [("m1", "2+2?"), ("m2", "2 + 2?")]:
+        _write_run(
+            tmp_path / model,
+            "2024-01-02T03-04-05",
+            f"pretrained={model}",
+            {"t": [_mc(0, question, 1.0)]},
+        )
+    with pytest.raises(ValueError) as error:
+        from_lm_eval(tmp_path, query_text=query_text)
+    message = str(error.value)
+    assert f"different text in different runs, read from {source}" in message
+    assert "t/0" in message and "dataset changed" in message
+    assert "query_text=None" in message and "normalises" in message
+    assert "different prompts" not in message
+    evals = from_lm_eval(tmp_path, query_text=lambda doc: doc["question"][0])
+    assert evals["query"].tolist() == ["2", "2"]
+
+
+def test_from_wide_reads_none_in_rows_as_missing():
+    # The DataFrame route read None as missing; rows of numbers were refused
+    # with "dtype object".
+    rows = [[1.0, None], [0.0, pd.NA]]
+    evals = from_wide(rows + [[None, 0.5]], models=["a", "b"])
+    assert evals.to_dict("list") == {
+        "model": ["a", "a", "b"],
+        "query": ["query0", "query1", "query2"],
+        "score": [1.0, 0.0, 0.5],
+    }
+    frame = pd.DataFrame(rows + [[None, 0.5]], columns=["a", "b"], dtype=object)
+    assert evals.equals(from_wide(frame, queries=evals["query"].unique()))
+    with pytest.raises(TypeError, match=r"got 'x' in an array of dtype object"):
+        from_wide([[1.0, "x"], [None, 0.5]])

@@ -302,9 +302,11 @@ def _clip(text, width=80):
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _check_same_prompts(ids, queries, tasks, path):
-    """Refuse documents whose prompt differs between runs (chat templates,
-    another number of few-shot examples): they would become unrelated queries.
+def _check_same_prompts(ids, queries, tasks, path, query_text="prompt"):
+    """Refuse documents whose text differs between runs: a prompt (chat
+    templates, another number of few-shot examples) or, with ``query_text``
+    a doc key or a callable, the doc itself (a revised dataset); they would
+    become unrelated queries.
     Refuse one text in documents of several tasks: a query has one task.
     Warn where documents of one task share one text: they become one query,
     their scores averaged."""
@@ -313,13 +315,32 @@ def _check_same_prompts(ids, queries, tasks, path):
         texts.setdefault(doc, set()).add(text)
         docs.setdefault(text, set()).add(doc)
     differing = [doc for doc, seen in texts.items() if len(seen) > 1]
-    if differing:
+    if differing and isinstance(query_text, str) and query_text == "prompt":
         raise ValueError(
             f"{len(differing)} document(s) of {str(path)!r} were sent to models with "
             f"different prompts (e.g. {_preview(differing)}), as happens with "
             "chat templates or another number of few-shot examples; the same "
             "question would become unrelated queries. Pass query_text= a key of "
             "the doc (e.g. 'question') or a callable, or query_text=None for ids."
+        )
+    if differing:
+        # The prompt is not read: the doc itself differs between the runs, and
+        # another doc key would differ in the same way.
+        first, second = sorted(texts[differing[0]])[:2]
+        source = (
+            f"the doc key {query_text!r}"
+            if isinstance(query_text, str)
+            else f"query_text={query_text!r}"
+        )
+        raise ValueError(
+            f"{len(differing)} document(s) of {str(path)!r} have a different "
+            f"text in different runs, read from {source} (e.g. "
+            f"{differing[0]!r}: {_clip(first)!r} and {_clip(second)!r}), as "
+            "happens when the dataset changed between the runs (another "
+            "revision of it); the same question would become unrelated "
+            "queries. Pass query_text=None for ids '<task>/<doc_id>', or "
+            "query_text= a callable that gives each document one text (e.g. "
+            "one that normalises the text), or read the runs apart."
         )
     shared = {text: sorted(seen) for text, seen in docs.items() if len(seen) > 1}
     task_of = dict(zip(ids, tasks, strict=True))
@@ -476,7 +497,7 @@ def from_lm_eval(
     ----------
     path : str or os.PathLike
         An output folder (searched recursively for ``samples_*.jsonl``) or
-        one samples file.
+        one samples file; ``~`` is expanded to the home folder.
     model : str, default=None
         Model name for every file, when the results files do not give it
         (e.g. a samples file on its own). Only for samples files of one
@@ -499,9 +520,12 @@ def from_lm_eval(
 
         Prompts must be the same for every model: runs with chat templates or
         different few-shot settings raise an error, and then a doc key is the
-        way to go. In few-shot runs the prompt starts with the examples, and
-        encoders truncate long texts (all-MiniLM-L6-v2 at 256 tokens), so a
-        doc key holding the question alone is better there too.
+        way to go. A doc's text must be the same in every run too: a dataset
+        revised between runs raises an error (then pass None, or a callable
+        that gives each doc one text). In few-shot runs the prompt starts
+        with the examples, and encoders truncate long texts
+        (all-MiniLM-L6-v2 at 256 tokens), so a doc key holding the question
+        alone is better there too.
     filter_name : str, default=None
         Filter to keep in files that hold several (e.g. ``"strict-match"``
         for gsm8k); required there. Files with a single filter use it, but
@@ -530,11 +554,11 @@ def from_lm_eval(
         ``filter_name`` is no record's filter, the model of a file cannot be
         told, runs of one model name differ in model-changing arguments,
         ``model=`` would name the runs of several models, one document gets
-        different prompts in different runs, one text belongs to documents
-        of several tasks (a query has one task: pass ``query_text=None``, or
-        a callable that makes the text unique per task), or a ``query_text``
-        callable raises (the message names the file, task, ``doc_id`` and
-        the doc's keys).
+        different prompts (or doc texts) in different runs, one text belongs
+        to documents of several tasks (a query has one task: pass
+        ``query_text=None``, or a callable that makes the text unique per
+        task), or a ``query_text`` callable raises (the message names the
+        file, task, ``doc_id`` and the doc's keys).
     TypeError
         If ``filter_name`` is not a str or None, or a metric value or a
         ``query_text`` result is of the wrong kind.
@@ -575,17 +599,20 @@ def from_lm_eval(
             f"{query_text!r}."
         )
     path = Path(path)
+    # "~/out" is read as the shell reads it; messages keep the user's text.
+    shown = str(path)
+    path = path.expanduser()
     if path.is_dir():
         files = sorted(path.rglob("samples_*.jsonl"))
         if not files:
             raise ValueError(
-                f"path={str(path)!r} holds no samples_*.jsonl file; run lm_eval "
+                f"path={shown!r} holds no samples_*.jsonl file; run lm_eval "
                 "with --log_samples."
             )
     elif path.is_file():
         files = [path]
     else:
-        raise FileNotFoundError(f"path={str(path)!r} does not exist.")
+        raise FileNotFoundError(f"path={shown!r} does not exist.")
 
     runs = []
     for file in files:
@@ -644,10 +671,10 @@ def from_lm_eval(
         # that no file holds is a typo or the wrong folder.
         raise ValueError(
             f"filter_name={filter_name!r} is not a filter of any record read from "
-            f"{str(path)!r}; their filters are {list(filters)}."
+            f"{shown!r}; their filters are {list(filters)}."
         )
     if query_text is not None:
-        _check_same_prompts(ids, columns["query"], columns["task"], path)
+        _check_same_prompts(ids, columns["query"], columns["task"], shown, query_text)
     evals = _long_frame(columns)
-    check_evals(evals, name=f"evals read from {str(path)!r}")
+    check_evals(evals, name=f"evals read from {shown!r}")
     return evals

@@ -138,14 +138,15 @@ def json_lines(path, where, hint):
         raise ValueError(f"{where} holds no records (no non-blank line); {hint}")
 
 
-def _read_jsonl(path, name):
-    """The records of a jsonl file as a DataFrame, and the line of each record."""
+def _read_jsonl(path, name, shown):
+    """The records of a jsonl file as a DataFrame, and the line of each record
+    (``shown``: the path as the user wrote it, for messages)."""
     hint = (
         "each line of a jsonl file must be one JSON object such as "
         '{"model": ..., "query": ..., "score": ...}.'
     )
     lines, records = [], []
-    for number, record in json_lines(path, f"{name}={os.fspath(path)!r}", hint):
+    for number, record in json_lines(path, f"{name}={shown!r}", hint):
         lines.append(number)
         records.append(record)
     return pd.DataFrame(records), np.array(lines)
@@ -160,6 +161,8 @@ def _read_table(path, name, string_columns, score_column=None):
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike); got {path!r}.")
     shown = os.fspath(path)
+    # "~/evals.csv" is read as pandas reads it; messages keep the user's text.
+    path = os.path.expanduser(path)
     if os.path.isdir(path):
         # It exists: "does not exist" would send the user looking for a typo.
         raise IsADirectoryError(
@@ -167,11 +170,11 @@ def _read_table(path, name, string_columns, score_column=None):
             "of parquet parts can be read with pandas.read_parquet and written "
             "out as one file)."
         )
-    kind = _file_format(path, name)
+    kind = _file_format(shown, name)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{name}={shown!r} does not exist.")
     if kind == "jsonl":
-        frame, lines = _read_jsonl(path, name)
+        frame, lines = _read_jsonl(path, name, shown)
         return frame, kind, lines
     try:
         if kind == "parquet":
@@ -253,6 +256,104 @@ def _ids_as_str(frame, columns):
         if column in frame.columns and pd.api.types.is_integer_dtype(frame[column]):
             frame[column] = frame[column].astype(str)
     return frame
+
+
+# Integers past 2**53 are rounded when stored as float64 (2**53 + 1 becomes
+# 2**53): a float id there may stand for another integer than the one written.
+_EXACT_FLOAT_INTS = 2**53
+
+
+def _whole_ids_as_str(column):
+    """A float or object id column of whole numbers as the decimal strings an
+    integer column becomes (see :func:`_ids_as_str`); missing ids stay missing.
+
+    pandas stores an integer id column with one missing id as float64 (a jsonl
+    file, a list of records), and a column of Python ints built by hand has
+    object dtype; left as they are, none of their ids equals a string id of
+    the other table. Any other column is returned unchanged, to be matched as
+    it is: text, a mix of text and numbers, or floats of which one is not a
+    whole number below 2**53 (1.5 is no integer id, and is never made one).
+    """
+    if pd.api.types.is_float_dtype(column.dtype):
+        values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+        present = ~np.isnan(values)
+        numbers = values[present]
+        if not (
+            (np.abs(numbers) < _EXACT_FLOAT_INTS) & (numbers == np.trunc(numbers))
+        ).all():
+            return column
+    elif pd.api.types.is_object_dtype(column.dtype):
+        values = column.to_numpy(dtype=object)
+        present = ~np.fromiter(map(_is_missing, values), bool, len(values))
+        numbers = values[present]
+        is_int = (
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            for v in numbers
+        )
+        if not len(numbers) or not all(is_int):
+            return column
+    else:
+        return column
+    text = np.full(len(values), np.nan, dtype=object)
+    text[present] = [str(int(v)) for v in numbers]
+    return pd.Series(text, index=column.index, dtype=str)
+
+
+def _id_kinds(column):
+    """The kinds (``"text"``, ``"number"``, ``"other"``) of the non-missing
+    ids of ``column``."""
+    dtype = column.dtype
+    if pd.api.types.is_string_dtype(dtype) and not pd.api.types.is_object_dtype(dtype):
+        return {"text"}
+    if _is_real_dtype(dtype):
+        return {"number"}
+    values = column.to_numpy(dtype=object)
+    kinds = set()
+    for value in values:
+        if isinstance(value, str):
+            kinds.add("text")
+        elif _is_real_number(value):
+            kinds.add("number")
+        elif not _is_missing(value):
+            kinds.add("other")
+    return kinds
+
+
+def _check_id_kinds(ids, table_ids, query_id_column):
+    """Raise a TypeError when no id of path can equal an id of queries: one
+    column holds numbers that are no integer ids (e.g. 1.5), the other text.
+    Counted as ids "not in queries", they would send the user looking for ids
+    that are there."""
+    kinds, table_kinds = _id_kinds(ids), _id_kinds(table_ids)
+    if not kinds or not table_kinds or kinds & table_kinds:
+        return
+    examples = []
+    for where, column in (("path", ids), ("queries", table_ids)):
+        values = column.dropna()
+        examples.append(
+            f"{where}[{query_id_column!r}] has dtype {column.dtype} (e.g. "
+            f"{_preview(values.unique()[:3])})"
+        )
+    reason = ""
+    for column in (ids, table_ids):
+        if pd.api.types.is_float_dtype(column.dtype):
+            values = column.dropna().to_numpy(dtype=np.float64)
+            whole = values == np.trunc(values)
+            if not whole.all():
+                reason = f" ({float(values[~whole][0])!r} is not a whole number)"
+            elif len(values):
+                reason = (
+                    f" ({float(values[np.argmax(np.abs(values))])!r} is past 2**53, "
+                    "where float64 rounds integers)"
+                )
+    raise TypeError(
+        "the query ids of path and queries cannot be matched: "
+        f"{examples[0]} and {examples[1]}. Integer ids, and float ids that "
+        "are all whole numbers below 2**53 (as an integer column with a "
+        "missing id is stored), are matched as decimal strings; other "
+        f"numbers{reason} are never matched to text. Give both columns ids of "
+        "one type."
+    )
 
 
 def _is_number_text(value):
@@ -370,6 +471,11 @@ def _match_query_ids(ids, query_table, query_id_column):
     Every id must appear exactly once in the query table; no row is dropped.
     """
     table_ids = query_table[query_id_column]
+    # A row of queries without an id is no query of any evaluation. Left in,
+    # two such rows would be "repeated ids", and a missing id of path would
+    # be matched to one of them (pandas' index matches NaN to NaN).
+    rows = np.flatnonzero(table_ids.notna().to_numpy())
+    table_ids = table_ids.iloc[rows]
     repeated = table_ids[table_ids.duplicated()]
     if len(repeated):
         raise ValueError(
@@ -377,6 +483,14 @@ def _match_query_ids(ids, query_table, query_id_column):
             f"{query_id_column!r} (e.g. {_preview(repeated.unique()[:5])}); "
             "each id must name one query."
         )
+    missing = ids.isna().to_numpy()
+    if missing.any():
+        raise ValueError(
+            f"{int(missing.sum())} of {len(ids)} rows of path have no "
+            f"{query_id_column!r} (a missing value); every evaluation needs the "
+            "id of its query: drop or fill those rows."
+        )
+    _check_id_kinds(ids, table_ids, query_id_column)
     position = pd.Index(table_ids).get_indexer(ids)
     unmatched = position < 0
     if unmatched.any():
@@ -387,7 +501,7 @@ def _match_query_ids(ids, query_table, query_id_column):
             f"({len(pd.unique(bad))} distinct id(s), e.g. "
             f"{_preview(pd.unique(bad)[:5])}); every evaluated id needs a query."
         )
-    return position
+    return rows[position]
 
 
 def _warn_shared_texts(query_table, position, query_id_column, query_column):
@@ -441,14 +555,21 @@ def load_evals(
 
     In csv/tsv files the id and text columns are read as strings (``"007"``
     and ``"NA"`` stay as written); in parquet/jsonl files integer id columns
-    are converted to their decimal strings. Scores must be numbers as
+    are converted to their decimal strings. So are the ``query_id_column``
+    of ``path`` and of ``queries`` when they hold Python ints (object dtype)
+    or floats that are all whole numbers below 2**53 (an integer column with
+    a missing id is stored as float): ``1.0`` matches ``"1"``. Other numbers
+    (``1.5``) are matched only with numbers, never with text. A row of
+    ``queries`` without an id is no query; a row of ``path`` without one is
+    an error. Scores must be numbers as
     written: booleans and text are refused, never converted. Files may start
     with a UTF-8 byte-order mark.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The evaluation file.
+        The evaluation file; ``~`` is expanded to the home folder, as in
+        ``queries``.
     queries : str, os.PathLike or DataFrame, default=None
         Optional query table with columns ``query_id_column`` and
         ``query_column`` (and optionally ``task_column``), one row per id.
@@ -487,16 +608,18 @@ def load_evals(
         the file, and for jsonl the line), a csv/tsv header line that names a
         column twice, a jsonl object that names a key twice, a missing
         column, a score cell of a csv/tsv file that is not a number
-        (``True``, ``yes``, ``0,5``), query ids of ``path`` that are absent
-        from ``queries``, duplicate ids in ``queries``, one column named for
+        (``True``, ``yes``, ``0,5``), query ids of ``path`` that are missing
+        or absent from ``queries``, duplicate ids in ``queries``, one column named for
         two roles (e.g. ``model_column == query_column``), a column of a
         ``queries`` DataFrame that selects several (a repeated name), or a
         table that :func:`~locus_sklearn.check_evals` rejects.
     TypeError
-        If ``queries`` is neither a path nor a DataFrame, or a score of a
-        parquet or jsonl file is not a real number: booleans, decimals and
+        If ``queries`` is neither a path nor a DataFrame, a score of a
+        parquet or jsonl file is not a real number (booleans, decimals and
         text such as ``"0.5"`` are refused rather than converted, as
-        :func:`~locus_sklearn.check_evals` refuses them.
+        :func:`~locus_sklearn.check_evals` refuses them), or the query ids
+        of ``path`` and ``queries`` are of kinds that never match (numbers
+        that are not whole, such as ``1.5``, against text).
     FileNotFoundError
         If ``path`` or ``queries`` does not exist.
     IsADirectoryError
@@ -598,6 +721,14 @@ def load_evals(
         )
 
     if joined:
+        converted = [
+            _whole_ids_as_str(table[query_id_column]) for table in (frame, query_table)
+        ]
+        # Where one side keeps numbers (1.5), neither is converted: numbers
+        # are then matched with numbers, as pandas compares them (2.0 finds
+        # 2.0), and never with text (_check_id_kinds).
+        if not any("number" in _id_kinds(ids) for ids in converted):
+            frame[query_id_column], query_table[query_id_column] = converted
         position = _match_query_ids(
             frame[query_id_column], query_table, query_id_column
         )
@@ -806,10 +937,11 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     Parameters
     ----------
     scores : array-like of shape (n_queries, n_models) or DataFrame
-        Scores in [0, 1], NaN (or masked, in a masked array) where missing. A
-        DataFrame gives the queries as its index and the models as its
-        columns; an object or categorical column of it may hold numbers, with
-        None or ``pd.NA`` where missing.
+        Scores in [0, 1], NaN (or masked, in a masked array) where missing;
+        rows of numbers may give a missing score as None or ``pd.NA`` too
+        (``[[1.0, None]]``). A DataFrame gives the queries as its index and
+        the models as its columns; an object or categorical column of it may
+        hold numbers, with None or ``pd.NA`` where missing.
     models : sequence of str of shape (n_models,), default=None
         Model names. Defaults to the DataFrame's columns, or for an array to
         ``"model0"``, ``"model1"``, ... (zero-padded so they sort in order).
@@ -891,16 +1023,37 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
                 "scores must be a 2-D (n_queries, n_models) array-like; rows have "
                 "different lengths."
             ) from None
-        if not _is_real_dtype(array.dtype):
+        if array.dtype == object:
+            # Rows with None for a missing score (``[[1.0, None]]``) make an
+            # object array: read one value at a time, as the object columns
+            # of a DataFrame are, None and pd.NA missing.
+            data = np.ma.getdata(array)
+            if masked:  # whatever lies under the mask is not read
+                data = np.where(np.ma.getmaskarray(array), None, data)
+            values = _real_column(pd.Series(data.ravel(), dtype=object))
+            if values is None:
+                items = data.ravel()
+                is_ok = (_is_real_number(v) or v is None or v is pd.NA for v in items)
+                bad = items[~np.fromiter(is_ok, bool, len(items))]
+                raise TypeError(
+                    "scores must hold real numbers in [0, 1] (NaN, None or "
+                    f"pd.NA for missing); got {_preview(bad[:3])[1:-1]} in an "
+                    "array of dtype object. Booleans, complex numbers (whose "
+                    "imaginary part would be lost), durations, decimals and "
+                    "text are refused rather than converted."
+                )
+            values = values.reshape(data.shape)
+        elif not _is_real_dtype(array.dtype):
             raise TypeError(
                 f"scores must hold real numbers in [0, 1] (NaN for missing); got "
                 f"an array of dtype {array.dtype}. Booleans, complex numbers "
                 "(whose imaginary part would be lost), durations, decimals and "
                 "text are refused rather than converted."
             )
-        values = array.astype(np.float64)
-        if masked:
-            values = values.filled(np.nan)
+        else:
+            values = array.astype(np.float64)
+            if masked:
+                values = values.filled(np.nan)
     if values.ndim != 2:
         raise ValueError(
             f"scores must be 2-D (n_queries, n_models); got shape {values.shape}."
