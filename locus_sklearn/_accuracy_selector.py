@@ -10,10 +10,15 @@ selection::
 
 the accuracy routing to the selected model with the highest P(correct) would
 have if the predictions were calibrated. F is a facility-location function,
-monotone and submodular, so the greedy selection is within a factor
-(1 - 1/e) of the best portfolio of its size (Nemhauser, Wolsey and Fisher,
-1978). No scores are needed: the queries can be any the portfolio should
-serve, the training queries for instance.
+monotone and submodular, so for values >= 0 (probabilities) the greedy
+selection is within a factor (1 - 1/e) of the best portfolio of its size
+(Nemhauser, Wolsey and Fisher, 1978). For values of any sign the factor
+holds on the gain over the baseline ``L = mean_q min_m P[m, q]`` (every
+query routed to its worst model), ``F(sel) - L >= (1 - 1/e) (F(opt) - L)``:
+shifting all of a query's values by one amount leaves the greedy selection
+unchanged but not a ratio of F (F(opt) = 0 with F(sel) < 0 is possible).
+No scores are needed: the queries can be any the portfolio should serve,
+the training queries for instance.
 """
 
 from numbers import Integral
@@ -78,15 +83,19 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
     among the selection, ``F(sel) = mean_q max_{s in sel} P[s, q]``, where
     ``P`` holds each model's predicted P(correct) on a set of queries (for
     example ``router.predict_proba(queries).T``). F is monotone submodular,
-    so the selection is within (1 - 1/e) of the best portfolio of its size;
-    selections are nested (the first k models of ``n_select=k+1`` are those
-    of ``n_select=k``). Unlike the kernel selectors, which cover the
-    embedding space, it ignores a model that is distinct but never the best
-    choice, and it needs no scores: only the router's predictions.
+    so for values >= 0 (probabilities) the selection is within (1 - 1/e) of
+    the best portfolio of its size; for values of any sign the factor holds
+    on the gain over ``L = mean_q min_m P[m, q]``,
+    ``F(sel) - L >= (1 - 1/e) (F(opt) - L)``. Selections are nested (the
+    first k models of ``n_select=k+1`` are those of ``n_select=k``). Unlike
+    the kernel selectors, which cover the embedding space, it ignores a
+    model that is distinct but never the best choice, and it needs no
+    scores: only the router's predictions.
 
     Any finite values work (a utility ``P - cost_weight * cost`` selects for
-    expected utility; values as large as 1e308 are computed on without
-    overflow); F reads as an accuracy when they are probabilities.
+    expected utility, with the bound on the gain over ``L``; values as large
+    as 1e308 are computed on without overflow); F reads as an accuracy when
+    they are probabilities.
 
     Parameters
     ----------
@@ -172,11 +181,17 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
         self.full_objective_ = full
         if len(idle):
             first = int(idle[0]) + 2
+            # By submodularity, once a step gains nothing no later one does.
+            # The message starts "Selecting model <first> of n_select=" and
+            # holds "raised the expected accuracy by nothing": portfolio_curve
+            # and the CLI filter or rephrase it by that text.
+            later = "" if first == self.n_select else ", and every model after it,"
             warn_external(
-                f"Selecting model {first} of n_select={self.n_select} and after it "
-                f"raised the expected accuracy by nothing (F stays "
-                f"{_format_f(self.objective_path_[first - 2])}): those are ties, "
-                "taken in row order. If X holds one value per model on every query (a "
+                f"Selecting model {first} of n_select={self.n_select}{later} "
+                "raised the expected accuracy by nothing (F stays "
+                f"{_format_f(self.objective_path_[first - 2])}): the remaining "
+                "models all tied, and were taken in row order. If X holds one "
+                "value per model on every query (a "
                 "LocusRouter at shrinkage_ 1 predicts each model's mean score), "
                 "take X from a router with shrinkage=None; else a smaller "
                 "n_select keeps the same F.",

@@ -425,7 +425,9 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
     (some model fits) is the selector's own.
     """
     names, reason = row_names
-    if isinstance(costs, pd.Series | Mapping):
+    # Messages name a model as the user gave its cost: by name or by position.
+    by_name = isinstance(costs, pd.Series | Mapping)
+    if by_name:
         if names is None:
             # By position, a Series ordered otherwise than X gives wrong costs.
             raise TypeError(
@@ -448,14 +450,25 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
     if names is None:
         names = np.arange(n_models)
     if costs is None:
-        costs = np.ones(n_models, dtype=np.float64)
-    else:
-        costs = check_model_costs(costs, names, name="costs", models="X's index")
-    cheapest = float(costs.min())
-    if budget < cheapest:
+        if not _within_budget([1.0], budget):
+            raise ValueError(
+                f"budget={budget} selects no model: without costs every model "
+                "costs 1, so the budget counts models; pass budget >= 1, or the "
+                "models' costs (costs=...)."
+            )
+        return np.ones(n_models, dtype=np.float64)
+    costs = check_model_costs(costs, names, name="costs", models="X's index")
+
+    def cost_of(i):
+        label = repr(str(names[i])) if by_name else i
+        return f"costs[{label}]={float(costs[i])!r}"
+
+    cheapest = int(np.argmin(costs))
+    # The same test as the greedy's: a budget within rounding of a cost fits.
+    if not _within_budget([costs[cheapest]], budget):
         raise ValueError(
-            f"budget={budget} should be >= the cheapest model's cost "
-            f"min(costs)={cheapest}; no model fits."
+            f"budget={budget} should be >= the cheapest model's cost, "
+            f"{cost_of(cheapest)}; no model fits."
         )
     positive = costs[costs > 0]
     if positive.size and positive.min() < positive.max() * _COST_RANGE:
@@ -465,7 +478,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
         # mistake, or the small ones are free in effect.
         i = int(np.flatnonzero(costs == positive.min())[0])
         raise ValueError(
-            f"costs span too wide a range: costs[{i}]={float(costs[i])!r} is below "
+            f"costs span too wide a range: {cost_of(i)} is below "
             f"{_COST_RANGE:.3g} times the largest cost, {float(positive.max())!r}, "
             "so gain per unit cost cannot be computed in float64. Give costs in "
             "units where they are within a factor 1e270 of each other, or set "
@@ -559,6 +572,24 @@ def _sum_slack(n_terms):
     return _SUM_RTOL * n_terms
 
 
+def _within_budget(costs, budget):
+    """Whether ``costs`` (floats >= 0) add up to at most ``budget``, to rounding.
+
+    Costs and budgets are usually written in decimal and stored rounded to
+    binary: 0.1 + 0.2 is exactly 0.3000000000000000166 in float64, the budget
+    0.3 is 0.2999999999999999889, so costs that fit the budget as written
+    would come out over it. A total within ``_sum_slack(len(costs))`` of the
+    budget, relative (a few ulps per cost, the tolerance of the ties), fits;
+    beyond it, it does not. ``math.fsum`` is exactly rounded, so the
+    summation order adds no error of its own.
+    """
+    try:
+        total = math.fsum(costs)
+    except OverflowError:  # beyond the largest float64: over any finite budget
+        return False
+    return total <= budget * (1.0 + _sum_slack(len(costs)))
+
+
 def _pam(K, selected, max_iter, method):
     """PAM swap search from ``selected`` that maximises J; consumes ``K``.
 
@@ -628,6 +659,9 @@ def _pam(K, selected, max_iter, method):
 def _budget_greedy(K, costs, budget):
     """Largest marginal gain of J per unit cost among models that still fit.
 
+    A model fits when the selected costs and its own add up to at most
+    ``budget``, to rounding (:func:`_within_budget`).
+
     A free model (cost 0) ranks before every costly one, the larger gain
     first: it always fits, and what it adds costs nothing (a free model that
     adds nothing is still taken, as J never decreases). Values equal to
@@ -669,8 +703,7 @@ def _budget_greedy(K, costs, budget):
     computed_at = np.zeros(n_models, dtype=np.int64)
 
     def fits(m):
-        # math.fsum is exactly rounded, so the budget holds for the true sum.
-        return math.fsum([*spent, costs[m]]) <= budget
+        return _within_budget([*spent, costs[m]], budget)
 
     def refresh(m, step):
         gain = np.maximum(K[m] - coverage, 0.0).sum()
@@ -880,7 +913,7 @@ def k_medoids_select(
 @validate_params(
     {
         "X": ["array-like"],
-        "budget": [NumberInterval(Real, 0, None, closed="neither")],
+        "budget": [NumberInterval(Real, 0, None, closed="left")],
         "costs": ["array-like", Mapping, None],
         **_KERNEL_CONSTRAINTS,
     },
@@ -892,9 +925,10 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
     Repeatedly adds the model with the largest marginal gain of
     ``J = sum_i max_{s in sel} K(z_i, z_s)`` per unit cost among the models
     that still fit the remaining budget, until none fits (paper, eq. 13). The
-    total cost of the selection never exceeds ``budget``. Free models (cost 0)
-    are taken first, the larger gain first; gains equal to rounding are ties,
-    which go to the lower row.
+    total cost of the selection exceeds ``budget`` by rounding at most, so
+    that decimal costs adding up to the budget as written fit. Free models
+    (cost 0) are taken first, the larger gain first; gains equal to rounding
+    are ties, which go to the lower row.
 
     Read more in :class:`BudgetGreedySelector`.
 
@@ -904,7 +938,8 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
         Model embeddings, or a symmetric distance matrix when
         ``metric="precomputed"``.
     budget : float
-        Largest total cost of the selection, at least the cheapest model's cost.
+        Largest total cost of the selection, >= 0 and at least the cheapest
+        model's cost (0 selects the free models only).
     costs : array-like of shape (n_models,), pandas Series, mapping of str to float, default=None
         Cost of each model (parameters, price), finite and >= 0; free models
         are taken first. Positive costs within a factor ~1e270 of each other
@@ -1218,7 +1253,10 @@ class KMedoidsSelector(_BaseSelector):
         Number of passes over the candidate swaps, the confirming one that
         found no improving swap included.
     selected_indices_ : ndarray of int64, shape (n_selected,)
-        Rows of the selected models, in selection order.
+        Rows of the selected models, in the order of ``initial_indices_``,
+        each swapped-in model at the position of the model it replaced. They
+        are not nested: unlike :class:`KCenterSelector`'s, a prefix is not
+        a smaller k-medoids portfolio (fit with a smaller ``n_select``).
     selected_embeddings_ : ndarray of shape (n_selected, n_features) or None
         Embeddings of the selected models (None with ``metric="precomputed"``).
     labels_ : ndarray of int64, shape (n_models,)
@@ -1294,7 +1332,14 @@ class BudgetGreedySelector(_BaseSelector):
     Repeatedly adds the model with the largest marginal gain of
     ``J = sum_i max_{s in sel} K(z_i, z_s)`` per unit cost among the models
     that still fit the remaining budget, until none fits (paper, appendix
-    E.4.3). The total cost of the selection never exceeds ``budget``.
+    E.4.3). A model fits while the exactly rounded sum of the selected costs
+    and its own is at most ``budget``, up to rounding: a relative
+    ``4 * n_terms`` machine epsilons, with ``n_terms`` the number of costs
+    summed. Costs and budgets written in decimal are stored rounded to
+    binary (``0.1 + 0.2`` is ``0.30000000000000004`` in float64, over the
+    float ``0.3``), and a model whose cost completes the budget as written
+    fits; ``total_cost_`` may therefore exceed ``budget`` by that rounding,
+    never by more.
 
     A model may cost 0 (one run locally, as ``LocusRouter``'s
     ``model_costs`` allow). A free model always fits and its gain costs
@@ -1308,8 +1353,9 @@ class BudgetGreedySelector(_BaseSelector):
     Parameters
     ----------
     budget : float, default=8.0
-        Largest total cost of the selection; at least the cheapest model's cost.
-        With unit costs (``costs=None`` in :meth:`fit`) it is a model count.
+        Largest total cost of the selection, >= 0 and at least the cheapest
+        model's cost (0 selects the free models only). With unit costs
+        (``costs=None`` in :meth:`fit`) it is a model count.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Distance between embeddings; identical embeddings are at distance 0, and
         a zero embedding at cosine distance 1 from every other one. With
@@ -1325,7 +1371,8 @@ class BudgetGreedySelector(_BaseSelector):
     objective_ : float
         Total coverage J, in [0, n_models].
     total_cost_ : float
-        Total cost of the selected models, <= ``budget``.
+        Total cost of the selected models (exactly rounded), <= ``budget``
+        up to rounding (see above).
     selected_indices_ : ndarray of int64, shape (n_selected,)
         Rows of the selected models, in selection order.
     selected_embeddings_ : ndarray of shape (n_selected, n_features) or None
@@ -1365,7 +1412,7 @@ class BudgetGreedySelector(_BaseSelector):
 
     _parameter_constraints = {
         **_BaseSelector._parameter_constraints,
-        "budget": [NumberInterval(Real, 0, None, closed="neither")],
+        "budget": [NumberInterval(Real, 0, None, closed="left")],
     }
 
     def __init__(self, budget=8.0, *, metric="cosine", bandwidth="median"):

@@ -354,6 +354,69 @@ def test_budget_greedy_ties_to_rounding_go_to_the_lower_row():
     assert swapped.selected_indices_.tolist()[:2] == [0, 1]
 
 
+# Three distinct models; with these costs the greedy takes 0, then 1 if it fits.
+_THREE = np.array([[0.0], [5.0], [10.0]])
+
+
+@pytest.mark.parametrize(
+    "costs, budget", [([0.1, 0.2, 5.0], 0.3), ([1.1, 2.2, 9.0], 3.3)]
+)
+def test_budget_greedy_decimal_costs_that_add_up_to_the_budget_fit(costs, budget):
+    # 0.1 + 0.2 is exactly 0.3000000000000000166 in binary, the float 0.3 is
+    # 0.2999999999999999889: model 1, which completes the budget as written,
+    # was silently left out ([0] only).
+    assert math.fsum(costs[:2]) > budget  # over in binary, by rounding only
+    selector = BudgetGreedySelector(budget, metric="euclidean").fit(_THREE, costs=costs)
+    assert selector.selected_indices_.tolist() == [0, 1]
+    assert selector.total_cost_ == math.fsum(costs[:2])
+    selected, _, _ = budget_greedy_select(
+        _THREE, budget, costs=costs, metric="euclidean"
+    )
+    assert selected.tolist() == [0, 1]
+    # Over the budget by more than rounding (a relative 1e-9): still left out.
+    over = [costs[0], (budget - costs[0]) + budget * 1e-9, costs[2]]
+    assert BudgetGreedySelector(budget, metric="euclidean").fit(
+        _THREE, costs=over
+    ).selected_indices_.tolist() == [0]
+
+
+def test_budget_within_rounding_of_the_cheapest_cost_fits():
+    # The 'no model fits' check allows the same rounding as the greedy: a
+    # model costing 0.1 + 0.2 fits a budget of 0.3 (it was refused).
+    costs = [0.1 + 0.2, 5.0, 5.0]
+    selector = BudgetGreedySelector(0.3, metric="euclidean").fit(_THREE, costs=costs)
+    assert selector.selected_indices_.tolist() == [0]
+    over = [0.3 * (1 + 1e-9), 5.0, 5.0]
+    with pytest.raises(ValueError, match=r"budget=0.3 should be >= .*no model fits"):
+        BudgetGreedySelector(0.3, metric="euclidean").fit(_THREE, costs=over)
+
+
+def test_budget_greedy_costs_whose_sum_overflows_float64():
+    # Two costs of 1e308 add up beyond the largest float64: math.fsum raised
+    # OverflowError; such a total exceeds any budget, so one model is taken.
+    selector = BudgetGreedySelector(1.5e308, metric="euclidean")
+    selector.fit(_THREE, costs=[1e308, 1e308, 1e308])
+    assert len(selector.selected_indices_) == 1
+    assert selector.total_cost_ == 1e308
+
+
+def test_budget_zero_selects_the_free_models_only():
+    # Free models are allowed, yet budget=0 ("only my local models") was
+    # refused as outside (0, inf).
+    costs = [0.0, 0.0, 3.0]
+    selector = BudgetGreedySelector(0.0, metric="euclidean").fit(_THREE, costs=costs)
+    assert sorted(selector.selected_indices_.tolist()) == [0, 1]
+    assert selector.total_cost_ == 0.0
+    selected, _, _ = budget_greedy_select(_THREE, 0, costs=costs, metric="euclidean")
+    assert sorted(selected.tolist()) == [0, 1]
+    # No free model: the usual 'no model fits' error, not a parameter error.
+    message = r"budget=0.0 should be >= the cheapest model's cost, costs\[1\]=1.0"
+    with pytest.raises(ValueError, match=message):
+        BudgetGreedySelector(0.0).fit(_THREE, costs=[2.0, 1.0, 3.0])
+    with pytest.raises(ValueError, match="without costs every model costs 1"):
+        BudgetGreedySelector(0.0).fit(_THREE)
+
+
 # ---------------------------------------------------------------- validation
 
 
@@ -385,11 +448,43 @@ def test_bad_costs(costs, message):
 
 
 def test_budget_below_cheapest_model():
-    message = r"budget=0.5 should be >= the cheapest model's cost min\(costs\)=1.0"
+    # The cheapest model named as the costs were given: by row position here.
+    message = (
+        r"budget=0.5 should be >= the cheapest model's cost, costs\[1\]=1.0; "
+        r"no model fits"
+    )
     with pytest.raises(ValueError, match=message):
-        BudgetGreedySelector(0.5).fit(np.eye(3), costs=[1.0, 2.0, 3.0])
+        BudgetGreedySelector(0.5).fit(np.eye(3), costs=[2.0, 1.0, 3.0])
     with pytest.raises(ValueError, match=message):
-        budget_greedy_select(np.eye(3), 0.5, costs=[1.0, 2.0, 3.0])
+        budget_greedy_select(np.eye(3), 0.5, costs=[2.0, 1.0, 3.0])
+
+
+def test_budget_below_one_without_costs_says_each_model_costs_1():
+    # It spoke of min(costs)=1.0, though no costs were given.
+    message = (
+        r"budget=0.5 selects no model: without costs every model costs 1, so "
+        r"the budget counts models; pass budget >= 1"
+    )
+    with pytest.raises(ValueError, match=message):
+        BudgetGreedySelector(0.5).fit(np.eye(3))
+    with pytest.raises(ValueError, match=message):
+        budget_greedy_select(np.eye(3), 0.5)
+
+
+def test_cost_messages_name_the_model_when_costs_come_by_name():
+    # Costs by name: the errors gave a row position (costs[1]=...) the user
+    # never wrote.
+    X, _ = _named_pool()  # rows a, b, c, d, e
+    cheap_b = {"a": 3.0, "b": 2.0, "c": 4.0, "d": 5.0, "e": 6.0}
+    message = r"budget=1.0 should be >= the cheapest model's cost, costs\['b'\]=2.0"
+    for costs in (cheap_b, pd.Series(cheap_b)):
+        with pytest.raises(ValueError, match=message):
+            BudgetGreedySelector(1.0, metric="euclidean").fit(X, costs=costs)
+        with pytest.raises(ValueError, match=message):
+            budget_greedy_select(X, 1.0, costs=costs, metric="euclidean")
+    tiny_c = {"a": 1.0, "b": 1.0, "c": 1e-300, "d": 1.0, "e": 1.0}
+    with pytest.raises(ValueError, match=r"costs span too wide.*costs\['c'\]=1e-300"):
+        BudgetGreedySelector(2.0, metric="euclidean").fit(X, costs=tiny_c)
 
 
 def test_bad_parameters():
@@ -610,13 +705,22 @@ def test_budget_is_never_exceeded_and_selection_is_maximal(seed, n, data):
     budget = data.draw(st.floats(float(costs.min()), float(costs.sum()) + 1.0))
     selector = BudgetGreedySelector(budget).fit(X, costs=costs)
     selected = selector.selected_indices_
-    assert math.fsum(costs[selected]) <= budget
+    # Within the budget up to rounding (a relative 4 eps per cost summed),
+    # never beyond.
+    assert _fits(costs[selected], budget)
     assert selector.total_cost_ == math.fsum(costs[selected])
     rest = np.setdiff1d(np.arange(n), selected)
     # Exact sums, as the selector's: with a budget equal to the pool's
     # numpy-summed cost, one float addition rounded a model that does not
     # fit (its exact total 1 ulp over) to one that does.
-    assert all(math.fsum([*costs[selected], costs[m]]) > budget for m in rest)
+    assert not any(_fits([*costs[selected], costs[m]], budget) for m in rest)
+
+
+def _fits(costs, budget):
+    """The budget rule, written out: the exactly rounded total is at most
+    ``budget`` times 1 + 4 machine epsilons per cost summed."""
+    eps = np.finfo(np.float64).eps
+    return math.fsum(costs) <= budget * (1 + 4 * eps * len(costs))
 
 
 def _is_greedy_run(K, costs, budget, selected, tol=1e-9):
@@ -628,8 +732,7 @@ def _is_greedy_run(K, costs, budget, selected, tol=1e-9):
         fits = [
             c
             for c in range(n)
-            if c not in selected[: len(spent)]
-            and math.fsum([*spent, costs[c]]) <= budget
+            if c not in selected[: len(spent)] and _fits([*spent, costs[c]], budget)
         ]
         rates = np.maximum(K[fits] - coverage, 0.0).sum(axis=1) / costs[fits]
         rate = np.maximum(K[m] - coverage, 0.0).sum() / costs[m]
@@ -638,7 +741,7 @@ def _is_greedy_run(K, costs, budget, selected, tol=1e-9):
         spent.append(costs[m])
         np.maximum(coverage, K[m], out=coverage)
     rest = np.setdiff1d(np.arange(n), selected)
-    return bool((math.fsum(spent) + costs[rest] > budget).all())
+    return not any(_fits([*spent, costs[m]], budget) for m in rest)
 
 
 def _is_swap_optimum(K, medoids, tol=1e-9):
@@ -761,6 +864,45 @@ def test_expected_accuracy_hand_computed():
     assert selector.objective_ == pytest.approx(0.9)
     assert selector.full_objective_ == pytest.approx(0.9)
     assert selector.n_features_in_ == 4
+
+
+def test_expected_accuracy_tie_warning_is_a_sentence():
+    # "Selecting model 2 of n_select=3 and after it raised ..." was no
+    # sentence. Model 0 is best on every query: steps 2 and 3 gain nothing.
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = np.array([[0.9, 0.9], [0.5, 0.5], [0.4, 0.4], [0.3, 0.3]])
+    message = (
+        r"^Selecting model 2 of n_select=3, and every model after it, raised the "
+        r"expected accuracy by nothing \(F stays 0\.9000\): the remaining models "
+        r"all tied, and were taken in row order\. If X holds"
+    )
+    with pytest.warns(UserWarning, match=message):
+        ExpectedAccuracySelector(n_select=3).fit(P)
+    # Only the last step idle: no "every model after it".
+    last = r"^Selecting model 2 of n_select=2 raised the expected accuracy by nothing"
+    with pytest.warns(UserWarning, match=last):
+        ExpectedAccuracySelector(n_select=2).fit(P)
+
+
+def test_expected_accuracy_bound_for_negative_values_is_on_the_gain():
+    # The documented (1 - 1/e) factor: of F itself for values >= 0, of the
+    # gain over L = mean_q min_m P[m, q] for any values. Shifted by -1, the
+    # greedy selection [0, 1] has F = -0.2 < (1 - 1/e) * F(opt) = 0, while
+    # its gain, 0.8, is >= (1 - 1/e) * 1.0.
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = np.array([[0.6, 0.6], [1.0, 0.0], [0.0, 1.0]])
+    factor = 1 - 1 / np.e
+    for shift in (0.0, -1.0, -1.1):
+        Q = P + shift
+        selector = ExpectedAccuracySelector(n_select=2).fit(Q)
+        assert selector.selected_indices_.tolist() == [0, 1]
+        best = 1.0 + shift  # models 1 and 2
+        L = shift  # mean over queries of the worst model, 0 + shift
+        assert selector.objective_ == pytest.approx(0.8 + shift)
+        assert selector.objective_ - L >= factor * (best - L)
+        assert (selector.objective_ >= factor * best) == (shift == 0.0)
 
 
 # Random P over one or a few queries: later steps often add nothing (warned).
