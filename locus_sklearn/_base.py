@@ -296,7 +296,11 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
     validated :class:`~locus_sklearn.EvalTable`, ``X_query`` the encodings
     of ``table.queries`` by the fitted query encoder ``encoder``, shape
     (n_queries, n_features), ``model_costs`` the validated costs in
-    ``table.models`` order or None; most routers ignore them) and
+    ``table.models`` order or None; most routers ignore them), returning a
+    dict of the fitted attributes it computed (set by ``fit`` together with
+    ``classes_``, once nothing can fail; a hook whose fitting can still fail
+    after its first result, as LocusRouter's can, must return them rather
+    than set them) or None where it set them itself, and
     ``_predict_proba_encoded(X)`` returning an array of shape (n_queries,
     n_models) of P(correct) per model. By default the query encoder comes
     from ``encoder``, ``memory`` and ``device`` parameters; a router whose
@@ -414,13 +418,19 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
             warn_shared_encodings(X_query, table.queries)
         else:
             X_query = np.zeros((table.n_queries, 0), dtype=np.float32)
-        self._fit_encoded(table, X_query, encoder, model_costs=costs)
-        # Set only once fitting succeeded, so a failed fit leaves no fitted state.
+        fitted = dict(
+            self._fit_encoded(table, X_query, encoder, model_costs=costs) or {}
+        )
+        # Set only once fitting succeeded, all in one step (one dict update, no
+        # Python code between its stores for an interrupt to land in): a failed
+        # first fit leaves no fitted state, and a failed refit leaves the
+        # previous fit whole, never its pool with a new network.
         if encoder is not None:
-            self.encoder_ = encoder
-            self.n_query_features_ = X_query.shape[1]
-        self.classes_ = table.models.copy()
-        self.model_costs_ = costs
+            fitted["encoder_"] = encoder
+            fitted["n_query_features_"] = X_query.shape[1]
+        fitted["classes_"] = table.models.copy()
+        fitted["model_costs_"] = costs
+        vars(self).update(fitted)
         return self
 
     def predict_proba(self, queries):

@@ -210,6 +210,13 @@ class LocusRouter(BaseRouter):
         return super().set_params(**params)
 
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
+        # Every result is kept aside and returned for BaseRouter.fit to set
+        # with the pool in one step: the warnings below (errors under
+        # ``pytest -W error``) and the shrinkage choice (five more embeddings,
+        # where an interrupt most likely lands) may still raise after
+        # training, and a router set as it went was left half-fitted (a first
+        # fit: check_is_fitted passed, predict failed; a refit: the new
+        # network served the old pool).
         _check_embedder_type(self.embedder)
         embedder = LocusEmbedder() if self.embedder is None else clone(self.embedder)
         locus = _unwrap(embedder)
@@ -218,28 +225,37 @@ class LocusRouter(BaseRouter):
             _check_fitted_embedder(locus)
         else:
             locus._fit_encoded(table, X_query, encoder, check_collapse=True)
-        self.embedder_ = embedder
         # Each model is embedded from its evaluations, as transform embeds
         # them, and warned of as transform warns (training itself does not:
         # it caps its sets to a model's rows).
         locus._warn_few_evaluations(table)
-        self.model_embeddings_ = locus._transform_encoded(table, X_query)
-        # The kernel readout reads the pool's evaluations at prediction.
-        self.pool_evals_ = (X_query, table) if locus.kernel_readout else None
-        self.model_mean_scores_ = mean_scores(table)
-        self.shrinkage_scores_ = {}
+        model_embeddings = locus._transform_encoded(table, X_query)
+        means = mean_scores(table)
+        scores = {}
         if self.shrinkage == "auto":
             # With costs, P(correct) is traded against cost query by query;
             # at s = 1 no query differs from another, and the cost weight
             # could only move whole traffic from one model to another.
             grid = [s for s in SHRINKAGE_GRID if model_costs is None or s < 1]
-            self.shrinkage_, self.shrinkage_scores_ = choose_shrinkage(
+            shrinkage, scores = choose_shrinkage(
                 locus, table, X_query, grid=grid, model_costs=model_costs,
                 cost_weight=self.cost_weight, n_repeats=self.shrinkage_repeats,
             )  # fmt: skip
         else:
-            self.shrinkage_ = float(self.shrinkage or 0.0)
-        self._warn_thin_leader(table.models, table.models, np.diff(table.indptr))
+            shrinkage = float(self.shrinkage or 0.0)
+        self._warn_thin_leader(
+            table.models, table.models, np.diff(table.indptr),
+            means=means, shrinkage=shrinkage, locus=locus,
+        )  # fmt: skip
+        return {
+            "embedder_": embedder,
+            "model_embeddings_": model_embeddings,
+            # The kernel readout reads the pool's evaluations at prediction.
+            "pool_evals_": (X_query, table) if locus.kernel_readout else None,
+            "model_mean_scores_": means,
+            "shrinkage_": shrinkage,
+            "shrinkage_scores_": scores,
+        }
 
     def _predict_proba_encoded(self, X):
         if self.shrinkage_ == 1:
@@ -370,7 +386,11 @@ class LocusRouter(BaseRouter):
         is an added model's over fewer than ``enc_size[0]`` evaluations
         (:meth:`_warn_thin_leader`)."""
         if self.shrinkage_ != 1 or not self._warn_added_mean_tops_pool(table, new_at):
-            self._warn_thin_leader(self.classes_, table.models, np.diff(table.indptr))
+            self._warn_thin_leader(
+                self.classes_, table.models, np.diff(table.indptr),
+                means=self.model_mean_scores_, shrinkage=self.shrinkage_,
+                locus=self._locus,
+            )  # fmt: skip
 
     def _warn_added_mean_tops_pool(self, table, new_at):
         """At shrinkage 1: warn where an added model's mean tops every other
@@ -402,17 +422,22 @@ class LocusRouter(BaseRouter):
         )
         return True
 
-    def _warn_thin_leader(self, classes, models, counts):
+    def _warn_thin_leader(self, classes, models, counts, *, means, shrinkage, locus):
         """Warn where the model with the pool's highest mean score has that
         mean from fewer than ``enc_size[0]`` evaluations while ``shrinkage_``
         blends the means into routing.
 
-        ``classes`` is the pool (in the order of ``model_mean_scores_``);
+        ``classes`` is the pool (in the order of ``means``);
         ``models`` the models whose means were just taken, from ``counts``
         evaluations each: ``fit``'s whole pool, or the models ``add_models``
         added or refreshed (another model's count was judged when it came).
         The mean itself is not changed (a count-adjusted mean would be
         another safeguard); the warning says what routing will do with it.
+
+        ``means``, ``shrinkage`` and ``locus`` (the LocusEmbedder) are the
+        router's ``model_mean_scores_``, ``shrinkage_`` and unwrapped
+        ``embedder_``, passed rather than read: ``fit`` warns before it sets
+        them, so a warning turned into an error leaves no half-fitted router.
         """
         # Any shrinkage above 0, not only 1: in (1 - s) * P + s * mean, the
         # leader loses a query only where another model's P(correct) tops its
@@ -424,15 +449,14 @@ class LocusRouter(BaseRouter):
         # all 118 queries, as s = 1 does; "auto" chose 1 there (its
         # cross-fitted accuracy equal from 0.25 to 1). At s = 0 the means
         # route nothing.
-        s = self.shrinkage_
+        s = shrinkage
         if not s > 0:
             return
-        means = self.model_mean_scores_
         # The model routing prefers at s = 1 (ties: the first, as argmax).
         leader = int(np.argmax(means))
         name = classes[leader]
         count_of = dict(zip(models, counts, strict=True))
-        low = int(self._locus.enc_size[0])
+        low = int(locus.enc_size[0])
         if name not in count_of or count_of[name] >= low:
             return
         n = int(count_of[name])

@@ -568,6 +568,76 @@ def test_fit_warns_once_of_models_embedded_from_few_evaluations(tiny_embedder):
     assert len(_few_evaluations_warnings(router.embed, small.evals)) == 1
 
 
+def _fitted_state(router):
+    return {k: v for k, v in vars(router).items() if k.endswith("_")}
+
+
+def _fit_that_fails(router, evals, failure, monkeypatch):
+    """Fit ``router`` on ``evals`` so that it fails after training: where it
+    warns of models embedded from few evaluations (an error under ``pytest -W
+    error``), or interrupted in the shrinkage choice (its slow part)."""
+    import locus_sklearn._router as router_module
+
+    if failure == "warning":
+        router.set_params(embedder__enc_size=(40, 128))  # 30 evaluations a model
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FewEvaluationsWarning)
+            with pytest.raises(FewEvaluationsWarning):
+                router.fit(evals)
+    else:
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(router_module, "choose_shrinkage", interrupted)
+        router.set_params(shrinkage="auto")
+        with pytest.raises(KeyboardInterrupt):
+            router.fit(evals)
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("failure", ["warning", "interrupt"])
+def test_a_failed_first_fit_leaves_the_router_unfitted(
+    tiny_embedder, monkeypatch, failure
+):
+    """embedder_ was set before fit's last steps could still fail:
+    check_is_fitted then passed and predict failed with an AttributeError
+    (no encoder_) instead of NotFittedError."""
+    small = make_model_pool(
+        n_models=6, n_queries=60, evals_per_model=30, random_state=0
+    )
+    router = LocusRouter(tiny_embedder(small.encodings, max_epochs=1), shrinkage=None)
+    _fit_that_fails(router, small.evals, failure, monkeypatch)
+    assert _fitted_state(router) == {}
+    with pytest.raises(NotFittedError):
+        router.predict(small.queries["query"][:3].tolist())
+
+
+@pytest.mark.parametrize("failure", ["warning", "interrupt"])
+def test_a_failed_refit_leaves_the_previous_fit_whole(
+    tiny_embedder, monkeypatch, failure
+):
+    """A refit that failed after training left the new network serving the
+    previous fit's pool (its classes_, model_embeddings_ and stored
+    evaluations): predictions changed, from neither fit."""
+    small = make_model_pool(
+        n_models=6, n_queries=60, evals_per_model=30, random_state=0
+    )
+    router = LocusRouter(tiny_embedder(small.encodings, max_epochs=1), shrinkage=None)
+    router.fit(small.evals)
+    before = _fitted_state(router)
+    queries = small.queries["query"][:5].tolist()
+    expected = router.predict_proba(queries)
+    # Another pool (five of the six models) and another network.
+    other = small.evals[small.evals["model"] != router.classes_[0]]
+    router.set_params(embedder__random_state=1)
+    _fit_that_fails(router, other, failure, monkeypatch)
+    assert _fitted_state(router).keys() == before.keys()
+    for name, value in before.items():
+        assert getattr(router, name) is value, name
+    np.testing.assert_array_equal(router.predict_proba(queries), expected)
+
+
 def test_add_models_warns_where_an_added_mean_tops_the_pool(router, pool):
     # At shrinkage 1 the mean of an added model's rows alone decides routing:
     # 128 rows of an easy category took every query on BFCL, silently.
