@@ -18,7 +18,7 @@ from sklearn.model_selection import (
 from locus_sklearn import LocusRouter
 from locus_sklearn.baselines import KNNRouter
 from locus_sklearn.inspection import calibrate_cost_weight, cost_quality_curve
-from locus_sklearn.model_selection import cross_val_predict_proba
+from locus_sklearn.model_selection import ModelGroupSplit, cross_val_predict_proba
 
 # Four queries in two pairs of near neighbours (q1 ~ q3, q2 ~ q4); KFold(2)
 # over the sorted queries holds out q1, q2 and then q3, q4, so each query's
@@ -301,6 +301,91 @@ def test_groups_need_a_splitter_that_takes_them(knn):
     )
     with pytest.raises(TypeError, match="^broken inside$"):
         cross_val_predict_proba(knn, EVALS, cv=_Broken(), groups=groups)
+
+
+def test_groups_are_refused_with_an_int_cv(knn):
+    # An int became a shuffled KFold, which only warned (in sklearn's words,
+    # naming KFold) that it ignores groups, and split the queries regardless
+    # of their groups.
+    groups = ["x", "y", "x", "y"] * 2
+    with pytest.raises(
+        TypeError,
+        match=r"groups was given with cv=2, which splits the queries with a "
+        r"shuffled KFold\(2\) that ignores groups\. To split by group, pass "
+        r"cv=GroupKFold\(2\)",
+    ):
+        cross_val_predict_proba(knn, EVALS, cv=2, groups=groups)
+    # The splitter named in the advice uses them: with x = {q1, q3} held out,
+    # q1 and q3's nearest training query is q4 (small right), and with
+    # y = {q2, q4} held out, q2 and q4's is q3 (small wrong).
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(knn, EVALS, cv=GroupKFold(2), groups=groups),
+        [[1, 1], [1, 0], [1, 1], [1, 0]],
+    )
+
+
+def test_groups_are_refused_with_fixed_folds(knn):
+    # sklearn's check_cv ignores groups with an iterable, without a word.
+    groups = ["x", "y", "x", "y"] * 2
+    pairs = list(KFold(2).split(QUERIES))
+    for cv in (pairs, (fold for fold in pairs)):
+        with pytest.raises(
+            TypeError,
+            match=r"groups was given with cv=.*an iterable of \(train, test\) "
+            r"pairs: its folds are already fixed, so groups would be ignored",
+        ):
+            cross_val_predict_proba(knn, EVALS, cv=cv, groups=groups)
+
+
+def test_a_fold_of_every_query_is_named_for_every_router(knn):
+    # A refitted router reported every model as having "every evaluation in
+    # one fold" and advised fewer folds; a LocusRouter named the fold.
+    with pytest.raises(
+        ValueError,
+        match=r"^A test fold holds all 4 queries: no evaluation is left outside "
+        r"it to predict the fold from\. Every fold of the splitter \(cv\) must "
+        r"leave queries outside it\.$",
+    ):
+        cross_val_predict_proba(knn, EVALS, cv=_Everything())
+    with pytest.raises(ValueError, match="A test fold holds all 4 queries"):
+        cross_val_predict_proba(knn, EVALS, cv=[([], [0, 1, 2, 3])])
+
+
+class _NeedsY:
+    """A splitter that does not stratify, but whose split requires y."""
+
+    def split(self, X, y, groups=None):
+        yield from _XOnly().split(X)
+
+
+class _DefaultY(_NeedsY):
+    def split(self, X, y=None, groups=None):
+        yield from super().split(X, y, groups)
+
+
+def test_a_split_that_requires_y_is_told_to_give_y_a_default(knn):
+    # It was told it "stratifies by a target y", which it does not.
+    with pytest.raises(ValueError) as error:
+        cross_val_predict_proba(knn, EVALS, cv=_NeedsY())
+    message = str(error.value)
+    assert "split method that requires y (its signature gives y no default)" in message
+    assert "give it a default (split(self, X, y=None, groups=None))" in message
+    assert "stratifies" not in message
+    # As the message says, a default is enough.
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(knn, EVALS, cv=_DefaultY()),
+        cross_val_predict_proba(knn, EVALS, cv=KFold(2)),
+    )
+
+
+def test_model_group_split_is_not_a_query_splitter(knn):
+    # It failed inside its split with "X must be a pandas DataFrame".
+    with pytest.raises(
+        TypeError,
+        match=r"cv=ModelGroupSplit\(.*\) holds out whole models, for onboarding "
+        r"\(.*make_onboarding_scorer\); cross_val_predict_proba splits queries",
+    ):
+        cross_val_predict_proba(knn, EVALS, cv=ModelGroupSplit(2, n_onboard=1))
 
 
 def test_a_model_scored_on_one_query_is_named_as_such():

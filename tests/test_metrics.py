@@ -237,6 +237,54 @@ def test_route_available_one_row_for_every_query():
     assert route([[0.9, 0.5], [0.9, 0.5]], [False, True]).tolist() == [1, 1]
 
 
+def test_route_matches_dataframe_available_by_label():
+    # A DataFrame mask beside a DataFrame y_score was read by position: with
+    # its models in another order it allowed exactly the unavailable ones.
+    import pandas as pd
+
+    y_score = pd.DataFrame({"a": [0.9, 0.1], "b": [0.1, 0.9]}, index=["q1", "q2"])
+    # q1 may use only b, q2 only a, so the routed models are [b, a] = [1, 0].
+    columns = pd.DataFrame(
+        {"b": [True, False], "a": [False, True]}, index=y_score.index
+    )
+    rows = pd.DataFrame({"a": [True, False], "b": [False, True]}, index=["q2", "q1"])
+    both = columns.loc[["q2", "q1"]]
+    for available in (columns, rows, both):
+        assert route(y_score, available=available).tolist() == [1, 0]
+    # Arrays have no labels: matched by position, as documented.
+    assert route(y_score, available=columns.to_numpy()).tolist() == [0, 1]
+    assert route(y_score.to_numpy(), available=rows).tolist() == [0, 1]
+    available = columns
+    # Other models cannot be matched: named as in the metrics.
+    other = available.rename(columns={"b": "c"})
+    with pytest.raises(
+        ValueError,
+        match=r"y_score and available are DataFrames with different columns.*"
+        r"1 of available's are not in y_score: \['c'\]",
+    ):
+        route(y_score, available=other)
+
+
+def test_metrics_need_a_matrix():
+    # sklearn's "Expected 2D array" named neither argument, and its advice
+    # reshape(-1, 1) would read one query's row as one query per model.
+    for call, name in (
+        (lambda: oracle_accuracy([1.0, 0.0]), "y_true"),
+        (lambda: single_best_accuracy([1.0, 0.0]), "y_true"),
+        (lambda: routing_accuracy([1.0, 0.0], [[0.2, 0.9]]), "y_true"),
+        (lambda: routing_accuracy([[1.0, 0.0]], [0.2, 0.9]), "y_score"),
+        (lambda: correctness_log_loss([[1.0, 0.0]], [0.2, 0.9]), "y_score"),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=rf"{name} must be 2-D, shape \(n_queries, n_models\); got shape "
+            rf"\(2,\)\. Pass one row per query, e\.g\. \[{name}\]",
+        ):
+            call()
+    # The advice is right: one row per query.
+    assert routing_accuracy([[1.0, 0.0]], [[0.2, 0.9]]) == 0.0
+
+
 def test_route_needs_a_model():
     # argmax of an empty sequence, before.
     with pytest.raises(ValueError, match=r"y_score has no models \(shape \(2, 0\)\)"):

@@ -140,12 +140,29 @@ def test_costs_reach_add_models(tiny_router):
     router = tiny_router(cost_weight=0.001).fit(
         train_evals, model_costs={m: POOL.n_params[m] for m in train_evals["model"]}
     )
-    with pytest.raises(ValueError, match="need costs"):
+    # add_models' own messages ("pass model_costs=", "refit with model_costs=")
+    # named a method the user never called: the costs are the scorer's.
+    held_out = sorted(set(EVALS["model"].iloc[test]))
+    with pytest.raises(
+        ValueError,
+        match=rf"fitted with model costs, so the {len(held_out)} held-out model\(s\) "
+        rf"\['{held_out[0]}'.* need costs too: pass model_costs= \(costs by model "
+        r"name\) to make_onboarding_scorer\.$",
+    ):
         make_onboarding_scorer(cv, "routing_accuracy")(router, EVALS.iloc[test])
     with pytest.raises(ValueError, match="no cost for"):
         make_onboarding_scorer(cv, model_costs={"x": 1.0})(router, EVALS.iloc[test])
     scorer = make_onboarding_scorer(cv, "routing_accuracy", model_costs=POOL.n_params)
     assert 0 <= scorer(router, EVALS.iloc[test]) <= 1
+    # Costs for a router fitted without them.
+    plain = tiny_router().fit(train_evals)
+    with pytest.raises(
+        ValueError,
+        match=r"^make_onboarding_scorer was given model_costs, but the router was "
+        r"fitted without costs: drop model_costs from make_onboarding_scorer, or "
+        r"fit the router with model_costs=\.$",
+    ):
+        scorer(plain, EVALS.iloc[test])
 
 
 def test_errors(tiny_router):

@@ -82,8 +82,27 @@ def _check_real_dtype(values, name):
             )
 
 
+def _check_2d(values, name):
+    """Refuse input that is not 2-D with route's message, before check_array:
+    its "Expected 2D array" names neither argument, and its first advice,
+    ``reshape(-1, 1)``, would read one query's row as n_models queries."""
+    if sparse.issparse(values) or isinstance(values, pd.DataFrame):
+        return  # 2-D by construction (check_array names sparse input)
+    try:
+        ndim = np.ndim(values)
+    except (TypeError, ValueError):
+        return  # a ragged list: check_array names it
+    if ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D, shape (n_queries, n_models); got shape "
+            f"{np.shape(values)}. Pass one row per query, e.g. [{name}] for a "
+            "single query."
+        )
+
+
 def _check_y_true(y_true):
     _check_real_dtype(y_true, "y_true")
+    _check_2d(y_true, "y_true")
     y_true = check_array(
         y_true, dtype=np.float64, ensure_all_finite="allow-nan", input_name="y_true"
     )
@@ -129,6 +148,7 @@ def _check_pair(y_true, y_score, *, utility=False):
         y_score = _align_frames(y_true, y_score)
     y_true, observed = _check_y_true(y_true)
     _check_real_dtype(y_score, "y_score")
+    _check_2d(y_score, "y_score")
     y_score = check_array(
         y_score,
         dtype=np.float64,
@@ -160,20 +180,22 @@ def _check_probabilities(y_score, use):
         )
 
 
-def _align_frames(y_true, y_score):
+def _align_frames(y_true, y_score, names=("y_true", "y_score")):
     """``y_score`` with the columns and rows of ``y_true``, matched by label.
 
     Two DataFrames name their models in their columns and, most often, their
     queries in their index; reading either by position would score a model
-    by another one's predictions, or a query by another query's.
+    by another one's predictions, or a query by another query's. ``names``
+    are the two arguments' names in an error (route aligns ``available`` to
+    ``y_score``).
     """
     if not y_score.columns.equals(y_true.columns):
         if not _same_labels(y_true.columns, y_score.columns):
-            raise _mismatch(y_true.columns, y_score.columns, "columns", "models")
+            raise _mismatch(y_true.columns, y_score.columns, "columns", "models", names)
         y_score = y_score[y_true.columns]
     if not y_score.index.equals(y_true.index):
         if not _same_labels(y_true.index, y_score.index):
-            raise _mismatch(y_true.index, y_score.index, "row labels", "queries")
+            raise _mismatch(y_true.index, y_score.index, "row labels", "queries", names)
         y_score = y_score.loc[y_true.index]
     return y_score
 
@@ -189,23 +211,25 @@ def _same_labels(true_labels, score_labels):
     )
 
 
-def _mismatch(true_labels, score_labels, axis, what):
+def _mismatch(true_labels, score_labels, axis, what, names=("y_true", "y_score")):
     """The ValueError for two DataFrames whose ``axis`` labels differ."""
+    true_name, score_name = names
     only_true = true_labels.difference(score_labels, sort=False)
     only_score = score_labels.difference(true_labels, sort=False)
     # The first labels of two long indexes look alike: name the odd ones.
     parts = [
         f"{len(only)} of {mine}'s are not in {other}: {_preview(only)}"
         for only, mine, other in (
-            (only_true, "y_true", "y_score"),
-            (only_score, "y_score", "y_true"),
+            (only_true, true_name, score_name),
+            (only_score, score_name, true_name),
         )
         if len(only)
     ]
     detail = "; ".join(parts) or "the same labels, but some are repeated"
     return ValueError(
-        f"y_true and y_score are DataFrames with different {axis}: y_true has "
-        f"{_preview(true_labels)}, y_score has {_preview(score_labels)} "
+        f"{true_name} and {score_name} are DataFrames with different {axis}: "
+        f"{true_name} has {_preview(true_labels)}, {score_name} has "
+        f"{_preview(score_labels)} "
         f"({detail}). Their {axis} name the {what}, so they must hold the same "
         f"labels, each once (in any order); pass arrays (.to_numpy()) to match "
         f"the {what} by position."
@@ -233,7 +257,9 @@ def route(y_score, available=None):
     available : array-like of bool, shape (n_queries, n_models) or (n_models,), \
 default=None
         Which models may be chosen for each query (one row for every query
-        if 1-D); every query needs one. Defaults to all models.
+        if 1-D); every query needs one. Defaults to all models. Matched to
+        ``y_score`` by position, or, when both are DataFrames, by their
+        column (model) and row (query) labels, which must be the same.
 
     Returns
     -------
@@ -250,6 +276,11 @@ default=None
     [0]
     """
     _check_real_dtype(y_score, "y_score")
+    if isinstance(y_score, pd.DataFrame) and isinstance(available, pd.DataFrame):
+        # Two DataFrames are matched by label, as in the other metrics: a mask
+        # such as y_true.notna() with its models in another order would, by
+        # position, allow exactly the wrong models.
+        available = _align_frames(y_score, available, names=("y_score", "available"))
     # check_array as for the other metrics (sparse input named, pd.NA read as
     # NaN), but -inf, +inf and NaN are allowed and the 2-D check is our own.
     y_score = check_array(

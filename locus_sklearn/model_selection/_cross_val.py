@@ -21,6 +21,7 @@ from .._base import BaseRouter
 from .._evals import _as_frame, _preview, _sorted_codes, check_evals
 from .._router import LocusRouter
 from .._shrinkage import cross_fitted_predictions, query_folds, shrink
+from ._onboarding import ModelGroupSplit
 
 __all__ = ["cross_val_predict_proba"]
 
@@ -45,14 +46,18 @@ def _short(value):
 
 
 def _needs_y(splitter):
-    """Whether ``splitter.split`` needs a target ``y``, which queries lack."""
+    """Why ``splitter.split`` needs a target ``y``, which queries lack:
+    "stratifies" (it splits by y), "requires" (its signature has a ``y``
+    without a default, whether it reads it or not), or None."""
     if isinstance(splitter, _STRATIFIED):
-        return True
+        return "stratifies"
     try:
         parameter = inspect.signature(splitter.split).parameters.get("y")
     except (TypeError, ValueError):  # a builtin or C callable: cannot tell
-        return False
-    return parameter is not None and parameter.default is inspect.Parameter.empty
+        return None
+    if parameter is not None and parameter.default is inspect.Parameter.empty:
+        return "requires"
+    return None
 
 
 def _takes_groups(splitter):
@@ -69,17 +74,27 @@ def _takes_groups(splitter):
     )
 
 
-def _check_cv(cv, n_queries):
+def _check_cv(cv, n_queries, *, grouped=False):
     """``cv`` as a splitter of the queries, as sklearn's ``check_cv`` accepts
     it: KFold (shuffled, seed 0) for an int or None (5 folds), a splitter as
-    is, an iterable of (train, test) pairs as the list of its pairs."""
+    is, an iterable of (train, test) pairs as the list of its pairs.
+    ``grouped``: groups were given, which an int and an iterable cannot use."""
     folds = 5 if cv is None else cv
     if isinstance(folds, Integral) and not isinstance(folds, bool):
+        shown = "None (5 folds)" if cv is None else repr(cv)
         if not 2 <= folds <= n_queries:
-            shown = "None (5 folds)" if cv is None else repr(cv)
             raise ValueError(
                 f"cv must be an int in [2, n_queries={n_queries}] or a splitter; "
                 f"got {shown}."
+            )
+        if grouped:
+            # sklearn only warned that KFold, a splitter the user never
+            # named, ignores groups; the folds then mixed the groups.
+            raise TypeError(
+                f"groups was given with cv={shown}, which splits the queries "
+                f"with a shuffled KFold({folds}) that ignores groups. To split "
+                f"by group, pass cv=GroupKFold({folds}) (or another group "
+                "splitter); otherwise drop groups."
             )
         return query_folds(folds)
     if isinstance(cv, type):
@@ -93,15 +108,44 @@ def _check_cv(cv, n_queries):
         raise TypeError(
             f"cv must be {_CV_KINDS}; got {_short(cv)} ({type(cv).__name__})."
         )
+    if isinstance(cv, ModelGroupSplit):
+        # Its split reads X as an evaluation table; given the queries, it
+        # failed with "X must be a pandas DataFrame", a parameter never passed.
+        raise TypeError(
+            f"cv={_short(cv)} holds out whole models, for onboarding "
+            "(GridSearchCV or cross_val_score with make_onboarding_scorer); "
+            "cross_val_predict_proba splits queries. Use a splitter of queries, "
+            "such as KFold, or GroupKFold with groups=."
+        )
     if hasattr(cv, "split"):
-        if _needs_y(cv):
+        need = _needs_y(cv)
+        if need == "stratifies":
             raise ValueError(
                 f"cv={_short(cv)} stratifies by a target y, which "
                 "cross_val_predict_proba does not have: it splits queries, each "
                 "scored by several models. Use a splitter that needs no y, such as "
                 "KFold, or GroupKFold with groups=."
             )
+        if need == "requires":
+            raise ValueError(
+                f"cv={_short(cv)} has a split method that requires y (its "
+                "signature gives y no default), which cross_val_predict_proba "
+                "does not have: it splits queries, each scored by several "
+                "models, and calls split(queries) or split(queries, groups=...). "
+                "If the splitter does not use y, give it a default "
+                "(split(self, X, y=None, groups=None)); otherwise use a splitter "
+                "that needs no y, such as KFold, or GroupKFold with groups=."
+            )
         return cv
+    if grouped:
+        # sklearn's check_cv ignores groups here without a word; the folds
+        # are already fixed, so no grouping the user meant can apply.
+        raise TypeError(
+            f"groups was given with cv={_short(cv)}, an iterable of (train, "
+            "test) pairs: its folds are already fixed, so groups would be "
+            "ignored. Drop groups, or pass a group splitter (GroupKFold, "
+            "LeaveOneGroupOut) as cv."
+        )
     return _FoldList(list(cv))
 
 
@@ -170,6 +214,16 @@ class _CheckedFolds:
                     f"holds {len(again)} query(ies) of an earlier one, e.g. "
                     f"{_preview(np.asarray(X, dtype=object)[again])}. Each query "
                     "must be in exactly one test fold (ShuffleSplit's are not)."
+                )
+            if np.unique(held).size == self.n_queries:
+                # Checked here for every router: the refitted path reported
+                # each model as "every evaluation in one fold ... use fewer
+                # folds", which cannot help a fold of every query.
+                raise ValueError(
+                    f"A test fold holds all {self.n_queries} queries: no "
+                    "evaluation is left outside it to predict the fold from. "
+                    "Every fold of the splitter (cv) must leave queries outside "
+                    "it."
                 )
             covered[held] = True
             yield train, held
@@ -326,20 +380,26 @@ def cross_val_predict_proba(router, evals, *, cv=5, groups=None):
         index is a position in that array, never a row of ``evals``:
 
         - an int: the number of folds of sklearn's ``KFold``, shuffled with
-          ``random_state=0`` (query ids often sort by source);
+          ``random_state=0`` (query ids often sort by source); it ignores
+          groups, so ``groups`` is refused with it;
         - None: the default, 5 such folds;
         - a splitter: its ``split(queries)`` is called, with
           ``groups=`` when ``groups`` is given (``GroupKFold``,
           ``LeaveOneGroupOut``); a splitter that needs a target ``y``
-          (``StratifiedKFold``) is refused, queries have none;
+          (``StratifiedKFold``, or a ``split`` whose ``y`` has no default)
+          is refused, queries have none, and so is ``ModelGroupSplit``,
+          which holds out models, not queries;
         - an iterable of ``(train, test)`` pairs of index arrays (a list, a
-          tuple, a generator).
+          tuple, a generator); its folds are fixed, so ``groups`` is
+          refused with it.
 
-        Each query must be in exactly one test fold. Only the test folds are
-        read: each copy is fitted on every query outside its test fold.
+        Each query must be in exactly one test fold, and no test fold may
+        hold every query. Only the test folds are read: each copy is fitted
+        on every query outside its test fold.
     groups : array-like of shape (n_rows,), default=None
         Group of each row of ``evals`` (e.g. ``evals["task"]``), for a
-        splitter that splits by group; every row of a query must have the
+        splitter that splits by group (given as ``cv``: an int, None or an
+        iterable of folds cannot use groups); every row of a query must have the
         same group. The splitter receives one group per query, in the order
         of the sorted distinct queries.
 
@@ -354,13 +414,16 @@ def cross_val_predict_proba(router, evals, *, cv=5, groups=None):
     ------
     ValueError
         If ``evals`` holds other models than the router's, ``cv`` gives a
-        query to two test folds or to none, a model has every evaluation in
-        one fold, ``cv`` needs a target ``y``, or ``groups`` does not give
-        one group per row with one group per query.
+        query to two test folds or to none, a test fold holds every query,
+        a model has every evaluation in one fold, ``cv`` needs a target
+        ``y``, or ``groups`` does not give one group per row with one group
+        per query.
     TypeError
         If ``router`` is not a router of locus_sklearn (or is a
-        ``FrozenEstimator``), ``cv`` is none of the kinds above, or
-        ``groups`` is given to a splitter whose ``split`` takes no groups.
+        ``FrozenEstimator``), ``cv`` is none of the kinds above or is a
+        ``ModelGroupSplit``, or ``groups`` is given with a ``cv`` that
+        cannot use them (an int, None, an iterable of folds, or a splitter
+        whose ``split`` takes no groups).
 
     Examples
     --------
@@ -409,7 +472,9 @@ def out_of_fold_proba(router, table, cv, *, query_groups=None):
             + (f"no rows for: {_preview(absent)}." if len(absent) else "")
         )
     splitter = _CheckedFolds(
-        _check_cv(cv, table.n_queries), table.n_queries, query_groups
+        _check_cv(cv, table.n_queries, grouped=query_groups is not None),
+        table.n_queries,
+        query_groups,
     )
     folds = _locus_folds if isinstance(router, LocusRouter) else _refitted_folds
     proba = None

@@ -229,6 +229,22 @@ class _OnboardingScorer:
                 f"on, but {len(known)} model(s) of this fold are in its pool: "
                 f"{_preview(known)}. Split with ModelGroupSplit."
             )
+        # Checked here, not left to add_models: its messages advise its own
+        # model_costs= or a refit, while the costs missing (or extra) are the
+        # scorer's.
+        fitted_costs = getattr(estimator, "model_costs_", None)
+        if fitted_costs is not None and self.model_costs is None:
+            raise ValueError(
+                f"The router was fitted with model costs, so the {len(held_out)} "
+                f"held-out model(s) {_preview(held_out)} need costs too: pass "
+                "model_costs= (costs by model name) to make_onboarding_scorer."
+            )
+        if fitted_costs is None and self.model_costs is not None:
+            raise ValueError(
+                "make_onboarding_scorer was given model_costs, but the router was "
+                "fitted without costs: drop model_costs from make_onboarding_scorer, "
+                "or fit the router with model_costs=."
+            )
         costs = None
         if self.model_costs is not None:
             missing = [m for m in held_out if m not in self.model_costs]
@@ -320,8 +336,9 @@ def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=Non
         ``"routing_accuracy"`` or ``"routing_accuracy_no_cost"`` (routing
         among the held-out models, on the queries they were scored on).
     model_costs : mapping of str to float or pandas Series, default=None
-        Costs of the models by name (finite, >= 0), needed when the router
-        was fitted with costs; checked here.
+        Costs of the models by name (finite, >= 0), checked here; needed
+        when the router was fitted with costs, and refused when scoring a
+        router fitted without them.
         Each fold's ``fit`` takes costs for exactly that fold's training
         models, while :func:`~sklearn.model_selection.cross_val_score` passes
         one ``params={"model_costs": ...}`` whole to every fold: with costs,
