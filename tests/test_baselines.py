@@ -191,6 +191,63 @@ def test_knn_distance_weights_hand_computed():
     assert router.predict_proba(["q4"])[0, 1] == pytest.approx(1.0, abs=1e-4)
 
 
+# q1's twin shares its encoding on purpose.
+@pytest.mark.filterwarnings("ignore::locus_sklearn.SharedEncodingsWarning")
+def test_knn_distance_exact_matches_take_all_the_weight():
+    # An exact match weighed 1 / 1e-12 against the other neighbors' 1 / (1 -
+    # cos): nearly all the weight, but how nearly depended on the float32
+    # rounding of cos. Exact matches now take all of it, as in scikit-learn.
+    encoder = {**HAND_ENCODER, "close": _unit(0.05), "far": _unit(0.2)}
+    router = KNNRouter(2, encoder=encoder, weights="distance").fit(HAND_EVALS)
+    proba = router.predict_proba(["q1", "close", "far"])
+    # From q1 (0 deg), c's nearest: q2 (score 1, 20 deg), q6 (0, 130 deg).
+    w2, w6 = 1 / (1 - np.cos(np.deg2rad(20))), 1 / (1 - np.cos(np.deg2rad(130)))
+    # a: q1 and q2 both scored 1; b: its exact match q1 scored 0, q4 is not
+    # counted.
+    assert proba[0, :2].tolist() == [1.0, 0.0]
+    assert proba[0, 2] == pytest.approx(w2 / (w2 + w6), rel=1e-6)
+    # 0.05 deg from q1 is cosine distance 3.8e-7, within 1e-6: an exact match.
+    assert proba[1, :2].tolist() == [1.0, 0.0]
+    # 0.2 deg is 6.1e-6: b's weights 1 / (1 - cos) on q1 (0) and q4 (1, 89.8
+    # deg); float32 encodings round that distance by 2%.
+    w1, w4 = 1 / (1 - np.cos(np.deg2rad(0.2))), 1 / (1 - np.cos(np.deg2rad(89.8)))
+    assert proba[2, 1] == pytest.approx(w4 / (w1 + w4), rel=0.05)
+    # Two exact matches share the weight equally, the third neighbor none.
+    twin = pd.DataFrame({"model": ["b"], "query": ["q1twin"], "score": [1.0]})
+    encoder["q1twin"] = encoder["q1"]
+    evals = pd.concat([HAND_EVALS, twin])
+    router = KNNRouter(3, encoder=encoder, weights="distance").fit(evals)
+    assert router.predict_proba(["q1"])[0, 1] == 0.5
+
+
+def test_knn_distance_weights_do_not_depend_on_the_batch():
+    # A float32 product rounded a training query's cosine to itself to 1 alone
+    # and to 1 - 6e-8 in a batch: weights 1e12 against 1.7e7, so models that
+    # scored alike on that query stopped tying and the route followed the
+    # batch.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 384)).astype(np.float32)
+    queries = [f"q{i:03d}" for i in range(80)]
+    encoder = dict(zip(queries, X, strict=True))
+    train = queries[:60]
+    scores = (rng.random((4, 60)) < 0.5).astype(float)
+    evals = pd.DataFrame(
+        {
+            "model": np.repeat(["m0", "m1", "m2", "m3"], 60),
+            "query": train * 4,
+            "score": scores.ravel(),
+        }
+    )
+    router = KNNRouter(3, encoder=encoder, weights="distance").fit(evals)
+    batch = router.predict_proba(queries)
+    alone = np.vstack([router.predict_proba([q]) for q in queries])
+    np.testing.assert_allclose(alone, batch, rtol=1e-12)
+    # A training query is its own exact match: its own scores, exactly.
+    np.testing.assert_array_equal(batch[:60], scores.T)
+    routes = np.concatenate([router.predict([q]) for q in queries])
+    np.testing.assert_array_equal(routes, router.predict(queries))
+
+
 @pytest.mark.parametrize("weights", ["uniform", "distance"])
 @pytest.mark.parametrize("k", [1, 7, 40])
 def test_knn_matches_brute_force(k, weights):
@@ -527,6 +584,22 @@ def test_net_router_warns_when_no_row_is_held_out():
     assert router.n_epochs_ == 3
 
 
+@pytest.mark.parametrize(
+    "name, dims",
+    [("mf", {"embedding_dim": 8}), ("irt", {"n_dims": 4, "hidden_dim": 8})],
+)
+def test_net_router_takes_numpy_integer_parameters(name, dims, fitted):
+    # GridSearchCV yields NumPy integers from a grid given as np.arange: they
+    # passed validation, then torch's DataLoader refused batch_size=np.int64(64)
+    # as "should be a positive integer value".
+    params = {**dims, "max_epochs": 3, "batch_size": 64, "patience": 5}
+    router = make_router(name, **{key: np.int64(v) for key, v in params.items()})
+    router.fit(POOL)
+    np.testing.assert_array_equal(
+        router.predict_proba(NEW_QUERIES), fitted[name].predict_proba(NEW_QUERIES)
+    )
+
+
 @pytest.mark.parametrize("name", ["mf", "irt"])
 def test_net_router_divergence_is_an_error(name):
     # A diverged fit predicted NaN and routed everything to the first model.
@@ -608,7 +681,9 @@ def test_knn_with_tied_neighbors_matches_brute_force(k, weights):
     encoder = {q + twin: v for q, v in encoder.items() for twin in ("", "b", "c")}
     _, extra, _ = make_pool(n_queries=30, seed=7)
     queries = [f"new{q}" for q in extra]
-    if weights == "uniform":  # exact matches: weight 1e12 in float32, inf here
+    # Exact matches take all the weight (test_knn_distance_exact_matches_...),
+    # which the brute force below does not model.
+    if weights == "uniform":
         queries += list(encoder)[::7]
     encoder.update({f"new{q}": v for q, v in extra.items()})
     router = KNNRouter(k, encoder=encoder, weights=weights).fit(evals)

@@ -14,6 +14,13 @@ __all__ = ["KNNRouter"]
 # Bound on the (queries, training queries) similarity block held at once.
 _BLOCK_ELEMENTS = 2**24
 
+# Cosine distance up to which weights="distance" counts a neighbor as an exact
+# match. The encodings are stored as float32 after normalisation: a float64
+# cosine of a float32 unit vector with itself is 1 only to about 1.2e-7
+# (2 * 2**-24), so a threshold of 0 or 1e-12 would weigh a query's own
+# training copy by the rounding of its norm.
+_EXACT_MATCH_DISTANCE = 1e-6
+
 
 def _top_k(similarity, k):
     """Columns of the ``k`` largest similarities of each row, ties to the left.
@@ -52,6 +59,28 @@ def _top_k(similarity, k):
     return top
 
 
+def _exact_matches_take_all(weight):
+    """Give rows with an exact match (an infinite weight) to those alone.
+
+    Modifies ``weight`` (float, shape (n_queries, n_neighbors), 0 for
+    neighbors not counted) in place and returns it: in a row holding an
+    infinite weight, exact matches weigh 1 and the other neighbors 0, as
+    scikit-learn's ``weights="distance"`` does for a zero distance.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> _exact_matches_take_all(np.array([[np.inf, 2.0, np.inf], [1.0, 2.0, 0.0]]))
+    array([[1., 0., 1.],
+           [1., 2., 0.]])
+    """
+    exact = np.isinf(weight)
+    rows = np.flatnonzero(exact.any(axis=1))
+    if len(rows):
+        weight[rows] = exact[rows]
+    return weight
+
+
 class KNNRouter(BaseRouter):
     """Route by each model's mean score on its k nearest training queries.
 
@@ -75,8 +104,12 @@ class KNNRouter(BaseRouter):
         Weight of the model costs in :meth:`predict`.
     weights : {"uniform", "distance"}, default="uniform"
         "uniform" averages the neighbors' scores; "distance" weights each by
-        the inverse of its cosine distance ``1 - cos``, so an exact match
-        dominates.
+        the inverse of its cosine distance ``1 - cos``. A neighbor within
+        cosine distance 1e-6 of the query is an exact match (the float32
+        encodings put a query at up to about 1.2e-7 from itself): where a
+        model's k neighbors include exact matches, its prediction is its mean
+        score on those alone, as scikit-learn's ``KNeighborsRegressor`` with
+        ``weights="distance"`` gives a zero distance all the weight.
 
     Attributes
     ----------
@@ -110,7 +143,11 @@ class KNNRouter(BaseRouter):
     prediction, do not depend on the other models of the pool or on ``k``
     having been set before or after :meth:`fit`. Training queries with
     identical encodings get one similarity, computed once, so they tie
-    exactly however many queries are predicted at once.
+    exactly however many queries are predicted at once. With
+    ``weights="distance"`` the similarities are computed in float64 (from the
+    float32 encodings), so that the weights, and the exact matches, do not
+    depend on the rounding of a float32 product, which differs between one
+    query and a batch.
 
     Examples
     --------
@@ -208,10 +245,18 @@ class KNNRouter(BaseRouter):
         return best[2], shared
 
     def _weights(self, similarity):
+        """Neighbor weights, None for uniform ones.
+
+        For "distance", the inverse cosine distance, infinite for an exact
+        match (see :func:`_exact_matches_take_all`).
+        """
         if self.weights == "uniform":
             return None
-        # Inverse cosine distance; an exact match dominates.
-        return 1.0 / np.maximum(1.0 - similarity, 1e-12)
+        distance = 1.0 - similarity
+        exact = distance <= _EXACT_MATCH_DISTANCE
+        with np.errstate(divide="ignore"):
+            weight = 1.0 / np.where(exact, 0.0, distance)
+        return weight
 
     def _predict_one_model(self, m, similarity):
         """Prediction of model ``m`` from similarities to all training queries.
@@ -231,6 +276,7 @@ class KNNRouter(BaseRouter):
         weight = self._weights(similarity)
         if weight is None:
             return np.broadcast_to(scores, similarity.shape).mean(1)
+        weight = _exact_matches_take_all(weight)
         return (weight * scores).sum(1) / weight.sum(1)
 
     def _predict_shared(self, similarity, proba):
@@ -263,6 +309,7 @@ class KNNRouter(BaseRouter):
             # (a miss, below).
             cut_tie = cut[:, None] & (nearest == nearest[:, -1:])
         weight = self._weights(nearest)
+        has_exact = weight is not None and np.isinf(weight).any()
         rank_dtype = np.int16 if n_neighbors < np.iinfo(np.int16).max else np.int64
         # k may have been raised by set_params since fit planned the list: a
         # rank never exceeds the list's length, and comparing it with a k past
@@ -281,7 +328,11 @@ class KNNRouter(BaseRouter):
                 total = (scores * selected).sum(1)
                 count = np.minimum(rank[:, -1], k)
             else:
-                selected = selected * weight
+                # np.where, not a product: an exact match's infinite weight
+                # times a neighbor left out would be NaN.
+                selected = np.where(selected, weight, 0.0)
+                if has_exact:
+                    selected = _exact_matches_take_all(selected)
                 total = (scores * selected).sum(1)
                 count = selected.sum(1)
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -292,13 +343,20 @@ class KNNRouter(BaseRouter):
 
     def _predict_proba_encoded(self, X):
         X = normalize(X).astype(np.float32)
+        distinct = self._distinct_encodings
+        if self.weights == "distance":
+            # A float32 product rounds a cosine of 1 to 1 or to 1 - 6e-8 by
+            # the BLAS path (one query or a batch), which changed the inverse
+            # distances by orders of magnitude; float64 rounds far below
+            # _EXACT_MATCH_DISTANCE and the weights' precision.
+            X, distinct = X.astype(np.float64), distinct.astype(np.float64)
         n_models = len(self.classes_)
         proba = np.empty((len(X), n_models), dtype=np.float64)
         own = np.setdiff1d(np.arange(n_models), self._shared_models)
         chunk = max(1, _BLOCK_ELEMENTS // len(self.query_encodings_))
         for start in range(0, len(X), chunk):
             block = slice(start, start + chunk)
-            similarity = X[block] @ self._distinct_encodings.T
+            similarity = X[block] @ distinct.T
             if self._to_distinct is not None:
                 similarity = np.take(similarity, self._to_distinct, axis=1)
             if len(self._shared_models):

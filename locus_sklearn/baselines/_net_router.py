@@ -75,6 +75,17 @@ def _batch_as_is(batch):
     return batch
 
 
+def _as_python_int(value):
+    """``value`` as a Python int if it is a NumPy integer, else unchanged.
+
+    NumPy integers pass the ``Integral`` parameter constraints (GridSearchCV
+    yields them from a grid given as ``np.arange``), but torch refuses some of
+    them: ``DataLoader``'s batch sampler raises "batch_size should be a
+    positive integer value" for ``np.int64(256)``.
+    """
+    return int(value) if isinstance(value, np.integer) else value
+
+
 def _split_by_query(table, fraction, seed):
     """Hold out a fraction of the queries (all their rows) for early stopping.
 
@@ -150,7 +161,9 @@ class _NetRouter(BaseRouter):
                 valid = dataset.subset(np.flatnonzero(is_valid))
                 train_split = predefined_split(valid)
                 dataset = dataset.subset(np.flatnonzero(~is_valid))
-                stopper = EarlyStopping(patience=self.patience, load_best=True)
+                stopper = EarlyStopping(
+                    patience=_as_python_int(self.patience), load_best=True
+                )
                 callbacks.append(("early_stopping", stopper))
             else:
                 warn_external(
@@ -162,7 +175,7 @@ class _NetRouter(BaseRouter):
                     UserWarning,
                 )
         module_params = {
-            f"module__{key}": value
+            f"module__{key}": _as_python_int(value)
             for key, value in self._module_params(table, X_query).items()
         }
         net = NeuralNet(
@@ -174,8 +187,8 @@ class _NetRouter(BaseRouter):
             optimizer=torch.optim.Adam,
             lr=self.lr,
             optimizer__weight_decay=self.weight_decay,
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
+            max_epochs=_as_python_int(self.max_epochs),
+            batch_size=_as_python_int(self.batch_size),
             iterator_train__shuffle=True,
             iterator_train__collate_fn=_batch_as_is,
             iterator_valid__collate_fn=_batch_as_is,
