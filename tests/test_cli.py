@@ -6,6 +6,7 @@ path without the cost of starting Python and importing torch each time.
 """
 
 import errno
+import gzip
 import json
 import os
 import subprocess
@@ -729,7 +730,10 @@ def test_subcommands_defined_elsewhere(cli, monkeypatch):
 
 
 def test_reader_closing_the_pipe(workdir):
-    """`locus route ... | head -1`: a quiet stop when the reader goes away."""
+    """`locus route ... | head -1`: a quiet stop when the reader goes away,
+    with status 141 (128 + SIGPIPE, as shell tools report it), not 1, which
+    says the data was invalid. The output (5000 lines, far over a pipe's
+    64 KiB) cannot all be written before the reader closes."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     process = subprocess.Popen(
         [sys.executable, "-m", "locus_sklearn", "route", workdir / "router.locus",
@@ -742,7 +746,7 @@ def test_reader_closing_the_pipe(workdir):
     assert process.stdout.readline().startswith(b"query\t")
     process.stdout.close()
     err = process.stderr.read().decode()
-    assert process.wait(timeout=300) in (0, 1), err
+    assert process.wait(timeout=300) == 141, err
     assert err == "", err  # no traceback, no "error: Broken pipe"
 
 
@@ -967,6 +971,55 @@ def test_match_errors_are_one_line(match_files, cli, extra, status, message):
     code, out, err = cli("match", path / "known.csv", path / "endpoints.csv", *extra)
     assert code == status, err
     assert message in err and len(err.strip().splitlines()) == 1, err
+    assert out == ""
+
+
+def test_match_calibrates_on_the_queries_shared_with_known(tmp_path, cli):
+    """An endpoint scored on 40 queries of KNOWN and 360 others is compared
+    on those 40 only, so the threshold is calibrated on random sets of 40
+    known queries. Counting all 400 calibrated on sets of 400, whose rates
+    are far less noisy: a looser threshold (0.45 here, against 0.16) that
+    matched this endpoint, a model KNOWN does not have (disagreement 0.35
+    with its nearest known model), with status 0."""
+    from locus_sklearn.inspection import calibrate_score_threshold
+
+    rng = np.random.default_rng(0)
+    queries = [f"k{i:04d}" for i in range(1000)]
+    scores = (rng.random((1000, 6)) < 0.5).astype(float)  # 6 unrelated models
+    known = pd.DataFrame({
+        "model": np.repeat([f"m{i}" for i in range(6)], 1000),
+        "query": queries * 6,
+        "score": scores.T.ravel(),
+    })  # fmt: skip
+    probe = scores[:40, 0].copy()
+    probe[:14] = 1 - probe[:14]  # m0 with 14 of its 40 answers changed: 0.35
+    endpoint = pd.DataFrame({
+        "model": "endpoint",
+        "query": queries[:40] + [f"other{i}" for i in range(360)],
+        "score": np.r_[probe, rng.random(360) < 0.5].astype(float),
+    })  # fmt: skip
+    known.to_csv(tmp_path / "known.csv", index=False)
+    endpoint.to_csv(tmp_path / "endpoint.csv", index=False)
+    status, out, err = cli(
+        "match", tmp_path / "known.csv", tmp_path / "endpoint.csv", "--json"
+    )
+    assert status == 0, err
+    expected = calibrate_score_threshold(known, n_evals=40, random_state=0)
+    document = json.loads(out)
+    assert document["threshold"] == expected.threshold
+    assert "random sets of 40 known queries" in err, err
+    (match,) = document["matches"]
+    assert match["nearest"] == "m0" and match["distance"] == pytest.approx(0.35)
+    assert match["n_shared"] == 40 and not match["is_match"]
+    # --min-shared counts the shared queries too (40), not all 400.
+    status, out, err = cli(
+        "match", tmp_path / "known.csv", tmp_path / "endpoint.csv",
+        "--min-shared", "41",
+    )  # fmt: skip
+    assert_one_line(
+        status, err, 1, "'endpoint' has scores on 40 of KNOWN's queries",
+        "fewer than --min-shared 41",
+    )  # fmt: skip
     assert out == ""
 
 
@@ -1563,6 +1616,32 @@ def test_select_budget_without_costs_is_a_whole_number(workdir, tmp_path, cli, b
     assert len(out.strip().splitlines()) - 1 <= 2
 
 
+def test_select_budget_decimal_costs_that_add_up_to_it_fit(workdir, tmp_path, cli):
+    # 0.1 + 0.2 is over the float 0.3: the selector takes a total within
+    # rounding of the budget, and the command's own "no model fits" check
+    # must read the budget as the selector does.
+    names = ["a", "b", "c"]
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv")
+    emb = pd.read_csv(emb, index_col="model").iloc[:3]
+    emb.index = pd.Index(names, name="model")
+    emb.to_csv(tmp_path / "emb3.csv")
+    costs = tmp_path / "costs3.csv"
+    pd.DataFrame({"model": names, "cost": [0.1, 0.2, 5.0]}).to_csv(costs, index=False)
+    status, out, err = cli(
+        "select", tmp_path / "emb3.csv", "--budget", "0.3", "--costs", costs, "--json"
+    )
+    assert status == 0, err
+    assert sorted(s["model"] for s in json.loads(out)["selected"]) == ["a", "b"]
+    pd.DataFrame({"model": names, "cost": [0.1 + 0.2, 5.0, 6.0]}).to_csv(
+        costs, index=False
+    )  # the cheapest cost is 0.30000000000000004, the budget 0.3
+    status, out, err = cli(
+        "select", tmp_path / "emb3.csv", "--budget", "0.3", "--costs", costs, "--json"
+    )
+    assert status == 0, err
+    assert [s["model"] for s in json.loads(out)["selected"]] == ["a"]
+
+
 @pytest.mark.parametrize(
     "extra, status, contains, absent",
     [
@@ -1870,14 +1949,24 @@ def test_demo_counts_repeated_rows_once(tmp_path, cli, fake_minilm):
         ("onboard", "r.locus", "e.csv", "-o", ""),
         ("route", "r.locus", "q", "--encodings", ""),
         ("select", "emb.csv", "--k", "2", "--costs", ""),
+        ("calibrate", "r.locus", "e.csv", "--target-cost", "1", "-o", ""),
+        ("calibrate", "r.locus", "e.csv", "--target-cost", "1", "-o", " "),
+        ("calibrate", "r.locus", "e.csv", "--target-cost", "1", "--encodings", ""),
+        ("litellm-config", "r.locus", "--config", "g.yaml", "-o", ""),
+        ("litellm-config", "r.locus", "--config", ""),
+        ("serve", "r.locus", "--config", " "),
+        ("serve", "r.locus", "--encoder", ""),
     ],
 )
 def test_empty_path_options_are_usage_errors(tmp_path, cli, monkeypatch, args):
     # demo --output '' wrote the figures into the current folder; onboard
-    # -o '' replaced the router in place; --costs '' meant no costs.
+    # -o '' replaced the router in place; --costs '' meant no costs;
+    # calibrate -o '' wrote nothing and -o ' ' a file named ' ' (both with
+    # status 0), litellm-config -o '' printed to stdout, --config '' was
+    # read as the current folder (status 3).
     monkeypatch.chdir(tmp_path)
     status, _, err = cli(*args)
-    option = next(a for a in args if a.startswith("-") and a not in ("--k",))
+    option = args[[a.strip() for a in args].index("") - 1]  # the blank's option
     assert_one_line(status, err, 2, f"argument {option}", "expected a file or folder")
     assert list(tmp_path.iterdir()) == []
 
@@ -2024,3 +2113,107 @@ def test_demo_knn_label_and_skipped_onboarding(tmp_path, cli, fake_minilm):
     assert status == 0, err
     assert "KNNRouter (k=32), a peer router" in err and "Onboarding skipped" in err
     assert json.loads(out)["onboarding_accuracy"] is None
+
+
+# ------------------------------------------------- file inputs and outputs
+
+
+@pytest.mark.parametrize("suffix", ["/", "/.", "/.."])
+def test_output_naming_a_folder_is_refused_before_work(
+    workdir, tmp_path, cli, tiny_cli_args, suffix
+):
+    """``-o router.locus/`` passed the check (Path() drops the separator and
+    a last "."), so fit trained, then its save refused the name."""
+    target = f"{tmp_path / 'new' / 'router.locus'}{suffix}"
+    (tmp_path / "new").mkdir()
+    status, _, err = cli("fit", workdir / "evals.csv", "-o", target, *tiny_cli_args)
+    assert_one_line(status, err, 3, f"cannot write ROUTER {target!r}", "names a folder")
+    assert "train_loss" not in err  # no training happened
+    assert list((tmp_path / "new").iterdir()) == []
+
+
+def _bad_evaluation_files(folder, good):
+    """Evaluation files that cannot be parsed, each with what the error says."""
+    text = good.to_csv(index=False).encode()
+    big = text * (300_000 // len(text) + 1)  # more than pandas' first read
+    compressed = bytearray(gzip.compress(big))
+    cut_late = bytes(compressed[: len(compressed) // 2])
+    compressed[30:40] = b"\xff" * 10  # corrupt deflate data: a zlib.error
+    files = {
+        "not-gzip.csv.gz": (b"not gzip at all", "could not be read as gzip"),
+        "cut.csv.gz": (gzip.compress(text)[:15], "could not be read as gzip"),
+        "cut-late.csv.gz": (cut_late, "could not be read as gzip"),
+        "corrupt.csv.gz": (bytes(compressed), "could not be read as gzip"),
+        "utf16.csv": (text.decode().encode("utf-16"), "is not UTF-8 text"),
+        "quote.csv": (b'"' + text, "could not be read as csv"),
+    }
+    for name, (data, _) in files.items():
+        (folder / name).write_bytes(data)
+    return {folder / name: message for name, (_, message) in files.items()}
+
+
+def test_malformed_evaluation_files_name_the_file(workdir, tmp_path, cli):
+    """Status 1 (invalid data) naming the file, as documented: a bad gzip
+    file exited 3 (BadGzipFile is an OSError), and the others printed
+    pandas', gzip's or the codec's bare message."""
+    good = pd.read_csv(workdir / "new.csv")
+    for path, message in _bad_evaluation_files(tmp_path, good).items():
+        status, out, err = cli("match", path, workdir / "new.csv")
+        assert_one_line(
+            status, err, 1, f"The evaluations file {str(path)!r}", message
+        )  # fmt: skip
+        assert out == "" and "--debug" not in err
+
+
+def test_gzip_costs_and_embeddings_files(tmp_path, cli):
+    """A .csv.gz costs or embeddings file is read as gzip (as evaluation
+    files are): the check for extra fields read it as UTF-8 text, a bare
+    codec error; a folder or a corrupt file is named with its kind."""
+    emb = tmp_path / "emb.csv"
+    emb.write_text("model,0,1\na,0,0\nb,0,1\nc,5,5\nd,5,6\n")
+    costs = tmp_path / "costs.csv"
+    costs.write_text("model,cost\na,1\nb,2\nc,1\nd,3\n")
+    for path in (emb, costs):
+        path.with_suffix(".csv.gz").write_bytes(gzip.compress(path.read_bytes()))
+    budget = ["--budget", "2", "--costs"]
+    plain = cli("select", emb, *budget, costs, "--json")
+    assert plain[0] == 0, plain[2]
+    assert cli("select", emb, *budget, f"{costs}.gz", "--json") == plain
+    assert cli("select", f"{emb}.gz", *budget, costs, "--json") == plain
+    status, out, err = cli("neighbors", f"{emb}.gz", "a", "--k", "1", "--json")
+    assert status == 0, err
+    assert json.loads(out) == [{"rank": 1, "model": "b", "distance": 1.0}]
+
+    (tmp_path / "folder").mkdir()
+    folder = tmp_path / "folder"
+    status, _, err = cli("select", emb, *budget, folder)
+    assert_one_line(status, err, 3, f"The costs file {str(folder)!r} is a folder")
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(b"not gzip")
+    status, _, err = cli("select", emb, *budget, bad)
+    assert_one_line(status, err, 1, f"costs file {str(bad)!r} as gzip")
+    status, _, err = cli("select", bad, "--k", "2")
+    assert_one_line(status, err, 1, f"embeddings file {str(bad)!r} as gzip")
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes("model,cost\nmod\xe8le,1\n".encode("latin-1"))
+    status, _, err = cli("select", emb, *budget, latin1)
+    assert_one_line(status, err, 1, f"costs file {str(latin1)!r}", "not UTF-8")
+
+
+def test_broken_pipe_at_the_final_flush_exits_141(tmp_path, monkeypatch):
+    """Output still buffered when the command returns met the closed pipe
+    at exit, outside the handler: status 0 here, a traceback and status 120
+    from the interpreter's own flush at exit."""
+    from locus_sklearn._cli import main
+
+    class ClosedPipe:  # no fileno(): the runner must not touch this process's fd 1
+        def write(self, text):
+            return len(text)
+
+        def flush(self):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    emb = tmp_path / "emb.csv"
+    emb.write_text("model,0\na,0\nb,1\nc,3\n")
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["select", str(emb), "--k", "2", "--tsv"]) == 141

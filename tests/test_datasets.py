@@ -1396,7 +1396,12 @@ def test_load_evals_names_a_damaged_gzip_file(tmp_path):
     plain.write_text("model,query,score\nm1,q1,1\n")
     cut = tmp_path / "cut.csv.gz"
     cut.write_bytes(gzip.compress(b"model,query,score\n" + b"m1,q1,1\n" * 200)[:40])
-    for path in (plain, cut):
+    # Corrupt deflate data raises zlib.error, which escaped as it was.
+    corrupt = bytearray(gzip.compress(b"model,query,score\n" + b"m1,q1,1\n" * 200))
+    corrupt[30:40] = b"\xff" * 10
+    (tmp_path / "corrupt.csv.gz").write_bytes(bytes(corrupt))
+    (tmp_path / "corrupt.jsonl.gz").write_bytes(bytes(corrupt))
+    for path in (plain, cut, tmp_path / "corrupt.csv.gz", tmp_path / "corrupt.jsonl.gz"):
         with pytest.raises(ValueError, match=f"{path.name}.*could not be read as gzip"):
             load_evals(path)
 

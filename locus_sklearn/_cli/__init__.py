@@ -15,7 +15,9 @@ Every command takes ``--threads N`` and ``--debug``; those that print results
 take ``--json``. Errors are one line on stderr (``locus COMMAND: error: ...``)
 with exit status 1 (invalid data or values), 2 (a bad command line) or 3 (a
 file that cannot be read or written, or a port ``serve`` cannot listen on);
-``--debug`` shows the traceback instead.
+``--debug`` shows the traceback instead. An interrupted command (Ctrl-C)
+exits with 130; one whose stdout reader went away (``locus route ... |
+head``) stops quietly with 141 (128 + SIGPIPE, as shell tools report it).
 
 Modules: ``_parser`` builds the parser, ``_commands`` runs the subcommands,
 ``_io`` reads and writes files and formats output, ``_demo`` is ``locus
@@ -28,7 +30,7 @@ import sys
 import warnings
 
 from ._errors import (
-    EXIT_ERROR,
+    EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     exit_status,
@@ -89,8 +91,9 @@ def main(argv=None):
     status : int
         0 on success; 1 for invalid data or values, 3 for a file that cannot
         be read or written or a port that cannot be opened (each reported as
-        one line on stderr); 130 when interrupted. A bad command line exits
-        with status 2 (from argparse).
+        one line on stderr); 130 when interrupted; 141 (128 + SIGPIPE, with
+        no message) when the reader of stdout closed it early (``locus route
+        ... | head``). A bad command line exits with status 2 (from argparse).
 
     Examples
     --------
@@ -121,13 +124,20 @@ def run(args):
     where = f"{PROG} {args.command}"
     try:
         with _one_line_warnings(where), _threads(getattr(args, "threads", None)):
-            return args.func(args)
+            status = args.func(args)
+            # Output still buffered would otherwise meet a closed pipe at
+            # exit, outside this handler (a traceback and status 120).
+            if sys.stdout is not None:
+                sys.stdout.flush()
+            return status
     except BrokenPipeError:
         # The reader of stdout went away (``locus route ... | head``): stop
-        # quietly, and keep Python from failing again when it flushes stdout.
+        # quietly with the status of a program SIGPIPE ends (not 1, which
+        # says the data was invalid), and keep Python from failing again
+        # when it flushes stdout.
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_ERROR
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         if debug:
             raise

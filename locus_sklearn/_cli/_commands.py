@@ -547,6 +547,7 @@ def cmd_onboard(args):
 # ---------------------------------------------------------------------- select
 def _selector(args, names, X, costs):
     from .. import BudgetGreedySelector, KCenterSelector, KMedoidsSelector
+    from .._selectors import _within_budget
 
     if args.budget is not None:
         if args.method:
@@ -560,7 +561,12 @@ def _selector(args, names, X, costs):
                 "cost units.",
                 status=EXIT_USAGE,
             )
-        if costs is not None and len(costs) and args.budget < costs.min():
+        # The selector's own test: a budget within rounding of a cost fits.
+        if (
+            costs is not None
+            and len(costs)
+            and not _within_budget([costs.min()], args.budget)
+        ):
             cheapest = int(np.argmin(costs))
             raise ValueError(
                 f"--budget {args.budget:g} is below the cheapest model's cost in "
@@ -689,7 +695,7 @@ def cmd_neighbors(args):
     from ..inspection import nearest_models
 
     terms = [("model=", "MODEL "), ("k=", "--k "), ("metric=", "--metric ")]
-    if str(args.router).lower().endswith(".csv"):
+    if str(args.router).lower().endswith((".csv", ".csv.gz")):
         for option in ("encoder", "encodings", "device"):
             if getattr(args, option, None) is not None:
                 raise CommandError(
@@ -765,16 +771,24 @@ def cmd_match(args):
             )
         # Calibrate for the smallest probe: its rates are the noisiest, so a
         # threshold that lets few different-model pairs through there lets
-        # fewer through for the larger probes.
-        sizes = endpoints.groupby("model")["query"].nunique()
-        n_evals = int(sizes.min())
+        # fewer through for the larger probes. A probe is the endpoint's
+        # queries that KNOWN has too: only those are compared, and counting
+        # the others would calibrate on larger, less noisy sets than are
+        # compared, a threshold too loose (false matches).
+        in_known = endpoints["query"].isin(set(known["query"]))
+        sizes = (
+            endpoints[in_known]
+            .groupby("model")["query"]
+            .nunique()
+            .reindex(endpoints["model"].unique(), fill_value=0)
+        )
+        n_evals = int(sizes.min())  # at most n_known: queries of KNOWN only
         if n_evals < args.min_shared:
             raise ValueError(
-                f"Endpoint {sizes.idxmin()!r} has scores on {n_evals} queries, fewer "
-                f"than --min-shared {args.min_shared}: score it on more of the known "
-                "queries, or lower --min-shared."
+                f"Endpoint {sizes.idxmin()!r} has scores on {n_evals} of KNOWN's "
+                f"queries, fewer than --min-shared {args.min_shared}: score it on "
+                "more of the known queries, or lower --min-shared."
             )
-        n_evals = min(n_evals, n_known)
         with _in_option_terms(*_CALIBRATE_THRESHOLD_TERMS, common=False):
             calibration = calibrate_score_threshold(
                 known,
@@ -787,7 +801,8 @@ def cmd_match(args):
         note(
             f"threshold {threshold:.4f}: lets {calibration.false_match_rate:.1%} of "
             f"the pairs of different known models through on random sets of "
-            f"{n_evals} known queries (target {args.false_match_rate:.1%})"
+            f"{n_evals} known queries, the fewest any endpoint shares with KNOWN "
+            f"(target {args.false_match_rate:.1%})"
         )
     with _in_option_terms(*_MATCH_TERMS, common=False):
         table = match_models_by_scores(

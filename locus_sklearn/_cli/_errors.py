@@ -13,6 +13,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_IO",
     "EXIT_INTERRUPTED",
+    "EXIT_BROKEN_PIPE",
     "CommandError",
     "exit_status",
     "interrupts_kept",
@@ -29,6 +30,11 @@ EXIT_USAGE = 2
 #: or a port ``locus serve`` cannot listen on (in use, not permitted).
 EXIT_IO = 3
 EXIT_INTERRUPTED = 130
+#: The reader of stdout closed it early (``locus route ... | head``): 128 +
+#: SIGPIPE (13), the status of a program the signal ends, as shell tools
+#: report it; not 1, which would say the data was invalid. Written out, as
+#: Windows has no signal.SIGPIPE.
+EXIT_BROKEN_PIPE = 141
 
 
 class CommandError(Exception):

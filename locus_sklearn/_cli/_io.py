@@ -8,12 +8,14 @@ write against the target, never against a temporary file.
 
 import contextlib
 import csv
+import gzip
 import io
 import json
 import os
 import re
 import sys
 import warnings
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -182,6 +184,12 @@ def progress_to_stderr():
 
 
 # ----------------------------------------------------------------- evaluations
+#: Errors of reading a file whose bytes are wrong (not gzip, cut short,
+#: corrupt, not UTF-8): malformed data (status 1), not an unreadable file,
+#: although gzip's BadGzipFile is an OSError (status 3).
+_UNREADABLE = (gzip.BadGzipFile, EOFError, zlib.error, UnicodeDecodeError)
+
+
 def _csv_separator(path):
     lower = os.fspath(path).lower()
     if lower.endswith((".csv", ".csv.gz")):
@@ -201,6 +209,10 @@ def _check_header(path, sep):
             f"The evaluations file {os.fspath(path)!r} is empty; it needs a header "
             "line (model, query, score) and one row per evaluation."
         ) from None
+    except (*_UNREADABLE, pd.errors.ParserError):
+        # Not gzip, cut short, not UTF-8, an unclosed quote: load_evals reads
+        # the whole file and reports each naming it (status 1, read_evals).
+        return
     names = [str(n).strip() for n in first.iloc[0].tolist()]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -224,7 +236,7 @@ def _first_bad_score(path):
             raw = pd.read_json(path, lines=True, dtype=False)["score"]
         else:
             raw = pd.read_parquet(path, columns=["score"])["score"]
-    except (ValueError, KeyError, OSError, ImportError):
+    except (ValueError, KeyError, OSError, ImportError, *_UNREADABLE):
         return None
     present = raw.notna() & (raw.astype(str).str.strip() != "")
     number = pd.to_numeric(raw.where(present), errors="coerce")
@@ -396,15 +408,35 @@ def _read_csv(path, what, **options):
     """``pd.read_csv`` of every column as read (never one taken as the index),
     with one-line errors naming the ``what`` file; a row with more fields
     than the header is refused (pandas would shift it, or drop its extra
-    fields)."""
+    fields). A name ending in ``.gz`` is read as gzip, as evaluations files
+    are; no other compression is inferred (both reads below must agree)."""
     try:
         with warnings.catch_warnings():
             # A row with extra fields: refused below, naming the row.
             warnings.simplefilter("ignore", pd.errors.ParserWarning)
-            frame = pd.read_csv(path, index_col=False, **options)
+            frame = pd.read_csv(
+                path, index_col=False, compression=_compression(path), **options
+            )
     except FileNotFoundError:
         raise FileNotFoundError(f"No such {what} file: {str(path)!r}.") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except IsADirectoryError:
+        raise IsADirectoryError(
+            f"The {what} file {str(path)!r} is a folder, not a file."
+        ) from None
+    except PermissionError:
+        raise PermissionError(
+            f"The {what} file {str(path)!r} cannot be read: permission denied."
+        ) from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise ValueError(
+            f"Could not read the {what} file {str(path)!r} as gzip: {exc}"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"Could not read the {what} file {str(path)!r}: it is not UTF-8 text "
+            f"({exc}); save it as UTF-8 csv."
+        ) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(
             f"Could not read the {what} file {str(path)!r}: {exc}"
         ) from None
@@ -412,11 +444,17 @@ def _read_csv(path, what, **options):
     return frame
 
 
+def _compression(path):
+    """How :func:`_read_csv` decompresses ``path``: gzip for ``.gz``."""
+    return "gzip" if os.fspath(path).lower().endswith(".gz") else None
+
+
 def _check_no_extra_fields(path, what):
     """Refuse a csv row with more fields than the header, naming the row
     (``m,1,5`` under ``model,cost``: a decimal comma, or an unquoted
     comma in a name)."""
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    opener = gzip.open if _compression(path) == "gzip" else open
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle)
         row_number = 0
         try:
@@ -438,7 +476,8 @@ def _check_no_extra_fields(path, what):
 
 
 def read_costs(path):
-    """Read per-model costs from a csv file with columns ``model`` and ``cost``.
+    """Read per-model costs from a csv file with columns ``model`` and ``cost``
+    (gzip-compressed if its name ends in ``.gz``).
 
     Costs are validated by the estimators' own validator
     (:func:`~locus_sklearn.check_model_costs`).
@@ -631,8 +670,9 @@ def read_encodings(path):
 
 # ------------------------------------------------------------------ embeddings
 def read_embeddings(path):
-    """Model names and embeddings from a csv written by ``locus embed``: a
-    ``model`` column first, then one numeric column per dimension.
+    """Model names and embeddings from a csv written by ``locus embed`` (or
+    gzip-compressed, ``.csv.gz``): a ``model`` column first, then one
+    numeric column per dimension.
 
     Returns
     -------
@@ -761,7 +801,23 @@ def check_writable(path, what):
     Traceback (most recent call last):
     ...
     locus_sklearn._cli._errors.CommandError: cannot write ROUTER '/no/such/folder/router.locus': the folder '/no/such/folder' does not exist
+    >>> check_writable("router.locus/", "ROUTER")
+    Traceback (most recent call last):
+    ...
+    locus_sklearn._cli._errors.CommandError: cannot write ROUTER 'router.locus/': it ends with a path separator, so it names a folder; give a file name
     """
+    # Checked on the name as given: Path() drops a trailing separator and a
+    # last "." ("out/" and "out/." become "out"), so such a name would pass
+    # here and be refused by the save only after the work.
+    text = os.fspath(path)
+    name = os.path.basename(text)
+    if name in ("", ".", ".."):
+        ends = "ends with a path separator" if not name else f"ends with {name!r}"
+        raise CommandError(
+            f"cannot write {what} {text!r}: it {ends}, so it names a folder; "
+            "give a file name",
+            status=EXIT_IO,
+        )
     path = Path(path)
     folder = path.parent
     if path.is_dir():

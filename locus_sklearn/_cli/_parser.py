@@ -480,7 +480,8 @@ def _add_match(sub, common, output):
         "which correctness differs), and whether that is a match: under "
         "--threshold, or by default under a threshold that lets "
         "--false-match-rate of the pairs of different known models through on "
-        "random sets of as many known queries as the smallest endpoint has.",
+        "random sets of as many known queries as the endpoint with the fewest "
+        "queries of KNOWN has.",
     )
     p.add_argument(
         "known", metavar="KNOWN", help="evaluations (csv, parquet) of the known models"
@@ -583,7 +584,7 @@ def build_parser():
         epilog="Run `locus COMMAND --help` for a command's options. Exit status: "
         "0 success, 1 invalid data or values, 2 bad command line, 3 a file that "
         "cannot be read or written or a port that cannot be opened, 130 "
-        "interrupted.",
+        "interrupted, 141 the reader of stdout closed it early.",
     )
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {__version__}"

@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 import warnings
+import zlib
 from collections.abc import Mapping
 from decimal import Decimal
 
@@ -132,7 +133,8 @@ def json_lines(path, where, hint):
                 yield number, record
     except UnicodeDecodeError as exc:
         raise ValueError(f"{where} is not UTF-8 text: {exc}.") from None
-    except (gzip.BadGzipFile, EOFError) as exc:  # not gzip, or cut short
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        # not gzip, cut short, or its compressed data corrupt
         raise ValueError(f"{where} could not be read as gzip: {exc}.") from None
     if not found:
         raise ValueError(f"{where} holds no records (no non-blank line); {hint}")
@@ -212,7 +214,8 @@ def _read_table(path, name, string_columns, score_column=None):
         ) from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{name}={shown!r} is not UTF-8 text: {exc}.") from None
-    except (gzip.BadGzipFile, EOFError) as exc:  # not gzip, or cut short
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        # not gzip, cut short, or its compressed data corrupt
         raise ValueError(
             f"{name}={shown!r} could not be read as gzip: {exc}."
         ) from None

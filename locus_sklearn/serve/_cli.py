@@ -40,6 +40,7 @@ from .._cli._types import (
     model_list,
     nonnegative_float,
     nonnegative_int,
+    path,
     positive_float,
     positive_int,
     resolve_models,
@@ -101,7 +102,7 @@ def _encoder(args):
     ``--encodings`` is read (and checked, naming the file) as by every
     ``locus`` command; loading adds it to the encodings the router saved.
     """
-    if getattr(args, "encodings", None):
+    if getattr(args, "encodings", None) is not None:
         return read_encodings(args.encodings)
     return getattr(args, "encoder", None)
 
@@ -164,7 +165,7 @@ def _cmd_calibrate(args):
 
     if args.target_share is not None and not args.models:
         raise CommandError("--target-share needs --models", status=EXIT_USAGE)
-    if args.output:
+    if args.output is not None:
         check_writable(args.output, "ROUTER_OUT")  # before any work
         check_not_an_input(
             args.output,
@@ -186,7 +187,7 @@ def _cmd_calibrate(args):
             min_accuracy=args.min_accuracy,
             cv=args.cv,
         )
-    if args.output:
+    if args.output is not None:
         router.set_params(cost_weight=result.cost_weight)
         write_estimator(router, args.output, "ROUTER_OUT")
     if args.json:
@@ -200,7 +201,7 @@ def _cmd_calibrate(args):
         if result.accuracy == result.accuracy:
             print(f"accuracy     {result.accuracy:.4f}")
         print(f"n_queries    {result.n_queries}")
-    if args.output:
+    if args.output is not None:
         print(
             f"{PROG}: wrote {args.output} with cost_weight={result.cost_weight:.6g}",
             file=sys.stderr,
@@ -310,7 +311,7 @@ def _cmd_litellm(args):
     from ._litellm import litellm_config
 
     yaml = require("yaml")
-    if args.output:
+    if args.output is not None:
         check_writable(args.output, "FILE.yaml")  # before any work
         check_not_an_input(
             args.output,
@@ -321,7 +322,7 @@ def _cmd_litellm(args):
     with _in_option_terms(*_SERVE_TERMS, common=False):
         config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
     text = yaml.safe_dump(config, sort_keys=False)
-    if args.output:
+    if args.output is not None:
         write_text(text, args.output, "FILE.yaml")  # atomic
         print(f"{PROG}: wrote {args.output}", file=sys.stderr)
     else:
@@ -335,12 +336,14 @@ def _router_options(p):
     exclusive = p.add_mutually_exclusive_group()
     exclusive.add_argument(
         "--encoder",
+        type=path,
         metavar="DIR",
         help="a local sentence-transformers model directory (default: what the "
         "router was fitted with)",
     )
     exclusive.add_argument(
         "--encodings",
+        type=path,
         metavar="FILE.npz",
         help="precomputed query vectors: npz with arrays 'queries' and 'vectors'; "
         "added to those saved in a router fitted with them",
@@ -381,6 +384,7 @@ def _add_serve(subparsers):
     _router_options(p)
     p.add_argument(
         "--config",
+        type=path,
         metavar="GATEWAY.yaml",
         help="backends of the pool's models (YAML or JSON); enables the gateway",
     )
@@ -512,6 +516,7 @@ def _add_calibrate(subparsers):
     p.add_argument(
         "-o",
         "--output",
+        type=path,
         metavar="ROUTER_OUT",
         help="write the router with this cost weight (serve that file)",
     )
@@ -537,6 +542,7 @@ def _add_litellm_config(subparsers):
     _router_options(p)
     p.add_argument(
         "--config",
+        type=path,
         metavar="GATEWAY.yaml",
         required=True,
         help="the gateway configuration (backends)",
@@ -549,7 +555,11 @@ def _add_litellm_config(subparsers):
         help="fallbacks per model (default: fallback.max_attempts - 1)",
     )
     p.add_argument(
-        "-o", "--output", metavar="FILE.yaml", help="write here instead of stdout"
+        "-o",
+        "--output",
+        type=path,
+        metavar="FILE.yaml",
+        help="write here instead of stdout",
     )
     p.set_defaults(func=_cmd_litellm, handler=_cmd_litellm)
     return p
@@ -616,7 +626,8 @@ def main(argv=None):
         The statuses of ``locus`` (it runs the commands the same way): 0 on
         success, 1 for invalid data or values, 3 for a file that cannot be
         read or written or a port that cannot be opened (each one line on
-        stderr), 130 when interrupted. A bad command line exits with status 2
+        stderr), 130 when interrupted, 141 when the reader of stdout closed
+        it early (``... | head``). A bad command line exits with status 2
         (from argparse).
     """
     from .._cli import run
