@@ -1401,7 +1401,12 @@ def test_load_evals_names_a_damaged_gzip_file(tmp_path):
     corrupt[30:40] = b"\xff" * 10
     (tmp_path / "corrupt.csv.gz").write_bytes(bytes(corrupt))
     (tmp_path / "corrupt.jsonl.gz").write_bytes(bytes(corrupt))
-    for path in (plain, cut, tmp_path / "corrupt.csv.gz", tmp_path / "corrupt.jsonl.gz"):
+    for path in (
+        plain,
+        cut,
+        tmp_path / "corrupt.csv.gz",
+        tmp_path / "corrupt.jsonl.gz",
+    ):
         with pytest.raises(ValueError, match=f"{path.name}.*could not be read as gzip"):
             load_evals(path)
 

@@ -1225,6 +1225,72 @@ def test_embed_profile_refuses_a_task_given_twice():
     np.testing.assert_allclose(out, [[0.3, 0.6], [np.nan, 0.2]])
 
 
+def test_embed_profile_names_the_columns_a_query_table_lacks():
+    # A DataFrame without 'query' or 'task' failed with pandas' bare KeyError.
+    spy = _SpyEmbedder()
+    evals = pd.DataFrame(
+        {"model": ["a"], "query": ["q1"], "score": [1.0], "category": ["math"]}
+    )
+    message = (
+        r"queries_by_task is a DataFrame without the column\(s\) \['task'\] \(its "
+        r"columns: \['model', 'query', 'score', 'category'\]\).*'query' and 'task' "
+        r"columns .* or a mapping task -> sequence of queries"
+    )
+    with pytest.raises(ValueError, match=message):
+        embed_profile(spy, {"math": 0.5}, evals)
+    wide = pd.DataFrame({"math": ["q1"], "code": ["q2"]})
+    with pytest.raises(ValueError, match=r"column\(s\) \['query', 'task'\]"):
+        embed_profile(spy, {"math": 0.5}, wide)
+    assert not spy.calls
+
+
+def test_embed_profile_messages_for_profiles_naming_no_task():
+    # An empty mapping was called "Profile 0 ... (all NaN)", and a DataFrame
+    # profile was named by its numpy repr, "np.int64(0)".
+    spy = _SpyEmbedder()
+    queries = {"t": ["q1"]}
+    with pytest.raises(ValueError, match="task_accuracies is an empty mapping: it"):
+        embed_profile(spy, {}, queries)
+    with pytest.raises(ValueError, match="task_accuracies is an empty Series: it"):
+        embed_profile(spy, pd.Series(dtype=float), queries)
+    with pytest.raises(ValueError, match=r"DataFrame with 1 row\(s\) but no columns"):
+        embed_profile(spy, pd.DataFrame(index=[0]), queries)
+    labelled = pd.Index(np.array([7]))  # int64 labels: np.int64(7)
+    all_nan = pd.DataFrame({"t": [np.nan]}, index=labelled)
+    with pytest.raises(ValueError, match=r"^Profile 7 of task_accuracies \(a DataF"):
+        embed_profile(spy, all_nan, queries)
+    with pytest.raises(ValueError, match=r"for task 't' of profile 7 \(1 value"):
+        embed_profile(spy, pd.DataFrame({"t": [1.5]}, index=labelled), queries)
+    with pytest.raises(TypeError, match=r"for task 't' of profile 7 \(1 value"):
+        embed_profile(spy, pd.DataFrame({"t": [True]}, index=labelled), queries)
+    assert not spy.calls
+
+
+def test_task_profiles_are_means_of_float32_scores_and_exact_counts_halves():
+    evals = pd.DataFrame(
+        {
+            "model": ["a", "a", "a"],
+            "query": ["q1", "q2", "q3"],
+            "score": [0.1, 0.2, 0.35],
+            "task": ["x", "x", "y"],
+        }
+    )
+    profile = task_profiles(evals)
+    # Means of the stored float32 scores (documented): not 0.15 and 0.35.
+    f32 = [float(np.float32(v)) for v in (0.1, 0.2, 0.35)]
+    assert profile.loc["a", "x"] == (f32[0] + f32[1]) / 2
+    assert profile.loc["a", "y"] == f32[2] == 0.3499999940395355
+    # scores="exact" read 0.3499999940 * 10 as 3.4999999 and scored 3 of the
+    # 10 queries; 0.35 by hand is 3.5, which rounds (to even) to 4.
+    queries = {"y": [f"y{i}" for i in range(10)]}
+    out = embed_profile(_TaskMeans(), profile[["y"]], queries, scores="exact")
+    np.testing.assert_array_equal(out, [[0.4]])
+    # A half given in float64 rounds to even, as before; a non-half to nearest.
+    for accuracy, correct in [(0.35, 0.4), (0.25, 0.2), (0.26, 0.3), (0.34, 0.3)]:
+        out = embed_profile(_TaskMeans(), {"y": accuracy}, queries, scores="exact")
+        np.testing.assert_array_equal(out, [[correct]])
+
+
 def _three_model_profiles():
     def scores(math, code):
         return [1] * math + [0] * (20 - math) + [1] * code + [0] * (20 - code)
@@ -1578,6 +1644,57 @@ def test_model_map_tsne_of_one_dimensional_embeddings():
     np.testing.assert_array_equal(points, drawn(again))
 
 
+def test_dendrogram_figure_is_capped_and_unlabelled_for_large_pools():
+    # The figure grew 0.3 inch per model without bound: 602 x 603 inches at
+    # 2,000 models, and savefig ran out of memory at 3,000.
+    Z = np.random.default_rng(0).normal(size=(2000, 3))
+    fig = plot_model_dendrogram(Z)
+    np.testing.assert_array_equal(fig.get_size_inches(), [33.0, 34.0])
+    # 2,000 names would overlap: none is written, under the tree or the heatmap.
+    tree, heatmap = fig.axes[:2]
+    assert not tree.get_xticklabels()
+    assert not heatmap.get_xticklabels() and not heatmap.get_yticklabels()
+    fig = plot_model_dendrogram(Z, heatmap=False)
+    np.testing.assert_array_equal(fig.get_size_inches(), [32.0, 4.0])
+    assert not fig.axes[0].get_xticklabels()
+    # Up to 100 models nothing changed: 0.3 inch per model (at least 4), names.
+    for n, size in [(4, 4.0), (20, 8.0), (100, 32.0)]:
+        names = [f"m{i}" for i in range(n)]
+        Z = np.random.default_rng(n).normal(size=(n, 3))
+        fig = plot_model_dendrogram(Z, names=names)
+        np.testing.assert_array_equal(fig.get_size_inches(), [size + 1, size + 2])
+        heatmap = fig.axes[1]
+        assert sorted(t.get_text() for t in heatmap.get_xticklabels()) == sorted(names)
+        fig = plot_model_dendrogram(Z, names=names, heatmap=False)
+        np.testing.assert_array_equal(fig.get_size_inches(), [size, 4.0])
+        assert len(fig.axes[0].get_xticklabels()) == n
+
+
+def test_plots_of_coinciding_models_raise_no_third_party_warning():
+    # All pointing one way: cosine distances all 0. PCA divided 0 by 0
+    # (numpy RuntimeWarning) and the dendrogram's y-limits were (0, 0)
+    # (matplotlib UserWarning).
+    Z = [[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ax = plot_model_map(Z)
+        np.testing.assert_array_equal(ax.collections[0].get_offsets(), np.zeros((3, 2)))
+        ax = plot_model_map([[1.0, 2.0]] * 3, metric="euclidean")
+        np.testing.assert_array_equal(ax.collections[0].get_offsets(), np.zeros((3, 2)))
+        for heatmap in (True, False):
+            fig = plot_model_dendrogram(Z, metric="cosine", heatmap=heatmap)
+            assert fig.axes[0].get_ylim() == (0.0, 1.0)
+
+
+def test_model_map_tsne_of_identical_embeddings():
+    # metric="euclidean" started t-SNE from a PCA of identical points, which
+    # scikit-learn scales by the first component's spread (0): the NaN start
+    # crashed the Python process (segmentation fault).
+    ax = plot_model_map([[1.0, 2.0]] * 3, method="tsne", metric="euclidean")
+    points = ax.collections[0].get_offsets()
+    assert points.shape == (3, 2) and np.isfinite(points).all()
+
+
 def test_model_map_refuses_ambiguous_groups():
     X = np.random.default_rng(0).normal(size=(4, 3))
     names = ["a", "b", "c", "d"]
@@ -1774,3 +1891,16 @@ def test_fingerprint_calibration_warns_of_few_evaluations_by_n_evals(router, poo
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # 240 evaluations: no warning at all
         calibrate_fingerprint_threshold(router, pool.evals, n_resamples=2, n_evals=16)
+
+
+def test_portfolio_curve_random_budget_portfolios_use_the_selectors_rounding():
+    # 0.1 + 0.2 is over the float 0.3; BudgetGreedySelector takes a total
+    # within rounding of the budget, and the random baselines of
+    # portfolio_curve must be held to the same budget: every maximal random
+    # portfolio under 0.3 holds both cheap models.
+    from locus_sklearn.inspection._portfolio import _random_feasible
+
+    rng = np.random.RandomState(0)
+    costs = np.array([0.1, 0.2, 5.0])
+    draws = [sorted(_random_feasible(costs, 0.3, rng).tolist()) for _ in range(20)]
+    assert draws == [[0, 1]] * 20

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from locus_sklearn.inspection import (
     calibrate_score_threshold,
+    fallback_order,
     match_models_by_scores,
+    nearest_models,
     score_disagreement,
 )
 
@@ -37,7 +39,8 @@ def test_binary_pool_against_itself():
     assert result.distance.columns.tolist() == ["a", "b", "c"]
     # a vs b differ on q2, q3 of 4; a vs c agree on q1-q3; b vs c differ on q2, q3 of 3.
     expected = [[0, 2 / 4, 0], [2 / 4, 0, 2 / 3], [0, 2 / 3, 0]]
-    np.testing.assert_allclose(result.distance.to_numpy(), expected)
+    # Distances are rounded to 6 decimals (2/3 reads 0.666667).
+    np.testing.assert_array_equal(result.distance.to_numpy(), np.round(expected, 6))
     np.testing.assert_array_equal(
         result.n_shared.to_numpy(), [[4, 4, 3], [4, 4, 3], [3, 3, 3]]
     )
@@ -173,6 +176,26 @@ def test_one_model_alone_is_said_to_be_alone():
 
 
 # ------------------------------------------------------------------------ matching
+
+
+def test_disagreements_equal_by_hand_are_ties():
+    # x disagrees with y by 0.3 / 3 and with z by 3 * 0.1 / 3: 0.1 each by
+    # hand. Stored as float32 they read 0.1000000040 and 0.1000000015, so z
+    # came first, against the documented rule (ties go to the first in
+    # sorted order, the lowest row).
+    q = ["q1", "q2", "q3"]
+    probe = _long({"x": dict.fromkeys(q, 0.0)})
+    known = _long({"y": {"q1": 0.3, "q2": 0.0, "q3": 0.0}, "z": dict.fromkeys(q, 0.1)})
+    distance = score_disagreement(probe, known, min_shared=3).distance
+    assert distance.loc["x", "y"] == distance.loc["x", "z"] == 0.1
+    matches = match_models_by_scores(probe, known, threshold=0.1, min_shared=3)
+    assert matches.loc["x"].tolist() == ["y", 0.1, 3, True]
+    D = score_disagreement(pd.concat([probe, known]), min_shared=3).distance
+    # |0.3 - 0.1| + 2 * 0.1 over 3 queries: 0.4 / 3, to 6 decimals.
+    assert D.loc["y", "z"] == 0.133333
+    assert fallback_order(D, metric="precomputed").loc["x"].tolist() == ["y", "z"]
+    nearest = nearest_models(D, "x", k=2, metric="precomputed")
+    assert nearest["model"].tolist() == ["y", "z"]
 
 
 def test_match_picks_the_nearest_and_applies_the_threshold():

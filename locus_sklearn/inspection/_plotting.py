@@ -3,6 +3,7 @@
 matplotlib is optional: it is imported when a plot is drawn.
 """
 
+import warnings
 from collections.abc import Mapping
 from numbers import Integral, Real
 
@@ -56,6 +57,15 @@ def plot_model_dendrogram(
     fig : matplotlib.figure.Figure
         With the dendrogram axes first, then the heatmap and its colour bar.
 
+    Notes
+    -----
+    The figure grows by 0.3 inch per model up to 100 models (about 32
+    inches, 3,200 pixels at matplotlib's default 100 dpi) and keeps that size
+    beyond, so that pools of thousands of models still render and save.
+    Past 100 models no model name is written (they would overlap); the leaf
+    order, left to right, is scipy's ``dendrogram(model_linkage(...),
+    no_plot=True)["leaves"]``. ``fig.set_size_inches`` resizes the figure.
+
     Examples
     --------
     >>> import matplotlib
@@ -71,27 +81,66 @@ def plot_model_dendrogram(
     D, names = pool_distances(embeddings, names, metric=metric)
     tree = linkage_of(D, method)
     labels = [str(n) for n in names]
-    size = max(4.0, 0.3 * len(D) + 2.0)
+    # 0.3 inch per model, up to _MAX_LABELLED models: an uncapped figure is
+    # 90,000 pixels wide at 3,000 models, which no backend can render (savefig
+    # fails for want of memory, a notebook's kernel dies). Past the cap the
+    # names would overlap, so none is written.
+    labelled = len(D) <= _MAX_LABELLED
+    size = max(4.0, 0.3 * min(len(D), _MAX_LABELLED) + 2.0)
     if not heatmap:
         fig, ax = plt.subplots(figsize=(size, 4.0), layout="constrained")
-        dendrogram(tree, labels=labels, ax=ax, leaf_rotation=90, color_threshold=None)
+        _draw_tree(
+            tree,
+            ax,
+            labels=labels if labelled else None,
+            no_labels=not labelled,
+            leaf_rotation=90,
+            color_threshold=None,
+        )
         ax.set_ylabel(f"{metric} distance ({method} linkage)")
         return fig
     fig = plt.figure(figsize=(size + 1.0, size + 2.0), layout="constrained")
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 3], width_ratios=[30, 1])
     ax_tree = fig.add_subplot(grid[0, 0])
-    leaves = dendrogram(tree, ax=ax_tree, no_labels=True)["leaves"]
+    leaves = _draw_tree(tree, ax_tree, no_labels=True)["leaves"]
     ax_tree.set_ylabel(f"{metric} distance")
     ax_tree.set_xticks([])
     ax_map = fig.add_subplot(grid[1, 0])
     distance = D[np.ix_(leaves, leaves)]
     image = ax_map.imshow(distance, cmap="viridis", aspect="auto")
-    ticks = np.arange(len(leaves))
-    ordered = [labels[i] for i in leaves]
-    ax_map.set_xticks(ticks, ordered, rotation=90)
-    ax_map.set_yticks(ticks, ordered)
+    if labelled:
+        ticks = np.arange(len(leaves))
+        ordered = [labels[i] for i in leaves]
+        ax_map.set_xticks(ticks, ordered, rotation=90)
+        ax_map.set_yticks(ticks, ordered)
+    else:
+        ax_map.set_xticks([])
+        ax_map.set_yticks([])
     fig.colorbar(image, cax=fig.add_subplot(grid[1, 1]), label=f"{metric} distance")
     return fig
+
+
+# Models past which plot_model_dendrogram stops growing and writes no names.
+_MAX_LABELLED = 100
+
+
+def _draw_tree(tree, ax, **kwargs):
+    """scipy's dendrogram on ``ax``; a tree of height 0 gets a unit y-axis.
+
+    When every model is at distance 0 from the others (e.g. identical
+    embeddings), scipy sets the y-limits to (0, 0), and matplotlib warns
+    that it widens them; that warning, and only it, is silenced here and the
+    axis is given a height of its own.
+    """
+    if tree[:, 2].max() > 0:
+        return dendrogram(tree, ax=ax, **kwargs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Attempting to set identical low and high ylims"
+        )
+        drawn = dendrogram(tree, ax=ax, **kwargs)
+    ax.set_ylim(0.0, 1.0)
+    return drawn
 
 
 def principal_coordinates(distances, n_components=2):
@@ -171,7 +220,8 @@ def plot_model_map(
         coordinates: the map that keeps pairwise distances as well as two
         dimensions can, and the PCA of Euclidean distances), or
         :class:`~sklearn.manifold.TSNE`. Precomputed distances
-        take "mds" or "tsne".
+        take "mds" or "tsne". Models that coincide all (every distance 0)
+        are drawn at the origin by "pca" and "mds".
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
         Geometry to preserve: with "cosine" PCA runs on L2-normalised
         embeddings, MDS and t-SNE on cosine distances; "precomputed" reads
@@ -184,8 +234,9 @@ def plot_model_map(
         Seeds t-SNE (PCA and MDS are deterministic). With
         ``metric="euclidean"`` t-SNE starts from the embeddings' PCA, except
         for 1-D embeddings, which have no second principal component (the
-        reason ``method="pca"`` refuses them): they, like the other metrics,
-        start from random points.
+        reason ``method="pca"`` refuses them), and identical embeddings,
+        which have no first: they, like the other metrics, start from
+        random points.
 
     Returns
     -------
@@ -241,18 +292,25 @@ def plot_model_map(
     if groups is not None:
         groups = _check_groups(groups, names)
     if method == "pca":
-        # svd_solver="full": the randomized solver PCA picks for wide inputs
-        # (d > 500) would draw a different map on every call.
-        points = PCA(n_components=2, svd_solver="full").fit_transform(
-            normalize(X) if metric == "cosine" else X
-        )
+        X = normalize(X) if metric == "cosine" else X
+        if (X == X[0]).all():
+            # One point (e.g. a collapsed fit, or, for "cosine", embeddings
+            # all pointing one way): PCA would divide its zero variance by
+            # zero, with a numpy warning. Every model is drawn at the origin.
+            points = np.zeros((len(X), 2))
+        else:
+            # svd_solver="full": the randomized solver PCA picks for wide
+            # inputs (d > 500) would draw a different map on every call.
+            points = PCA(n_components=2, svd_solver="full").fit_transform(X)
     elif method == "mds":
         points = principal_coordinates(X)
     else:
         perplexity = float(min(30.0, max(1.0, (len(names) - 1) / 3)))
         # A PCA start needs 2 principal components: 1-D embeddings, which
-        # t-SNE itself maps fine, start from random points instead.
-        pca_start = metric == "euclidean" and X.shape[1] >= 2
+        # t-SNE itself maps fine, start from random points instead. So do
+        # identical embeddings: t-SNE scales its PCA start by the first
+        # component's spread, 0 here, and the NaN start crashes the process.
+        pca_start = metric == "euclidean" and X.shape[1] >= 2 and not (X == X[0]).all()
         points = TSNE(
             n_components=2,
             metric=metric,

@@ -10,7 +10,7 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 
 from .._evals import check_evals, check_model_costs
-from .._selectors import KMedoidsSelector
+from .._selectors import KMedoidsSelector, _within_budget
 from ._common import check_models_in_pool, router_embeddings, router_routing
 
 # ExpectedAccuracySelector's warning that a step added nothing (a tie).
@@ -23,7 +23,9 @@ def _random_feasible(costs, budget, rng):
     """A random subset that fits the budget and to which no other model fits."""
     chosen, spent = [], []
     for m in rng.permutation(len(costs)):
-        if math.fsum([*spent, costs[m]]) <= budget:
+        # The selector's own test (a total within rounding of the budget
+        # fits), so the random portfolios are held to the same budget.
+        if _within_budget([*spent, costs[m]], budget):
             chosen.append(m)
             spent.append(costs[m])
     return np.asarray(chosen, dtype=np.int64)

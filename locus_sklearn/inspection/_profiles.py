@@ -32,7 +32,11 @@ def task_profiles(evals):
     -------
     profiles : DataFrame of shape (n_models, n_tasks)
         Indexed by model (sorted), one column per task (sorted); NaN where a
-        model has no evaluation on a task.
+        model has no evaluation on a task. Scores are stored as float32 (by
+        ``check_evals``), and a profile is the mean of the stored scores:
+        0/1 scores are exact (7 correct of 20 reads 0.35), but a graded
+        score of 0.7 reads 0.699999988, and the mean of 0.1 and 0.2 reads
+        0.1500000022, not 0.15000000000000002 as float64 arithmetic gives.
 
     Examples
     --------
@@ -78,6 +82,17 @@ def _queries_by_task(queries_by_task):
         isinstance(queries_by_task, Mapping)
         and {"query", "task"} <= set(queries_by_task)
     )
+    if isinstance(queries_by_task, pd.DataFrame):
+        absent = [c for c in ("query", "task") if c not in queries_by_task.columns]
+        if absent:
+            # Otherwise a bare KeyError from pandas, naming neither the
+            # parameter nor the columns the table has.
+            raise ValueError(
+                f"queries_by_task is a DataFrame without the column(s) {absent} "
+                f"(its columns: {_preview(queries_by_task.columns)}); pass a table "
+                "with 'query' and 'task' columns (e.g. an evals table, its task "
+                "column named 'task') or a mapping task -> sequence of queries."
+            )
     if is_table:
         query = _check_string_column(
             list(queries_by_task["query"]), "queries_by_task", "query"
@@ -175,7 +190,11 @@ def embed_profile(
     scores : {"bernoulli", "exact"}, default="bernoulli"
         "bernoulli" draws each score as a 0/1 with the task's accuracy (the
         paper's protocol, accuracies matched in expectation); "exact" scores
-        ``round(accuracy * n)`` of a task's ``n`` drawn queries as correct.
+        ``round(accuracy * n)`` of a task's ``n`` drawn queries as correct
+        (Python's ``round``: a half goes to the even count). A product within
+        float32 rounding of a half (relative 2**-22) counts as that half: the
+        means of :func:`task_profiles` carry it, so that a mean of 0.35 that
+        reads 0.3499999940 still gives 4 of 10 queries, as 0.35 does.
     random_state : int, RandomState instance or None, default=None
         Seeds the queries and scores.
 
@@ -213,7 +232,7 @@ def embed_profile(
     if outside.any():
         p, t = np.argwhere(outside)[0]
         where = (
-            f" of profile {profiles.index[p]!r}"
+            f" of profile {_label(profiles.index[p])!r}"
             if isinstance(task_accuracies, pd.DataFrame)
             else ""
         )
@@ -249,9 +268,12 @@ def embed_profile(
     for p, row in enumerate(values):
         used = [t for t, ok in zip(tasks, given[p], strict=True) if ok]
         if not used:
+            # Only a DataFrame row can get here: a single profile naming no
+            # task, or giving one NaN, was refused by _task_accuracies.
             raise ValueError(
-                f"Profile {profiles.index[p]!r} of task_accuracies gives no task "
-                "accuracy (all NaN); give each profile at least one."
+                f"Profile {_label(profiles.index[p])!r} of task_accuracies (a "
+                "DataFrame row) gives no task accuracy (all NaN); give each "
+                "profile at least one."
             )
         pool = np.concatenate([queries[t] for t in used])
         task_of = np.repeat(used, [len(queries[t]) for t in used])
@@ -264,7 +286,7 @@ def embed_profile(
                 score[at] = rng.random_sample(len(at)) < accuracy[t]
             else:
                 correct = np.zeros(len(at))
-                correct[: int(round(accuracy[t] * len(at)))] = 1.0
+                correct[: _exact_count(accuracy[t], len(at))] = 1.0
                 score[at] = rng.permutation(correct)
         frames.append(
             pd.DataFrame(
@@ -289,6 +311,32 @@ def embed_profile(
     return embeddings
 
 
+def _exact_count(accuracy, n):
+    """``round(accuracy * n)``, a product within float32 rounding of a half
+    counted as that half.
+
+    Scores are stored as float32, so a task profile's mean carries a relative
+    error of up to 2**-24 (0.35 reads 0.3499999940): 0.35 * 10 is 3.5, which
+    rounds to 4, but 0.3499999940 * 10 would round to 3. Four times that
+    error is the tolerance; a half then rounds to even, as round(3.5) does.
+
+    >>> _exact_count(0.35, 10), _exact_count(float(np.float32(0.35)), 10)
+    (4, 4)
+    >>> _exact_count(0.25, 10), _exact_count(0.26, 10)  # 2.5 -> 2, 2.6 -> 3
+    (2, 3)
+    """
+    product = accuracy * n
+    half = np.floor(product) + 0.5
+    if abs(product - half) <= 2.0**-22 * product:
+        product = half
+    return int(round(product))
+
+
+def _label(value):
+    """A profile's label as the Python value it holds (0, not np.int64(0))."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _task_accuracies(task_accuracies):
     """The profiles as a float DataFrame (n_profiles, n_tasks), NaN where a
     DataFrame leaves a task out; task names (the columns) are checked to be
@@ -301,10 +349,21 @@ def _task_accuracies(task_accuracies):
                 "task_accuracies is a DataFrame with no rows; give one profile "
                 "(per-task accuracies) per row, at least one."
             )
+        if not len(frame.columns):
+            raise ValueError(
+                f"task_accuracies is a DataFrame with {len(frame)} row(s) but no "
+                "columns: it names no task. Give one column per task, one "
+                "profile per row."
+            )
         kind = "DataFrame"
     elif isinstance(task_accuracies, Mapping | pd.Series):
         kind = "mapping" if isinstance(task_accuracies, Mapping) else "Series"
         items = list(task_accuracies.items())
+        if not items:
+            raise ValueError(
+                f"task_accuracies is an empty {kind}: it names no task. Give one "
+                "profile as task -> accuracy, with at least one task."
+            )
         frame = pd.DataFrame(
             [[v for _, v in items]], columns=[k for k, _ in items], dtype=object
         )
@@ -348,7 +407,7 @@ def _task_accuracies(task_accuracies):
                 "profile cannot leave a task out that way: drop the task from it, "
                 "or pass a DataFrame, where NaN leaves a task out of a profile."
             )
-        where = f" of profile {frame.index[p]!r}" if kind == "DataFrame" else ""
+        where = f" of profile {_label(frame.index[p])!r}" if kind == "DataFrame" else ""
         raise TypeError(
             f"task_accuracies must hold accuracies as numbers in [0, 1] (not bool "
             f"or str); got {value!r} ({type(value).__name__}) for task "

@@ -27,12 +27,14 @@ __all__ = [
 
 # Scores are stored as float32 (check_evals), so a disagreement carries their
 # rounding: |0.3 - 0.1| reads 0.2000000104, which a threshold of 0.2 would
-# refuse. Storage rounding is at most half a float32 ulp per score (3e-8 in
-# [0, 1]), so rounding disagreements to 6 decimals before they meet a
-# threshold takes it away (a value on the 1e-6 grid rounds back onto it)
-# while keeping apart any two rates of 0/1 scores over fewer than a million
-# queries (k / n steps by over 1e-6). Matching and calibration compare the
-# same rounded values, so a calibrated rate is the rate matching gives.
+# refuse, and two disagreements of 0.1 by hand read 0.1000000040 and
+# 0.1000000015, which ranks one before the other. Storage rounding is at
+# most half a float32 ulp per score (3e-8 in [0, 1]), so rounding
+# disagreements to 6 decimals takes it away (a value on the 1e-6 grid rounds
+# back onto it) while keeping apart any two rates of 0/1 scores over fewer
+# than a million queries (k / n steps by over 1e-6). score_disagreement
+# returns the rounded values, so that matching, calibration, the neighbour
+# functions and the plots all compare, rank and break ties on the same ones.
 _DECIMALS = 6
 
 
@@ -85,11 +87,16 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     Unlike an embedding, this needs the models scored on the same queries,
     and reads nothing else about them.
 
-    Scores are stored as float32 (by ``check_evals``), so the distances
-    carry its rounding: ``|0.3 - 0.1|`` reads 0.2000000104.
-    :func:`match_models_by_scores` and :func:`calibrate_score_threshold`
-    round distances to 6 decimals (1e-6, far above that rounding) before
-    comparing them with a threshold, so that this one meets 0.2.
+    Scores are stored as float32 (by ``check_evals``), whose rounding
+    would make ``|0.3 - 0.1|`` read 0.2000000104, over a threshold of 0.2,
+    and split ties: two disagreements of 0.1 by hand would read 0.1000000040
+    and 0.1000000015. So distances are rounded to 6 decimals (1e-6, far
+    above that rounding, and finer than the steps ``k / n`` of a rate of 0/1
+    scores over fewer than a million queries): that one reads 0.2, equal
+    distances are equal, and ties in :func:`match_models_by_scores`,
+    :func:`~locus_sklearn.inspection.nearest_models` or
+    :func:`~locus_sklearn.inspection.fallback_order` go by their stated
+    rule (the first model in sorted order).
 
     Parameters
     ----------
@@ -109,9 +116,10 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     result : :class:`~sklearn.utils.Bunch`
         ``distance``, a DataFrame of shape (n_models, n_reference) indexed by
         the models of ``evals`` and with the reference models as columns (both
-        sorted), holding the disagreement in [0, 1], NaN where a pair shares
-        fewer than ``min_shared`` queries; ``n_shared``, a DataFrame of the
-        same shape with the number of common queries of each pair.
+        sorted), holding the disagreement in [0, 1] rounded to 6 decimals,
+        NaN where a pair shares fewer than ``min_shared`` queries;
+        ``n_shared``, a DataFrame of the same shape with the number of common
+        queries of each pair.
 
     Raises
     ------
@@ -198,7 +206,7 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
             f"{int(off.max()) if off.size else 0}; {len(shared)} queries appear on "
             "both sides). Score the models on the same queries, or lower min_shared."
         )
-    distance = np.where(common >= min_shared, rate, np.nan)
+    distance = _rounded(np.where(common >= min_shared, rate, np.nan))
     index, columns = pd.Index(table.models), pd.Index(reference.models)
     return Bunch(
         distance=pd.DataFrame(distance, index=index, columns=columns),
@@ -240,11 +248,12 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     matches : DataFrame of shape (n_models, 4)
         Indexed by the models of ``evals`` (sorted), with columns ``nearest``
         (the reference model with the smallest disagreement; ties go to the
-        first in sorted order), ``distance`` (that disagreement), ``n_shared``
-        (the queries it was measured on) and ``is_match`` (``distance``
-        rounded to 6 decimals ``<= threshold``: scores are stored as float32,
-        whose rounding would put a distance of 0.2 at 0.2000000104, over a
-        threshold of 0.2).
+        first in sorted order), ``distance`` (that disagreement, rounded to 6
+        decimals as :func:`score_disagreement` rounds it: scores are stored
+        as float32, whose rounding would put a distance of 0.2 at
+        0.2000000104, over a threshold of 0.2, and split ties),
+        ``n_shared`` (the queries it was measured on) and ``is_match``
+        (``distance <= threshold``).
 
     Raises
     ------
@@ -300,6 +309,8 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
             f"{_preview(described)}. "
             "Score them on the reference models' queries, or lower min_shared."
         )
+    # The distances are rounded (score_disagreement), so models tied by hand
+    # are tied here, and nanargmin takes the first of them in sorted order.
     nearest = np.nanargmin(distance, axis=1)
     rows = np.arange(len(distance))
     best = distance[rows, nearest]
@@ -308,7 +319,7 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
             "nearest": result.distance.columns.to_numpy()[nearest],
             "distance": best,
             "n_shared": n_shared[rows, nearest],
-            "is_match": _rounded(best) <= threshold,
+            "is_match": best <= threshold,
         },
         index=pd.Index(result.distance.index.to_numpy()),
     )
