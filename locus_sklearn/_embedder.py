@@ -35,6 +35,7 @@ from ._training import (
     NETWORK_PARAMS,
     embed_models,
     fit_network,
+    full_precision,
     predict_proba,
     readout_pool,
 )
@@ -369,13 +370,23 @@ class LocusEmbedder(
         rows (too few queries, or no model left two training rows) warns and
         trains without them.
     early_stopping : {"valid_loss", "valid_routing_accuracy"} or None, default="valid_loss"
-        Validation score monitored for early stopping; the best epoch's
-        weights are restored. None trains for ``max_epochs``.
+        Validation score monitored for early stopping. An epoch improves on
+        the best so far only by more than 1e-4 of it (relative:
+        ``valid_loss`` below ``best * (1 - 1e-4)``, accuracy above
+        ``best * (1 + 1e-4)``); the weights of the last improving epoch are
+        restored, which need not be the epoch of the very lowest loss.
+        The monitored score's column of ``net_.history``,
+        ``"valid_loss_best"`` or ``"valid_routing_accuracy_best"``, is True
+        at exactly the improving epochs, so its last True epoch is the one
+        restored. None trains for ``max_epochs``, and keeps the last epoch's
+        weights.
         "valid_routing_accuracy" needs held-out queries that two or more
         models answered (``fit`` raises a ValueError before training where
         there are none).
     patience : int, default=7
-        Epochs without improvement before stopping. Against 10, 7 restored
+        Epochs in a row without improvement (by more than 1e-4 relative, as
+        ``early_stopping`` says) before stopping: a score still falling by
+        less stops training too. Against 10, 7 restored
         the same weights in 28 of 30 benchmark fits, 3 epochs sooner; the
         other two stopped 18 and 29 epochs sooner at a slightly worse minimum
         (112 synthetic models: +0.0008 nats against the true P(correct);
@@ -396,7 +407,8 @@ class LocusEmbedder(
     inference_dtype : {"float32", "bfloat16"}, default="float32"
         Precision of ``transform``. bfloat16 is faster on CPUs and GPUs with
         bfloat16 matrix units; embeddings then differ from float32 by about 1e-2
-        relative.
+        relative. A caller's ``torch.autocast`` changes neither
+        ``transform`` nor ``predict_proba``: this is the one switch.
     transform_batch_tokens : int or "auto", default="auto"
         Evaluation tokens per forward pass in ``transform`` (a model with
         more rows gets a pass of its own); bounds memory when embedding
@@ -465,8 +477,12 @@ class LocusEmbedder(
     classes_ : ndarray of str, shape (n_models_fit,)
         The models trained on.
     net_ : skorch.NeuralNet
-        The trained network (``net_.module_`` is a :class:`~._nn.LocusNetwork`);
-        ``net_.history`` holds the training curves.
+        The trained network (``net_.module_`` is a :class:`~._nn.LocusNetwork`,
+        in float32 whatever torch's default dtype); ``net_.history`` holds
+        the training curves, and the epoch whose weights were kept is the
+        last one its ``"<early_stopping>_best"`` column marks (see
+        ``early_stopping``). The history is kept by pickling but not by
+        :meth:`save`: a loaded embedder's is empty (``n_epochs_`` is kept).
     n_epochs_ : int
         Epochs trained.
     embedding_scale_ : ndarray of shape (embedding_dim,)
@@ -956,16 +972,20 @@ class LocusEmbedder(
                 "it was saved by a version without refinement. Refit it, or use "
                 "refine_steps=0."
             )
-        return refine_embeddings(
-            self.net_.module_,
-            table,
-            X_query,
-            embeddings,
-            scale=self.embedding_scale_,
-            steps=self.refine_steps,
-            prior=self.refine_prior,
-            batch_tokens=self._batch_tokens(),
-        )
+        # float32 whatever a caller's autocast says, as embed_models and
+        # predict_proba run (inference_dtype is the package's own switch).
+        device = next(self.net_.module_.parameters()).device
+        with full_precision(device.type):
+            return refine_embeddings(
+                self.net_.module_,
+                table,
+                X_query,
+                embeddings,
+                scale=self.embedding_scale_,
+                steps=self.refine_steps,
+                prior=self.refine_prior,
+                batch_tokens=self._batch_tokens(),
+            )
 
     def _encoder_embeddings(self, table, X_query):
         """The encoder's embeddings of the models of ``table`` (unrefined)."""

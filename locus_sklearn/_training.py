@@ -52,13 +52,18 @@ __all__ = [
     "gather_queries",
     "held_out_rows",
     "fit_network",
+    "full_precision",
     "LocusNet",
+    "MarkedEarlyStopping",
     "predict_proba",
     "progress_sink",
     "RandomEpisodes",
+    "python_scalars",
     "readout_pool",
+    "trainable_torch",
     "ValidRoutingAccuracy",
     "split_rows_by_query",
+    "writable",
 ]
 
 # The estimator hyper-parameters that shape the network (LocusNetwork's
@@ -71,8 +76,78 @@ NETWORK_PARAMS = (
 # Early-stopping monitors: is lower better?
 MONITORS = {"valid_loss": True, "valid_routing_accuracy": False}
 #: EarlyStopping's relative threshold: a score counts as a new best only when
-#: it beats the last best by this fraction of it.
+#: it beats the last best by more than this fraction of it (the embedder's
+#: ``patience`` and ``early_stopping`` docs state it).
 EARLY_STOPPING_THRESHOLD = 1e-4
+
+
+def python_scalars(params):
+    """``params`` with NumPy scalars (also inside tuples) as Python ones.
+
+    The parameter constraints accept NumPy integers (what GridSearchCV draws
+    from an array grid), but torch's DataLoader refuses a ``batch_size``
+    that is not a Python int, with a message that names the value it was
+    given as if it were valid.
+    """
+
+    def scalar(value):
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, tuple):
+            return tuple(scalar(v) for v in value)
+        return value
+
+    return {name: scalar(value) for name, value in params.items()}
+
+
+def writable(array):
+    """``array`` for ``torch.as_tensor``: a copy where it is a read-only ndarray.
+
+    A read-only array (a joblib memmap in a worker process, a view of a
+    DataFrame's values) makes ``torch.as_tensor`` warn that writing to the
+    tensor is undefined behaviour; anything else is returned as it is, not
+    copied.
+    """
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
+        return array.copy()
+    return array
+
+
+def full_precision(device_type):
+    """A context that turns a caller's autocast off for ``device_type``.
+
+    ``inference_dtype`` is the package's own precision switch: under a
+    caller's autocast the network's matrix products would run in its lower
+    dtype, and results still typed float32 would be about 5e-3 off.
+    """
+    if autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def trainable_torch():
+    """Gradients on and float32 as the default dtype, for a training run.
+
+    A caller may fit inside ``torch.inference_mode()`` (which skorch's
+    ``set_grad_enabled`` cannot leave: backward then fails on tensors with
+    no ``grad_fn``) or under ``torch.no_grad()``, or with
+    ``torch.set_default_dtype(torch.float64)`` set (common in scientific
+    code): the network would then be built in float64 against the float32
+    query encodings. The caller's default dtype is set back on exit. It is
+    process-wide (another thread running torch meanwhile would see float32),
+    so it is changed only where it is not float32 already.
+    """
+    dtype = torch.get_default_dtype()
+    with torch.inference_mode(False), torch.enable_grad():
+        if dtype == torch.float32:
+            yield
+            return
+        torch.set_default_dtype(torch.float32)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(dtype)
 
 
 def split_rows_by_query(table, validation_fraction, rng):
@@ -472,6 +547,28 @@ class DivergenceCheck(Callback):
             raise self.diverged(net, f"the validation loss became {valid_loss}")
 
 
+class MarkedEarlyStopping(EarlyStopping):
+    """skorch's EarlyStopping, with its improvements marked in the history.
+
+    skorch's scoring marks ``valid_loss_best`` at every new lowest loss, with
+    no threshold, while EarlyStopping counts an epoch as an improvement only
+    when it beats the best so far by more than ``threshold`` (relative), and
+    restores the last such epoch's weights: the history could mark a later
+    epoch than the one restored. Here ``<monitor>_best`` is recorded (for
+    ``valid_loss``, over skorch's mark; it runs after skorch's scoring) as
+    True exactly at the epochs this callback counted as improvements, so the
+    last marked epoch is the one whose weights the fit keeps (``best_epoch_``).
+    """
+
+    def on_epoch_end(self, net, **kwargs):
+        epoch = net.history[-1, "epoch"]
+        try:
+            super().on_epoch_end(net, **kwargs)
+        finally:
+            # Also at the epoch that stops training (KeyboardInterrupt).
+            net.history.record(f"{self.monitor}_best", self.best_epoch_ == epoch)
+
+
 def _unwrapped(net):
     """A skorch net's module, unwrapped from any data-parallel wrapper."""
     return net._network() if hasattr(net, "_network") else net.module_
@@ -716,6 +813,7 @@ def build_net(
     net : LocusNet
         Not initialised.
     """
+    params = python_scalars(params)
     net_class = LocusNet
     extra = {"device": device, "verbose": verbose, **progress_params(verbose)}
     if accelerator is not None:
@@ -790,7 +888,7 @@ def _callbacks(params, valid_ds, n_models, bank):
         callbacks.append(
             (
                 "early_stopping",
-                EarlyStopping(
+                MarkedEarlyStopping(
                     monitor=monitor,
                     lower_is_better=MONITORS[monitor],
                     patience=params["patience"],
@@ -831,8 +929,20 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
     Returns
     -------
     net : LocusNet
-        Trained, in evaluation mode, holding no training encodings.
+        Trained in float32 (whatever torch's default dtype), in evaluation
+        mode, holding no training encodings.
     """
+    # Training needs gradients and float32, whatever the caller's context
+    # (inference mode, no_grad, a float64 default dtype).
+    with trainable_torch():
+        return _fit_network(
+            python_scalars(params), table, X_query, rng=rng, device=device,
+            verbose=verbose, accelerator=accelerator,
+        )  # fmt: skip
+
+
+def _fit_network(params, table, X_query, *, rng, device, verbose, accelerator):
+    """:func:`fit_network`, in its training context."""
     seed = int(rng.randint(np.iinfo(np.int32).max))
     is_valid = split_rows_by_query(table, params["validation_fraction"], rng)
     _warn_if_no_validation(params, table, is_valid)
@@ -872,11 +982,16 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
         net.initialize()
         net.query_bank_ = bank.to(net.device)
         net.partial_fit(train_ds, y=None)
-    # Do not keep (or pickle) the training encodings.
+    # Do not keep (or pickle) the training encodings, nor early stopping's
+    # copy of the best weights: it is read only at the end of training
+    # (restored by then), and would double the network's memory. Each fit
+    # builds a new net, so no later training reads it either.
     net.query_bank_ = None
     for _, callback in net.callbacks_:
         if isinstance(callback, ValidRoutingAccuracy):
             callback.bank = None
+        if isinstance(callback, EarlyStopping):
+            callback.best_model_weights_ = None
     net.module_.eval()
     return net
 
@@ -902,16 +1017,18 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
     """
     module.eval()
     device = next(module.parameters()).device
-    features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
+    features = torch.as_tensor(writable(X_query), dtype=torch.float32, device=device)
     if bfloat16:
         module = copy.deepcopy(module).to(torch.bfloat16)
         features = features.to(torch.bfloat16)
     indptr = table.indptr
     counts = np.diff(indptr)
-    query_index = torch.as_tensor(table.query_index, device=device)
-    score = torch.as_tensor(table.score, device=device)
+    query_index = torch.as_tensor(writable(table.query_index), device=device)
+    score = torch.as_tensor(writable(table.score), device=device)
     out = np.empty((table.n_models, module.embedding_dim), dtype=np.float32)
-    with torch.inference_mode():
+    # bfloat16 only where asked: a caller's autocast would also switch the
+    # encoder to its autocast path.
+    with torch.inference_mode(), full_precision(device.type):
         # Every batch gathers its tokens from the same features: compute the
         # per-query tables once, not once per batch (each projection of all U
         # rows cost about a sixth of a 16k-token batch's encoder pass). They
@@ -993,9 +1110,9 @@ def size_batches(counts, batch_tokens):
 def evaluation_sets(X_table, table, device):
     """:class:`~._readout.EvaluationSets` of a table and its query encodings."""
     return EvaluationSets(
-        torch.as_tensor(X_table, dtype=torch.float32, device=device),
-        torch.as_tensor(table.query_index, device=device),
-        torch.as_tensor(table.score, device=device),
+        torch.as_tensor(writable(X_table), dtype=torch.float32, device=device),
+        torch.as_tensor(writable(table.query_index), device=device),
+        torch.as_tensor(writable(table.score), device=device),
         table.indptr,
     )
 
@@ -1004,7 +1121,7 @@ def readout_pool(module, X_table, table):
     """The :class:`~._readout.ReadoutPool` of a table, on ``module``'s device: what
     the kernel readout reads from the pool, built once for many predictions."""
     device = next(module.parameters()).device
-    with torch.inference_mode():
+    with torch.inference_mode(), full_precision(device.type):
         return ReadoutPool(evaluation_sets(X_table, table, device))
 
 
@@ -1033,17 +1150,14 @@ def predict_proba(
     """
     module.eval()
     device = next(module.parameters()).device
-    queries = torch.as_tensor(X_query, dtype=torch.float32, device=device)
+    queries = torch.as_tensor(writable(X_query), dtype=torch.float32, device=device)
     # float32 whatever a caller's autocast says (inference_dtype is the
     # package's own switch); the readout's reductions need it.
-    precision = contextlib.nullcontext()
-    if autocast_enabled(device.type):
-        precision = torch.autocast(device.type, enabled=False)
-    with torch.inference_mode(), precision:
+    with torch.inference_mode(), full_precision(device.type):
         if evaluations is not None and not isinstance(evaluations, ReadoutPool):
             evaluations = readout_pool(module, *evaluations)
         logits = module.pairwise_logits(
-            torch.as_tensor(embeddings, device=device),
+            torch.as_tensor(writable(embeddings), device=device),
             queries,
             evaluations,
             readout_neighbors=readout_neighbors,

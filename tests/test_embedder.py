@@ -119,6 +119,27 @@ def test_same_random_state_gives_identical_fit(
     assert not np.array_equal(a, c.transform(evals))
 
 
+def test_numpy_integer_params_train(
+    pool, tiny_embedder, model_names, rows_of, tmp_path
+):
+    # GridSearchCV draws NumPy integers from an array grid: they passed the
+    # parameter checks, then torch's DataLoader refused batch_size=np.int64(8)
+    # as "batch_size should be a positive integer value, but got batch_size=8".
+    evals = rows_of(pool.evals, model_names[:4])
+    ints = dict(batch_size=8, max_epochs=2, episodes_per_epoch=16, dec_size=32)
+    ints.update(patience=1, enc_size=(8, 64))
+    expected = tiny_embedder(pool.encodings, **ints).fit(evals)
+    numpy_ints = {
+        name: tuple(map(np.int64, v)) if isinstance(v, tuple) else np.int64(v)
+        for name, v in ints.items()
+    }
+    emb = tiny_embedder(pool.encodings, **numpy_ints).fit(evals)
+    assert emb.n_epochs_ == expected.n_epochs_
+    np.testing.assert_array_equal(emb.transform(evals), expected.transform(evals))
+    # The parameters are left as given (fit converts its own copy).
+    assert type(emb.batch_size) is np.int64
+
+
 def test_fit_leaves_global_torch_rng_alone(pool, tiny_embedder, model_names, rows_of):
     import torch
 

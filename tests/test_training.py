@@ -5,6 +5,7 @@ The tiny settings and the ``pool`` fixture are in conftest.py.
 """
 
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -572,3 +573,147 @@ def test_encoder_runs_on_torch_before_2_4(pool, tiny_embedder, monkeypatch):
     monkeypatch.setattr(torch, "is_autocast_enabled", lambda: False)
     monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: False, raising=False)
     np.testing.assert_array_equal(emb.transform(pool.evals), expected)
+
+
+def test_fit_trains_in_float32_under_a_float64_default_dtype(pool, tiny_embedder):
+    # Scientific code often sets a float64 default (BoTorch, GPyTorch): the
+    # network was then built in float64 against float32 encodings and the
+    # first step failed inside torch ("mat1 and mat2 must have the same dtype").
+    import torch
+
+    expected = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    torch.set_default_dtype(torch.float64)
+    try:
+        emb = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+        assert torch.get_default_dtype() == torch.float64  # the caller's, kept
+    finally:
+        torch.set_default_dtype(torch.float32)
+    dtypes = {p.dtype for p in emb.net_.module_.parameters()}
+    assert dtypes == {torch.float32}
+    np.testing.assert_array_equal(
+        emb.transform(pool.evals), expected.transform(pool.evals)
+    )
+
+
+@pytest.mark.parametrize("context", ["inference_mode", "no_grad"])
+def test_fit_trains_inside_a_callers_inference_mode(pool, tiny_embedder, context):
+    # skorch turns gradients back on under no_grad but cannot leave inference
+    # mode: backward failed there with a raw autograd error.
+    import torch
+
+    expected = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    with getattr(torch, context)():
+        emb = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+        assert not torch.is_grad_enabled()  # the caller's mode, kept
+    np.testing.assert_array_equal(
+        emb.transform(pool.evals), expected.transform(pool.evals)
+    )
+
+
+def test_early_stopping_history_marks_the_restored_epoch(pool, tiny_embedder):
+    """An epoch improves only by more than 1e-4 of the best loss so far: with a
+    tiny lr the loss falls by less each epoch, so training stops after
+    ``patience`` epochs, keeping epoch 1's weights; ``valid_loss_best`` marks
+    just that epoch (skorch's mark, with no threshold, marked every epoch)."""
+    from locus_sklearn._training import EARLY_STOPPING_THRESHOLD
+
+    params = dict(lr=5e-7, dropout=0.0, query_noise=0.0, max_epochs=8, patience=2)
+    emb = tiny_embedder(pool.encodings, **params).fit(pool.evals)
+    stopping = dict(emb.net_.callbacks_)["early_stopping"]
+    # No spare copy of the best weights is kept after fit (it doubled the
+    # network's memory; they were restored already).
+    assert stopping.best_model_weights_ is None
+    history = emb.net_.history
+    losses = history[:, "valid_loss"]
+    assert (np.diff(losses) < 0).all()  # still falling (about 3e-5 an epoch)
+    # Hand-replayed rule: a new best beats the last best by the threshold.
+    best, marks = np.inf, []
+    for loss in losses:
+        marks.append(bool(loss < best * (1 - EARLY_STOPPING_THRESHOLD)))
+        best = loss if marks[-1] else best
+    assert marks == [True, False, False]
+    assert history[:, "valid_loss_best"] == marks
+    assert emb.n_epochs_ == 3
+    assert stopping.best_epoch_ == 1
+    # The restored weights are epoch 1's: those of a fit stopped there.
+    params.update(max_epochs=1, early_stopping=None)
+    first = tiny_embedder(pool.encodings, **params)
+    np.testing.assert_array_equal(
+        emb.transform(pool.evals), first.fit(pool.evals).transform(pool.evals)
+    )
+
+
+def test_marked_early_stopping_marks_improvements_of_a_higher_is_better_score():
+    import torch
+    from skorch.history import History
+
+    from locus_sklearn._training import MarkedEarlyStopping
+
+    stopping = MarkedEarlyStopping(
+        monitor="valid_routing_accuracy", lower_is_better=False, patience=5
+    ).initialize()
+    net = SimpleNamespace(history=History(), module_=torch.nn.Linear(1, 1), verbose=0)
+    stopping.on_train_begin(net)
+    # 0.50002 is below 0.5 * (1 + 1e-4): no improvement.
+    for epoch, score in enumerate([0.5, 0.50002, 0.6, 0.6], start=1):
+        net.history.new_epoch()
+        net.history.record("epoch", epoch)
+        net.history.record("valid_routing_accuracy", score)
+        stopping.on_epoch_end(net)
+    assert net.history[:, "valid_routing_accuracy_best"] == [True, False, True, False]
+    assert stopping.best_epoch_ == 3
+
+
+@pytest.mark.parametrize("refine_steps", [0, 3])
+def test_embeddings_under_a_callers_autocast(pool, tiny_embedder, refine_steps):
+    # inference_dtype is the precision switch: a caller's autocast made
+    # transform (and the refinement) run in bfloat16, about 5e-3 off.
+    import torch
+
+    emb = tiny_embedder(pool.encodings, max_epochs=1, refine_steps=refine_steps)
+    emb.fit(pool.evals)
+    expected = emb.transform(pool.evals)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        Z = emb.transform(pool.evals)
+    assert Z.dtype == np.float32
+    np.testing.assert_allclose(Z, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, monkeypatch):
+    """Read-only inputs (joblib's memmaps in a worker) are copied before torch
+    sees them, which warned that writing to them is undefined behaviour (once
+    per process, hence the check on every call here); writable ones are not
+    copied."""
+    import torch
+
+    from locus_sklearn._evals import check_evals
+    from locus_sklearn._training import embed_models, predict_proba
+
+    emb = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    module = emb.net_.module_
+    table = check_evals(pool.evals)
+    X_table = np.stack([pool.encodings[q] for q in table.queries]).astype(np.float32)
+    queries = X_table[:7].copy()
+    Z = embed_models(module, table, X_table, batch_tokens=4096)
+    expected = predict_proba(module, Z, queries, (X_table, table))
+
+    as_tensor = torch.as_tensor
+
+    def checked(data, *args, **kwargs):
+        assert not (isinstance(data, np.ndarray) and not data.flags.writeable)
+        return as_tensor(data, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "as_tensor", checked)
+    for array in (X_table, queries, Z, table.query_index, table.score):
+        array.flags.writeable = False
+    np.testing.assert_array_equal(
+        embed_models(module, table, X_table, batch_tokens=4096), Z
+    )
+    np.testing.assert_array_equal(
+        predict_proba(module, Z, queries, (X_table, table)), expected
+    )
+    from locus_sklearn._training import writable
+
+    writable_array = np.ones(3)
+    assert writable(writable_array) is writable_array
+    assert writable(Z) is not Z and writable(Z).flags.writeable
