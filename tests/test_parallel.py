@@ -1,8 +1,12 @@
 """Chunked reading, chunked and parallel embedding and scoring (locus_sklearn.parallel)."""
 
 import copy
+import os
+import pickle
+import time
 import tracemalloc
 import warnings
+from collections import Counter
 from contextlib import nullcontext
 
 import joblib
@@ -12,13 +16,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from joblib._parallel_backends import AutoBatchingMixin, MultiprocessingBackend
 from joblib.parallel import ThreadingBackend
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils.parallel import Parallel, delayed
 
-from locus_sklearn import FewEvaluationsWarning, LocusEmbedder
+from locus_sklearn import FewEvaluationsWarning, LocusEmbedder, LocusRouter
 from locus_sklearn.datasets import load_evals
 from locus_sklearn.parallel import (
     _chunked,
@@ -926,3 +932,201 @@ def test_decimal_scores_in_a_file_are_refused_with_the_fix(tmp_path):
     pq.write_table(pa.table({"model": ["a"], "query": ["q"], "score": score}), path)
     with pytest.raises(TypeError, match=r"decimal128.*decimals are not converted"):
         list(iter_model_chunks(path))
+
+
+# ------------------------------------------------- bounded, once-per-worker work
+class _AutoBatchingThreading(AutoBatchingMixin, ThreadingBackend):
+    """Threads that batch fast tasks as loky and dask do (batch_size="auto"),
+    without starting processes."""
+
+
+def test_chunks_drawn_and_not_embedded_stay_bounded(embedder, monkeypatch):
+    # With joblib's batch_size="auto", loky sent fast chunks in ever larger
+    # batches: 224 chunks drawn from the source at once for n_jobs=2, where
+    # the docs promised about 2 * n_jobs. One chunk per batch now: 2 * n_jobs
+    # handed to the workers and up to n_jobs - 1 drawn ahead by joblib.
+    joblib.register_parallel_backend("auto_batching_threading", _AutoBatchingThreading)
+    n_jobs, n_models = 2, 300
+    drawn, finished, peak = [0], [0], [0]
+
+    def frames():  # one model per frame: chunk k is cut when frame k + 1 comes
+        for i in range(n_models):
+            drawn[0] += 1
+            peak[0] = max(peak[0], drawn[0] - finished[0])
+            yield pd.DataFrame({"model": [f"m{i:03d}"], "query": ["q"], "score": 1.0})
+
+    def embed(shared, chunk, n_threads, parent_pid):  # a fast chunk
+        models = chunk.read()["model"].to_numpy(dtype=object)
+        time.sleep(0.001)
+        result = (models, np.ones(1, np.int64), np.zeros((1, 16), np.float32), 1, None)
+        finished[0] += 1
+        return result
+
+    monkeypatch.setattr(_chunked, "_embed_chunk", embed)
+    with joblib.parallel_config(backend="auto_batching_threading"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FewEvaluationsWarning)
+            Z, models = transform_chunked(
+                embedder, frames(), chunk_models=1, n_jobs=n_jobs, return_models=True
+            )
+    assert models.tolist() == [f"m{i:03d}" for i in range(n_models)]
+    assert Z.shape == (n_models, 16)
+    # The stream reads one frame more than the chunks it cut (a model is
+    # complete once the next frame comes without it).
+    assert peak[0] <= 3 * n_jobs + 1, peak[0]
+
+
+def test_dictionary_encoded_integer_ids_are_read_as_strings(embedder, pool, tmp_path):
+    # Arrow IPC (Feather) files and ds.dataset(table) keep an id column as a
+    # dictionary of integers: it passed the type check, then became a pandas
+    # categorical of ints, not strings, and every chunk was refused.
+    number = {m: 100 + i for i, m in enumerate(sorted(pool.evals["model"].unique()))}
+    table = pa.table(
+        {
+            "model": pa.array(pool.evals["model"].map(number)).dictionary_encode(),
+            "query": pool.evals["query"].to_numpy(),
+            "score": pool.evals["score"].to_numpy(),
+        }
+    )
+    path = tmp_path / "evals.arrow"
+    pytest.importorskip("pyarrow.feather").write_feather(table, path)
+    as_strings = pool.evals[["model", "query", "score"]].assign(
+        model=pool.evals["model"].map(number).astype(str)
+    )
+    expected = embedder.transform(as_strings)
+    for source in (ds.dataset(table), ds.dataset(path, format="ipc")):
+        assert pa.types.is_dictionary(source.schema.field("model").type)
+        Z, models = transform_chunked(
+            embedder, source, chunk_models=5, return_models=True
+        )
+        assert models.tolist() == [str(100 + i) for i in range(12)]
+        np.testing.assert_allclose(Z, expected, **TOL)
+    # Queries too; a missing id stays missing (not the string "nan").
+    queries = pa.array([7, None, 7, -3], pa.int64()).dictionary_encode()
+    table = pa.table({"model": list("aabb"), "query": queries, "score": [1.0] * 4})
+    chunks = list(iter_model_chunks(ds.dataset(table), chunk_models=1))
+    assert chunks[0]["query"].iloc[0] == "7" and chunks[0]["query"].isna().iloc[1]
+    assert chunks[1]["query"].tolist() == ["7", "-3"]
+    with pytest.raises(TypeError, match=r"1 missing value\(s\) in 'query'"):
+        transform_chunked(embedder, ds.dataset(table), chunk_models=1)
+
+
+class _CountsPickles:
+    """An estimator-like object that counts how often it is pickled."""
+
+    pickled = 0
+
+    def __init__(self):
+        self.big = np.arange(300_000, dtype=np.float64)  # 2.4 MB: memory-mapped
+        self.small = [np.ones(3, np.float32) for _ in range(5)]
+
+    def __getstate__(self):
+        type(self).pickled += 1
+        return self.__dict__
+
+
+def _where_shared(shared, i):
+    estimator = shared.estimator
+    return os.getpid(), id(estimator), type(estimator.big).__name__, i
+
+
+def test_worker_processes_unpickle_the_estimator_once_per_call():
+    # The estimator was an argument of every task: pickled again for every
+    # chunk (0.6 s for 60,000 precomputed encodings) and unpickled again in
+    # the worker. It is pickled once per call now, and unpickled once per
+    # worker process, large arrays still memory-mapped by joblib.
+    _CountsPickles.pickled = 0
+    shared = _chunked._Shared(_CountsPickles())
+    with joblib.parallel_config(backend="multiprocessing", max_nbytes="1M"):
+        runs = Parallel(n_jobs=2, batch_size=1)(
+            delayed(_where_shared)(shared, i) for i in range(12)
+        )
+    assert _CountsPickles.pickled == 1
+    assert [i for *_, i in runs] == list(range(12))
+    copies = {}
+    for pid, copy_id, kind, _ in runs:
+        copies.setdefault(pid, set()).add(copy_id)
+        assert kind == "memmap"
+    assert all(len(ids) == 1 for ids in copies.values()), copies
+    # Another call (another wrapper) is unpickled again, never served the
+    # copy of an earlier call, which may have changed since.
+    first = pickle.loads(pickle.dumps(shared))
+    assert pickle.loads(pickle.dumps(shared)).estimator is first.estimator
+    again = pickle.loads(pickle.dumps(_chunked._Shared(shared.estimator)))
+    assert again.estimator is not first.estimator
+    np.testing.assert_array_equal(again.estimator.big, shared.estimator.big)
+
+
+def test_multiprocessing_fallback_pickles_once_in_one_pool(
+    embedder, router, pool, whole, monkeypatch
+):
+    # Under the multiprocessing backend (and Ray's), a new process pool was
+    # started for every group of 2 * n_jobs chunks, and the embedder (or
+    # router) was pickled again for every chunk.
+    pickled, pools = Counter(), [0]
+    for cls in (LocusEmbedder, LocusRouter):
+
+        def counting(self, _original=cls.__getstate__, _name=cls.__name__):
+            pickled[_name] += 1
+            return _original(self)
+
+        monkeypatch.setattr(cls, "__getstate__", counting)
+    configure = MultiprocessingBackend.configure
+
+    def counting_configure(self, *args, **kwargs):
+        pools[0] += 1
+        return configure(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiprocessingBackend, "configure", counting_configure)
+    queries = pool.queries["query"]
+    with joblib.parallel_config(backend="multiprocessing"):
+        Z = transform_chunked(embedder, pool.evals, chunk_models=1, n_jobs=2)
+        assert pools[0] == 1  # 12 chunks, in groups of 4
+        assert pickled == {"LocusEmbedder": 1}
+        pickled.clear()
+        proba = predict_proba_chunked(router, queries, chunk_queries=50, n_jobs=2)
+    np.testing.assert_allclose(Z, whole, **TOL)
+    np.testing.assert_allclose(proba, router.predict_proba(queries), **TOL)
+    assert pickled["LocusRouter"] == 1  # 8 chunks
+
+
+def test_stream_regrouping_cuts_chunks_as_a_mask_would():
+    # Regrouping re-concatenated and re-masked every pending row for each
+    # chunk (quadratic); the pending rows are now ranked once per frame.
+    # The chunks are the same rows, in the same order, with the same index.
+    frames = [
+        pd.DataFrame({"model": ["m0", "m0", "m1"], "query": ["a", "b", "a"]}),
+        pd.DataFrame({"model": ["m1", "m2", "m3"], "query": ["b", "a", "a"]}),
+        pd.DataFrame({"model": ["m3", "m4"], "query": ["b", "a"]}),
+    ]
+    frames = [frame.assign(score=0.5) for frame in frames]
+    chunks = list(iter_model_chunks(iter(frames), chunk_models=2))
+    # m0 is complete at frame 1, m1 and m2 at frame 2: the three frames are
+    # concatenated (index 0-7) and the first chunk cut; the rest (index 4-7)
+    # stays pending, and is cut at the end, m3 and m4 being complete then.
+    expected = [
+        (["m0", "m0", "m1", "m1"], ["a", "b", "a", "b"], [0, 1, 2, 3]),
+        (["m2", "m3", "m3"], ["a", "a", "b"], [4, 5, 6]),
+        (["m4"], ["a"], [7]),
+    ]
+    assert len(chunks) == len(expected)
+    for chunk, (models, queries, index) in zip(chunks, expected, strict=True):
+        assert chunk["model"].tolist() == models
+        assert chunk["query"].tolist() == queries
+        assert chunk.index.tolist() == index
+
+
+def test_stream_frames_disagreeing_on_task_are_refused_naming_them(embedder, pool):
+    # A frame without the task column was concatenated with frames that have
+    # it: "evals['task'] must hold strings; 200 missing value(s)", naming
+    # neither the frame nor the column.
+    ordered = pool.evals.sort_values("model", kind="stable")
+    with_task = ordered.iloc[:200]
+    without = ordered.iloc[200:400].drop(columns="task")
+    empty = ordered.iloc[:0].drop(columns="task")  # no rows: does not count
+    for frames, message in [
+        ([with_task, empty, without], "in frame 0 but not in frame 2"),
+        ([without, with_task], "in frame 1 but not in frame 0"),
+    ]:
+        with pytest.raises(ValueError, match=rf"evals has a 'task' column {message};"):
+            transform_chunked(embedder, frames, chunk_models=1)

@@ -1,8 +1,12 @@
 """Embed and score large pools chunk by chunk, in joblib workers."""
 
+import io
 import itertools
 import os
+import pickle
 import reprlib
+import threading
+import uuid
 import warnings
 from numbers import Integral
 from types import SimpleNamespace
@@ -17,6 +21,11 @@ from .._base import BaseRouter, check_model_subset
 from .._embedder import LocusEmbedder
 from .._evals import _preview, check_evals, check_queries, tasks_by_query
 from ._sources import model_chunks
+
+try:  # what loky pickles tasks with: a dependency of joblib >= 1.5
+    import cloudpickle
+except ImportError:  # pragma: no cover - older joblib bundles it
+    from joblib.externals import cloudpickle
 
 __all__ = ["predict_chunked", "predict_proba_chunked", "transform_chunked"]
 
@@ -69,9 +78,101 @@ def _limit_torch_threads(n_threads, parent_pid):
         torch.set_num_threads(n_threads)
 
 
-def _embed_chunk(embedder, chunk, n_threads, parent_pid):
+# Arrays at least this large travel beside a _Shared estimator's pickle, as
+# arrays of their own, so that joblib memory-maps them into worker processes
+# as it did when the estimator itself was a task's argument (its default
+# max_nbytes, "1M": 1024**2 bytes). Smaller ones stay in the pickle.
+_SHARED_ARRAY_NBYTES = 1024**2
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle (as loky pickles tasks), with large numeric arrays kept
+    out of the bytes and listed in ``arrays``."""
+
+    def __init__(self, file):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arrays = []
+
+    def persistent_id(self, obj):
+        if (
+            isinstance(obj, np.ndarray)
+            and not obj.dtype.hasobject
+            and obj.nbytes >= _SHARED_ARRAY_NBYTES
+        ):
+            self.arrays.append(obj)
+            return len(self.arrays) - 1
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, arrays):
+        super().__init__(file)
+        self.arrays = arrays
+
+    def persistent_load(self, pid):
+        return self.arrays[pid]
+
+
+# The estimator a worker process last received: (token, estimator).
+_received = (None, None)
+_received_lock = threading.Lock()
+
+
+def _receive_shared(token, payload, arrays):
+    """Unpickle a _Shared estimator in a worker, once per worker and call."""
+    global _received
+    with _received_lock:
+        if _received[0] == token:
+            return _Shared(_received[1], token)
+    estimator = _Unpickler(io.BytesIO(payload), arrays).load()
+    with _received_lock:
+        # One estimator per worker: a later call's replaces it (a worker
+        # process outlives a call; it keeps the last estimator until then).
+        _received = (token, estimator)
+    return _Shared(estimator, token)
+
+
+class _Shared:
+    """An estimator unpickled once per worker process and call, not per chunk.
+
+    Given as an argument of every task, a fitted estimator was pickled
+    again for every chunk (with its precomputed query encodings: many small
+    vectors, 0.6 s for 60,000 of them) and unpickled again in the worker,
+    where derived caches (a router's readout, a sentence-transformers
+    model) were then rebuilt. This wrapper pickles the estimator once per
+    call, when the first task is sent; every task carries those bytes (a
+    copy, not a new pickling), and a worker unpickles them only for the
+    first chunk of the call it runs: its later chunks share that copy, as
+    chunks in threads (or n_jobs=1) share the caller's estimator, with the
+    same results. Large numeric arrays travel beside the bytes, so that
+    joblib still memory-maps them into loky workers. Each call wraps its
+    estimator with a new token: a worker never reuses the estimator of an
+    earlier call, which may have changed since. A worker keeps the last
+    estimator it received until its next call, or until joblib stops it.
+    Without a worker process (threads, n_jobs=1) nothing is pickled.
+    """
+
+    def __init__(self, estimator, token=None):
+        self.estimator = estimator
+        self.token = uuid.uuid4().hex if token is None else token
+        self._payload = None
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        # The tasks of one call may be pickled in joblib's threads at once.
+        with self._lock:
+            if self._payload is None:
+                buffer = io.BytesIO()
+                pickler = _Pickler(buffer)
+                pickler.dump(self.estimator)
+                self._payload = (buffer.getvalue(), pickler.arrays)
+        return _receive_shared, (self.token, *self._payload)
+
+
+def _embed_chunk(shared, chunk, n_threads, parent_pid):
     """Validate, encode and embed one chunk, as ``transform`` does."""
     _limit_torch_threads(n_threads, parent_pid)
+    embedder = shared.estimator
     table = check_evals(chunk.read(), name=chunk.name)
     embeddings = embedder._transform_encoded(table, embedder._encode(table.queries))
     # The queries' tasks, to check across chunks what check_evals checks within.
@@ -129,14 +230,22 @@ def _results_in_order(tasks, n_jobs):
     """Yield the results of joblib ``tasks`` in task order, as they finish.
 
     A generator from joblib where the backend gives one (sequential, loky,
-    threading, dask): a result is folded and dropped before the next, and
-    no more than joblib's ``pre_dispatch`` (2 * n_jobs) chunks are in
-    flight. Backends that refuse ``return_as="generator"`` (joblib's
-    multiprocessing, Ray) run the tasks in groups of 2 * n_jobs instead, so
-    that their results never pile up either.
+    threading, dask): a result is folded and dropped before the next. One
+    task per batch: with joblib's default ``batch_size="auto"``, loky (and
+    dask) send fast tasks in ever larger batches, and the rows of hundreds
+    of chunks were drawn from the source at once. With ``batch_size=1``,
+    ``2 * n_jobs`` tasks are handed to the workers (``pre_dispatch``), and
+    joblib draws up to ``n_jobs - 1`` more ahead: at most ``3 * n_jobs``
+    chunks drawn and not yet embedded. A task that finishes before an
+    earlier one waits with its result only (joblib hands a new task out as
+    each one finishes). Backends that refuse ``return_as="generator"``
+    (joblib's multiprocessing, Ray) run the tasks in groups of ``2 *
+    n_jobs``, in one pool for the whole run, so that their results never
+    pile up either.
     """
+    config = dict(n_jobs=n_jobs, batch_size=1, pre_dispatch="2 * n_jobs")
     try:
-        parallel = Parallel(n_jobs=n_jobs, return_as="generator")
+        parallel = Parallel(return_as="generator", **config)
     except ValueError:
         # joblib refuses the generator when the backend is set up (the only
         # ValueError it can raise here, n_jobs being checked already); any
@@ -147,8 +256,12 @@ def _results_in_order(tasks, n_jobs):
         return
     group = 2 * joblib.effective_n_jobs(n_jobs)
     tasks = iter(tasks)
-    while batch := list(itertools.islice(tasks, group)):
-        yield from Parallel(n_jobs=n_jobs)(batch)
+    # Within the with block, each call reuses the block's workers: a new
+    # Parallel per group started a new process pool (on Ray, new actors,
+    # each loading torch and the estimator again) for every group.
+    with Parallel(**config) as parallel:
+        while batch := list(itertools.islice(tasks, group)):
+            yield from parallel(batch)
 
 
 def _close_quietly(results):
@@ -181,9 +294,13 @@ def transform_chunked(
     fit one DataFrame: the evaluations are read in chunks of whole models
     (see :func:`iter_model_chunks`) and each chunk is validated, encoded and
     embedded as :meth:`~locus_sklearn.LocusEmbedder.transform` does, in a
-    joblib worker. Memory is bounded by the chunks in flight (about
-    ``2 * n_jobs``) and the result, not by the pool's rows: each chunk's
-    result is folded in as it arrives. With a ``task`` column, what grows
+    joblib worker. Memory is bounded by the chunks in flight and the
+    result, not by the pool's rows: at most ``3 * n_jobs`` chunks are read
+    and not yet embedded at once (``2 * n_jobs`` handed to the workers, up
+    to ``n_jobs - 1`` read ahead by joblib), and each chunk's result is
+    folded in as it arrives (a chunk that finishes before an earlier,
+    slower one waits with its result only: its models' embeddings and
+    distinct queries, not its rows). With a ``task`` column, what grows
     with the pool is one entry per distinct query id (its task, to refuse a
     query given different tasks in two chunks), however many chunks share
     the query.
@@ -191,9 +308,11 @@ def transform_chunked(
     Parameters
     ----------
     embedder : LocusEmbedder or FrozenEstimator
-        A fitted embedder. Workers receive a pickled copy, so its query
-        encoder must pickle (precomputed vectors and model directories do;
-        a sentence-transformers model is loaded again in each worker).
+        A fitted embedder. Worker processes receive a pickled copy, so its
+        query encoder must pickle (precomputed vectors and model directories
+        do; a sentence-transformers model is loaded again in each worker).
+        It is pickled once per call and unpickled once per worker process,
+        which then embeds all its chunks with that copy.
     evals : DataFrame, mapping of columns, str, os.PathLike, pyarrow.dataset.Dataset or iterable of DataFrames
         Long-format evaluations: a table in memory, a Parquet file or folder
         (rows in any order), a dataset, or a stream of DataFrames grouped by
@@ -279,15 +398,17 @@ def transform_chunked(
             f"{reprlib.repr(return_models)} ({type(return_models).__name__})."
         )
     chunks, n_rows = model_chunks(evals, chunk_models)
+    shared = _Shared(locus)
     tasks = (
-        delayed(_embed_chunk)(locus, chunk, _worker_threads(n_jobs), os.getpid())
+        delayed(_embed_chunk)(shared, chunk, _worker_threads(n_jobs), os.getpid())
         for chunk in chunks
     )
-    # joblib draws the chunks from the generator lazily (pre_dispatch, 2 *
-    # n_jobs in flight). Each result is folded in as it comes: its models'
-    # embeddings are kept (they are the output, sorted by model below), its
-    # query list only long enough to update the query -> task map, which
-    # also refuses a conflicting chunk before the chunks after it run.
+    # joblib draws the chunks from the generator lazily (at most 3 * n_jobs
+    # drawn and not yet embedded, see _results_in_order). Each result is
+    # folded in as it comes: its models' embeddings are kept (they are the
+    # output, sorted by model below), its query list only long enough to
+    # update the query -> task map, which also refuses a conflicting chunk
+    # before the chunks after it run.
     models, counts, embeddings, n_read = [], [], [], 0
     query_tasks = _QueryTasks()
     results = _results_in_order(tasks, n_jobs)
@@ -326,9 +447,9 @@ def transform_chunked(
     return (output, models) if return_models else output
 
 
-def _call_chunk(router, method, queries, n_threads, parent_pid, params):
+def _call_chunk(shared, method, queries, n_threads, parent_pid, params):
     _limit_torch_threads(n_threads, parent_pid)
-    return getattr(router, method)(queries, **params)
+    return getattr(shared.estimator, method)(queries, **params)
 
 
 def _check_router(router):
@@ -358,9 +479,10 @@ def _map_query_chunks(router, method, queries, chunk_queries, n_jobs, params):
     chunk_queries = _check_chunk_queries(chunk_queries)
     queries = check_queries(queries)
     n_threads, parent = _worker_threads(n_jobs), os.getpid()
+    shared = _Shared(router)
     tasks = (
         delayed(_call_chunk)(
-            router, method, queries[i : i + chunk_queries], n_threads, parent, params
+            shared, method, queries[i : i + chunk_queries], n_threads, parent, params
         )
         for i in range(0, len(queries), chunk_queries)
     )
@@ -374,9 +496,10 @@ def predict_proba_chunked(router, queries, *, chunk_queries=1000, n_jobs=None):
     Equal to ``router.predict_proba(queries)`` up to float32 rounding
     (about 1e-7 relative: the chunks are scored in batches of their own
     size); the queries are split into
-    chunks scored in joblib workers (each gets a pickled copy of the router;
-    with loky, large arrays such as the stored evaluations are memory-mapped
-    rather than copied).
+    chunks scored in joblib workers (each worker process gets one pickled
+    copy of the router per call, shared by the chunks it scores; with loky,
+    large arrays such as the stored evaluations are memory-mapped rather
+    than copied).
 
     Parameters
     ----------

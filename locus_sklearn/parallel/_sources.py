@@ -91,12 +91,33 @@ class DatasetChunk:
             raise _read_error(
                 self.dataset, exc, self.name, self.columns, where
             ) from exc
-        frame = table.to_pandas()
-        # As load_evals reads Parquet: integer ids become their decimal strings.
-        for column in _ID_COLUMNS:
-            if column in frame.columns and pd.api.types.is_integer_dtype(frame[column]):
-                frame[column] = frame[column].astype(str)
-        return frame
+        return _ids_as_strings(table).to_pandas()
+
+
+def _ids_as_strings(table):
+    """``table`` with its integer id columns as their decimal strings, as
+    load_evals reads Parquet.
+
+    Converted in Arrow, before ``to_pandas``: an id column stored as a
+    dictionary of integers (Arrow IPC/Feather files, ``ds.dataset(table)``)
+    becomes a pandas categorical of integers, which no integer-dtype check
+    recognises (every chunk was then refused as not strings), and whose
+    ``astype(str)`` would turn a missing id into the string "nan". Arrow's
+    cast decodes the dictionary and keeps a missing id missing, refused as
+    such by check_evals.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for column in _ID_COLUMNS:
+        index = table.schema.get_field_index(column)
+        if index < 0 or not pa.types.is_integer(
+            _value_type(table.schema.field(index).type)
+        ):
+            continue
+        strings = pc.cast(table.column(index), pa.large_string())
+        table = table.set_column(index, column, strings)
+    return table
 
 
 # ---------------------------------------------------------------- DataFrame
@@ -559,12 +580,28 @@ def _stream_chunks(frames, chunk_models, name):
     complete = []  # complete models not yet emitted, in completion order
     closed = set()  # complete or emitted models
     n_rows = 0
+    first_frame = None  # (index, has a task column) of the first frame with rows
     for i, frame in enumerate(frames):
         label = f"{name} (frame {i})"
         frame = _as_frame(frame, label)
         _check_columns(frame.columns, label)
         if len(frame) == 0:
             continue
+        # Frames with and without the optional task column would be
+        # concatenated into rows with a missing task, refused by a message
+        # naming neither the frame nor the column.
+        has_task = "task" in frame.columns
+        if first_frame is None:
+            first_frame = (i, has_task)
+        elif has_task != first_frame[1]:
+            with_task, without = (
+                (i, first_frame[0]) if has_task else (first_frame[0], i)
+            )
+            raise ValueError(
+                f"{name} has a 'task' column in frame {with_task} but not in frame "
+                f"{without}; each query needs one task, so give every frame with "
+                "rows the 'task' column, or none."
+            )
         # Frames are concatenated below, where pandas turns booleans among
         # integers into 1/0: refuse them here, as check_evals refuses them.
         _check_score_dtype(frame["score"].dtype, label)
@@ -590,24 +627,39 @@ def _stream_chunks(frames, chunk_models, name):
         for m in present:
             open_models.setdefault(m, i)
         pending.append(frame)
-        while len(complete) >= chunk_models:
-            chunk, complete = complete[:chunk_models], complete[chunk_models:]
-            emitted, pending = _take(pending, chunk)
-            yield FrameChunk(emitted, name)
+        n_ready = len(complete) // chunk_models * chunk_models
+        if n_ready:
+            ready, complete = complete[:n_ready], complete[n_ready:]
+            pending = yield from _take(pending, ready, chunk_models, name)
     if n_rows == 0:
         raise _empty_error(name)
     complete.extend(open_models)
-    while complete:
-        chunk, complete = complete[:chunk_models], complete[chunk_models:]
-        emitted, pending = _take(pending, chunk)
-        yield FrameChunk(emitted, name)
+    if complete:
+        yield from _take(pending, complete, chunk_models, name)
 
 
-def _take(pending, models):
-    """(rows of ``models``, the other rows as a one-frame list)."""
+def _take(pending, models, chunk_models, name):
+    """Yield the rows of ``models`` (complete models, in order) as chunks of
+    ``chunk_models`` models; return the other rows, as a one-frame list.
+
+    The pending frames are concatenated and their models ranked once, however
+    many chunks are cut from them: masking every pending row again for each
+    chunk made regrouping a stream quadratic (rows pending x chunks).
+    Each chunk's rows are in their pending order, copied lazily, one chunk at
+    a time, as a mask would take them.
+    """
     rows = pd.concat(pending, ignore_index=True) if len(pending) > 1 else pending[0]
-    mask = rows["model"].isin(models).to_numpy()
-    return rows[mask], [rows[~mask]]
+    n_chunks = -(-len(models) // chunk_models)
+    chunk_of = {m: k // chunk_models for k, m in enumerate(models)}
+    codes, uniques = pd.factorize(rows["model"].to_numpy(dtype=object))
+    # Rows of models still open get the last rank, n_chunks: they stay pending.
+    ranks = np.array([chunk_of.get(m, n_chunks) for m in uniques], dtype=np.int64)
+    which = ranks[codes]
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(n_chunks + 1))
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        yield FrameChunk(rows.iloc[order[start:stop]], name)
+    return [rows.iloc[order[bounds[-1] :]]]
 
 
 # ------------------------------------------------------------------- public
@@ -667,7 +719,9 @@ def iter_model_chunks(evals, *, chunk_models=1000):
           the ``model`` column is scanned once, then each chunk is read with
           a filter on its range of model names, so the rows may come in any
           order; a file sorted by model reads fastest (row groups outside
-          the range are skipped). Integer id columns become their decimal
+          the range are skipped). Integer id columns (plain or
+          dictionary-encoded, as Arrow IPC/Feather files and
+          ``pyarrow.dataset.dataset(table)`` keep them) become their decimal
           strings, as in :func:`~locus_sklearn.datasets.load_evals`; the ids
           of a csv are read as strings, as written ("007" stays "007"). Every
           file's own schema is checked first (ids strings or integers, scores
@@ -685,7 +739,8 @@ def iter_model_chunks(evals, *, chunk_models=1000):
           in the calling process (it cannot be sent to a worker process);
         - any other iterable of DataFrames (e.g. ``pd.read_csv(path,
           chunksize=100_000)``): streamed and regrouped; each model's rows
-          must come in consecutive frames.
+          must come in consecutive frames, and every frame with rows must
+          have the ``task`` column, or none.
     chunk_models : int, default=1000
         Most models per chunk. Memory grows with it (rows of the chunk),
         never with the number of models in ``evals``.
@@ -701,7 +756,8 @@ def iter_model_chunks(evals, *, chunk_models=1000):
     ------
     ValueError
         If ``chunk_models < 1``, a column is missing (from ``evals`` or one of
-        its files; ``task`` from only some files) or repeated, the columns
+        its files; ``task`` from only some files, or from only some frames
+        of a stream) or repeated, the columns
         are a MultiIndex, ``evals`` is empty (or a
         folder with no Parquet files), a stream is not grouped by model (a
         model's rows come back after frames without it), or a file cannot be
