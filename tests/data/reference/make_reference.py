@@ -22,6 +22,15 @@ other kernels whose sums round differently: on such a machine (2026-12-04) the
 unpinned fit's attention key biases differed from the reference by 1e-5 and the
 pinned one matched it bit for bit. The reference was recorded on AVX2-only
 machines, where the pins change nothing.
+
+The pins do not make Intel's and AMD's processors round alike: MKL, torch's
+BLAS, takes vendor-specific code paths, and on an Intel Xeon (2026-12-06) every
+fitted weight differed from the AMD reference by about one float32 rounding
+(the attention key biases by 1e-5; the same routed models). So the reference
+is recorded per CPU vendor, in a folder named by :func:`cpu_vendor`
+(``AuthenticAMD/``: the reference of every recording above; ``GenuineIntel/``:
+recorded 2026-12-06 from the same code, whose AMD outputs still matched bit
+for bit), and the test reads the folder of the CPU it runs on.
 """
 
 import argparse
@@ -31,6 +40,21 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpu_vendor():
+    """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``), as Linux's
+    ``/proc/cpuinfo`` names it; ``"unknown"`` where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    return value.strip()
+    except OSError:
+        pass
+    return "unknown"
+
 sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
 
 # The instruction set every reference fit runs with; read by torch at import.
@@ -85,7 +109,8 @@ def main(argv=None):
     parser.add_argument(
         "--out",
         help="write every output, the embedding scale included, to this folder "
-        "(default: record the reference here, without the scale)",
+        "(default: record the reference, without the scale, in the folder of "
+        "this CPU's vendor beside this script)",
     )
     args = parser.parse_args(argv)
     import tempfile
@@ -99,7 +124,9 @@ def main(argv=None):
             # (tests/test_reference.py).
             arrays.pop("file.embedding_scale")
         name = "readout" if readout else "embedding_only"
-        np.savez_compressed(os.path.join(args.out or HERE, f"{name}.npz"), **arrays)
+        folder = args.out or os.path.join(HERE, cpu_vendor())
+        os.makedirs(folder, exist_ok=True)
+        np.savez_compressed(os.path.join(folder, f"{name}.npz"), **arrays)
         print(name, {k: v.shape for k, v in arrays.items()})
 
 
