@@ -285,11 +285,13 @@ def read_file(path, kind, *, known=None):
         The decoded JSON metadata (``format``, ``format_version``,
         ``network_layout`` and ``checksum`` removed).
     tensors : dict of str to Tensor
-    intact : bool
-        Whether the file's checksum matches its contents (True for files
-        written before checksums were recorded). The caller checks every field
-        first, so that a corrupt field is named, and refuses a file that is
-        not intact last.
+    intact : bool or None
+        Whether the file's checksum matches its contents; None for a file
+        without one, which only versions before checksums were recorded
+        write (the caller knows which fields those never held, and refuses
+        a file with such a field and no checksum: the checksum was removed).
+        The caller checks every field first, so that a corrupt field is
+        named, and refuses a file that is not intact last.
     """
     _check_path(path, naming="a saved file")
     path = Path(path)
@@ -323,7 +325,7 @@ def read_file(path, kind, *, known=None):
             f"version {FORMAT_VERSION}."
         )
     checksum = header.get("checksum")
-    intact = checksum is None or checksum == _digest(header, tensors)
+    intact = None if checksum is None else checksum == _digest(header, tensors)
     try:
         metadata = {
             key: json.loads(value)

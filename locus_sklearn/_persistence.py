@@ -32,7 +32,13 @@ from sklearn.frozen import FrozenEstimator
 
 from ._base import _check_costs_for_weight
 from ._device import resolve_device
-from ._encoders import QueryEncoder, _check_mapping, _mapping_vector, as_query_encoder
+from ._encoders import (
+    QueryEncoder,
+    _check_mapping,
+    _mapping_vector,
+    _normalise_rows,
+    as_query_encoder,
+)
 from ._evals import EvalTable, check_model_costs
 from ._files import read_file, write_file
 from ._nn import NETWORK_LAYOUT, LocusNetwork
@@ -128,14 +134,24 @@ def encoder_spec(encoder, *, include_query_text=True, n_features=None):
     mapping again (``encoder=``). A mapping that is stored is checked as fit
     checks it, and to give ``n_features``-dimensional vectors where given:
     one changed after fit would otherwise be written to a file that load
-    refuses.
+    refuses. A model directory is stored as the absolute path a fitted
+    :class:`QueryEncoder` resolved (``model_path_``); a bare path, or an
+    unfitted encoder's, is resolved here, ``~`` expanded.
     """
+    fitted_path = None
     if isinstance(encoder, QueryEncoder):
+        fitted_path = getattr(encoder, "model_path_", None)
         encoder = encoder.encoder
     if encoder is None or (isinstance(encoder, str) and encoder == "default"):
         return {"kind": "default"}, {}
     if isinstance(encoder, (str, os.PathLike)):
-        return {"kind": "path", "path": str(Path(encoder).resolve())}, {}
+        # The directory fit resolved and encodes with: the parameter resolved
+        # again here read "~" literally, and a relative path against the
+        # working directory of save, whose directory of that name (another
+        # model, or none) the file then named.
+        if fitted_path is None:
+            fitted_path = Path(encoder).expanduser().resolve()
+        return {"kind": "path", "path": str(fitted_path)}, {}
     if isinstance(encoder, Mapping):
         if not include_query_text:
             return {"kind": "hashed_mapping"}, {}
@@ -161,21 +177,25 @@ def encoder_spec(encoder, *, include_query_text=True, n_features=None):
     return {"kind": "object", "type": type(encoder).__qualname__}, {}
 
 
-# Below this largest entry a vector loses precision, or its direction, as
-# float32 (whose normal numbers end at about 1.2e-38).
-_TINY_VECTOR = 1e-30
-
-
 def _stored_vector(key, value):
-    """A mapping's vector as the file stores it, float32. A vector whose
-    entries are all below 1e-30 is stored divided by its largest entry: as
-    float32 it would underflow (to zeros at 1e-50), and only its direction,
-    which the encoder normalises to, is ever read."""
+    """A mapping's vector as the file stores it, float32, such that the
+    loaded encoder normalises it to the encoding fit served.
+
+    A vector float32 holds exactly is stored as it is: loaded, it is the same
+    float64 vector, normalised as at fit. Any other one is stored as its
+    encoding (normalised in float64, then rounded), which normalised again
+    gives itself back: the vector rounded first and normalised after (as
+    files of earlier versions store it) moved most encodings by a float32
+    step, and a tiny vector (1e-50) underflowed to zeros. A row normalised
+    again can still move by one step in a few entries: 1 to 2 % of rows of
+    heavy-tailed or low-dimensional (under 32) vectors, none of 20,000
+    Gaussian ones of dimension 64 or more.
+    """
     vector = _mapping_vector(key, value)
-    largest = np.abs(vector).max()
-    if 0 < largest < _TINY_VECTOR:
-        vector = vector / largest
-    return vector.astype(np.float32)
+    stored = vector.astype(np.float32)
+    if (stored != vector).any():
+        stored = _normalise_rows(vector[None])[0]
+    return stored
 
 
 def encoder_from_spec(spec, tensors, encoder):
@@ -513,9 +533,45 @@ def _check_pool_evals(check, pool):
         check.fail("tensor 'memory.score'", "is outside [0, 1]")
 
 
+# What only versions that write a checksum write (every one of them is newer
+# than checksums): a file holding any of it without a checksum had its
+# checksum removed, and is not one of the files from before checksums that
+# load unchecked. Hyper-parameters (_ADDED_PARAMS, _RETIRED_PARAMS) count too.
+_CHECKSUM_ERA_FIELDS = {
+    "shrinkage",
+    "shrinkage_fitted",
+    "shrinkage_repeats",
+    "frozen_embedder",
+    "embedder_params",
+}
+_CHECKSUM_ERA_TENSORS = {"pool.mean_scores", "embedding_scale"}
+
+
+def _checksum_era_field(metadata, tensors):
+    """A field of ``metadata`` / ``tensors`` (as read) that only versions
+    writing a checksum write, or None."""
+    params = metadata.get("params")
+    params = params if isinstance(params, dict) else {}
+    spec = metadata.get("encoder")
+    found = sorted(
+        [f"header field {name!r}" for name in _CHECKSUM_ERA_FIELDS & set(metadata)]
+        + [f"tensor {name!r}" for name in _CHECKSUM_ERA_TENSORS & set(tensors)]
+        + [
+            f"hyper-parameter {name!r}"
+            for name in (set(_ADDED_PARAMS) | _RETIRED_PARAMS) & set(params)
+        ]
+    )
+    if isinstance(spec, dict) and spec.get("kind") == "hashed_mapping":
+        found.append("encoder kind 'hashed_mapping'")
+    return found[0] if found else None
+
+
 def _checked(path, kind, embedder_cls):
     """Read ``path`` and check every field; return (metadata, tensors)."""
     metadata, tensors, intact = read_file(path, kind, known=tuple(_HEADER_FIELDS))
+    # Before the checks, which add the parameters a file of an earlier
+    # version lacks.
+    newer = None if intact is not None else _checksum_era_field(metadata, tensors)
     check = _Checker(path, metadata, tensors)
     check.only_fields(kind)
     check.field("library_version", "str")
@@ -523,7 +579,13 @@ def _checked(path, kind, embedder_cls):
     if kind == "LocusRouter":
         names += _check_router(check, embedder_cls)
     check.only(names)
-    if not intact:
+    if newer is not None:
+        check.fail(
+            "header field 'checksum'",
+            f"is missing, but the file holds the {newer}, which only versions "
+            "that write a checksum write (the file was edited)",
+        )
+    if intact is False:
         check.fail("checksum", "does not match the contents (modified or damaged)")
     return metadata, tensors
 
@@ -601,7 +663,27 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     # The device asked for, not the one resolved: with none asked, an encoder
     # switched to the ONNX backend (CPU only) after loading is not pinned to
     # the GPU the network went to.
-    embedder.encoder_ = as_query_encoder(embedder.encoder, device=given)
+    try:
+        embedder.encoder_ = as_query_encoder(embedder.encoder, device=given)
+    except ValueError as exc:
+        spec = metadata["encoder"]
+        if encoder is not None or spec["kind"] != "path":
+            raise
+        # The encoder's own message is fit's: it speaks of hub names and of
+        # encoder=None, which here means the directory stored, not the
+        # bundled model; it names neither the file nor load's encoder=.
+        stored = spec["path"]
+        problem = (
+            f"cannot be used here ({exc})"
+            if os.path.lexists(stored)
+            else "does not exist here"
+        )
+        raise ValueError(
+            f"The {metadata['kind']} in {str(path)!r} was fitted with the query "
+            f"encoder model directory {stored!r}, which {problem}. Pass that "
+            "model (say its directory, moved or copied here) with "
+            "load(path, encoder=...)."
+        ) from None
     # A mapping's dimension is known without encoding anything: a wrong one
     # given as encoder= is refused here, not at the first prediction.
     n_features = getattr(embedder.encoder_, "n_features_out_", None)

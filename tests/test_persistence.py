@@ -974,11 +974,141 @@ def test_a_tiny_mapping_vector_keeps_its_direction_through_save(
     path = tmp_path / "r.locus"
     router.save(path)
     loaded = LocusRouter.load(path)
-    # Stored as float32 (scaled by its largest entry): the same direction to
-    # float32 rounding, not a zero vector.
-    np.testing.assert_allclose(
-        loaded.encoder_.transform([tiny]), router.encoder_.transform([tiny]), atol=1e-6
+    # Stored as its float32 encoding (a unit vector), not a zero vector: the
+    # same encoding after load.
+    np.testing.assert_array_equal(
+        loaded.encoder_.transform([tiny]), router.encoder_.transform([tiny])
     )
-    np.testing.assert_allclose(
-        loaded.predict_proba([tiny]), router.predict_proba([tiny]), atol=1e-5
+    np.testing.assert_array_equal(
+        loaded.predict_proba([tiny]), router.predict_proba([tiny])
     )
+
+
+def test_a_float64_mapping_encoder_loads_bit_for_bit(tmp_path, tiny_embedder):
+    """Vectors float32 does not hold (numpy's float64) were stored rounded,
+    then normalised at load, where fit normalised then rounded: most
+    encodings, and so predict_proba, moved by a float32 step after load."""
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    rng = np.random.RandomState(0)
+    encodings = {key: rng.randn(32) for key in pool.encodings}
+    # Held exactly by float32: stored as it is.
+    encodings["never used"] = np.arange(32.0)
+    router = LocusRouter(tiny_embedder(encodings, max_epochs=1), shrinkage=None)
+    router.fit(pool.evals)
+    path = tmp_path / "r.locus"
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    queries = list(pool.encodings)
+    np.testing.assert_array_equal(
+        loaded.encoder_.transform(queries), router.encoder_.transform(queries)
+    )
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), router.predict_proba(queries)
+    )
+    np.testing.assert_array_equal(
+        loaded.embedder_.encoder["never used"], np.arange(32.0)
+    )
+    router.embedder_.save(tmp_path / "e.locus")
+    embedder = LocusEmbedder.load(tmp_path / "e.locus")
+    np.testing.assert_array_equal(
+        embedder.transform(pool.evals), router.embedder_.transform(pool.evals)
+    )
+
+
+def _text_evals():
+    """Three models scored on 16 short texts (for a model-directory encoder)."""
+    import pandas as pd
+
+    texts = [f"question number {i} about topic {i % 5}" for i in range(16)]
+    rng = np.random.RandomState(0)
+    rows = [
+        (model, text, float(rng.rand() < 0.3 + 0.2 * i))
+        for i, model in enumerate("abc")
+        for text in texts
+    ]
+    return pd.DataFrame(rows, columns=["model", "query", "score"]), texts
+
+
+@pytest.mark.parametrize("given", ["mini", "~/mini"])
+def test_a_model_directory_encoder_is_saved_as_the_directory_fit_used(
+    tmp_path, tiny_embedder, monkeypatch, given
+):
+    """The file stored the parameter resolved again at save: "~" read
+    literally (a file that could not be loaded), and a relative path against
+    the working directory of save, whose directory of that name the loaded
+    router then encoded with, another model than the fitted one."""
+    from locus_sklearn._encoders import _default_model_path
+
+    model = _default_model_path()
+    for folder in ("home", "fit", "save"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "home" / "mini").symlink_to(model)
+    (tmp_path / "fit" / "mini").symlink_to(model)
+    # Another "model" of that name where save runs (a config.json is all a
+    # directory needs to pass as one until something is encoded).
+    (tmp_path / "save" / "mini").mkdir()
+    (tmp_path / "save" / "mini" / "config.json").write_text("{}")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path / "fit")
+    evals, texts = _text_evals()
+    embedder = tiny_embedder(given, max_epochs=1, device="cpu").fit(evals)
+    monkeypatch.chdir(tmp_path / "save")
+    embedder.save(tmp_path / "e.locus")
+    loaded = LocusEmbedder.load(tmp_path / "e.locus")
+    assert loaded.encoder_.model_path_ == embedder.encoder_.model_path_ == str(model)
+    np.testing.assert_array_equal(loaded.transform(evals), embedder.transform(evals))
+
+
+def test_a_missing_encoder_directory_is_named_with_the_way_out(router, tmp_path):
+    """The error was the encoder's own at fit: hub names, and "encoder=None
+    uses the bundled model", where load's encoder=None uses the stored one;
+    it named neither the file nor load(path, encoder=...)."""
+    gone = tmp_path / "gone-encoder"
+
+    def edit(metadata, tensors):
+        metadata["encoder"] = {"kind": "path", "path": str(gone)}
+        tensors.pop("encoder.vectors")
+
+    path = _edited(router, tmp_path, edit, embedder=True)
+    match = (
+        "The LocusEmbedder in '.*edited.safetensors' was fitted with the query "
+        "encoder model directory '.*gone-encoder', which does not exist here. "
+        "Pass that model .* with load\\(path, encoder=\\.\\.\\.\\)\\.$"
+    )
+    with pytest.raises(ValueError, match=match):
+        LocusEmbedder.load(path)
+    gone.mkdir()  # there, but no model
+    with pytest.raises(ValueError, match="which cannot be used here \\(encoder="):
+        LocusEmbedder.load(path)
+
+
+def _without_checksum(path):
+    """Rewrite the saved file ``path`` with its checksum field removed."""
+    from safetensors import safe_open
+    from safetensors.torch import load, save
+
+    with safe_open(str(path), "pt") as handle:
+        header = handle.metadata()
+    tensors = load(path.read_bytes())
+    del header["checksum"]
+    path.write_bytes(save(tensors, metadata=header))
+
+
+def test_a_removed_checksum_is_refused_where_one_was_written(router, tmp_path):
+    """A missing checksum was taken for a file from before checksums, so an
+    edited file (a tensor swapped in, the checksum deleted) loaded unchecked,
+    although it held fields only versions writing checksums write."""
+    path = tmp_path / "r.locus"
+    router.save(path)
+    _without_checksum(path)
+    with pytest.raises(
+        ValueError,
+        match="header field 'checksum' is missing, but the file holds the "
+        "header field 'shrinkage', which only versions that write a checksum",
+    ):
+        LocusRouter.load(path)
+    # An embedder's file: its hyper-parameters are of checksum-era versions.
+    router.embedder_.save(path)
+    _without_checksum(path)
+    with pytest.raises(ValueError, match="checksum' is missing, .*hyper-parameter"):
+        LocusEmbedder.load(path)
