@@ -271,7 +271,10 @@ def _refine_batch(
     delta = torch.zeros_like(z0)
     active = torch.ones(len(z0), dtype=torch.bool, device=z0.device)
     value, logits, jac = objective(delta, jacobian=True)
-    eye = torch.eye(d, device=z0.device)
+    # z0's dtype (float32), not torch's default: under a caller's
+    # torch.set_default_dtype(torch.float64) a default-dtype identity made
+    # the Hessian float64 against a float32 gradient, and the solve failed.
+    eye = torch.eye(d, dtype=z0.dtype, device=z0.device)
     for _ in range(steps):
         p = torch.sigmoid(logits)
         jac = jac * scale  # d logit / d δ

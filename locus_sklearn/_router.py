@@ -313,8 +313,10 @@ class LocusRouter(BaseRouter):
             Costs of the models in ``evals``, by model name (a dict, or a
             pandas Series indexed by model name; a list or an array is
             refused, as its order could be read two ways); required for new
-            models when the router has costs. Given, it replaces the cost of
-            existing ones; omitted, a refreshed model keeps its cost.
+            models when the router has costs. It replaces the cost of each
+            existing model it names; a refreshed model it does not name (every
+            one, when it is omitted) keeps its cost. Names of models that are
+            not in ``evals`` are refused.
 
         Returns
         -------
@@ -331,8 +333,10 @@ class LocusRouter(BaseRouter):
                 "a list does not hold: pass dict(zip(names, costs))."
             )
         table = check_evals(evals)
-        new_costs = check_model_costs(model_costs, table.models, models="evals")
         is_new = ~np.isin(table.models, self.classes_)
+        if model_costs is not None and self.model_costs_ is not None:
+            model_costs = self._keep_refreshed_costs(model_costs, table.models)
+        new_costs = check_model_costs(model_costs, table.models, models="evals")
         if self.model_costs_ is not None and new_costs is None and is_new.any():
             raise ValueError(
                 f"The router has model costs, so the {int(is_new.sum())} new model(s) "
@@ -370,51 +374,74 @@ class LocusRouter(BaseRouter):
         if pool_evals is not None:
             keep = ~np.isin(pool_evals[1].models, table.models)
             pool_evals = self._merged_pool_evals(keep, table, X_query)
+        # Warned of before anything is set, as fit does: a warning turned
+        # into an error (``pytest -W error``) leaves the router as it was,
+        # not with the models added behind an exception.
+        self._warn_new_leader(table, classes, model_mean_scores)
         self.model_embeddings_ = model_embeddings
         self.model_mean_scores_ = model_mean_scores
         self.model_costs_ = model_costs
         self.classes_ = classes
         self.pool_evals_ = pool_evals
-        self._warn_new_leader(table, old_at, new_at)
         return self
 
-    def _warn_new_leader(self, table, old_at, new_at):
-        """Warn where, at shrinkage 1, an added model's mean score over the
-        rows it was added from tops every other model's: routing then sends it
-        every query on that mean alone, read on other queries than the pool's
-        means. Otherwise, warn as ``fit`` does where the pool's highest mean
-        is an added model's over fewer than ``enc_size[0]`` evaluations
-        (:meth:`_warn_thin_leader`)."""
-        if self.shrinkage_ != 1 or not self._warn_added_mean_tops_pool(table, new_at):
+    def _keep_refreshed_costs(self, model_costs, models):
+        """``model_costs`` (a mapping or a Series, by model name) with the
+        current cost of each model of ``models`` already in the pool that it
+        does not name: a refreshed model keeps its cost, also in a call that
+        gives costs for the new models only. New models and names not in
+        ``models`` are left to :func:`check_model_costs` to refuse."""
+        # Names read as check_model_costs reads them: a Series by its index.
+        named = model_costs.index if isinstance(model_costs, pd.Series) else model_costs
+        pool = dict(zip(self.classes_, self.model_costs_.tolist(), strict=True))
+        kept = {m: pool[m] for m in models if m in pool and m not in named}
+        if not kept:
+            return model_costs
+        if isinstance(model_costs, pd.Series):
+            # Concatenated, not turned into a dict, so that check_model_costs
+            # still sees (and refuses) a repeated or non-name index label.
+            return pd.concat([model_costs, pd.Series(kept)])
+        return {**model_costs, **kept}
+
+    def _warn_new_leader(self, table, classes, means):
+        """Warn where, at shrinkage 1, an added or refreshed model takes the
+        lead (the pool's highest mean score) from another model: routing then
+        sends it every query on its mean over the rows it was added from
+        alone, read on other queries than the pool's means. Otherwise, warn
+        as ``fit`` does where the pool's highest mean is an added model's
+        over fewer than ``enc_size[0]`` evaluations (:meth:`_warn_thin_leader`).
+
+        ``classes`` and ``means`` are the pool after the call, built aside:
+        this runs before ``add_models`` sets them, and reads the pool before
+        the call from the router."""
+        if self.shrinkage_ != 1 or not self._warn_added_mean_tops_pool(
+            table, classes, means
+        ):
             self._warn_thin_leader(
-                self.classes_, table.models, np.diff(table.indptr),
-                means=self.model_mean_scores_, shrinkage=self.shrinkage_,
-                locus=self._locus,
+                classes, table.models, np.diff(table.indptr),
+                means=means, shrinkage=self.shrinkage_, locus=self._locus,
             )  # fmt: skip
 
-    def _warn_added_mean_tops_pool(self, table, new_at):
-        """At shrinkage 1: warn where an added model's mean tops every other
-        model's; whether it warned."""
-        means = self.model_mean_scores_
-        others = np.ones(len(means), dtype=bool)
-        others[new_at] = False
-        if not others.any():
+    def _warn_added_mean_tops_pool(self, table, classes, means):
+        """At shrinkage 1: warn where the leader after the call (``classes``,
+        ``means``) is an added or refreshed model that did not lead before
+        it; whether it warned."""
+        # The leaders as routing picks them at s = 1 (ties: the first, as
+        # argmax). Compared with the pool before the call, not with the other
+        # models after it: a leader refreshed from the rows it was fitted on
+        # was otherwise told it "now" led, beside a "best before" that never was.
+        before = int(np.argmax(self.model_mean_scores_))
+        leader = int(np.argmax(means))
+        name = classes[leader]
+        if name == self.classes_[before] or name not in table.models:
             return False
-        leader = int(np.flatnonzero(others)[np.argmax(means[others])])
-        counts = np.diff(table.indptr)
-        over = [
-            (name, means[at], n)
-            for name, at, n in zip(table.models, new_at, counts, strict=True)
-            if means[at] > means[leader]
-        ]
-        if not over:
-            return False
-        name, mean, n = max(over, key=lambda item: item[1])
+        n = dict(zip(table.models, np.diff(table.indptr), strict=True))[name]
         warn_external(
-            f"{name!r} now has the pool's highest mean score, {mean:.3f} over the "
-            f"{n} evaluation(s) it was added from (the best before: "
-            f"{self.classes_[leader]!r}, {means[leader]:.3f}). With shrinkage_=1, "
-            "routing sends it every query (cost aside) on that mean alone, taken "
+            f"{name!r} now has the pool's highest mean score, {means[leader]:.3f} "
+            f"over the {n} evaluation(s) it was added from (the best before: "
+            f"{self.classes_[before]!r}, {self.model_mean_scores_[before]:.3f}). "
+            "With shrinkage_=1, routing sends it every query (cost aside) on "
+            "that mean alone, taken "
             "on other queries than the pool's means: add it from "
             "evaluations spread over the pool's tasks, or route with "
             "shrinkage=None (the plain router) to judge it by its embedding.",

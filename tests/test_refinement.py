@@ -277,6 +277,23 @@ def test_transform_refines_each_model_on_its_own(router, pool, rows_of, fitted_c
     np.testing.assert_allclose(one_by_one.transform(pool.evals), z, atol=1e-5)
 
 
+def test_refinement_under_a_float64_default_dtype(router, pool, fitted_copy):
+    # Scientific code often sets a float64 default (BoTorch, GPyTorch): the
+    # Gauss-Newton system's identity took it, and every refined transform
+    # (fit, add_models, embed) failed in linalg.solve (Double against Float).
+    refined = fitted_copy(router.embedder_, refine_steps=5)
+    expected = refined.transform(pool.evals)
+    torch.set_default_dtype(torch.float64)
+    try:
+        z = refined.transform(pool.evals)
+        assert torch.get_default_dtype() == torch.float64  # the caller's, kept
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert z.dtype == np.float32
+    np.testing.assert_array_equal(z, expected)
+    assert not np.allclose(z, router.embedder_.transform(pool.evals))  # refined
+
+
 def test_router_routes_with_refined_embeddings(pool, tiny_embedder):
     router = LocusRouter(tiny_embedder(pool.encodings, refine_steps=20)).fit(pool.evals)
     np.testing.assert_allclose(

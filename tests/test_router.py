@@ -76,20 +76,42 @@ def test_cost_aware_routing(pool, tiny_embedder, model_names, query_texts):
 
 
 def test_add_models_costs_name_the_models_of_evals(router, pool, fitted_copy):
-    costed = fitted_copy(router)
-    costed.model_costs_ = np.ones(len(router.classes_))
+    # fam0-m00 costs 1, fam0-m01 2, ..., in sorted-name order.
+    pool_costs = np.arange(1.0, len(router.classes_) + 1)
     new = pool.evals[pool.evals["model"] == "fam0-m00"].assign(model="newcomer")
     both = pd.concat([new, pool.evals[pool.evals["model"] == "fam0-m01"]])
-    # Costs for the new model only, in a call that also refreshes fam0-m01.
+
+    def costed():
+        out = fitted_copy(router)
+        out.model_costs_ = pool_costs.copy()
+        return out
+
+    def cost_of(r):
+        return dict(zip(r.classes_, r.model_costs_.tolist(), strict=True))
+
+    # Costs for the new model only, in a call that also refreshes fam0-m01:
+    # the refreshed model keeps its cost (it was refused, though the
+    # docstring says an omitted cost is kept on refresh).
+    for costs in ({"newcomer": 7.0}, pd.Series({"newcomer": 7.0})):
+        r = costed().add_models(both, model_costs=costs)
+        assert cost_of(r) == {**cost_of(costed()), "newcomer": 7.0}
+        assert cost_of(r)["fam0-m01"] == 2.0
+    # A cost it names replaces the refreshed model's.
+    r = costed().add_models(both, model_costs={"newcomer": 7.0, "fam0-m01": 3.0})
+    assert (cost_of(r)["newcomer"], cost_of(r)["fam0-m01"]) == (7.0, 3.0)
+    # A new model still needs its cost, and names not in evals are refused.
+    r = costed()
     with pytest.raises(
         ValueError,
-        match=r"model_costs has no cost for 1 model\(s\) of evals: \['fam0-m01'\]",
+        match=r"model_costs has no cost for 1 model\(s\) of evals: \['newcomer'\]",
     ):
-        costed.add_models(both, model_costs={"newcomer": 2.0})
+        r.add_models(both, model_costs={"fam0-m01": 3.0})
     with pytest.raises(ValueError, match=r"that are not in evals: \['fam0-m02'\]"):
-        costed.add_models(new, model_costs={"newcomer": 2.0, "fam0-m02": 1.0})
-    costed.add_models(both, model_costs={"newcomer": 2.0, "fam0-m01": 3.0})
-    assert costed.model_costs_[costed.classes_.tolist().index("newcomer")] == 2.0
+        r.add_models(both, model_costs={"newcomer": 2.0, "fam0-m02": 1.0})
+    with pytest.raises(ValueError, match=r"index repeats 1 model name\(s\)"):
+        r.add_models(both, model_costs=pd.Series([2.0, 3.0], ["newcomer"] * 2))
+    assert "newcomer" not in r.classes_
+    np.testing.assert_array_equal(r.model_costs_, pool_costs)
 
 
 def test_add_models_refuses_model_costs_not_named_by_model(router, pool, fitted_copy):

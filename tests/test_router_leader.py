@@ -120,3 +120,57 @@ def test_add_models_warns_where_an_added_mean_of_few_evaluations_leads(router, p
     plain = copy.deepcopy(router)
     plain.shrinkage_ = 0.0
     assert _user_warnings(plain.add_models, rows.iloc[:2]) == []
+
+
+def test_add_models_warned_into_an_error_leaves_the_router_as_it_was(
+    router, pool, query_texts
+):
+    # The leader warning came after the pool was replaced: under
+    # ``pytest -W error`` add_models raised, yet the model had been added.
+    whole = copy.deepcopy(router)
+    whole.shrinkage_ = 1.0
+    before = {k: v for k, v in vars(whole).items() if k.endswith("_")}
+    expected = whole.predict_proba(query_texts[:5])
+    best = whole.classes_[np.argmax(whole.model_mean_scores_)]
+    lucky = pool.evals[pool.evals["model"] == best].assign(model="lucky", score=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="'lucky' now has the pool's highest"):
+            whole.add_models(lucky.iloc[:64])
+    for name, value in before.items():
+        assert getattr(whole, name) is value, name
+    assert "lucky" not in whole.classes_
+    np.testing.assert_array_equal(whole.predict_proba(query_texts[:5]), expected)
+
+
+def test_add_models_warns_only_where_the_leader_changes(router, pool):
+    # The check compared with the other models after the call: refreshing the
+    # leader from the rows it was fitted on warned it "now" led, naming the
+    # runner-up as "the best before".
+    whole = copy.deepcopy(router)
+    whole.shrinkage_ = 1.0
+    means = dict(zip(whole.classes_, whole.model_mean_scores_, strict=True))
+    first, second = sorted(means, key=means.get, reverse=True)[:2]
+    rows = pool.evals[pool.evals["model"] == first]
+    assert _user_warnings(whole.add_models, rows) == []
+    assert whole.model_mean_scores_.tolist() == list(means.values())
+    # The leader refreshed to a mean that falls below the runner-up's, and a
+    # new model on top: the best before is the leader before the call.
+    low = rows.assign(score=0.0)
+    top = rows.assign(model="lucky", score=1.0)
+    (caught,) = _user_warnings(whole.add_models, pd.concat([low, top]))
+    assert (
+        f"'lucky' now has the pool's highest mean score, 1.000 over the "
+        f"{len(top)} evaluation(s) it was added from (the best before: {first!r}, "
+        f"{means[first]:.3f})"
+    ) in str(caught.message)
+    # A refreshed model that takes the lead is warned of as an added one.
+    whole = copy.deepcopy(router)
+    whole.shrinkage_ = 1.0
+    up = pool.evals[pool.evals["model"] == second].assign(score=1.0)
+    (caught,) = _user_warnings(whole.add_models, up)
+    assert (
+        f"{second!r} now has the pool's highest mean score, 1.000 over the "
+        f"{len(up)} evaluation(s) it was added from (the best before: {first!r}, "
+        f"{means[first]:.3f})"
+    ) in str(caught.message)
