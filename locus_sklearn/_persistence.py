@@ -212,8 +212,9 @@ def encoder_from_spec(spec, tensors, encoder):
         return dict(zip(spec["keys"], vectors, strict=True))
     if kind == "hashed_mapping":
         raise ValueError(
-            "The file was saved without query text, so its mapping encoder was not "
-            "stored; pass the mapping again with load(path, encoder=...)."
+            "The file was saved without query text (include_query_text=False), so "
+            "its precomputed encodings {query: vector} were not stored; pass them "
+            "again as a mapping with load(path, encoder=mapping)."
         )
     raise ValueError(
         f"The file was saved with a custom encoder object ({spec['type']}), which "

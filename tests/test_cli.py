@@ -2217,3 +2217,25 @@ def test_broken_pipe_at_the_final_flush_exits_141(tmp_path, monkeypatch):
     emb.write_text("model,0\na,0\nb,1\nc,3\n")
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["select", str(emb), "--k", "2", "--tsv"]) == 141
+
+
+def test_a_router_saved_without_query_text_in_the_commands(workdir, tmp_path, cli):
+    """litellm-config needs only the pool and its embeddings: it loaded the
+    query encoder too, and refused a file saved without query text; route
+    told the user to call "load(path, --encoder ...)", which no command has."""
+    yaml = pytest.importorskip("yaml")
+    from locus_sklearn import LocusRouter
+
+    router = LocusRouter.load(workdir / "router.locus")
+    path = tmp_path / "hashed.locus"
+    router.save(path, include_query_text=False)
+    gateway = tmp_path / "gw.yaml"
+    gateway.write_text(
+        yaml.safe_dump({"backends": {"fam0-m00": {"base_url": "http://x"}}})
+    )
+    status, out, err = cli("litellm-config", path, "--config", gateway)
+    assert status == 0, err
+    assert yaml.safe_load(out)["model_list"][0]["model_name"] == "fam0-m00"
+    status, out, err = cli("route", path, "q001")
+    assert_one_line(status, err, 1, "give them again with --encodings FILE.npz")
+    assert "load(" not in err and "encoder=" not in err

@@ -758,8 +758,10 @@ def test_gateway_bad_requests(router_path, routers, backends):
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
         r = post({"model": "gpt-99", "messages": [{"role": "user", "content": "q000"}]})
         assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+        # Every invalid request is OpenAI's 400, a bad field included.
         r = post({"model": "locus", "messages": "q000"})
-        assert r.status_code == 422 and r.json()["error"]["param"] == "messages"
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+        assert r.json()["error"]["type"] == "invalid_request_error"
         r = post(
             {
                 "model": "locus",
@@ -767,7 +769,7 @@ def test_gateway_bad_requests(router_path, routers, backends):
                 "models": ["nope"],
             }
         )
-        assert r.status_code == 422 and r.json()["error"]["param"] == "models"
+        assert r.status_code == 400 and r.json()["error"]["param"] == "models"
         assert sum(backends.hits.values()) == 0
 
 
@@ -1325,16 +1327,16 @@ def test_gateway_stream_must_be_a_boolean(router_path, routers, backends):
     gateway = _gateway(backends, routers[0].classes_)
     with serve(create_app(router_path, gateway=gateway)) as url:
         response = _chat(url, "q000", stream="yes")
-    assert response.status_code == 422, response.text
+    assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "stream"
     assert sum(backends.hits.values()) == 0
 
 
-def test_gateway_huge_cost_weight_is_a_422(router_path, routers, backends):
+def test_gateway_huge_cost_weight_is_a_400(router_path, routers, backends):
     gateway = _gateway(backends, routers[0].classes_)
     with serve(create_app(router_path, gateway=gateway)) as url:
         response = _chat(url, "q000", cost_weight=1e308)
-    assert response.status_code == 422, response.text
+    assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "cost_weight"
     assert sum(backends.hits.values()) == 0
 
@@ -1354,7 +1356,7 @@ def test_gateway_names_the_over_long_message_by_its_index(
             f"{url}/v1/chat/completions",
             json={"model": "locus", "messages": messages},
         )
-    assert response.status_code == 422
+    assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == "messages.2", error
     assert error["message"].startswith("messages[2] has 60 characters")
@@ -2069,9 +2071,16 @@ def test_openapi_declares_the_real_error_body(router_path, routers, backends):
                     status,
                 )
     assert {400, 413, 415, 422, 503} <= declared[("post", "/route")]
-    assert {400, 404, 413, 415, 422, 502, 503, 504} <= declared[
-        ("post", "/v1/chat/completions")
-    ]
+    # The gateway answers an invalid request with OpenAI's 400, never 422.
+    assert declared[("post", "/v1/chat/completions")] == {
+        400,
+        404,
+        413,
+        415,
+        502,
+        503,
+        504,
+    }
     assert {401, 409} <= declared[("post", "/admin/reload")]
 
 
@@ -2397,3 +2406,213 @@ def test_batch_window_has_an_upper_bound(router_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "--batch-window-ms: expected milliseconds in [0, 10000], got '20000'" in err
     assert serve_main(["serve", str(router_path), "--batch-window-ms", "10000"]) == 0
+
+
+# --------------------------------------------- model names, pinning, numbers
+def test_gateway_headers_carry_any_model_name(tmp_path, pool, backends):
+    """A model name outside Latin-1 (an en dash, CJK) could not be written
+    in a header as it is: the gateway answered 500 after the backend had
+    answered. Now the headers hold it percent-encoded as UTF-8, ``unquote``
+    gives it back, and the ``locus`` field holds it as it is."""
+    from urllib.parse import unquote
+
+    models = sorted(pool.evals["model"].unique())
+    new = ["qwen2.5–7b", "日本語-llm-7b", "50% model", "café"]  # an en dash, CJK
+    names = dict(zip(models[: len(new)], new, strict=True))
+    evals = pool.evals.assign(model=pool.evals["model"].replace(names))
+    router = LocusRouter(
+        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 1, "random_state": 0}),
+        shrinkage=None,
+    ).fit(evals)
+    path = tmp_path / "names.safetensors"
+    router.save(path)
+    gateway = {
+        "backends": {
+            name: {"base_url": backends.url(f"m{i}")}
+            for i, name in enumerate(router.classes_)
+        }
+    }
+    expected = {
+        "qwen2.5–7b": "qwen2.5%E2%80%937b",
+        "日本語-llm-7b": "%E6%97%A5%E6%9C%AC%E8%AA%9E-llm-7b",
+        "50% model": "50%25%20model",
+        "café": "caf%C3%A9",
+        # visible ASCII without %: as it is
+        **{name: name for name in models[len(new) :]},
+    }
+    with serve(create_app(path, gateway=gateway)) as url:
+        for name, header in expected.items():
+            response = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={"model": name, "messages": [{"role": "user", "content": "q000"}]},
+            )
+            assert response.status_code == 200, (name, response.text)
+            assert response.headers["x-locus-model"] == header
+            assert response.headers["x-locus-routed-model"] == header
+            assert unquote(header) == name
+            assert response.json()["locus"]["model"] == name
+        # A streamed answer has the same headers.
+        body = {
+            "model": "qwen2.5–7b",
+            "stream": True,
+            "messages": [{"role": "user", "content": "q000"}],
+        }
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            assert r.headers["x-locus-model"] == "qwen2.5%E2%80%937b"
+            assert "data: [DONE]" in r.read().decode()
+    assert sum(backends.hits.values()) == len(expected) + 1
+
+
+def test_gateway_pinned_model_is_not_routed(router_path, routers, backends):
+    """A request pinned to a served model skips routing: its messages are
+    not read (text the router's precomputed encodings do not hold, an
+    image-only or missing user message, one over max_query_chars) and no
+    prediction is made; it is forwarded unchanged, and still falls back."""
+    router = routers[0]
+    pinned = router.classes_[0]
+    gateway = _gateway(backends, router.classes_)
+    image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]
+    cases = [
+        [{"role": "user", "content": "Hello, who are you?"}],  # not an id
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": image}],
+        [{"role": "assistant", "content": "hi"}],  # no user message
+        [{"role": "user", "content": "x" * 60}],  # over max_query_chars
+    ]
+    app = create_app(router_path, gateway=gateway, max_query_chars=50)
+    with serve(app) as url:
+        for messages in cases:
+            response = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={"model": pinned, "messages": messages, "cost_weight": 0.5},
+            )
+            assert response.status_code == 200, (messages, response.text)
+            assert response.headers["x-locus-model"] == pinned
+            model, _, body = backends.seen[-1]
+            assert model == pinned and body["messages"] == messages
+            assert "cost_weight" not in body
+        batching = httpx.get(f"{url}/healthz").json()["batching"]
+        assert batching["requests"] == 0 and batching["batches"] == 0
+        # Falls back along the fallback order, unrouted still.
+        backends.modes[pinned] = 503
+        response = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": pinned, "messages": cases[0]},
+        )
+        assert response.status_code == 200, response.text
+        nearest = fallback_order(router).loc[pinned].iloc[0]
+        assert response.headers["x-locus-model"] == nearest
+        assert response.headers["x-locus-routed-model"] == pinned
+        assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
+
+    async def without_lifespan(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await c.post(
+                "/v1/chat/completions",
+                json={"model": pinned, "messages": cases[0]},
+            )
+
+    # Once the lifespan ended, or before it ran: a 503 saying so, as a routed
+    # request gets.
+    for unserved, message in [
+        (app, "shutting down"),
+        (create_app(router_path, gateway=gateway), "not started"),
+    ]:
+        response = asyncio.run(asyncio.wait_for(without_lifespan(unserved), 10))
+        assert response.status_code == 503, response.text
+        assert message in response.json()["error"]["message"]
+    assert backends.hits[pinned] == len(cases) + 1
+
+
+def test_gateway_stream_null_is_no_stream(router_path, routers, backends):
+    """OpenAI's API takes ``"stream": null`` (its SDK may send it): no
+    stream, forwarded as it is."""
+    router = routers[0]
+    gateway = _gateway(backends, router.classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response = _chat(url, "q000", stream=None)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    routed = router.predict(["q000"])[0]
+    assert response.json()["locus"]["model"] == routed
+    _, _, body = backends.seen[-1]
+    assert "stream" in body and body["stream"] is None
+
+
+def test_gateway_invalid_requests_are_openai_400s(router_path, routers, backends):
+    """OpenAI answers an invalid request with 400 and its error object, and
+    so does the gateway, a bad field included; /route answers the same
+    field's problem with 422."""
+    router = routers[0]
+    gateway = _gateway(backends, router.classes_[:3])
+    user = [{"role": "user", "content": "q000"}]
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for extra, param in [
+            ({"temperature": 0.2, "cost_weight": -1}, "cost_weight"),
+            ({"cost_weight": "high"}, "cost_weight"),
+            ({"models": [router.classes_[0]] * 2}, "models"),
+            ({"models": [router.classes_[4]]}, "models"),  # no backend
+            ({"messages": [{"role": "user", "content": "an unknown id"}]}, "messages"),
+            ({"messages": [{"content": "q000"}]}, "messages.0.role"),
+        ]:
+            body = {"model": "locus", "messages": user, **extra}
+            response = httpx.post(f"{url}/v1/chat/completions", json=body)
+            assert response.status_code == 400, (extra, response.text)
+            error = response.json()["error"]
+            assert error["type"] == "invalid_request_error", error
+            assert error["param"] == param, (extra, error)
+        response = httpx.post(f"{url}/route", json={"query": "q0", "cost_weight": -1})
+        assert response.status_code == 422, response.text
+    assert sum(backends.hits.values()) == 0
+
+
+def test_integers_beyond_a_double_are_refused_like_1e400(
+    router_path, routers, backends
+):
+    """``1`` followed by 400 zeros is beyond a double as ``1e400`` is: a 400
+    naming it on /route and the gateway, never forwarded, and one of 5001
+    digits gets the same message, not Python's advice to raise its limit."""
+    import sys
+
+    from locus_sklearn.serve._app import _strict_json
+
+    biggest = int(sys.float_info.max)
+    assert _strict_json(str(biggest)) == biggest  # a double's range, exactly
+    assert _strict_json(f"[-{biggest}, 7]") == [-biggest, 7]
+    for text in (str(2**1024), f"-{2**1024}"):  # rounds to infinity
+        with pytest.raises(ValueError, match="is out of range"):
+            _strict_json(text)
+    gateway = _gateway(backends, routers[0].classes_)
+    big = "1" + "0" * 400
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        chat = (
+            '{"model": "locus", "messages": [{"role": "user", "content": "q000"}], '
+            f'"temperature": {big}}}'
+        )
+        response = _post_raw(url, "/v1/chat/completions", chat.encode())
+        _assert_body_error(response, 400, "not valid JSON", "is out of range")
+        assert "(401 characters)" in response.json()["error"]["message"]
+        response = _post_raw(
+            url, "/route", f'{{"query": "q000", "cost_weight": {big}}}'
+        )
+        _assert_body_error(response, 400, "is out of range")
+        huge = "1" + "0" * 5000
+        response = _post_raw(url, "/route", f'{{"query": "q000", "top_k": {huge}}}')
+        _assert_body_error(response, 400, "is out of range", "(5001 characters)")
+        assert "set_int_max_str_digits" not in response.text
+        assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
+    assert sum(backends.hits.values()) == 0
+
+
+def test_litellm_config_of_a_file_saved_without_query_text(tmp_path, routers, backends):
+    """The export reads only the pool and its model embeddings: a file saved
+    with include_query_text=False (which cannot load without its mapping
+    encoder) exports as the router itself does."""
+    router = routers[0]
+    path = tmp_path / "hashed.safetensors"
+    router.save(path, include_query_text=False)
+    with pytest.raises(ValueError, match="saved without query text"):
+        LocusRouter.load(path)
+    gateway = _gateway(backends, router.classes_)
+    assert litellm_config(path, gateway) == litellm_config(router, gateway)

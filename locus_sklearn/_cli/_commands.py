@@ -80,6 +80,17 @@ _ENCODER_TERMS = [
         "vectors with --encodings FILE.npz; without either, the bundled "
         "all-MiniLM-L6-v2 is used.",
     ),
+    # A file saved without query text, or with a custom encoder object: the
+    # way out in the command's terms (before the generic pair below).
+    (
+        "pass them again as a mapping with load(path, encoder=mapping)",
+        "give them again with --encodings FILE.npz (its queries and vectors arrays)",
+    ),
+    (
+        "pass it again with load(path, encoder=...)",
+        "such a file cannot be used from the command line: load it in Python "
+        "and pass the encoder object again",
+    ),
     ("encoder=", "--encoder "),
 ]
 

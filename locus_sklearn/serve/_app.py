@@ -14,6 +14,7 @@ import math
 import numbers
 import os
 import re
+import sys
 
 import numpy as np
 
@@ -117,27 +118,81 @@ _ERROR_DESCRIPTIONS = {
 }
 
 
-def _error_responses(*statuses):
+def _error_responses(*statuses, descriptions=None):
     """``responses=`` for a route: each status answers an :class:`ErrorBody`
     (declaring 422 replaces FastAPI's ``HTTPValidationError``, which this
-    service never sends)."""
+    service never sends; :func:`_without_unsent_422` drops it from a route
+    that declares none). ``descriptions`` overrides the default ones."""
+    descriptions = {**_ERROR_DESCRIPTIONS, **(descriptions or {})}
     return {
-        status: {"model": ErrorBody, "description": _ERROR_DESCRIPTIONS[status]}
+        status: {"model": ErrorBody, "description": descriptions[status]}
         for status in statuses
     }
+
+
+_FASTAPI_422 = {"$ref": "#/components/schemas/HTTPValidationError"}
+
+
+def _without_unsent_422(app):
+    """Make ``app.openapi`` leave out the 422 FastAPI declares on a route
+    with a body that declares none (its ``HTTPValidationError``, which this
+    service never sends): the gateway answers an invalid request with 400."""
+    default = app.openapi
+
+    def openapi():
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = default()
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                answers = operation.get("responses", {})
+                sent = answers.get("422", {}).get("content", {})
+                if sent.get("application/json", {}).get("schema") == _FASTAPI_422:
+                    del answers["422"]
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        return schema
+
+    app.openapi = openapi
 
 
 def _reject_constant(name):
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _out_of_range(text):
+    shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+    return ValueError(
+        f"the number {shown} is out of range (a number must be finite, at most "
+        "about 1.8e308 in magnitude)"
+    )
+
+
 def _finite_float(text):
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(
-            f"the number {text} is out of range (a number must be finite, at most "
-            "about 1.8e308 in magnitude)"
-        )
+        raise _out_of_range(text)
+    return value
+
+
+# Digits of the largest double, about 1.8e308: an integer with more is
+# beyond it, and is refused without converting it.
+_MAX_DOUBLE_DIGITS = len(str(int(sys.float_info.max)))
+
+
+def _finite_int(text):
+    """An integer literal, refused like ``1e400`` where it is beyond a
+    double's range (it would round to infinity as a double, as a backend's
+    JSON parser may read it); the longest are refused unconverted, as
+    Python's own refusal of one over 4300 digits would advise the client to
+    raise the server's limit."""
+    if len(text.lstrip("-")) > _MAX_DOUBLE_DIGITS:
+        raise _out_of_range(text)
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise _out_of_range(text) from None
     return value
 
 
@@ -146,14 +201,16 @@ def _strict_json(content):
 
     Refuses what Python's parser lets through, with a ValueError naming it:
     ``NaN`` and ``Infinity`` (not JSON), a number beyond a double's range
-    (``1e400``, read as infinity) and a key repeated in one object, nested
-    ones included (read as its last value). None of them could be routed on
-    or written on as JSON.
+    (``1e400``, read as infinity, or an integer such as ``1`` followed by
+    400 zeros) and a key repeated in one object, nested ones included (read
+    as its last value). None of them could be routed on or written on as
+    JSON.
     """
     return json.loads(
         content,
         parse_constant=_reject_constant,
         parse_float=_finite_float,
+        parse_int=_finite_int,
         object_pairs_hook=_unique_keys,
     )
 
@@ -428,21 +485,23 @@ def _describe(error):
     return text
 
 
+def _validation_error(exc):
+    """``(status, message, param)`` for a RequestValidationError: 400 for a
+    body that is not JSON, 422 for a bad field."""
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":
+        problem = first.get("ctx", {}).get("error", "")
+        return 400, f"The body is not valid JSON: {problem}".rstrip(": "), "body"
+    message = "; ".join(_describe(e) for e in errors)
+    return 422, message, _param(first["loc"])
+
+
 def _install_error_handlers(app):
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, exc):
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-        if first.get("type") == "json_invalid":
-            return error_response(
-                400,
-                f"The body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(
-                    ": "
-                ),
-                param="body",
-            )
-        message = "; ".join(_describe(e) for e in errors)
-        return error_response(422, message, param=_param(first["loc"]))
+        status, message, param = _validation_error(exc)
+        return error_response(status, message, param=param)
 
     @app.exception_handler(APIError)
     async def _api_error(request, exc):
@@ -585,6 +644,15 @@ class Service:
                     f"{name} has {len(q)} characters; at most {self.max_query_chars}.",
                     param=where,
                 )
+
+    def check_running(self):
+        """503 when the service is not started or is shutting down: for a
+        request that needs no prediction (a gateway request pinned to a
+        model), which :meth:`proba` would otherwise refuse."""
+        try:
+            self.batcher.check_running()
+        except BatcherStopped as exc:
+            raise APIError(503, str(exc), kind="server_error") from None
 
     async def proba(self, queries, *, param="queries"):
         """The router snapshot that answered and P(correct), (n_queries, n_models)."""
@@ -772,6 +840,7 @@ def create_app(
     # A middleware, not a wrapper: the app returned is the FastAPI app, with
     # its state, routes and add_middleware.
     fastapi_app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    _without_unsent_422(fastapi_app)
     return fastapi_app
 
 

@@ -83,12 +83,9 @@ class MicroBatcher:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
-    async def submit(self, items):
-        """The context and the rows of ``fn``'s array for ``items``.
-
-        Raises :class:`BatcherStopped` when the worker is not running (never
-        started, or stopped): nothing would ever answer.
-        """
+    def check_running(self):
+        """Raise :class:`BatcherStopped` when the worker is not running (never
+        started, or stopped): nothing would ever answer."""
         if self._task is None:
             raise BatcherStopped(
                 "The service is not started: its lifespan has not run (serve the "
@@ -96,6 +93,14 @@ class MicroBatcher:
             )
         if self._task.done():
             raise BatcherStopped("The service is shutting down; retry later.")
+
+    async def submit(self, items):
+        """The context and the rows of ``fn``'s array for ``items``.
+
+        Raises :class:`BatcherStopped` when the worker is not running (never
+        started, or stopped): nothing would ever answer.
+        """
+        self.check_running()
         future = asyncio.get_running_loop().create_future()
         self.n_calls += 1
         self._queue.put_nowait((list(items), future))

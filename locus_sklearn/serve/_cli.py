@@ -318,7 +318,13 @@ def _cmd_litellm(args):
             "-o/--output",
             {"ROUTER": args.router, "--config": args.config},
         )
-    router = _load_router(args)
+    # The export reads the pool and its embeddings only: from the path,
+    # litellm_config loads no query encoder, so a router saved with
+    # include_query_text=False needs no --encodings. Encoder options given
+    # are still read (and their files checked), as by every command.
+    router = args.router
+    if _encoder(args) is not None:
+        router = _load_router(args)
     with _in_option_terms(*_SERVE_TERMS, common=False):
         config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
     text = yaml.safe_dump(config, sort_keys=False)

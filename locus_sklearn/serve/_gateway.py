@@ -3,8 +3,12 @@
 ``POST /v1/chat/completions`` routes a request by its last user message among
 the pool models that have a backend, forwards it there (with the backend's
 own model name and key) and returns the backend's answer, streamed or not,
-with the model that answered in the ``x-locus-model`` header (and, for JSON
-answers, in a ``locus`` field). When a backend fails (connection refused,
+with the model that answered in the ``x-locus-model`` header (percent-encoded
+where it is not visible ASCII, see :func:`_header_value`; and, for JSON
+answers, in a ``locus`` field, as it is). A request whose ``model`` names a served
+model is not routed: it goes to that model and falls back like a routed one.
+An invalid request is a 400, as OpenAI answers it (``/route`` answers a bad
+field with 422). When a backend fails (connection refused,
 timeout, 500, 502, 503, 504, 429, 408) the request goes to the next model of the routed
 model's capability-based fallback order (nearest model embeddings first),
 each model at most once, within ``fallback.max_attempts`` attempts and
@@ -30,6 +34,7 @@ escapes, the same JSON value.
 import asyncio
 import json
 import time
+from urllib.parse import quote
 
 import numpy as np
 
@@ -39,6 +44,7 @@ require("httpx")
 
 import httpx  # noqa: E402
 from fastapi import Request  # noqa: E402
+from fastapi.exceptions import RequestValidationError  # noqa: E402
 from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
@@ -49,7 +55,9 @@ from ._app import (  # noqa: E402
     _checked_utility,
     _cost_weight,
     _error_responses,
+    _JSONRoute,
     _strict_json,
+    _validation_error,
     error_response,
 )
 
@@ -83,6 +91,49 @@ class _RelayedJSON(JSONResponse):
 
 ROUTER_MODEL = "locus"
 
+# Left as they are in a header value: visible ASCII but "%", the escape. A
+# space is escaped too, as HTTP strips it at either end of a value.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+
+
+def _header_value(name):
+    """A model name as an HTTP header value: percent-encoded as UTF-8 (RFC
+    3986, as RFC 8187 writes non-ASCII header parameters) where it holds a
+    character outside visible ASCII, or a "%"; ``urllib.parse.unquote``
+    gives the name back. Starlette writes header values as Latin-1, so an en
+    dash or CJK text could not be sent as it is (the backend had already
+    answered), and a CR or LF would end the header."""
+    return quote(name, safe=_HEADER_SAFE)
+
+
+class _OpenAIRoute(_JSONRoute):
+    """The chat route: an invalid request is a 400 (``invalid_request_error``,
+    naming the field), as OpenAI's API answers it and its clients expect
+    (the openai SDK raises ``BadRequestError``), where ``/route`` answers a
+    bad field with 422. The body is read strictly, as on ``/route``."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def openai_handler(request):
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                _, message, param = _validation_error(exc)
+                raise APIError(400, message, param=param) from None
+            except APIError as exc:
+                if exc.status != 422:
+                    raise
+                raise APIError(
+                    400,
+                    exc.message,
+                    param=exc.param,
+                    kind=exc.kind,
+                    headers=exc.headers,
+                ) from None
+
+        return openai_handler
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -94,14 +145,16 @@ class ChatMessage(BaseModel):
 class ChatRequest(BaseModel):
     """An OpenAI chat request; unknown fields are forwarded as they are.
 
-    Strict, like ``/route``: ``"stream": "yes"`` is a 422, not a stream.
+    Strict, like ``/route``: ``"stream": "yes"`` is a 400, not a stream.
+    ``"stream": null`` is no stream, as OpenAI reads it (its SDK may send
+    it), and is forwarded as it is.
     """
 
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: bool | None = None
     # locus extensions (removed before forwarding), e.g. the OpenAI client's
     # extra_body={"cost_weight": 0.001}
     cost_weight: float | None = Field(default=None, ge=0, allow_inf_nan=False)
@@ -167,27 +220,28 @@ def add_gateway_endpoints(app, service):
         ]
         return {"object": "list", "data": data}
 
-    @app.post(
-        "/v1/chat/completions",
-        summary="OpenAI-compatible chat, routed",
-        responses=_error_responses(400, 404, 413, 415, 422, 502, 503, 504),
-    )
     async def chat(body: ChatRequest, request: Request):
         # Forward what the client sent, less the locus extensions. The body
-        # was parsed strictly (the app's route class), so a NaN or 1e400 (say
-        # a temperature) or a repeated key was a 400 before any routing, not
-        # a failure to forward it after.
+        # was parsed strictly (the route class), so a NaN or 1e400 (say a
+        # temperature) or a repeated key was a 400 before any routing, not a
+        # failure to forward it after.
         payload = dict(await request.json())
         payload.pop("cost_weight", None)
         payload.pop("models", None)
         state = service.holder.current
         served = [m for m in config.backends if m in set(state.classes)]
         if body.model == ROUTER_MODEL:
-            requested = body.models
+            state, routed, fallback_pool = await _route(service, state, body)
         elif body.model in served:
             if body.models is not None:
                 raise APIError(400, "models is only for model='locus'.", param="models")
-            requested = [body.model]  # a pinned model still falls back
+            # Pinned: not routed, so the messages need no text to route by,
+            # nothing is encoded or predicted, and cost_weight (a routing
+            # parameter) has nothing to weigh. The model falls back to its
+            # neighbours among every served model.
+            service.check_running()
+            routed = body.model
+            fallback_pool = np.isin(state.classes, served)
         else:
             raise APIError(
                 404,
@@ -196,46 +250,66 @@ def add_gateway_endpoints(app, service):
                 param="model",
                 kind="model_not_found",
             )
-        if requested is not None:
-            _allowed_mask(state, requested)
-            no_backend = [m for m in requested if m not in config.backends]
-            if no_backend:
-                raise APIError(
-                    422,
-                    f"models has model(s) without a backend: {no_backend[:5]}.",
-                    param="models",
-                )
-        text, index = _last_user_text(body.messages)
-        service.check_queries([text], param="messages", positions=[index])
-        _cost_weight(state, body.cost_weight, service.default_cost_weight)
-        state, proba = await service.proba([text], param="messages")
-        served = [m for m in config.backends if m in set(state.classes)]
-        allowed = _allowed_mask(state, requested if requested is not None else served)
-        allowed &= np.isin(state.classes, served)
-        if not allowed.any():
-            raise APIError(
-                503,
-                "No requested model has a backend now.",
-                param="models",
-                kind="server_error",
-            )
-        if body.model == ROUTER_MODEL:
-            weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
-            utility = _checked_utility(
-                proba, state, weight, body.cost_weight is not None
-            )
-            routed = str(state.classes[route(utility, allowed[None, :])[0]])
-        else:
-            routed = body.model
-        # Every served model may be a fallback, not just the requested subset
-        # of a pinned model (a pinned model falls back to its neighbours).
-        fallback_pool = (
-            allowed if body.model == ROUTER_MODEL else np.isin(state.classes, served)
-        )
         order = _attempt_order(
             state, routed, fallback_pool, config.fallback.max_attempts
         )
-        return await _forward(service, payload, order, routed, stream=body.stream)
+        return await _forward(service, payload, order, routed, stream=bool(body.stream))
+
+    # Added with its own route class: invalid requests are OpenAI's 400s.
+    app.router.add_api_route(
+        "/v1/chat/completions",
+        chat,
+        methods=["POST"],
+        summary="OpenAI-compatible chat, routed",
+        responses=_error_responses(
+            400,
+            404,
+            413,
+            415,
+            502,
+            503,
+            504,
+            descriptions={
+                400: "The body is not standard UTF-8 JSON, or a field is invalid"
+            },
+        ),
+        route_class_override=_OpenAIRoute,
+    )
+
+
+async def _route(service, state, body):
+    """Route a ``model="locus"`` request by its last user message: the router
+    snapshot that answered, the routed model and the mask of the models it
+    may fall back to (the requested ones that have a backend)."""
+    config = service.gateway
+    if body.models is not None:
+        _allowed_mask(state, body.models)
+        no_backend = [m for m in body.models if m not in config.backends]
+        if no_backend:
+            raise APIError(
+                400,
+                f"models has model(s) without a backend: {no_backend[:5]}.",
+                param="models",
+            )
+    text, index = _last_user_text(body.messages)
+    service.check_queries([text], param="messages", positions=[index])
+    _cost_weight(state, body.cost_weight, service.default_cost_weight)
+    state, proba = await service.proba([text], param="messages")
+    # Re-read on the snapshot that answered (a reload may have come between).
+    served = [m for m in config.backends if m in set(state.classes)]
+    allowed = _allowed_mask(state, body.models if body.models is not None else served)
+    allowed &= np.isin(state.classes, served)
+    if not allowed.any():
+        raise APIError(
+            503,
+            "No requested model has a backend now.",
+            param="models",
+            kind="server_error",
+        )
+    weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
+    utility = _checked_utility(proba, state, weight, body.cost_weight is not None)
+    routed = str(state.classes[route(utility, allowed[None, :])[0]])
+    return state, routed, allowed
 
 
 async def _attempt(client, request, stream):
@@ -325,8 +399,8 @@ async def _forward(service, payload, order, routed, *, stream):
             attempts.append({"model": model, "error": error})
             continue
         locus_headers = {
-            "x-locus-model": model,
-            "x-locus-routed-model": routed,
+            "x-locus-model": _header_value(model),
+            "x-locus-routed-model": _header_value(routed),
             "x-locus-attempts": str(len(attempts) + 1),
         }
         if isinstance(content, tuple):

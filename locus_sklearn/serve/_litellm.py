@@ -11,6 +11,20 @@ from .._evals import _preview
 __all__ = ["litellm_config"]
 
 
+class _NoQueries:
+    """The query encoder a router file is loaded with here: the export reads
+    only the pool and its model embeddings and never encodes a query, so the
+    saved encoder is not needed (a file saved with
+    ``include_query_text=False``, or whose encoder model directory is on
+    another machine, exports too) and not loaded."""
+
+    def encode(self, texts):
+        raise RuntimeError(
+            "litellm_config loads a router file without its query encoder; it "
+            "encodes no query."
+        )
+
+
 def litellm_config(router, gateway, *, n_fallbacks=None):
     """A LiteLLM proxy configuration with ``model_list`` and ``fallbacks``.
 
@@ -29,8 +43,10 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     ----------
     router : fitted router, str or path-like
         A router with ``classes_`` and ``model_embeddings_``, or a router
-        file (:meth:`~locus_sklearn.LocusRouter.save`), loaded as
-        :func:`create_app` loads it.
+        file (:meth:`~locus_sklearn.LocusRouter.save`). Only the pool and
+        the model embeddings of a file are used: its query encoder is not
+        loaded, so a file saved with ``include_query_text=False`` needs no
+        encodings here.
     gateway : str, path-like, mapping or GatewayConfig
         The gateway configuration (see :func:`load_gateway_config`).
     n_fallbacks : int, default=None
@@ -72,7 +88,7 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     from ._config import load_gateway_config
 
     if isinstance(router, (str, os.PathLike)):
-        router = load_estimator(router)
+        router = load_estimator(router, encoder=_NoQueries())
     # Before classes_ is read: an unfitted router raised AttributeError.
     check_is_fitted(router)
     gateway = load_gateway_config(gateway)

@@ -55,6 +55,7 @@ def cpu_vendor():
         pass
     return "unknown"
 
+
 sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
 
 # The instruction set every reference fit runs with; read by torch at import.
