@@ -1904,3 +1904,100 @@ def test_portfolio_curve_random_budget_portfolios_use_the_selectors_rounding():
     costs = np.array([0.1, 0.2, 5.0])
     draws = [sorted(_random_feasible(costs, 0.3, rng).tolist()) for _ in range(20)]
     assert draws == [[0, 1]] * 20
+
+
+class _FixedProbaRouter(BaseEstimator):
+    """A custom cost-aware router: fixed P(correct) rows for q0, q1, ..."""
+
+    def __init__(self, proba=None, costs=None):
+        self.proba = proba
+        self.costs = costs
+
+    def fit(self, evals=None):
+        self.classes_ = np.array(["a", "b", "c"], dtype=object)
+        self.model_costs_ = np.asarray(self.costs, dtype=np.float64)
+        return self
+
+    def predict_proba(self, queries):
+        rows = [int(q[1:]) for q in queries]
+        return np.asarray(self.proba, dtype=np.float64)[rows]
+
+
+def test_cost_knob_refuses_non_finite_or_misshapen_predict_proba():
+    from locus_sklearn.inspection import cost_quality_curve
+
+    evals = {"model": ["a", "b", "c"], "query": ["q0"] * 3, "score": [1, 1, 0.0]}
+    costs = [10.0, 5.0, 1.0]
+    # By hand with P = [0.9, 0.6, 0.2]: a -> b where 0.9 - 10λ = 0.6 - 5λ
+    # (λ = 0.06), b -> c where 0.6 - 5λ = 0.2 - λ (λ = 0.1).
+    finite = _FixedProbaRouter([[0.9, 0.6, 0.2]], costs).fit()
+    points = cost_quality_curve(finite, evals).points
+    assert points["mean_cost"].tolist() == [10.0, 5.0, 1.0]
+    assert points["accuracy"].tolist() == [1.0, 1.0, 0.0]
+    assert points["upper"].tolist() == pytest.approx([0.06, 0.1, np.inf])
+    # With P(b) NaN the exact curve kept q0 at a for every λ (mean cost 10)
+    # and calibrate_cost_weight(target_cost=1) said 1 was out of reach, while
+    # the grid and predict moved it to c: np.min carried the NaN crossing and
+    # the query was dropped. P(correct) is finite throughout the package
+    # (route_by_utility, the metrics' scorers): refused, in every mode.
+    nan = _FixedProbaRouter([[0.9, np.nan, 0.2]], costs).fit()
+    message = (
+        r"^_FixedProbaRouter\.predict_proba must return finite P\(correct\); got "
+        r"1 non-finite value\(s\), the first nan for query 'q0' and model 'b'\.$"
+    )
+    with pytest.raises(ValueError, match=message):
+        cost_quality_curve(nan, evals)
+    with pytest.raises(ValueError, match=message):
+        cost_quality_curve(nan, evals, [0.0, 0.1, 1.0])
+    with pytest.raises(ValueError, match=message):
+        calibrate_cost_weight(nan, evals, target_cost=1)
+    with pytest.raises(ValueError, match=message):
+        calibrate_cost_weight(nan, ["q0"], target_cost=1)  # queries only
+    inf = _FixedProbaRouter([[0.9, np.inf, 0.2]], costs).fit()
+    with pytest.raises(ValueError, match=r"the first inf for query 'q0' and model"):
+        cost_quality_curve(inf, evals)
+    # Two columns for three models was a bare IndexError.
+    narrow = _FixedProbaRouter([[0.9, 0.2]], costs).fit()
+    with pytest.raises(
+        ValueError,
+        match=r"^_FixedProbaRouter\.predict_proba must return shape \(n_queries, "
+        r"n_models\) = \(1, 3\), .* got shape \(1, 2\)\.$",
+    ):
+        cost_quality_curve(narrow, evals)
+
+
+@pytest.mark.filterwarnings("ignore:.*fewer than 2 \\* n_evals")
+def test_fingerprint_calibration_takes_a_duck_typed_embedder_with_fit():
+    # Documented for anything with transform(evals); one with fit too (not a
+    # scikit-learn estimator) got scikit-learn's AttributeError about
+    # __sklearn_tags__ from check_is_fitted.
+    class MeanScore:
+        def fit(self, evals):
+            return self
+
+        def transform(self, evals):
+            return pd.DataFrame(evals).groupby("model")["score"].mean().to_frame()
+
+    # As in the zero-distance test: a and a2 at 1, c at 0, so 4 of the 12
+    # cross pairs are at distance 0 and the others at 1.
+    evals = {
+        "model": np.repeat(["a", "a2", "c"], 4),
+        "query": ["q1", "q2", "q3", "q4"] * 3,
+        "score": [1.0] * 8 + [0.0] * 4,
+    }
+    kwargs = {"n_resamples": 2, "n_evals": 4, "metric": "euclidean"}
+    result = calibrate_fingerprint_threshold(
+        MeanScore(), evals, false_match_rate=0.4, **kwargs
+    )
+    assert result.threshold == 0.5
+    assert result.false_match_rate == pytest.approx(1 / 3)
+
+    # An unready duck-typed embedder speaks for itself through transform.
+    class Unfitted(MeanScore):
+        def transform(self, evals):
+            raise RuntimeError("Unfitted: call fit first")
+
+    with pytest.raises(RuntimeError, match="^Unfitted: call fit first$"):
+        calibrate_fingerprint_threshold(
+            Unfitted(), evals, false_match_rate=0.4, **kwargs
+        )

@@ -153,7 +153,48 @@ def _queries_and_proba(router, evals, cv, *, scores_needed=None):
         )
     else:
         proba = out_of_fold_proba(router, table, cv)
-    return queries, Y, candidates, np.asarray(proba, dtype=np.float64)
+    return queries, Y, candidates, _check_proba(router, proba, queries, cv)
+
+
+def _check_proba(router, proba, queries, cv):
+    """``proba`` as float64, refused unless it is finite and of shape
+    (n_queries, n_models). A custom router's P(correct) is its own: the
+    wrong shape was a bare IndexError, and a NaN froze its query at the
+    dearest model in the exact curve (the crossings were lost) while
+    ``predict`` skipped the NaN. P(correct) is finite throughout the
+    package (:func:`~locus_sklearn._base.route_by_utility`, the scorers of
+    :mod:`locus_sklearn.metrics`), so a non-finite one is refused rather
+    than given a meaning here."""
+    name = f"{type(router).__name__}.predict_proba"
+    if cv is not None:
+        name = f"the out-of-fold {name} (cv={cv!r})"
+    try:
+        proba = np.asarray(proba, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must return numbers, P(correct) per query and model; got "
+            f"{reprlib.repr(proba)}."
+        ) from None
+    classes = np.asarray(router.classes_, dtype=object)
+    expected = (len(queries), len(classes))
+    if proba.shape != expected:
+        raise ValueError(
+            f"{name} must return shape (n_queries, n_models) = {expected}, one "
+            "row per query of evals and one column per model of classes_; got "
+            f"shape {proba.shape}."
+        )
+    bad = ~np.isfinite(proba)
+    if bad.any():
+        rows, columns = np.nonzero(bad)
+        # _preview shows numpy scalars as the Python values they hold.
+        query = _preview(queries[rows[:1]])[1:-1]
+        model = _preview(classes[columns[:1]])[1:-1]
+        raise ValueError(
+            f"{name} must return finite P(correct); got {int(bad.sum())} "
+            f"non-finite value(s), the first {float(proba[rows[0], columns[0]])!r} "
+            f"for query {query} and model {model}."
+        )
+    return proba
 
 
 def _breakpoints(proba, costs, candidates):
@@ -420,7 +461,8 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
     router : fitted router
         Any router with ``classes_``, ``predict_proba`` and ``model_costs_``
         (for example :class:`~locus_sklearn.LocusRouter` fitted with
-        ``model_costs=``).
+        ``model_costs=``); ``predict_proba`` must return finite P(correct) of
+        shape (n_queries, n_models).
     evals : DataFrame or mapping of columns
         Scored evaluations of models of the pool (``model``, ``query``,
         ``score``), typically held-out queries.
@@ -617,7 +659,9 @@ def calibrate_cost_weight(
     Parameters
     ----------
     router : fitted router
-        Any router with ``classes_``, ``predict_proba`` and ``model_costs_``.
+        Any router with ``classes_``, ``predict_proba`` and ``model_costs_``;
+        ``predict_proba`` must return finite P(correct) of shape (n_queries,
+        n_models).
     evals : DataFrame, mapping of columns, or sequence of str
         Scored evaluations (``model``, ``query``, ``score``): each query is
         routed among the pool's models with a score for it, as
@@ -654,7 +698,9 @@ def calibrate_cost_weight(
     Raises
     ------
     ValueError
-        If no λ meets the target (the message gives the reachable range).
+        If no λ meets the target (the message gives the reachable range), or
+        if ``router.predict_proba`` returns a non-finite value or the wrong
+        shape.
 
     Warns
     -----

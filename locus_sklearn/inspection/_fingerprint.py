@@ -11,6 +11,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -25,9 +26,13 @@ __all__ = ["calibrate_fingerprint_threshold", "match_models"]
 
 def _as_embedder(embedder):
     """The embedder of a fitted router, or the embedder itself."""
-    if hasattr(embedder, "fit") and not isinstance(embedder, type):
+    if isinstance(embedder, BaseEstimator):
         # An unfitted router has no embedder_ and was refused as having no
-        # transform, which hid the cause.
+        # transform, which hid the cause. Only scikit-learn estimators: on
+        # any other object with fit, check_is_fitted raised scikit-learn's
+        # AttributeError about __sklearn_tags__, though anything with
+        # transform is documented to work; its transform says if it is not
+        # ready.
         check_is_fitted(embedder)
     embedder = getattr(embedder, "embedder_", embedder)
     if not hasattr(embedder, "transform"):
