@@ -1,5 +1,7 @@
 """Score disagreement on shared queries: the duplicate finder that reads scores."""
 
+from fractions import Fraction
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -7,6 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from locus_sklearn.inspection import (
+    _common,
     calibrate_score_threshold,
     fallback_order,
     match_models_by_scores,
@@ -39,8 +42,8 @@ def test_binary_pool_against_itself():
     assert result.distance.columns.tolist() == ["a", "b", "c"]
     # a vs b differ on q2, q3 of 4; a vs c agree on q1-q3; b vs c differ on q2, q3 of 3.
     expected = [[0, 2 / 4, 0], [2 / 4, 0, 2 / 3], [0, 2 / 3, 0]]
-    # Distances are rounded to 6 decimals (2/3 reads 0.666667).
-    np.testing.assert_array_equal(result.distance.to_numpy(), np.round(expected, 6))
+    # Exact: 2/3 is the float nearest 2/3 (6-decimal rounding read 0.666667).
+    np.testing.assert_array_equal(result.distance.to_numpy(), expected)
     np.testing.assert_array_equal(
         result.n_shared.to_numpy(), [[4, 4, 3], [4, 4, 3], [3, 3, 3]]
     )
@@ -55,14 +58,14 @@ def test_graded_scores_and_min_shared():
         }
     )
     result = score_disagreement(evals, min_shared=2)
-    assert result.distance.loc["a", "b"] == pytest.approx((0.25 + 0.5) / 2)
+    assert result.distance.loc["a", "b"] == (0.25 + 0.5) / 2
     assert result.distance.loc["b", "b"] == 0.0
     # b's two queries are under min_shared=3: its pairs are not comparable.
     result = score_disagreement(evals, min_shared=3)
     assert np.isnan(result.distance.loc["a", "b"])
     assert np.isnan(result.distance.loc["b", "b"])
     assert result.distance.loc["a", "a"] == 0.0
-    assert result.distance.loc["a", "c"] == pytest.approx(1 / 3)
+    assert result.distance.loc["a", "c"] == 1 / 3
     assert result.n_shared.loc["a", "b"] == 2
 
 
@@ -108,6 +111,11 @@ def _pools(draw):
     return scores
 
 
+def _units(score):
+    """A score as stored (float32) and snapped to the 1e-7 grid, in units."""
+    return round(Fraction(float(np.float32(score))) * 10**7)
+
+
 @settings(max_examples=80, deadline=None)
 @given(scores=_pools())
 def test_equals_brute_force_and_is_symmetric(scores):
@@ -134,13 +142,21 @@ def test_equals_brute_force_and_is_symmetric(scores):
             if not common:
                 assert np.isnan(D[i, j])
                 continue
-            expected = np.mean(
+            stored = np.mean(
                 [
                     abs(np.float32(scores[a][q]) - np.float32(scores[b][q]))
                     for q in common
                 ]
             )
-            assert D[i, j] == pytest.approx(expected, abs=1e-6)
+            # Each stored score snapped to the 1e-7 grid, summed exactly and
+            # divided once: the float nearest the exact mean, and within
+            # 5e-8 per score of the mean of the stored float32 scores.
+            exact = Fraction(
+                sum(abs(_units(scores[a][q]) - _units(scores[b][q])) for q in common),
+                len(common) * 10**7,
+            )
+            assert D[i, j] == float(exact)
+            assert D[i, j] == pytest.approx(stored, abs=1e-7)
 
 
 @settings(max_examples=40, deadline=None)
@@ -191,11 +207,98 @@ def test_disagreements_equal_by_hand_are_ties():
     matches = match_models_by_scores(probe, known, threshold=0.1, min_shared=3)
     assert matches.loc["x"].tolist() == ["y", 0.1, 3, True]
     D = score_disagreement(pd.concat([probe, known]), min_shared=3).distance
-    # |0.3 - 0.1| + 2 * 0.1 over 3 queries: 0.4 / 3, to 6 decimals.
-    assert D.loc["y", "z"] == 0.133333
+    # |0.3 - 0.1| + 2 * 0.1 over 3 queries: 0.4 / 3 = 2 / 15 exactly (the
+    # nearest float; 6-decimal rounding read 0.133333).
+    assert D.loc["y", "z"] == 2 / 15
     assert fallback_order(D, metric="precomputed").loc["x"].tolist() == ["y", "z"]
     nearest = nearest_models(D, "x", k=2, metric="precomputed")
     assert nearest["model"].tolist() == ["y", "z"]
+
+
+def test_disagreements_equal_by_hand_halfway_on_a_decimal_grid_are_ties():
+    # A 128-query probe with scores in tenths: x differs from a by 0.1 on two
+    # queries (0.4 vs 0.3), and from b by 0.1 on two (0.2 vs 0.3), 0.2 / 128
+    # = 1 / 640 = 0.0015625 each by hand. Rounded to 6 decimals, float32
+    # noise (0.00156249990 and 0.00156250037) put them at 0.001562 and
+    # 0.001563, so the tie went to whichever was a hair smaller.
+    n = 128
+    x, a, b = np.full(n, 0.5), np.full(n, 0.5), np.full(n, 0.5)
+    x[:2], a[:2], b[:2] = 0.3, 0.4, 0.2
+    queries = [f"q{i:03d}" for i in range(n)]
+
+    def pool(name_a, name_b):
+        return pd.DataFrame(
+            {
+                "model": np.repeat([name_a, name_b, "x"], n),
+                "query": queries * 3,
+                "score": np.concatenate([a, b, x]),
+            }
+        )
+
+    for name_a, name_b in [("a", "b"), ("b", "a")]:  # either may sort first
+        evals = pool(name_a, name_b)
+        D = score_disagreement(evals, min_shared=10).distance
+        assert D.loc["x", "a"] == D.loc["x", "b"] == 1 / 640
+        assert D.loc["a", "b"] == 2 * 0.2 / n
+        nearest = nearest_models(D, "x", k=2, metric="precomputed")
+        assert nearest["model"].tolist() == ["a", "b"]
+        assert fallback_order(D, metric="precomputed").loc["x"].tolist() == ["a", "b"]
+        probe = evals[evals.model == "x"].assign(model="endpoint")
+        matches = match_models_by_scores(
+            probe, evals[evals.model != "x"], threshold=1 / 640, min_shared=10
+        )
+        assert matches.loc["endpoint"].tolist() == ["a", 1 / 640, n, True]
+
+
+def test_difference_of_decimals_is_the_decimal_exactly():
+    # float32(0.3) - float32(0.1) is 0.2000000104; read as written, it is 0.2.
+    probe = _long({"p": {"q": 0.3}})
+    known = _long({"k": {"q": 0.1}})
+    assert score_disagreement(probe, known, min_shared=1).distance.loc["p", "k"] == 0.2
+    # And with more levels than the level-by-level products handle (one pass
+    # per model): the same exact values.
+    levels = [i / 100 for i in range(100)]
+    wide = _long({"p": {f"q{i}": v for i, v in enumerate(levels)}})
+    shifted = _long({"k": {f"q{i}": v + 0.2 for i, v in enumerate(levels[:80])}})
+    D = score_disagreement(wide, shifted, min_shared=1).distance
+    assert D.loc["p", "k"] == 0.2
+
+
+def test_scores_past_seven_decimals_are_snapped_to_the_1e7_grid():
+    # 0.12345678 (stored as float32 0.1234567836) reads 0.1234568: within
+    # 5e-8 of the value written (6-decimal rounding gave 0.123457).
+    evals = _long({"a": {"q": 0.12345678}, "b": {"q": 0.0}})
+    D = score_disagreement(evals, min_shared=1).distance
+    assert D.loc["a", "b"] == 0.1234568
+    assert abs(D.loc["a", "b"] - 0.12345678) <= 5e-8
+    # Two float32 scores apart by less than the grid read as one: 1/3 (the
+    # mean of duplicate rows 1, 0, 0: float32 0.3333333433) and 0.33333331
+    # (float32 0.3333333135) are both 0.3333333.
+    evals = pd.DataFrame(
+        {
+            "model": ["a", "a", "a", "b", "c"],
+            "query": ["q"] * 5,
+            "score": [1.0, 0.0, 0.0, 0.33333331, 0.0],
+        }
+    )
+    D = score_disagreement(evals, min_shared=1).distance
+    assert D.loc["a", "b"] == 0.0
+    assert D.loc["a", "c"] == D.loc["b", "c"] == 0.3333333
+
+
+def test_too_many_shared_queries_for_exact_sums_is_refused(monkeypatch):
+    # Past (2**53 - 1) // 1e7 shared queries the sums would no longer be exact
+    # in float64; too many to build here, so the bound is lowered.
+    monkeypatch.setattr(_common, "_MAX_SHARED", 3)
+    evals = _long({m: {f"q{i}": 1.0 for i in range(4)} for m in "ab"})
+    with pytest.raises(ValueError, match="at most 3 shared queries.*got 4"):
+        score_disagreement(evals, min_shared=1)
+    assert (
+        score_disagreement(evals.query("query != 'q3'"), min_shared=1).distance.loc[
+            "a", "b"
+        ]
+        == 0.0
+    )
 
 
 def test_match_picks_the_nearest_and_applies_the_threshold():
@@ -229,7 +332,7 @@ def test_match_is_not_undone_by_float32_storage_of_the_scores():
     probe = _long({"a": {q: 0.3 for q in "wxyz"}})
     known = _long({"b": {q: 0.1 for q in "wxyz"}})
     matches = match_models_by_scores(probe, known, threshold=0.2, min_shared=4)
-    assert matches.loc["a", "distance"] == pytest.approx(0.2, abs=1e-7)
+    assert matches.loc["a", "distance"] == 0.2  # exactly, not 0.2000000104
     assert bool(matches.loc["a", "is_match"])
     below = match_models_by_scores(probe, known, threshold=0.199, min_shared=4)
     assert not below.loc["a", "is_match"]
@@ -251,10 +354,10 @@ def test_calibration_judges_pairs_as_matching_does():
     )
     kwargs = {"n_evals": 5, "n_resamples": 1, "min_shared": 5}
     result = calibrate_score_threshold(evals, false_match_rate=0.34, **kwargs)
-    np.testing.assert_allclose(
-        np.sort(result.cross_distances), [0.1, 0.2, 0.2, 0.26, 0.3, 0.38], atol=1e-7
+    np.testing.assert_array_equal(
+        np.sort(result.cross_distances), [0.1, 0.2, 0.2, 0.26, 0.3, 0.38]
     )
-    assert result.threshold == pytest.approx((0.1 + 0.2) / 2)
+    assert result.threshold == (0.1 + 0.2) / 2
     assert result.false_match_rate == pytest.approx(1 / 6)
     result = calibrate_score_threshold(evals, false_match_rate=0.5, **kwargs)
     assert result.threshold == pytest.approx((0.2 + 0.26) / 2)

@@ -437,8 +437,40 @@ def lookup(names, model, *, name="model"):
 _MAX_LEVELS = 64
 
 
+# Scores are stored as float32 (check_evals), so a disagreement computed on
+# them carries their rounding: |0.3 - 0.1| read 0.2000000104, over a
+# threshold of 0.2, and two disagreements of 0.1 by hand read 0.1000000040
+# and 0.1000000015, which ranked one before the other. Rounding the rates
+# (to 6 decimals) did not mend it: a rate halfway between two rounded values
+# (0.2 / 128 = 0.0015625) rounded either way by that noise. So each score is
+# read back as the decimal it was written as, an integer count of 1e-7 units:
+# float64(score) * 1e7 is exact (a float32 significand times 1e7 fits in 53
+# bits), and rounding it to an integer gives back any score written with at
+# most 7 decimals (float32 is within 3e-8 of it in [0, 1]); any other score
+# moves by at most 5e-8, less than float32's own spacing just below 1
+# (6e-8). A pair's disagreement is then the exact integer sum of |a - b| in
+# units over the exact integer n_shared * 1e7, divided once in float64: a
+# correctly rounded quotient, so disagreements equal by hand are the same
+# float and 2e6 / 1e7 is float64 0.2 itself, which a threshold of 0.2 meets.
+_UNITS = 10**7
+
+# The sums and n_shared * 1e7 are exact in float64 (and the division
+# correctly rounded) below 2**53; scores in [0, 1] differ by at most 1e7
+# units, so that holds for up to this many shared queries.
+_MAX_SHARED = (2**53 - 1) // _UNITS  # 900,719,925
+
+
+def _score_units(Y):
+    """Scores as int32 counts of 1e-7 units (0 where missing; see ``_UNITS``),
+    and where they are observed. At most 1e7, so any difference fits int32."""
+    observed = ~np.isnan(Y)
+    scaled = np.where(observed, Y, 0).astype(np.float64) * _UNITS  # exact
+    return np.rint(scaled).astype(np.int32), observed
+
+
 def disagreement(Y, X=None):
-    """Disagreement rate and common-query count for every pair of models.
+    """Disagreement rate and common-query count for every pair of models,
+    from the scores read exactly on the 1e-7 grid (see ``_UNITS``).
 
     Parameters
     ----------
@@ -452,39 +484,60 @@ def disagreement(Y, X=None):
     -------
     rate : ndarray of shape (n_models, n_other)
         Mean ``|y_a - x_b|`` over the queries both models have a score for
-        (the fraction of queries where binary correctness differs); NaN where
-        they share no query.
+        (the fraction of queries where binary correctness differs), the
+        float64 nearest the exact rate of the scores on the 1e-7 grid; NaN
+        where they share no query.
     common : ndarray of int64, shape (n_models, n_other)
+
+    Raises
+    ------
+    ValueError
+        If there are more than ``_MAX_SHARED`` queries (rows).
+
+    Notes
+    -----
+    With scores on levels v_0 < ... < v_K, ``|a - b|`` is the sum over steps
+    k of (v_k - v_{k-1}) times whether a and b fall on different sides of
+    v_k; for two 0/1 indicators ``|a - b| = a (1 - b) + (1 - a) b``: two
+    matrix products per step (one step for 0/1 scores, ten for a judge's
+    0.0-1.0 in tenths) instead of a pass over every pair of models; past
+    ``_MAX_LEVELS`` levels, one pass per model. The sums are exact integers:
+    a product of 0/1 indicators over fewer than 2**53 queries is an exact
+    integer count in float64, and a level gap times a count, or a per-query
+    gap, is summed in int64.
     """
     X = Y if X is None else X
-    observed_y, observed_x = ~np.isnan(Y), ~np.isnan(X)
-    Y0 = np.where(observed_y, Y, 0.0)
-    X0 = np.where(observed_x, X, 0.0)
+    if len(Y) > _MAX_SHARED:
+        raise ValueError(
+            f"score disagreement is exact for at most {_MAX_SHARED:,} shared "
+            f"queries (sums of score differences in units of 1e-7 must stay "
+            f"below 2**53); got {len(Y):,}. Compare the models on a sample of "
+            "their common queries."
+        )
+    units_y, observed_y = _score_units(Y)
+    units_x, observed_x = _score_units(X)
     OY = observed_y.astype(np.float64)
     OX = observed_x.astype(np.float64)
-    common = OY.T @ OX
-    levels = np.unique(np.concatenate([Y0[observed_y], X0[observed_x]]))
+    common = np.rint(OY.T @ OX).astype(np.int64)
+    total = np.zeros(common.shape, dtype=np.int64)
+    levels = np.unique(np.concatenate([units_y[observed_y], units_x[observed_x]]))
     if len(levels) <= _MAX_LEVELS:
-        # With scores on levels v_0 < ... < v_K, |a - b| is the sum over steps
-        # k of (v_k - v_{k-1}) times whether a and b fall on different sides of
-        # v_k; for two 0/1 indicators |a - b| = a (1 - b) + (1 - a) b, two
-        # matrix products per step (one step for 0/1 scores, ten for a judge's
-        # 0.0-1.0 in tenths) instead of a pass over every pair of models.
-        total = np.zeros_like(common)
+        # |a - b| is the sum over steps v_{k-1} < v_k of (v_k - v_{k-1}) times
+        # whether a and b fall on different sides of v_k (see disagreement).
         for low, high in zip(levels[:-1], levels[1:], strict=True):
-            above_y = np.where(observed_y & (Y0 >= high), 1.0, 0.0)
-            above_x = np.where(observed_x & (X0 >= high), 1.0, 0.0)
-            total += (high - low) * (
-                above_y.T @ (OX - above_x) + (OY - above_y).T @ above_x
-            )
+            above_y = np.where(observed_y & (units_y >= high), 1.0, 0.0)
+            above_x = np.where(observed_x & (units_x >= high), 1.0, 0.0)
+            apart = above_y.T @ (OX - above_x) + (OY - above_y).T @ above_x
+            total += (int(high) - int(low)) * np.rint(apart).astype(np.int64)
     else:
-        total = np.empty_like(common)
         for a in range(Y.shape[1]):
             both = observed_y[:, [a]] & observed_x
-            total[a] = np.where(both, np.abs(Y0[:, [a]] - X0), 0.0).sum(axis=0)
+            gap = np.abs(units_y[:, [a]] - units_x)
+            total[a] = np.where(both, gap, 0).sum(axis=0, dtype=np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(common > 0, total / np.maximum(common, 1), np.nan)
-    return rate, common.round().astype(np.int64)
+        # int64 / int64 divides the two exact float64 integers: one rounding.
+        rate = np.where(common > 0, total / (np.maximum(common, 1) * _UNITS), np.nan)
+    return rate, common
 
 
 def router_utility(router, queries, *, function):

@@ -25,24 +25,6 @@ __all__ = [
 ]
 
 
-# Scores are stored as float32 (check_evals), so a disagreement carries their
-# rounding: |0.3 - 0.1| reads 0.2000000104, which a threshold of 0.2 would
-# refuse, and two disagreements of 0.1 by hand read 0.1000000040 and
-# 0.1000000015, which ranks one before the other. Storage rounding is at
-# most half a float32 ulp per score (3e-8 in [0, 1]), so rounding
-# disagreements to 6 decimals takes it away (a value on the 1e-6 grid rounds
-# back onto it) while keeping apart any two rates of 0/1 scores over fewer
-# than a million queries (k / n steps by over 1e-6). score_disagreement
-# returns the rounded values, so that matching, calibration, the neighbour
-# functions and the plots all compare, rank and break ties on the same ones.
-_DECIMALS = 6
-
-
-def _rounded(rate):
-    """Disagreement rates rounded to ``_DECIMALS`` decimals (NaN stays NaN)."""
-    return np.round(rate, _DECIMALS)
-
-
 def _check_threshold_kind(threshold, *, calibrator):
     """Raise TypeError unless ``threshold`` is a real number (not a bool).
 
@@ -90,10 +72,16 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     Scores are stored as float32 (by ``check_evals``), whose rounding
     would make ``|0.3 - 0.1|`` read 0.2000000104, over a threshold of 0.2,
     and split ties: two disagreements of 0.1 by hand would read 0.1000000040
-    and 0.1000000015. So distances are rounded to 6 decimals (1e-6, far
-    above that rounding, and finer than the steps ``k / n`` of a rate of 0/1
-    scores over fewer than a million queries): that one reads 0.2, equal
-    distances are equal, and ties in :func:`match_models_by_scores`,
+    and 0.1000000015. So each score is read as the decimal it was written
+    as, on a grid of 1e-7: exactly for scores written with at most 7
+    decimals (0.3, 0.125), and moved by at most 5e-8 (under float32's own
+    spacing just below 1) for others, such as the mean 1/3 of duplicate
+    rows. The sum of ``|score_a - score_b|`` on that grid is exact, and is
+    divided by the number of shared queries once, so a distance is the
+    float nearest its exact value: that one is 0.2 itself, distances equal
+    by hand are the same float (no rounding to some number of decimals,
+    which a value halfway between two rounded ones would still split), and
+    ties in :func:`match_models_by_scores`,
     :func:`~locus_sklearn.inspection.nearest_models` or
     :func:`~locus_sklearn.inspection.fallback_order` go by their stated
     rule (the first model in sorted order).
@@ -116,17 +104,20 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     result : :class:`~sklearn.utils.Bunch`
         ``distance``, a DataFrame of shape (n_models, n_reference) indexed by
         the models of ``evals`` and with the reference models as columns (both
-        sorted), holding the disagreement in [0, 1] rounded to 6 decimals,
-        NaN where a pair shares fewer than ``min_shared`` queries;
+        sorted), holding the disagreement in [0, 1] (the float nearest its
+        exact value on the 1e-7 score grid), NaN where a pair shares fewer
+        than ``min_shared`` queries;
         ``n_shared``, a DataFrame of the same shape with the number of common
         queries of each pair.
 
     Raises
     ------
     ValueError
-        If ``evals`` alone has a single model (no pair to compare), or no
+        If ``evals`` alone has a single model (no pair to compare), no
         pair of (different) models shares ``min_shared`` queries, so that
-        nothing can be compared.
+        nothing can be compared, or the two sides share more than
+        900,719,925 queries (past which sums on the 1e-7 grid would no
+        longer be exact in float64).
 
     Notes
     -----
@@ -206,7 +197,7 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
             f"{int(off.max()) if off.size else 0}; {len(shared)} queries appear on "
             "both sides). Score the models on the same queries, or lower min_shared."
         )
-    distance = _rounded(np.where(common >= min_shared, rate, np.nan))
+    distance = np.where(common >= min_shared, rate, np.nan)
     index, columns = pd.Index(table.models), pd.Index(reference.models)
     return Bunch(
         distance=pd.DataFrame(distance, index=index, columns=columns),
@@ -248,10 +239,10 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     matches : DataFrame of shape (n_models, 4)
         Indexed by the models of ``evals`` (sorted), with columns ``nearest``
         (the reference model with the smallest disagreement; ties go to the
-        first in sorted order), ``distance`` (that disagreement, rounded to 6
-        decimals as :func:`score_disagreement` rounds it: scores are stored
-        as float32, whose rounding would put a distance of 0.2 at
-        0.2000000104, over a threshold of 0.2, and split ties),
+        first in sorted order), ``distance`` (that disagreement, as
+        :func:`score_disagreement` computes it: exact on the scores as
+        written, so that a distance of 0.2 by hand is 0.2 and meets a
+        threshold of 0.2, and distances equal by hand tie),
         ``n_shared`` (the queries it was measured on) and ``is_match``
         (``distance <= threshold``).
 
@@ -309,8 +300,8 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
             f"{_preview(described)}. "
             "Score them on the reference models' queries, or lower min_shared."
         )
-    # The distances are rounded (score_disagreement), so models tied by hand
-    # are tied here, and nanargmin takes the first of them in sorted order.
+    # Distances equal by hand are the same float (score_disagreement), so
+    # nanargmin takes the first of tied models in sorted order.
     nearest = np.nanargmin(distance, axis=1)
     rows = np.arange(len(distance))
     best = distance[rows, nearest]
@@ -345,10 +336,10 @@ def calibrate_score_threshold(
     them, as a probe would be compared (pairs sharing fewer than
     ``min_shared`` of them are skipped). The threshold lets a share
     ``false_match_rate`` of these different-model pairs through. It is
-    read off their disagreements rounded to 6 decimals, as
-    :func:`match_models_by_scores` rounds a distance before comparing it
-    with the threshold (scores are stored as float32), so the realised rate
-    is the one matching gives.
+    read off their disagreements computed as :func:`score_disagreement`
+    computes a distance (exactly, on the scores as written), which
+    :func:`match_models_by_scores` compares with the threshold, so the
+    realised rate is the one matching gives.
 
     What a true match looks like depends on the endpoint (the same weights
     repeat their answers; a model that samples its answers disagrees with
@@ -379,9 +370,10 @@ def calibrate_score_threshold(
     result : :class:`~sklearn.utils.Bunch`
         ``threshold`` (float; pass it to :func:`match_models_by_scores` with
         the same ``min_shared``), ``false_match_rate`` (the realised rate:
-        the share of ``cross_distances`` that, rounded to 6 decimals, are
-        ``<= threshold``), ``cross_distances`` (1-D array, every compared
-        pair of every resample, unrounded) and ``models``.
+        the share of ``cross_distances`` that are ``<= threshold``),
+        ``cross_distances`` (1-D array, the disagreement of every compared
+        pair of every resample, as :func:`score_disagreement` computes it)
+        and ``models``.
 
     Raises
     ------
@@ -453,12 +445,12 @@ def calibrate_score_threshold(
             f"n_evals={n_evals} random queries in common; score the known models "
             "on the same queries, raise n_evals or lower min_shared."
         )
-    # The pairs are judged as match_models_by_scores judges a probe.
-    rounded = _rounded(cross_distances)
-    threshold = match_threshold(rounded, false_match_rate)
+    # The pairs are judged as match_models_by_scores judges a probe: on the
+    # same exact distances, with distance <= threshold.
+    threshold = match_threshold(cross_distances, false_match_rate)
     return Bunch(
         threshold=threshold,
-        false_match_rate=float(np.mean(rounded <= threshold)),
+        false_match_rate=float(np.mean(cross_distances <= threshold)),
         cross_distances=cross_distances,
         models=table.models.copy(),
     )
