@@ -35,7 +35,7 @@ from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._device import parse_device, resolve_device
 from ._evals import _preview, check_queries
-from ._length_batches import encode_in_length_batches
+from ._length_batches import encode_in_length_batches, token_lengths
 from ._params import NumberInterval
 from ._repr import SummaryReprMixin
 from ._warnings import warn_external
@@ -113,10 +113,26 @@ def _check_model_dir(value):
     return path.resolve()
 
 
+def _fingerprinted(relative):
+    """Whether the file at ``relative`` (a path inside a model directory) is
+    part of its fingerprint: not a hidden file nor one in a hidden folder
+    (``.git``, ``.gitattributes``, the ``.cache`` of a hub download), nor a
+    README (the model card). No model loads them, and git or a download
+    rewrites them (``git pull`` with nothing new, ``git gc``) with the model
+    unchanged: an encoder fitted before then refused to load it, and every
+    ``memory=`` entry was orphaned."""
+    parts = Path(relative).parts
+    return not (
+        any(part.startswith(".") for part in parts)
+        or parts[-1].upper().startswith("README")
+    )
+
+
 def _model_fingerprint(path):
     """Identity of a model directory for the ``memory`` cache key.
 
-    The sizes and modification times of its files (top level and one level down),
+    The sizes and modification times of its files (top level and one level
+    down; hidden files and folders and READMEs left out, :func:`_fingerprinted`),
     so that a model retrained in place does not hit stale cached encodings.
     """
     entries = []
@@ -124,12 +140,16 @@ def _model_fingerprint(path):
         depth = len(Path(root).relative_to(path).parts)
         if depth >= 1:
             dirs[:] = []  # do not descend into checkpoints and the like
+        else:
+            dirs[:] = [name for name in dirs if not name.startswith(".")]
         for name in files:
             file = Path(root, name)
+            if not _fingerprinted(file.relative_to(path)):
+                continue
             try:
                 stat = file.stat()
             except OSError:
-                # A dangling link (say an unused README): the model may load
+                # A dangling link (say an unused file of notes): the model may load
                 # without it, so it is recorded as missing, not an error.
                 entries.append((str(file.relative_to(path)), -1, -1))
                 continue
@@ -190,6 +210,11 @@ def _load_sentence_transformer(path, device, fingerprint=None):
             finally:
                 if shown:
                     transformers_logging.enable_progress_bar()
+            if model.device.type == "cpu":
+                # The private copy of the tokenizer that counts tokens for
+                # the length batches, made before another thread can encode
+                # with (and so change the settings of) the one copied.
+                token_lengths(model, [""])
             _drop_older_versions(key)
             _MODELS[key] = model
     return model
@@ -458,7 +483,8 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
         :class:`sklearn.pipeline.Pipeline`: a directory path as a str, or a
         :class:`joblib.Memory`. Only encoders given as a model directory (or
         the default) are cached, keyed on the directory (its path, file sizes and
-        modification times) and the distinct query texts of the call; objects and
+        modification times, leaving out hidden files and folders such as
+        ``.git`` and READMEs) and the distinct query texts of the call; objects and
         mappings are never cached (an object has no stable identity, a mapping
         is already a cache).
     batch_size : int, default=64
@@ -731,7 +757,10 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "model_path_")
         queries = check_queries(X, name="X")
         inverse, uniques = pd.factorize(queries, sort=True)
-        uniques = np.asarray(uniques, dtype=object)
+        # Plain str: a subclass such as np.str_ (the items of list(array))
+        # pickles differently, so memory= hashed the same texts to another key
+        # and encoded them again. str.__str__ keeps the text of any subclass.
+        uniques = np.array([str.__str__(q) for q in uniques], dtype=object)
         if self._kind == "model" or _is_sentence_transformer(self.encoder):
             _check_encodable(uniques, inverse)
         if self._kind == "mapping":
@@ -781,6 +810,14 @@ class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
         super().__setstate__(state)
         if not hasattr(self, "backend"):  # pickled before the parameter existed
             self.backend = "torch"
+        key = getattr(self, "_cache_key", None)
+        if key is not None:
+            # Pickled by a version whose fingerprint also held hidden files and
+            # READMEs: without them it is the key fit now reads (the model
+            # would otherwise be refused as changed after fit).
+            (path, entries), rest = key[:2], key[2:]
+            entries = tuple(e for e in entries if _fingerprinted(e[0]))
+            self._cache_key = (path, entries, *rest)
         # The bundled model lives in site-packages, which moves between machines
         # and environments: resolve it again where the pickle is loaded.
         default = self.encoder is None or (

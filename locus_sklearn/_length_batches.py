@@ -12,6 +12,10 @@ the same texts (``benchmarks/results/encoder_ceiling.json``, 2026-12-02
 MMLU-Pro questions per call 121 -> 82 ms.
 """
 
+import copy
+import threading
+import weakref
+
 import numpy as np
 
 __all__ = [
@@ -74,16 +78,56 @@ def length_batches(lengths, max_size, overhead=OVERHEAD_TOKENS):
     return batches[::-1]
 
 
+# A fast (Rust) tokenizer keeps its padding and truncation as state, which
+# each call sets to its own arguments before it tokenizes. Counting tokens
+# (no padding) with the model's own tokenizer therefore switched padding off
+# under another thread's encode (padding on), whose ragged batch then failed
+# ("Unable to create tensor ..."), or whose own count read padded lengths.
+# Counts go through a private copy instead, made once per tokenizer and set
+# to counting before any thread uses it: it is then only read, so threads
+# count and encode at once without a lock (one around every encode would
+# run a shared model one call at a time). Keyed weakly on the tokenizer: a
+# model dropped, or given another tokenizer, takes its copy with it.
+_COUNTERS = weakref.WeakKeyDictionary()
+_COUNTERS_LOCK = threading.Lock()
+
+
+def _count_tokens(tokenizer, texts, max_length):
+    return tokenizer(texts, truncation=max_length is not None, max_length=max_length)[
+        "input_ids"
+    ]
+
+
+def _counting_tokenizer(tokenizer, max_length):
+    """``tokenizer``'s private copy for :func:`token_lengths` (a fast one's;
+    a Python tokenizer keeps no such state and is used as it is)."""
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        return tokenizer
+    with _COUNTERS_LOCK:
+        counter = _COUNTERS.get(tokenizer)
+        if counter is None or counter[1] != max_length:
+            copied = copy.deepcopy(tokenizer)
+            # One call sets the copy's state; the calls after it, with the
+            # same arguments, leave it as it is.
+            _count_tokens(copied, [""], max_length)
+            counter = _COUNTERS[tokenizer] = (copied, max_length)
+    return counter[0]
+
+
 def token_lengths(model, texts):
     """Token count of each text under a sentence-transformers model's
-    tokenizer and truncation, or None when the model has no tokenizer."""
+    tokenizer and truncation, or None when the model has no tokenizer.
+
+    Safe beside other threads encoding with the same model: the tokens are
+    counted by a private copy of its tokenizer, whose shared settings
+    (padding) are left as the model's encode set them.
+    """
     tokenizer = getattr(model, "tokenizer", None)
     if not callable(tokenizer):
         return None
     max_length = getattr(model, "max_seq_length", None)
-    ids = tokenizer(
-        list(texts), truncation=max_length is not None, max_length=max_length
-    )["input_ids"]
+    counter = _counting_tokenizer(tokenizer, max_length)
+    ids = _count_tokens(counter, list(texts), max_length)
     return np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
 
 

@@ -1,6 +1,8 @@
 """Tests of locus_sklearn/_length_batches.py: batches of similar token length."""
 
 import itertools
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -160,3 +162,56 @@ def test_accelerator_keeps_sentence_transformers_batches():
     assert X.shape == (3, 2)
     assert [c[0] for c in model.calls] == [texts]
     assert model.calls[0][1]["batch_size"] == 8
+
+
+def _default_model():
+    return _encoders._load_sentence_transformer(_encoders._default_model_path(), "cpu")
+
+
+LONG = "Write a function that parses ISO 8601 dates and returns a datetime. " * 6
+
+
+def test_token_lengths_leave_the_model_tokenizer_as_encode_set_it():
+    """token_lengths called the model's own fast tokenizer without padding,
+    which switched off the padding another thread's encode had just set (a
+    fast tokenizer keeps it as state): that encode's ragged batch failed,
+    "Unable to create tensor, you should probably activate ... padding"."""
+    model = _default_model()
+    backend = model.tokenizer.backend_tokenizer
+    model.encode(["2+2?", LONG])  # encode pads: its padding is on
+    settings = (backend.padding, backend.truncation)
+    assert settings[0] is not None
+    lengths = token_lengths(model, ["2+2?", "capital of France?", LONG])
+    assert (backend.padding, backend.truncation) == settings
+    # Unpadded counts: [CLS] 2 + 2 ? [SEP]; [CLS] capital of france ? [SEP];
+    # 16 tokens six times and the two.
+    assert lengths.tolist() == [6, 6, 98]
+
+
+def test_token_lengths_beside_encoding_threads():
+    """The race above, run: 4 threads each tokenising as encode does
+    (padding on) and counting tokens in turn. With a thread switch at
+    every chance, about a third of the calls failed or counted padded
+    lengths before the fix."""
+    model = _default_model()
+    preprocess = getattr(model, "preprocess", None) or model.tokenize
+    texts = ["2+2?", LONG, "capital of France?", "a " * 30]
+    expected = token_lengths(model, texts).tolist()
+
+    def call(i):
+        batch = texts[i % 4 :] + texts[: i % 4]
+        if i % 2:
+            return preprocess(batch)["input_ids"].shape[0] == 4
+        return (
+            token_lengths(model, batch).tolist()
+            == expected[i % 4 :] + expected[: i % 4]
+        )
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(call, range(400)))
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(results)
