@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 from skorch import NeuralNet
-from skorch.callbacks import Callback, EarlyStopping, GradientNormClipping
+from skorch.callbacks import Callback, EarlyStopping, GradientNormClipping, PrintLog
 from skorch.dataset import unpack_data
 from skorch.helper import predefined_split
 from skorch.utils import to_tensor
@@ -558,15 +558,45 @@ class MarkedEarlyStopping(EarlyStopping):
     ``valid_loss``, over skorch's mark; it runs after skorch's scoring) as
     True exactly at the epochs this callback counted as improvements, so the
     last marked epoch is the one whose weights the fit keeps (``best_epoch_``).
+
+    Its messages ("Stopping since ...", "Restoring best model ...") go where
+    the epoch table goes (:func:`progress_sink`, standard error; skorch's
+    default printed them to standard output), only when the net is verbose,
+    and the epoch that stops training gets its row in the table before the
+    message: skorch prints the row after every other callback (its PrintLog
+    runs last), which the stop (a KeyboardInterrupt) skipped, so the table
+    ended one epoch short of ``n_epochs_``.
     """
+
+    def _sink(self, text, verbose):
+        if not verbose:
+            return
+        if self._held is not None:
+            self._held.append(text)
+        else:
+            progress_sink(text)
+
+    _held = None  # messages held while an epoch's row is not printed yet
 
     def on_epoch_end(self, net, **kwargs):
         epoch = net.history[-1, "epoch"]
+        self._held = []
+        stopped = False
         try:
             super().on_epoch_end(net, **kwargs)
+        except KeyboardInterrupt:
+            stopped = True
+            raise
         finally:
+            held, self._held = self._held, None
             # Also at the epoch that stops training (KeyboardInterrupt).
             net.history.record(f"{self.monitor}_best", self.best_epoch_ == epoch)
+            if stopped:
+                for _, callback in net.callbacks_:
+                    if isinstance(callback, PrintLog):
+                        callback.on_epoch_end(net)
+            for text in held:
+                progress_sink(text)
 
 
 def _unwrapped(net):

@@ -643,6 +643,30 @@ def test_early_stopping_history_marks_the_restored_epoch(pool, tiny_embedder):
     )
 
 
+def test_the_epoch_table_shows_the_epoch_that_stopped_training(
+    pool, tiny_embedder, capsys
+):
+    """skorch prints an epoch's row after every other callback, and early
+    stopping's KeyboardInterrupt skipped it: the table ended one epoch short
+    of n_epochs_, and the stop and restore messages went to standard output
+    while the table went to standard error."""
+    params = dict(lr=5e-7, dropout=0.0, query_noise=0.0, max_epochs=8, patience=2)
+    emb = tiny_embedder(pool.encodings, verbose=1, **params).fit(pool.evals)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    rows = [
+        line.split()[0] for line in lines if line.split()[:1] in (["1"], ["2"], ["3"])
+    ]
+    assert emb.n_epochs_ == 3 and rows == ["1", "2", "3"]
+    stop = next(i for i, line in enumerate(lines) if line.startswith("Stopping"))
+    assert lines[stop - 1].split()[0] == "3"  # the row comes before the message
+    assert lines[stop + 1 :] == ["Restoring best model from epoch 1."]
+    # Quiet without verbose.
+    tiny_embedder(pool.encodings, **params).fit(pool.evals)
+    assert capsys.readouterr() == ("", "")
+
+
 def test_marked_early_stopping_marks_improvements_of_a_higher_is_better_score():
     import torch
     from skorch.history import History
