@@ -914,6 +914,15 @@ def test_fingerprint_calibration_with_the_real_embedder(router, pool):
         calibrate_fingerprint_threshold(object(), pool.evals)
 
 
+# a and a2 score 1 on every query, c 0: by mean score, a and a2 are at
+# distance 0 (their 2 x 2 cross pairs), and 4 of the 12 cross pairs are.
+_TWINS_AND_ONE_OTHER = {
+    "model": np.repeat(["a", "a2", "c"], 4),
+    "query": ["q1", "q2", "q3", "q4"] * 3,
+    "score": [1.0] * 8 + [0.0] * 4,
+}
+
+
 @pytest.mark.filterwarnings("ignore:.*fewer than 2 \\* n_evals")  # 4 of 4
 def test_fingerprint_calibration_refuses_a_rate_that_zero_distances_exceed():
     class MeanScore:
@@ -922,11 +931,7 @@ def test_fingerprint_calibration_refuses_a_rate_that_zero_distances_exceed():
 
     # a and a2 score 1 everywhere: their 2 x 2 cross pairs are at distance 0,
     # 4 of the 12 cross pairs (the others, to c, at 1).
-    evals = {
-        "model": np.repeat(["a", "a2", "c"], 4),
-        "query": ["q1", "q2", "q3", "q4"] * 3,
-        "score": [1.0] * 8 + [0.0] * 4,
-    }
+    evals = _TWINS_AND_ONE_OTHER
     kwargs = {"n_resamples": 2, "n_evals": 4, "metric": "euclidean"}
     with pytest.raises(ValueError, match=r"4 of the 12 pairs .* at least 4 / 12"):
         calibrate_fingerprint_threshold(
@@ -1985,11 +1990,7 @@ def test_fingerprint_calibration_takes_a_duck_typed_embedder_with_fit():
 
     # As in the zero-distance test: a and a2 at 1, c at 0, so 4 of the 12
     # cross pairs are at distance 0 and the others at 1.
-    evals = {
-        "model": np.repeat(["a", "a2", "c"], 4),
-        "query": ["q1", "q2", "q3", "q4"] * 3,
-        "score": [1.0] * 8 + [0.0] * 4,
-    }
+    evals = _TWINS_AND_ONE_OTHER
     kwargs = {"n_resamples": 2, "n_evals": 4, "metric": "euclidean"}
     result = calibrate_fingerprint_threshold(
         MeanScore(), evals, false_match_rate=0.4, **kwargs

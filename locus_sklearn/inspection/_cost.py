@@ -27,6 +27,15 @@ from ..model_selection._cross_val import out_of_fold_proba
 __all__ = ["calibrate_cost_weight", "cost_quality_curve"]
 
 
+def _float_array(values, name, what):
+    """``values`` as a float64 array, or a TypeError saying what ``name``
+    must ``what`` (a custom router's own outputs: no traceback from numpy)."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must {what}; got {reprlib.repr(values)}.") from None
+
+
 def _utility(proba, costs, cost_weight):
     """:func:`~locus_sklearn._base.routing_utility` in float64."""
     return routing_utility(np.asarray(proba, dtype=np.float64), costs, cost_weight)
@@ -52,13 +61,7 @@ def _router_costs(router):
     # IndexError.
     n_models = len(router.classes_)
     name = f"{type(router).__name__}.model_costs_"
-    try:
-        costs = np.asarray(costs, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be numbers, one cost per model of classes_; got "
-            f"{reprlib.repr(costs)}."
-        ) from None
+    costs = _float_array(costs, name, "be numbers, one cost per model of classes_")
     if costs.shape != (n_models,):
         raise ValueError(
             f"{name} must have shape (n_models,) = ({n_models},), one cost per "
@@ -168,13 +171,7 @@ def _check_proba(router, proba, queries, cv):
     name = f"{type(router).__name__}.predict_proba"
     if cv is not None:
         name = f"the out-of-fold {name} (cv={cv!r})"
-    try:
-        proba = np.asarray(proba, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must return numbers, P(correct) per query and model; got "
-            f"{reprlib.repr(proba)}."
-        ) from None
+    proba = _float_array(proba, name, "return numbers, P(correct) per query and model")
     classes = np.asarray(router.classes_, dtype=object)
     expected = (len(queries), len(classes))
     if proba.shape != expected:
