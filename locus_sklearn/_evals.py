@@ -148,21 +148,43 @@ def _is_arrow_array(values):
     return pa is not None and isinstance(values, (pa.Array, pa.ChunkedArray))
 
 
+# A value's repr longer than this is cut to 80 characters in error messages:
+# query texts (prompts) run to thousands, and one message could fill a
+# terminal or a log. (Cutting only past 100 keeps ids and paths a little
+# over 80 whole, where the cut would save little.)
+_PREVIEW_WIDTH = 100
+
+
+def _short_repr(value):
+    """``repr(value)``, or past ``_PREVIEW_WIDTH`` characters its first 60
+    and last 17 characters with the full length: of the string for a str,
+    else of the repr. Both ends are kept: a text is told by its start, a path
+    by its end."""
+    text = repr(value)
+    if len(text) <= _PREVIEW_WIDTH:
+        return text
+    size = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:60]}...{text[-17:]} ({size:,} characters)"
+
+
 def _preview(values, limit=5):
     """The first ``limit`` values as a list literal for an error message.
 
     NumPy scalars are shown as the Python values they hold ('a', not
-    np.str_('a')).
+    np.str_('a')); a value whose repr is longer than 100 characters is cut
+    to about 80 (see :func:`_short_repr`).
 
     Examples
     --------
     >>> import numpy as np
     >>> _preview(np.array(["a", "b", "c"]), limit=2)
     "['a', 'b', ...]"
+    >>> _preview(["a" * 10_000])[58:]
+    "aaa...aaaaaaaaaaaaaaaa' (10,000 characters)]"
     """
     values = list(values)
     head = (v.item() if isinstance(v, np.generic) else v for v in values[:limit])
-    shown = ", ".join(repr(v) for v in head)
+    shown = ", ".join(map(_short_repr, head))
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
@@ -361,11 +383,19 @@ def _check_string_column(values, name, column):
     return values
 
 
+# Values that Python or NumPy count as numbers but that are no real numbers
+# here: a bool is an int to Python, and np.timedelta64 is an np.integer (so
+# a numbers.Integral) whose value would lose its unit (200 ms and 2 s as 200
+# and 2). np.datetime64 is listed too, in case NumPy ever counts it alike.
+_NOT_REAL = (bool, np.bool_, np.timedelta64, np.datetime64)
+
+
 def _is_real_number(value):
     """Whether ``value`` is a real number as a score: an int or a float of
-    Python or numpy, not a bool (which is an int to Python)."""
+    Python or numpy, not a bool (which is an int to Python) nor a duration
+    (an integer to NumPy)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
+        value, _NOT_REAL
     )
 
 
@@ -419,28 +449,41 @@ def _check_score_column(values, name):
         items = series.to_numpy(dtype=object)
         is_number = np.fromiter(map(_is_real_number, items), bool, len(items))
         if not is_number.all():
-            bad = items[~is_number]
-            decimals = any(isinstance(v, Decimal) for v in bad)
-            hint = (
-                " Decimals are refused rather than converted: cast them, e.g. "
-                "evals['score'].astype(float)."
-                if decimals
-                else ""
-            )
-            raise TypeError(
-                f"{name}['score'] must hold numbers in [0, 1]; {len(bad)} of "
-                f"{len(items)} rows are not numbers (e.g. {_preview(bad[:5])}).{hint}"
-            )
+            # A missing value (None, pd.NA, NaT) is no value of the wrong
+            # type: it is reported as missing, as NaN in a float column is.
+            missing = np.fromiter(map(_is_missing, items), bool, len(items))
+            bad = items[~is_number & ~missing]
+            if len(bad):
+                decimals = any(isinstance(v, Decimal) for v in bad)
+                hint = (
+                    " Decimals are refused rather than converted: cast them, e.g. "
+                    "evals['score'].astype(float)."
+                    if decimals
+                    else ""
+                )
+                raise TypeError(
+                    f"{name}['score'] must hold numbers in [0, 1]; {len(bad)} of "
+                    f"{len(items)} rows are not numbers (e.g. "
+                    f"{_preview(bad[:5])}).{hint}"
+                )
+            items = np.where(missing, np.nan, items)
         # One by one: a Python int beyond float64's range made the whole
         # conversion fail with a bare OverflowError; it is infinite here.
         score = np.fromiter(map(_as_float, items), np.float64, len(items))
     else:
-        score = series.to_numpy(dtype=np.float64)
-    not_finite = ~np.isfinite(score)
-    if not_finite.any():
+        score = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    missing = np.isnan(score)
+    if missing.any():
         raise ValueError(
-            f"{name}['score'] has {int(not_finite.sum())} NaN or infinite value(s) "
-            f"out of {len(score)} rows; every score must be a finite number in [0, 1]."
+            f"{name}['score'] has {int(missing.sum())} missing value(s) (NaN, None "
+            f"or pd.NA) out of {len(score)} rows; every row needs a score in "
+            "[0, 1]: drop or fill those rows."
+        )
+    infinite = np.isinf(score)
+    if infinite.any():
+        raise ValueError(
+            f"{name}['score'] has {int(infinite.sum())} infinite value(s) out of "
+            f"{len(score)} rows; every score must be a finite number in [0, 1]."
         )
     outside = (score < 0.0) | (score > 1.0)
     if outside.any():
@@ -485,7 +528,13 @@ def check_evals(evals, *, name="evals"):
         [0, 1]); optionally ``task`` (str, one task per query). Other columns
         are ignored. A mapping's columns are read by position: pandas Series
         among them must share one index (pass ``pd.DataFrame(mapping)`` to
-        pair rows by index).
+        pair rows by index). Model names, queries and tasks are compared as
+        exact strings, neither stripped nor Unicode-normalised:
+        ``"gpt-4 "`` (a trailing space) is another model than ``"gpt-4"``,
+        and an accented letter written as one code point another text than
+        the letter followed by a combining accent. Normalise them first
+        (``str.strip``, ``unicodedata.normalize("NFC", ...)``) where sources
+        differ.
     name : str, default="evals"
         Name of the parameter, used in error messages.
 
@@ -499,15 +548,15 @@ def check_evals(evals, *, name="evals"):
     Raises
     ------
     TypeError
-        If ``evals`` is not a table, ids are not strings, or scores are not
-        real numbers: booleans (a flag is not a score; convert with
-        ``astype(float)`` if 0/1 is meant), complex numbers and decimals are
-        refused rather than converted.
+        If ``evals`` is not a table, ids are not strings (or are missing),
+        or scores are not real numbers: booleans (a flag is not a score;
+        convert with ``astype(float)`` if 0/1 is meant), complex numbers,
+        decimals and durations are refused rather than converted.
     ValueError
         If a column is missing or repeated, the columns are a MultiIndex,
-        the table is empty, a score is NaN, infinite or outside [0, 1], a
-        query has conflicting tasks, or the pandas Series of a mapping have
-        different indexes.
+        the table is empty, a score is missing (NaN, None or ``pd.NA``),
+        infinite or outside [0, 1], a query has conflicting tasks, or the
+        pandas Series of a mapping have different indexes.
 
     Examples
     --------
@@ -638,9 +687,24 @@ def check_queries(queries, *, name="queries"):
         raise ValueError(f"{name} is empty; pass at least one query.")
     bad = _non_strings(values)
     if len(bad):
+        # Missing queries get their own remedy, as missing ids do in
+        # check_evals (_check_string_column).
+        missing = np.fromiter(map(_is_missing, bad), bool, len(bad))
+        others = bad[~missing]
+        n_missing = int(missing.sum())
+        if not len(others):
+            raise TypeError(
+                f"{name} must hold strings; {n_missing} missing value(s): drop or "
+                "fill those entries."
+            )
+        hint = (
+            f" ({n_missing} missing value(s): drop or fill those entries)"
+            if n_missing
+            else ""
+        )
         raise TypeError(
-            f"{name} must hold strings; {len(bad)} of {len(values)} entries do not "
-            f"(e.g. {_preview(bad[:5])})."
+            f"{name} must hold strings; {len(others)} of {len(values)} entries do "
+            f"not (e.g. {_preview(others[:5])}){hint}."
         )
     # The rule check_evals applies to query ids: "" is refused, a blank or
     # padded string is kept as given (it may be a query's text).
@@ -735,21 +799,38 @@ def check_model_costs(model_costs, classes, *, name="model_costs", models="the p
         raise TypeError(f"{name} must hold numbers; {exc}.") from None
     if raw.dtype == object:
         items = raw.ravel().tolist()
+        # Missing values (None, pd.NA, as a nullable Series gives them) are
+        # not of the wrong type: they become NaN, reported below as missing.
+        missing = [_is_missing(v) for v in items]
         bad = [
             v
-            for v in items
-            if not isinstance(v, Real) or isinstance(v, np.bool_ | bool)
+            for v, gone in zip(items, missing, strict=True)
+            if not gone and (not isinstance(v, Real) or isinstance(v, _NOT_REAL))
         ]
         n_bad = len(bad)
+        if not n_bad and any(missing):
+            raw = np.array(
+                [np.nan if gone else v for v, gone in zip(items, missing, strict=True)],
+                dtype=object,
+            ).reshape(raw.shape)
     else:
         # Every value of a non-numeric dtype is bad: count them all; the
         # preview shows five, and "..." when there are more (the sixth).
         n_bad = 0 if raw.dtype.kind in "iuf" else raw.size
         bad = raw.ravel()[:6].tolist()
     if n_bad:
+        durations = raw.dtype.kind in "mM" or any(
+            isinstance(v, (np.timedelta64, np.datetime64)) for v in bad
+        )
+        hint = (
+            " Durations are refused rather than converted: give every cost in "
+            "one unit, e.g. latency / np.timedelta64(1, 'ms')."
+            if durations
+            else ""
+        )
         raise TypeError(
             f"{name} must hold real numbers; got {n_bad} value(s) that are "
-            f"not (e.g. {_preview(bad)}, dtype {raw.dtype})."
+            f"not (e.g. {_preview(bad)}, dtype {raw.dtype}).{hint}"
         )
     try:
         costs = raw.astype(np.float64)
@@ -762,8 +843,17 @@ def check_model_costs(model_costs, classes, *, name="model_costs", models="the p
         )
     bad = ~np.isfinite(costs) | (costs < 0)
     if bad.any():
+        # Missing costs (None and pd.NA are NaN by now) get their remedy.
+        n_missing = int(np.isnan(costs).sum())
+        hint = (
+            f"; {n_missing} missing value(s) (NaN, None or pd.NA): every model "
+            "needs a cost, fill them in"
+            if n_missing
+            else ""
+        )
+        shown = dict(zip(classes[bad], costs[bad].tolist(), strict=True))
         raise ValueError(
             f"{name} must be finite and >= 0; {int(bad.sum())} cost(s) are not: "
-            f"{_preview(dict(zip(classes[bad], costs[bad].tolist(), strict=True)).items())}."
+            f"{_preview(shown.items())}{hint}."
         )
     return costs

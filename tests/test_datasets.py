@@ -171,6 +171,13 @@ def test_from_wide_reads_a_tasks_series_by_its_index():
             r"1 column\(s\) do not: 'a' \(bool\)",
         ),
         ({"scores": np.array([[1]], dtype="m8[s]")}, TypeError, "timedelta64"),
+        # A duration in an object array passed as a number (np.timedelta64 is
+        # an np.integer), its unit dropped.
+        (
+            {"scores": np.array([[1.0, np.timedelta64(500, "ms")]], dtype=object)},
+            TypeError,
+            r"got datetime\.timedelta\(microseconds=500000\) in an array",
+        ),
         # A str was split into its characters.
         ({"scores": [[1.0, 0.0]], "models": "ab"}, TypeError, "not a single string"),
         ({"scores": [[1.0], [0.0]], "queries": "ab"}, TypeError, "single string"),
@@ -352,7 +359,7 @@ def test_load_evals_errors(tmp_path):
     with pytest.raises(ValueError, match=r"column\(s\) \['query'\] besides"):
         load_evals(path, query_column="task")
     LONG.assign(score=["1", "", "0"]).to_csv(path, index=False)
-    with pytest.raises(ValueError, match="1 NaN"):
+    with pytest.raises(ValueError, match=r"1 missing value\(s\).*drop or fill"):
         load_evals(path)
 
 
@@ -1613,6 +1620,70 @@ def test_load_evals_never_matches_other_float_ids_to_text(
     evals = load_evals(path, queries=queries, query_id_column="qid")
     assert evals["query"].tolist() == ["two", "one"]
     assert evals["qid"].tolist() == [2.0, 1.0]
+
+
+def _jsonl_ids(tmp_path, ids):
+    lines = [json.dumps({"model": "a", "qid": q, "score": 1.0}) for q in ids]
+    return _write(tmp_path / "scores.jsonl", "\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "queries_ids",
+    [["1", "2"], [1, 2], pd.Series([1, "2"], dtype=object)],
+    ids=["text", "int", "mixed"],
+)
+def test_load_evals_matches_ids_mixing_ints_and_text(tmp_path, queries_ids):
+    # A jsonl with 1 on one line and "2" on another: the int was never
+    # matched, and reported as "not in queries" although it was there.
+    path = _jsonl_ids(tmp_path, [1, "2", 2.0])
+    queries = pd.DataFrame({"qid": queries_ids, "query": ["one", "two"]})
+    evals = load_evals(path, queries=queries, query_id_column="qid")
+    assert evals["query"].tolist() == ["one", "two", "two"]
+    assert evals["qid"].tolist() == ["1", "2", "2"]
+
+
+@pytest.mark.parametrize("other", [1.5, True])
+def test_load_evals_refuses_ids_mixing_text_with_other_numbers(tmp_path, other):
+    # 1.5 (or True) can match no text id: it was counted "not in queries".
+    path = _jsonl_ids(tmp_path, [1, "2", other])
+    queries = pd.DataFrame({"qid": ["1", "2"], "query": ["one", "two"]})
+    with pytest.raises(
+        TypeError,
+        match=rf"path\['qid'\] mixes integer ids and text ids with 1 value\(s\) "
+        rf"that are neither \(e\.g\. \[{other}\]\)",
+    ):
+        load_evals(path, queries=queries, query_id_column="qid")
+
+
+@pytest.mark.parametrize(
+    "categories",
+    [pd.Categorical([2, 1]), pd.Categorical([2, 1, None]), pd.Categorical(["2", "1"])],
+    ids=["int", "int-with-missing", "text"],
+)
+def test_load_evals_matches_categorical_query_ids(tmp_path, categories):
+    # Integer categories were refused: "dtype category (e.g. [1, 2]) ...
+    # integer ids are matched as decimal strings".
+    path = _scores_file(tmp_path, ["1", "2", "1"])
+    texts = ["two", "one", "orphan"][: len(categories)]
+    queries = pd.DataFrame({"qid": categories, "query": texts})
+    evals = load_evals(path, queries=queries, query_id_column="qid")
+    assert evals["query"].tolist() == ["one", "two", "one"]
+    assert evals["qid"].tolist() == ["1", "2", "1"]
+
+
+def test_load_evals_reports_a_null_score_as_missing(tmp_path):
+    # A jsonl null beside a bool was listed among the values that are not
+    # numbers; alone it is reported as missing, as an empty csv cell is.
+    lines = [
+        json.dumps({"model": "a", "query": q, "score": s})
+        for q, s in [("q1", None), ("q2", True)]
+    ]
+    path = _write(tmp_path / "scores.jsonl", "\n".join(lines) + "\n")
+    with pytest.raises(TypeError, match=r"1 of 2 values are not numbers, e\.g\. True"):
+        load_evals(path)
+    path = _write(tmp_path / "scores.jsonl", lines[0] + "\n")
+    with pytest.raises(ValueError, match=r"1 missing value\(s\).*drop or fill"):
+        load_evals(path)
 
 
 def test_load_evals_a_missing_query_id_is_not_matched(tmp_path):

@@ -72,9 +72,9 @@ def test_mapping_of_series_with_different_indexes_is_refused():
 
 def test_score_too_large_for_a_float_is_a_value_error_naming_the_column():
     """A Python int beyond float64's range raised a bare OverflowError."""
-    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 NaN or infinite"):
+    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 infinite value"):
         check_evals({"model": ["a", "b"], "query": ["q", "q"], "score": [10**400, 1]})
-    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 NaN or infinite"):
+    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 infinite value"):
         check_evals(frame(score=np.array([-(10**400), 0], dtype=object)))
 
 
@@ -93,8 +93,13 @@ def test_score_too_large_for_a_float_is_a_value_error_naming_the_column():
             r"missing required column\(s\) \['score'\]",
         ),
         (frame().iloc[:0], ValueError, r"empty \(0 rows\)"),
-        (frame(score=[np.nan, 1.0]), ValueError, "1 NaN or infinite value"),
-        (frame(score=[np.inf, -np.inf]), ValueError, "2 NaN or infinite value"),
+        (
+            frame(score=[np.nan, 1.0]),
+            ValueError,
+            r"1 missing value\(s\) \(NaN, None or pd\.NA\) out of 2 rows; every "
+            r"row needs a score in \[0, 1\]: drop or fill those rows",
+        ),
+        (frame(score=[np.inf, -np.inf]), ValueError, r"2 infinite value\(s\)"),
         (frame(score=[1.5, 0.0]), ValueError, r"1 value\(s\) outside \[0, 1\]"),
         (frame(score=[True, False]), TypeError, "boolean dtype"),
         (frame(score=["1", 0.0]), TypeError, "1 of 2 rows are not numbers"),
@@ -337,9 +342,17 @@ def test_campaign_findings_check_evals(evals, match):
         [True, 2.0, 3.0],
         {"a": True, "b": 2.0, "c": 3.0},
         ["1.5", "2", "3"],
-        (1.0, None, 3.0),
+        {"a": np.timedelta64(200, "ms"), "b": 2.0, "c": 3.0},
     ],
-    ids=["complex", "complex-list", "bool", "bool-list", "bool-dict", "str", "none"],
+    ids=[
+        "complex",
+        "complex-list",
+        "bool",
+        "bool-list",
+        "bool-dict",
+        "str",
+        "duration",
+    ],
 )
 def test_model_costs_must_be_real_numbers(costs):
     from locus_sklearn._evals import check_model_costs
@@ -647,7 +660,7 @@ def test_check_queries_reads_a_pyarrow_array():
     pa = pytest.importorskip("pyarrow")
     assert check_queries(pa.array(["a", "b"])).tolist() == ["a", "b"]
     assert check_queries(pa.chunked_array([["a"], ["b"]])).tolist() == ["a", "b"]
-    with pytest.raises(TypeError, match=r"1 of 2 entries.*\[None\]"):
+    with pytest.raises(TypeError, match=r"1 missing value\(s\): drop or fill"):
         check_queries(pa.array(["a", None]))
 
 
@@ -673,7 +686,7 @@ def test_mapping_columns_keep_their_dtype():
     score = pd.Series([0.5, None], dtype="Float64")
     columns = {"model": ["a", "b"], "query": ["q", "q"], "score": score}
     for evals in (columns, pd.DataFrame(columns)):
-        with pytest.raises(ValueError, match="1 NaN or infinite value"):
+        with pytest.raises(ValueError, match=r"1 missing value\(s\)"):
             check_evals(evals)
     # Read by position, as before: a Series' index does not pair the rows.
     shifted = {
@@ -693,3 +706,123 @@ def test_decimal_scores_are_refused_whatever_their_dtype():
         check_evals({"model": ["a"], "query": ["q"], "score": decimals})
     with pytest.raises(TypeError, match="Decimals are refused"):
         check_evals({"model": ["a"], "query": ["q"], "score": [Decimal("0.5")]})
+
+
+def test_durations_are_refused_as_scores_and_costs():
+    # np.timedelta64 is an np.integer to NumPy: 200 ms and 2 s passed as the
+    # costs 200 and 2 (the slow model 100 times cheaper), and durations as
+    # scores, their unit dropped.
+    from locus_sklearn._evals import _is_real_number, check_model_costs
+
+    assert not _is_real_number(np.timedelta64(1, "ms"))
+    assert not _is_real_number(np.datetime64("2024-01-01"))
+    durations = np.array([np.timedelta64(1, "s"), np.timedelta64(0, "s")], dtype=object)
+    with pytest.raises(TypeError, match=r"2 of 2 rows are not numbers"):
+        check_evals(frame(score=durations))
+    costs = {"fast": np.timedelta64(200, "ms"), "slow": np.timedelta64(2, "s")}
+    with pytest.raises(TypeError, match=r"got 2 value\(s\).*Durations are refused"):
+        check_model_costs(costs, np.array(["fast", "slow"], dtype=object))
+
+
+@pytest.mark.parametrize(
+    "score, n_missing",
+    [
+        ([1.0, None], 1),  # a list: pandas makes None NaN
+        (pd.Series([1.0, pd.NA], dtype=object), 1),
+        ([None, None], 2),  # all None: object dtype
+        (pd.array([1.0, None], dtype="Float64"), 1),
+        (np.array([np.nan, 1.0]), 1),
+    ],
+    ids=["none-in-list", "na-object", "all-none", "nullable-float", "nan"],
+)
+def test_missing_scores_are_reported_as_missing_whatever_the_container(
+    score, n_missing
+):
+    # None in a list was "NaN or infinite", pd.NA in an object column "not
+    # numbers (e.g. [<NA>])": one cause, told three ways.
+    message = (
+        rf"evals\['score'\] has {n_missing} missing value\(s\) \(NaN, None or "
+        r"pd\.NA\) out of 2 rows; every row needs a score in \[0, 1\]: drop or "
+        "fill those rows"
+    )
+    with pytest.raises(ValueError, match=message):
+        check_evals(frame(score=score))
+
+
+def test_missing_scores_beside_bad_values_name_the_bad_values():
+    score = pd.Series([pd.NA, "x"], dtype=object)
+    with pytest.raises(
+        TypeError, match=r"1 of 2 rows are not numbers \(e\.g\. \['x'\]"
+    ):
+        check_evals(frame(score=score))
+
+
+@pytest.mark.parametrize(
+    "costs",
+    [
+        pd.Series({"a": 1.0, "b": None, "c": 3.0}, dtype="Float64"),
+        pd.array([1.0, None, 3.0], dtype="Float64"),
+        (1.0, None, 3.0),
+        {"a": 1.0, "b": np.nan, "c": 3.0},
+        {"a": 1.0, "b": pd.NA, "c": 3.0},
+    ],
+    ids=["nullable-series", "nullable-array", "none-in-tuple", "nan", "na"],
+)
+def test_missing_costs_are_reported_as_missing_naming_the_model(costs):
+    # A nullable Series' NA was shown as [None] ("not real numbers"), None in
+    # a tuple as a type error, NaN as "not finite" with no remedy: one cause,
+    # one message.
+    from locus_sklearn._evals import check_model_costs
+
+    message = (
+        r"model_costs must be finite and >= 0; 1 cost\(s\) are not: \[\('b', nan\)\]; "
+        r"1 missing value\(s\) \(NaN, None or pd\.NA\): every model needs a cost"
+    )
+    with pytest.raises(ValueError, match=message):
+        check_model_costs(costs, np.array(["a", "b", "c"], dtype=object))
+
+
+def test_check_queries_reports_missing_queries_as_check_evals_does():
+    # It said "must hold strings (e.g. [nan])", with no remedy.
+    with pytest.raises(
+        TypeError,
+        match=r"queries must hold strings; 1 missing value\(s\): drop or fill "
+        r"those entries\.$",
+    ):
+        check_queries(pd.Series(["a", None]))
+    with pytest.raises(
+        TypeError,
+        match=r"1 of 3 entries do not \(e\.g\. \[3\]\) \(1 missing value\(s\)",
+    ):
+        check_queries(["a", None, 3])
+
+
+def test_messages_cut_long_values_keeping_both_ends():
+    # A task conflict between MMLU-Pro-sized prompts gave a message of
+    # 180,000 characters.
+    from locus_sklearn._evals import _preview
+
+    texts = [f"Question {i}: " + "lorem ipsum " * 1000 + f"end {i}" for i in range(3)]
+    evals = pd.DataFrame(
+        {
+            "model": ["a"] * 6,
+            "query": texts * 2,
+            "score": [1.0] * 6,
+            "task": ["t1"] * 3 + ["t2"] * 3,
+        }
+    )
+    with pytest.raises(ValueError, match="more than one task") as info:
+        check_evals(evals)
+    message = str(info.value)
+    assert len(message) < 600
+    assert (
+        "'Question 0: lorem ipsum" in message
+        and "end 0' (12,017 characters)" in message
+    )
+    # The cut: 60 characters of the repr, "...", its last 17, the length.
+    shown = _preview([texts[0]])[1:-1]
+    assert shown == repr(texts[0])[:60] + "..." + repr(texts[0])[-17:] + (
+        " (12,017 characters)"
+    )
+    # Values up to 100 characters (ids, paths) are shown whole, as before.
+    assert _preview(["x" * 98, 1.5]) == f"['{'x' * 98}', 1.5]"

@@ -253,11 +253,30 @@ def _repeated_header(frame, path, sep):
     return [c for c in dict.fromkeys(header) if c and header.count(c) > 1]
 
 
+def _category_values(column):
+    """A categorical column as a column of its values (any other column as it
+    is), so that integer categories become decimal strings as integer
+    columns do; a missing value stays missing."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return column
+    dtype = column.cat.categories.dtype
+    if getattr(dtype, "kind", "O") in "iub" and column.isna().any():
+        # A NumPy integer or bool column holds no missing value (astype
+        # would raise, or make it True): its nullable dtype does.
+        dtype = pd.array(column.cat.categories.to_numpy()).dtype
+    return column.astype(dtype)
+
+
 def _ids_as_str(frame, columns):
-    """Integer id columns (typical of parquet/jsonl files) as decimal strings."""
+    """Integer id columns (typical of parquet/jsonl files) as decimal strings;
+    categorical id columns as their values first."""
     for column in columns:
-        if column in frame.columns and pd.api.types.is_integer_dtype(frame[column]):
-            frame[column] = frame[column].astype(str)
+        if column not in frame.columns:
+            continue
+        values = _category_values(frame[column])
+        if pd.api.types.is_integer_dtype(values.dtype):
+            values = values.astype(str)
+        frame[column] = values
     return frame
 
 
@@ -266,16 +285,38 @@ def _ids_as_str(frame, columns):
 _EXACT_FLOAT_INTS = 2**53
 
 
-def _whole_ids_as_str(column):
+def _is_integer_id(value):
+    """Whether ``value`` (an entry of an object column) is an int (not a bool)
+    or a float of a whole number below 2**53: an id matched as its decimal
+    string."""
+    if not _is_real_number(value):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return True
+    number = float(value)
+    return abs(number) < _EXACT_FLOAT_INTS and number.is_integer()
+
+
+def _whole_ids_as_str(column, name):
     """A float or object id column of whole numbers as the decimal strings an
     integer column becomes (see :func:`_ids_as_str`); missing ids stay missing.
 
     pandas stores an integer id column with one missing id as float64 (a jsonl
-    file, a list of records), and a column of Python ints built by hand has
-    object dtype; left as they are, none of their ids equals a string id of
-    the other table. Any other column is returned unchanged, to be matched as
-    it is: text, a mix of text and numbers, or floats of which one is not a
-    whole number below 2**53 (1.5 is no integer id, and is never made one).
+    file, a list of records), and a column of Python ints built by hand, or
+    of ints and text (a jsonl file with ``1`` on one line and ``"2"`` on
+    another), has object dtype; left as they are, none of their numbers
+    equals a string id of the other table. In an object column each int,
+    and each float of a whole number below 2**53, becomes its decimal string
+    and text is kept. Any other column is returned unchanged, to be matched
+    as it is: text, other objects, or numbers of which one is not a whole
+    number below 2**53 (1.5 is no integer id, and is never made one).
+
+    Raises
+    ------
+    TypeError
+        If an object column (``name``, for the message) holds integer ids,
+        text and a value that is neither (1.5, True): that value could never
+        be matched, and it is no missing id either.
     """
     if pd.api.types.is_float_dtype(column.dtype):
         values = column.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -289,16 +330,25 @@ def _whole_ids_as_str(column):
         values = column.to_numpy(dtype=object)
         present = ~np.fromiter(map(_is_missing, values), bool, len(values))
         numbers = values[present]
-        is_int = (
-            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-            for v in numbers
-        )
-        if not len(numbers) or not all(is_int):
+        is_int = np.fromiter(map(_is_integer_id, numbers), bool, len(numbers))
+        if not is_int.any():
+            return column
+        is_text = np.fromiter((isinstance(v, str) for v in numbers), bool, len(numbers))
+        others = numbers[~is_int & ~is_text]
+        if len(others) and is_text.any():
+            raise TypeError(
+                f"{name} mixes integer ids and text ids with "
+                f"{len(others)} value(s) that are neither (e.g. "
+                f"{_preview(others[:3])}); integer ids, and floats that are "
+                "whole numbers below 2**53, are matched as decimal strings, "
+                "other values never. Give the column ids of one type."
+            )
+        if len(others):  # numbers only (1 and 1.5): matched as numbers
             return column
     else:
         return column
     text = np.full(len(values), np.nan, dtype=object)
-    text[present] = [str(int(v)) for v in numbers]
+    text[present] = [v if isinstance(v, str) else str(int(v)) for v in numbers]
     return pd.Series(text, index=column.index, dtype=str)
 
 
@@ -384,6 +434,13 @@ def _read_scores(frame, column, path, kind, lines):
         return values.to_numpy(dtype=np.float64, na_value=np.nan)
     items = values.to_numpy(dtype=object)
     is_number = np.fromiter(map(_is_real_number, items), bool, len(items))
+    if not is_number.all():
+        # A missing score (a jsonl null) is read as NaN: check_evals reports
+        # it as missing, as it does an empty csv cell, not as a bad value.
+        missing = np.fromiter(map(_is_missing, items), bool, len(items))
+        if missing.any():
+            items = np.where(missing, np.nan, items)
+            is_number |= missing
     if is_number.all():  # numbers of several kinds in an object column
         return np.fromiter(map(_as_float, items), np.float64, len(items))
     text = kind in ("csv", "tsv")
@@ -558,11 +615,14 @@ def load_evals(
 
     In csv/tsv files the id and text columns are read as strings (``"007"``
     and ``"NA"`` stay as written); in parquet/jsonl files integer id columns
-    are converted to their decimal strings. So are the ``query_id_column``
-    of ``path`` and of ``queries`` when they hold Python ints (object dtype)
-    or floats that are all whole numbers below 2**53 (an integer column with
-    a missing id is stored as float): ``1.0`` matches ``"1"``. Other numbers
-    (``1.5``) are matched only with numbers, never with text. A row of
+    (categorical ones included) are converted to their decimal strings. So
+    are the ``query_id_column`` of ``path`` and of ``queries`` when they
+    hold Python ints (object dtype, also mixed with text ids, as a jsonl file
+    with ``1`` on one line and ``"2"`` on another) or floats that are all
+    whole numbers below 2**53 (an integer column with a missing id is stored
+    as float): ``1.0`` matches ``"1"``. Other numbers (``1.5``) are matched
+    only with numbers, never with text (a column mixing them with text is
+    refused). A row of
     ``queries`` without an id is no query; a row of ``path`` without one is
     an error. Scores must be numbers as
     written: booleans and text are refused, never converted. Files may start
@@ -620,9 +680,10 @@ def load_evals(
         If ``queries`` is neither a path nor a DataFrame, a score of a
         parquet or jsonl file is not a real number (booleans, decimals and
         text such as ``"0.5"`` are refused rather than converted, as
-        :func:`~locus_sklearn.check_evals` refuses them), or the query ids
+        :func:`~locus_sklearn.check_evals` refuses them), the query ids
         of ``path`` and ``queries`` are of kinds that never match (numbers
-        that are not whole, such as ``1.5``, against text).
+        that are not whole, such as ``1.5``, against text), or one id column
+        mixes integer ids and text with other values (``1.5``, ``True``).
     FileNotFoundError
         If ``path`` or ``queries`` does not exist.
     IsADirectoryError
@@ -725,7 +786,8 @@ def load_evals(
 
     if joined:
         converted = [
-            _whole_ids_as_str(table[query_id_column]) for table in (frame, query_table)
+            _whole_ids_as_str(table[query_id_column], f"{where}[{query_id_column!r}]")
+            for where, table in (("path", frame), ("queries", query_table))
         ]
         # Where one side keeps numbers (1.5), neither is converted: numbers
         # are then matched with numbers, as pandas compares them (2.0 finds
