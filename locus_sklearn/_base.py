@@ -192,15 +192,24 @@ def routing_utility(proba, model_costs, cost_weight):
 
     Returns
     -------
-    utility : ndarray of shape (n_queries, n_models)
+    utility : ndarray of float64, shape (n_queries, n_models)
+        float64 whatever the weight and ``proba``'s dtype (LocusRouter's
+        P(correct) is float32): at 0, ``proba`` itself in float64.
 
     Examples
     --------
     >>> import numpy as np
     >>> routing_utility(np.array([[0.9, 0.8]]), np.array([1.0, 0.0]), 0.2)
     array([[0.7, 0.8]])
+    >>> routing_utility(np.array([[0.5, 0.25]], dtype=np.float32), None, 0.0).dtype
+    dtype('float64')
     """
     cost_weight = _check_costs_for_weight(cost_weight, model_costs)
+    # One dtype at every weight: a float32 proba was returned as it was at 0
+    # and upcast by the float64 costs above 0, so utilities compared or
+    # stacked across a cost sweep changed dtype with the weight's value.
+    # float32 values are exact in float64, so routing is unchanged.
+    proba = np.asarray(proba, dtype=np.float64)
     if cost_weight == 0:
         return proba
     # A huge weight may overflow to -inf; route_by_utility() resolves such a
@@ -444,7 +453,9 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_queries, n_models)
             Independent P(correct) per model, columns in ``classes_`` order;
-            rows do not sum to 1.
+            rows do not sum to 1. float32 for
+            :class:`~locus_sklearn.LocusRouter` (its network's precision),
+            float64 for the peer routers of :mod:`locus_sklearn.baselines`.
         """
         check_is_fitted(self)
         # Settings read at prediction (KNNRouter's k and weights) may have been
@@ -470,8 +481,10 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
 
         Returns
         -------
-        utility : ndarray of shape (n_queries, n_models)
-            Columns in ``classes_`` order.
+        utility : ndarray of float64, shape (n_queries, n_models)
+            Columns in ``classes_`` order; float64 for every router and every
+            ``cost_weight`` (0 included, where it is :meth:`predict_proba`'s
+            P(correct) upcast).
         """
         return self._utility(self.predict_proba(queries))
 

@@ -72,7 +72,15 @@ class LocusRouter(BaseRouter):
         refuses any other transformer (a Pipeline, a QueryEncoder) with a
         TypeError. None means ``LocusEmbedder()`` with its defaults. Its
         parameters are reachable as ``embedder__<name>`` (e.g. in
-        GridSearchCV).
+        GridSearchCV). A FrozenEstimator is not copied (scikit-learn's
+        ``clone`` returns it): ``embedder_`` is that object, and the embedder
+        it wraps is shared with the caller. Refitting that embedder after the
+        router's ``fit`` makes every method that predicts, embeds or saves
+        (``predict_proba``, ``predict``, ``decision_function``, ``score``,
+        ``add_models``, ``embed``, ``save``) raise a ValueError until the
+        router is refitted, since its pool was embedded with the previous
+        network; wrap a copy (``FrozenEstimator(copy.deepcopy(embedder))``)
+        to keep the router apart from later fits.
     cost_weight : float, default=0.0
         λ in ``P(correct) - λ·cost``; needs ``model_costs`` at fit.
     shrinkage : "auto", float in [0, 1] or None, default="auto"
@@ -170,7 +178,47 @@ class LocusRouter(BaseRouter):
 
     @property
     def _locus(self):
-        return _unwrap(self.embedder_)
+        """The fitted LocusEmbedder, checked to still hold the network that
+        embedded the pool: every use of the network after ``fit``
+        (``predict_proba``, ``add_models``, ``embed``, ``save``) reads it here.
+        """
+        locus = _unwrap(self.embedder_)
+        net = locus.net_
+        fitted = getattr(self, "_network_at_fit_", None)
+        if fitted is None:
+            # Routers built by load() or unpickled from an earlier version do
+            # not record it; their pool was embedded by the network saved or
+            # pickled with it, which they hold now: recorded on first use.
+            self._network_at_fit_ = net
+        elif net is not fitted:
+            # A refit gives the embedder a new net_. A FrozenEstimator is not
+            # copied by fit (scikit-learn's clone returns it), so refitting the
+            # embedder it wraps, e.g. for another experiment, reaches this
+            # router: the new network would read the model_embeddings_ the old
+            # one made (add_models would mix the two networks' embeddings),
+            # and its probabilities would match neither network's router,
+            # silently. The reference is to the skorch net, not its module_:
+            # pickle and deepcopy keep its identity within the router.
+            if isinstance(self.embedder_, FrozenEstimator):
+                what = (
+                    "The LocusEmbedder wrapped in this router's FrozenEstimator "
+                    "(shared with the caller, not copied)"
+                )
+                keep = (
+                    " To keep a router apart from later fits of its embedder, "
+                    "wrap a copy: LocusRouter(FrozenEstimator(copy.deepcopy("
+                    "embedder)))."
+                )
+            else:
+                what, keep = "This router's embedder_", ""
+            raise ValueError(
+                f"{what} was refitted after the router was fitted: the router's "
+                "model_embeddings_ come from the network it had then, and the new "
+                "network would read them as its own, predicting for neither. "
+                "Refit the router (router.fit(evals)) to embed its pool with the "
+                f"new network.{keep}"
+            )
+        return locus
 
     def _query_encoder(self):
         # fit's first use of the embedder: a wrong kind is refused here.
@@ -249,6 +297,9 @@ class LocusRouter(BaseRouter):
         )  # fmt: skip
         return {
             "embedder_": embedder,
+            # The network the pool is embedded with: a later refit of the
+            # embedder (shared, where it is frozen) is refused by _locus.
+            "_network_at_fit_": locus.net_,
             "model_embeddings_": model_embeddings,
             # The kernel readout reads the pool's evaluations at prediction.
             "pool_evals_": (X_query, table) if locus.kernel_readout else None,
@@ -258,12 +309,15 @@ class LocusRouter(BaseRouter):
         }
 
     def _predict_proba_encoded(self, X):
+        # Checked also where shrinkage_ is 1 and the network is not read: a
+        # router whose embedder was refitted fails alike at every setting.
+        locus = self._locus
         if self.shrinkage_ == 1:
             # The blend is each model's mean score whatever the network says:
             # skip the network (and the kernel readout over the pool).
             means = self.model_mean_scores_.astype(np.float32)
             return np.tile(means, (len(X), 1))
-        proba = self._locus._predict_proba_encoded(
+        proba = locus._predict_proba_encoded(
             self.model_embeddings_, X, self._readout_pool()
         )
         return shrink(proba, self.model_mean_scores_, self.shrinkage_)

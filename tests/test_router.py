@@ -732,3 +732,112 @@ def test_query_encodings_passed_as_the_embedder_are_refused_with_the_fix(pool):
     message = str(info.value)
     assert "must be None or an object implementing 'fit' and 'transform'" in message
     assert "LocusRouter(LocusEmbedder(encoder=...))" in message
+
+
+def _small_pool():
+    return make_model_pool(
+        n_models=4, n_families=2, n_tasks=2, n_queries=60, evals_per_model=40,
+        random_state=0,
+    )  # fmt: skip
+
+
+def _stale_router_pool(tiny_embedder):
+    """A small pool, a fitted tiny embedder on it and a plain router reusing
+    that embedder through a FrozenEstimator (shared, as scikit-learn's clone
+    returns a FrozenEstimator itself)."""
+    small = _small_pool()
+    embedder = tiny_embedder(small.encodings, max_epochs=1).fit(small.evals)
+    router = LocusRouter(FrozenEstimator(embedder), shrinkage=None).fit(small.evals)
+    return small, embedder, router
+
+
+_REFITTED = "wrapped in this router's FrozenEstimator .* was refitted after the router"
+
+
+def test_refitting_a_frozen_embedder_after_the_router_fit_is_refused(
+    tiny_embedder, tmp_path
+):
+    """The router kept model_embeddings_ from the network its shared embedder
+    had at the router's fit; after the caller refitted that embedder, every
+    prediction paired the new network with them (probabilities moved by up to
+    0.15, matching neither network's router) and add_models mixed the
+    embeddings of both networks, with no error."""
+    small, embedder, router = _stale_router_pool(tiny_embedder)
+    assert router.embedder_.estimator is embedder  # shared, not copied
+    queries = small.queries["query"][:5].tolist()
+    expected = router.predict_proba(queries)
+    apart = copy.deepcopy(router)  # its own copy of the embedder: unaffected
+    added = small.evals[small.evals["model"] == router.classes_[0]]
+    embedder.set_params(random_state=1).fit(small.evals)
+    for call in (
+        lambda: router.predict_proba(queries),
+        lambda: router.predict(queries),
+        lambda: router.decision_function(queries),
+        lambda: router.score(small.evals),
+        lambda: router.add_models(added.assign(model="new")),
+        lambda: router.embed(added),
+        lambda: router.save(tmp_path / "router.safetensors"),
+    ):
+        with pytest.raises(ValueError, match=_REFITTED):
+            call()
+    assert router.classes_.tolist() == apart.classes_.tolist()  # nothing added
+    assert not (tmp_path / "router.safetensors").exists()
+    np.testing.assert_array_equal(apart.predict_proba(queries), expected)
+    # A refit embeds the pool with the new network, as a new router does.
+    fresh = LocusRouter(FrozenEstimator(embedder), shrinkage=None).fit(small.evals)
+    np.testing.assert_array_equal(
+        router.fit(small.evals).predict_proba(queries), fresh.predict_proba(queries)
+    )
+
+
+def test_refitting_the_routers_own_embedder_is_refused(tiny_embedder):
+    small = _small_pool()
+    r = LocusRouter(tiny_embedder(small.encodings, max_epochs=1), shrinkage=None)
+    r.fit(small.evals)
+    r.embedder_.set_params(random_state=1).fit(small.evals)
+    with pytest.raises(ValueError, match="This router's embedder_ was refitted"):
+        r.predict_proba(small.queries["query"][:2].tolist())
+
+
+def test_a_frozen_router_without_refit_pickles_loads_and_predicts(
+    tiny_embedder, tmp_path
+):
+    """The check passes on a router that was not refitted, after pickle,
+    deepcopy and save/load (which record the network they hold), and on a
+    router pickled before the check existed (no record)."""
+    small, embedder, router = _stale_router_pool(tiny_embedder)
+    queries = small.queries["query"][:5].tolist()
+    expected = router.predict_proba(queries)
+    for other in (pickle.loads(pickle.dumps(router)), copy.deepcopy(router)):
+        np.testing.assert_array_equal(other.predict_proba(queries), expected)
+        other.add_models(small.evals[small.evals["model"] == router.classes_[0]])
+    older = copy.deepcopy(router)
+    del older._network_at_fit_  # as unpickled from an earlier version
+    np.testing.assert_array_equal(older.predict_proba(queries), expected)
+    router.save(tmp_path / "router.safetensors")
+    loaded = LocusRouter.load(tmp_path / "router.safetensors", device="cpu")
+    np.testing.assert_allclose(loaded.predict_proba(queries), expected, atol=1e-6)
+    # The loaded router records its network on first use: a later refit of
+    # the embedder it wraps is refused as for a fitted router.
+    loaded.embedder_.estimator.set_params(random_state=1).fit(small.evals)
+    with pytest.raises(ValueError, match=_REFITTED):
+        loaded.predict_proba(queries)
+
+
+@pytest.mark.parametrize("cost_weight", [0.0, 1e-9, 0.5])
+def test_decision_function_is_float64_at_every_cost_weight(
+    router, fitted_copy, query_texts, cost_weight
+):
+    """routing_utility returned LocusRouter's float32 P(correct) as it was at
+    cost_weight=0 and float64 above: the dtype changed with the value."""
+    costs = np.linspace(0.0, 1.0, len(router.classes_))
+    r = fitted_copy(router, cost_weight=cost_weight)
+    r.model_costs_ = costs
+    queries = query_texts[:4]
+    proba = r.predict_proba(queries)
+    assert proba.dtype == np.float32  # documented: LocusRouter's precision
+    utility = r.decision_function(queries)
+    assert utility.dtype == np.float64
+    np.testing.assert_array_equal(
+        utility, proba.astype(np.float64) - cost_weight * costs
+    )
