@@ -19,6 +19,21 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):
+    """An int >= 0 (``--seeds``: a random_state).
+
+    >>> non_negative_int("0")
+    0
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return value
+
+
 def n_or_all(text):
     """Training evaluations per model: an int >= 1 or ``"all"`` (``--n``).
 

@@ -52,6 +52,28 @@ LOSS_BAR, IDENTITY_BAR, ROUTING_BAR = 0.002, 0.02, 0.005
 GAIN = ("shaberi", "recall@1", 0.03)
 
 
+def _differs(first, second):
+    """Where two files' entries of one fit differ: ``(path, a, b)`` or None.
+
+    A fit's measures (a dict) are compared on the keys both files hold, wall
+    times (keys ending in ``_s``) left out: a rerun of the same fit on the
+    same split takes another time, and a later version may record more.
+
+    >>> _differs({"pr": 1.1, "fit_s": 30.0}, {"pr": 1.1, "fit_s": 31.5, "new": 2})
+    >>> _differs({"pr": 1.1}, {"pr": 1.2})
+    ("['pr']", 1.1, 1.2)
+    """
+    if isinstance(first, dict) and isinstance(second, dict):
+        for key in first.keys() & second.keys():
+            if key.endswith("_s"):
+                continue
+            inner = _differs(first[key], second[key])
+            if inner is not None:
+                return (f"[{key!r}]{inner[0]}", inner[1], inner[2])
+        return None
+    return None if first == second else ("", first, second)
+
+
 def merge_results(results, more):
     """``more`` (an ``embedding_quality.py`` result) merged into ``results``.
 
@@ -59,8 +81,10 @@ def merge_results(results, more):
     settings and each run's seed and test size must agree, the runs are
     matched seed by seed and each training size's ``routing`` and
     ``embeddings`` entries are joined; an entry both hold must be equal (the
-    peers, the fingerprints, the baselines of a rerun), else the two runs did
-    not share their splits and rows, and pairing them would be wrong.
+    peers, the fingerprints, the baselines of a rerun; a fit's measures on
+    the keys both hold, wall times aside, see :func:`_differs`), else the two
+    runs did not share their splits and rows, and pairing them would be
+    wrong.
 
     >>> a = {"p": {"variants": {"baseline": {}}, "runs": [{"seed": 0, "by_n":
     ...     {"256": {"routing": {"kNN": 0.8, "LOCUS baseline": 0.81},
@@ -111,13 +135,19 @@ def merge_results(results, more):
                 for part in ("routing", "embeddings"):
                     joined = dict(block.get(part, {}))
                     for key, value in extra.get(part, {}).items():
-                        if key in joined and joined[key] != value:
-                            raise ValueError(
-                                f"pool {name!r}, seed {run['seed']}, n {n}: "
-                                f"{part}[{key!r}] differs between the files "
-                                f"({joined[key]} against {value}); were they run "
-                                "on the same splits?"
-                            )
+                        if key in joined:
+                            where = _differs(joined[key], value)
+                            if where is not None:
+                                raise ValueError(
+                                    f"pool {name!r}, seed {run['seed']}, n {n}: "
+                                    f"{part}[{key!r}]{where[0]} differs between "
+                                    f"the files ({where[1]} against {where[2]}); "
+                                    "were they run on the same splits?"
+                                )
+                            if isinstance(value, dict):
+                                # One fit's measures: the first file's, and any
+                                # the other file adds.
+                                value = {**value, **joined[key]}
                         joined[key] = value
                     by_n[n][part] = joined
             runs.append({**run, "by_n": by_n})

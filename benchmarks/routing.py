@@ -56,7 +56,12 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import _data  # noqa: E402
-from _args import locus_setting, n_or_all, positive_int  # noqa: E402
+from _args import (  # noqa: E402
+    locus_setting,
+    n_or_all,
+    non_negative_int,
+    positive_int,
+)
 from _provenance import cpu_model, git_commit, git_dirty, torch_device  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
@@ -852,7 +857,7 @@ def parse_args(argv):
         help="smoke run (tests): tiny LOCUS and peers, few n, and a small "
         "synthetic pool (other data sets keep their size)",
     )
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--seeds", nargs="+", type=non_negative_int, default=[0, 1, 2])
     p.add_argument(
         "--n",
         nargs="+",

@@ -533,6 +533,20 @@ def test_paired_random_state_merges_runs():
     assert failed == []
     # A pool only one file has is kept whole.
     assert pr.merge_results({}, {"bfcl": new}) == {"bfcl": new}
+    # A rerun of one fit on the same split: another wall time and a measure
+    # the later version adds are not other splits (they stopped the merge).
+    fit = {"pr": 1.1, "fit_s": 30.0}
+    for pool, extra in ((old, {}), (new, {"fit_s": 31.5, "added": 2.0})):
+        pool["runs"][0]["by_n"]["256"]["embeddings"]["LOCUS rerun"] = {**fit, **extra}
+    rerun = pr.merge_results({"shaberi": old}, {"shaberi": new})["shaberi"]
+    assert rerun["runs"][0]["by_n"]["256"]["embeddings"]["LOCUS rerun"] == {
+        "pr": 1.1, "fit_s": 30.0, "added": 2.0,
+    }  # fmt: skip
+    new["runs"][0]["by_n"]["256"]["embeddings"]["LOCUS rerun"]["pr"] = 1.2
+    with pytest.raises(ValueError, match=r"embeddings\['LOCUS rerun'\]\['pr'\]"):
+        pr.merge_results({"shaberi": old}, {"shaberi": new})
+    for pool in (old, new):
+        del pool["runs"][0]["by_n"]["256"]["embeddings"]["LOCUS rerun"]
     # Runs on other splits do not pair.
     new["runs"][1]["by_n"]["256"]["routing"]["kNN"] = 0.5
     with pytest.raises(ValueError, match=r"seed 1, n 256: routing\['kNN'\] differs"):
@@ -2131,6 +2145,7 @@ def test_core_speed_refuses_zero_repeats(tmp_path, capsys):
         (["--n", "foo"], "argument --n: 'foo'"),
         (["--threads", "0"], "argument --threads: '0' is not an integer >= 1"),
         (["--jobs", "0"], "argument --jobs: '0'"),
+        (["--seeds", "-1"], "argument --seeds: '-1' is not an integer >= 0"),
         (["--locus", "bogus=1"], "'bogus' is not a LocusEmbedder parameter"),
         (["--locus", "random_state=3"], "sets 'random_state' itself"),
         (["--locus", "max_epochs"], "'max_epochs' is not KEY=VALUE"),
