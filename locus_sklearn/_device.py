@@ -37,12 +37,14 @@ def resolve_device(device, *, name="device"):
     Returns
     -------
     device : str
-        E.g. ``"cpu"`` or ``"cuda:0"``.
+        E.g. ``"cpu"`` or ``"cuda:0"``; any CPU device is ``"cpu"``.
 
     Examples
     --------
     >>> from locus_sklearn._device import resolve_device
     >>> resolve_device("cpu")
+    'cpu'
+    >>> resolve_device("cpu:0")
     'cpu'
     """
     if device is None:
@@ -83,4 +85,10 @@ def resolve_device(device, *, name="device"):
                 f"({type(exc).__name__}: {exc}); use 'cpu', 'cuda', 'cuda:N' or "
                 "None."
             ) from None
+    if resolved.type == "cpu":
+        # One CPU device whatever the index: tensors placed on "cpu:0" are
+        # pickled tagged so, and torch cannot restore that location, so a
+        # model fitted there could be pickled (joblib, n_jobs workers) but
+        # never loaded back.
+        return "cpu"
     return str(resolved)

@@ -32,7 +32,12 @@ def summarize_mapping(mapping):
     >>> summarize_mapping({"q1": [3.0, 4.0], "q2": [0.0, 2.0]})
     '2 queries x 2'
     """
-    shape = np.shape(next(iter(mapping.values()), ()))
+    try:
+        shape = np.shape(next(iter(mapping.values()))) if mapping else ()
+    except (TypeError, ValueError):
+        # A ragged or odd first value: the repr still prints (an invalid
+        # mapping is refused at fit, with a message a failing repr would hide).
+        shape = ()
     return f"{len(mapping)} queries x {' x '.join(map(str, shape)) or '?'}"
 
 

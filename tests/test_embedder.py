@@ -660,3 +660,19 @@ def test_an_accelerator_lacking_what_training_reads_is_named(pool, tiny_embedder
     embedder = tiny_embedder(pool.encodings, accelerator=NotAnAccelerator())
     with pytest.raises(TypeError, match="accelerator=.* has no unwrap_model, "):
         embedder.fit(pool.evals)
+
+
+def test_a_model_fitted_on_cpu_0_pickles_and_loads_back(pool, tiny_embedder):
+    # torch cannot restore storages tagged "cpu:0": the model pickled (joblib,
+    # n_jobs workers) but never loaded back. Any CPU device is "cpu".
+    import torch
+
+    from locus_sklearn._device import resolve_device
+
+    assert resolve_device("cpu:0") == resolve_device(torch.device("cpu", 1)) == "cpu"
+    emb = tiny_embedder(pool.encodings, device="cpu:0").fit(pool.evals)
+    loaded = pickle.loads(pickle.dumps(emb))
+    np.testing.assert_array_equal(
+        loaded.transform(pool.evals), emb.transform(pool.evals)
+    )
+    assert emb.device == "cpu:0"  # the parameter as given

@@ -143,3 +143,14 @@ def test_mmlu_pro_encodings_in_a_pipeline_print_quickly():
     elapsed, html = _seconds(estimator_html_repr, pipe)
     assert elapsed < 5, elapsed
     assert "QueryEncodings(3000 queries x 384)" in html
+
+
+def test_repr_of_an_invalid_mapping_still_prints():
+    # A ragged first vector (refused at fit) made repr raise, hiding the real
+    # error in tracebacks and logs; an empty mapping has no vector length.
+    from locus_sklearn._repr import summarize_mapping
+
+    ragged = {f"q{i}": [[1.0, 2.0], [3.0]] for i in range(31)}
+    assert summarize_mapping(ragged) == "31 queries x ?"
+    assert "31 queries x ?" in repr(LocusEmbedder(ragged))
+    assert summarize_mapping({}) == "0 queries x ?"
