@@ -58,6 +58,7 @@ __all__ = [
     "predict_proba",
     "progress_sink",
     "RandomEpisodes",
+    "python_scalar",
     "python_scalars",
     "readout_pool",
     "trainable_torch",
@@ -81,23 +82,25 @@ MONITORS = {"valid_loss": True, "valid_routing_accuracy": False}
 EARLY_STOPPING_THRESHOLD = 1e-4
 
 
-def python_scalars(params):
-    """``params`` with NumPy scalars (also inside tuples) as Python ones.
+def python_scalar(value):
+    """``value`` as a Python scalar where it is a NumPy one (also inside a
+    tuple), else unchanged.
 
     The parameter constraints accept NumPy integers (what GridSearchCV draws
     from an array grid), but torch's DataLoader refuses a ``batch_size``
     that is not a Python int, with a message that names the value it was
     given as if it were valid.
     """
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return tuple(python_scalar(v) for v in value)
+    return value
 
-    def scalar(value):
-        if isinstance(value, np.generic):
-            return value.item()
-        if isinstance(value, tuple):
-            return tuple(scalar(v) for v in value)
-        return value
 
-    return {name: scalar(value) for name, value in params.items()}
+def python_scalars(params):
+    """``params`` with each value through :func:`python_scalar`."""
+    return {name: python_scalar(value) for name, value in params.items()}
 
 
 def writable(array):

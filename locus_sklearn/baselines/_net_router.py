@@ -23,6 +23,7 @@ from .._training import (
     DivergenceCheck,
     held_out_rows,
     progress_params,
+    python_scalar,
     seeded_rng,
 )
 from .._warnings import warn_external
@@ -73,17 +74,6 @@ class _RowDataset(torch.utils.data.Dataset):
 def _batch_as_is(batch):
     """collate_fn for batches that ``_RowDataset.__getitems__`` already built."""
     return batch
-
-
-def _as_python_int(value):
-    """``value`` as a Python int if it is a NumPy integer, else unchanged.
-
-    NumPy integers pass the ``Integral`` parameter constraints (GridSearchCV
-    yields them from a grid given as ``np.arange``), but torch refuses some of
-    them: ``DataLoader``'s batch sampler raises "batch_size should be a
-    positive integer value" for ``np.int64(256)``.
-    """
-    return int(value) if isinstance(value, np.integer) else value
 
 
 def _split_by_query(table, fraction, seed):
@@ -162,7 +152,7 @@ class _NetRouter(BaseRouter):
                 train_split = predefined_split(valid)
                 dataset = dataset.subset(np.flatnonzero(~is_valid))
                 stopper = EarlyStopping(
-                    patience=_as_python_int(self.patience), load_best=True
+                    patience=python_scalar(self.patience), load_best=True
                 )
                 callbacks.append(("early_stopping", stopper))
             else:
@@ -175,7 +165,7 @@ class _NetRouter(BaseRouter):
                     UserWarning,
                 )
         module_params = {
-            f"module__{key}": _as_python_int(value)
+            f"module__{key}": python_scalar(value)
             for key, value in self._module_params(table, X_query).items()
         }
         net = NeuralNet(
@@ -187,8 +177,8 @@ class _NetRouter(BaseRouter):
             optimizer=torch.optim.Adam,
             lr=self.lr,
             optimizer__weight_decay=self.weight_decay,
-            max_epochs=_as_python_int(self.max_epochs),
-            batch_size=_as_python_int(self.batch_size),
+            max_epochs=python_scalar(self.max_epochs),
+            batch_size=python_scalar(self.batch_size),
             iterator_train__shuffle=True,
             iterator_train__collate_fn=_batch_as_is,
             iterator_valid__collate_fn=_batch_as_is,
