@@ -142,21 +142,24 @@ def test_equals_brute_force_and_is_symmetric(scores):
             if not common:
                 assert np.isnan(D[i, j])
                 continue
-            stored = np.mean(
-                [
-                    abs(np.float32(scores[a][q]) - np.float32(scores[b][q]))
-                    for q in common
-                ]
-            )
+            # The exact mean of the stored float32 scores' differences (a
+            # float32 mean would add its own rounding, ~6e-8 near 0.8).
+            stored = sum(
+                abs(
+                    Fraction(float(np.float32(scores[a][q])))
+                    - Fraction(float(np.float32(scores[b][q])))
+                )
+                for q in common
+            ) / len(common)
             # Each stored score snapped to the 1e-7 grid, summed exactly and
             # divided once: the float nearest the exact mean, and within
-            # 5e-8 per score of the mean of the stored float32 scores.
+            # 5e-8 per score (1e-7 per difference) of the stored scores' mean.
             exact = Fraction(
                 sum(abs(_units(scores[a][q]) - _units(scores[b][q])) for q in common),
                 len(common) * 10**7,
             )
             assert D[i, j] == float(exact)
-            assert D[i, j] == pytest.approx(stored, abs=1e-7)
+            assert abs(exact - stored) <= Fraction(1, 10**7)
 
 
 @settings(max_examples=40, deadline=None)
