@@ -265,7 +265,8 @@ class LocusEncoder(nn.Module):
         query_index : LongTensor of shape (B, N)
         score : Tensor of shape (B, N)
         mask : BoolTensor of shape (B, N)
-            True for real evaluations, False for padding.
+            True for real evaluations, False for padding; every row needs
+            at least one True. The scores at padding are not read.
         tables : tuple of Tensor, default=None
             ``self.inference_tables(features)``, computed once by a caller
             that embeds many batches over the same features; None computes
@@ -292,8 +293,9 @@ class LocusEncoder(nn.Module):
 
     def forward_plain(self, features, query_index, score, mask):
         """:meth:`forward` module by module (training's path, autograd)."""
-        # Without padding, attention can take its fastest (unmasked) kernel.
-        padding = None if bool(mask.all()) else ~mask
+        padding = _padding(mask)
+        if padding is not None:
+            score = score.masked_fill(padding, 0)
         tokens = self.tokenizer(features, query_index, score)
         for block in self.blocks:
             tokens = block(tokens, padding)
@@ -350,7 +352,9 @@ class LocusEncoder(nn.Module):
             chunk_tokens = n_models * width
         chunk_tokens = chunk_tokens or self.inference_chunk_tokens
         d = self.seed.shape[-1]
-        padding = None if bool(mask.all()) else ~mask
+        padding = _padding(mask)
+        if padding is not None:
+            score = score.masked_fill(padding, 0)
         chunks = list(_grid_chunks(n_models, width, chunk_tokens))
         if tables is None:
             tables = self.inference_tables(features.to(dtype))
@@ -360,8 +364,8 @@ class LocusEncoder(nn.Module):
         kv_buffer = (torch.empty if padding is None else torch.zeros)(
             n_models, width, 2 * d, dtype=dtype, device=features.device
         )
-        # Padding's scores do not decide the path: its tokens are masked out.
-        binary = bool(((score == 0) | (score == 1) | ~mask).all())
+        # Padding's scores are zeros by now: they do not decide the path.
+        binary = bool(((score == 0) | (score == 1)).all())
         if binary:
             # Row 2u + y of the (2U, k) views is query u's token at score y.
             token_rows, kv_rows = token_table.flatten(0, 1), kv_table.flatten(0, 1)
@@ -431,6 +435,29 @@ class LocusEncoder(nn.Module):
     # same on one thread; with two busy threads larger chunks won (fewer
     # thread barriers per token), so the largest cache-sized one.
     inference_chunk_tokens = 8192
+
+
+def _padding(mask):
+    """``~mask``, True on padding, or None where there is none (attention
+    then takes its fastest, unmasked kernel).
+
+    A row without any evaluation would attend over keys that are all masked
+    out: a softmax over only -inf, NaN in its embedding and, through the
+    backward pass, in every parameter's gradient, even with its targets
+    masked. Such a row is refused instead.
+    """
+    if mask.shape[-1] and bool(mask.all()):
+        return None
+    empty = ~mask.any(dim=-1)
+    if bool(empty.any()):
+        rows = empty.nonzero().flatten().tolist()
+        shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+        raise ValueError(
+            f"mask has no True entry (no evaluation) in {len(rows)} of its "
+            f"{len(mask)} rows: [{shown}]; every row needs at least one "
+            "evaluation (padding is valid only alongside real ones)."
+        )
+    return ~mask
 
 
 def _grid_chunks(n_models, width, chunk_tokens):
@@ -537,7 +564,9 @@ def _pool_plain(t, seed, tokens, padding):
 def _pool_inference(t, seed, tokens, logits, padding):
     """Learned-query pooling (TBlock ``t``) from per-token scores ``logits``
     (B, N, h): Σ a x first, then the value projection; shape (B, d)."""
-    logits = logits.float()
+    # The softmax over up to N keys in at least float32 (bfloat16 keeps about
+    # 3 significant digits), in the parameters' dtype where that is wider.
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     if padding is not None:
         logits = logits.masked_fill(padding.unsqueeze(-1), float("-inf"))
     weights = torch.softmax(logits, dim=1).to(tokens.dtype)  # (B, N, h)

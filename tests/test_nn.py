@@ -486,3 +486,65 @@ def test_pairwise_logits_stay_bounded_at_a_vanishing_bandwidth():
             )
         assert torch.isfinite(logits).all(), neighbors
         assert logits.abs().max() < 100, (neighbors, logits.abs().max())
+
+
+def test_float64_inference_path_keeps_float64_accuracy():
+    # The streamed path runs in the parameters' dtype: a float64 network's
+    # two paths are the same maths, so they agree to float64 rounding (its
+    # pooling softmax once ran in float32: 4e-7 apart).
+    enc = _encoder(4).double()
+    features, index, score, mask = _ragged_batch([30, 9, 17], seed=4)
+    features, score = features.double(), score.double()
+    for scores in (score, score.round()):  # graded and binary token paths
+        with torch.inference_mode():
+            plain = enc.forward_plain(features, index, scores, mask)
+            fast = enc.forward_inference(features, index, scores, mask)
+        assert fast.dtype == torch.float64
+        torch.testing.assert_close(fast, plain, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("path", ["inference", "plain", "training"])
+def test_a_row_without_evaluations_is_refused(path):
+    # Its masked softmax over only -inf would give a NaN embedding and NaN
+    # gradients for every parameter, even with that row's targets masked.
+    enc = _encoder(5)
+    features, index, score, mask = _ragged_batch([6, 3, 4], seed=5)
+    mask[1] = False
+    mask[2] = False
+    run = {
+        "inference": lambda: enc.forward_inference(features, index, score, mask),
+        "plain": lambda: enc.forward_plain(features, index, score, mask),
+        "training": lambda: enc.train()(features, index, score, mask),
+    }[path]
+    with pytest.raises(ValueError, match=r"mask .* 2 of its 3 rows: \[1, 2\]"):
+        run()
+    with pytest.raises(ValueError, match="1 of its 1 rows"):  # no position at all
+        enc(features, index[:1, :0], score[:1, :0], mask[:1, :0])
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("junk", [float("nan"), float("inf"), 0.5, 7.0])
+def test_scores_at_padding_are_never_read(binary, junk):
+    # Padding never changes a result: whatever sits in ``score`` where
+    # ``mask`` is False, both paths give the embedding of zeros there, and
+    # training the same gradients (0 * NaN would be NaN).
+    enc = _encoder(6)
+    features, index, score, mask = _ragged_batch([8, 3, 5], seed=6)
+    if binary:
+        score = score.round()
+    clean = torch.where(mask, score, 0.0)
+    dirty = torch.where(mask, score, junk)
+    with torch.inference_mode():
+        for forward in (enc.forward_inference, enc.forward_plain):
+            expected = forward(features, index, clean, mask)
+            assert torch.isfinite(expected).all()
+            assert torch.equal(forward(features, index, dirty, mask), expected)
+    enc.train()
+    grads = []
+    for scores in (clean, dirty):
+        enc.zero_grad()
+        z = enc(features, index, scores, mask)
+        z.square().sum().backward()
+        grads.append([p.grad.clone() for p in enc.parameters()])
+    for clean_grad, dirty_grad in zip(*grads, strict=True):
+        assert torch.equal(clean_grad, dirty_grad)
