@@ -42,12 +42,14 @@ def _greedy_expected_accuracy(P, n_select):
     magnitude within 2 ** +-256 (see :func:`_scaled`), so that means of its
     values cannot overflow.
 
-    Returns the selected rows (selection order) and F after each addition.
+    Returns the selected rows (selection order), F after each addition and
+    the mean magnitude of the terms averaged into each F (the scale of its
+    rounding).
     """
     n_models, n_queries = P.shape
     slack = _sum_slack(n_queries)
     best = np.full(P.shape[1], -np.inf)
-    selected, path = [], []
+    selected, path, magnitude = [], [], []
     available = np.ones(n_models, dtype=bool)
     for _ in range(n_select):
         # F of each candidate added to the selection; ties go to the lower row.
@@ -57,17 +59,26 @@ def _greedy_expected_accuracy(P, n_select):
         terms = np.maximum(P, best)
         value = terms.mean(axis=1)
         value[~available] = -np.inf
-        scale = np.abs(terms[available]).mean(axis=1).max()
-        top = value.max()
-        tied = available & (value >= top - slack * scale)
+        mag = np.abs(terms).mean(axis=1)
+        lead = int(np.argmax(value))
+        # The rounding of a comparison is that of the two means compared: a
+        # candidate of huge magnitude (a utility of -1e12) that is no tie
+        # must not widen the tolerance between two others.
+        tolerance = slack * np.maximum(mag, mag[lead])
+        tied = available & (value >= value[lead] - tolerance)
         # A selected row is never taken again: were rounding ever to leave
         # no candidate within the tolerance, the best available one is.
-        m = int(np.argmax(tied)) if tied.any() else int(np.argmax(value))
+        m = int(np.argmax(tied)) if tied.any() else lead
         selected.append(m)
         path.append(float(value[m]))
+        magnitude.append(float(mag[m]))
         available[m] = False
         best = np.maximum(best, P[m])
-    return np.asarray(selected, dtype=np.int64), np.asarray(path)
+    return (
+        np.asarray(selected, dtype=np.int64),
+        np.asarray(path),
+        np.asarray(magnitude),
+    )
 
 
 def _format_f(value):
@@ -162,12 +173,16 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
         # NaN; the greedy's choices do not depend on X's scale); F, a mean of
         # X's values, is scaled back to X's units.
         X, exponent = _scaled(X)
-        self.selected_indices_, path = _greedy_expected_accuracy(X, self.n_select)
+        self.selected_indices_, path, magnitude = _greedy_expected_accuracy(
+            X, self.n_select
+        )
         full = float(X.max(axis=0).mean())
         # A step that raises F by no more than rounding picked a tie, in row
         # order: P with one value per model (a router at shrinkage 1 predicts
-        # each model's mean score) leaves every step after the first so.
-        tolerance = _sum_slack(X.shape[1]) * np.abs(X).max(axis=0).mean()
+        # each model's mean score) leaves every step after the first so. The
+        # rounding is that of the two F compared, on the selected rows alone:
+        # a row never selected does not make a real gain look like none.
+        tolerance = _sum_slack(X.shape[1]) * np.maximum(magnitude[1:], magnitude[:-1])
         idle = np.flatnonzero(np.diff(path) <= tolerance)
         if exponent:
             # A mean lies between the smallest and largest value averaged;

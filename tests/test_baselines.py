@@ -538,6 +538,55 @@ def test_knn_k_raised_after_fit_past_the_planned_list():
     np.testing.assert_allclose(proba, np.tile(means, (5, 1)), rtol=1e-6)
 
 
+def _dense_and_sparse_pool(n_queries, n_sparse, seed=0):
+    """Encodings and binary evals of model "a" on ``n_sparse`` queries and of
+    "b" on all ``n_queries``."""
+    rng = np.random.default_rng(seed)
+    queries = [f"q{i:04d}" for i in range(n_queries)]
+    encodings = {q: rng.normal(size=4).astype(np.float32) for q in queries}
+    sparse = np.sort(rng.choice(queries, n_sparse, replace=False))
+    a = pd.DataFrame(
+        {"model": "a", "query": sparse, "score": rng.integers(0, 2, n_sparse)}
+    )
+    b = pd.DataFrame(
+        {"model": "b", "query": queries, "score": rng.integers(0, 2, n_queries)}
+    )
+    return queries, encodings, a, b
+
+
+@pytest.mark.parametrize("k", [np.int8(50), np.uint8(50)])
+def test_knn_takes_a_small_numpy_integer_k(k):
+    # n_columns - k was computed in k's dtype (NEP 50): with a model of 300
+    # evaluations searched on its own, both raised OverflowError.
+    queries, encodings, a, b = _dense_and_sparse_pool(1000, 300)
+    evals = pd.concat([a, b])
+    expected = KNNRouter(50, encoder=encodings).fit(evals)
+    router = KNNRouter(k, encoder=encodings).fit(evals)
+    assert 0 not in router._shared_models  # "a" takes its own top-k
+    np.testing.assert_array_equal(
+        router.predict_proba(queries[:5]), expected.predict_proba(queries[:5])
+    )
+
+
+def test_knn_uniform_mean_is_exact_whatever_the_pool():
+    # The shared search summed float32 scores in float32: a mean of 1 of k=3
+    # binary scores came out float32(1/3) there and 1/3 on a model's own
+    # search, so "a" alone and "a" beside "b" differed, and exact ties
+    # between a and b went to b when b's mean was the float32 one.
+    queries, encodings, a, b = _dense_and_sparse_pool(2000, 200)
+    test = queries[:400]
+    alone = KNNRouter(3, encoder=encodings).fit(a)
+    pool = KNNRouter(3, encoder=encodings).fit(pd.concat([a, b]))
+    assert set(pool._shared_models) == {0, 1}  # both take the shared search
+    proba = pool.predict_proba(test)
+    # Means of 3 binary scores are exactly 0, 1/3, 2/3 or 1 in float64.
+    np.testing.assert_array_equal(proba, np.round(proba * 3) / 3)
+    np.testing.assert_array_equal(alone.predict_proba(test)[:, 0], proba[:, 0])
+    tie = proba[:, 0] == proba[:, 1]
+    assert tie.sum() > 50
+    assert set(pool.predict(test)[tie]) == {"a"}  # ties to the lowest column
+
+
 def test_net_router_split_keeps_a_training_row_per_model():
     # Model "c" answered one query: where the split holds that query out, its
     # row stays in training (a model with no training row keeps its random

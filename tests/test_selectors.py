@@ -1002,6 +1002,93 @@ def test_expected_accuracy_exact_ties_go_to_the_lower_row():
     assert ExpectedAccuracySelector(n_select=1).fit(P).selected_indices_.tolist() == [1]
 
 
+@pytest.mark.parametrize("utility", [-1e9, -1e12, -1e100])
+def test_expected_accuracy_a_huge_negative_row_does_not_make_ties(utility):
+    # A prohibitively expensive model (utility P - cost_weight * cost of
+    # -1e12) scaled the tolerance of every comparison: 0.5 and 0.6 over 1000
+    # queries "tied" and row 0 was taken, with F = 0.5.
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = np.array([np.full(1000, 0.5), np.full(1000, 0.6), np.full(1000, utility)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one step that gains: no warning
+        selector = ExpectedAccuracySelector(n_select=1).fit(P)
+    assert selector.selected_indices_.tolist() == [1]
+    assert selector.objective_ == pytest.approx(0.6, rel=1e-12)
+
+
+def test_expected_accuracy_no_false_idle_warning_beside_a_huge_row():
+    # A row of -1e13 never selected made the gains +0.15 and +0.08 count as
+    # nothing: a false "raised the expected accuracy by nothing" warning.
+    from locus_sklearn import ExpectedAccuracySelector
+
+    P = np.array([[0.9, 0.1, 0.1, 0.5], [0.1, 0.9, 0.1, 0.5], [0.1, 0.1, 0.9, 0.5]])
+    P = np.repeat(P, 250, axis=1)  # 1000 queries
+    P = np.vstack([P, np.full(1000, -1e13)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        selector = ExpectedAccuracySelector(n_select=3).fit(P)
+    # F: 0.4 each; then 0.6 (rows 0 and 1 cover two quarters at 0.9); then 0.8.
+    assert selector.selected_indices_.tolist() == [0, 1, 2]
+    np.testing.assert_allclose(selector.objective_path_, [0.4, 0.6, 0.8], rtol=1e-12)
+    # Selecting the huge row last gains nothing, and is said so.
+    with pytest.warns(UserWarning, match="Selecting model 4 of n_select=4 raised"):
+        ExpectedAccuracySelector(n_select=4).fit(P)
+
+
+def _exact_greedy(values, n_select):
+    """Greedy max of sum_q max_{s in sel} values[s, q] on Python ints, ties to
+    the lower row: the reference without rounding."""
+    selected, best = [], [min(min(row) for row in values) - 1] * len(values[0])
+    for _ in range(n_select):
+        gains = [
+            sum(max(b, v) for b, v in zip(best, row, strict=True))
+            if m not in selected
+            else None
+            for m, row in enumerate(values)
+        ]
+        top = max(g for g in gains if g is not None)
+        m = gains.index(top)
+        selected.append(m)
+        best = [max(b, v) for b, v in zip(best, values[m], strict=True)]
+    return selected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.integers(1, 7).flatmap(
+        lambda n_models: st.integers(1, 30).flatmap(
+            lambda n_queries: st.lists(
+                st.lists(st.integers(-3, 6), min_size=n_queries, max_size=n_queries),
+                min_size=n_models,
+                max_size=n_models,
+            )
+        )
+    ),
+    scale=st.sampled_from([1 / 7, 2.0**-1000, 1e250]),
+    huge_row=st.booleans(),
+    data=st.data(),
+)
+def test_expected_accuracy_matches_the_exact_greedy(values, scale, huge_row, data):
+    """Few distinct values, so many exact ties (in F and in the gains), at
+    any scale and beside a row of huge magnitude: the selection is the exact
+    greedy's, ties to the lower row."""
+    from locus_sklearn import ExpectedAccuracySelector
+
+    values = list(values)
+    if huge_row:  # never a candidate that ties: last, whatever its position
+        values.insert(
+            data.draw(st.integers(0, len(values))), [-(2**50)] * len(values[0])
+        )
+    n_select = data.draw(st.integers(1, len(values)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # later steps may tie
+        selector = ExpectedAccuracySelector(n_select=n_select).fit(
+            np.array(values, dtype=np.float64) * scale
+        )
+    assert selector.selected_indices_.tolist() == _exact_greedy(values, n_select)
+
+
 # --------------------------------------------------------------------------------------
 # Extreme magnitudes, saturated kernels and rounding ties
 

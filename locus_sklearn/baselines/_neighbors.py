@@ -1,5 +1,6 @@
 """The k-nearest-neighbor router: mean score on the nearest training queries."""
 
+import operator
 from numbers import Integral
 
 import numpy as np
@@ -48,6 +49,9 @@ def _top_k(similarity, k):
     >>> _top_k(np.array([[0.5, 0.9, 0.9, 0.9]]), 2).tolist()
     [[1, 2]]
     """
+    # A NumPy k (np.int8(50)) would compute n_columns - k in its own dtype
+    # (NEP 50), which overflows past 127 columns.
+    k = operator.index(k)
     n_columns = similarity.shape[1]
     top = np.argpartition(similarity, n_columns - k, axis=1)[:, n_columns - k :]
     # argpartition puts the k-th largest first and picks among equal values
@@ -325,7 +329,10 @@ class KNNRouter(BaseRouter):
             selected = evaluated & (rank <= k)
             scores = self._shared_scores[j][neighbor]
             if weight is None:
-                total = (scores * selected).sum(1)
+                # In float64, as _predict_one_model's mean (the float32 scores
+                # are exact in it): a model's prediction does not depend on
+                # which search the pool gave it, and equal means tie exactly.
+                total = (scores * selected).sum(1, dtype=np.float64)
                 count = np.minimum(rank[:, -1], k)
             else:
                 # np.where, not a product: an exact match's infinite weight
