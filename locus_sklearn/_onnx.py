@@ -145,6 +145,21 @@ class _LastHiddenState(torch.nn.Module):
         return self.model(**features, return_dict=True).last_hidden_state
 
 
+def _embedding_dimension(model, transformer):
+    """The width of ``model.encode``'s rows: a module after pooling (a Dense
+    layer) may change the transformer's hidden size. The model's own answer,
+    under its name in the installed sentence-transformers (older versions
+    call it get_sentence_embedding_dimension, newer ones deprecate that name);
+    the hidden size where the model does not know (None)."""
+    get = getattr(model, "get_embedding_dimension", None)
+    if get is None:
+        get = model.get_sentence_embedding_dimension
+    dimension = get()
+    if dimension is None:
+        dimension = transformer.config.hidden_size
+    return int(dimension)
+
+
 class OnnxSentenceEncoder:
     """``encode(texts)`` of a SentenceTransformer, its transformer in ONNX Runtime.
 
@@ -196,7 +211,7 @@ class OnnxSentenceEncoder:
         self._model = model
         self.fuse = bool(fuse)
         self._after = modules[1:]  # pooling, normalisation, ...
-        self.n_features = int(transformer.config.hidden_size)
+        self.n_features = _embedding_dimension(model, transformer)
         example = _tokenize(model, ["an example query", "a second, longer example"])
         self.input_names = [
             name for name, value in example.items() if isinstance(value, torch.Tensor)

@@ -1,6 +1,7 @@
 import json
 import os
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -1377,6 +1378,25 @@ SMALL_POOL = dict(
         ({"specialist_boost": None}, TypeError, "specialist_boost must be a real"),
         ({"specialist_boost": np.nan}, ValueError, "specialist_boost must be a fin"),
         ({"specialist_boost": -3.0}, ValueError, "specialist_boost must be a fin"),
+        # Ints past int64 gave NumPy's isfinite TypeError, naming no parameter.
+        (
+            {"noise": 2**70},
+            ValueError,
+            r"noise must be a finite number in \[0, 1e6\]; "
+            r"got 1180591620717411303424\.",
+        ),
+        (
+            {"specialist_boost": 10**400},
+            ValueError,
+            r"specialist_boost must be a finite number in \[0, 1e6\]; got int "
+            r"beyond the float range \(over 1\.8e308\)\.",
+        ),
+        (
+            {"noise": Fraction(10**400, 3)},
+            ValueError,
+            r"noise must be .*; got Fraction beyond the float range",
+        ),
+        ({"noise": Fraction(-1, 2)}, ValueError, r"noise .*got Fraction\(-1, 2\)\."),
     ],
 )
 def test_make_model_pool_noise_and_boost_errors(kwargs, error, match):
@@ -1392,6 +1412,29 @@ def test_make_model_pool_largest_noise_and_boost_do_not_overflow():
     p = pool.probabilities.to_numpy()
     assert np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
     check_evals(pool.evals)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize(
+    "name, value, same",
+    [
+        # np.isfinite refused a Fraction (a numbers.Real) with its own TypeError.
+        ("noise", Fraction(1, 2), 0.5),
+        ("specialist_boost", Fraction(3, 2), 1.5),
+        # 1e6 compared with a float16 overflowed in the cast (a RuntimeWarning).
+        ("noise", np.float16(0.5), 0.5),
+        ("specialist_boost", np.float16(1.5), 1.5),
+        # noise as a float64 scalar made the noise term float64, a Python
+        # float kept it float32: pools 1e-8 apart for the same noise.
+        ("noise", np.float64(0.3), 0.3),
+    ],
+)
+def test_make_model_pool_takes_any_real_noise_and_boost_as_its_float(name, value, same):
+    params = dict(SMALL_POOL, n_specialties=2, binary=False)
+    pool = make_model_pool(**params, **{name: value})
+    expected = make_model_pool(**params, **{name: same})
+    np.testing.assert_array_equal(pool.probabilities, expected.probabilities)
+    pd.testing.assert_frame_equal(pool.evals, expected.evals)
 
 
 def test_load_evals_names_a_damaged_gzip_file(tmp_path):

@@ -993,6 +993,46 @@ def test_onnx_backend_applies_the_default_prompt(tmp_path, monkeypatch):
     assert np.abs(expected - plain).max() > 0.05
 
 
+def test_onnx_n_features_is_the_width_after_a_dense_layer(tmp_path):
+    """A Dense(32, 8) after pooling: n_features was the transformer's hidden
+    size (32), so encode([]) was (0, 32) while any text gave 8 columns."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from sentence_transformers import SentenceTransformer
+
+    try:  # where newer sentence-transformers keep them (models is deprecated)
+        from sentence_transformers.sentence_transformer.modules import (
+            Dense,
+            Pooling,
+            Transformer,
+        )
+    except ImportError:
+        from sentence_transformers.models import Dense, Pooling, Transformer
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertModel
+
+    from locus_sklearn._onnx import OnnxSentenceEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(str(_encoders._default_model_path()))
+    torch.manual_seed(0)
+    config = DistilBertConfig(
+        vocab_size=tokenizer.vocab_size, dim=32, n_layers=1, n_heads=2,
+        hidden_dim=64, max_position_embeddings=64,
+    )  # fmt: skip
+    DistilBertModel(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    modules = [Transformer(str(tmp_path), max_seq_length=64), Pooling(32, "mean")]
+    model = SentenceTransformer(modules=[*modules, Dense(32, 8)], device="cpu")
+
+    encoder = OnnxSentenceEncoder(model, n_threads=1)
+    assert encoder.n_features == 8
+    assert encoder.encode([]).shape == (0, 8)
+    X = encoder.encode(["a query", "another, longer query"])
+    assert X.shape == (2, 8)
+    np.testing.assert_allclose(
+        X, model.encode(["a query", "another, longer query"]), atol=1e-5
+    )
+
+
 def test_onnx_backend_exports_once_per_process(onnx_encoder, monkeypatch):
     from locus_sklearn import _onnx
 

@@ -1,5 +1,6 @@
 """Synthetic model pools with known structure (families, task skills, sizes)."""
 
+import math
 import numbers
 
 import numpy as np
@@ -42,15 +43,28 @@ _MAX_LOGIT_SCALE = 1e6
 
 
 def _check_logit_scale(value, name):
-    """Refuse a ``noise`` or ``specialist_boost`` that is not a real number in
-    [0, _MAX_LOGIT_SCALE] (a bool is not one, nor is the str "0.5")."""
+    """``noise`` or ``specialist_boost`` as a float; refuse one that is not a
+    real number in [0, _MAX_LOGIT_SCALE] (a bool is not one, nor is the str
+    "0.5")."""
     if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
         raise TypeError(
             f"{name} must be a real number in [0, 1e6]; got "
             f"{type(value).__name__} {value!r}."
         )
-    if not (np.isfinite(value) and 0 <= value <= _MAX_LOGIT_SCALE):
+    # A float before any check or use: np.isfinite refuses a Fraction or an
+    # int past int64, 1e6 compared with a float16 overflows in the cast, and a
+    # Fraction times a float32 array gives an array of objects.
+    try:
+        scale = float(value)
+    except OverflowError:
+        # 10**400, or a Fraction as large: its digits would bury the message.
+        raise ValueError(
+            f"{name} must be a finite number in [0, 1e6]; got "
+            f"{type(value).__name__} beyond the float range (over 1.8e308)."
+        ) from None
+    if not (math.isfinite(scale) and 0 <= scale <= _MAX_LOGIT_SCALE):
         raise ValueError(f"{name} must be a finite number in [0, 1e6]; got {value!r}.")
+    return scale
 
 
 def _labels(prefix, n, min_width=1):
@@ -92,8 +106,8 @@ def _check_pool(
                 f"evals_per_model={n_evals} should be <= n_queries={n_queries} "
                 "(a model is scored at most once per query), or 'all'."
             )
-    _check_logit_scale(noise, "noise")
-    return n_models, n_queries, n_tasks, n_families, n_features, n_evals
+    noise = _check_logit_scale(noise, "noise")
+    return n_models, n_queries, n_tasks, n_families, n_features, n_evals, noise
 
 
 def _draw_models(rng, n_models, n_families, n_tasks, n_features):
@@ -298,14 +312,14 @@ def make_model_pool(
     >>> data.encodings
     QueryEncodings(50 queries x 8)
     """
-    n_models, n_queries, n_tasks, n_families, n_features, n_evals = _check_pool(
+    n_models, n_queries, n_tasks, n_families, n_features, n_evals, noise = _check_pool(
         n_models, n_queries, n_tasks, n_families, n_features, evals_per_model, noise
     )
     if not isinstance(binary, (bool, np.bool_)):
         raise TypeError(f"binary must be a bool; got {binary!r}.")
     # Checked even when unused, as every other parameter: a bad value should
     # not wait for n_specialties to surface.
-    _check_logit_scale(specialist_boost, "specialist_boost")
+    specialist_boost = _check_logit_scale(specialist_boost, "specialist_boost")
     if n_specialties is not None:
         n_specialties = _check_specialties(n_specialties, n_tasks)
     # A Generator seeded from the sklearn-style random_state: its normals are

@@ -55,9 +55,16 @@ class MicroBatcher:
         self._queue = None
         self._task = None
         self._executor = None
+        self._stopped_executor = None  # its last call may still be running
         self._pending = []  # taken from the queue, not answered yet
 
     async def start(self):
+        if self._stopped_executor is not None:
+            # stop() does not wait for the call it leaves running: the new
+            # worker does, in a thread (the loop keeps running), so the
+            # predictor is still never run concurrently with itself.
+            stopped, self._stopped_executor = self._stopped_executor, None
+            await asyncio.get_running_loop().run_in_executor(None, stopped.shutdown)
         self._queue = asyncio.Queue()
         self._pending = []
         # One worker: the predictor is not run concurrently with itself, and
@@ -67,7 +74,12 @@ class MicroBatcher:
 
     async def stop(self):
         """Stop the worker; every request not answered yet, and any submitted
-        later, fails with :class:`BatcherStopped`."""
+        later, fails with :class:`BatcherStopped`.
+
+        Returns without waiting for a predictor call still running: it ends
+        in its thread and its result is dropped (a later :meth:`start` waits
+        for it before the next call).
+        """
         if self._task is not None:
             self._task.cancel()
             try:
@@ -81,7 +93,12 @@ class MicroBatcher:
         while self._queue is not None and not self._queue.empty():
             _settle(self._queue.get_nowait()[1], exception=stopped)
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            # Not shutdown(wait=True): in a coroutine it would block the event
+            # loop, every other request and the server's shutdown, until the
+            # running call returns, for good if it hangs. Its requests have
+            # failed above, so nothing waits for its result.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._stopped_executor, self._executor = self._executor, None
 
     def check_running(self):
         """Raise :class:`BatcherStopped` when the worker is not running (never
