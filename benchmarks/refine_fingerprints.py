@@ -58,7 +58,9 @@ def run(pool, seed, args, log):
     out = {}
     for key, params in settings:
         router.embedder_.set_params(**params)
-        row = fingerprint_row(router.embed, train, split.models, groups, pairs)
+        row = fingerprint_row(
+            router.embedder_.transform, train, split.models, groups, pairs
+        )
         out[key] = row
         ratio = row.get("split_half_pr", float("nan"))
         log(

@@ -15,6 +15,7 @@ from ._embedder import LocusEmbedder
 from ._evals import _preview, check_evals, check_model_costs
 from ._persistence import load_router, save_router
 from ._shrinkage import SHRINKAGE_GRID, choose_shrinkage, mean_scores, shrink
+from ._training import python_scalars
 from ._warnings import warn_external
 
 __all__ = ["LocusRouter"]
@@ -53,6 +54,22 @@ def _check_fitted_embedder(locus):
     locus._check_fitted_network()
 
 
+# The run-time settings of a LocusEmbedder that change the embeddings
+# transform makes (beyond float32 rounding, which transform_batch_tokens and
+# device change alone): the router records them with its pool, and embeds
+# no model with others (_check_embedding_settings).
+_EMBEDDING_SETTINGS = ("refine_steps", "refine_prior", "inference_dtype")
+
+
+def _embedding_settings(locus):
+    """``locus``'s :data:`_EMBEDDING_SETTINGS`, by name (Python scalars)."""
+    return python_scalars({name: getattr(locus, name) for name in _EMBEDDING_SETTINGS})
+
+
+def _settings_text(settings, names):
+    return ", ".join(f"{name}={settings[name]!r}" for name in names)
+
+
 class LocusRouter(BaseRouter):
     """Route each query to the model most likely to answer it, from LOCUS embeddings.
 
@@ -80,7 +97,14 @@ class LocusRouter(BaseRouter):
         ``add_models``, ``embed``, ``save``) raise a ValueError until the
         router is refitted, since its pool was embedded with the previous
         network; wrap a copy (``FrozenEstimator(copy.deepcopy(embedder))``)
-        to keep the router apart from later fits.
+        to keep the router apart from later fits. Likewise, after
+        ``refine_steps``, ``refine_prior`` (with refinement on) or
+        ``inference_dtype`` of that embedder (or of ``embedder_``) is set to
+        another value than at the router's fit, ``add_models``, ``embed``
+        and ``save`` raise a ValueError naming it, since they would embed
+        models, or store the embedder, otherwise than the pool; refit the
+        router or set the value back. Predictions, which read the stored
+        embeddings only, are unchanged and not refused.
     cost_weight : float, default=0.0
         λ in ``P(correct) - λ·cost``; needs ``model_costs`` at fit.
     shrinkage : "auto", float in [0, 1] or None, default="auto"
@@ -199,18 +223,7 @@ class LocusRouter(BaseRouter):
             # and its probabilities would match neither network's router,
             # silently. The reference is to the skorch net, not its module_:
             # pickle and deepcopy keep its identity within the router.
-            if isinstance(self.embedder_, FrozenEstimator):
-                what = (
-                    "The LocusEmbedder wrapped in this router's FrozenEstimator "
-                    "(shared with the caller, not copied)"
-                )
-                keep = (
-                    " To keep a router apart from later fits of its embedder, "
-                    "wrap a copy: LocusRouter(FrozenEstimator(copy.deepcopy("
-                    "embedder)))."
-                )
-            else:
-                what, keep = "This router's embedder_", ""
+            what, keep = self._embedder_described("fits")
             raise ValueError(
                 f"{what} was refitted after the router was fitted: the router's "
                 "model_embeddings_ come from the network it had then, and the new "
@@ -219,6 +232,66 @@ class LocusRouter(BaseRouter):
                 f"new network.{keep}"
             )
         return locus
+
+    def _embedder_described(self, changes):
+        """(what, keep): the router's embedder named for an error, and, for a
+        frozen (shared) one, how to keep a router apart from later
+        ``changes`` of it."""
+        if not isinstance(self.embedder_, FrozenEstimator):
+            return "This router's embedder_", ""
+        what = (
+            "The LocusEmbedder wrapped in this router's FrozenEstimator "
+            "(shared with the caller, not copied)"
+        )
+        keep = (
+            f" To keep a router apart from later {changes} of its embedder, "
+            "wrap a copy: LocusRouter(FrozenEstimator(copy.deepcopy(embedder)))."
+        )
+        return what, keep
+
+    def _check_embedding_settings(self):
+        """Refuse to embed models (``add_models``, ``embed``) or to save where
+        the embedder's :data:`_EMBEDDING_SETTINGS` are no longer those the pool
+        was embedded with.
+
+        ``refine_steps`` and the others are run-time settings, so the shared
+        embedder of a FrozenEstimator (or ``embedder_``) can be given others
+        after the router's fit, e.g. ``set_params(refine_steps=10)`` to switch
+        refinement on: ``add_models`` then embedded the new models refined
+        beside a pool embedded unrefined, with no error, and ``save`` stored
+        the new settings with the old pool (a loaded router could not tell).
+        Predictions read the stored embeddings, which these settings do not
+        touch: they are not refused (unlike a refitted network, which
+        ``_locus`` refuses everywhere, as it reads them itself).
+
+        A router without the record (unpickled from an earlier version) is
+        not checked: what its pool was embedded with is unknown. ``load``
+        records the settings saved with the embedder, which ``save`` checked.
+        """
+        fitted = getattr(self, "_embedding_settings_at_fit_", None)
+        if fitted is None:
+            return
+        current = _embedding_settings(self._locus)
+        changed = [
+            name
+            for name in _EMBEDDING_SETTINGS
+            if name in fitted and current[name] != fitted[name]
+        ]
+        if not (fitted.get("refine_steps") or current["refine_steps"]):
+            # Unrefined before and now: the prior is read by the refinement only.
+            changed = [name for name in changed if name != "refine_prior"]
+        if not changed:
+            return
+        what, keep = self._embedder_described("changes")
+        now, then = _settings_text(current, changed), _settings_text(fitted, changed)
+        raise ValueError(
+            f"{what} has {now} set after the router was fitted, but the router's "
+            f"model_embeddings_ were made with {then}: add_models and embed would "
+            f"embed models with {now} beside a pool embedded with {then}, and save "
+            "would store the one with the other. Refit the router "
+            f"(router.fit(evals)) to embed its whole pool with {now}, or set the "
+            f"embedder back with set_params({then}).{keep}"
+        )
 
     def _query_encoder(self):
         # fit's first use of the embedder: a wrong kind is refused here.
@@ -300,6 +373,8 @@ class LocusRouter(BaseRouter):
             # The network the pool is embedded with: a later refit of the
             # embedder (shared, where it is frozen) is refused by _locus.
             "_network_at_fit_": locus.net_,
+            # And the settings: _check_embedding_settings refuses others.
+            "_embedding_settings_at_fit_": _embedding_settings(locus),
             "model_embeddings_": model_embeddings,
             # The kernel readout reads the pool's evaluations at prediction.
             "pool_evals_": (X_query, table) if locus.kernel_readout else None,
@@ -644,6 +719,9 @@ class LocusRouter(BaseRouter):
         self._locus._validate_params()
         self._locus._check_structure()
         self._locus._check_fitted_network()
+        # The file's embedder is read back as the one the pool was embedded
+        # with (load records its settings as such).
+        self._check_embedding_settings()
         if isinstance(self.embedder, LocusEmbedder):
             # Its own settings are saved too where set after fit (a clone of
             # the loaded router refits with them).
@@ -673,7 +751,15 @@ class LocusRouter(BaseRouter):
             ``embedder`` is an unfitted embedder with the settings it had at
             :meth:`save`, ``embedder__<name>`` set after ``fit`` included.
         """
-        return load_router(cls, LocusEmbedder, path, encoder=encoder, device=device)
+        router = load_router(cls, LocusEmbedder, path, encoder=encoder, device=device)
+        # The file records no settings of its own: those of the embedder saved
+        # with the pool, which save refuses to store where they differ from
+        # the pool's (and which files of versions before refinement lack,
+        # loaded as the defaults, unrefined, as their pools were embedded).
+        router._embedding_settings_at_fit_ = _embedding_settings(
+            _unwrap(router.embedder_)
+        )
+        return router
 
     def embed(self, evals):
         """Embeddings of the models of ``evals`` without adding them to the pool.
@@ -688,6 +774,7 @@ class LocusRouter(BaseRouter):
     def _embed_table(self, table):
         """(query encodings, embeddings) of the models of ``table``."""
         _check_fitted_embedder(self._locus)
+        self._check_embedding_settings()
         self._locus._warn_few_evaluations(table)
         X_query = self._encode(table.queries)
         return X_query, self._locus._transform_encoded(table, X_query)

@@ -824,6 +824,149 @@ def test_a_frozen_router_without_refit_pickles_loads_and_predicts(
         loaded.predict_proba(queries)
 
 
+_SHARED = (
+    "The LocusEmbedder wrapped in this router's FrozenEstimator (shared with the "
+    "caller, not copied) has "
+)
+
+
+@pytest.mark.parametrize(
+    ("fit_params", "params", "now", "then"),
+    [
+        ({}, {"refine_steps": 10}, "refine_steps=10", "refine_steps=0"),
+        (
+            {},
+            {"inference_dtype": "bfloat16"},
+            "inference_dtype='bfloat16'",
+            "inference_dtype='float32'",
+        ),
+        (
+            {"refine_steps": 3},
+            {"refine_steps": 5, "refine_prior": 0.5},
+            "refine_steps=5, refine_prior=0.5",
+            "refine_steps=3, refine_prior=0.1",
+        ),
+        # With refinement on, the prior alone changes the embeddings.
+        (
+            {"refine_steps": 3},
+            {"refine_prior": 0.5},
+            "refine_prior=0.5",
+            "refine_prior=0.1",
+        ),
+    ],
+)
+def test_changing_a_frozen_embedders_embedding_settings_after_the_router_fit_is_refused(
+    tiny_embedder, tmp_path, fit_params, params, now, then
+):
+    """Switching refinement on for the shared embedder after the router's fit
+    (embedder.set_params(refine_steps=10), as the training guide says) made
+    add_models embed the new model refined beside a pool embedded unrefined,
+    with no error; embed gave probes that no pool embedding was made like,
+    and save stored the new setting with the old pool."""
+    small = _small_pool()
+    embedder = tiny_embedder(small.encodings, max_epochs=1, **fit_params)
+    embedder.fit(small.evals)
+    router = LocusRouter(FrozenEstimator(embedder), shrinkage=None).fit(small.evals)
+    queries = small.queries["query"][:5].tolist()
+    expected = router.predict_proba(queries)
+    pool_embeddings = router.model_embeddings_.copy()
+    added = small.evals[small.evals["model"] == router.classes_[0]]
+    new = added.assign(model="new")
+    fitted_settings = {k: embedder.get_params()[k] for k in params}
+    embedder.set_params(**params)
+    message = re.escape(
+        f"{_SHARED}{now} set after the router was fitted, but the router's "
+        f"model_embeddings_ were made with {then}: add_models and embed would "
+        f"embed models with {now} beside a pool embedded with {then}, and save "
+        "would store the one with the other. Refit the router "
+        f"(router.fit(evals)) to embed its whole pool with {now}, or set the "
+        f"embedder back with set_params({then})."
+    )
+    path = tmp_path / "router.safetensors"
+    for call in (
+        lambda: router.add_models(new),
+        lambda: router.embed(new),
+        lambda: router.save(path),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert "new" not in router.classes_ and not path.exists()
+    np.testing.assert_array_equal(router.model_embeddings_, pool_embeddings)
+    # Predicting reads the stored embeddings only: unchanged, not refused.
+    np.testing.assert_array_equal(router.predict_proba(queries), expected)
+    # Set back: the new model is embedded as the pool was.
+    embedder.set_params(**fitted_settings)
+    router.add_models(new)
+    i = router.classes_.tolist().index("new")
+    np.testing.assert_array_equal(
+        router.model_embeddings_[i], embedder.transform(new)[0]
+    )
+    # Refitted with the new settings: the whole pool is embedded with them,
+    # and add_models goes on.
+    embedder.set_params(**params)
+    router.fit(small.evals)
+    np.testing.assert_allclose(
+        router.model_embeddings_, embedder.transform(small.evals), atol=1e-6
+    )
+    router.add_models(new)
+    assert "new" in router.classes_
+
+
+def test_refine_prior_without_refinement_and_batch_tokens_are_not_refused(
+    tiny_embedder,
+):
+    # Neither changes the embeddings: refine_prior is read by the refinement
+    # only, transform_batch_tokens changes float32 rounding only.
+    small, embedder, router = _stale_router_pool(tiny_embedder)
+    added = small.evals[small.evals["model"] == router.classes_[0]]
+    embedder.set_params(refine_prior=0.5, transform_batch_tokens=7)
+    router.add_models(added.assign(model="new"))
+    np.testing.assert_allclose(
+        router.embed(added)[0], router.model_embeddings_[0], atol=1e-5
+    )
+
+
+def test_changing_the_routers_own_embedder_settings_is_refused(tiny_embedder):
+    small = _small_pool()
+    r = LocusRouter(tiny_embedder(small.encodings, max_epochs=1), shrinkage=None)
+    r.fit(small.evals)
+    added = small.evals[small.evals["model"] == r.classes_[0]]
+    # The parameter (an unfitted clone source) is not what embeds: no refusal.
+    r.set_params(embedder__refine_steps=10)
+    r.embed(added)
+    r.embedder_.set_params(refine_steps=10)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "This router's embedder_ has refine_steps=10 set after the router was "
+            "fitted, but the router's model_embeddings_ were made with "
+            "refine_steps=0:"
+        ),
+    ):
+        r.embed(added)
+
+
+def test_the_embedding_settings_survive_pickle_and_save_load(tiny_embedder, tmp_path):
+    """The record travels with the router (pickle, deepcopy; load takes it
+    from the saved embedder, which save checked); a router without it, as
+    unpickled from an earlier version, is not checked."""
+    small, embedder, router = _stale_router_pool(tiny_embedder)
+    added = small.evals[small.evals["model"] == router.classes_[0]]
+    new = added.assign(model="new")
+    router.save(tmp_path / "router.safetensors")
+    loaded = LocusRouter.load(tmp_path / "router.safetensors", device="cpu")
+    copies = [pickle.loads(pickle.dumps(router)), copy.deepcopy(router), loaded]
+    for other in copies:
+        other.embedder_.estimator.set_params(refine_steps=10)
+        with pytest.raises(ValueError, match=re.escape(f"{_SHARED}refine_steps=10")):
+            other.add_models(new)
+    older = copy.deepcopy(router)
+    del older._embedding_settings_at_fit_  # as unpickled from an earlier version
+    older.embedder_.estimator.set_params(refine_steps=10)
+    older.add_models(new)
+    assert "new" in older.classes_
+
+
 @pytest.mark.parametrize("cost_weight", [0.0, 1e-9, 0.5])
 def test_decision_function_is_float64_at_every_cost_weight(
     router, fitted_copy, query_texts, cost_weight
