@@ -167,7 +167,9 @@ def test_valid_tables_round_trip_whatever_the_row_order(rows, seed):
     np.testing.assert_array_equal(table.queries, shuffled.queries)
     np.testing.assert_array_equal(table.model_index, shuffled.model_index)
     np.testing.assert_array_equal(table.query_index, shuffled.query_index)
-    np.testing.assert_allclose(table.score, shuffled.score, rtol=1e-6)
+    # Duplicates' means are summed in row order: a float64 ulp can move a
+    # float32 subnormal mean by a whole step, hence the smallest normal as atol.
+    np.testing.assert_allclose(table.score, shuffled.score, rtol=1e-6, atol=2**-126)
     # Averages of duplicates, computed by pandas.
     expected = evals.groupby(["model", "query"])["score"].mean()
     got = table.to_frame().set_index(["model", "query"])["score"]
@@ -561,6 +563,7 @@ def test_campaign_check_model_costs_any_input(costs):
         np.testing.assert_array_equal(result, expected)
 
 
+@settings(deadline=None)  # one stall of a shared CI runner is not a failure
 @given(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=40))
 def test_sorted_codes_match_numpy_unique(values):
     # check_evals hashes the id columns instead of sorting every row; the ids

@@ -1674,9 +1674,12 @@ def test_backend_timeout_bounds_the_whole_attempt(
         assert response.headers["x-locus-model"] == nearest
         assert text == f"answer from {nearest}"
 
-    # Begun within its timeout, a stream runs past the deadline to its end.
+    # Begun within its timeout, a stream runs past the deadline to its end
+    # (first chunk at 0.2 s against a 0.6 s timeout: room for a slow runner;
+    # 4 pieces end at 0.8 s, past the 0.6 s deadline).
     backends.pace = 0.2
-    gateway["fallback"]["deadline"] = 0.5
+    gateway["backends"][routed]["timeout"] = 0.6
+    gateway["fallback"]["deadline"] = 0.6
     with serve(create_app(router_path, gateway=gateway)) as url:
         response, text = _stream(url, {**body, "stream": True})
     assert response.headers["x-locus-model"] == routed
