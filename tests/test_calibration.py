@@ -453,3 +453,62 @@ def test_calibrate_names_the_router_and_reads_models_once():
     calls = r"share of calls to \['big', 'mid', 'small'\] 0.5 on"
     with pytest.raises(ValueError, match=calls):
         calibrate_cost_weight(router, evals, target_share=0.5, models=models)
+
+
+def _two_cost_router(small_scores):
+    """KNNRouter(1) on two queries: "big" (cost 11) scores 1 on both and
+    "small" (cost 1) ``small_scores``; its P(correct) are these scores."""
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    evals = {
+        "model": ["big", "big", "small", "small"],
+        "query": ["q1", "q2", "q1", "q2"],
+        "score": [1, 1, *small_scores],
+    }
+    router = KNNRouter(1, encoder=encoder).fit(
+        evals, model_costs={"big": 11.0, "small": 1.0}
+    )
+    return router, evals
+
+
+def test_min_accuracy_in_the_first_interval_is_its_midpoint():
+    # small scores 0 on both queries: big's line 1 - 11λ crosses small's
+    # 0 - λ at λ = 1/10 on both, so accuracy 1 holds on [0, 0.1). The
+    # cheapest λ keeping it was reported as λ = 0, the end with no pressure
+    # on cost, not the interval's midpoint 0.05 as for the other intervals.
+    router, evals = _two_cost_router([0, 0])
+    result = calibrate_cost_weight(router, evals, min_accuracy=1.0)
+    assert (result.lower, result.upper) == (0.0, pytest.approx(0.1))
+    assert result.cost_weight == pytest.approx(0.05)
+    assert (result.mean_cost, result.accuracy) == (11.0, 1.0)
+    # The λ returned routes the queries as reported.
+    router.set_params(cost_weight=result.cost_weight)
+    assert router.predict(["q1", "q2"]).tolist() == ["big", "big"]
+    assert router.score(pd.DataFrame(evals)) == result.accuracy
+    # Cost and share targets keep λ = 0, the smallest λ that meets them, and
+    # the curve's first point stays at the default λ = 0.
+    assert calibrate_cost_weight(router, evals, target_cost=11).cost_weight == 0.0
+    share = calibrate_cost_weight(router, evals, target_share=1, models=["big"])
+    assert share.cost_weight == 0.0
+    assert cost_quality_curve(router, evals).points["cost_weight"].iloc[0] == 0.0
+
+
+def test_queries_as_a_mapping_agree_with_a_dataframe():
+    # A mapping with only a query column was read as evaluations and refused
+    # as missing 'model' and 'score', while the same DataFrame was queries.
+    router, _ = _two_cost_router([1, 0])
+    queries = ["q1", "q2"]
+    for target in ({"target_cost": 6}, {"target_share": 0.5, "models": ["big"]}):
+        as_frame = calibrate_cost_weight(
+            router, pd.DataFrame({"query": queries}), **target
+        )
+        as_mapping = calibrate_cost_weight(router, {"query": queries}, **target)
+        # q1 ties at λ = 0 (both score 1) and goes to small just above it;
+        # q2 crosses at 1/10: cost 6 and share 0.5 hold on (0, 0.1), whose
+        # midpoint is 0.05 (the docstring's example).
+        assert pd.Series(as_mapping).equals(pd.Series(as_frame))
+        assert as_mapping.cost_weight == pytest.approx(0.05)
+        assert (as_mapping.mean_cost, as_mapping.n_queries) == (6.0, 2)
+        assert np.isnan(as_mapping.accuracy)
+    # The queries are checked as a DataFrame's query column is.
+    with pytest.raises(TypeError, match=r"evals\['query'\] must be a sequence"):
+        calibrate_cost_weight(router, {"query": "q1"}, target_cost=6)

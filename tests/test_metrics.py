@@ -265,6 +265,36 @@ def test_route_matches_dataframe_available_by_label():
         route(y_score, available=other)
 
 
+def test_route_matches_a_series_of_models_by_label():
+    # A Series of models beside a DataFrame y_score was read by position: an
+    # outage mask allowing only "a" sent both queries to "b", which it marks down.
+    import pandas as pd
+
+    y_score = pd.DataFrame({"b": [0.9, 0.1], "a": [0.1, 0.9]}, index=["q1", "q2"])
+    up = pd.Series({"a": True, "b": False})
+    assert route(y_score, available=up).tolist() == [1, 1]  # column 1 is "a"
+    # As the same mask given per query as a DataFrame.
+    mask = pd.DataFrame([up.to_dict()] * 2, index=y_score.index)
+    assert route(y_score, available=mask).tolist() == [1, 1]
+    # One query, a Series in the columns' own order: unchanged.
+    assert route(y_score.iloc[:1], pd.Series({"b": True, "a": True})).tolist() == [0]
+    # Arrays have no labels: by position, as documented.
+    assert route(y_score, available=up.to_numpy()).tolist() == [0, 0]
+    assert route(y_score.to_numpy(), available=up).tolist() == [0, 0]
+    # Labels that are not y_score's models, or repeated, cannot be matched.
+    for bad, detail in (
+        (pd.Series({"a": True, "c": False}), r"1 of available's .*: \['c'\]"),
+        (pd.Series([True, False]), r"2 of y_score's are not in available"),
+        (pd.Series([True, False, True], index=["a", "b", "a"]), "some are repeated"),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=r"available is a Series whose index differs from y_score's "
+            rf"columns: .*{detail}.*pass an array \(available.to_numpy\(\)\)",
+        ):
+            route(y_score, available=bad)
+
+
 def test_metrics_need_a_matrix():
     # sklearn's "Expected 2D array" named neither argument, and its advice
     # reshape(-1, 1) would read one query's row as one query per model.

@@ -93,8 +93,16 @@ def _read_queries_or_evals(router, evals):
     classes = np.asarray(router.classes_, dtype=object)
     # A DataFrame of queries has a query column only: one with a model column
     # too is evaluations (check_evals names a missing score column), never
-    # plain queries with their scores dropped.
-    if isinstance(evals, Mapping) or (
+    # plain queries with their scores dropped. A mapping of columns is read
+    # as the DataFrame it stands for, so that the two forms agree.
+    name = "evals"
+    if (
+        isinstance(evals, Mapping)
+        and "query" in evals
+        and {"model", "score"}.isdisjoint(evals)
+    ):
+        evals, name = evals["query"], "evals['query']"
+    elif isinstance(evals, Mapping) or (
         isinstance(evals, pd.DataFrame)
         and not {"model", "score"}.isdisjoint(evals.columns)
     ):
@@ -108,7 +116,7 @@ def _read_queries_or_evals(router, evals):
             )
         Y = table.to_dense(classes)
         return table.queries, Y, ~np.isnan(Y), table
-    queries = check_queries(evals, name="evals")
+    queries = check_queries(evals, name=name)
     if len(queries) == 0:
         raise ValueError("evals holds no queries; give at least one.")
     return queries, None, np.ones((len(queries), len(classes)), dtype=bool), None
@@ -277,7 +285,7 @@ def _crossing_windows(proba, costs, lam, query, old, new):
     return lam - width, lam + width
 
 
-def _merge_crossings(proba, costs, lam, query, old, new):
+def _merge_crossings(proba, costs, lam, query, old, new, *, first_inside=False):
     """Group the crossings that no float λ separates, and a λ between groups.
 
     Two crossings a few ulps apart (equal in exact arithmetic, e.g. three
@@ -296,7 +304,10 @@ def _merge_crossings(proba, costs, lam, query, old, new):
         routes every query as the interval says: the interval's midpoint
         (twice its lower end for the last, 1 if that is 0), or if that
         falls in a window the midpoint of the gap between the windows (twice
-        the last window's end for the last).
+        the last window's end for the last). The first interval's λ is 0,
+        the default, or with ``first_inside`` a λ inside it chosen as for
+        the others (λ = 0 has no window: routing by P alone is exact), and 0
+        only where no float λ clears the first window.
     """
     low, high = _crossing_windows(proba, costs, lam, query, old, new)
     # Sweep the windows by their lower end: a window that starts after every
@@ -326,19 +337,28 @@ def _merge_crossings(proba, costs, lam, query, old, new):
         inside[1:-1] = np.where(clear, mid, (window_high[:-1] + window_low[1:]) / 2)
         end = last[-1] * 2 if last[-1] > 0 else 1.0  # 1 if every crossing is at 0
         inside[-1] = end if end > window_high[-1] else window_high[-1] * 2
+        if first_inside and first[0] > 0:
+            # The largest λ of [0, first): λ = 0 routes alike on these
+            # queries but puts no pressure on cost for new ones.
+            mid = first[0] / 2
+            gap = window_low[0] / 2 if window_low[0] > 0 else 0.0
+            inside[0] = mid if mid < window_low[0] else gap
     return group, lower, upper, inside
 
 
-def _intervals(proba, costs, candidates, Y, share_mask):
+def _intervals(proba, costs, candidates, Y, share_mask, *, first_inside=False):
     """Metrics on every interval of λ where no routing decision changes.
 
     Returns a DataFrame with columns ``lower``, ``upper`` (the interval, upper
-    inf for the last), ``cost_weight`` (a λ inside it), ``mean_cost``,
+    inf for the last), ``cost_weight`` (a λ inside it; 0 for the first
+    unless ``first_inside``, see :func:`_merge_crossings`), ``mean_cost``,
     ``share`` (or NaN) and ``accuracy`` (or NaN), in increasing λ.
     """
     n = len(proba)
     start, (lam, query, old, new) = _breakpoints(proba, costs, candidates)
-    group, lower, upper, inside = _merge_crossings(proba, costs, lam, query, old, new)
+    group, lower, upper, inside = _merge_crossings(
+        proba, costs, lam, query, old, new, first_inside=first_inside
+    )
     n_steps = len(lower) - 1
 
     def walk(value_start, delta):
@@ -637,7 +657,9 @@ def calibrate_cost_weight(
     interval), never on a crossing, and far enough from every crossing that
     the router's float arithmetic routes as reported (crossings it cannot
     tell apart, such as three utility lines through one point, are one
-    step). The router is not changed: set the result with
+    step). In the first interval, [0, first crossing), the cost and share
+    targets return λ = 0, the smallest; ``min_accuracy`` returns its
+    midpoint as well. The router is not changed: set the result with
     ``router.set_params(cost_weight=result.cost_weight)``.
 
     Cost and share targets need only the queries, so unlabelled traffic (a
@@ -663,9 +685,9 @@ def calibrate_cost_weight(
         Scored evaluations (``model``, ``query``, ``score``): each query is
         routed among the pool's models with a score for it, as
         :meth:`~locus_sklearn.LocusRouter.score` does. Or plain queries
-        (texts or ids, or a DataFrame with a ``query`` column but no
-        ``model`` or ``score`` column), routed among the whole pool as
-        :meth:`~locus_sklearn.LocusRouter.predict` does.
+        (texts or ids, or a DataFrame or mapping of columns with a ``query``
+        column but no ``model`` or ``score`` column), routed among the whole
+        pool as :meth:`~locus_sklearn.LocusRouter.predict` does.
     target_cost : float >= 0, default=None
         Largest acceptable mean cost per query, in the units of
         ``router.model_costs_``.
@@ -757,7 +779,11 @@ def calibrate_cost_weight(
         else "min_accuracy needs scored evaluations (model, query, score); got "
         "queries only.",
     )
-    points = _intervals(proba, costs, candidates, Y, share_mask)
+    # min_accuracy takes the largest λ of its interval's routing: in the
+    # first interval, [0, first crossing), not λ = 0 (see the docstring).
+    points = _intervals(
+        proba, costs, candidates, Y, share_mask, first_inside=min_accuracy is not None
+    )
     # Round-off must not turn an exact hit into a miss: in a target computed
     # elsewhere (relative), in the sums of costs (at most a few ulps of the
     # largest cost per model) and in the running sums of scores.

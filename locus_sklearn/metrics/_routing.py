@@ -211,8 +211,12 @@ def _same_labels(true_labels, score_labels):
     )
 
 
-def _mismatch(true_labels, score_labels, axis, what, names=("y_true", "y_score")):
-    """The ValueError for two DataFrames whose ``axis`` labels differ."""
+def _mismatch(
+    true_labels, score_labels, axis, what, names=("y_true", "y_score"), *, series=False
+):
+    """The ValueError for two DataFrames whose ``axis`` labels differ, or
+    with ``series`` for a Series (the second name) whose index differs from
+    a DataFrame's columns."""
     true_name, score_name = names
     only_true = true_labels.difference(score_labels, sort=False)
     only_score = score_labels.difference(true_labels, sort=False)
@@ -226,6 +230,15 @@ def _mismatch(true_labels, score_labels, axis, what, names=("y_true", "y_score")
         if len(only)
     ]
     detail = "; ".join(parts) or "the same labels, but some are repeated"
+    if series:
+        return ValueError(
+            f"{score_name} is a Series whose index differs from {true_name}'s "
+            f"{axis}: {true_name} has {_preview(true_labels)}, {score_name} has "
+            f"{_preview(score_labels)} ({detail}). Its index names the {what}, "
+            f"so it must hold the labels of {true_name}'s {axis}, each once (in "
+            f"any order); pass an array ({score_name}.to_numpy()) to match the "
+            f"{what} by position."
+        )
     return ValueError(
         f"{true_name} and {score_name} are DataFrames with different {axis}: "
         f"{true_name} has {_preview(true_labels)}, {score_name} has "
@@ -259,7 +272,9 @@ default=None
         Which models may be chosen for each query (one row for every query
         if 1-D); every query needs one. Defaults to all models. Matched to
         ``y_score`` by position, or, when both are DataFrames, by their
-        column (model) and row (query) labels, which must be the same.
+        column (model) and row (query) labels, which must be the same. A
+        Series beside a DataFrame ``y_score`` is one row for every query,
+        matched by label: its index must hold ``y_score``'s columns.
 
     Returns
     -------
@@ -274,6 +289,13 @@ default=None
     [1, 0]
     >>> route([[0.2, 0.9]], available=[[True, False]]).tolist()
     [0]
+
+    A Series of models beside a DataFrame is matched by label:
+
+    >>> import pandas as pd
+    >>> y_score = pd.DataFrame({"b": [0.9], "a": [0.1]})
+    >>> route(y_score, available=pd.Series({"a": True, "b": False})).tolist()
+    [1]
     """
     _check_real_dtype(y_score, "y_score")
     if isinstance(y_score, pd.DataFrame) and isinstance(available, pd.DataFrame):
@@ -281,6 +303,20 @@ default=None
         # such as y_true.notna() with its models in another order would, by
         # position, allow exactly the wrong models.
         available = _align_frames(y_score, available, names=("y_score", "available"))
+    elif isinstance(y_score, pd.DataFrame) and isinstance(available, pd.Series):
+        # A Series names its models in its index: by position, an outage
+        # mask {"a": True, "b": False} beside columns [b, a] allowed only b.
+        if not available.index.equals(y_score.columns):
+            if not _same_labels(y_score.columns, available.index):
+                raise _mismatch(
+                    y_score.columns,
+                    available.index,
+                    "columns",
+                    "models",
+                    ("y_score", "available"),
+                    series=True,
+                )
+            available = available.loc[y_score.columns]
     # check_array as for the other metrics (sparse input named, pd.NA read as
     # NaN), but -inf, +inf and NaN are allowed and the 2-D check is our own.
     y_score = check_array(
