@@ -93,7 +93,7 @@ class CollapsedEmbeddingWarning(UserWarning):
     the kernel readout still reads each model's own evaluations. Of fifteen
     fits of the default embedder on four real pools (2026-12-04,
     ``benchmarks/results/embedding_influence.md``), two ended so (spread
-    1.2e-4 and 1.8e-4; the others 0.015 to 0.067). ``agreement_weight=0.3``
+    1.2e-4 and 1.8e-4; the others 0.015 to 0.059). ``agreement_weight=0.3``
     trained apart four of the five fits that ended so in the agreement term's
     runs (RouterBench, two seeds of three; planted specialists, all three;
     same rows and seeds: ``benchmarks/results/TUNING.md``, session 37).
