@@ -19,14 +19,14 @@ def test_stop_does_not_block_the_loop_for_a_running_call():
     running, most_running = [0], [0]
     lock = threading.Lock()
 
-    def fn(items):
+    def fn(context, items):
         with lock:
             running[0] += 1
             most_running[0] = max(most_running[0], running[0])
         try:
             started.set()
             release.wait(2)  # bounded: the old code's loop never releases it
-            return "ctx", np.asarray(items, dtype=float)
+            return np.asarray(items, dtype=float)
         finally:
             with lock:
                 running[0] -= 1
@@ -84,6 +84,5 @@ def test_stop_does_not_block_the_loop_for_a_running_call():
     assert gaps.max() < 0.2, gaps.max()
     assert finished_at_start
     assert most_running[0] == 1  # never two predictor calls at once
-    assert again[0] == "ctx"
-    np.testing.assert_array_equal(again[1], [2.0, 3.0])
+    np.testing.assert_array_equal(again, [2.0, 3.0])
     assert time.monotonic() - start < 3

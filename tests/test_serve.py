@@ -392,7 +392,7 @@ def test_models_and_healthz(router_path, routers):
         health = httpx.get(f"{url}/healthz").json()
         assert health["status"] == "ok"
         assert health["router"]["n_models"] == len(router.classes_)
-        assert health["router"]["path"] == str(router_path.resolve())
+        assert health["router"]["path"] == str(router_path.absolute())
 
 
 BAD_REQUESTS = [
@@ -502,11 +502,11 @@ def test_batcher_without_window_batches_what_arrives_while_computing():
 
     calls, release = [], threading.Event()
 
-    def fn(items):
+    def fn(context, items):
         calls.append(list(items))
         if len(calls) == 1:
             release.wait(10)  # the first call computes until the test lets go
-        return "ctx", np.asarray(items) * 10
+        return np.asarray(items) * 10
 
     async def scenario():
         batcher = MicroBatcher(fn, max_batch=4)  # default window: 0
@@ -522,9 +522,9 @@ def test_batcher_without_window_batches_what_arrives_while_computing():
         finally:
             await batcher.stop()
 
-    (context, rows), later = asyncio.run(scenario())
-    assert context == "ctx" and rows.tolist() == [10]
-    assert [r.tolist() for _, r in later] == [[20], [30], [40], [50], [60], [70]]
+    rows, later = asyncio.run(scenario())
+    assert rows.tolist() == [10]
+    assert [r.tolist() for r in later] == [[20], [30], [40], [50], [60], [70]]
     # Six arrived while the first computed: two batches of at most four.
     assert calls == [[1], [2, 3, 4, 5], [6, 7]]
 
@@ -612,6 +612,229 @@ def test_watch_reloads_a_resaved_file(router_path, routers, queries):
             time.sleep(0.05)
         assert health["router"]["version"] == 2
         assert health["router"]["n_models"] == len(routers[1].classes_)
+
+
+def _repoint(link, target):
+    """Point the symlink ``link`` at ``target`` in one step, as ``ln -sfn``
+    or a Kubernetes ConfigMap update does."""
+    staged = link.with_name(link.name + ".new")
+    os.symlink(target, staged)
+    os.replace(staged, link)
+
+
+def test_reload_follows_a_repointed_symlink(tmp_path, routers, queries):
+    """The configured path, a symlink, was resolved once at start: a reload
+    after ``ln -sfn v2 current`` loaded v1 again, and failed for good once
+    v1 was deleted. Now the link is followed at every load."""
+    first, second = routers
+    first.save(tmp_path / "v1.safetensors")
+    second.save(tmp_path / "v2.safetensors")
+    link = tmp_path / "current.safetensors"
+    os.symlink("v1.safetensors", link)
+    with serve(create_app(link)) as url:
+        health = httpx.get(f"{url}/healthz").json()
+        assert health["router"]["path"] == str(link.absolute())
+        assert health["router"]["n_models"] == len(first.classes_)
+        _repoint(link, "v2.safetensors")
+        response = httpx.post(f"{url}/admin/reload", timeout=30)
+        assert response.status_code == 200, response.text
+        info = response.json()
+        assert info["version"] == 2 and info["n_models"] == len(second.classes_)
+        assert info["removed"] == [first.classes_[-1]]
+        answer = httpx.post(f"{url}/route", json={"queries": queries}).json()
+        assert answer["router_version"] == 2
+        assert list(answer["results"][0]["proba"]) == second.classes_.tolist()
+        assert [r["model"] for r in answer["results"]] == second.predict(
+            queries
+        ).tolist()
+        # The old target gone (Kubernetes deletes the old data folder): the
+        # link names a valid file, so reloading still works.
+        os.remove(tmp_path / "v1.safetensors")
+        response = httpx.post(f"{url}/admin/reload", timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.json()["version"] == 3
+
+
+def test_watch_notices_a_repointed_symlink(tmp_path, routers):
+    """Repointing the link changes what the configured path names even when
+    the new target is older than the old one (its mtime went back), or has
+    the same bytes and mtime: the stamp holds the target's identity."""
+    from locus_sklearn.serve._state import RouterHolder
+
+    first, second = routers
+    old, new = tmp_path / "v1.safetensors", tmp_path / "v2.safetensors"
+    first.save(old)
+    second.save(new)
+    stat = os.stat(old)
+    os.utime(new, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**9))  # 1 s older
+    link = tmp_path / "current.safetensors"
+    os.symlink(old.name, link)
+
+    twin = tmp_path / "v1-copy.safetensors"
+    twin.write_bytes(old.read_bytes())
+    os.utime(twin, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    holder = RouterHolder(link)
+    assert not holder.changed()
+    _repoint(link, twin.name)  # same size, same mtime, another file
+    assert holder.changed()
+    _repoint(link, old.name)
+    assert not holder.changed()
+
+    with serve(create_app(link, watch_interval=0.05)) as url:
+        _repoint(link, new.name)
+        for _ in range(200):
+            health = httpx.get(f"{url}/healthz").json()
+            if health["router"]["version"] == 2:
+                break
+            time.sleep(0.05)
+        assert health["router"]["version"] == 2, health
+        assert health["router"]["n_models"] == len(second.classes_)
+        assert health["last_reload_error"] is None
+
+
+def _hold_next_call(app):
+    """Make the service's next predictor call wait until ``release`` is set;
+    ``entered`` is set once it waits. Returns (entered, release)."""
+    batcher = app.state.service.batcher
+    entered, release = threading.Event(), threading.Event()
+    predict = batcher._fn
+    held = [False]
+
+    def fn(*args):
+        if not held[0]:
+            held[0] = True
+            entered.set()
+            release.wait(20)  # bounded, whatever the test does
+        return predict(*args)
+
+    batcher._fn = fn
+    return entered, release
+
+
+def _wait_for(condition, what):
+    for _ in range(1000):
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _in_background(send):
+    """Run ``send()`` in a thread; the returned list gets its result."""
+    out = []
+    thread = threading.Thread(target=lambda: out.append(send()))
+    thread.start()
+    return thread, out
+
+
+def test_requests_in_flight_finish_on_the_router_they_started_with(
+    tmp_path, router_path, routers, queries
+):
+    """A request is checked against the router current when it arrives and
+    was answered by the one current when its batch ran: a reload between
+    the two made a valid request a 422 blaming the client (a model it named
+    dropped, or the costs its cost_weight needs). Now the router it was
+    checked against answers it; a request arriving after the reload gets
+    the new router. Each request waits behind a predictor call held open,
+    so the reload always comes between arrival and batch."""
+    first, second = routers
+    dropped = first.classes_[-1]
+    assert dropped not in second.classes_
+    query = queries[0]
+    app = create_app(router_path)
+    batcher = app.state.service.batcher
+    with serve(app) as url:
+
+        def send(body):
+            return lambda: httpx.post(f"{url}/route", json=body, timeout=30)
+
+        # 1. A model dropped by the reload.
+        entered, release = _hold_next_call(app)
+        blocker = _in_background(send({"query": query}))
+        _wait_for(entered.is_set, "the held call")
+        asked = [dropped, first.classes_[0]]
+        early = _in_background(send({"query": query, "models": asked}))
+        _wait_for(lambda: batcher.n_calls == 2, "the request to be queued")
+        second.save(router_path)
+        response = httpx.post(f"{url}/admin/reload", timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.json()["removed"] == [dropped]
+        late = _in_background(send({"query": query}))
+        _wait_for(lambda: batcher.n_calls == 3, "the later request to be queued")
+        release.set()
+        for thread, _ in (blocker, early, late):
+            thread.join(30)
+        answer = early[1][0]
+        assert answer.status_code == 200, answer.text
+        answer = answer.json()
+        assert answer["router_version"] == 1
+        (result,) = answer["results"]
+        assert list(result["proba"]) == first.classes_.tolist()
+        np.testing.assert_allclose(
+            list(result["proba"].values()), first.predict_proba([query])[0], rtol=1e-5
+        )
+        assert result["model"] in asked
+        answer = late[1][0]
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["router_version"] == 2
+        assert list(answer.json()["results"][0]["proba"]) == second.classes_.tolist()
+
+        # 2. The costs a cost_weight needs, removed by the reload.
+        entered, release = _hold_next_call(app)
+        blocker = _in_background(send({"query": query}))
+        _wait_for(entered.is_set, "the held call")
+        early = _in_background(send({"query": query, "cost_weight": 0.05}))
+        _wait_for(lambda: batcher.n_calls == 5, "the request to be queued")
+        _router_without_costs(second, router_path)
+        response = httpx.post(f"{url}/admin/reload", timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.json()["has_costs"] is False
+        # Arriving after the reload, it is checked against the new router
+        # (refused before it is queued, while the predictor is still held).
+        late = send({"query": query, "cost_weight": 0.05})()
+        assert late.status_code == 422, late.text
+        assert "needs model costs" in late.json()["error"]["message"]
+        release.set()
+        for thread, _ in (blocker, early):
+            thread.join(30)
+        answer = early[1][0]
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["router_version"] == 2
+        assert answer.json()["cost_weight"] == 0.05
+
+
+def test_gateway_request_in_flight_finishes_on_its_router(
+    tmp_path, router_path, routers, backends
+):
+    """The gateway's routing too: a request with a cost_weight, accepted by
+    a router with costs, is routed by it although a router without costs is
+    loaded while it waits for its batch."""
+    from locus_sklearn.inspection._cost import _utility
+    from locus_sklearn.metrics import route
+
+    first = routers[0]
+    query = "q000"
+    app = create_app(router_path, gateway=_gateway(backends, first.classes_))
+    batcher = app.state.service.batcher
+    with serve(app) as url:
+        entered, release = _hold_next_call(app)
+        blocker = _in_background(lambda: _chat(url, query))
+        _wait_for(entered.is_set, "the held call")
+        early = _in_background(lambda: _chat(url, query, cost_weight=0.05))
+        _wait_for(lambda: batcher.n_calls == 2, "the request to be queued")
+        _router_without_costs(first, router_path)
+        response = httpx.post(f"{url}/admin/reload", timeout=30)
+        assert response.status_code == 200, response.text
+        release.set()
+        for thread, _ in (blocker, early):
+            thread.join(30)
+        answer = early[1][0]
+        assert answer.status_code == 200, answer.text
+        utility = _utility(first.predict_proba([query]), first.model_costs_, 0.05)
+        expected = first.classes_[route(utility)[0]]
+        assert answer.headers["x-locus-routed-model"] == expected
+        # A request arriving now is checked against the router without costs.
+        assert _chat(url, query, cost_weight=0.05).status_code == 400
 
 
 def test_reload_needs_the_admin_token_when_configured(router_path, monkeypatch):
@@ -1191,7 +1414,7 @@ def test_load_errors_name_the_configured_file(tmp_path, router_path):
     broken.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError) as info:
         create_app(broken)
-    assert repr(str(broken.resolve())) in str(info.value)
+    assert repr(str(broken.absolute())) in str(info.value)
     assert "locus-serve-" not in str(info.value)
 
     with serve(create_app(router_path)) as url:
@@ -1199,10 +1422,10 @@ def test_load_errors_name_the_configured_file(tmp_path, router_path):
         response = httpx.post(f"{url}/admin/reload")
         message = response.json()["error"]["message"]
         assert response.status_code == 409
-        assert repr(str(router_path.resolve())) in message, message
+        assert repr(str(router_path.absolute())) in message, message
         assert "locus-serve-" not in message
         error = httpx.get(f"{url}/healthz").json()["last_reload_error"]
-        assert "locus-serve-" not in error and str(router_path.resolve()) in error
+        assert "locus-serve-" not in error and str(router_path.absolute()) in error
 
 
 @pytest.mark.parametrize(
@@ -1231,12 +1454,26 @@ def test_create_app_checks_its_parameters(router_path, option, value, exception)
         create_app(router_path, **{option: value})
 
 
-def test_watch_must_be_positive(router_path, capsys, monkeypatch):
+@pytest.mark.parametrize("option", ["--watch", "--keep-alive"])
+@pytest.mark.parametrize("value", ["0", "-1", "-0", "nan", "inf", "1e400"])
+def test_watch_must_be_positive(router_path, capsys, monkeypatch, option, value):
+    """The bound these options take (> 0), not nonnegative_float's >= 0."""
     _captured_app(monkeypatch)  # never serve for real, whatever happens
     with pytest.raises(SystemExit) as info:
-        serve_main(["serve", str(router_path), "--watch", "0"])
+        serve_main(["serve", str(router_path), f"{option}={value}"])
     assert info.value.code == 2
-    assert "--watch: expected a number > 0, got '0'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{option}: expected a finite number > 0, got {value!r}" in err, err
+
+
+def test_positive_float_messages():
+    import argparse
+
+    from locus_sklearn._cli._types import positive_float
+
+    assert positive_float("0.25") == 0.25
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^expected a number > 0, "):
+        positive_float("soon")
 
 
 def test_threads_before_serve_are_kept(router_path, monkeypatch):
@@ -1807,11 +2044,11 @@ def test_batches_never_exceed_max_batch():
 
     calls, release = [], threading.Event()
 
-    def fn(items):
+    def fn(context, items):
         calls.append(list(items))
         if len(calls) == 1:
             release.wait(10)
-        return "ctx", np.asarray(items)
+        return np.asarray(items)
 
     async def scenario():
         batcher = MicroBatcher(fn, max_batch=4)
@@ -1828,13 +2065,70 @@ def test_batches_never_exceed_max_batch():
             await asyncio.sleep(0.05)
             release.set()
             await first
-            return [r.tolist() for _, r in await asyncio.gather(*later)], parts
+            return [r.tolist() for r in await asyncio.gather(*later)], parts
         finally:
             await batcher.stop()
 
     rows, parts = asyncio.run(scenario())
     assert rows == parts
     assert calls == [[0], [1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11, 12], [13]]
+
+
+def test_batches_never_mix_contexts_and_keep_arrival_order():
+    """Each batch holds the items of one context only (fn gets it), so a
+    request is answered in the context it was submitted with; an entry of
+    another context ends the batch and starts the next one, in arrival
+    order. The window is long: only a change of context closes a batch."""
+    from locus_sklearn.serve._batching import MicroBatcher
+
+    calls, release = [], threading.Event()
+
+    def fn(context, items):
+        calls.append((context, list(items)))
+        if len(calls) == 1:
+            release.wait(10)
+        return [f"{context}:{item}" for item in items]
+
+    old, new = object(), object()  # told apart by identity, as router states
+    names = {id(old): "old", id(new): "new"}
+
+    def named(context, items):
+        return fn(names[id(context)], items)
+
+    async def scenario():
+        batcher = MicroBatcher(named, max_batch=8)
+        await batcher.start()
+        try:
+            first = asyncio.create_task(batcher.submit([0], context=old))
+            while not calls:
+                await asyncio.sleep(0.001)
+            parts = [(old, [1, 2]), (old, [3]), (new, [4]), (old, [5]), (new, [6, 7])]
+            later = []
+            for context, part in parts:  # in this order
+                later.append(asyncio.create_task(batcher.submit(part, context=context)))
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.05)
+            release.set()
+            return await first, await asyncio.wait_for(asyncio.gather(*later), 5)
+        finally:
+            await batcher.stop()
+
+    first, later = asyncio.run(scenario())
+    assert first == ["old:0"]
+    assert later == [
+        ["old:1", "old:2"],
+        ["old:3"],
+        ["new:4"],
+        ["old:5"],
+        ["new:6", "new:7"],
+    ]
+    assert calls == [
+        ("old", [0]),
+        ("old", [1, 2, 3]),
+        ("new", [4]),
+        ("old", [5]),
+        ("new", [6, 7]),
+    ]
 
 
 def test_gateway_config_urls_names_and_yaml_numbers(tmp_path):
@@ -2132,10 +2426,10 @@ def test_batcher_stop_fails_what_is_still_waiting():
 
     started, release = threading.Event(), threading.Event()
 
-    def fn(items):
+    def fn(context, items):
         started.set()
         release.wait(10)
-        return "ctx", np.asarray(items)
+        return np.asarray(items)
 
     async def scenario():
         batcher = MicroBatcher(fn, max_batch=2)
@@ -2253,7 +2547,7 @@ def test_a_router_whose_own_cost_weight_overflows_is_refused(
     with TestClient(app) as client:
         response = client.post("/admin/reload")
     assert response.status_code == 409
-    assert str(router_path.resolve()) in response.json()["error"]["message"]
+    assert str(router_path.absolute()) in response.json()["error"]["message"]
 
 
 def test_create_app_returns_the_fastapi_app(router_path):
@@ -2327,11 +2621,11 @@ def test_batcher_counts_the_calls_of_a_failed_batch_rerun():
 
     calls = []
 
-    def fn(items):
+    def fn(context, items):
         calls.append(list(items))
         if "bad" in items:
             raise KeyError("unknown id 'bad'")
-        return "ctx", np.array([[len(x)] for x in items])
+        return np.array([[len(x)] for x in items])
 
     async def scenario():
         batcher = MicroBatcher(fn, max_batch=10, window=0.05)
@@ -2358,10 +2652,10 @@ def test_batcher_survives_a_base_exception_of_the_predictor():
     in the service) and the worker goes on answering."""
     from locus_sklearn.serve._batching import MicroBatcher
 
-    def fn(items):
+    def fn(context, items):
         if "boom" in items:
             raise SystemExit(3)
-        return "ctx", np.array([[len(x)] for x in items])
+        return np.array([[len(x)] for x in items])
 
     async def scenario():
         batcher = MicroBatcher(fn, max_batch=8)
@@ -2373,8 +2667,8 @@ def test_batcher_survives_a_base_exception_of_the_predictor():
         finally:
             await batcher.stop()
 
-    context, rows = asyncio.run(scenario())
-    assert context == "ctx" and rows.tolist() == [[2]]
+    rows = asyncio.run(scenario())
+    assert rows.tolist() == [[2]]
 
 
 def test_added_encodings_of_another_dimension_are_named(router_path, pool):

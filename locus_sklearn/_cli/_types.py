@@ -131,9 +131,28 @@ def nonnegative_float(text):
 
 
 def positive_float(text):
-    value = nonnegative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    """An argparse type: a finite number > 0.
+
+    Parsed here, not through :func:`nonnegative_float`: a bad value must be
+    told the bound of this option, not ">= 0" (0 is refused too).
+
+    Examples
+    --------
+    >>> positive_float("0.5")
+    0.5
+    >>> positive_float("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a finite number > 0, got '-1'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number > 0, got {text!r}"
+        ) from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return value
 
 

@@ -606,10 +606,10 @@ class Service:
         self.client = None
         self.n_reloads = 0
 
-    def _predict(self, queries):
-        """One encoder + predictor call for a whole batch (worker thread)."""
-        state = self.holder.current
-        return state, np.asarray(state.router.predict_proba(queries), np.float64)
+    def _predict(self, state, queries):
+        """One encoder + predictor call for a whole batch (worker thread), on
+        the router snapshot its requests were submitted with."""
+        return np.asarray(state.router.predict_proba(queries), np.float64)
 
     def check_queries(self, queries, *, param="queries", positions=None):
         """Refuse too many, empty or too long queries (422), naming each by
@@ -654,10 +654,16 @@ class Service:
         except BatcherStopped as exc:
             raise APIError(503, str(exc), kind="server_error") from None
 
-    async def proba(self, queries, *, param="queries"):
-        """The router snapshot that answered and P(correct), (n_queries, n_models)."""
+    async def proba(self, state, queries, *, param="queries"):
+        """P(correct) of ``state``'s router, (n_queries, n_models).
+
+        ``state`` is the snapshot the request was validated against: a
+        reload while the request waits for its batch does not change the
+        router that answers it (a model it named may be gone from the new
+        one, or the costs its cost_weight needs).
+        """
         try:
-            return await self.batcher.submit(queries)
+            return await self.batcher.submit(queries, context=state)
         except BatcherStopped as exc:
             # No lifespan run (an ASGI transport without it), or shut down.
             raise APIError(503, str(exc), kind="server_error") from None
@@ -875,7 +881,8 @@ def _check_real(name, value, *, positive, upper=None):
 
 
 async def _watch(service, interval):
-    """Reload the router file when its modification time (or size) changes."""
+    """Reload the router file when its modification time, size or identity
+    changes (a symlink pointed at another file is followed)."""
     while True:
         await asyncio.sleep(interval)
         if service.holder.changed():
@@ -901,14 +908,13 @@ def _add_route_endpoint(app, service):
         else:
             queries, param = body.queries, "queries"
             service.check_queries(queries, param=param)
-        # Checked against the current router first, so a bad subset is a 422
-        # before any work; re-read on the snapshot that answers.
+        # One snapshot checks the request and answers it, so a bad subset is
+        # a 422 before any work and a reload while the request waits for its
+        # batch cannot turn a valid request into a 422.
         state = service.holder.current
-        _allowed_mask(state, body.models)
-        _cost_weight(state, body.cost_weight, service.default_cost_weight)
-        state, proba = await service.proba(queries, param=param)
         allowed = _allowed_mask(state, body.models)
         weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
+        proba = await service.proba(state, queries, param=param)
         utility = _checked_utility(proba, state, weight, body.cost_weight is not None)
         routed = route(utility, np.broadcast_to(allowed, utility.shape))
         classes = state.classes

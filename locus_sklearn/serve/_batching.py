@@ -24,14 +24,16 @@ class BatcherStopped(RuntimeError):
 
 
 class MicroBatcher:
-    """Gather concurrent calls of ``fn(items)`` into one.
+    """Gather concurrent calls of ``fn(context, items)`` into one.
 
     Parameters
     ----------
     fn : callable
-        ``fn(list) -> (context, array)``: computes one row of ``array`` per
-        item; ``context`` (e.g. the router that answered) goes to every
-        caller of the batch.
+        ``fn(context, list) -> array``: computes one row of ``array`` per
+        item, for the ``context`` the items were submitted with (e.g. the
+        router snapshot a request was validated against). A batch only
+        holds items submitted with the same context (the same object), so
+        each is answered in the context it was submitted in.
     max_batch : int
         Items per batch, at most: a request that would take a batch over it
         waits for the next batch (a single larger request goes alone, whole).
@@ -43,6 +45,24 @@ class MicroBatcher:
         in a batch (the encoder's batches are cut by length,
         :mod:`locus_sklearn._length_batches`), so a wait buys nothing there;
         an accelerator that gains from batches may.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> from locus_sklearn.serve._batching import MicroBatcher
+    >>> def fn(context, items):
+    ...     return [context * item for item in items]
+    >>> async def main():
+    ...     batcher = MicroBatcher(fn, max_batch=8)
+    ...     await batcher.start()
+    ...     try:
+    ...         return await asyncio.gather(
+    ...             batcher.submit([1, 2], context=10), batcher.submit([3], context=100)
+    ...         )
+    ...     finally:
+    ...         await batcher.stop()
+    >>> asyncio.run(main())
+    [[10, 20], [300]]
     """
 
     def __init__(self, fn, *, max_batch=64, window=0.0):
@@ -87,11 +107,11 @@ class MicroBatcher:
             except asyncio.CancelledError:
                 pass
         stopped = BatcherStopped("The service is shutting down; retry later.")
-        for _, future in self._pending:
+        for *_, future in self._pending:
             _settle(future, exception=stopped)
         self._pending = []
         while self._queue is not None and not self._queue.empty():
-            _settle(self._queue.get_nowait()[1], exception=stopped)
+            _settle(self._queue.get_nowait()[-1], exception=stopped)
         if self._executor is not None:
             # Not shutdown(wait=True): in a coroutine it would block the event
             # loop, every other request and the server's shutdown, until the
@@ -111,16 +131,18 @@ class MicroBatcher:
         if self._task.done():
             raise BatcherStopped("The service is shutting down; retry later.")
 
-    async def submit(self, items):
-        """The context and the rows of ``fn``'s array for ``items``.
+    async def submit(self, items, *, context=None):
+        """The rows of ``fn(context, ...)``'s array for ``items``.
 
+        ``items`` shares a batch only with items submitted with the same
+        ``context`` object; requests are answered in their arrival order.
         Raises :class:`BatcherStopped` when the worker is not running (never
         started, or stopped): nothing would ever answer.
         """
         self.check_running()
         future = asyncio.get_running_loop().create_future()
         self.n_calls += 1
-        self._queue.put_nowait((list(items), future))
+        self._queue.put_nowait((list(items), context, future))
         return await future
 
     async def _run(self):
@@ -134,6 +156,7 @@ class MicroBatcher:
                 batch.append(await self._queue.get())
             held = None
             size = len(batch[0][0])
+            context = batch[0][1]
             closes = time.monotonic() + self.window
             while size < self.max_batch:
                 wait = closes - time.monotonic()
@@ -144,21 +167,23 @@ class MicroBatcher:
                         entry = await asyncio.wait_for(self._queue.get(), wait)
                 except (asyncio.QueueEmpty, asyncio.TimeoutError):
                     break
-                if size + len(entry[0]) > self.max_batch:
+                if entry[1] is not context or size + len(entry[0]) > self.max_batch:
                     # It starts the next batch, in its arrival order: the
-                    # queue cannot be peeked at, so it is held here.
+                    # queue cannot be peeked at, so it is held here. Another
+                    # context (a request validated against another router)
+                    # must not be answered in this one.
                     held = entry
                     self._pending = [*batch, held]
                     break
                 batch.append(entry)
                 size += len(entry[0])
-            batch = [(items, f) for items, f in batch if not f.cancelled()]
+            batch = [(items, f) for items, _, f in batch if not f.cancelled()]
             if batch:
-                await self._process(loop, batch)
+                await self._process(loop, context, batch)
             self._pending = [] if held is None else [held]
 
-    async def _call(self, loop, items):
-        """``fn(items)`` in the worker thread, counted as one batch.
+    async def _call(self, loop, context, items):
+        """``fn(context, items)`` in the worker thread, counted as one batch.
 
         Whatever it raises but a cancellation (the worker stopping) comes
         back as an Exception: a BaseException such as SystemExit would end
@@ -167,7 +192,7 @@ class MicroBatcher:
         self.n_batches += 1
         self.n_items += len(items)
         try:
-            return await loop.run_in_executor(self._executor, self._fn, items)
+            return await loop.run_in_executor(self._executor, self._fn, context, items)
         except (Exception, asyncio.CancelledError):
             raise
         except BaseException as exc:
@@ -175,10 +200,10 @@ class MicroBatcher:
                 f"the predictor raised {type(exc).__name__}: {exc}"
             ) from exc
 
-    async def _process(self, loop, batch):
+    async def _process(self, loop, context, batch):
         items = [item for part, _ in batch for item in part]
         try:
-            context, rows = await self._call(loop, items)
+            rows = await self._call(loop, context, items)
         except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], exception=exc)
@@ -188,7 +213,7 @@ class MicroBatcher:
             # in the counters, as it is one more predictor call).
             for part, future in batch:
                 try:
-                    result = await self._call(loop, part)
+                    result = await self._call(loop, context, part)
                 except Exception as own:
                     _settle(future, exception=own)
                 else:
@@ -196,7 +221,7 @@ class MicroBatcher:
             return
         start = 0
         for part, future in batch:
-            _settle(future, result=(context, rows[start : start + len(part)]))
+            _settle(future, result=rows[start : start + len(part)])
             start += len(part)
 
 

@@ -293,9 +293,7 @@ async def _route(service, state, body):
             )
     text, index = _last_user_text(body.messages)
     service.check_queries([text], param="messages", positions=[index])
-    _cost_weight(state, body.cost_weight, service.default_cost_weight)
-    state, proba = await service.proba([text], param="messages")
-    # Re-read on the snapshot that answered (a reload may have come between).
+    weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
     served = [m for m in config.backends if m in set(state.classes)]
     allowed = _allowed_mask(state, body.models if body.models is not None else served)
     allowed &= np.isin(state.classes, served)
@@ -306,7 +304,9 @@ async def _route(service, state, body):
             param="models",
             kind="server_error",
         )
-    weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
+    # Answered by the snapshot it was checked against, whatever reload comes
+    # while it waits for its batch.
+    proba = await service.proba(state, [text], param="messages")
     utility = _checked_utility(proba, state, weight, body.cost_weight is not None)
     routed = str(state.classes[route(utility, allowed[None, :])[0]])
     return state, routed, allowed

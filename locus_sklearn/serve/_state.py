@@ -48,8 +48,11 @@ class RouterState:
 
 
 def _stamp(path):
+    """What tells a changed file: os.stat follows a symlink, so a link
+    repointed to another file (``ln -sfn``) changes the identity (device,
+    inode) even where the new target is older and of the same size."""
     stat = os.stat(path)
-    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino, stat.st_dev)
 
 
 def _renamed(exc, private, path):
@@ -153,6 +156,9 @@ class RouterHolder:
     ----------
     path : str or path-like
         The router file (:meth:`LocusRouter.save`); the only file ever loaded.
+        Made absolute once (a later change of the working directory does not
+        move it); a symlink is followed at every load, so a reload loads the
+        file it points to then.
     encoder, device
         Passed to :meth:`LocusRouter.load`; a mapping of precomputed
         encodings is added to those saved in the file (its vectors win).
@@ -171,7 +177,10 @@ class RouterHolder:
     def __init__(
         self, path, *, encoder=None, device=None, gateway=None, encoder_backend="torch"
     ):
-        self.path = Path(path).resolve()
+        # Absolute, not resolved: a symlink (a Kubernetes ConfigMap or
+        # Secret, ``ln -sfn v2 current``) is followed at every check and
+        # load, so a reload loads what it names now, not its first target.
+        self.path = Path(path).absolute()
         self._encoder = encoder
         self._device = device
         self._encoder_backend = encoder_backend
