@@ -33,6 +33,7 @@ from locus_sklearn.parallel import (
     predict_proba_chunked,
     transform_chunked,
 )
+from locus_sklearn.parallel._sources import model_chunks
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -1130,3 +1131,194 @@ def test_stream_frames_disagreeing_on_task_are_refused_naming_them(embedder, poo
     ]:
         with pytest.raises(ValueError, match=rf"evals has a 'task' column {message};"):
             transform_chunked(embedder, frames, chunk_models=1)
+
+
+@pytest.mark.slow  # starting two loky workers (each imports torch) takes seconds
+def test_relative_path_read_in_workers_after_chdir(
+    embedder, pool, tmp_path, monkeypatch
+):
+    # loky workers keep the working folder they started in: after os.chdir a
+    # relative path sent to them read the old folder's file of the same name
+    # (same models and rows, so no check fired), or failed to find it.
+    for run, scores in [("run1", pool.evals.score), ("run2", 1.0 - pool.evals.score)]:
+        (tmp_path / run).mkdir()
+        _write_parquet(pool.evals.assign(score=scores), tmp_path / run / "e.parquet")
+    for run in ("run1", "run2"):
+        monkeypatch.chdir(tmp_path / run)
+        expected = transform_chunked(embedder, "e.parquet", chunk_models=4)
+        for source in ("e.parquet", ds.dataset("e.parquet", format="parquet")):
+            Z = transform_chunked(embedder, source, chunk_models=4, n_jobs=2)
+            np.testing.assert_array_equal(Z, expected)
+
+
+def test_chunks_of_relative_paths_carry_absolute_paths(pool, tmp_path, monkeypatch):
+    # A chunk travels to a worker as its files' paths: relative ones would
+    # be resolved against the worker's own working folder.
+    (tmp_path / "parts").mkdir()
+    first = tmp_path / "parts" / "a.parquet"
+    _write_parquet(pool.evals.iloc[:1200], first, row_group_size=300)
+    _write_parquet(pool.evals.iloc[1200:], tmp_path / "parts" / "b.parquet")
+    monkeypatch.chdir(tmp_path)
+    dataset = ds.dataset("parts", format="parquet")
+    # A fragment of some row groups only keeps them.
+    row_groups = next(
+        ds.dataset("parts/a.parquet", format="parquet").get_fragments()
+    ).split_by_row_group()
+    subset = ds.FileSystemDataset(
+        row_groups[:1], dataset.schema, dataset.format, dataset.filesystem
+    )
+    for source in ("parts", "parts/a.parquet", dataset, subset):
+        chunks, _ = model_chunks(source, 5)
+        for chunk in chunks:
+            assert all(os.path.isabs(f) for f in chunk.dataset.files)
+    chunks, n_rows = model_chunks(subset, 1000)
+    assert n_rows == 300
+    assert len(pd.concat(chunk.read() for chunk in chunks)) == 300
+
+
+def _flip_page(path, column):
+    """Flip 38 bytes of the first data page of ``column`` (its page header)."""
+    metadata = pq.ParquetFile(path).metadata.row_group(0)
+    names = [metadata.column(i).path_in_schema for i in range(metadata.num_columns)]
+    offset = metadata.column(names.index(column)).data_page_offset
+    data = bytearray(path.read_bytes())
+    for i in range(offset + 2, offset + 40):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("column", ["model", "score"])
+def test_corrupt_page_is_an_error_naming_the_file(embedder, pool, tmp_path, column):
+    # pyarrow raises a bare OSError ("Couldn't deserialize thrift ...") for a
+    # page it cannot decode, naming no file: it escaped as it was, from the
+    # scan of the model column or from the read of a chunk.
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    ordered = pool.evals.sort_values("model")
+    for k, (_, rows) in enumerate(ordered.groupby("model")):
+        _write_parquet(rows, folder / f"part-{k:02d}.parquet")
+    _flip_page(folder / "part-05.parquet", column)
+    message = (
+        r"(?s)evals could not be read: file '.*part-05\.parquet' fails with OSError: "
+        r".*The file is damaged, or was changed while it was read"
+    )
+    with pytest.raises(ValueError, match=message):
+        list(iter_model_chunks(folder, chunk_models=2))
+    with pytest.raises(ValueError, match=message):
+        transform_chunked(embedder, folder, chunk_models=2)
+
+
+def test_file_deleted_after_the_scan_names_its_path(pool, tmp_path):
+    # A missing file's own error names it: raised as it is.
+    folder = _folder(tmp_path, pool.evals.iloc[:1200], pool.evals.iloc[1200:])
+    chunks, _ = model_chunks(folder, 1000)
+    (folder / "b.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=r"b\.parquet"):
+        next(iter(chunks)).read()
+
+
+def test_empty_file_with_integer_ids_beside_string_ids(embedder, pool, whole, tmp_path):
+    # An empty partition written from pandas with int64 id columns holds no
+    # id, yet it refused the folder: "stored as integers in 1 file(s) ...".
+    empty = pd.DataFrame(
+        {
+            "model": pd.Series([], dtype="int64"),
+            "query": pd.Series([], dtype="int64"),
+            "score": pd.Series([], dtype="float64"),
+            "task": pd.Series([], dtype="int64"),
+        }
+    )
+    for name in ("0.parquet", "z.parquet"):  # sorting first and last
+        folder = tmp_path / name.split(".")[0]
+        folder.mkdir()
+        _write_parquet(pool.evals, folder / "m.parquet")
+        empty.to_parquet(folder / name)
+        np.testing.assert_allclose(
+            transform_chunked(embedder, folder, chunk_models=5), whole, **TOL
+        )
+        read = pd.concat(iter_model_chunks(folder, chunk_models=5), ignore_index=True)
+        assert len(read) == len(pool.evals)
+        assert read["model"].map(type).eq(str).all()
+    # A file with rows still refuses the mix.
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    _write_parquet(pool.evals, mixed / "m.parquet")
+    with_rows = pd.DataFrame({"model": [7], "query": [1], "score": [1.0], "task": [1]})
+    _write_parquet(with_rows, mixed / "n.parquet")
+    with pytest.raises(TypeError, match=r"is stored as integers in 1 file\(s\)"):
+        list(iter_model_chunks(mixed))
+
+
+def test_stream_of_arrow_record_batches_and_tables(embedder, pool, whole, tmp_path):
+    # ParquetFile.iter_batches() yields RecordBatches, refused as frames:
+    # "must be a pandas DataFrame ...; got RecordBatch".
+    ordered = pool.evals.sort_values("model", kind="stable").reset_index(drop=True)
+    path = _write_parquet(ordered, tmp_path / "sorted.parquet")
+    batches = pq.ParquetFile(path).iter_batches(batch_size=500)
+    chunks = list(iter_model_chunks(batches, chunk_models=4))
+    frames = [ordered.iloc[i : i + 500] for i in range(0, len(ordered), 500)]
+    expected = list(iter_model_chunks(frames, chunk_models=4))
+    assert len(chunks) == len(expected) == 3
+    for chunk, frame in zip(chunks, expected, strict=True):
+        pd.testing.assert_frame_equal(  # Arrow strings or object strings
+            chunk.reset_index(drop=True),
+            frame.reset_index(drop=True),
+            check_dtype=False,
+        )
+    batches = pq.ParquetFile(path).iter_batches(batch_size=500)
+    np.testing.assert_allclose(
+        transform_chunked(embedder, batches, chunk_models=5), whole, **TOL
+    )
+    # Tables too; integer ids are their decimal strings, as from Parquet.
+    tables = [
+        pa.table({"model": [7, 7], "query": [1, 2], "score": [1.0, 0.0]}),
+        pa.table({"model": [8], "query": [1], "score": [0.5]}),
+    ]
+    (chunk,) = iter_model_chunks(iter(tables), chunk_models=2)
+    assert chunk["model"].tolist() == ["7", "7", "8"]
+    assert chunk["query"].tolist() == ["1", "2", "1"]
+    # A list of paths is not a stream of frames: said so, with the way.
+    with pytest.raises(TypeError, match=r"got the path 'a\.parquet'.*dataset\(paths"):
+        list(iter_model_chunks(["a.parquet", "b.parquet"]))
+
+
+def test_each_chunk_reads_only_the_files_holding_its_models(pool, tmp_path):
+    # Every chunk carried every file of a folder and opened each to read its
+    # rows: a folder of one file per model cost files x chunks.
+    folder = tmp_path / "per_model"
+    folder.mkdir()
+    for model, rows in _shuffled(pool.evals).groupby("model"):
+        _write_parquet(rows, folder / f"{model}.parquet")
+    pool.evals.iloc[:0].to_parquet(folder / "0-header-only.parquet")  # no rows
+    models = sorted(pool.evals["model"].unique())
+    chunks, n_rows = model_chunks(folder, 5)
+    chunks = list(chunks)
+    assert n_rows == len(pool.evals)
+    for k, chunk in enumerate(chunks):
+        held = models[5 * k : 5 * k + 5]
+        assert chunk.values == held
+        assert sorted(os.path.basename(f) for f in chunk.dataset.files) == [
+            f"{m}.parquet" for m in held
+        ]
+        read = chunk.read()
+        expected = pool.evals[pool.evals["model"].isin(held)]
+        assert len(read) == len(expected)
+        columns = ["model", "query", "score"]
+        assert Counter(read[columns].itertuples(index=False)) == Counter(
+            expected[columns].itertuples(index=False)
+        )
+    # Files each spanning a range of names: those that meet the chunk's.
+    ordered = pool.evals.sort_values("model", kind="stable")
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    split = ordered[ordered["model"] == models[5]]  # in both files
+    first = ordered[ordered["model"].isin(models[:5])]
+    second = ordered[ordered["model"].isin(models[6:])]
+    _write_parquet(pd.concat([first, split.iloc[:100]]), spans / "a.parquet")
+    _write_parquet(pd.concat([split.iloc[100:], second]), spans / "b.parquet")
+    chunks, _ = model_chunks(spans, 4)
+    chunks = list(chunks)
+    files = [sorted(os.path.basename(f) for f in c.dataset.files) for c in chunks]
+    # Models 0-5 in a, 5-11 in b: chunk 0-3 reads a, 4-7 both, 8-11 b.
+    assert files == [["a.parquet"], ["a.parquet", "b.parquet"], ["b.parquet"]]
+    assert len(chunks[1].read()) == 4 * 200

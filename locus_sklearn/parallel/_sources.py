@@ -9,13 +9,16 @@ as rows). Three kinds of source:
   ``model`` column finds the models, then each chunk is read with a filter on
   a range of model names (any row order; row groups of a file sorted by model
   are skipped by their statistics);
-- any other iterable of DataFrames (``pd.read_csv(chunksize=...)``,
-  ``ParquetFile.iter_batches``): streamed, regrouped into chunks of whole
-  models; the rows of one model must come in consecutive frames.
+- any other iterable of DataFrames or Arrow record batches or tables
+  (``pd.read_csv(chunksize=...)``, ``ParquetFile.iter_batches``): streamed,
+  regrouped into chunks of whole models; the rows of one model must come in
+  consecutive frames.
 """
 
+import bisect
 import os
 import pickle
+import sys
 from collections.abc import Iterable, Mapping
 from numbers import Integral
 
@@ -86,8 +89,12 @@ class DatasetChunk:
         else:
             where = field.isin(self.values)
         try:
-            table = self.dataset.to_table(columns=self.columns, filter=where)
-        except _arrow_read_errors() as exc:
+            table = self.dataset.to_table(
+                columns=self.columns, filter=where, **_scan_options(self.dataset)
+            )
+        except _arrow_decode_errors() as exc:
+            if _names_its_path(exc):
+                raise
             raise _read_error(
                 self.dataset, exc, self.name, self.columns, where
             ) from exc
@@ -149,6 +156,47 @@ def _arrow_read_errors():
     import pyarrow as pa
 
     return pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError
+
+
+def _arrow_decode_errors():
+    """:func:`_arrow_read_errors`, and the OSError pyarrow raises reading a
+    file whose pages or metadata it cannot decode ("Couldn't deserialize
+    thrift"), whose message names no file (see :func:`_names_its_path`)."""
+    return (*_arrow_read_errors(), OSError)
+
+
+def _names_its_path(exc):
+    """Whether ``exc`` is an error raised as it is: a missing file or one
+    without permission, whose message names its path."""
+    return isinstance(exc, FileNotFoundError | PermissionError)
+
+
+def _scan_options(dataset):
+    """Options of a scan of ``dataset`` whose memory is the rows it keeps.
+
+    pyarrow's defaults read ahead of the filter: 16 batches of each of 4
+    files, and the whole of a Parquet row group's columns at once
+    (``pre_buffer``). For a file not sorted by model, every row group is read
+    and few of its rows kept, so reading one chunk took memory that grew
+    with the file. One batch and one file ahead keep it to the chunk's rows
+    and the row group being filtered.
+    """
+    import pyarrow.dataset as ds
+
+    options = {"batch_readahead": 1, "fragment_readahead": 1}
+    file_format = getattr(dataset, "format", None)  # none for a UnionDataset
+    if isinstance(file_format, ds.ParquetFileFormat) and (
+        file_format.default_fragment_scan_options.equals(
+            ds.ParquetFragmentScanOptions()
+        )
+    ):
+        # Options given here replace the format's own: only pyarrow's
+        # defaults are replaced, never options a caller set on the format
+        # (decryption, buffer sizes), which are kept as they are.
+        options["fragment_scan_options"] = ds.ParquetFragmentScanOptions(
+            pre_buffer=False
+        )
+    return options
 
 
 def _is_text(arrow_type):
@@ -224,7 +272,9 @@ def _check_files(dataset, name):
             continue
         try:
             schema = fragment.physical_schema
-        except _arrow_read_errors() as exc:
+        except _arrow_decode_errors() as exc:
+            if _names_its_path(exc):
+                raise
             raise ValueError(
                 f"{name} could not be read: file {path!r} fails with "
                 f"{type(exc).__name__}: {exc}"
@@ -293,7 +343,8 @@ def _unified_schema(dataset, files, name):
       and int64) are read as their decimal strings; ids of a csv file are
       read as strings, as written;
     - a column of Arrow type null (a header-only file written from pandas)
-      types nothing.
+      types nothing, nor does a file without rows whose type differs from
+      the others' (an empty DataFrame with integer ids).
 
     Partition columns and other columns keep the dataset's own types.
     """
@@ -307,7 +358,7 @@ def _unified_schema(dataset, files, name):
         return pa.schema(list(fields.values()), metadata=dataset.schema.metadata)
     has_task = _check_optional_task(files, name)
     for column in ("model", "query", "score", "task"):
-        stored = []  # (path, type) of each file storing values of the column
+        stored = []  # (fragment, type) of each file storing values of the column
         for fragment, schema in files:
             index = schema.get_field_index(column)
             if index < 0:
@@ -316,7 +367,7 @@ def _unified_schema(dataset, files, name):
             if _is_csv(fragment) and column in _ID_COLUMNS:
                 arrow_type = pa.large_string()
             if not pa.types.is_null(arrow_type):
-                stored.append((fragment.path, arrow_type))
+                stored.append((fragment, arrow_type))
         if column == "task" and not has_task:
             # Only header-only files have it: no row to give a task to.
             fields.pop(column, None)
@@ -327,12 +378,15 @@ def _unified_schema(dataset, files, name):
             if column not in fields and any(column in s.names for _, s in files):
                 fields[column] = pa.field(column, pa.null())
             continue
-        # pyarrow can neither filter nor compare string_view ids: read them
-        # as strings.
-        types = {
-            pa.large_string() if pa.types.is_string_view(arrow_type) else arrow_type
-            for _, arrow_type in stored
-        }
+        types = _read_types(stored)
+        if len(types) > 1:
+            # A file without rows stores no value: its type does not count
+            # (an empty DataFrame with integer ids, written beside files of
+            # string ids). Counting rows reads Parquet metadata only.
+            with_rows = [(f, t) for f, t in stored if f.count_rows()]
+            if with_rows:
+                stored, types = with_rows, _read_types(with_rows)
+        stored = [(fragment.path, arrow_type) for fragment, arrow_type in stored]
         if len(types) == 1:
             (arrow_type,) = types
         elif column == "score":  # integers or floats, checked file by file
@@ -341,6 +395,18 @@ def _unified_schema(dataset, files, name):
             arrow_type = _unified_id_type(column, stored, name)
         fields[column] = pa.field(column, arrow_type)
     return pa.schema(list(fields.values()), metadata=dataset.schema.metadata)
+
+
+def _read_types(stored):
+    """The types to read the ``(file, type)`` pairs of ``stored`` with: as
+    stored, but string_view as strings (pyarrow can neither filter nor
+    compare string_view ids)."""
+    import pyarrow as pa
+
+    return {
+        pa.large_string() if pa.types.is_string_view(arrow_type) else arrow_type
+        for _, arrow_type in stored
+    }
 
 
 def _value_type(arrow_type):
@@ -409,18 +475,29 @@ def _read_error(dataset, exc, name, columns, where=None):
     for fragment in dataset.get_fragments(filter=where):
         try:
             fragment.to_table(schema=dataset.schema, columns=columns, filter=where)
-        except _arrow_read_errors():
+        except _arrow_decode_errors():
             path = getattr(fragment, "path", None)
             break
     source = f"file {path!r}" if path else "one of its files"
-    expected = ", ".join(
-        f"{f.name}: {f.type}" for f in dataset.schema if f.name in columns
-    )
-    kind = ValueError if isinstance(exc, ValueError) else TypeError
+    if isinstance(exc, OSError):  # pages or metadata pyarrow cannot decode
+        advice = (
+            "The file is damaged, or was changed while it was read; write it again."
+        )
+    else:
+        expected = ", ".join(
+            f"{f.name}: {f.type}" for f in dataset.schema if f.name in columns
+        )
+        advice = (
+            f"The files are read with one schema ({expected}); store each column "
+            "with the same type in every file."
+        )
+    # A value of the wrong type (ArrowTypeError, ArrowNotImplementedError) is
+    # a TypeError; a value that does not fit or a file that cannot be decoded
+    # (ArrowInvalid, OSError) a ValueError.
+    kind = TypeError if isinstance(exc, TypeError | NotImplementedError) else ValueError
     return kind(
         f"{name} could not be read: {source} fails with {type(exc).__name__}: "
-        f"{exc}. The files are read with one schema ({expected}); store each "
-        "column with the same type in every file."
+        f"{str(exc).strip().rstrip('.')}. {advice}"
     )
 
 
@@ -433,13 +510,17 @@ def _as_dataset(evals, name):
             '"locus_sklearn[parquet]" (or pyarrow).'
         ) from exc
     if isinstance(evals, ds.Dataset):
-        return evals
+        return _with_absolute_paths(evals)
     path = os.fspath(evals)
     # A URI (s3://, gs://, hdfs://) is resolved by pyarrow's filesystems.
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"{name}={path!r} does not exist.")
     try:
-        dataset = ds.dataset(path, format="parquet")
+        # A relative path is resolved here: a chunk keeps its files' paths,
+        # and a worker process resolves them against its own working folder
+        # (loky reuses workers, which keep the folder they started in).
+        location = path if "://" in path else os.path.abspath(path)
+        dataset = ds.dataset(location, format="parquet")
     except _arrow_read_errors() as exc:
         # pyarrow's message names the file but not the parameter.
         raise ValueError(
@@ -455,8 +536,45 @@ def _as_dataset(evals, name):
             "with '.' or '_' are skipped)."
         )
     if "://" in path or os.path.isdir(path):
-        dataset = _with_hive_columns(dataset, path)
+        dataset = _with_hive_columns(dataset, location)
     return dataset
+
+
+def _with_absolute_paths(dataset):
+    """``dataset`` with the relative paths of its local files made absolute.
+
+    A chunk sent to a worker process carries its files' paths, which the
+    worker resolves against its own working folder: after ``os.chdir`` a
+    relative path read the file of the worker's folder, or failed.
+    """
+    import pyarrow.dataset as ds
+    import pyarrow.fs as fs
+
+    if isinstance(dataset, ds.UnionDataset):
+        children = [_with_absolute_paths(child) for child in dataset.children]
+        return ds.UnionDataset(dataset.schema, children)
+    if not isinstance(dataset, ds.FileSystemDataset) or not isinstance(
+        dataset.filesystem, fs.LocalFileSystem
+    ):
+        return dataset
+    fragments = list(dataset.get_fragments())
+    if all(os.path.isabs(fragment.path) for fragment in fragments):
+        return dataset
+    rebuilt = []
+    for fragment in fragments:
+        if fragment.buffer is None and not os.path.isabs(fragment.path):
+            # Made as pickling makes it (format, partition, row groups of a
+            # Parquet fragment), with no file read.
+            make, args = fragment.__reduce__()
+            fragment = make(os.path.abspath(args[0]), *args[1:])
+        rebuilt.append(fragment)
+    return ds.FileSystemDataset(
+        rebuilt,
+        dataset.schema,
+        dataset.format,
+        dataset.filesystem,
+        root_partition=dataset.partition_expression,
+    )
 
 
 def _with_hive_columns(dataset, path):
@@ -520,17 +638,30 @@ def _dataset_chunks(dataset, chunk_models, name):
     is_text = _is_text(
         model_type.value_type if pa.types.is_dictionary(model_type) else model_type
     )
-    # One pass over the model column only: every distinct name, null count.
-    names, n_rows, n_null = set(), 0, 0
+    # One pass over the model column only: every distinct name, null count,
+    # and the first and last name (as names sort) of each file.
+    names, n_rows, n_null, spans = set(), 0, 0, {}
     try:
-        for batch in dataset.to_batches(columns=["model"]):
-            column = batch.column(0)
+        scanner = dataset.scanner(columns=["model"], **_scan_options(dataset))
+        for tagged in scanner.scan_batches():
+            column = tagged.record_batch.column(0)
             n_rows += len(column)
             n_null += column.null_count
             if pa.types.is_dictionary(column.type):
                 column = column.dictionary_decode()
-            names.update(pc.unique(column.drop_null()).to_pylist())
-    except _arrow_read_errors() as exc:
+            unique = pc.unique(column.drop_null()).to_pylist()
+            if not unique:
+                continue
+            names.update(unique)
+            keys = [str(m) for m in unique]
+            first, last = min(keys), max(keys)
+            path = getattr(tagged.fragment, "path", None)
+            if path in spans:
+                first, last = min(first, spans[path][0]), max(last, spans[path][1])
+            spans[path] = first, last
+    except _arrow_decode_errors() as exc:
+        if _names_its_path(exc):
+            raise
         raise _read_error(dataset, exc, name, ["model"]) from exc
     if n_rows == 0:
         raise _empty_error(name)
@@ -543,18 +674,61 @@ def _dataset_chunks(dataset, chunk_models, name):
     # comparisons use, is code-point order, which Python's is.
     values = sorted(names, key=str)
     columns = [c for c in ("model", "query", "score", "task") if c in schema.names]
-    chunks = [
-        DatasetChunk(
-            dataset, columns, values[i : i + chunk_models], is_text, name, cast
+    chunks = (
+        DatasetChunk(part, columns, values[i : i + chunk_models], is_text, name, cast)
+        for i, part in zip(
+            range(0, len(values), chunk_models),
+            _chunk_datasets(dataset, spans, values, chunk_models),
+            strict=True,
         )
-        for i in range(0, len(values), chunk_models)
-    ]
+    )
     if not _pickles(dataset):
         # A dataset of a table in memory cannot travel to a worker process:
         # read each chunk here, lazily (one chunk's rows at a time), and send
         # its rows instead.
         chunks = (FrameChunk(chunk.read(), name) for chunk in chunks)
     return chunks, n_rows
+
+
+def _chunk_datasets(dataset, spans, values, chunk_models):
+    """For each chunk (``chunk_models`` of the sorted names ``values``), the
+    files of ``dataset`` that can hold its models: those whose names
+    (``spans``: path -> first and last name it holds, as names sort) meet the
+    chunk's range. The others hold none of its rows.
+
+    A chunk carrying every file of a folder opened every file to read its
+    rows, so a folder of one file per model cost files x chunks.
+    """
+    import pyarrow.dataset as ds
+
+    starts = range(0, len(values), chunk_models)
+    if not isinstance(dataset, ds.FileSystemDataset):
+        for _ in starts:
+            yield dataset
+        return
+    fragments = list(dataset.get_fragments())
+    # Each file's first and last name as positions in ``values``; a file
+    # without rows as an empty range.
+    first = np.full(len(fragments), len(values))
+    last = np.full(len(fragments), -1)
+    for i, fragment in enumerate(fragments):
+        if fragment.path in spans:
+            low, high = spans[fragment.path]
+            first[i] = bisect.bisect_left(values, low, key=str)
+            last[i] = bisect.bisect_left(values, high, key=str)
+    for start in starts:
+        stop = min(start + chunk_models, len(values)) - 1
+        held = np.flatnonzero((first <= stop) & (last >= start))
+        if len(held) == len(fragments):
+            yield dataset
+            continue
+        yield ds.FileSystemDataset(
+            [fragments[i] for i in held],
+            dataset.schema,
+            dataset.format,
+            dataset.filesystem,
+            root_partition=dataset.partition_expression,
+        )
 
 
 def _pickles(dataset):
@@ -583,7 +757,7 @@ def _stream_chunks(frames, chunk_models, name):
     first_frame = None  # (index, has a task column) of the first frame with rows
     for i, frame in enumerate(frames):
         label = f"{name} (frame {i})"
-        frame = _as_frame(frame, label)
+        frame = _as_frame(_arrow_as_pandas(frame, label), label)
         _check_columns(frame.columns, label)
         if len(frame) == 0:
             continue
@@ -636,6 +810,23 @@ def _stream_chunks(frames, chunk_models, name):
     complete.extend(open_models)
     if complete:
         yield from _take(pending, complete, chunk_models, name)
+
+
+def _arrow_as_pandas(frame, label):
+    """``frame`` as a DataFrame if it is an Arrow record batch or table
+    (``ParquetFile.iter_batches()``), its integer ids as their decimal
+    strings, as a Parquet source reads them; anything else as it is."""
+    if isinstance(frame, str | os.PathLike):
+        raise TypeError(
+            f"{label} must be a DataFrame; got the path {os.fspath(frame)!r}. An "
+            "iterable is read as a stream of frames: pass one path (a Parquet "
+            "file or folder), or pyarrow.dataset.dataset(paths, format='parquet') "
+            "for several files."
+        )
+    pa = sys.modules.get("pyarrow")  # an Arrow object means pyarrow is imported
+    if pa is not None and isinstance(frame, pa.RecordBatch | pa.Table):
+        return _ids_as_strings(pa.table(frame)).to_pandas()
+    return frame
 
 
 def _take(pending, models, chunk_models, name):
@@ -709,7 +900,7 @@ def iter_model_chunks(evals, *, chunk_models=1000):
 
     Parameters
     ----------
-    evals : DataFrame, mapping of columns, str, os.PathLike, pyarrow.dataset.Dataset or iterable of DataFrames
+    evals : DataFrame, mapping of columns, str, os.PathLike, pyarrow.dataset.Dataset or iterable of DataFrames or Arrow record batches
         Long-format evaluations (columns ``model``, ``query``, ``score``,
         optionally ``task``):
 
@@ -731,19 +922,27 @@ def iter_model_chunks(evals, *, chunk_models=1000):
           some files and strings in others, or a ``task`` column in only some
           of the files with rows, are refused (ids stored as different
           integer types are read as their decimal strings); a header-only
-          file (columns of Arrow type null) types nothing. A
+          file (columns of Arrow type null) types nothing, nor does a file
+          without rows whose types differ from the others'. Each chunk
+          reads only the files that hold its models' names (from the scan),
+          and a relative path is resolved in the calling process, as a
+          worker process may work in another folder. A
           hive-partitioned folder (``model=m1/part-0.parquet``, as
           ``DataFrame.to_parquet(path, partition_cols=["model"])`` writes it)
           gives the columns its folder names hold and its files lack, ids
           as strings. A dataset of a table in memory is read chunk by chunk
           in the calling process (it cannot be sent to a worker process);
         - any other iterable of DataFrames (e.g. ``pd.read_csv(path,
-          chunksize=100_000)``): streamed and regrouped; each model's rows
-          must come in consecutive frames, and every frame with rows must
-          have the ``task`` column, or none.
+          chunksize=100_000)``) or of Arrow record batches or tables (e.g.
+          ``pyarrow.parquet.ParquetFile(path).iter_batches()``; integer ids
+          become their decimal strings): streamed and regrouped; each
+          model's rows must come in consecutive frames, and every frame with
+          rows must have the ``task`` column, or none.
     chunk_models : int, default=1000
         Most models per chunk. Memory grows with it (rows of the chunk),
-        never with the number of models in ``evals``.
+        never with the number of models in ``evals``; reading a Parquet file
+        not sorted by model also holds one row group at a time while it is
+        filtered.
 
     Returns
     -------
