@@ -464,7 +464,11 @@ class LocusEmbedder(
         agree to float32 rounding (atomic additions sum in any order; 6e-7
         apart on one H200), and bit for bit under
         ``torch.use_deterministic_algorithms(True)`` with
-        ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA starts.
+        ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA starts. Fits in
+        several threads train one at a time, each as it would alone (they
+        share torch's process-wide generator); code that draws from that
+        generator in another thread during a fit shifts its own draws and
+        the fit's.
     verbose : int, default=0
         1 prints skorch's epoch table.
 

@@ -21,16 +21,30 @@ and that pass is most of a served text query's latency.
 
 import io
 import logging
-import warnings
 
 import numpy as np
 import torch
 from torch.torch_version import TorchVersion
 
 from ._length_batches import encode_in_length_batches
-from ._warnings import warn_external
+from ._warnings import ignoring, warn_external
 
 __all__ = ["OnnxSentenceEncoder"]
+
+# The exporter's notes on its own internals, ignored while it runs: what the
+# modules it runs through give (torch 2.13's torch.onnx notes that an axis
+# name shares another's constraints), and the FutureWarning that torch's
+# pytree deprecation gives from copyreg's frame when the export copies a
+# LeafSpec. The filters are process-wide while they apply: not every
+# category, so that other threads' warnings (the user's, the library's) still
+# show during a multi-second export.
+_EXPORTER_WARNINGS = (
+    {"module": r"(torch\.(onnx|export|_export|_dynamo|fx)|onnxscript|onnx_ir|onnx)\b"},
+    {
+        "message": r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        "category": FutureWarning,
+    },
+)
 
 # What the optional extra installs; named in every import error.
 INSTALL_HINT = "pip install 'locus_sklearn[onnx]' (onnxruntime, onnx, onnxscript)"
@@ -88,8 +102,7 @@ def _fused_for_onnxruntime(graph, feed):
         from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
         model = ir.from_proto(onnx.load_from_string(graph))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with ignoring(*_EXPORTER_WARNINGS):
             optimize_for_ort(model)  # in place
         fused = ir.to_proto(model).SerializeToString()
         expected, got = run(graph), run(fused)
@@ -246,8 +259,7 @@ class OnnxSentenceEncoder:
         # such as "torchvision is not installed") are not the user's business.
         exporter_log.setLevel(logging.ERROR)
         try:
-            with warnings.catch_warnings(), torch.no_grad():
-                warnings.simplefilter("ignore")
+            with ignoring(*_EXPORTER_WARNINGS), torch.no_grad():
                 program = torch.onnx.export(
                     wrapper,
                     inputs,

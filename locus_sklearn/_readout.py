@@ -13,13 +13,14 @@ an optional input of the correctness predictor.
   optional nearest-neighbour search).
 """
 
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from ._warnings import FILTERS_LOCK, ignoring
 
 __all__ = ["EvaluationSets", "KernelReadout", "ReadoutPool"]
 
@@ -35,6 +36,31 @@ def import_hnswlib():
             "'locus-sklearn[ann]' (or hnswlib)."
         ) from error
     return hnswlib
+
+
+_csr_beta_quieted = False
+
+
+def _quiet_csr_beta_warning():
+    """Spend torch's "Sparse CSR tensor support is in beta" warning, quietly.
+
+    torch gives it once per process, at the first CSR tensor it builds (a
+    ``TORCH_WARN_ONCE``), so one tiny conversion, under a narrow filter and
+    once, keeps it from every later one: the conversions on the predict path
+    then need no filter of their own. Changing the process-wide filters on
+    every call would not be thread-safe (see :data:`._warnings.FILTERS_LOCK`).
+    """
+    global _csr_beta_quieted
+    if _csr_beta_quieted:
+        return
+    with FILTERS_LOCK:
+        if _csr_beta_quieted:  # another thread spent it while this one waited
+            return
+        with ignoring(
+            {"message": "Sparse CSR tensor support is in beta", "category": UserWarning}
+        ):
+            torch.zeros(1, 1).to_sparse_csr()
+        _csr_beta_quieted = True
 
 
 # Most (U, q) weights of one chunk that a sparse pool's product reads in place
@@ -475,9 +501,8 @@ class ReadoutPool:
         self.is_sparse = bool(sparse)
         table = table.to(torch.float32)
         if self.is_sparse:
-            with warnings.catch_warnings():  # "sparse CSR support is in beta"
-                warnings.simplefilter("ignore", UserWarning)
-                csr = table.to_sparse_csr()
+            _quiet_csr_beta_warning()
+            csr = table.to_sparse_csr()
             # int32 indices: 12 bytes per stored cell instead of 16.
             int32 = n_bank < 2**31 and csr.values().numel() < 2**31
             index_dtype = torch.int32 if int32 else torch.int64
@@ -600,11 +625,10 @@ class ReadoutPool:
         """The (U, K + M) transpose of the float32 table as CSR arrays (row
         pointers, columns, values), built on first use and kept."""
         if self._by_bank is None:
-            with warnings.catch_warnings():  # "sparse CSR support is in beta"
-                warnings.simplefilter("ignore", UserWarning)
-                table = self._tables[torch.float32]
-                coo = table.to_sparse_coo() if self.is_sparse else table.to_sparse()
-                csr = coo.t().coalesce().to_sparse_csr()  # (U, 2M)
+            _quiet_csr_beta_warning()
+            table = self._tables[torch.float32]
+            coo = table.to_sparse_coo() if self.is_sparse else table.to_sparse()
+            csr = coo.t().coalesce().to_sparse_csr()  # (U, 2M)
             self._by_bank = (
                 csr.crow_indices().long(),
                 csr.col_indices().long(),

@@ -22,6 +22,7 @@ import copy
 import functools
 import re
 import sys
+import threading
 
 import numpy as np
 import torch
@@ -441,15 +442,30 @@ def gather_queries(bank, X):
     }
 
 
+# Held by every seeded block (see seeded_rng). Re-entrant, so that a seeded
+# block may run inside another in the same thread.
+_SEEDED_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def seeded_rng(seed, device):
-    """Seed private copies of torch's generators for a fit on ``device``.
+    """Seed torch's generators for a fit on ``device``, then restore them.
 
     Reproducible, and the caller's generators are left as they were: the
     CPU one, and the CUDA one of ``device`` where it is a GPU. No other
     CUDA generator is touched (``torch.manual_seed`` would seed every GPU's,
     queueing the seed for later where CUDA is not started yet, even for a
     fit on the CPU).
+
+    ``torch.random.fork_rng`` saves and restores the process-wide
+    generators; it does not make private ones. Initialisation, dropout and
+    the episodes' sampling draw from those process-wide generators, so two
+    seeded blocks in two threads would draw from, and re-seed, one
+    generator, each fit's draws depending on the other's timing. The block
+    therefore holds a process-wide lock: seeded fits in threads run one at a
+    time, each reproducible bit for bit on the CPU. Other code that draws
+    from torch's generators in another thread during a fit still shares
+    them: its draws shift, and so do the fit's.
     """
     device = torch.device(device)
     cuda = []
@@ -457,7 +473,7 @@ def seeded_rng(seed, device):
         cuda = [
             device.index if device.index is not None else torch.cuda.current_device()
         ]
-    with torch.random.fork_rng(devices=cuda):
+    with _SEEDED_LOCK, torch.random.fork_rng(devices=cuda):
         torch.random.default_generator.manual_seed(seed)
         for index in cuda:
             with torch.cuda.device(index):

@@ -9,11 +9,17 @@ and joblib frames further out. :func:`warn_external` points the warning at
 the first frame outside this package and the libraries it is called through:
 what Python 3.12's ``warnings.warn(..., skip_file_prefixes=...)`` does, for
 every supported Python.
+
+:func:`ignoring` quiets other packages' warnings where the library may run
+in threads (predictions, the ONNX export): narrow filters, under one
+process-wide lock.
 """
 
+import contextlib
 import functools
 import os
 import sys
+import threading
 import warnings
 
 import joblib
@@ -73,3 +79,47 @@ def warn_external(message, category):
     False
     """
     warnings.warn(message, category, stacklevel=external_stacklevel())
+
+
+# Held by every block of this library that changes the process-wide warning
+# filters. ``warnings.catch_warnings`` swaps the module-global filter list on
+# entry and puts its saved copy back on exit, so two such blocks overlapping
+# in two threads can restore each other's filters and leave them in place for
+# good. Re-entrant: such a block may run inside another in the same thread.
+FILTERS_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def ignoring(*filters):
+    """Ignore the warnings that match ``filters`` inside the block.
+
+    The filters are process-wide while the block runs (so keep them narrow:
+    a category with a message or a module, never everything), and the
+    block holds :data:`FILTERS_LOCK`, so that no two of the library's
+    blocks interleave their saving and restoring of the filter list.
+
+    Parameters
+    ----------
+    *filters : dict
+        Keyword arguments of :func:`warnings.filterwarnings` (``message``,
+        ``category``, ``module``), one dict per filter.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from locus_sklearn._warnings import ignoring
+    >>> before = list(warnings.filters)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     with ignoring({"message": "noise", "category": UserWarning}):
+    ...         warnings.warn("noise from a dependency", UserWarning)
+    ...         warnings.warn("something the user should see", UserWarning)
+    >>> [str(w.message) for w in caught]
+    ['something the user should see']
+    >>> warnings.filters == before
+    True
+    """
+    with FILTERS_LOCK, warnings.catch_warnings():
+        for kwargs in filters:
+            warnings.filterwarnings("ignore", **kwargs)
+        yield
