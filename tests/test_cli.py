@@ -9,6 +9,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -249,7 +250,7 @@ FIT = ["{w}/evals.csv", "-o", "{w}/x.locus"]
         (["neighbors", R, "fam0-m00", "--k", "99"], 1, "--k 99"),
         (["fit", "{w}/missing.csv", "-o", "{w}/x.locus"], 3, "missing.csv"),
         (["fit", "{w}/evals.csv"], 2, "-o/--output"),
-        (["fit", *FIT, "--set", "n_latent=3"], 1,
+        (["fit", *FIT, "--set", "n_latent=3"], 2,
          "did you mean n_latents"),
         (["fit", *FIT, "--set", "oops"], 2, "NAME=VALUE"),
         (["fit", *FIT, "--encodings", "{w}/costs.csv"], 1,
@@ -258,8 +259,8 @@ FIT = ["{w}/evals.csv", "-o", "{w}/x.locus"]
           "--set", "dropout=2.0"], 1, "dropout"),
         (["fit", *FIT, "--encodings", "{w}/enc.npz",
           "--costs", "{w}/evals.csv"], 1, "columns model,cost"),
-        (["fit", *FIT, "--encoder", "{w}/nodir"], 1,
-         "not an existing local directory"),
+        (["fit", *FIT, "--encoder", "{w}/nodir"], 3,
+         "No such --encoder folder"),
         (["select", "{w}/new.csv", "--k", "2"], 1, "not an embeddings csv"),
         (["select", "{w}/costs.csv"], 2, "one of the arguments --k --budget"),
         (["embed", "{w}/corrupt.locus", "{w}/new.csv", "-o", "{w}/e.csv"], 1,
@@ -1230,11 +1231,11 @@ def test_query_file_not_utf8_names_the_option_and_file(workdir, tmp_path, cli):
          ["locus fit --costs FILE"], ["model_costs"]),
         (["embed", "{w}/router.locus", "{w}/nofile.parquet", "-o", "{w}/x.csv"], 3,
          ["nofile.parquet"], ["path="]),
-        (["fit", *FIT, "--set", "encoder=x"], 1, ["--encoder DIR", "--encodings"],
+        (["fit", *FIT, "--set", "encoder=x"], 2, ["--encoder DIR", "--encodings"],
          ["did you mean"]),
-        (["fit", *FIT, "--set", "device=cpu"], 1, ["--device"], ["did you mean"]),
-        (["fit", *FIT, "--set", "memory=x"], 1, ["--cache DIR"], ["did you mean"]),
-        (["fit", *FIT, "--set", "verbose=0"], 1, ["-q/--quiet"], ["did you mean"]),
+        (["fit", *FIT, "--set", "device=cpu"], 2, ["--device"], ["did you mean"]),
+        (["fit", *FIT, "--set", "memory=x"], 2, ["--cache DIR"], ["did you mean"]),
+        (["fit", *FIT, "--set", "verbose=0"], 2, ["-q/--quiet"], ["did you mean"]),
         (["route", "EMBEDDER", "q001"], 1, ["locus embed", "router file"],
          ["LocusEmbedder.load"]),
     ],
@@ -1673,8 +1674,8 @@ def test_match_ranges_and_min_shared_in_option_terms(
          ["model="]),
         (["route", "{w}/router.locus", "new text"], 1, ["--encodings", "no vector"],
          ["encoder (", "mapping"]),
-        (["fit", *FIT, "--encoder", "/nonexistent"], 1, ["--encoder '/nonexistent'"],
-         ["encoder=", "mapping {query_id"]),
+        (["fit", *FIT, "--encoder", "{w}/costs.csv"], 1, ["--encoder '", "is a file",
+          "Give --encoder the path"], ["encoder=", "mapping {query_id"]),
         (["calibrate", "{w}/router.locus", "QUERIES", "--target-cost", "1",
           "--cv", "2"], 1, ["--cv 2", "EVALS must be scored"], ["cv=", "of evals"]),
         (["fit", "{w}", "-o", "{w}/x.locus", "--encodings", "{w}/enc.npz"], 3,
@@ -2239,3 +2240,261 @@ def test_a_router_saved_without_query_text_in_the_commands(workdir, tmp_path, cl
     status, out, err = cli("route", path, "q001")
     assert_one_line(status, err, 1, "give them again with --encodings FILE.npz")
     assert "load(" not in err and "encoder=" not in err
+
+
+# ---------------------------------------------- warnings and errors in options
+# Python names the library's warnings and errors use, outside the option form
+# that sets them ("--set agreement_weight=0.3" is an option, a bare
+# "agreement_weight=0.3" is not).
+_PYTHON_NAMES = re.compile(
+    r"(?<![\w-])(?<!--set )(?<!--set ')"
+    r"(random_state|agreement_weight=|refine_steps=|kernel_readout=|"
+    r"validation_fraction=|max_epochs=|enc_size|n_heads=|embedding_dim=|"
+    r"shrinkage=|shrinkage_|remove_models|predict_proba|transform\(\)|"
+    r"LocusEmbedder\(|LocusRouter\.|evals read from|mapping encoder|"
+    r"encoder\[|encoder gives)"
+)
+
+
+def _four_query_evals(path):
+    """4 models scored on the same 4 queries: fewer evaluations than TINY's
+    enc_size[0] (16), too few queries to hold any out for validation (0.1 *
+    4 rounds to 0), and a leader whose mean is of 4: 'm_a', right on all 4,
+    so that routing every query to it is the best accuracy there is, and
+    --shrinkage auto chooses 1 (ties go to the larger value)."""
+    scores = {
+        "m_a": [1, 1, 1, 1],
+        "m_b": [1, 0, 0, 0],
+        "m_c": [0, 1, 0, 0],
+        "m_d": [0, 0, 1, 1],
+    }
+    rows = [(m, f"q{i:03d}", s) for m, row in scores.items() for i, s in enumerate(row)]
+    pd.DataFrame(rows, columns=["model", "query", "score"]).to_csv(path, index=False)
+    return path
+
+
+def test_fit_warnings_name_options(workdir, tmp_path, cli, tiny_cli_args, monkeypatch):
+    """fit's warnings give advice in fit's options (--seed, --set, --epochs,
+    --shrinkage), not as Python parameters, and never advise what no command
+    does (remove_models, routing "with shrinkage=None"). The warnings are the
+    library's own, raised by real fits; a pair of the translation that stops
+    matching their text leaves a Python name or drops an option below."""
+    import locus_sklearn._embedder as embedder_module
+
+    # Every fit counts as collapsed: the library's real warning, both forms.
+    monkeypatch.setattr(embedder_module, "COLLAPSE_SPREAD", float("inf"))
+    evals = _four_query_evals(tmp_path / "evals.csv")
+    fit = ["fit", evals, "--encodings", workdir / "enc.npz", "-q", *tiny_cli_args]
+
+    status, _, auto = cli(*fit, "-o", tmp_path / "auto.locus")
+    assert status == 0, auto
+    # --shrinkage auto chose 1 (the thin leader warns at any value above 0).
+    assert "shrinkage 1) to" in auto, auto
+    assert auto.count("locus fit: warning: ") == 4, auto
+    for text in (
+        "locus fit: warning: --set validation_fraction=0.1 holds out no evaluations",
+        "for --epochs 2 epochs. Give --set validation_fraction=0 to train without",
+        "through the kernel readout. Another --seed may train apart",
+        "--set agreement_weight=0.3 trained apart most",
+        "and --set agreement_weight=0.1 --set refine_steps=10, the configuration",
+        "4 model(s) have fewer than 16 evaluations (the low end of --set "
+        "'enc_size=(16, 128)': the smallest set training draws",
+        "over only 4 evaluation(s), fewer than 16, the low end of --set "
+        "'enc_size=(16, 128)'. With shrinkage 1 (chosen by --shrinkage auto), "
+        "routing sends it every query",
+        "spread over the pool's tasks, or refit with `locus fit --shrinkage none` "
+        "(the plain router).",
+    ):
+        assert text in auto, auto
+
+    status, _, blend = cli(*fit, "-o", tmp_path / "blend.locus", "--shrinkage",
+                           "0.5", "--set", "kernel_readout=False")  # fmt: skip
+    assert status == 0, blend
+    for text in (
+        "the embedding-only predictor (--set kernel_readout=False) gives every",
+        "With shrinkage 0.5, the router blends that mean into its P(correct)",
+        "or refit with `locus fit --shrinkage none` (the plain router).",
+    ):
+        assert text in blend, blend
+    assert _PYTHON_NAMES.findall(auto + blend) == [], auto + blend
+
+
+def test_onboard_embed_and_calibrate_warnings_name_options(workdir, tmp_path, cli):
+    """The warnings of onboard, embed and calibrate (the library's, raised on
+    a router at shrinkage 1) point to `locus fit --shrinkage ...`, which
+    neither route nor any other command replaces."""
+    from locus_sklearn import LocusRouter
+
+    router = LocusRouter.load(workdir / "router.locus")
+    router.shrinkage_ = 1.0  # P(correct) is each model's mean score
+    flat = tmp_path / "flat.locus"
+    router.save(flat)
+    # A new model right on 10 queries: the pool's best mean, from fewer
+    # evaluations than the router's enc_size[0] (16).
+    star = tmp_path / "star.csv"
+    pd.DataFrame(
+        {"model": "star", "query": [f"q{i:03d}" for i in range(10)], "score": 1.0}
+    ).to_csv(star, index=False)
+    costs = tmp_path / "star_cost.csv"
+    pd.DataFrame({"model": ["star"], "cost": [1.0]}).to_csv(costs, index=False)
+
+    status, _, onboard = cli(
+        "onboard", flat, star, "--costs", costs, "-o", tmp_path / "out.locus"
+    )
+    assert status == 0, onboard
+    for text in (
+        "locus onboard: warning: 1 model(s) have fewer than 16 evaluations (the "
+        "smallest set training draws",
+        "'star' now has the pool's highest mean score",
+        "With shrinkage 1, routing sends it every query",
+        "or refit with `locus fit --shrinkage none` (the plain router) to judge "
+        "it by its embedding.",
+    ):
+        assert text in onboard, onboard
+
+    status, _, embed = cli("embed", flat, star, "-o", tmp_path / "emb.csv")
+    assert status == 0, embed
+    assert "locus embed: warning: 1 model(s) have fewer than 16 evaluations (the " \
+        "smallest set" in embed, embed  # fmt: skip
+
+    queries = tmp_path / "queries.txt"
+    queries.write_text("q001\nq017\nq033\n")
+    target = float(np.median(router.model_costs_))
+    status, _, calibrate = cli("calibrate", flat, queries, "--target-cost", target)
+    assert status == 0, calibrate
+    for text in (
+        "locus calibrate: warning: The router's shrinkage is 1: every query's",
+        "For cost-aware routing, refit with `locus fit --shrinkage auto` (with "
+        "costs it stays below 1), --shrinkage none or a --shrinkage below 1.",
+    ):
+        assert text in calibrate, calibrate
+    found = _PYTHON_NAMES.findall(onboard + embed + calibrate)
+    assert found == [], onboard + embed + calibrate
+
+
+def _error_case(case, workdir, tmp_path):
+    """(arguments, texts the error holds) of test_fit_and_file_errors_name_options."""
+    from locus_sklearn import LocusRouter
+
+    evals = pd.read_csv(workdir / "evals.csv")
+    enc = ["--encodings", workdir / "enc.npz"]
+    out = ["-o", tmp_path / "x.locus", "-q", "--epochs", "1"]
+    path = tmp_path / f"{case}.csv"
+    if case == "lonely":  # a model with one evaluation
+        pd.concat([evals, evals.head(1).assign(model="lonely")]).to_csv(
+            path, index=False
+        )
+        return ["fit", path, *enc, *out], [
+            "1 model(s) have 1: ['lonely']. Add such models to the fitted router "
+            "with `locus onboard`, or embed them with `locus embed`."
+        ]
+    if case in ("no_columns", "no_rows"):
+        queries = np.load(workdir / "enc.npz")["queries"]
+        shape = (len(queries), 0) if case == "no_columns" else (0, 8)
+        path = tmp_path / f"{case}.npz"
+        np.savez(path, queries=queries[: shape[0]], vectors=np.zeros(shape))
+        return ["fit", workdir / "evals.csv", "--encodings", path, *out], [
+            f"'{path}': 'vectors' has shape {shape}; it needs at least one query "
+            "and one number per encoding"
+        ]
+    if case == "score":
+        evals.assign(score=evals["score"].where(evals.index > 0, 2.0)).to_csv(
+            path, index=False
+        )
+        return ["fit", path, *enc, *out], [
+            f"The evaluations file '{path}', column 'score' has 1 value(s) outside "
+            "[0, 1] (e.g. [2.0])"
+        ]
+    if case == "blank_model":
+        evals.assign(model=evals["model"].where(evals.index > 0, "")).to_csv(
+            path, index=False
+        )
+        return ["fit", path, *enc, *out], [
+            f"The evaluations file '{path}', column 'model' has 1 empty"
+        ]
+    if case == "n_heads":
+        return [
+            "fit", workdir / "evals.csv", *enc, *out, "--embedding-dim", "16",
+            "--set", "n_heads=3",
+        ], ["--set n_heads=3 must divide --embedding-dim 16."]  # fmt: skip
+    assert case == "dimension"
+    # A file that saved no query text takes --encodings of its dimension (8).
+    hashed = tmp_path / "hashed.locus"
+    LocusRouter.load(workdir / "router.locus").save(hashed, include_query_text=False)
+    vectors = tmp_path / "enc4.npz"
+    np.savez(vectors, queries=np.array(["q001"]), vectors=np.ones((1, 4)))
+    return ["route", hashed, "--encodings", vectors, "q001"], [
+        "The query encoder (--encoder, or the vectors of --encodings) gives "
+        "4-dimensional query encodings",
+        "fitted on 8-dimensional ones; give the one it was fitted with: "
+        "--encodings vectors of that dimension",
+    ]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["lonely", "no_columns", "no_rows", "score", "blank_model", "n_heads", "dimension"],
+)
+def test_fit_and_file_errors_name_options(workdir, tmp_path, cli, case):
+    """Errors that named Python API (transform(), a mapping encoder, "evals
+    read from ...", n_heads= and embedding_dim=, "encoder gives") name the
+    commands, options and files instead."""
+    args, contains = _error_case(case, workdir, tmp_path)
+    status, _, err = cli(*args)
+    assert_one_line(status, err, 1, *contains)
+    assert _PYTHON_NAMES.findall(err) == [], err
+    assert not (tmp_path / "x.locus").exists()
+
+
+@pytest.mark.parametrize("command, extra", [("route", ["--top", "2"]),
+                                            ("portfolio", ["--k", "2"])])  # fmt: skip
+def test_queries_may_follow_options(workdir, cli, command, extra):
+    """`locus route R --top 2 q1` routes q1, as `locus route R q1 --top 2`
+    does (argparse left a QUERY after an option over as "unrecognized")."""
+    router = workdir / "router.locus"
+    enc = ["--encodings", workdir / "enc.npz"]
+    status, expected, err = cli(command, router, "q001", "q017", *extra, "--json")
+    assert status == 0, err
+    for args in (
+        [*extra, "q001", "q017", "--json"],
+        ["q001", *extra, "q017", "--json"],
+        [*extra, *enc, "--json", "q001", "q017"],
+        [*extra, "--json", "--", "q001", "q017"],
+    ):
+        status, out, err = cli(command, router, *args)
+        assert status == 0, (args, err)
+        assert out == expected, args
+    # '-' (stdin) after the options reads stdin, as before them.
+    status, out, err = cli(command, router, *extra, "--json", "-",
+                           stdin="q001\nq017\n")  # fmt: skip
+    assert status == 0 and out == expected, err
+    # An unknown option among the queries is still refused, and alone named.
+    status, _, err = cli(command, router, *extra, "q001", "--bogus", "q017")
+    assert_one_line(
+        status, err, 2, f"locus {command}: error: unrecognized arguments: --bogus ("
+    )
+
+
+def test_exit_statuses_of_a_missing_encoder_and_option_conflicts(
+    workdir, tmp_path, cli
+):
+    """A missing --encoder folder is a missing file (3, as a missing
+    --encodings); --method with --budget and an unknown --set name are bad
+    command lines (2, pointing to the help), as the other option conflicts."""
+    router = workdir / "router.locus"
+    missing = tmp_path / "missing_dir"
+    for args in (["route", "--encoder", missing, router, "q001"],
+                 ["neighbors", router, "fam0-m00", "--encoder", missing]):  # fmt: skip
+        status, _, err = cli(*args)
+        assert_one_line(status, err, 3, f"No such --encoder folder: '{missing}'")
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv")
+    status, _, err = cli("select", emb, "--budget", "3", "--method", "kcenter")
+    assert_one_line(status, err, 2, "--method kcenter applies to --k",
+                    "(see `locus select --help`)")  # fmt: skip
+    for name in ("bogus", "encoder"):
+        status, _, err = cli(
+            "fit", *[a.format(w=workdir) for a in FIT], "--set", f"{name}=1"
+        )
+        assert_one_line(status, err, 2, f"--set {name}=...",
+                        "(see `locus fit --help`)")  # fmt: skip
+    assert not (workdir / "x.locus").exists()

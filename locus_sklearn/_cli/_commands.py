@@ -13,6 +13,7 @@ import re
 import sys
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -91,6 +92,18 @@ _ENCODER_TERMS = [
         "such a file cannot be used from the command line: load it in Python "
         "and pass the encoder object again",
     ),
+    # A query encoder of another dimension than the one the file was fitted
+    # with (an --encoder folder, or --encodings vectors).
+    (
+        "encoder gives",
+        "The query encoder (--encoder, or the vectors of --encodings) gives",
+    ),
+    (
+        "pass the encoder it was fitted with",
+        "give the one it was fitted with: --encodings vectors of that "
+        "dimension, or, where the file saved its encoder, neither --encoder "
+        "nor --encodings",
+    ),
     ("encoder=", "--encoder "),
 ]
 
@@ -98,9 +111,13 @@ _ENCODER_TERMS = [
 def _in_terms(message, pairs):
     """``message`` with each (parameter text, option text) pair replaced
     where the parameter text stands on its own (``evals`` but not
-    ``n_evals``, ``model=`` but not ``n_model=``)."""
+    ``n_evals``, ``model=`` but not ``n_model=``), and not where it stands
+    in its option form already: with the pair ("name=", "--set name="),
+    "--set name=1", written by an earlier pair, stays as it is."""
     for parameter, option in pairs:
         before = r"(?<![\w-])" if re.match(r"\w", parameter) else ""
+        if option != parameter and option.endswith(parameter):
+            before += f"(?<!{re.escape(option[: -len(parameter)])})"
         after = r"(?!\w)" if re.search(r"\w$", parameter) else ""
         pattern = before + re.escape(parameter) + after
         message = re.sub(pattern, option.replace("\\", r"\\"), message)
@@ -146,10 +163,23 @@ def _warnings_in_option_terms(*pairs):
 
 
 def _encoder_arg(args):
-    """The ``encoder=`` value from ``--encoder``/``--encodings`` (None if neither)."""
+    """The ``encoder=`` value from ``--encoder``/``--encodings`` (None if neither).
+
+    A missing ``--encoder`` folder is a missing file (exit status 3), as a
+    missing ``--encodings`` file is; the estimators refuse it as a bad value.
+    """
     if getattr(args, "encodings", None):
         return read_encodings(args.encodings)
     if getattr(args, "encoder", None):
+        if not Path(args.encoder).expanduser().exists():
+            raise FileNotFoundError(
+                f"No such --encoder folder: {str(args.encoder)!r}. Models are "
+                "never downloaded, so a hub name such as "
+                "'sentence-transformers/all-mpnet-base-v2' is not resolved: give "
+                "--encoder the path of a local sentence-transformers model folder "
+                "(e.g. one saved with SentenceTransformer.save(path)), or "
+                "precomputed vectors with --encodings FILE.npz."
+            )
         return args.encoder
     return None
 
@@ -246,6 +276,55 @@ _SET_BY_OPTION = {
     "verbose": "-q/--quiet",
 }
 
+# The warnings of a fitted router's add_models and embed (and of fit), in the
+# commands' terms. No command removes a model, and route has no shrinkage
+# option: the plain router is a refit. Each pair is tested against the
+# warning the library gives (tests/test_cli.py, "warnings_name_options").
+_ROUTER_WARNING_TERMS = [
+    ('(chosen by shrinkage="auto")', "(chosen by --shrinkage auto)"),
+    ("shrinkage_=", "shrinkage "),
+    ("predict_proba blends", "the router blends"),
+    ("remove it (remove_models), ", ""),
+    ("route with shrinkage=None", "refit with `locus fit --shrinkage none`"),
+    # The router's enc_size is fixed: the number is what can be acted on.
+    ("enc_size[0]=", ""),
+]
+
+# fit's own: phrases that need more than ``name=`` -> ``--set name=``.
+_FIT_WARNING_TERMS = [
+    (
+        "LocusEmbedder(agreement_weight=0.1, refine_steps=10)",
+        "--set agreement_weight=0.1 --set refine_steps=10",
+    ),
+    ("Another random_state", "Another --seed"),
+    ("Set validation_fraction=", "Give --set validation_fraction="),
+    ("Embed such models with transform() instead", "Add such models to the "
+     "fitted router with `locus onboard`, or embed them with `locus embed`"),
+]  # fmt: skip
+
+
+def _fit_terms(embedder):
+    """The (parameter text, option text) pairs of ``fit``'s errors and
+    warnings: LocusEmbedder's ``name=`` as ``--set name=`` (or as the option
+    that sets it: ``max_epochs=`` is ``--epochs``), and its ``enc_size[0]``
+    as the ``--set`` that gives it."""
+    pairs = list(_FIT_WARNING_TERMS)
+    for name in embedder.get_params(deep=False):
+        if name in _SET_BY_OPTION:  # encoder= is in _ENCODER_TERMS
+            continue
+        option = f"{_FIT_OPTIONS[name][0]} " if name in _FIT_OPTIONS else None
+        pairs.append((f"{name}=", option or f"--set {name}="))
+    enc_size = embedder.enc_size
+    if isinstance(enc_size, tuple) and len(enc_size) == 2:  # else fit refuses it
+        low, high = enc_size
+        given = f"--set 'enc_size=({low}, {high})'"
+        pairs += [
+            (f"enc_size[0]={low} evaluations (",
+             f"{low} evaluations (the low end of {given}: "),
+            (f"enc_size[0]={low}", f"{low}, the low end of {given}"),
+        ]  # fmt: skip
+    return [*pairs, *_ROUTER_WARNING_TERMS, *_ENCODER_TERMS]
+
 
 def _embedder_params(args):
     from .. import LocusEmbedder
@@ -260,9 +339,10 @@ def _embedder_params(args):
             hint = f"; did you mean {close[0]}?" if close else ""
             if name in _SET_BY_OPTION:
                 hint = f"; fit sets it with {_SET_BY_OPTION[name]}"
-            raise ValueError(
+            raise CommandError(
                 f"--set {name}=...: {name!r} is not a LocusEmbedder hyper-parameter "
-                f"that --set can change{hint} (see `locus fit --help`)."
+                f"that --set can change{hint} (see `locus fit --help`).",
+                status=EXIT_USAGE,
             )
         if name == "enc_size" and isinstance(value, list):
             value = tuple(value)
@@ -323,13 +403,20 @@ def cmd_fit(args):
         verbose=0 if args.quiet else 1,
         **_embedder_params(args),
     )
-    embedder._validate_params()  # bad --set values fail before any work
+    terms = _fit_terms(embedder)
+    with _in_option_terms(*terms):
+        embedder._validate_params()  # bad --set values fail before any work
     if not args.quiet:
         note(
             f"Training LOCUS on {len(models)} models, {len(evals):,} evaluations, "
             f"{evals['query'].nunique():,} queries ..."
         )
-    with progress_to_stderr(), _in_option_terms(), interrupts_kept():
+    with (
+        progress_to_stderr(),
+        _warnings_in_option_terms(*terms),
+        _in_option_terms(*terms),
+        interrupts_kept(),
+    ):
         router = LocusRouter(
             embedder,
             shrinkage=args.shrinkage,
@@ -471,7 +558,10 @@ def cmd_embed(args):
         )
     estimator = _load(args.model, args, embedder_ok=True)
     evals = read_evals(args.evals)
-    with _in_option_terms(*_ENCODER_TERMS, common=False):
+    with (
+        _warnings_in_option_terms(*_ROUTER_WARNING_TERMS),
+        _in_option_terms(*_ENCODER_TERMS, common=False),
+    ):
         if isinstance(estimator, LocusRouter):
             embeddings = estimator.embed(evals)
         else:
@@ -527,7 +617,10 @@ def cmd_onboard(args):
     )
     models = sorted(evals["model"].unique())
     before = set(router.classes_)
-    with _in_option_terms(*_ENCODER_TERMS):
+    with (
+        _warnings_in_option_terms(*_ROUTER_WARNING_TERMS),
+        _in_option_terms(*_ENCODER_TERMS),
+    ):
         router.add_models(evals, model_costs=_onboard_costs(router, models, args.costs))
     write_estimator(router, output, "ROUTER")  # atomic: the old file or the new
     new = [m for m in models if m not in before]
@@ -562,8 +655,10 @@ def _selector(args, names, X, costs):
 
     if args.budget is not None:
         if args.method:
-            raise ValueError(
-                "--method applies to --k; --budget always selects greedily."
+            raise CommandError(
+                f"--method {args.method} applies to --k; --budget always selects "
+                "greedily. Leave out one of them.",
+                status=EXIT_USAGE,
             )
         if costs is None and (args.budget != int(args.budget) or args.budget < 1):
             raise CommandError(

@@ -261,9 +261,22 @@ def _evals_terms(message, path):
     "The evaluations file 'e.csv' has no column(s) ['score']; it has columns \
 ['model']. Rename the file's columns to model, query and score (and task, if \
 any)."
+    >>> _evals_terms("evals read from 'e.csv'['score'] has 1 value(s) outside "
+    ...              "[0, 1] (e.g. [2.0]).", "e.csv")
+    "The evaluations file 'e.csv', column 'score' has 1 value(s) outside [0, 1] \
+(e.g. [2.0])."
     """
     shown = repr(os.fspath(path))
     message = message.replace(f"path={shown}", f"The evaluations file {shown}")
+    message = message.replace(f"path ({shown})", f"The evaluations file {shown}")
+    # The checks of the table read: "evals read from 'e.csv'['score'] has ...".
+    read_from = f"evals read from {shown}"
+    message = re.sub(
+        re.escape(read_from) + r"""\[('[^']*'|"[^"]*")\]""",
+        lambda found: f"The evaluations file {shown}, column {found[1]}",
+        message,
+    )
+    message = message.replace(read_from, f"The evaluations file {shown}")
     if message.startswith("path "):
         message = f"The evaluations file {shown} {message[len('path ') :]}"
     return _COLUMN_ADVICE.sub(
@@ -652,6 +665,11 @@ def read_encodings(path):
                 f"{str(path)!r}: 'queries' holds bytes that are not UTF-8 text "
                 f"({exc.reason}); save the texts as np.array(texts, dtype=str)."
             ) from None
+    if not len(queries) or not vectors.shape[1]:
+        raise ValueError(
+            f"{str(path)!r}: 'vectors' has shape {vectors.shape}; it needs at least "
+            "one query and one number per encoding, shape (n, d) with n, d >= 1."
+        )
     queries = queries.astype(str).tolist()
     if len(set(queries)) != len(queries):
         raise ValueError(f"{str(path)!r}: 'queries' has duplicates.")

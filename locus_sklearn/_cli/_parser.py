@@ -8,6 +8,7 @@ when that module is installed.
 
 import argparse
 import ast
+import re
 
 from . import _commands
 from ._types import (
@@ -45,13 +46,51 @@ class _CommandParser(_Parser):
     """A subcommand's parser: an argument it does not know is its own usage
     error (``locus neighbors: error: unrecognized arguments: --bogus (see
     `locus neighbors --help`)``). argparse hands such arguments back to the
-    top-level parser, whose error would name ``locus`` and its help."""
+    top-level parser, whose error would name ``locus`` and its help.
+
+    ``queries_dest``, where set (:func:`_router_and_queries`), names a
+    ``nargs="*"`` positional that may also stand after options: argparse
+    fills it with the arguments before the first option (none in ``locus
+    route R --top 2 q1``) and leaves the later ones over; those are added to
+    it, in order, unless one looks like an option.
+    """
+
+    queries_dest = None
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.queries_dest is not None:
+            values, options = _split_extras(extras)
+            if not options:
+                queries = getattr(namespace, self.queries_dest) or []
+                setattr(namespace, self.queries_dest, [*queries, *values])
+            extras = options  # the queries among them are not unrecognized
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
+
+
+# argparse's own test: an argument starting with "-" is a positional where it
+# is "-" alone, a negative number (no option here looks like one) or holds a
+# space; anything after "--" is one too.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def _split_extras(extras):
+    """(values, options): the arguments argparse left over that are
+    positional values, in order, and those that look like options."""
+    values, options = [], []
+    for i, arg in enumerate(extras):
+        if arg == "--":
+            return values + extras[i + 1 :], options
+        looks_like_option = (
+            arg.startswith("-")
+            and arg != "-"
+            and " " not in arg
+            and not _NEGATIVE_NUMBER.match(arg)
+        )
+        (options if looks_like_option else values).append(arg)
+    return values, options
 
 
 # ------------------------------------------------------------------ arg types
@@ -531,8 +570,10 @@ def _router_and_queries(parser):
         "queries",
         metavar="QUERY",
         nargs="*",
-        help="query texts; '-' reads one query per line from stdin",
+        help="query texts, before or after the options; '-' reads one query per "
+        "line from stdin",
     )
+    parser.queries_dest = "queries"  # QUERY may also follow options
     parser.add_argument(
         "--file", type=path, metavar="FILE", help="read one query per line from FILE"
     )

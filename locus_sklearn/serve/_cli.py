@@ -20,7 +20,11 @@ import socket
 import sys
 from pathlib import Path
 
-from .._cli._commands import _ENCODER_TERMS, _in_option_terms
+from .._cli._commands import (
+    _ENCODER_TERMS,
+    _in_option_terms,
+    _warnings_in_option_terms,
+)
 from .._cli._errors import EXIT_IO, EXIT_USAGE, CommandError, interrupts_kept
 from .._cli._io import (
     check_not_an_input,
@@ -148,6 +152,13 @@ _CALIBRATE_OPTIONS = [
     *_ENCODER_TERMS,
 ]
 
+# calibrate_cost_weight's warning at shrinkage 1, whose way out is a refit.
+_CALIBRATE_WARNING_TERMS = [
+    ("LocusRouter.shrinkage_", "The router's shrinkage"),
+    ("fit with shrinkage='auto'", "refit with `locus fit --shrinkage auto`"),
+    *_CALIBRATE_OPTIONS,
+]
+
 # The router file and the gateway configuration, as create_app and
 # litellm_config name them: cost_weight there is the configuration's key.
 _SERVE_TERMS = [
@@ -177,7 +188,11 @@ def _cmd_calibrate(args):
     models = args.models and resolve_models(args.models, router.classes_)
     # With --cv, copies of the router are refitted: a Ctrl-C there must stop
     # the command, not leave a fold trained part-way.
-    with interrupts_kept(), _in_option_terms(*_CALIBRATE_OPTIONS):
+    with (
+        interrupts_kept(),
+        _warnings_in_option_terms(*_CALIBRATE_WARNING_TERMS),
+        _in_option_terms(*_CALIBRATE_OPTIONS),
+    ):
         result = calibrate_cost_weight(
             router,
             evals,
