@@ -20,7 +20,7 @@ from .._evals import (
     _unordered,
     check_evals,
 )
-from .._warnings import warn_external
+from .._warnings import FILTERS_LOCK, warn_external
 
 __all__ = ["from_wide", "load_evals"]
 
@@ -190,7 +190,9 @@ def _read_table(path, name, string_columns, score_column=None):
         na = {c: _NA_TEXTS for c in header if c not in string_columns}
         if score_column:
             na[score_column] = [""]
-        with warnings.catch_warnings():
+        # Under the library's lock: the filters are process-wide while the
+        # block runs (see _warnings.FILTERS_LOCK).
+        with FILTERS_LOCK, warnings.catch_warnings():
             # A row with more fields than the header: by default pandas makes
             # the first column the index (shifting every column), and with
             # index_col=False it drops the extra fields with this warning.

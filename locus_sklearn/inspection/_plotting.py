@@ -3,7 +3,6 @@
 matplotlib is optional: it is imported when a plot is drawn.
 """
 
-import warnings
 from collections.abc import Mapping
 from numbers import Integral, Real
 
@@ -15,6 +14,7 @@ from sklearn.manifold import TSNE
 from sklearn.preprocessing import normalize
 
 from .._evals import _preview
+from .._warnings import ignoring
 from ._common import (
     as_distances,
     as_pool,
@@ -134,10 +134,9 @@ def _draw_tree(tree, ax, **kwargs):
     """
     if tree[:, 2].max() > 0:
         return dendrogram(tree, ax=ax, **kwargs)
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="Attempting to set identical low and high ylims"
-        )
+    # ignoring(): the process-wide filters under the library's lock, so that
+    # blocks in two threads cannot restore each other's filters.
+    with ignoring({"message": "Attempting to set identical low and high ylims"}):
         drawn = dendrogram(tree, ax=ax, **kwargs)
     ax.set_ylim(0.0, 1.0)
     return drawn

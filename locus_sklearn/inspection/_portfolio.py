@@ -1,7 +1,6 @@
 """Routing accuracy of portfolios chosen from the embeddings, against random ones."""
 
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -11,6 +10,7 @@ from sklearn.utils import check_random_state
 
 from .._evals import check_evals, check_model_costs
 from .._selectors import KMedoidsSelector, _within_budget
+from .._warnings import ignoring
 from ._common import check_models_in_pool, router_embeddings, router_routing
 
 # ExpectedAccuracySelector's warning that a step added nothing (a tie).
@@ -236,10 +236,9 @@ def portfolio_curve(
     records = []
     for value in values:
         fitted = clone(selector).set_params(**{parameter: value})
-        with warnings.catch_warnings():
-            # A curve runs past the size where selections stop gaining: that
-            # flat end is what it shows, not a mistake to warn of per size.
-            warnings.filterwarnings("ignore", message=_TIED_SELECTION)
+        # A curve runs past the size where selections stop gaining: that
+        # flat end is what it shows, not a mistake to warn of per size.
+        with ignoring({"message": _TIED_SELECTION}):
             if parameter == "budget":
                 fitted.fit(Z, costs=costs)
             else:

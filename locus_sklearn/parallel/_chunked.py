@@ -7,7 +7,6 @@ import pickle
 import reprlib
 import threading
 import uuid
-import warnings
 from numbers import Integral
 from types import SimpleNamespace
 
@@ -20,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import BaseRouter, check_model_subset
 from .._embedder import LocusEmbedder
 from .._evals import _preview, check_evals, check_queries, tasks_by_query
+from .._warnings import ignoring
 from ._sources import model_chunks
 
 try:  # what loky pickles tasks with: a dependency of joblib >= 1.5
@@ -267,8 +267,7 @@ def _results_in_order(tasks, n_jobs):
 def _close_quietly(results):
     """Stop ``results`` early (an error was raised) without joblib's warning
     that the chunks still in flight were cancelled: that is intended."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"joblib\.")
+    with ignoring({"category": UserWarning, "module": r"joblib\."}):
         results.close()
 
 
