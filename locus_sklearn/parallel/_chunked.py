@@ -7,6 +7,7 @@ import pickle
 import reprlib
 import threading
 import uuid
+import warnings
 from numbers import Integral
 from types import SimpleNamespace
 
@@ -19,7 +20,6 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import BaseRouter, check_model_subset
 from .._embedder import LocusEmbedder
 from .._evals import _preview, check_evals, check_queries, tasks_by_query
-from .._warnings import ignoring
 from ._sources import model_chunks
 
 try:  # what loky pickles tasks with: a dependency of joblib >= 1.5
@@ -266,8 +266,13 @@ def _results_in_order(tasks, n_jobs):
 
 def _close_quietly(results):
     """Stop ``results`` early (an error was raised) without joblib's warning
-    that the chunks still in flight were cancelled: that is intended."""
-    with ignoring({"category": UserWarning, "module": r"joblib\."}):
+    that the chunks still in flight were cancelled: that is intended.
+
+    Not under _warnings.FILTERS_LOCK, unlike the library's other such blocks:
+    closing may wait for worker threads, which may need that lock (the
+    predict path's first sparse conversion), and would then never end."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"joblib\.")
         results.close()
 
 
