@@ -48,8 +48,9 @@ def test_stop_does_not_block_the_loop_for_a_running_call():
 
         beat = asyncio.create_task(heartbeat())
         await asyncio.sleep(0.03)
-        # The call is released 0.3 s from now, by the loop itself.
-        loop.call_later(0.3, release.set)
+        # The call is released 1 s from now, by the loop itself (room for a
+        # slow, shared CI runner; the old code's loop stood still for 2 s).
+        loop.call_later(1.0, release.set)
         before = time.monotonic()
         await batcher.stop()
         stop_took = time.monotonic() - before
@@ -76,13 +77,13 @@ def test_stop_does_not_block_the_loop_for_a_running_call():
     stop_took, running_after_stop, outcome, finished_at_start, gaps, again = (
         asyncio.run(scenario())
     )
-    assert stop_took < 0.2, stop_took
+    assert stop_took < 0.8, stop_took
     assert running_after_stop
     assert isinstance(outcome, BatcherStopped), outcome
     assert "shutting down" in str(outcome)
-    # The loop ran through stop() and start(): no gap near the call's 0.3 s.
-    assert gaps.max() < 0.2, gaps.max()
+    # The loop ran through stop() and start(): no gap near the call's 1 s.
+    assert gaps.max() < 0.8, gaps.max()
     assert finished_at_start
     assert most_running[0] == 1  # never two predictor calls at once
     np.testing.assert_array_equal(again, [2.0, 3.0])
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 5
