@@ -29,6 +29,16 @@ def _in_threads(n_threads, function, *args):
         return list(executor.map(call, range(n_threads)))
 
 
+def _in_a_thread(function, *args):
+    """``function(*args)`` in one worker thread: the reference for results
+    made in threads. A thread's OpenMP settings are its own (conftest's
+    torch.set_num_threads(1) holds in the main thread only), and a product
+    may sum in another order with another thread count: compare threads with
+    a thread."""
+    with ThreadPoolExecutor(1) as executor:
+        return executor.submit(function, *args).result()
+
+
 def test_concurrent_predictions_leave_the_warning_filters_alone(
     pool, tiny_embedder, monkeypatch
 ):
@@ -46,7 +56,7 @@ def test_concurrent_predictions_leave_the_warning_filters_alone(
     emb.fit(pool.evals)
     Z = emb.transform(pool.evals)
     queries = list(pool.queries["query"][:4])
-    expected = emb.predict_proba(Z, queries, evals=pool.evals)
+    expected = _in_a_thread(lambda: emb.predict_proba(Z, queries, evals=pool.evals))
 
     def predict():
         return [emb.predict_proba(Z, queries, evals=pool.evals) for _ in range(25)]
@@ -99,7 +109,10 @@ def test_seeded_fits_in_threads_reproduce_the_sequential_ones(pool, tiny_embedde
             pool.evals
         )
 
-    expected = {seed: fit(seed).transform(pool.evals) for seed in (0, 1)}
+    def fit_and_embed(seed):
+        return fit(seed).transform(pool.evals)
+
+    expected = {seed: _in_a_thread(fit_and_embed, seed) for seed in (0, 1)}
     barrier = threading.Barrier(2)
 
     def fit_in_thread(seed):
@@ -122,7 +135,7 @@ def test_seeded_mf_fits_in_threads_reproduce_the_sequential_one(pool):
         )
         return router.fit(pool.evals).predict_proba(list(pool.queries["query"]))
 
-    expected = fit()
+    expected = _in_a_thread(fit)
     for proba in _in_threads(2, fit):
         np.testing.assert_array_equal(proba, expected)
 
