@@ -93,7 +93,9 @@ def _check_precomputed(D, *, name="X", n_columns=None):
             f"Negative values in data passed to {name}: {int((D < 0).sum())} "
             "distance(s) < 0; distances must be >= 0 when metric='precomputed'."
         )
-    if n_columns is None and not np.allclose(D, D.T, rtol=1e-5, atol=1e-8):
+    # Relative to each pair alone (no atol): distances in small units (1e-9)
+    # are as asymmetric as the same in large ones.
+    if n_columns is None and not np.allclose(D, D.T, rtol=1e-5, atol=0):
         raise ValueError(
             f"{name} is not symmetric; a precomputed distance matrix must satisfy "
             f"{name}[i, j] == {name}[j, i]."

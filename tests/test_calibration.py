@@ -470,6 +470,41 @@ def _two_cost_router(small_scores):
     return router, evals
 
 
+def test_target_cost_slack_ignores_models_never_called():
+    """The round-off allowed on a mean cost is that of the mean itself: a
+    model priced at 1e12 (to keep it out) and never routed to once widened
+    it to 1e-3, so a mean cost of 1.0005 passed a target of 1.0."""
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    scores = {"mid": [1, 1], "cheap": [0, 0], "big": [0, 0]}
+    costs = {"mid": 1.0005, "cheap": 0.0, "big": 1e12}
+    evals = pd.DataFrame(
+        [
+            (m, q, s)
+            for m, row in scores.items()
+            for q, s in zip(("q1", "q2"), row, strict=True)
+        ],
+        columns=["model", "query", "score"],
+    )
+    router = KNNRouter(1, encoder=encoder).fit(evals, model_costs=costs)
+    result = calibrate_cost_weight(router, evals, target_cost=1.0)
+    # mid (P 1, cost 1.0005) against cheap (P 0, cost 0): they cross at
+    # lambda = 1 / 1.0005; under it every query goes to mid, over the target.
+    assert result.mean_cost == 0.0
+    assert result.lower == pytest.approx(1 / 1.0005)
+    small = evals[evals["model"] != "big"]
+    alone = calibrate_cost_weight(
+        KNNRouter(1, encoder=encoder).fit(
+            small, model_costs={m: c for m, c in costs.items() if m != "big"}
+        ),
+        small,
+        target_cost=1.0,
+    )
+    assert (result.cost_weight, result.mean_cost) == (
+        alone.cost_weight,
+        alone.mean_cost,
+    )
+
+
 def test_min_accuracy_in_the_first_interval_is_its_midpoint():
     # small scores 0 on both queries: big's line 1 - 11λ crosses small's
     # 0 - λ at λ = 1/10 on both, so accuracy 1 holds on [0, 0.1). The

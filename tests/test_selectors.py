@@ -539,8 +539,9 @@ def test_bad_precomputed_matrices():
         selector.fit(np.ones((3, 4)))
     with pytest.raises(ValueError, match="Negative values in data passed to X"):
         selector.fit(-np.ones((3, 3)))
-    with pytest.raises(ValueError, match="not symmetric"):
-        selector.fit(np.array([[0.0, 1.0], [2.0, 0.0]]))
+    for scale in (1.0, 1e-9):  # in small units as asymmetric (atol ignored it)
+        with pytest.raises(ValueError, match="not symmetric"):
+            selector.fit(scale * np.array([[0.0, 1.0], [2.0, 0.0]]))
     fitted = selector.fit(pairwise_distances(np.eye(3)))
     with pytest.raises(ValueError, match="3 features"):
         fitted.transform(np.ones((2, 2)))

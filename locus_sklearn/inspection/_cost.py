@@ -785,11 +785,15 @@ def calibrate_cost_weight(
         proba, costs, candidates, Y, share_mask, first_inside=min_accuracy is not None
     )
     # Round-off must not turn an exact hit into a miss: in a target computed
-    # elsewhere (relative), in the sums of costs (at most a few ulps of the
-    # largest cost per model) and in the running sums of scores.
+    # elsewhere (relative), in each interval's mean cost and in the running
+    # sums of scores. A mean cost is a sum of nonnegative calls x cost terms
+    # (exact integer counts) over the models, divided once: within
+    # (n_models + 2) ulps of itself, whatever models it does not call cost
+    # (a model priced at 1e12 to keep it out let a mean cost 0.05 % over the
+    # target pass as a hit when the slack was scaled by the largest cost).
     tol = 1e-9
     if target_cost is not None:
-        rounding = len(costs) * np.finfo(np.float64).eps * float(costs.max())
+        rounding = (len(costs) + 2) * np.finfo(np.float64).eps * points["mean_cost"]
         slack = target_cost * tol + rounding
         value, ok = points["mean_cost"], points["mean_cost"] <= target_cost + slack
         what, target = "mean cost", target_cost
