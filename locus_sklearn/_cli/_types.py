@@ -118,23 +118,30 @@ def path(text):
     return text
 
 
-def nonnegative_float(text):
+def _bounded_float(text, bound, within):
+    """``text`` as a finite float for which ``within(value)`` holds, else the
+    ArgumentTypeError naming ``bound`` (">= 0", "> 0"): the bound of the
+    option it was given to."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a number >= 0, got {text!r}"
+            f"expected a number {bound}, got {text!r}"
         ) from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    if not (within(value) and value < float("inf")):  # NaN fails within
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number {bound}, got {text!r}"
+        )
     return value + 0.0  # "-0" is 0, not -0.0 (printed as -0.0 in JSON)
 
 
-def positive_float(text):
-    """An argparse type: a finite number > 0.
+def nonnegative_float(text):
+    return _bounded_float(text, ">= 0", lambda value: value >= 0)
 
-    Parsed here, not through :func:`nonnegative_float`: a bad value must be
-    told the bound of this option, not ">= 0" (0 is refused too).
+
+def positive_float(text):
+    """An argparse type: a finite number > 0 (told that bound, not ">= 0":
+    0 is refused too).
 
     Examples
     --------
@@ -145,15 +152,7 @@ def positive_float(text):
     ...
     argparse.ArgumentTypeError: expected a finite number > 0, got '-1'
     """
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number > 0, got {text!r}"
-        ) from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
+    return _bounded_float(text, "> 0", lambda value: value > 0)
 
 
 def fraction(text):
