@@ -231,7 +231,7 @@ def add_gateway_endpoints(app, service):
         state = service.holder.current
         served = [m for m in config.backends if m in set(state.classes)]
         if body.model == ROUTER_MODEL:
-            state, routed, fallback_pool = await _route(service, state, body)
+            routed, fallback_pool = await _route(service, state, served, body)
         elif body.model in served:
             if body.models is not None:
                 raise APIError(400, "models is only for model='locus'.", param="models")
@@ -277,10 +277,11 @@ def add_gateway_endpoints(app, service):
     )
 
 
-async def _route(service, state, body):
-    """Route a ``model="locus"`` request by its last user message: the router
-    snapshot that answered, the routed model and the mask of the models it
-    may fall back to (the requested ones that have a backend)."""
+async def _route(service, state, served, body):
+    """Route a ``model="locus"`` request by its last user message on the
+    router snapshot ``state`` (whose models with a backend are ``served``):
+    the routed model and the mask of the models it may fall back to (the
+    requested ones, each with a backend, or every served one)."""
     config = service.gateway
     if body.models is not None:
         _allowed_mask(state, body.models)
@@ -294,22 +295,17 @@ async def _route(service, state, body):
     text, index = _last_user_text(body.messages)
     service.check_queries([text], param="messages", positions=[index])
     weight = _cost_weight(state, body.cost_weight, service.default_cost_weight)
-    served = [m for m in config.backends if m in set(state.classes)]
+    # Never empty: the requested models were checked above to be in the pool
+    # with a backend, and the gateway configuration is checked at every load
+    # to give the pool's models a backend. One snapshot checks the request
+    # and answers it, so no reload comes between.
     allowed = _allowed_mask(state, body.models if body.models is not None else served)
-    allowed &= np.isin(state.classes, served)
-    if not allowed.any():
-        raise APIError(
-            503,
-            "No requested model has a backend now.",
-            param="models",
-            kind="server_error",
-        )
     # Answered by the snapshot it was checked against, whatever reload comes
     # while it waits for its batch.
     proba = await service.proba(state, [text], param="messages")
     utility = _checked_utility(proba, state, weight, body.cost_weight is not None)
     routed = str(state.classes[route(utility, allowed[None, :])[0]])
-    return state, routed, allowed
+    return routed, allowed
 
 
 async def _attempt(client, request, stream):
