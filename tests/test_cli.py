@@ -2483,8 +2483,19 @@ def test_exit_statuses_of_a_missing_encoder_and_option_conflicts(
     command lines (2, pointing to the help), as the other option conflicts."""
     router = workdir / "router.locus"
     missing = tmp_path / "missing_dir"
+    evals = tmp_path / "calib.txt"
+    evals.write_text("q001\n")
+    gateway = tmp_path / "gateway.yaml"
+    gateway.write_text("models: {}\n")
+    # The deployment commands read --encoder as every other command does
+    # (they exited 1, the router's own refusal, before).
     for args in (["route", "--encoder", missing, router, "q001"],
-                 ["neighbors", router, "fam0-m00", "--encoder", missing]):  # fmt: skip
+                 ["neighbors", router, "fam0-m00", "--encoder", missing],
+                 ["serve", router, "--encoder", missing],
+                 ["calibrate", router, evals, "--target-cost", "1",
+                  "--encoder", missing],
+                 ["litellm-config", router, "--config", gateway,
+                  "--encoder", missing]):  # fmt: skip
         status, _, err = cli(*args)
         assert_one_line(status, err, 3, f"No such --encoder folder: '{missing}'")
     emb = _embeddings_csv(workdir, tmp_path / "emb.csv")

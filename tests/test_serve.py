@@ -1256,6 +1256,7 @@ def test_encodings_add_to_the_saved_ones(
 ):
     """--encodings adds to the encodings a router saved (docs/cli.rst), for
     serve, calibrate and litellm-config as for locus route."""
+    from locus_sklearn._cli._commands import _encoder_arg
     from locus_sklearn.serve._cli import _load_router, build_parser
 
     router = routers[0]
@@ -1286,7 +1287,7 @@ def test_encodings_add_to_the_saved_ones(
         ["litellm-config", str(router_path), "--config", "g.yaml"]
         + ["--encodings", str(npz)]
     )
-    encoder = _load_router(args).embedder_.encoder
+    encoder = _load_router(args, _encoder_arg(args)).embedder_.encoder
     assert "brand-new" in encoder and set(router.embedder_.encoder) <= set(encoder)
 
     # Not an npz archive: the message names the file.

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .._cli._commands import (
     _ENCODER_TERMS,
+    _encoder_arg,
     _in_option_terms,
     _warnings_in_option_terms,
 )
@@ -31,7 +32,6 @@ from .._cli._io import (
     check_writable,
     emit_json,
     load_estimator,
-    read_encodings,
     read_evals,
     read_lines,
     write_estimator,
@@ -100,19 +100,7 @@ def _log_config(level):
     return config
 
 
-def _encoder(args):
-    """The ``encoder=`` value from ``--encoder``/``--encodings`` (or None).
-
-    ``--encodings`` is read (and checked, naming the file) as by every
-    ``locus`` command; loading adds it to the encodings the router saved.
-    """
-    if getattr(args, "encodings", None) is not None:
-        return read_encodings(args.encodings)
-    return getattr(args, "encoder", None)
-
-
-def _load_router(args):
-    encoder = _encoder(args)
+def _load_router(args, encoder):
     with _in_option_terms(*_ENCODER_TERMS, common=False):
         return load_estimator(args.router, encoder=encoder, device=args.device)
 
@@ -183,7 +171,7 @@ def _cmd_calibrate(args):
             "ROUTER_OUT",
             {"EVALS": args.evals, "--encodings": args.encodings},
         )
-    router = _load_router(args)
+    router = _load_router(args, _encoder_arg(args))
     evals = _read_calibration_set(args.evals)
     models = args.models and resolve_models(args.models, router.classes_)
     # With --cv, copies of the router are refitted: a Ctrl-C there must stop
@@ -280,7 +268,7 @@ def _cmd_serve(args):
             "is to require."
         )
 
-    encoder = _encoder(args)
+    encoder = _encoder_arg(args)
     with _in_option_terms(*_SERVE_TERMS, common=False):
         app = create_app(
             args.router,
@@ -338,8 +326,9 @@ def _cmd_litellm(args):
     # include_query_text=False needs no --encodings. Encoder options given
     # are still read (and their files checked), as by every command.
     router = args.router
-    if _encoder(args) is not None:
-        router = _load_router(args)
+    encoder = _encoder_arg(args)
+    if encoder is not None:
+        router = _load_router(args, encoder)
     with _in_option_terms(*_SERVE_TERMS, common=False):
         config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
     text = yaml.safe_dump(config, sort_keys=False)
