@@ -1345,6 +1345,63 @@ def test_portfolio_curve_refuses_a_selector_class(three_model_knn):
         portfolio_curve(router, evals, [1], selector=KMedoidsSelector, embeddings=Z)
 
 
+def test_portfolio_curve_refuses_expected_accuracy_without_probabilities(
+    three_model_knn,
+):
+    # Without embeddings=, ExpectedAccuracySelector was fitted on the router's
+    # model_embeddings_, read as P(correct) on d "queries": a curve came back
+    # for a portfolio chosen by the largest embedding coordinates.
+    from locus_sklearn import ExpectedAccuracySelector
+    from locus_sklearn.inspection import portfolio_curve
+
+    (router, evals), Z = three_model_knn, _CURVE_Z
+    router.model_embeddings_ = Z  # as a LocusRouter has them
+    message = (
+        r"selector=ExpectedAccuracySelector\(\) selects by the models' predicted "
+        r"P\(correct\), so embeddings must hold them; got embeddings=None.*Pass "
+        r"embeddings=router\.predict_proba\(queries\)\.T"
+    )
+    with pytest.raises(ValueError, match=message):
+        portfolio_curve(
+            router, evals, [1, 2], selector=ExpectedAccuracySelector(), n_random=0
+        )
+    # The kernel selectors read the embeddings, which they default to.
+    curve = portfolio_curve(router, evals, [1, 2], n_random=0)
+    assert curve["models"].tolist() == [("a",), ("a", "c")]
+    # Given P(correct) (KNNRouter(1) on its own queries: their scores), it
+    # selects from them: a (F = 2/3, b's and c's 1/3), then c (F = 1).
+    P = router.predict_proba(["q1", "q2", "q3"]).T
+    curve = portfolio_curve(
+        router, evals, [2], selector=ExpectedAccuracySelector(), embeddings=P,
+        n_random=0,
+    )  # fmt: skip
+    assert curve["models"].tolist() == [("a", "c")]
+    assert curve["accuracy"].tolist() == [1.0]
+
+
+def test_portfolio_curve_warns_of_a_portfolio_without_scores(three_model_knn, rows_of):
+    # Held-out scores of c alone: the portfolio (a,) counts no query, and its
+    # accuracy came back NaN without a word.
+    from locus_sklearn.inspection import portfolio_curve
+
+    (router, evals), Z = three_model_knn, _CURVE_Z
+    held = rows_of(pd.DataFrame(evals), ["c"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        curve = portfolio_curve(router, held, [1, 2], embeddings=Z, n_random=0)
+    assert [str(w.message) for w in caught] == [
+        "The portfolio of n_select=1, ['a'], has accuracy NaN: no held-out query "
+        "of evals has a score of those models (n_queries=0). Pass evals with "
+        "scores of every model of the pool."
+    ]
+    assert caught[0].filename == __file__
+    assert curve["models"].tolist() == [("a",), ("a", "c")]
+    assert curve["n_queries"].tolist() == [0, 3]
+    # (a, c) and the full pool route every query to c, which answers q3 alone.
+    np.testing.assert_array_equal(curve["accuracy"], [np.nan, 1 / 3])
+    assert curve["full_pool_accuracy"].tolist() == [1 / 3, 1 / 3]
+
+
 def test_precomputed_distance_frame_in_any_model_order(three_model_knn):
     # A valid symmetric distance DataFrame in another model order had only its
     # rows reordered to classes_: "X is not symmetric".

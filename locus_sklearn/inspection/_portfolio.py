@@ -8,9 +8,10 @@ import pandas as pd
 from sklearn.base import clone
 from sklearn.utils import check_random_state
 
+from .._accuracy_selector import ExpectedAccuracySelector
 from .._evals import check_evals, check_model_costs
 from .._selectors import KMedoidsSelector, _within_budget
-from .._warnings import ignoring
+from .._warnings import ignoring, warn_external
 from ._common import check_models_in_pool, router_embeddings, router_routing
 
 # ExpectedAccuracySelector's warning that a step added nothing (a tie).
@@ -120,7 +121,8 @@ def portfolio_curve(
         any order); defaults to ``router.model_embeddings_``. For an
         :class:`~locus_sklearn.ExpectedAccuracySelector`, the models'
         predicted P(correct) on queries other than those of ``evals``, e.g.
-        ``router.predict_proba(training_queries).T``.
+        ``router.predict_proba(training_queries).T``: required, as the model
+        embeddings are not probabilities.
     n_random : int, default=20
         Random portfolios per value; 0 skips the baseline.
     random_state : int, RandomState instance or None, default=None
@@ -130,8 +132,10 @@ def portfolio_curve(
     -------
     curve : DataFrame with one row per value
         Columns ``value``; ``n_models`` (portfolio size); ``cost`` (its total
-        cost, budgeted selectors only); ``accuracy``; ``n_queries`` (queries
-        counted); ``random_mean`` and ``random_std`` (the random baseline);
+        cost, budgeted selectors only); ``accuracy`` (NaN, with a warning,
+        when ``n_queries`` is 0); ``n_queries`` (queries counted: those of
+        ``evals`` with a score of a model of the portfolio); ``random_mean``
+        and ``random_std`` (the random baseline);
         ``n_random`` (random portfolios counted in it: a draw none of whose
         models has a score in ``evals`` has no accuracy and is left out; with
         none counted the baseline is NaN); ``full_pool_accuracy`` (routing
@@ -154,6 +158,16 @@ def portfolio_curve(
     0      1    (a,)  0.666667         0.45
     1      2  (a, c)  1.000000         0.75
     """
+    if embeddings is None and isinstance(selector, ExpectedAccuracySelector):
+        # It reads its input as P(correct) on queries: the router's
+        # embedding coordinates (of any sign) would select without an error.
+        raise ValueError(
+            f"selector={selector!r} selects by the models' predicted "
+            "P(correct), so embeddings must hold them; got embeddings=None, "
+            "which would read router.model_embeddings_ as P(correct). Pass "
+            "embeddings=router.predict_proba(queries).T, on queries other than "
+            "those of evals (for instance the training queries)."
+        )
     Z, classes = router_embeddings(router, embeddings)
     selector = KMedoidsSelector() if selector is None else selector
     if isinstance(selector, type):
@@ -245,6 +259,14 @@ def portfolio_curve(
                 fitted.fit(Z)
         portfolio = fitted.selected_indices_
         score, n_queries = accuracy(portfolio)
+        if n_queries == 0:
+            warn_external(
+                f"The portfolio of {parameter}={value}, "
+                f"{list(classes[portfolio])}, has accuracy NaN: no held-out "
+                "query of evals has a score of those models (n_queries=0). "
+                "Pass evals with scores of every model of the pool.",
+                UserWarning,
+            )
         if parameter == "budget":
             draws = [_random_feasible(costs, value, rng) for _ in range(n_random)]
         else:
