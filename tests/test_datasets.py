@@ -1806,3 +1806,149 @@ def test_from_wide_reads_none_in_rows_as_missing():
     assert evals.equals(from_wide(frame, queries=evals["query"].unique()))
     with pytest.raises(TypeError, match=r"got 'x' in an array of dtype object"):
         from_wide([[1.0, "x"], [None, 0.5]])
+
+
+def test_from_lm_eval_follows_symlinked_model_folders(tmp_path):
+    # Path.rglob does not enter a folder that is a symlink: the model linked
+    # into the output folder was left out without a word.
+    _write_run(tmp_path / "disk" / "org__m1", D1, "pretrained=org/m1",
+               {"t": [_mc(0, "a", 1.0), _mc(1, "b", 0.0)]}, model_name="org/m1")  # fmt: skip
+    out = tmp_path / "out"
+    _write_run(out / "org__m2", D2, "pretrained=org/m2",
+               {"t": [_mc(0, "a", 0.0), _mc(1, "b", 1.0)]}, model_name="org/m2")  # fmt: skip
+    (out / "org__m1").symlink_to(tmp_path / "disk" / "org__m1")
+    # A second link to one folder is read once, and a link back up the tree
+    # is no loop.
+    (out / "z_again").symlink_to(tmp_path / "disk" / "org__m1")
+    (out / "org__m2" / "up").symlink_to(out)
+    evals = from_lm_eval(out, query_text=None)
+    assert evals.to_dict("list") == {
+        "model": ["org/m1", "org/m1", "org/m2", "org/m2"],
+        "query": ["t/0", "t/1", "t/0", "t/1"],
+        "score": [1.0, 0.0, 0.0, 1.0],
+        "task": ["t", "t", "t", "t"],
+    }
+
+
+def test_load_evals_reads_the_named_index_of_a_parquet_file(tmp_path):
+    # pandas writes an index into the file as columns and reads them back as
+    # the index: question_id was dropped, and model/query said to be missing.
+    frame = LONG.assign(question_id=[11, 12, 11])
+    frame.set_index("question_id").to_parquet(tmp_path / "one.parquet")
+    evals = load_evals(tmp_path / "one.parquet")
+    assert evals.columns.tolist() == ["model", "query", "score", "task", "question_id"]
+    assert evals["question_id"].tolist() == [11, 12, 11]
+    assert evals.index.equals(pd.RangeIndex(3))
+    frame.set_index(["model", "query"]).to_parquet(tmp_path / "two.parquet")
+    evals = load_evals(tmp_path / "two.parquet")
+    pd.testing.assert_frame_equal(evals, frame, check_dtype=False)
+    # An unnamed index (the default one, or __index_level_0__) is no data; a
+    # level named like a column is left out, the column read as before.
+    for name, stored in [
+        ("range.parquet", frame),
+        ("labels.parquet", frame.set_axis([5, 3, 1])),
+        ("copy.parquet", frame.set_index("model", drop=False)),
+    ]:
+        stored.to_parquet(tmp_path / name)
+        pd.testing.assert_frame_equal(
+            load_evals(tmp_path / name), frame, check_dtype=False
+        )
+    # A queries= parquet file keyed by its index.
+    pd.DataFrame({"model": ["a", "b"], "qid": [2, 1], "score": [1.0, 0.0]}).to_parquet(
+        tmp_path / "ids.parquet"
+    )
+    queries = pd.DataFrame({"qid": [1, 2], "query": ["one", "two"]})
+    queries.set_index("qid").to_parquet(tmp_path / "q.parquet")
+    evals = load_evals(tmp_path / "ids.parquet", queries=tmp_path / "q.parquet",
+                       query_id_column="qid")  # fmt: skip
+    assert evals["query"].tolist() == ["two", "one"]
+
+
+@pytest.mark.parametrize("task_in", ["queries", "path"])
+def test_load_evals_names_ids_of_several_tasks_that_share_one_text(tmp_path, task_in):
+    # The ids were merged into one query, which check_evals then refused as
+    # "1 quer(y/ies) more than one task", never saying why.
+    text = "Which is larger? " + "x" * 100
+    scores = pd.DataFrame({"model": ["a", "a", "b"], "query_id": ["1", "2", "1"],
+                           "score": [1.0, 0.0, 1.0]})  # fmt: skip
+    queries = pd.DataFrame({"query_id": ["1", "2"], "query": [text, text]})
+    if task_in == "queries":
+        queries["task"] = ["math", "law"]
+    else:
+        scores["task"] = ["math", "law", "math"]
+    scores.to_csv(tmp_path / "scores.csv", index=False)
+    with pytest.raises(ValueError) as error:
+        load_evals(tmp_path / "scores.csv", queries=queries)
+    message = str(error.value)
+    assert message.startswith(
+        "1 text(s) in column 'query' of queries belong to ids of 'query_id' of "
+        f"several tasks (e.g. {text[:77] + '...'!r} in the tasks ['law', 'math'], "
+        "ids ['1', '2']); a query belongs to one task"
+    )
+    assert "query_column='query_id' for one query per id" in message
+    assert "more than one task" not in message
+    # An id given two tasks by itself is check_evals' to report.
+    scores.assign(task=["math", "law", "law"], query_id="1").to_csv(
+        tmp_path / "one.csv", index=False
+    )
+    with pytest.raises(ValueError, match=r"gives 1 quer\(y/ies\) more than one task"):
+        load_evals(tmp_path / "one.csv", queries=queries[["query_id", "query"]])
+
+
+def test_from_wide_gives_plain_str_labels():
+    # NumPy string arrays (np.unique, .to_numpy(str)) kept np.str_ entries,
+    # which reached a router's classes_ and showed as np.str_('a').
+    scores = [[1.0, 0.0], [np.nan, 0.5]]
+    evals = from_wide(scores, models=np.array(["a", "b"]),
+                      queries=np.array(["q1", "q2"]), tasks=np.array(["t", "u"]))  # fmt: skip
+    assert evals.to_dict("list") == {
+        "model": ["a", "b", "b"],
+        "query": ["q1", "q1", "q2"],
+        "score": [1.0, 0.0, 0.5],
+        "task": ["t", "t", "u"],
+    }
+    for column in ["model", "query", "task"]:
+        assert evals[column].map(type).eq(str).all(), column
+    assert [type(m) for m in check_evals(evals).models] == [str, str]
+    frame = pd.DataFrame(
+        scores, columns=np.array(["a", "b"]), index=np.array(["x", "y"])
+    )
+    frame.columns = pd.Index(np.array(["a", "b"]), dtype=object)
+    evals = from_wide(frame, tasks={np.str_("x"): np.str_("t"), "y": "u"})
+    for column in ["model", "query", "task"]:
+        assert evals[column].map(type).eq(str).all(), column
+
+
+def test_from_lm_eval_reports_a_nan_metric_as_missing(tmp_path):
+    # It was "outside [0, 1]", with advice to choose a metric such as 'acc'
+    # when the metric was 'acc'.
+    path = _write_samples(
+        tmp_path, "arc", [_mc(0, "a", 1.0), _mc(7, "b", float("nan"))]
+    )
+    with pytest.raises(ValueError) as error:
+        from_lm_eval(path, model="m")
+    message = str(error.value)
+    assert message.startswith(
+        f"metric='acc' has 1 missing value(s) (NaN) in {path!r}, for the "
+        "document(s) ['arc/7']"
+    )
+    assert "outside" not in message and "choose" not in message
+
+
+def test_load_evals_jsonl_parse_hint_names_the_keys_of_that_file(tmp_path):
+    # A queries file got the hint of an evaluations file, whatever its keys.
+    scores = _write(tmp_path / "scores.csv", "llm,qid,score\na,1,1\n")
+    queries = _write(tmp_path / "q.jsonl", '{"qid": 1, "query": "x"}\n{oops\n')
+    with pytest.raises(
+        ValueError,
+        match=r"queries='.*q\.jsonl', line 2, is not valid JSON: .*; each line "
+        r'of a jsonl file must be one JSON object such as \{"qid": \.\.\., '
+        r'"query": \.\.\.\}\.$',
+    ):
+        load_evals(scores, queries=queries, query_id_column="qid", model_column="llm")
+    bad = _write(tmp_path / "scores.jsonl", "{oops\n")
+    with pytest.raises(
+        ValueError,
+        match=r'such as \{"llm": \.\.\., "qid": \.\.\., "score": \.\.\.\}\.$',
+    ):
+        load_evals(bad, queries=queries, query_id_column="qid", model_column="llm")

@@ -1,5 +1,6 @@
 """Read lm-evaluation-harness ``--log_samples`` output as an evaluation table."""
 
+import fnmatch
 import json
 import numbers
 import os
@@ -10,7 +11,7 @@ import numpy as np
 
 from .._evals import _as_float, _preview, check_evals
 from .._warnings import warn_external
-from ._loaders import _long_frame, json_lines
+from ._loaders import _clip, _long_frame, json_lines
 
 __all__ = ["from_lm_eval"]
 
@@ -298,10 +299,6 @@ def _prompt_texts(records, task, file):
     return texts
 
 
-def _clip(text, width=80):
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def _check_same_prompts(ids, queries, tasks, path, query_text="prompt"):
     """Refuse documents whose text differs between runs: a prompt (chat
     templates, another number of few-shot examples) or, with ``query_text``
@@ -371,6 +368,32 @@ def _check_same_prompts(ids, queries, tasks, path, query_text="prompt"):
             "choices), or query_text=None for one query per '<task>/<doc_id>'.",
             UserWarning,
         )
+
+
+def _samples_files(folder):
+    """The samples files in ``folder`` and the folders below it, sorted.
+
+    Folders that are symlinks are followed (Path.rglob skips them, and a
+    model's folder linked into the output folder would be left out without
+    a word); a folder reached twice (a second link to it, or a link back up
+    the tree) is read once, under its first path in sorted order.
+    """
+    files, seen = [], set()
+    for parent, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(parent)
+        if real in seen:
+            folders.clear()
+            continue
+        seen.add(real)
+        # Sorted: which of two paths to one folder is read does not depend
+        # on the order the file system lists them in.
+        folders.sort()
+        files += [
+            Path(parent, name)
+            for name in names
+            if fnmatch.fnmatchcase(name, "samples_*.jsonl")
+        ]
+    return sorted(files)
 
 
 def _read_records(file):
@@ -446,6 +469,17 @@ def _read_samples(file, task, metric, filter_name):
     # conversion fail with a bare OverflowError; it is infinite here, and
     # reported as outside [0, 1].
     score = np.fromiter(map(_as_float, values), np.float64, len(values))
+    unscored = np.flatnonzero(np.isnan(score))
+    if len(unscored):
+        # A NaN (JSON NaN) is a score that was not computed, not a value
+        # outside [0, 1]: another metric would not help.
+        docs = [f"{task}/{records[i].get('doc_id')}" for i in unscored]
+        raise ValueError(
+            f"metric={metric!r} has {len(unscored)} missing value(s) (NaN) in "
+            f"{str(file)!r}, for the document(s) {_preview(docs)}; every "
+            "document needs a score in [0, 1]: drop those lines or score them "
+            "again."
+        )
     outside = ~((score >= 0.0) & (score <= 1.0))
     if outside.any():
         raise ValueError(
@@ -496,8 +530,9 @@ def from_lm_eval(
     Parameters
     ----------
     path : str or os.PathLike
-        An output folder (searched recursively for ``samples_*.jsonl``) or
-        one samples file; ``~`` is expanded to the home folder.
+        An output folder (searched recursively for ``samples_*.jsonl``,
+        following folders that are symlinks) or one samples file; ``~`` is
+        expanded to the home folder.
     model : str, default=None
         Model name for every file, when the results files do not give it
         (e.g. a samples file on its own). Only for samples files of one
@@ -550,7 +585,8 @@ def from_lm_eval(
         If a samples or results file is not valid JSON, a line of a samples
         file is not a JSON object, names a key twice or has no ``doc_id``
         (the message names the file and the line), ``metric`` is not in a
-        record's ``metrics`` list or a value of it lies outside [0, 1],
+        record's ``metrics`` list or a value of it is missing (NaN) or lies
+        outside [0, 1],
         ``filter_name`` is no record's filter, the model of a file cannot be
         told, runs of one model name differ in model-changing arguments,
         ``model=`` would name the runs of several models, one document gets
@@ -603,7 +639,7 @@ def from_lm_eval(
     shown = str(path)
     path = path.expanduser()
     if path.is_dir():
-        files = sorted(path.rglob("samples_*.jsonl"))
+        files = _samples_files(path)
         if not files:
             raise ValueError(
                 f"path={shown!r} holds no samples_*.jsonl file; run lm_eval "

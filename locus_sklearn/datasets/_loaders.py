@@ -140,13 +140,12 @@ def json_lines(path, where, hint):
         raise ValueError(f"{where} holds no records (no non-blank line); {hint}")
 
 
-def _read_jsonl(path, name, shown):
+def _read_jsonl(path, name, shown, keys):
     """The records of a jsonl file as a DataFrame, and the line of each record
-    (``shown``: the path as the user wrote it, for messages)."""
-    hint = (
-        "each line of a jsonl file must be one JSON object such as "
-        '{"model": ..., "query": ..., "score": ...}.'
-    )
+    (``shown``: the path as the user wrote it, for messages; ``keys``: the
+    keys a record of this file holds, shown in the hint of an error)."""
+    example = ", ".join(f"{json.dumps(key, ensure_ascii=False)}: ..." for key in keys)
+    hint = f"each line of a jsonl file must be one JSON object such as {{{example}}}."
     lines, records = [], []
     for number, record in json_lines(path, f"{name}={shown!r}", hint):
         lines.append(number)
@@ -154,11 +153,32 @@ def _read_jsonl(path, name, shown):
     return pd.DataFrame(records), np.array(lines)
 
 
-def _read_table(path, name, string_columns, score_column=None):
+def _index_as_columns(frame):
+    """A frame read from parquet with the named levels of its index back as
+    columns.
+
+    pandas writes the index of a DataFrame into the file as columns and
+    restores them as the index: a column set as the index
+    (``df.set_index("question_id")``) would be lost, or reported missing
+    from a file that holds it. Unnamed levels (a default RangeIndex,
+    ``__index_level_0__``) are row labels, not data, and stay out. A level
+    named like a column (``set_index(..., drop=False)``) is left out too:
+    the column is read, as it always was.
+    """
+    names = [
+        level
+        for level in frame.index.names
+        if level is not None and level not in frame.columns
+    ]
+    return frame.reset_index(level=names) if names else frame
+
+
+def _read_table(path, name, string_columns, score_column=None, keys=()):
     """Read one csv/tsv/parquet/jsonl file into a DataFrame.
 
     Returns the frame, the file's format and, for jsonl, the line of each row
-    (None otherwise), for error messages.
+    (None otherwise), for error messages. ``keys`` are the columns the file
+    should hold, shown in the hint of a jsonl parse error.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike); got {path!r}.")
@@ -176,11 +196,11 @@ def _read_table(path, name, string_columns, score_column=None):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{name}={shown!r} does not exist.")
     if kind == "jsonl":
-        frame, lines = _read_jsonl(path, name, shown)
+        frame, lines = _read_jsonl(path, name, shown, keys)
         return frame, kind, lines
     try:
         if kind == "parquet":
-            return pd.read_parquet(path), kind, None
+            return _index_as_columns(pd.read_parquet(path)), kind, None
         # Ids and texts stay strings ("NA", "null" or "007" are valid query
         # texts); only an empty score cell becomes NaN, which check_evals then
         # reports. Other columns are read as pandas reads them, missing cells
@@ -566,6 +586,42 @@ def _match_query_ids(ids, query_table, query_id_column):
     return rows[position]
 
 
+def _clip(text, width=80):
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _check_shared_text_tasks(ids, texts, tasks, query_id_column, query_column):
+    """Refuse ids of several tasks that share one text.
+
+    They would become one query with several tasks, which check_evals
+    refuses as one query given "more than one task", without saying that
+    the ids were merged. ``ids``, ``texts`` and ``tasks`` hold one entry per
+    evaluation; an id given several tasks by itself is left to check_evals.
+    """
+    rows = pd.DataFrame({"id": ids, "text": texts, "task": tasks})
+    # Missing or non-text entries are check_evals' to report.
+    is_text = rows["text"].map(lambda v: isinstance(v, str))
+    rows = rows[is_text & rows["task"].map(lambda v: isinstance(v, str))]
+    rows = rows.drop_duplicates()
+    one_task = rows.groupby("id", sort=False)["task"].transform("nunique") == 1
+    rows = rows[one_task]
+    counts = rows.groupby("text", sort=False).nunique()
+    across = counts.index[(counts["id"] > 1) & (counts["task"] > 1)]
+    if len(across):
+        group = rows[rows["text"] == across[0]]
+        raise ValueError(
+            f"{len(across)} text(s) in column {query_column!r} of queries belong "
+            f"to ids of {query_id_column!r} of several tasks (e.g. "
+            f"{_clip(across[0])!r} in the tasks {sorted(group['task'].unique())}, "
+            f"ids {_preview(sorted(group['id'].unique(), key=str))}); a query "
+            "belongs to one task, so they cannot become one query. Give each id "
+            "its own text (e.g. the question with a field that differs between "
+            "the tasks), "
+            f"or leave out queries= and pass query_column={query_id_column!r} "
+            "for one query per id, with an encoder that knows the ids."
+        )
+
+
 def _warn_shared_texts(query_table, position, query_id_column, query_column):
     """Warn where evaluated ids of the query table share one text: they become
     one query, their scores averaged."""
@@ -605,7 +661,9 @@ def load_evals(
     evaluation. Columns are renamed to the standard names ``model``,
     ``query``, ``score`` and ``task``; other columns are kept as they are,
     dtype included (those of a csv/tsv file as ``pandas.read_csv`` reads
-    them, an empty cell or ``"NA"`` missing).
+    them, an empty cell or ``"NA"`` missing). The named index of a parquet
+    file (``df.set_index("question_id").to_parquet(...)``) is read as
+    columns, in ``path`` and ``queries``; an unnamed one is not data.
 
     Query texts may live in a separate table, the way EmbedLLM-style releases
     ship a model-query-score file keyed by a question id plus a file with the
@@ -674,7 +732,9 @@ def load_evals(
         column twice, a jsonl object that names a key twice, a missing
         column, a score cell of a csv/tsv file that is not a number
         (``True``, ``yes``, ``0,5``), query ids of ``path`` that are missing
-        or absent from ``queries``, duplicate ids in ``queries``, one column named for
+        or absent from ``queries``, duplicate ids in ``queries``, ids of
+        ``queries`` of different tasks that share one text (a query has one
+        task; the message names them), one column named for
         two roles (e.g. ``model_column == query_column``), a column of a
         ``queries`` DataFrame that selects several (a repeated name), or a
         table that :func:`~locus_sklearn.check_evals` rejects.
@@ -743,7 +803,10 @@ def load_evals(
     if joined:  # the columns of queries
         _distinct_columns([query_role, ("query_column", query_column)] + task_role)
     id_columns = [model_column, query_id_column if joined else query_column, task_name]
-    frame, kind, lines = _read_table(path, "path", id_columns, score_column)
+    query_key = query_id_column if joined else query_column
+    frame, kind, lines = _read_table(
+        path, "path", id_columns, score_column, [model_column, query_key, score_column]
+    )
     frame = _ids_as_str(frame, id_columns)
 
     # queries is read before the columns are checked: a queries path that
@@ -755,13 +818,15 @@ def load_evals(
             query_table = queries.copy()
         else:
             query_table, _, _ = _read_table(
-                queries, "queries", [query_id_column, query_column, task_name]
+                queries,
+                "queries",
+                [query_id_column, query_column, task_name],
+                keys=[query_id_column, query_column],
             )
         query_table = _ids_as_str(query_table, [query_id_column, task_name])
 
     # Every required column of the file checked together: model and score
     # first and the query column later would report them in two rounds.
-    query_key = query_id_column if joined else query_column
     _require(frame, [model_column, query_key, score_column], "path", path)
     score = _read_scores(frame, score_column, path, kind, lines)
 
@@ -826,6 +891,14 @@ def load_evals(
         # a missing value would become float (ids past 2**53 rounded) and a
         # categorical column text. set_axis: rows go by position.
         out[column] = frame[column].set_axis(out.index)
+    if joined and task_in is not None:
+        _check_shared_text_tasks(
+            query_table[query_id_column].to_numpy(dtype=object)[position],
+            texts,
+            columns["task"],
+            query_id_column,
+            query_column,
+        )
     check_evals(out, name=f"evals read from {os.fspath(path)!r}")
     if joined:
         _warn_shared_texts(query_table, position, query_id_column, query_column)
@@ -898,7 +971,14 @@ def _labels(values, default, n, name, prefix):
         raise ValueError(
             f"{name} must be unique; {_preview(repeated.unique()[:5])} repeat."
         )
-    return values
+    return _plain_str(values)
+
+
+def _plain_str(values):
+    """Strings (a str subclass, e.g. NumPy's str_, included) as plain str:
+    np.str_('a') would reach check_evals, a router's classes_ and its
+    predictions, and show as np.str_('a') wherever a user prints one."""
+    return np.array([str.__str__(v) for v in values], dtype=object)
 
 
 def _query_tasks(tasks, queries):
@@ -969,7 +1049,7 @@ def _check_tasks(query_task, queries):
             f"{_preview(queries[empty][:5])}); every query needs a non-empty task "
             "name."
         )
-    return query_task
+    return _plain_str(query_task)
 
 
 def _real_column(column):
