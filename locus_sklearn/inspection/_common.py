@@ -6,11 +6,13 @@ from numbers import Integral, Real
 import numpy as np
 import pandas as pd
 from pandas.api.types import is_scalar
+from scipy.spatial.distance import cdist
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import route_by_utility
 from .._evals import _preview, _unordered, check_evals
 from .._selectors import _check_precomputed, _distances
+from .._warnings import warn_external
 from ..metrics import route
 
 METRICS = ("cosine", "euclidean")
@@ -75,11 +77,13 @@ def pool_distances(embeddings, names=None, *, metric, name="embeddings"):
     precomputed matrix (``metric="precomputed"``), and the model names."""
     if check_metric(metric, precomputed=True) == "precomputed":
         return as_distances(embeddings, names, name=name)
-    Z, names = as_pool(embeddings, names, name=name)
+    Z, names = as_pool(embeddings, names, name=name, metric=metric)
     return pairwise(Z, metric=metric), names
 
 
-def as_pool(embeddings, names=None, *, name="embeddings", names_name="names"):
+def as_pool(
+    embeddings, names=None, *, name="embeddings", names_name="names", metric=None
+):
     """Embeddings of shape (n_models, d) as float64 and the model names.
 
     ``embeddings`` is a fitted router (its ``model_embeddings_`` and
@@ -88,7 +92,10 @@ def as_pool(embeddings, names=None, *, name="embeddings", names_name="names"):
     returns them), and ``names`` must then be None, as for a router. An
     array's models are named by ``names``, or by their row index when
     ``names`` is None. ``names_name`` is how errors call ``names`` (e.g.
-    "reference_names").
+    "reference_names"). ``metric`` is the metric the caller compares the
+    embeddings with, where it also takes ``metric="precomputed"``: a
+    DataFrame that looks like a distance matrix then warns
+    (:func:`warn_if_distances`); None checks nothing.
     """
     if hasattr(embeddings, "fit"):
         check_is_fitted(embeddings)
@@ -110,6 +117,8 @@ def as_pool(embeddings, names=None, *, name="embeddings", names_name="names"):
     if isinstance(embeddings, pd.DataFrame):
         names = _frame_names(embeddings, names, name=name, names_name=names_name)
     Z = check_array(embeddings, dtype=np.float64, input_name=name)
+    if metric is not None and isinstance(embeddings, pd.DataFrame):
+        warn_if_distances(embeddings, Z, metric, name=name)
     if names is None:
         return Z, np.arange(len(Z))
     return Z, check_names(names, len(Z), name=name, param=names_name)
@@ -127,7 +136,37 @@ def _frame_names(frame, names, *, name, names_name="names"):
     return check_names(frame.index, len(frame), name=name, param=f"{name}.index")
 
 
-def router_embeddings(router, embeddings=None):
+def warn_if_distances(frame, Z, metric, *, name="embeddings"):
+    """Warn when the DataFrame ``frame`` (its values ``Z`` as float64) looks
+    like a precomputed distance matrix but is read as embeddings with
+    ``metric``.
+
+    A square DataFrame with the same models as index and columns and a zero
+    distance from each model to itself (such as
+    score_disagreement(evals).distance) is still a valid (n_models, n_models)
+    embedding matrix, so forgetting metric="precomputed" gives other
+    distances and another neighbor order without any error. Its columns may
+    be in another order than its index, as :func:`router_embeddings` matches
+    them.
+    """
+    if metric == "precomputed" or not len(frame) or len(frame) != frame.shape[1]:
+        return
+    rows, columns = frame.index.tolist(), frame.columns.tolist()
+    if not _same_labels(rows, columns):
+        return
+    column = {m: j for j, m in enumerate(columns)}
+    if np.all(Z[np.arange(len(Z)), [column[m] for m in rows]] == 0):
+        warn_external(
+            f"{name} is a square DataFrame with the same models as index and "
+            "columns and a zero distance from each model to itself: it looks "
+            "like a distance matrix (such as score_disagreement(evals).distance), "
+            f"but it is read as embeddings with metric={metric!r}. Pass "
+            'metric="precomputed" if it holds distances.',
+            UserWarning,
+        )
+
+
+def router_embeddings(router, embeddings=None, *, metric=None):
     """The embeddings to judge a fitted router's pool by, and its model names.
 
     ``embeddings`` (array-like of shape (n_models, d), one row per model of
@@ -138,7 +177,10 @@ def router_embeddings(router, embeddings=None):
     with ``metric="precomputed"``): its columns are matched to ``classes_``
     too, so it stays symmetric. One with some model names among its columns,
     but not those of its index, is refused: columns cannot be matched to
-    models then.
+    models then. ``metric`` is the metric the caller compares the embeddings
+    with, as in :func:`as_pool`: a DataFrame that looks like a distance
+    matrix warns unless it is "precomputed"; None (a caller that passes the
+    matrix on as it is, to a selector) checks nothing.
 
     Returns
     -------
@@ -151,7 +193,7 @@ def router_embeddings(router, embeddings=None):
         Z, _ = as_pool(router)
         return Z, classes
     if isinstance(embeddings, pd.DataFrame):
-        Z, names = as_pool(embeddings)
+        Z, names = as_pool(embeddings, metric=metric)
         position = {m: i for i, m in enumerate(names.tolist())}
         absent = [m for m in classes.tolist() if m not in position]
         if absent:
@@ -226,13 +268,18 @@ def check_names(names, n_models, *, name="embeddings", param="names"):
             f"{param} must be a sequence of model names, one per row of {name}; "
             f"got {names!r} ({type(names).__name__})."
         )
-    names = np.asarray(list(names), dtype=object)
-    if names.shape != (n_models,):
+    listed = list(names)
+    # One name per element, built element by element: np.asarray would read
+    # tuple names (a MultiIndex's, such as ("f1", "a")) as a second axis.
+    shape = np.shape(names) if isinstance(names, np.ndarray) else (len(listed),)
+    if shape != (n_models,):
         raise ValueError(
             f"{param} must have one name per row of {name}, shape ({n_models},); "
-            f"got shape {names.shape}."
+            f"got shape {shape}."
         )
-    listed = names.tolist()
+    names = np.empty(n_models, dtype=object)
+    for i, m in enumerate(listed):
+        names[i] = m
     missing = [
         i for i, m in enumerate(listed) if m is None or (is_scalar(m) and pd.isna(m))
     ]
@@ -264,8 +311,9 @@ def check_names(names, n_models, *, name="embeddings", param="names"):
     return names
 
 
-def as_pool_for_evals(embeddings, evals, names=None):
-    """Like :func:`as_pool`, plus the validated ``evals`` table.
+def as_pool_for_evals(embeddings, evals, names=None, *, metric=None):
+    """Like :func:`as_pool` (``metric`` as there), plus the validated
+    ``evals`` table.
 
     An array without ``names`` is matched to the models of ``evals`` in sorted
     order (the row order of ``LocusEmbedder.transform(evals)``); a DataFrame by
@@ -278,7 +326,7 @@ def as_pool_for_evals(embeddings, evals, names=None):
     if names is None and not named:
         Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
         return Z, _models_by_row(len(Z), table), table
-    Z, names = as_pool(embeddings, names)
+    Z, names = as_pool(embeddings, names, metric=metric)
     return Z, names, table
 
 
@@ -296,7 +344,7 @@ def pool_distances_for_evals(embeddings, evals, names=None, *, metric):
     table : EvalTable
     """
     if check_metric(metric, precomputed=True) != "precomputed":
-        Z, names, table = as_pool_for_evals(embeddings, evals, names)
+        Z, names, table = as_pool_for_evals(embeddings, evals, names, metric=metric)
         return pairwise(Z, metric=metric), names, table
     table = check_evals(evals)
     by_row = names is None and not isinstance(embeddings, pd.DataFrame)
@@ -337,16 +385,47 @@ def _models_by_row(n_rows, table):
 
 
 def pairwise(Z, Y=None, *, metric="cosine"):
-    """Distances of shape (n_Z, n_Y) in float64, as the portfolio selectors
-    compute them: identical embeddings at exactly 0 (not the ~1e-16 of
-    rounding, which a degenerate pool would otherwise be judged by), a zero
-    vector at cosine distance 1 from every other one."""
-    return _distances(
-        np.asarray(Z, dtype=np.float64),
-        None if Y is None else np.asarray(Y, dtype=np.float64),
-        check_metric(metric),
-        name="embeddings",
-    )
+    """Distances of shape (n_Z, n_Y) in float64 (``Y=None`` means ``Y = Z``):
+    identical embeddings at exactly 0 (not the ~1e-16 of rounding, which a
+    degenerate pool would otherwise be judged by), a zero vector at cosine
+    distance 1 from every other one. Cosine distances are the portfolio
+    selectors'; Euclidean ones are computed from the differences of the
+    embeddings (:func:`_euclidean`)."""
+    Z = np.asarray(Z, dtype=np.float64)
+    Y = None if Y is None else np.asarray(Y, dtype=np.float64)
+    if check_metric(metric) == "euclidean":
+        return _euclidean(Z, Z if Y is None else Y)
+    return _distances(Z, Y, metric, name="embeddings")
+
+
+def _euclidean(Z, Y):
+    """Euclidean distances of shape (n_Z, n_Y) between the rows of ``Z``
+    and ``Y`` (float64), to a few ulps.
+
+    The expansion |x|^2 - 2 x.y + |y|^2 of the selectors' (scikit-learn's
+    euclidean_distances) cancels for close embeddings: 1e-7 apart on rows of
+    norm about 3 it was off by 3%, enough to rank the wrong neighbour first,
+    and not in the same way for one row as for the whole matrix.
+    cdist sums the squared differences, exact for close rows; |x - y| equals
+    |y - x|, so the matrix is exactly symmetric, a row of it equals the
+    distances from that row alone, and identical rows are exactly 0 apart.
+    The rows are first brought to a largest magnitude in [0.5, 1) by a power
+    of two, exact both ways (for any entry over 2**-1000 times the
+    largest), so that no square over- or underflows at 1e160 or 1e-200.
+    """
+    largest = float(max(np.abs(Z).max(), np.abs(Y).max()))
+    exponent = np.frexp(largest)[1] if largest > 0 else 0
+    D = cdist(np.ldexp(Z, -exponent), np.ldexp(Y, -exponent))
+    with np.errstate(over="ignore"):
+        np.ldexp(D, exponent, out=D)
+    if not np.isfinite(D).all():
+        raise ValueError(
+            f"embeddings has values up to {largest:.3g} in magnitude: the "
+            "Euclidean distances between these embeddings exceed the largest "
+            "float64 (~1.8e308). Divide the embeddings by a constant (e.g. "
+            "their largest absolute value) first."
+        )
+    return D
 
 
 def match_threshold(cross_distances, false_match_rate):

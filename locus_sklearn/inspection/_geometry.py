@@ -9,7 +9,9 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
+from .._evals import _preview
 from .._shrinkage import mean_scores
+from .._warnings import warn_external
 from ._common import (
     as_pool,
     as_pool_for_evals,
@@ -165,8 +167,22 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     result : DataFrame with one row per k
         Columns ``k``, ``agreement`` (mean over models of the agreement with
         the k-th neighbor), ``random_agreement`` (mean over models of the
-        mean agreement with the other models) and ``n_models`` (models whose
-        k-th neighbor shares a query with them, the ones averaged).
+        mean agreement with the other models, over the models sharing a
+        query with some other) and ``n_models`` (models whose k-th neighbor
+        shares a query with them, the ones averaged). A k for which no model
+        shares a query with its k-th neighbor has ``n_models`` 0 and NaN
+        ``agreement``.
+
+    Raises
+    ------
+    ValueError
+        If no two models of ``evals`` share a query.
+
+    Warns
+    -----
+    UserWarning
+        If no model shares a query with its k-th neighbor for some k: those
+        rows are NaN.
 
     Examples
     --------
@@ -190,8 +206,16 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     np.fill_diagonal(agreement, np.nan)
     # A model sharing no query with any other has no random agreement.
     n_defined = (~np.isnan(agreement)).sum(axis=1)
+    if not n_defined.any():
+        # No agreement at all to average, as distance_disagreement_correlation
+        # has no pair to correlate: an error, not a table of NaN.
+        raise ValueError(
+            f"No two of the {len(names)} models share a query in evals; an "
+            "agreement needs 2 models scored on a common query. Pass "
+            "evaluations where models are scored on common queries."
+        )
     per_model = np.nansum(agreement, axis=1)[n_defined > 0] / n_defined[n_defined > 0]
-    random_agreement = per_model.mean() if per_model.size else np.nan
+    random_agreement = per_model.mean()
     order = neighbor_order(distance)
     rows = np.arange(len(names))
     records = []
@@ -206,7 +230,17 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
                 "n_models": int(defined.sum()),
             }
         )
-    return pd.DataFrame.from_records(records)
+    result = pd.DataFrame.from_records(records)
+    unmet = result.loc[result["n_models"] == 0, "k"].tolist()
+    if unmet:
+        shown = unmet[0] if len(unmet) == 1 else _preview(unmet)
+        warn_external(
+            f"For k={shown}, no model shares a query with its k-th nearest "
+            "neighbor: there is no agreement to average, so those rows are NaN "
+            "with n_models 0. Score the models on more common queries.",
+            UserWarning,
+        )
+    return result
 
 
 def embedding_dimensionality(embeddings, evals=None, *, names=None):

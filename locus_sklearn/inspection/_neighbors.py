@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .._evals import _preview, check_evals
 from .._warnings import warn_external
 from ._common import (
+    _has_label,
     as_distances,
     as_pool,
     check_metric,
@@ -65,10 +66,10 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
         :class:`~locus_sklearn.LocusRouter`), model embeddings, or with
         ``metric="precomputed"`` distances between the models (a DataFrame
         such as :func:`score_disagreement`'s ``distance`` names them).
-    model : str, int or array-like of shape (d,)
-        A model of the pool (its name; its row index when ``names`` is None),
-        which is left out of its own neighbors, or an embedding (not with
-        precomputed distances).
+    model : str, int, tuple or array-like of shape (d,)
+        A model of the pool (its name, a tuple for a MultiIndex's rows; its
+        row index when ``names`` is None), which is left out of its own
+        neighbors, or an embedding (not with precomputed distances).
     k : int, default=5
         Number of neighbors.
     metric : {"cosine", "euclidean", "precomputed"}, default="cosine"
@@ -94,21 +95,29 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
     rank
     1        c  0.004963
     """
-    _check_model_not_names(model)
-    if check_metric(metric, precomputed=True) == "precomputed":
-        if np.ndim(model) == 1:
+    precomputed = check_metric(metric, precomputed=True) == "precomputed"
+    if precomputed:
+        D, names = as_distances(embeddings, names)
+    else:
+        Z, names = as_pool(embeddings, names, metric=metric)
+    # A tuple that names a model of the pool (as a MultiIndex names its rows)
+    # is that model, not an embedding point.
+    is_point = np.ndim(model) == 1 and not (
+        isinstance(model, tuple) and _has_label(names.tolist(), model)
+    )
+    if is_point or np.ndim(model) > 1:
+        _check_model_not_names(model)
+    if precomputed:
+        if is_point:
             raise ValueError(
                 "model must be a model of the pool when metric='precomputed' (the "
                 "distances say nothing about other points); got an array."
             )
-        D, names = as_distances(embeddings, names)
         i = lookup(names, model)
         distances = D[i]
         candidates = np.delete(np.arange(len(D)), i)
         return _nearest(names, distances, candidates, k)
-    _warn_if_distances(embeddings, metric)
-    Z, names = as_pool(embeddings, names)
-    if np.ndim(model) == 1:
+    if is_point:
         point = check_array([model], dtype=np.float64, input_name="model")
         if point.shape[1] != Z.shape[1]:
             raise ValueError(
@@ -140,38 +149,6 @@ def _check_model_not_names(model):
             "model must be one model name (str), a row index (int), or an "
             "embedding of d floats; got a sequence of names "
             f"{_preview(values, limit=5)}. Pass one name at a time."
-        )
-
-
-def _warn_if_distances(embeddings, metric):
-    """Warn when ``embeddings`` look like a precomputed distance matrix.
-
-    A square DataFrame with the same models as index and columns and a zero
-    diagonal (such as score_disagreement(evals).distance) is still a valid
-    (n_models, n_models) embedding matrix, so forgetting metric="precomputed"
-    gives other distances and another neighbor order without any error.
-    """
-    if metric == "precomputed" or not isinstance(embeddings, pd.DataFrame):
-        return
-    n_rows, n_cols = embeddings.shape
-    if (
-        n_rows == 0
-        or n_rows != n_cols
-        or not embeddings.index.equals(embeddings.columns)
-    ):
-        return
-    try:
-        diagonal = np.diag(embeddings.to_numpy(dtype=np.float64))
-    except (TypeError, ValueError):
-        return  # not numbers: as_pool reports that
-    if np.all(diagonal == 0):
-        warn_external(
-            "embeddings is a square DataFrame with the same models as index and "
-            "columns and a zero diagonal: it looks like a distance matrix (such "
-            "as score_disagreement(evals).distance), but it is read as "
-            f'embeddings with metric={metric!r}. Pass metric="precomputed" if '
-            "it holds distances.",
-            UserWarning,
         )
 
 
@@ -222,9 +199,6 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
     b     a  c
     c     b  a
     """
-    # metric checked first: an invalid one must not also warn.
-    check_metric(metric, precomputed=True)
-    _warn_if_distances(embeddings, metric)
     D, names = pool_distances(embeddings, names, metric=metric)
     order = neighbor_order(D)
     return pd.DataFrame(
@@ -276,8 +250,9 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     result : DataFrame with one row per k
         Columns ``k``; ``accuracy`` (mean score of the fallback model);
         ``no_outage_accuracy`` (mean score of the routed model on the same
-        queries); ``retained`` (their ratio); ``n_queries`` (queries with at
-        least ``k`` scored models besides the routed one, the ones counted).
+        queries); ``retained`` (their ratio, NaN where
+        ``no_outage_accuracy`` is 0); ``n_queries`` (queries with at least
+        ``k`` scored models besides the routed one, the ones counted).
         A k that no query of ``evals`` reaches has ``n_queries`` 0 and NaN
         ``accuracy``, ``no_outage_accuracy`` and ``retained``.
 
@@ -286,6 +261,8 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     UserWarning
         If no query has ``k`` scored models besides the routed one for some
         k (e.g. each query scored for one model only): those rows are NaN.
+        If the routed models score 0 on every counted query for some k:
+        ``retained`` is NaN there.
 
     Examples
     --------
@@ -347,13 +324,25 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
             + (f", or ask for k <= {most}." if most else "."),
             UserWarning,
         )
+    # Nothing to retain a share of: accuracy / 0 is no ratio.
+    zero = result.loc[
+        (result["n_queries"] > 0) & (result["no_outage_accuracy"] == 0), "k"
+    ].tolist()
+    if zero:
+        shown = zero[0] if len(zero) == 1 else _preview(zero)
+        warn_external(
+            f"For k={shown}, the routed models score 0 on every counted query "
+            "(no_outage_accuracy 0): retained, accuracy / no_outage_accuracy, "
+            "has no value there and is NaN.",
+            UserWarning,
+        )
     return result
 
 
 def _router_distances(router, embeddings, metric):
     """Distances between a fitted router's models, in ``classes_`` order."""
     if check_metric(metric, precomputed=True) != "precomputed":
-        Z, classes = router_embeddings(router, embeddings)
+        Z, classes = router_embeddings(router, embeddings, metric=metric)
         return pairwise(Z, metric=metric), classes
     check_is_fitted(router)
     classes = np.asarray(router.classes_, dtype=object)

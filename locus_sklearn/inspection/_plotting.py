@@ -277,7 +277,10 @@ def plot_model_map(
     else:
         # t-SNE computes the metric's distances itself (squared for
         # "euclidean"), so it is given the embeddings unless they are distances.
-        X, names = (as_distances if precomputed else as_pool)(embeddings, names)
+        if precomputed:
+            X, names = as_distances(embeddings, names)
+        else:
+            X, names = as_pool(embeddings, names, metric=metric)
     if len(names) < 2:
         raise ValueError(
             f"embeddings has {len(names)} model; a map of the models needs at least 2."

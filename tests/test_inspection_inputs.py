@@ -1,0 +1,299 @@
+"""Inputs of the inspection toolkit: distance matrices given as embeddings,
+pools that share no query, close embeddings and tuple model names."""
+
+import re
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from locus_sklearn.baselines import SingleBestRouter
+from locus_sklearn.inspection import (
+    distance_disagreement_correlation,
+    fallback_order,
+    fallback_routing_accuracy,
+    model_linkage,
+    nearest_models,
+    neighbor_agreement,
+    plot_model_dendrogram,
+    plot_model_map,
+    score_disagreement,
+)
+from locus_sklearn.inspection._common import router_embeddings
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def evals():
+    """Six models scored 0/1 on the same 40 queries, at different rates."""
+    rng = np.random.default_rng(0)
+    models = list("abcdef")
+    p = rng.random(len(models))
+    scores = (rng.random((len(models), 40)) < p[:, None]).astype(np.float64)
+    return pd.DataFrame(
+        {
+            "model": np.repeat(models, 40),
+            "query": [f"q{i}" for i in range(40)] * len(models),
+            "score": scores.ravel(),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def distances(evals):
+    return score_disagreement(evals, min_shared=1).distance
+
+
+# ------------------------------------------- a distance matrix as embeddings
+
+_CALLS = {
+    "nearest_models": lambda D, evals, **kw: nearest_models(D, "a", k=1, **kw),
+    "fallback_order": lambda D, evals, **kw: fallback_order(D, **kw),
+    "neighbor_agreement": lambda D, evals, **kw: neighbor_agreement(D, evals, **kw),
+    "distance_disagreement_correlation": (
+        lambda D, evals, **kw: distance_disagreement_correlation(D, evals, **kw)
+    ),
+    "model_linkage": lambda D, evals, **kw: model_linkage(D, **kw),
+    "fallback_routing_accuracy": lambda D, evals, **kw: fallback_routing_accuracy(
+        SingleBestRouter().fit(evals), evals, embeddings=D, **kw
+    ),
+    "plot_model_map": lambda D, evals, **kw: plot_model_map(D, method="mds", **kw),
+    "plot_model_map_tsne": (
+        lambda D, evals, **kw: plot_model_map(D, method="tsne", random_state=0, **kw)
+    ),
+    "plot_model_dendrogram": lambda D, evals, **kw: plot_model_dendrogram(D, **kw),
+}
+
+_LOOKS_LIKE = (
+    r"^embeddings is a square DataFrame with the same models as index and "
+    r"columns .* it looks like a distance matrix .* read as embeddings with "
+    r"metric='(cosine|euclidean)'\. Pass metric=\"precomputed\""
+)
+
+
+@pytest.mark.parametrize("function", list(_CALLS))
+def test_distance_frame_without_precomputed_warns_once(function, evals, distances):
+    # Only nearest_models and fallback_order warned; the other six read the
+    # distances as embeddings silently, with plausible but other results.
+    call = _CALLS[function]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call(distances, evals)
+    looks_like = [w for w in caught if re.search(_LOOKS_LIKE, str(w.message))]
+    assert len(looks_like) == 1, [str(w.message) for w in caught]
+    assert looks_like[0].category is UserWarning
+    assert looks_like[0].filename == __file__  # points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        call(distances, evals, metric="precomputed")
+
+
+def test_distance_frame_warns_in_a_pca_map(evals, distances):
+    # method="pca" takes embeddings only (precomputed is refused), and read a
+    # distance matrix as embeddings without a word.
+    with pytest.warns(UserWarning, match=_LOOKS_LIKE):
+        plot_model_map(distances, method="pca")
+
+
+def test_distance_frame_in_another_column_order_warns(evals, distances):
+    # fallback_routing_accuracy matches a distance matrix's columns to the
+    # router's models by name, in any order: such a matrix warns too.
+    shuffled = distances.loc[list("cabfed"), list("fedcba")]
+    router = SingleBestRouter().fit(evals)
+    with pytest.warns(UserWarning, match=_LOOKS_LIKE):
+        fallback_routing_accuracy(router, evals, embeddings=shuffled)
+
+
+def test_only_a_distance_like_frame_warns(evals, distances):
+    router = SingleBestRouter().fit(evals)
+    embeddings = distances + np.eye(len(distances))  # no zero self-distance
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fallback_order(embeddings)
+        neighbor_agreement(embeddings, evals)
+        # A caller that hands the matrix on to a precomputed selector
+        # (portfolio_curve) compares no embeddings: nothing to warn about.
+        router_embeddings(router, distances)
+
+
+# --------------------------------------------------------- undefined values
+
+
+def test_neighbor_agreement_without_a_shared_query_raises():
+    # It returned agreement NaN, random_agreement NaN and n_models 0 silently,
+    # where distance_disagreement_correlation raises on the same input.
+    Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    disjoint = {
+        "model": ["a", "b", "c"],
+        "query": ["q1", "q2", "q3"],
+        "score": [1, 0, 1],
+    }
+    with pytest.raises(ValueError, match="No two of the 3 models share a query"):
+        neighbor_agreement(Z, disjoint)
+    with pytest.raises(ValueError, match="model pair"):
+        distance_disagreement_correlation(Z, disjoint)
+
+
+def test_neighbor_agreement_warns_of_a_k_without_shared_queries():
+    # By cosine distance, a and b are each other's nearest and c is far from
+    # both; c shares no query. k=1: a-b agree on q1 only, 1 - 1/2 = 0.5 for
+    # a and b (c is not counted); k=2 pairs every model with one it shares
+    # no query with, so that row has nothing to average. Random agreement:
+    # 0.5 for a and b, none for c.
+    Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    evals = {
+        "model": ["a", "a", "b", "b", "c"],
+        "query": ["q1", "q2", "q1", "q2", "q9"],
+        "score": [1, 0, 1, 1, 0],
+    }
+    with pytest.warns(UserWarning, match=r"^For k=2, no model shares a query"):
+        result = neighbor_agreement(Z, evals, k=[1, 2])
+    expected = pd.DataFrame(
+        {
+            "k": [1, 2],
+            "agreement": [0.5, np.nan],
+            "random_agreement": [0.5, 0.5],
+            "n_models": [2, 0],
+        }
+    )
+    pd.testing.assert_frame_equal(result, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        neighbor_agreement(Z, evals, k=1)
+
+
+def test_retained_is_nan_with_a_warning_when_the_routed_model_scores_0():
+    # Every score is 0: accuracy / no_outage_accuracy is 0 / 0.
+    Z = [[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]]
+    zeros = {"model": list("aabbcc"), "query": ["q1", "q2"] * 3, "score": [0] * 6}
+    router = SingleBestRouter().fit(zeros)
+    with pytest.warns(UserWarning, match=r"^For k=1, the routed models score 0"):
+        result = fallback_routing_accuracy(router, zeros, embeddings=Z)
+    assert result[["accuracy", "no_outage_accuracy", "n_queries"]].iloc[0].tolist() == [
+        0.0,
+        0.0,
+        2,
+    ]
+    assert np.isnan(result["retained"].iloc[0])
+
+
+# --------------------------------------------------- close embeddings, exact
+
+
+def test_euclidean_distances_of_close_embeddings_are_exact():
+    # [1, 0], [1, 1e-7], [1, 3e-7]: the differences are exact, so are the
+    # distances 1e-7, 3e-7 (a-c) and 2e-7 (b-c); the expansion
+    # |x|^2 - 2 x.y + |y|^2 gave 9.996e-08, 2.9988e-07 and 1.9992e-07.
+    evals = {
+        "model": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+        "query": ["q1", "q2", "q3", "q4"] * 3,
+        "score": [1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1, 1],
+    }
+    Z = [[1.0, 0.0], [1.0, 1e-7], [1.0, 3e-7]]
+    result = distance_disagreement_correlation(Z, evals, metric="euclidean")
+    np.testing.assert_allclose(result.pairs["distance"], [1e-7, 3e-7, 2e-7], rtol=1e-12)
+    # At any scale, by a power of two exactly.
+    for scale in (2.0**-700, 2.0**600):
+        scaled = distance_disagreement_correlation(
+            np.multiply(Z, scale), evals, metric="euclidean"
+        )
+        np.testing.assert_allclose(
+            scaled.pairs["distance"], np.array([1e-7, 3e-7, 2e-7]) * scale, rtol=1e-12
+        )
+
+
+def test_nearest_models_and_fallback_order_agree_on_close_embeddings():
+    # Row 0 is 1.0e-7 from row 1 and 9.948e-8 from row 2 (the differences
+    # are exact): nearest_models ranked row 1 first, at the same rounded
+    # distance as row 2, while fallback_order put row 2 first.
+    Z = np.array(
+        [
+            [
+                1.4934311452207607,
+                -1.2590655321041202,
+                1.5139237747390626,
+                1.3458754237823045,
+            ],
+            [
+                1.4934311910633693,
+                -1.2590655165874696,
+                1.513923756319978,
+                1.3458755093301047,
+            ],
+            [
+                1.4934312104190104,
+                -1.259065472181691,
+                1.5139238184794528,
+                1.3458754356687876,
+            ],
+        ]
+    )
+    exact = np.sqrt(np.sum(np.square(Z[1:] - Z[0]), axis=1))
+    assert exact[1] < exact[0]
+    nearest = nearest_models(Z, 0, k=2, metric="euclidean")
+    assert nearest["model"].tolist() == [2, 1]
+    np.testing.assert_allclose(nearest["distance"], exact[::-1], rtol=1e-12)
+    order = fallback_order(Z, metric="euclidean")
+    assert order.loc[0].tolist() == [2, 1]
+    for i in range(3):
+        assert (
+            order.loc[i].tolist()
+            == nearest_models(Z, i, k=2, metric="euclidean")["model"].tolist()
+        )
+
+
+# --------------------------------------------------------- tuple model names
+
+_TUPLES = [("f1", "a"), ("f1", "b"), ("f2", "c")]
+_Z = np.array([[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]])
+
+
+def test_tuple_model_names_name_the_models():
+    # A MultiIndex's rows (or names= of tuples) were read as a second axis:
+    # "names must have one name per row of embeddings, shape (3,); got shape
+    # (3, 2)".
+    frame = pd.DataFrame(_Z, index=pd.MultiIndex.from_tuples(_TUPLES))
+    expected = [
+        [("f1", "b"), ("f2", "c")],
+        [("f1", "a"), ("f2", "c")],
+        [("f1", "b"), ("f1", "a")],
+    ]
+    for order in (fallback_order(frame), fallback_order(_Z, names=_TUPLES)):
+        assert order.index.tolist() == _TUPLES
+        assert order.to_numpy().tolist() == expected
+    for nearest in (
+        nearest_models(frame, ("f1", "a"), k=2),
+        nearest_models(_Z, ("f2", "c"), k=1, names=_TUPLES),
+    ):
+        assert all(isinstance(m, tuple) for m in nearest["model"])
+    assert nearest_models(frame, ("f1", "a"), k=2)["model"].tolist() == expected[0]
+    assert nearest_models(_Z, ("f2", "c"), k=1, names=_TUPLES)["model"].tolist() == [
+        ("f1", "b")
+    ]
+    D = pd.DataFrame(
+        np.array([[0.0, 0.1, 0.6], [0.1, 0.0, 0.5], [0.6, 0.5, 0.0]]),
+        index=pd.MultiIndex.from_tuples(_TUPLES),
+        columns=pd.MultiIndex.from_tuples(_TUPLES),
+    )
+    nearest = nearest_models(D, ("f2", "c"), k=1, metric="precomputed")
+    assert nearest["model"].tolist() == [("f1", "b")]
+
+
+def test_tuples_that_are_not_names_are_still_refused():
+    with pytest.raises(TypeError, match=r"model must be one model name.*one name"):
+        nearest_models(_Z, ("f1", "x"), k=1, names=_TUPLES)
+    with pytest.raises(ValueError, match=r"names must have one name per row.*\(3, 1\)"):
+        fallback_order(_Z, names=np.array([["a"], ["b"], ["c"]]))
+    with pytest.raises(TypeError, match="names must hold hashable model names"):
+        fallback_order(_Z, names=[["a"], ["b"], ["c"]])
