@@ -2362,6 +2362,8 @@ def test_openapi_declares_the_real_error_body(router_path, routers, backends):
                 if int(status) < 400:
                     continue
                 declared.setdefault((method, path), set()).add(int(status))
+                if path == "/healthz":
+                    continue  # its 503 is the health body, status "unavailable"
                 schema = answer["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (
                     method,
@@ -2380,6 +2382,7 @@ def test_openapi_declares_the_real_error_body(router_path, routers, backends):
         504,
     }
     assert {401, 409} <= declared[("post", "/admin/reload")]
+    assert declared[("get", "/healthz")] == {503}
 
 
 def test_requests_without_the_lifespan_get_503(router_path, routers, backends):
@@ -2914,3 +2917,184 @@ def test_litellm_config_of_a_file_saved_without_query_text(tmp_path, routers, ba
         LocusRouter.load(path)
     gateway = _gateway(backends, router.classes_)
     assert litellm_config(path, gateway) == litellm_config(router, gateway)
+
+
+def _nested(levels):
+    """``levels`` arrays, each inside the one before: ``[[]]`` for 2."""
+    return "[" * levels + "]" * levels
+
+
+def test_json_nested_too_deeply_is_a_400_or_a_failed_attempt(
+    router_path, routers, backends, queries
+):
+    """Arrays and objects nest at most MAX_JSON_DEPTH (128) levels, the body
+    itself being the first: a body that parses is always encoded again (a
+    chat request forwarded, a backend's answer relayed), where a bound left
+    to the recursion limit let through bodies about 955 levels deep that
+    then failed to encode (a 500, with no fallback for an answer)."""
+    router = routers[0]
+    query = queries[0]
+    routed = router.predict([query])[0]
+    nearest = fallback_order(router).loc[routed].iloc[0]
+    pinned = next(m for m in router.classes_ if m not in (routed, nearest))
+
+    def answer(levels):
+        return f'{{"id": "x", "choices": [], "x": {_nested(levels)}}}'.encode()
+
+    # One level too many (129 with the answer's object), then the most.
+    backends.modes[routed] = (
+        200,
+        {"content-type": "application/json"},
+        answer(128),
+    )
+    backends.modes[pinned] = (
+        200,
+        {"content-type": "application/json"},
+        answer(127),
+    )
+    gateway = _gateway(backends, router.classes_)
+
+    def chat(model, metadata):
+        return (
+            f'{{"model": "{model}", "messages": [{{"role": "user", "content": '
+            f'"{query}"}}], "metadata": {metadata}}}'
+        )
+
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for levels in (128, 955, 3000):  # 129, 956 and 3001 with the body
+            response = _post_raw(
+                url, "/v1/chat/completions", chat("locus", _nested(levels))
+            )
+            _assert_body_error(
+                response, 400, "not valid JSON: too deeply nested", "at most 128"
+            )
+        response = _post_raw(
+            url, "/route", '{"query": "q000", "x": ' + _nested(128) + "}"
+        )
+        _assert_body_error(response, 400, "too deeply nested")
+        assert sum(backends.hits.values()) == 0
+
+        response = _post_raw(url, "/v1/chat/completions", chat("locus", _nested(127)))
+        assert response.status_code == 200, response.text
+        data = response.json()
+        assert data["locus"]["failed"] == [
+            {"model": routed, "error": "invalid JSON answer"}
+        ]
+        assert data["locus"]["model"] == nearest
+        assert backends.seen[-1][2]["metadata"] == json.loads(_nested(127))
+
+        response = _post_raw(url, "/v1/chat/completions", chat(pinned, "null"))
+        assert response.status_code == 200, response.text
+        assert response.json()["x"] == json.loads(_nested(127))
+        assert response.json()["locus"]["failed"] == []
+
+    from locus_sklearn.serve._app import MAX_JSON_DEPTH, _strict_json
+
+    assert MAX_JSON_DEPTH == 128
+    assert _strict_json(_nested(128)) == json.loads(_nested(128))
+    assert _strict_json(b'{"a": %s}' % _nested(127).encode())["a"] == json.loads(
+        _nested(127)
+    )
+    for text in (_nested(129), '{"a": ' + _nested(128) + "}", _nested(5000)):
+        for content in (text, text.encode()):
+            with pytest.raises(ValueError, match="too deeply nested"):
+                _strict_json(content)
+
+
+def test_gateway_wrong_typed_content_names_the_field(router_path, routers, backends):
+    """A message content of none of its types is one 400 naming the field,
+    not one error per member of the union, located under the member's type
+    (``messages.0.content.str``)."""
+    gateway = _gateway(backends, routers[0].classes_)
+    expected = "Input should be a string, null or a list of content-part objects"
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for content, got in [
+            (5, " (got 5)"),
+            (True, " (got True)"),
+            (["hi"], ""),
+            ({"type": "text", "text": "hi"}, ""),
+        ]:
+            messages = [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": content},
+            ]
+            response = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={"model": "locus", "messages": messages},
+            )
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["type"] == "invalid_request_error"
+            assert error["param"] == "messages.1.content", error
+            assert error["message"] == f"messages.1.content: {expected}{got}"
+        # Each of its types still validates.
+        for content in ("q000", [{"type": "text", "text": "q000"}]):
+            response = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={
+                    "model": "locus",
+                    "messages": [{"role": "user", "content": content}],
+                },
+            )
+            assert response.status_code == 200, response.text
+    assert sum(backends.hits.values()) == 2
+
+
+def test_gateway_refuses_a_backend_for_a_model_named_locus(tmp_path, pool, backends):
+    """A pool model named as the routing alias could never be requested by
+    name (``model="locus"`` routes the request) and would be listed twice by
+    /v1/models: its backend is refused, naming the model and why."""
+    models = sorted(pool.evals["model"].unique())
+    evals = pool.evals.assign(model=pool.evals["model"].replace({models[0]: "locus"}))
+    router = LocusRouter(
+        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 1, "random_state": 0}),
+        shrinkage=None,
+    ).fit(evals)
+    assert "locus" in router.classes_
+    path = tmp_path / "alias.safetensors"
+    router.save(path)
+    with pytest.raises(ValueError, match="backend for the model 'locus'") as info:
+        create_app(path, gateway=_gateway(backends, router.classes_))
+    assert "could never be requested by name" in str(info.value)
+    # Without a backend of its own, the model is routed among the others.
+    served = [m for m in router.classes_ if m != "locus"]
+    with TestClient(create_app(path, gateway=_gateway(backends, served))) as client:
+        listed = client.get("/v1/models").json()
+    assert [m["id"] for m in listed["data"]] == ["locus", *served]
+
+
+def test_healthz_is_503_when_the_service_cannot_answer(router_path):
+    """/healthz reports what a request would find: before the lifespan has
+    run, or once it has ended, /route answers 503, and so does /healthz,
+    with a status that is not "ok", its reason and its usual fields."""
+    from starlette.testclient import TestClient
+
+    app = create_app(router_path)
+    client = TestClient(app)
+    for when, reason in [("before", "not started"), ("after", "shutting down")]:
+        response = client.get("/healthz")
+        assert response.status_code == 503, (when, response.text)
+        health = response.json()
+        assert health["status"] == "unavailable" and reason in health["reason"]
+        assert health["router"]["version"] == 1
+        assert {"batching", "reloads", "last_reload_error"} <= set(health)
+        with TestClient(app) as running:
+            response = running.get("/healthz")
+            assert response.status_code == 200
+            assert response.json()["status"] == "ok"
+            assert "reason" not in response.json()
+
+
+def test_an_empty_json_body_is_a_400(router_path, routers, backends):
+    """An empty body sent as JSON is malformed JSON, as a blank one is: 400,
+    not the 422 of a missing body."""
+    gateway = _gateway(backends, routers[0].classes_)
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        for path in ("/route", "/v1/chat/completions"):
+            for content in (b"", iter([b""])):  # Content-Length: 0, or chunked
+                response = _post_raw(url, path, content)
+                _assert_body_error(response, 400, "not valid JSON: it is empty")
+            response = _post_raw(url, path, b" ")
+            _assert_body_error(response, 400, "not valid JSON")
+        assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
+    assert sum(backends.hits.values()) == 0

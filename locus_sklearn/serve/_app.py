@@ -196,6 +196,35 @@ def _finite_int(text):
     return value
 
 
+# How many levels arrays and objects may nest in a request body or a
+# backend's answer. What parses is encoded again deeper in the stack than it
+# was parsed (httpx's json.dumps of the forwarded request, the rendering of
+# the relayed answer), so a bound left to the interpreter's recursion limit
+# (1000 frames by default) let through values that parsed but then failed to
+# encode (a 500). This one leaves hundreds of frames to spare, and is far
+# beyond the nesting of any real request or answer.
+MAX_JSON_DEPTH = 128
+
+_TOO_DEEP = (
+    f"too deeply nested (arrays and objects may nest at most {MAX_JSON_DEPTH} "
+    "levels deep)"
+)
+
+
+def _too_deep(value):
+    """Whether arrays and objects nest more than MAX_JSON_DEPTH levels in the
+    parsed ``value`` (walked without recursion)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                if depth == MAX_JSON_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 def _strict_json(content):
     """``content`` (str or UTF-8 bytes) parsed as standard JSON.
 
@@ -204,15 +233,25 @@ def _strict_json(content):
     (``1e400``, read as infinity, or an integer such as ``1`` followed by
     400 zeros) and a key repeated in one object, nested ones included (read
     as its last value). None of them could be routed on or written on as
-    JSON.
+    JSON. So is nesting more than :data:`MAX_JSON_DEPTH` levels deep, which
+    could not be encoded again.
     """
-    return json.loads(
-        content,
-        parse_constant=_reject_constant,
-        parse_float=_finite_float,
-        parse_int=_finite_int,
-        object_pairs_hook=_unique_keys,
-    )
+    try:
+        value = json.loads(
+            content,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            parse_int=_finite_int,
+            object_pairs_hook=_unique_keys,
+        )
+    except RecursionError:
+        raise ValueError(_TOO_DEEP) from None
+    # Each level opens a bracket: with no more brackets than levels allowed
+    # (most bodies), the walk is skipped.
+    opened = (b"[", b"{") if isinstance(content, bytes) else ("[", "{")
+    if sum(map(content.count, opened)) > MAX_JSON_DEPTH and _too_deep(value):
+        raise ValueError(_TOO_DEEP)
+    return value
 
 
 def _is_json_type(content_type):
@@ -297,7 +336,18 @@ class _StrictJSONRequest(Request):
     as UTF-8 (not UTF-16 or UTF-32, which ``json.loads`` would detect; a
     UTF-8 byte order mark is ignored); its failures reach FastAPI as the
     ``JSONDecodeError`` it answers 400 to (``param: body``). A string holding
-    a lone surrogate escape is a 400 naming its field."""
+    a lone surrogate escape is a 400 naming its field. An empty body sent as
+    JSON is malformed JSON too."""
+
+    async def body(self):
+        body = await super().body()
+        content_type = self.headers.get("content-type")
+        if not body and content_type and _is_json_type(content_type):
+            # FastAPI calls json() only for a non-empty body, and validates
+            # an empty one as a missing body (a 422); raised here, in its
+            # read of the body, it is the 400 of any other malformed JSON.
+            raise json.JSONDecodeError("it is empty", "", 0)
+        return body
 
     async def json(self):
         if not hasattr(self, "_json"):
@@ -322,11 +372,8 @@ class _StrictJSONRequest(Request):
                     "",
                     0,
                 ) from None
-            except (ValueError, RecursionError) as exc:
-                message = (
-                    str(exc) if isinstance(exc, ValueError) else "too deeply nested"
-                )
-                raise json.JSONDecodeError(message, "", 0) from None
+            except ValueError as exc:
+                raise json.JSONDecodeError(str(exc), "", 0) from None
             found = _SURROGATE_ESCAPE.search(text) and _lone_surrogate(data)
             if found:
                 param, message = found
@@ -699,9 +746,10 @@ def create_app(
     gateway : str, path-like, mapping or GatewayConfig, default=None
         Backends for ``/v1/chat/completions`` (see
         :func:`load_gateway_config`); None serves routing only. Each backend
-        must name a model of the router's pool and each ``api_key_env`` a
-        variable that is set, and a ``cost_weight`` > 0 needs a router with
-        costs; a router file that does not fit it is refused at start and on
+        must name a model of the router's pool other than ``"locus"`` (the
+        name that routes a request) and each ``api_key_env`` a variable that
+        is set, and a ``cost_weight`` > 0 needs a router with costs; a
+        router file that does not fit it is refused at start and on
         reload. Without a gateway ``cost_weight``, requests get the router's
         own, and a file whose own overflows with its costs is refused too.
     encoder : default=None
@@ -972,12 +1020,29 @@ def _add_pool_endpoints(app, service, admin_token):
             data.append(entry)
         return {"models": data, **state.describe(service.default_cost_weight)}
 
-    @app.get("/healthz", summary="Liveness and the served router")
+    @app.get(
+        "/healthz",
+        summary="Liveness and the served router",
+        responses={
+            503: {
+                "description": "The service is not started or is shutting down: "
+                "the same body, with status 'unavailable' and the reason"
+            }
+        },
+    )
     async def healthz():
         state = service.holder.current
         batcher = service.batcher
-        return {
-            "status": "ok",
+        # As a request would find it: a batcher not running (lifespan not
+        # run, or ended) answers every /route and gateway request with 503.
+        try:
+            batcher.check_running()
+        except BatcherStopped as exc:
+            status = {"status": "unavailable", "reason": str(exc)}
+        else:
+            status = {"status": "ok"}
+        health = {
+            **status,
             "router": {
                 "path": str(service.holder.path),
                 **state.describe(service.default_cost_weight),
@@ -992,6 +1057,9 @@ def _add_pool_endpoints(app, service, admin_token):
             "reloads": service.n_reloads,
             "last_reload_error": service.holder.last_error,
         }
+        return JSONResponse(
+            health, status_code=200 if status["status"] == "ok" else 503
+        )
 
     @app.post(
         "/admin/reload",

@@ -34,6 +34,7 @@ escapes, the same JSON value.
 import asyncio
 import json
 import time
+from typing import Annotated
 from urllib.parse import quote
 
 import numpy as np
@@ -46,7 +47,14 @@ import httpx  # noqa: E402
 from fastapi import Request  # noqa: E402
 from fastapi.exceptions import RequestValidationError  # noqa: E402
 from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+from pydantic import (  # noqa: E402
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WrapValidator,
+)
+from pydantic_core import PydanticCustomError  # noqa: E402
 
 from ..metrics import route  # noqa: E402
 from ._app import (  # noqa: E402
@@ -135,11 +143,32 @@ class _OpenAIRoute(_JSONRoute):
         return openai_handler
 
 
+def _one_of(expected):
+    """A validator for a union field that refuses a value of none of its
+    types with one error at the field itself, ``Input should be
+    {expected}``: pydantic's own gives one error per member, each located
+    under the member's type (``content.str``, ``content.list[...].0``),
+    which is not a field of the request."""
+
+    def validate(value, handler):
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError(
+                "union_type", "Input should be {expected}", {"expected": expected}
+            ) from None
+
+    return WrapValidator(validate)
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: str = Field(min_length=1)
-    content: str | list[dict] | None = None
+    content: Annotated[
+        str | list[dict] | None,
+        _one_of("a string, null or a list of content-part objects"),
+    ] = None
 
 
 class ChatRequest(BaseModel):
@@ -407,10 +436,11 @@ async def _forward(service, payload, order, routed, *, stream):
                 headers=locus_headers,
             )
         try:
-            # Strictly: a NaN or 1e400 in the answer (say a usage cost) could
-            # not be passed on as JSON; such an answer is a failed attempt.
+            # Strictly: a NaN or 1e400 in the answer (say a usage cost), or
+            # nesting too deep to encode again, could not be passed on as
+            # JSON; such an answer is a failed attempt.
             data = _strict_json(content)
-        except (ValueError, RecursionError):
+        except ValueError:
             data = None
         if response.status_code == 200 and not isinstance(data, dict):
             attempts.append({"model": model, "error": "invalid JSON answer"})

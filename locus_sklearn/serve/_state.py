@@ -79,10 +79,21 @@ def _check_gateway(router, gateway, path):
     file), a default cost weight the router has no costs for would fail
     every request with an error blaming the client, and a key variable that
     is not set would send every request without its key (the backend's 401
-    reaching the client as if its own key were wrong).
+    reaching the client as if its own key were wrong). A backend of a model
+    named as the routing alias (``"locus"``) could never be requested by
+    name: that name routes the request.
     """
     from .._evals import _preview
+    from ._gateway import ROUTER_MODEL
 
+    if ROUTER_MODEL in gateway.backends:
+        raise ValueError(
+            f"The gateway configuration has a backend for the model "
+            f"{ROUTER_MODEL!r}, the name a request gives to be routed "
+            f"(model={ROUTER_MODEL!r}), so that model could never be requested "
+            "by name; remove its backend, or fit the router with the model "
+            "under another name."
+        )
     pool = set(router.classes_)
     missing = [m for m in gateway.backends if m not in pool]
     if len(missing) == len(gateway.backends):
@@ -163,7 +174,8 @@ class RouterHolder:
         Passed to :meth:`LocusRouter.load`; a mapping of precomputed
         encodings is added to those saved in the file (its vectors win).
     gateway : GatewayConfig or None
-        Every backend must name a model of the router's pool, each
+        Every backend must name a model of the router's pool other than
+        ``"locus"`` (the name that routes a request), each
         ``api_key_env`` a variable that is set, and a default
         ``cost_weight`` > 0 needs a router with costs. Without a default
         ``cost_weight`` there, the router's own is the default, and one that
