@@ -13,6 +13,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import struct
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ try:  # advisory locks mark a save in progress (POSIX only)
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-__all__ = ["FORMAT_VERSION", "read_file", "write_file"]
+__all__ = ["FORMAT_VERSION", "check_regular_file", "read_file", "write_file"]
 
 FORMAT_NAME = "locus_sklearn"
 FORMAT_VERSION = 1
@@ -84,6 +85,75 @@ def _is_temp_name(target, name):
     return re.fullmatch(rf"\.{stem}\.{token}\.tmp", name) is not None
 
 
+# What a file that is neither a regular file nor a folder is, by its mode.
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _special_file(mode):
+    """What a file of mode ``mode`` (``st_mode``) that is not a regular file
+    or a folder is, for an error: "a named pipe (FIFO)", ..."""
+    for test, name in _SPECIAL_FILES:
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def check_regular_file(path):
+    """Refuse a ``path`` that is not an existing regular file (or a symbolic
+    link to one), before anything opens it.
+
+    Checked with ``os.stat``: opening a named pipe blocks until something
+    writes to it, and a pipe (``<(command)``) or a device is not a saved file
+    that can be read twice or checked whole.
+
+    Raises
+    ------
+    TypeError
+        If ``path`` is not a str or path-like.
+    FileNotFoundError
+        If nothing exists at ``path`` (or it is a broken symbolic link).
+    IsADirectoryError
+        If ``path`` is a folder.
+    OSError
+        If ``path`` is a named pipe, a device or a socket, named in the
+        message (errno ``EINVAL``).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> check_regular_file(os.path.join(folder, "missing.safetensors"))
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: No such file: '...missing.safetensors'.
+    """
+    _check_path(path, naming="a saved file")
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        # NotADirectoryError: a file on the way ("r.safetensors/x").
+        raise FileNotFoundError(f"No such file: {os.fspath(path)!r}.") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(
+            f"{os.fspath(path)!r} is a folder; give the path of a saved file."
+        )
+    if not stat.S_ISREG(info.st_mode):
+        # A pipe (``<(command)``) gives its bytes once, where a load reads
+        # the file whole: a copy can be loaded.
+        copy = " (copy what it gives to a file)" if stat.S_ISFIFO(info.st_mode) else ""
+        error = OSError(
+            f"{os.fspath(path)!r} is {_special_file(info.st_mode)}, not a regular "
+            f"file; give the path of a saved file{copy}."
+        )
+        error.errno = errno.EINVAL  # kept for callers that map errors to exit codes
+        raise error
+
+
 def _write_error(kind, code, path, what):
     """An OSError of type ``kind`` naming the file the user asked for (never a
     temporary file), with the error number ``code``."""
@@ -135,7 +205,9 @@ def write_file(path, metadata, tensors, *, too_large_advice=""):
     complete and flushed to disk, so a failure never leaves a half-written
     file. A new file gets the mode ``open()`` would give
     it (``0o666`` less the umask); an existing one keeps its mode. A symbolic
-    link is followed: the file it points to is replaced, the link stays.
+    link is followed: the file it points to is replaced, the link stays. A
+    target that is not a regular file (a named pipe, a device such as
+    ``/dev/null``, a socket) is refused, never replaced.
     Temporary files left by killed saves of the same target are removed after
     a successful save (an empty one once it is a minute old: until then it
     may be a concurrent save's, not yet locked). Errors name ``path``, never
@@ -187,7 +259,8 @@ def write_bytes(path, data):
 
     A temporary file beside the target, locked, flushed to disk and renamed
     over it; an existing file keeps its mode, and one this process may not
-    write is refused, not replaced; a symbolic link is followed; temporary
+    write, or one that is not a regular file (a named pipe, a device), is
+    refused, not replaced; a symbolic link is followed; temporary
     files of killed writes are removed afterwards. Errors are OSErrors naming
     ``path``, never the temporary file (a ``path`` that is not a str or
     path-like is a TypeError).
@@ -224,7 +297,18 @@ def write_bytes(path, data):
             path,
             f"its folder {str(target.parent)!r} does not exist",
         )
-    mode = target.stat().st_mode & 0o777 if target.exists() else None
+    info = target.stat() if target.exists() else None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        # The rename below would replace the node with a regular file: a
+        # root's save to /dev/null would remove the system's /dev/null.
+        raise _write_error(
+            OSError,
+            errno.EINVAL,
+            path,
+            f"it is {_special_file(info.st_mode)}, not a regular file; "
+            "give the path of a file to write",
+        )
+    mode = info.st_mode & 0o777 if info is not None else None
     if mode is not None and not os.access(target, os.W_OK):
         # The rename below needs only the folder's permission: without this
         # a file its owner made read-only would be replaced all the same.
@@ -272,6 +356,63 @@ def write_bytes(path, data):
     _remove_stale_temp_files(target)
 
 
+# Formats often taken for a saved file, by their first bytes.
+_OTHER_FORMATS = (
+    (b"PK\x03\x04", "a zip archive, as torch.save and numpy.savez write"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x89HDF", "an HDF5 file"),
+    # Protocols 2 to 5 start with PROTO and the protocol number.
+    *((b"\x80" + bytes([n]), "a Python pickle") for n in range(2, 6)),
+)
+
+
+def _other_format(data):
+    """What the bytes ``data`` look like, for an error ("" if not known)."""
+    for magic, name in _OTHER_FORMATS:
+        if data.startswith(magic):
+            return f"; it looks like {name}"
+    if data.lstrip()[:1] in (b"{", b"["):
+        return "; it looks like JSON text"
+    return ""
+
+
+def _not_safetensors(data):
+    """Why the bytes ``data`` are not a safetensors file, or None where its
+    frame holds: an 8-byte little-endian header length, then a JSON header
+    of that many UTF-8 bytes (starting with "{"), then the tensors.
+
+    Checked before the header is parsed, whose decoder on other bytes
+    explains nothing ("'utf-32-be' codec can't decode ...").
+
+    >>> _not_safetensors(b"")
+    'it is empty'
+    >>> _not_safetensors(b"[1, 2]")
+    'it is 6 bytes long, shorter than ...; it looks like JSON text'
+    """
+    if not data:
+        return "it is empty"
+    guess = _other_format(data)
+    if len(data) < 8:
+        return (
+            f"it is {len(data)} bytes long, shorter than the 8-byte header length "
+            f"a safetensors file starts with{guess}"
+        )
+    (n_header,) = struct.unpack("<Q", data[:8])
+    if n_header > len(data) - 8:
+        return (
+            f"its first 8 bytes {data[:8]!r} give a header of {n_header} bytes, "
+            f"but {len(data) - 8} bytes follow them{guess}"
+        )
+    header = data[8 : 8 + n_header]
+    if not header.startswith(b"{"):
+        return f"its header starts with {header[:8]!r}, not with '{{'{guess}"
+    try:
+        header.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"its header is not UTF-8 text (byte {8 + exc.start} is invalid)"
+    return None
+
+
 def read_file(path, kind, *, known=None):
     """Read a file written by :func:`write_file`; check format and ``kind``.
 
@@ -293,20 +434,21 @@ def read_file(path, kind, *, known=None):
         The caller checks every field first, so that a corrupt field is
         named, and refuses a file that is not intact last.
     """
-    _check_path(path, naming="a saved file")
+    check_regular_file(path)
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(
-            f"{str(path)!r} is a folder; give the path of a saved file."
-        )
-    if not path.is_file():
-        raise FileNotFoundError(f"No such file: {str(path)!r}.")
     # Read into memory, not mapped: a file overwritten in place while a
     # loaded router is in use must not pull memory from under it.
     data = path.read_bytes()
+    problem = _not_safetensors(data)
+    if problem is not None:
+        raise ValueError(
+            f"{str(path)!r} is not a safetensors file ({problem}), so not a "
+            "readable locus_sklearn file (save() writes those)."
+        )
     try:
         (n_header,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8 : 8 + n_header]).get("__metadata__") or {}
+        text = data[8 : 8 + n_header].decode("utf-8")
+        header = json.loads(text).get("__metadata__") or {}
         if not isinstance(header, dict):
             raise ValueError("the metadata is not a mapping")
         tensors = load(data)

@@ -12,9 +12,10 @@ the query encoder.
 
 Loading validates every field — header schema (no field it does not know)
 and types, hyper-parameters against the estimator's own constraints, tensor
-names, shapes, dtypes and finiteness, pool names, indices and scores — before
-anything is built, and refuses a file whose checksum does not match. Every
-failure is a ValueError naming the file and the field.
+names, shapes, dtypes and finiteness, pool names (distinct and sorted),
+indices and scores — before anything is built, and refuses a file whose
+checksum does not match. Every failure is a ValueError naming the file and
+the field.
 
 The estimators call :func:`save_embedder` / :func:`load_embedder` and
 :func:`save_router` / :func:`load_router`; this module never imports them
@@ -24,6 +25,7 @@ The estimators call :func:`save_embedder` / :func:`load_embedder` and
 import hashlib
 import os
 from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -261,6 +263,19 @@ class _Checker:
                 self.fail(f"header field {name!r}", "repeats a name")
         return value
 
+    def sorted_names(self, name, value):
+        """Refuse header field ``name`` (distinct names, as :meth:`field`
+        checked) where ``value`` is not in Python's str order, the order
+        ``check_evals`` gives ``classes_`` and the code's merges and
+        ``searchsorted`` calls assume."""
+        for i, (before, after) in enumerate(pairwise(value)):
+            if before > after:
+                self.fail(
+                    f"header field {name!r}",
+                    f"is not sorted by name: {before!r} (position {i}) comes "
+                    f"before {after!r}",
+                )
+
     def tensor(self, name, shape, dtypes, *, finite=True):
         """Tensor ``name`` with ``shape`` (None: any size on that axis)."""
         if name not in self.tensors:
@@ -416,6 +431,11 @@ def _check_router(check, cls):
     """Check a router's fields beyond its embedder's (``cls`` its class);
     return its tensor names."""
     pool = check.field("pool", "names")
+    # classes_ is documented sorted, and add_models and remove_models pair
+    # the pool with its stored evaluations (re-sorted by check_evals) by
+    # position: an edited file out of that order would predict from another
+    # model's evaluations.
+    check.sorted_names("pool", pool)
     cost_weight = check.field("cost_weight", "number")
     n_pool = len(pool)
     params = check.metadata["params"]
@@ -747,7 +767,7 @@ def save_router(router, path, *, include_query_text=True):
     mapping encoder is not stored.
     """
     metadata, tensors = _embedder_state(
-        router._locus, include_query_text=include_query_text
+        router._fitted_locus(), include_query_text=include_query_text
     )
     spec = metadata["encoder"]
     metadata.update(

@@ -1,5 +1,7 @@
+import contextlib
 import os
 import random
+import threading
 
 # No code path may reach the network: sentence-transformers and the HF hub must
 # resolve everything from installed packages.
@@ -216,3 +218,28 @@ def three_model_knn():
         "score": [1, 1, 0, 1, 0, 0, 0, 0, 1],
     }
     return KNNRouter(1, encoder=encoder).fit(evals), evals
+
+
+@contextlib.contextmanager
+def pipe_released_after(fifo, seconds):
+    """From ``seconds`` on, open and close the named pipe ``fifo`` for
+    writing every 0.2 s until the block ends: a reader blocked on it then
+    reads an empty file and fails, where it would wait for good."""
+    done = threading.Event()
+
+    def release():
+        if done.wait(seconds):
+            return
+        while not done.wait(0.2):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader (ENXIO): nothing is blocked now
+                pass
+
+    writer = threading.Thread(target=release, daemon=True)
+    writer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        writer.join()

@@ -20,7 +20,7 @@ import pytest
 from locus_sklearn.datasets import make_model_pool
 
 
-def locus(*args, stdin=None, cwd=None):
+def locus(*args, stdin=None, cwd=None, timeout=300):
     """Run ``python -m locus_sklearn ARGS``; return the CompletedProcess."""
     # One torch thread: the networks are tiny, and on a busy machine OpenMP's
     # spinning threads can make a multi-threaded run many times slower.
@@ -34,7 +34,7 @@ def locus(*args, stdin=None, cwd=None):
         text=True,
         env=env,
         cwd=cwd,
-        timeout=300,
+        timeout=timeout,
     )
 
 
@@ -2509,3 +2509,14 @@ def test_exit_statuses_of_a_missing_encoder_and_option_conflicts(
         assert_one_line(status, err, 2, f"--set {name}=...",
                         "(see `locus fit --help`)")  # fmt: skip
     assert not (workdir / "x.locus").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_named_pipe_as_the_router_is_refused_without_blocking(tmp_path):
+    # The command opened the pipe to tell a router from an embedder, and
+    # waited for a writer that never came (in a call that holds the GIL: run
+    # in a process of its own, a regression times out instead of hanging).
+    fifo = tmp_path / "router.fifo"
+    os.mkfifo(fifo)
+    result = locus("route", fifo, "q001", timeout=120)
+    assert_one_line_error(result, 3, ["is a named pipe (FIFO), not a regular file"])

@@ -6,10 +6,15 @@ and clear write errors.
 the file-system tests call it directly with tiny tensors.
 """
 
+import errno
 import hashlib
 import io
+import json
 import os
+import pickle
+import re
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -79,6 +84,31 @@ def test_saving_through_a_symlink_writes_the_target(tmp_path):
     assert read_file(target, "Test")[0]["value"] == 2.0
     assert _mode(target) == 0o640
     assert sorted(p.name for p in target.parent.iterdir()) == ["v1.locus"]
+
+
+needs_fifo = pytest.mark.skipif(
+    not hasattr(os, "mkfifo"), reason="os.mkfifo is not available here"
+)
+
+
+@needs_fifo
+def test_saving_onto_a_named_pipe_is_refused_and_leaves_it(tmp_path):
+    # The temporary file was renamed over it: a FIFO (or, for root, a device
+    # node such as /dev/null) became a regular file.
+    fifo = tmp_path / "out.locus"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.locus"
+    link.symlink_to(fifo)
+    for path in (fifo, link):
+        with pytest.raises(
+            OSError,
+            match=f"Cannot save '{re.escape(str(path))}': it is a named pipe "
+            "\\(FIFO\\), not a regular file",
+        ) as info:
+            _write(path)
+        assert info.value.errno == errno.EINVAL
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.locus", "out.locus"]
 
 
 def _crash_during_save(path):
@@ -327,6 +357,83 @@ def test_load_rejects_corrupt_and_foreign_files(tmp_path):
         LocusRouter.load(tmp_path)
 
 
+@needs_fifo
+def test_a_named_pipe_is_not_reported_as_a_missing_file(tmp_path):
+    # Said "No such file" (and the CLI, opening it first, waited forever for
+    # a writer); os.stat tells without opening it.
+    fifo = tmp_path / "router.locus"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.locus"
+    link.symlink_to(fifo)
+    for path in (fifo, link):
+        with pytest.raises(
+            OSError,
+            match=f"'{re.escape(str(path))}' is a named pipe \\(FIFO\\), not a "
+            "regular file",
+        ) as info:
+            LocusRouter.load(path)
+        assert not isinstance(info.value, FileNotFoundError)
+        assert info.value.errno == errno.EINVAL
+    # The check the CLI and the service call before opening a file.
+    check = _files_module.check_regular_file
+    with pytest.raises(OSError, match="is a named pipe"):
+        check(fifo)
+    _write(tmp_path / "saved.locus")
+    (tmp_path / "saved-link.locus").symlink_to(tmp_path / "saved.locus")
+    assert check(tmp_path / "saved.locus") is None
+    assert check(str(tmp_path / "saved-link.locus")) is None
+    with pytest.raises(FileNotFoundError, match="No such file: '.*missing.locus'"):
+        check(tmp_path / "missing.locus")
+    with pytest.raises(FileNotFoundError, match="No such file"):
+        check(tmp_path / "saved.locus" / "x")
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        check(tmp_path)
+    with pytest.raises(TypeError, match="path must be a str or path-like"):
+        check(b"saved.locus")
+
+
+def _torch_saved():
+    buffer = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, buffer)
+    return buffer.getvalue()
+
+
+def _npz_saved():
+    buffer = io.BytesIO()
+    np.savez(buffer, a=np.zeros(3))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "data, found",
+    [
+        (b"", "it is empty"),
+        (b"\x01\x00", "it is 2 bytes long, shorter than the 8-byte header length"),
+        (_torch_saved, "it looks like a zip archive, as torch.save"),
+        (_npz_saved, "it looks like a zip archive, as torch.save and numpy.savez"),
+        (pickle.dumps({"a": 1}), "it looks like a Python pickle"),
+        (json.dumps({"a": 1}).encode(), "it looks like JSON text"),
+        (
+            struct.pack("<Q", 1000) + b"{}",
+            "its first 8 bytes .* give a header of 1000 bytes, but 2 bytes follow",
+        ),
+        (struct.pack("<Q", 4) + b"abcd", "its header starts with b'abcd', not with"),
+        (struct.pack("<Q", 4) + b"{\xff}}", "its header is not UTF-8 text \\(byte 9"),
+    ],
+)
+def test_a_file_of_another_format_is_named_as_such(tmp_path, data, found):
+    # The JSON decoder explained them ("'utf-32-be' codec can't decode bytes
+    # in position 20-23", "unpack requires a buffer of 8 bytes").
+    path = tmp_path / "other.locus"
+    path.write_bytes(data() if callable(data) else data)
+    with pytest.raises(
+        ValueError,
+        match=f"'{re.escape(str(path))}' is not a safetensors file "
+        f"\\(.*{found}.*\\), so not a readable locus_sklearn file",
+    ):
+        LocusRouter.load(path)
+
+
 def test_load_refuses_the_meta_device(tmp_path, tiny_embedder, pool):
     """device='meta' loaded, with a warning per tensor, an estimator whose
     every prediction failed: meta tensors hold no data."""
@@ -500,6 +607,22 @@ def _first_name(field, name):
     return edit
 
 
+def _pool_swapped(metadata, tensors):
+    """The pool's first two models swapped, every tensor permuted to match:
+    consistent, but out of the sorted order the pool is kept in."""
+    order = [1, 0, *range(2, len(metadata["pool"]))]
+    metadata["pool"] = [metadata["pool"][i] for i in order]
+    for name in ("pool.embeddings", "pool.mean_scores", "pool.costs"):
+        if name in tensors:
+            tensors[name] = tensors[name][order]
+    model = tensors["memory.model_index"]
+    model = torch.where(model == 0, 1, torch.where(model == 1, 0, model))
+    rows = torch.argsort(model, stable=True)
+    tensors["memory.model_index"] = model[rows]
+    for name in ("memory.query_index", "memory.score"):
+        tensors[name] = tensors[name][rows]
+
+
 def _repeated_key(metadata, tensors):
     keys = metadata["encoder"]["keys"]
     keys[1] = keys[0]
@@ -522,6 +645,13 @@ def _repeated_key(metadata, tensors):
             "header field 'shrinkage_repeats' must be of type int",
         ),
         (_first_name("pool", ""), "header field 'pool' holds an empty string"),
+        # Loaded, and remove_models then paired models with other models'
+        # stored evaluations (re-sorted by check_evals) by position.
+        (
+            _pool_swapped,
+            "header field 'pool' is not sorted by name: 'fam0-m01' \\(position 0\\) "
+            "comes before 'fam0-m00'",
+        ),
         (
             _first_name("memory_queries", ""),
             "header field 'memory_queries' holds an empty string",

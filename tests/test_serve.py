@@ -25,7 +25,7 @@ httpx = pytest.importorskip("httpx")
 yaml = pytest.importorskip("yaml")
 
 import uvicorn  # noqa: E402
-from conftest import TINY  # noqa: E402
+from conftest import TINY, pipe_released_after  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from locus_sklearn import LocusEmbedder, LocusRouter  # noqa: E402
@@ -3098,3 +3098,16 @@ def test_an_empty_json_body_is_a_400(router_path, routers, backends):
             _assert_body_error(response, 400, "not valid JSON")
         assert httpx.get(f"{url}/healthz").json()["batching"]["requests"] == 0
     assert sum(backends.hits.values()) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_named_pipe_as_the_router_is_refused_without_blocking(tmp_path):
+    # The holder read the pipe whole, waiting for a writer that never came.
+    from locus_sklearn.serve._state import RouterHolder
+
+    fifo = tmp_path / "router.fifo"
+    os.mkfifo(fifo)
+
+    with pipe_released_after(fifo, 10):  # a reader that blocks fails, not hangs
+        with pytest.raises(OSError, match="is a named pipe \\(FIFO\\), not a regular"):
+            RouterHolder(fifo)

@@ -749,7 +749,10 @@ def load_estimator(path, *, encoder=None, device=None, embedder_ok=False):
     a file fitted with precomputed encodings (the new vectors win).
     """
     from .. import LocusEmbedder, LocusRouter
+    from .._files import check_regular_file
 
+    # Before _file_kind opens it: opening a named pipe with no writer blocks.
+    check_regular_file(path)
     cls = LocusRouter
     if _file_kind(path) == "LocusEmbedder":
         if not embedder_ok:

@@ -207,8 +207,11 @@ class RouterHolder:
 
     def _load(self, version):
         from .._cli._io import load_estimator
+        from .._files import check_regular_file
         from ..inspection import fallback_order
 
+        # Before it is read: reading a named pipe with no writer blocks.
+        check_regular_file(self.path)
         stamp = _stamp(self.path)
         # Load from a private copy: safetensors maps the file into memory, so
         # a file later overwritten in place (cp, not an atomic save) would
