@@ -618,7 +618,7 @@ def predicted_profiles(router, rows, probe_sets):
 
     table = check_evals(rows)
     X_table, Z = router._embed_table(table)
-    locus = router._locus
+    locus = router._fitted_locus()
     evaluations = (X_table, table) if locus.kernel_readout else None
     out = {}
     for name, probes in probe_sets.items():
@@ -799,7 +799,7 @@ def _blend_choice_routed(blocks, grid):
 
 def _held_out_block(router, fit_rows, held_rows):
     """Predictions for ``held_rows``' queries from models embedded on ``fit_rows``."""
-    emb = router._locus
+    emb = router._fitted_locus()
     Z = emb.transform(fit_rows)
     y = held_rows.pivot_table(index="query", columns="model", values="score")
     y = y.reindex(columns=router.classes_)
@@ -845,7 +845,7 @@ def guard_proba(
     from locus_sklearn._evals import check_evals
     from locus_sklearn._training import split_rows_by_query
 
-    emb = router._locus
+    emb = router._fitted_locus()
     table = check_evals(train)
     frame = table.to_frame()
     if folds:

@@ -164,7 +164,9 @@ def bench_mmlu(seed=0):
     start = time.perf_counter()
     router = LocusRouter(embedder).fit(train)
     fit_s = time.perf_counter() - start
-    tau = float(router._locus.net_.module_.readout.log_bandwidth.detach().exp())
+    tau = float(
+        router._fitted_locus().net_.module_.readout.log_bandwidth.detach().exp()
+    )
     scores = data.scores.loc[test, router.classes_].to_numpy()
     answered = ~np.isnan(scores).all(axis=1)
     test, scores = test[answered], scores[answered]

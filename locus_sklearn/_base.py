@@ -28,7 +28,7 @@ from ._encoders import (
     warn_shared_encodings,
 )
 from ._evals import _as_frame, _preview, check_evals, check_model_costs, check_queries
-from ._params import NoBoolNumbersMixin
+from ._params import NoBoolNumbersMixin, short_int, unrepresentable_int
 from ._repr import SummaryReprMixin
 from .metrics._routing import route
 
@@ -46,12 +46,17 @@ def _check_ignored_y(y, evals):
 
     Routers ignore y, but ignoring costs passed positionally would silently
     fit without them: only what a meta-estimator passes on (a y given with
-    ``evals``, split with its rows) is let through.
+    ``evals``, split with its rows) is let through. A pandas Series is such
+    a y where it is a column of ``evals`` (``cross_val_score(router, df,
+    df["score"])``): where ``evals`` is a DataFrame, its index must be
+    ``evals``' index, which a split keeps for both; a costs Series is
+    indexed by model names.
     """
     if y is None:
         return
-    n_rows = len(_as_frame(evals, "evals"))
-    if isinstance(y, Mapping | pd.Series | str):
+    frame = _as_frame(evals, "evals")
+    n_rows = len(frame)
+    if isinstance(y, Mapping | str):
         got = f"y of type {type(y).__name__}"
     else:
         try:
@@ -59,9 +64,19 @@ def _check_ignored_y(y, evals):
         except TypeError:
             got = f"y of type {type(y).__name__}"
         else:
-            if n_y == n_rows:
+            if n_y != n_rows:
+                got = f"y of type {type(y).__name__} with {n_y} entries"
+            elif (
+                isinstance(y, pd.Series)
+                and isinstance(evals, pd.DataFrame)
+                and not y.index.equals(frame.index)
+            ):
+                got = (
+                    f"y of type Series with {n_y} entries whose index is not "
+                    "evals' index"
+                )
+            else:
                 return
-            got = f"y of type {type(y).__name__} with {n_y} entries"
     raise TypeError(
         f"routers take no y; pass costs as model_costs=: fit(evals, "
         f"model_costs=...). Got {got}; y is ignored and may only be None or, as "
@@ -160,7 +175,13 @@ def check_cost_weight(cost_weight, *, name="cost_weight"):
             f"{name} must be a real number >= 0; got {cost_weight!r} of type "
             f"{type(cost_weight).__name__}."
         )
-    cost_weight = float(cost_weight)
+    try:
+        cost_weight = float(cost_weight)
+    except OverflowError:  # an int past the float range: 10**400
+        raise ValueError(
+            f"{name} must be finite and >= 0; got {short_int(cost_weight)}, "
+            f"{unrepresentable_int(cost_weight, integral=False)}."
+        ) from None
     if not np.isfinite(cost_weight) or cost_weight < 0:
         raise ValueError(f"{name} must be finite and >= 0; got {cost_weight}.")
     return cost_weight
@@ -401,10 +422,13 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
             (see :func:`~locus_sklearn.check_evals`).
         y : None or array-like of shape (n_rows,), default=None
             Ignored; present for scikit-learn API consistency (a meta-estimator
-            passes on a y given with ``evals``, one entry per row). Anything
-            else, a mapping, a pandas Series or an array of another length, is
-            refused: it is most likely the costs passed positionally, which go
-            in ``model_costs=``.
+            passes on a y given with ``evals``, one entry per row: an array, or
+            a pandas Series with ``evals``' index where ``evals`` is a
+            DataFrame, as ``cross_val_score(router, df, df["score"])`` passes
+            it). Anything else, a mapping, a Series with another index (model
+            costs by name) or an array of another length, is refused: it is
+            most likely the costs passed positionally, which go in
+            ``model_costs=``.
         model_costs : mapping of str to float, pandas Series or array-like of shape (n_models,), default=None
             Cost of each model, used by :meth:`predict` when ``cost_weight > 0``.
             A mapping or Series is read by model name (a Series by its index);

@@ -25,7 +25,12 @@ from ._encoders import (
     warn_shared_encodings,
 )
 from ._evals import _preview, check_evals, check_queries
-from ._params import NoBoolNumbersMixin, NumberInterval
+from ._params import (
+    NoBoolNumbersMixin,
+    NumberInterval,
+    short_int,
+    unrepresentable_int,
+)
 from ._persistence import load_embedder, save_embedder
 from ._readout import ReadoutPool, import_hnswlib
 from ._refinement import REFINE_PRIOR_MIN, embedding_scale, refine_embeddings
@@ -727,13 +732,21 @@ class LocusEmbedder(
                 f"{self.embedding_dim}."
             )
         low, high = (tuple(self.enc_size) + (None, None))[:2]
-        if (
-            len(self.enc_size) != 2
-            or not all(
-                isinstance(v, Integral) and not isinstance(v, bool) for v in (low, high)
-            )
-            or not 1 <= low <= high
-        ):
+        pair_of_ints = len(self.enc_size) == 2 and all(
+            isinstance(v, Integral) and not isinstance(v, bool) for v in (low, high)
+        )
+        if pair_of_ints:
+            for value in (low, high):
+                # As check_representable_numbers does for a parameter: numpy
+                # failed on a larger int deep inside fit.
+                why = unrepresentable_int(value, integral=True)
+                if why is not None:
+                    raise ValueError(
+                        f"enc_size=({short_int(low)}, {short_int(high)}) must be a "
+                        "pair of ints (low, high) with 1 <= low <= high; got "
+                        f"{short_int(value)}, {why}."
+                    )
+        if not pair_of_ints or not 1 <= low <= high:
             raise ValueError(
                 f"enc_size={self.enc_size!r} must be a pair of ints (low, high) with "
                 "1 <= low <= high."

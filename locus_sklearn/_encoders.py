@@ -36,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, check_memory
 from ._device import parse_device, resolve_device
 from ._evals import _preview, check_queries
 from ._length_batches import encode_in_length_batches, token_lengths
-from ._params import NumberInterval
+from ._params import NoBoolNumbersMixin, NumberInterval
 from ._repr import SummaryReprMixin
 from ._warnings import warn_external
 
@@ -448,7 +448,9 @@ def _lookup_mapping(mapping, queries, n_features):
     return np.stack(rows)
 
 
-class QueryEncoder(SummaryReprMixin, TransformerMixin, BaseEstimator):
+class QueryEncoder(
+    SummaryReprMixin, TransformerMixin, NoBoolNumbersMixin, BaseEstimator
+):
     """Encode query texts (or ids) into L2-normalised float32 vectors.
 
     A stateless transformer: :meth:`fit` only resolves ``encoder`` (it learns

@@ -5,7 +5,17 @@ accepts ``True`` as 1: ``LocusEmbedder(max_epochs=True)`` would train one
 epoch, and ``KMeansRouter(n_clusters=True)`` would fail deep inside
 scikit-learn with a message that names no parameter. A flag passed where a
 count or a rate belongs is a mistake, so it is refused by name.
+
+A Python int has no size limit, and scikit-learn's ``Interval`` compares it
+without converting it: ``lr=10**400`` or ``batch_size=2**63`` passed, and
+failed inside torch or numpy with an error that names no parameter. An int
+that no float (for a real-valued parameter) or no int64 (for a count) holds
+is refused by name too.
 """
+
+import math
+import sys
+from numbers import Integral
 
 import numpy as np
 from sklearn.utils._param_validation import (
@@ -16,7 +26,16 @@ from sklearn.utils._param_validation import (
     make_constraint,
 )
 
-__all__ = ["NoBoolNumbersMixin", "NumberInterval", "check_no_bool_numbers"]
+__all__ = [
+    "NoBoolNumbersMixin",
+    "NumberInterval",
+    "check_no_bool_numbers",
+    "check_representable_numbers",
+    "short_int",
+    "unrepresentable_int",
+]
+
+_INT64 = np.iinfo(np.int64)
 
 
 class NumberInterval(Interval):
@@ -70,19 +89,115 @@ def check_no_bool_numbers(estimator):
         constraints = [make_constraint(c) for c in constraints]
         if any(isinstance(c, _Booleans | _VerboseHelper) for c in constraints):
             continue
-        described = " or ".join(
-            [", ".join(map(str, constraints[:-1])), str(constraints[-1])]
-            if len(constraints) > 1
-            else [str(constraints[0])]
-        )
         raise InvalidParameterError(
             f"The {name!r} parameter of {type(estimator).__name__} must be "
-            f"{described}. Got {value!r}, a bool, instead."
+            f"{_described(constraints)}. Got {value!r}, a bool, instead."
         )
+
+
+def _described(constraints):
+    """The constraints listed as scikit-learn lists them."""
+    return " or ".join(
+        [", ".join(map(str, constraints[:-1])), str(constraints[-1])]
+        if len(constraints) > 1
+        else [str(constraints[0])]
+    )
+
+
+def short_int(value):
+    """``value`` for an error message, a huge int as its magnitude.
+
+    The digits of ``10**400`` help no one, and ``str()`` of an int of more
+    than 4300 digits raises.
+
+    Examples
+    --------
+    >>> short_int(2**63), short_int(-(10**400))
+    ('9223372036854775808', '-1.000e+400 (an int of about 401 digits)')
+    """
+    value = int(value)
+    if abs(value) < 10**30:
+        return str(value)
+    # math.log10 takes an int of any size; a float would overflow.
+    digits = math.log10(abs(value))
+    exponent = math.floor(digits)
+    sign = "-" if value < 0 else ""
+    return (
+        f"{sign}{10 ** (digits - exponent):.3f}e+{exponent} (an int of about "
+        f"{exponent + 1} digits)"
+    )
+
+
+def unrepresentable_int(value, *, integral):
+    """Why no int64 (``integral``) or no float holds the int ``value``, or
+    None where one does.
+
+    Examples
+    --------
+    >>> unrepresentable_int(2**62, integral=True) is None
+    True
+    >>> unrepresentable_int(2**63, integral=True)
+    'an int beyond int64 (at most 9223372036854775807)'
+    >>> unrepresentable_int(10**400, integral=False)
+    'an int too large for a float (at most 1.8e+308)'
+    """
+    if integral:
+        if _INT64.min <= value <= _INT64.max:
+            return None
+        return f"an int beyond int64 (at most {_INT64.max})"
+    try:
+        float(value)
+    except OverflowError:
+        return f"an int too large for a float (at most {sys.float_info.max:.2g})"
+    return None
+
+
+def check_representable_numbers(estimator):
+    """Raise if an int parameter passes its ``Interval`` but no float (for a
+    real-valued interval) or no int64 (for an integer one) holds it.
+
+    scikit-learn's :class:`~sklearn.utils._param_validation.Interval`
+    compares a Python int without converting it, so ``10**400`` is in
+    ``[0, inf)``; torch and numpy, which the value reaches, fail on it
+    without naming the parameter. Refused with scikit-learn's
+    :class:`~sklearn.utils._param_validation.InvalidParameterError`, in its
+    wording. A value another constraint takes as it is is left alone.
+
+    Examples
+    --------
+    >>> from locus_sklearn import LocusEmbedder
+    >>> check_representable_numbers(LocusEmbedder(lr=10**300, batch_size=2**62))
+    >>> check_representable_numbers(LocusEmbedder(lr=10**400))
+    Traceback (most recent call last):
+    ...
+    sklearn.utils._param_validation.InvalidParameterError: The 'lr' parameter of LocusEmbedder must be a float in the range (0.0, inf). Got 1.000e+400 (an int of about 401 digits), an int too large for a float (at most 1.8e+308), instead.
+    """  # noqa: E501
+    params = estimator.get_params(deep=False)
+    for name, constraints in estimator._parameter_constraints.items():
+        value = params.get(name)
+        if (
+            constraints == "no_validation"
+            or not isinstance(value, Integral)
+            or isinstance(value, bool | np.bool_)
+        ):
+            continue
+        constraints = [make_constraint(c) for c in constraints]
+        satisfied = [c for c in constraints if c.is_satisfied_by(value)]
+        if not all(isinstance(c, Interval) for c in satisfied):
+            continue
+        for constraint in satisfied:
+            why = unrepresentable_int(value, integral=constraint.type is Integral)
+            if why is not None:
+                raise InvalidParameterError(
+                    f"The {name!r} parameter of {type(estimator).__name__} must "
+                    f"be {_described(constraints)}. Got {short_int(value)}, "
+                    f"{why}, instead."
+                )
 
 
 class NoBoolNumbersMixin:
-    """Adds :func:`check_no_bool_numbers` to ``_validate_params``, which
+    """Adds :func:`check_no_bool_numbers` and
+    :func:`check_representable_numbers` to ``_validate_params``, which
     scikit-learn's ``_fit_context`` calls at ``fit``.
 
     Examples
@@ -97,3 +212,4 @@ class NoBoolNumbersMixin:
     def _validate_params(self):
         super()._validate_params()
         check_no_bool_numbers(self)
+        check_representable_numbers(self)

@@ -200,11 +200,16 @@ class LocusRouter(BaseRouter):
         self.shrinkage = shrinkage
         self.shrinkage_repeats = shrinkage_repeats
 
-    @property
-    def _locus(self):
+    def _fitted_locus(self):
         """The fitted LocusEmbedder, checked to still hold the network that
         embedded the pool: every use of the network after ``fit``
         (``predict_proba``, ``add_models``, ``embed``, ``save``) reads it here.
+
+        A method, not a property: scikit-learn's HTML repr (Jupyter's
+        display) reads every attribute with ``inspect.getmembers``, which
+        tolerates AttributeError alone, so a property that refuses a
+        refitted embedder made the display raise, and merely inspecting a
+        loaded router recorded its network.
         """
         locus = _unwrap(self.embedder_)
         net = locus.net_
@@ -262,7 +267,7 @@ class LocusRouter(BaseRouter):
         the new settings with the old pool (a loaded router could not tell).
         Predictions read the stored embeddings, which these settings do not
         touch: they are not refused (unlike a refitted network, which
-        ``_locus`` refuses everywhere, as it reads them itself).
+        ``_fitted_locus`` refuses everywhere, as it reads them itself).
 
         A router without the record (unpickled from an earlier version) is
         not checked: what its pool was embedded with is unknown. ``load``
@@ -271,7 +276,7 @@ class LocusRouter(BaseRouter):
         fitted = getattr(self, "_embedding_settings_at_fit_", None)
         if fitted is None:
             return
-        current = _embedding_settings(self._locus)
+        current = _embedding_settings(self._fitted_locus())
         changed = [
             name
             for name in _EMBEDDING_SETTINGS
@@ -371,7 +376,7 @@ class LocusRouter(BaseRouter):
         return {
             "embedder_": embedder,
             # The network the pool is embedded with: a later refit of the
-            # embedder (shared, where it is frozen) is refused by _locus.
+            # embedder (shared, where it is frozen) is refused by _fitted_locus.
             "_network_at_fit_": locus.net_,
             # And the settings: _check_embedding_settings refuses others.
             "_embedding_settings_at_fit_": _embedding_settings(locus),
@@ -386,7 +391,7 @@ class LocusRouter(BaseRouter):
     def _predict_proba_encoded(self, X):
         # Checked also where shrinkage_ is 1 and the network is not read: a
         # router whose embedder was refitted fails alike at every setting.
-        locus = self._locus
+        locus = self._fitted_locus()
         if self.shrinkage_ == 1:
             # The blend is each model's mean score whatever the network says:
             # skip the network (and the kernel readout over the pool).
@@ -409,10 +414,11 @@ class LocusRouter(BaseRouter):
         pool_evals = self.pool_evals_
         if pool_evals is None:
             return None
-        module = self._locus.net_.module_
+        locus = self._fitted_locus()
+        module = locus.net_.module_
         cached = getattr(self, "_readout_cache", None)
         if cached is None or cached[0] is not pool_evals or cached[1] is not module:
-            pool = self._locus._readout_pool(*pool_evals)
+            pool = locus._readout_pool(*pool_evals)
             cached = self._readout_cache = (pool_evals, module, pool)
         return cached[2]
 
@@ -548,7 +554,7 @@ class LocusRouter(BaseRouter):
         ):
             self._warn_thin_leader(
                 classes, table.models, np.diff(table.indptr),
-                means=means, shrinkage=self.shrinkage_, locus=self._locus,
+                means=means, shrinkage=self.shrinkage_, locus=self._fitted_locus(),
             )  # fmt: skip
 
     def _warn_added_mean_tops_pool(self, table, classes, means):
@@ -716,9 +722,10 @@ class LocusRouter(BaseRouter):
         self._validate_params()
         # A positive weight without costs: every predict of the file fails.
         _check_costs_for_weight(self.cost_weight, self.model_costs_)
-        self._locus._validate_params()
-        self._locus._check_structure()
-        self._locus._check_fitted_network()
+        locus = self._fitted_locus()
+        locus._validate_params()
+        locus._check_structure()
+        locus._check_fitted_network()
         # The file's embedder is read back as the one the pool was embedded
         # with (load records its settings as such).
         self._check_embedding_settings()
@@ -773,8 +780,9 @@ class LocusRouter(BaseRouter):
 
     def _embed_table(self, table):
         """(query encodings, embeddings) of the models of ``table``."""
-        _check_fitted_embedder(self._locus)
+        locus = self._fitted_locus()
+        _check_fitted_embedder(locus)
         self._check_embedding_settings()
-        self._locus._warn_few_evaluations(table)
+        locus._warn_few_evaluations(table)
         X_query = self._encode(table.queries)
-        return X_query, self._locus._transform_encoded(table, X_query)
+        return X_query, locus._transform_encoded(table, X_query)

@@ -41,7 +41,7 @@ from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._evals import _preview, check_model_costs
-from ._params import NumberInterval
+from ._params import NoBoolNumbersMixin, NumberInterval
 from ._warnings import warn_external
 
 __all__ = [
@@ -998,7 +998,11 @@ def _warn_max_iter(max_iter):
 
 
 class _BaseSelector(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    ClusterMixin,
+    NoBoolNumbersMixin,
+    BaseEstimator,
 ):
     """Shared fit/transform/predict of the kernel selectors.
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
-from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, cross_val_score
 from sklearn.utils._param_validation import InvalidParameterError
 
 from locus_sklearn._evals import check_evals
@@ -449,8 +449,17 @@ def test_errors(name, fitted):
         (MatrixFactorizationRouter(embedding_dim=True), "'embedding_dim' .* a bool"),
         (IRTRouter(n_dims=True), "'n_dims' parameter .* Got True, a bool"),
         (SingleBestRouter(cost_weight=True), "'cost_weight' .* Got True, a bool"),
+        # An int past int64 or the float range passed the Interval and failed
+        # in torch or numpy, naming no parameter.
+        (KNNRouter(k=2**63), "'k' parameter .* Got 9223372036854775808, an int "
+         r"beyond int64 \(at most 9223372036854775807\)"),
+        (KMeansRouter(prior_strength=10**400), "'prior_strength' parameter .* Got "
+         r"1\.000e\+400 \(an int of about 401 digits\), an int too large for a float"),
+        (IRTRouter(batch_size=2**64), "'batch_size' .* an int beyond int64"),
+        (MatrixFactorizationRouter(lr=10**400), "'lr' .* too large for a float"),
+        (SingleBestRouter(cost_weight=10**400), "'cost_weight' .* too large for a"),
     ],
-)
+)  # fmt: skip
 def test_invalid_parameters(router, parameter):
     with pytest.raises(InvalidParameterError, match=parameter):
         router.fit(POOL)
@@ -830,6 +839,30 @@ def test_fit_refuses_costs_passed_as_y(y):
     for y in (None, np.zeros(4), [0, 1, 0, 1]):
         router = SingleBestRouter().fit(_TWO, y)
         assert router.predict(["q"]).tolist() == ["a"]
+
+
+def test_fit_ignores_a_y_series_with_one_entry_per_row(pool):
+    # A y Series was refused whatever its length, so cross_val_score(router,
+    # df, df["score"]) (and GridSearchCV with a pandas y) failed at every fit.
+    router = SingleBestRouter().fit(_TWO, _TWO["score"])
+    assert router.predict(["q1"]).tolist() == ["a"]  # mean 1.0 against 0.5
+    # The same length, other rows: refused, as a costs Series by model name is.
+    for y in (_TWO["score"].iloc[::-1], pd.Series([1.0] * 4, index=list("abcd"))):
+        with pytest.raises(TypeError, match="whose index is not evals' index"):
+            SingleBestRouter().fit(_TWO, y)
+    evals = pool.evals
+    cv = KFold(3, shuffle=True, random_state=0)
+    kwargs = dict(cv=cv, error_score="raise")
+    scores = cross_val_score(SingleBestRouter(), evals, evals["score"], **kwargs)
+    expected = [
+        SingleBestRouter().fit(evals.iloc[train]).score(evals.iloc[test])
+        for train, test in cv.split(evals)
+    ]
+    np.testing.assert_array_equal(scores, expected)
+    as_array = evals["score"].to_numpy()
+    np.testing.assert_array_equal(
+        scores, cross_val_score(SingleBestRouter(), evals, as_array, **kwargs)
+    )
 
 
 @pytest.mark.parametrize("y", [[10.0, 0.0], np.array([10.0, 0.0]), ("a", "b"), 1.0])

@@ -80,7 +80,10 @@ def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
     router = LocusRouter(tiny_embedder(pool.encodings, max_epochs=2)).fit(
         pool.evals, model_costs=pool.n_params
     )
-    weights = {k: v.clone() for k, v in router._locus.net_.module_.state_dict().items()}
+    weights = {
+        k: v.clone()
+        for k, v in router._fitted_locus().net_.module_.state_dict().items()
+    }
     embeddings = router.model_embeddings_.copy()
     proba = cross_val_predict_proba(router, pool.evals, cv=3)
     # Each fold: the same network, the pool re-embedded from the other folds'
@@ -109,7 +112,7 @@ def test_locus_router_folds_reuse_the_trained_network(tiny_embedder):
         ),
         cross_val_predict_proba(router, pool.evals, cv=by_task),
     )
-    for key, value in router._locus.net_.module_.state_dict().items():
+    for key, value in router._fitted_locus().net_.module_.state_dict().items():
         assert torch.equal(value, weights[key])  # not retrained
     np.testing.assert_array_equal(router.model_embeddings_, embeddings)
     # A model whose rows all lie in one fold cannot be embedded without it.

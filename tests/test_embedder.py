@@ -179,6 +179,56 @@ def test_invalid_hyper_parameters(pool, params, match, tiny_embedder):
         tiny_embedder(pool.encodings, **params).fit(pool.evals)
 
 
+_HUGE = 10**400  # an int: in [0, inf) to scikit-learn, held by no float
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        *(
+            ({name: _HUGE}, rf"'{name}' parameter of LocusEmbedder must be a float "
+             rf"in the range {bounds}.* Got 1\.000e\+400 \(an int of about 401 "
+             r"digits\), an int too large for a float \(at most 1\.8e\+308\)")
+            for name, bounds in [
+                ("lr", r"\(0\.0, inf\)"),
+                ("weight_decay", r"\[0\.0, inf\)"),
+                ("query_noise", r"\[0\.0, inf\)"),
+                ("gradient_clip", r"\(0\.0, inf\)"),
+                ("agreement_weight", r"\[0\.0, inf\)"),
+                ("profile_weight", r"\[0\.0, inf\)"),
+                ("refine_prior", r"\[.*, inf\)"),
+            ]
+        ),
+        ({"n_profile_regions": _HUGE}, r"'n_profile_regions' parameter .* range "
+         r"\[0, inf\)\. Got 1\.000e\+400 .*, an int beyond int64"),
+        ({"batch_size": 2**63}, r"'batch_size' parameter .* range \[1, inf\)\. Got "
+         r"9223372036854775808, an int beyond int64 \(at most 9223372036854775807\)"),
+        ({"enc_size": (4, _HUGE)}, r"enc_size=\(4, 1\.000e\+400 \(an int of about "
+         r"401 digits\)\) must be a pair of ints \(low, high\) with 1 <= low <= "
+         r"high; got 1\.000e\+400 .*, an int beyond int64"),
+        ({"enc_size": (2**63, 2**64)}, r"got 9223372036854775808, an int beyond int64"),
+    ],
+)  # fmt: skip
+def test_ints_no_float_or_int64_holds_are_refused_by_name(
+    pool, params, match, tiny_embedder
+):
+    # They passed scikit-learn's Interval, which compares a Python int as it
+    # is, and failed in torch or numpy (an OverflowError, a TypeError from
+    # torch.empty, islice's ValueError) naming no parameter, some in training.
+    with pytest.raises(ValueError, match=match):
+        tiny_embedder(pool.encodings, **params).fit(pool.evals)
+
+
+def test_large_numbers_a_float_or_int64_holds_pass_validation(tiny_embedder):
+    embedder = tiny_embedder(
+        lr=1e300, query_noise=10**300, weight_decay=0, refine_prior=2**1000,
+        batch_size=2**62, n_profile_regions=np.int64(2**63 - 1),
+        enc_size=(4, 2**63 - 1),
+    )  # fmt: skip
+    embedder._validate_params()
+    embedder._check_structure()
+
+
 def test_flags_stay_bools(pool, tiny_embedder, model_names, rows_of):
     # Parameters that are flags (or verbosity) still take True and False.
     evals = rows_of(pool.evals, model_names[:3])

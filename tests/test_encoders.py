@@ -1246,3 +1246,15 @@ def test_onnx_graph_runs_as_exported_when_fusion_changes_outputs(
     graph, feed = tiny_bert_graph
     with pytest.warns(RuntimeWarning, match=r"outputs differ by up to"):
         assert _fused_for_onnxruntime(graph, feed) == graph
+
+
+def test_a_batch_size_no_int64_holds_is_refused_by_name():
+    # scikit-learn's Interval compares a Python int without converting it:
+    # 2**64 passed and failed inside the batching.
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    encoder = QueryEncoder({"a": [1.0, 0.0]}, batch_size=2**64)
+    with pytest.raises(
+        InvalidParameterError, match="The 'batch_size' parameter.*beyond int64"
+    ):
+        encoder.fit(["a"])

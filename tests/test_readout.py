@@ -38,7 +38,7 @@ def _pairwise_exact(readout, queries, bank, set_index, set_score, indptr, chunk=
 
 def _fresh_proba(router, queries):
     """P(correct) computed from pool_evals_ with no cached pool."""
-    locus = router._locus
+    locus = router._fitted_locus()
     return locus._predict_proba_encoded(
         router.model_embeddings_, router._encode(queries), router.pool_evals_
     )
@@ -225,7 +225,7 @@ def test_cache_never_keeps_a_view_of_a_replaced_pool(
     r = readout_router
     queries = query_texts[:20]
     r.remove_models(model_names[:1])
-    locus = r._locus
+    locus = r._fitted_locus()
     build = type(locus)._readout_pool
 
     def build_while_the_pool_changes(self, *pool_evals):

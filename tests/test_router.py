@@ -27,6 +27,7 @@ from locus_sklearn import (
     LocusRouter,
     QueryEncoder,
 )
+from locus_sklearn._base import check_cost_weight, routing_utility
 from locus_sklearn.baselines import IRTRouter, KNNRouter
 from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.metrics import correctness_accuracy
@@ -790,6 +791,26 @@ def test_refitting_a_frozen_embedder_after_the_router_fit_is_refused(
     )
 
 
+def test_html_repr_of_a_router_whose_frozen_embedder_was_refitted(tiny_embedder):
+    """The HTML repr (Jupyter's display) reads every attribute with
+    inspect.getmembers, which tolerates AttributeError alone: the property
+    that refuses a refitted embedder made it raise ValueError, and merely
+    inspecting a router without the record (unpickled from an earlier
+    version) recorded its network."""
+    small, embedder, router = _stale_router_pool(tiny_embedder)
+    older = copy.deepcopy(router)
+    del older._network_at_fit_
+    assert "model_embeddings_" in older._repr_html_()
+    assert not hasattr(older, "_network_at_fit_")  # inspecting records nothing
+    embedder.set_params(random_state=1).fit(small.evals)
+    assert "model_embeddings_" in router._repr_html_()
+    assert "text/html" in router._repr_mimebundle_()
+    # Predicting is still refused.
+    with pytest.raises(ValueError, match=_REFITTED):
+        router.predict(small.queries["query"][:2].tolist())
+    assert older._fitted_locus() is older.embedder_.estimator
+
+
 def test_refitting_the_routers_own_embedder_is_refused(tiny_embedder):
     small = _small_pool()
     r = LocusRouter(tiny_embedder(small.encodings, max_epochs=1), shrinkage=None)
@@ -984,3 +1005,23 @@ def test_decision_function_is_float64_at_every_cost_weight(
     np.testing.assert_array_equal(
         utility, proba.astype(np.float64) - cost_weight * costs
     )
+
+
+def test_a_cost_weight_no_float_holds_is_refused_by_name(pool, tiny_embedder):
+    """An int past the float range passed the Interval constraint and
+    check_cost_weight failed on float() with an OverflowError naming no
+    parameter."""
+    router = LocusRouter(tiny_embedder(pool.encodings), cost_weight=10**400)
+    with pytest.raises(ValueError, match="'cost_weight' .* too large for a float"):
+        router.fit(pool.evals)
+    assert not hasattr(router.embedder, "net_")  # before training
+    # Where it is read apart from the constraints (routing_utility, the CLI).
+    message = (
+        r"^cost_weight must be finite and >= 0; got 1\.000e\+400 \(an int of about "
+        r"401 digits\), an int too large for a float \(at most 1\.8e\+308\)\.$"
+    )
+    with pytest.raises(ValueError, match=message):
+        check_cost_weight(10**400)
+    with pytest.raises(ValueError, match=message):
+        routing_utility(np.ones((1, 2)), np.ones(2), 10**400)
+    assert check_cost_weight(10**300) == 1e300  # a float holds it

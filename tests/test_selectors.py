@@ -1588,3 +1588,28 @@ def test_costs_series_with_a_pandas_locus_embedder_pipeline(tiny_embedder):
     assert selector.total_cost_ == costs.iloc[selector.selected_indices_].sum() <= 3.0
     reference = BudgetGreedySelector(3.0).fit(Z.to_numpy(), costs=costs.to_numpy())
     assert selector.selected_indices_.tolist() == reference.selected_indices_.tolist()
+
+
+@pytest.mark.parametrize(
+    "selector, fit_params, name, why",
+    [
+        (BudgetGreedySelector(budget=10**400), {"costs": np.ones(4)}, "budget",
+         "float"),
+        (KCenterSelector(n_select=2**63), {}, "n_select", "int64"),
+        (KMedoidsSelector(n_select=2**64), {}, "n_select", "int64"),
+    ],
+)  # fmt: skip
+def test_ints_no_float_or_int64_holds_are_refused_by_name(
+    selector, fit_params, name, why
+):
+    # scikit-learn's Interval compares a Python int without converting it:
+    # budget=10**400 passed and failed as a bare OverflowError inside the
+    # greedy step.
+    message = {
+        "float": "an int too large for a float",
+        "int64": "an int beyond int64",
+    }[why]
+    with pytest.raises(
+        InvalidParameterError, match=f"The '{name}' parameter.*{message}"
+    ):
+        selector.fit(np.eye(4), **fit_params)

@@ -199,7 +199,7 @@ def test_router_predict_proba_is_the_blend(frozen, pool, query_texts, monkeypatc
     full = LocusRouter(frozen, shrinkage=1.0).fit(pool.evals)
     # At 1 the blend is the mean scores alone (the network is not called).
     dtype = plain.predict_proba(query_texts[:1]).dtype
-    monkeypatch.setattr(full._locus, "_predict_proba_encoded", None)
+    monkeypatch.setattr(full._fitted_locus(), "_predict_proba_encoded", None)
     proba = full.predict_proba(query_texts[:9])
     assert proba.dtype == dtype == np.float32
     np.testing.assert_array_equal(proba, np.tile(means.astype(np.float32), (9, 1)))
@@ -327,7 +327,7 @@ def test_router_passes_its_repeats_to_the_choice(frozen, pool):
     router = LocusRouter(frozen, shrinkage_repeats=2).fit(pool.evals)
     table = check_evals(pool.evals)
     X = router._encode(table.queries)
-    expected = choose_shrinkage(router._locus, table, X, n_repeats=2)
+    expected = choose_shrinkage(router._fitted_locus(), table, X, n_repeats=2)
     assert (router.shrinkage_, router.shrinkage_scores_) == expected
     single = LocusRouter(frozen).fit(pool.evals)
     assert single.shrinkage_scores_ != router.shrinkage_scores_

@@ -317,7 +317,7 @@ def _locus_folds(router, table, splitter):
     shrinkage toward those rows' mean scores, as a LocusRouter fitted on them
     with a frozen embedder would; every query is encoded once."""
     X = router._encode(table.queries)
-    folds = cross_fitted_predictions(router._locus, table, X, splitter)
+    folds = cross_fitted_predictions(router._fitted_locus(), table, X, splitter)
     for _, proba, means, columns, rows in folds:
         if len(columns) < table.n_models:
             raise _lost_models(np.delete(table.models, columns), table)
