@@ -38,7 +38,7 @@ from ._evals import _preview, check_queries
 from ._length_batches import encode_in_length_batches, token_lengths
 from ._params import NoBoolNumbersMixin, NumberInterval
 from ._repr import SummaryReprMixin
-from ._warnings import warn_external
+from ._warnings import FILTERS_LOCK, warn_external
 
 __all__ = ["QueryEncoder", "SharedEncodingsWarning", "as_query_encoder"]
 
@@ -230,7 +230,12 @@ def _load_onnx_encoder(path, fingerprint=None):
         fingerprint = _model_fingerprint(Path(path))
     threads = torch.get_num_threads()
     key = (fingerprint, "onnx", threads)
-    with _ONNX_LOCK:
+    # The export takes the warnings lock (its filters are process-wide)
+    # while it holds _ONNX_LOCK: taken first here, the two are always taken
+    # in one order, so a thread holding the warnings lock (recording a
+    # warning around a transform that loads the encoder) cannot deadlock
+    # with one exporting.
+    with FILTERS_LOCK, _ONNX_LOCK:
         encoder = _MODELS.get(key)
         if encoder is None:
             model = _load_sentence_transformer(path, "cpu", fingerprint)

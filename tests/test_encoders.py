@@ -1258,3 +1258,27 @@ def test_a_batch_size_no_int64_holds_is_refused_by_name():
         InvalidParameterError, match="The 'batch_size' parameter.*beyond int64"
     ):
         encoder.fit(["a"])
+
+
+def test_the_onnx_lock_is_taken_inside_the_warnings_lock(monkeypatch):
+    # The export takes the warnings lock while holding _ONNX_LOCK; a thread
+    # holding the warnings lock around a transform (a warning recorded for
+    # the caller) that then loads the ONNX encoder took them the other way
+    # round: two such threads could deadlock.
+    from locus_sklearn._warnings import FILTERS_LOCK
+
+    taken = []
+
+    class CheckedLock:
+        def __enter__(self):
+            taken.append(FILTERS_LOCK._is_owned())
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(_encoders, "_ONNX_LOCK", CheckedLock())
+    key = ("fingerprint", "onnx", torch.get_num_threads())
+    sentinel = object()
+    monkeypatch.setitem(_encoders._MODELS, key, sentinel)
+    assert _encoders._load_onnx_encoder("unused", "fingerprint") is sentinel
+    assert taken == [True]

@@ -2,15 +2,20 @@
 pools that share no query, close embeddings and tuple model names."""
 
 import re
+import threading
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from locus_sklearn import FewEvaluationsWarning
+from locus_sklearn._warnings import FILTERS_LOCK
 from locus_sklearn.baselines import SingleBestRouter
 from locus_sklearn.inspection import (
+    calibrate_fingerprint_threshold,
     distance_disagreement_correlation,
+    embed_profile,
     fallback_order,
     fallback_routing_accuracy,
     model_linkage,
@@ -18,7 +23,9 @@ from locus_sklearn.inspection import (
     neighbor_agreement,
     plot_model_dendrogram,
     plot_model_map,
+    profile_recall_at_k,
     score_disagreement,
+    task_profiles,
 )
 from locus_sklearn.inspection._common import router_embeddings
 
@@ -297,3 +304,162 @@ def test_tuples_that_are_not_names_are_still_refused():
         fallback_order(_Z, names=np.array([["a"], ["b"], ["c"]]))
     with pytest.raises(TypeError, match="names must hold hashable model names"):
         fallback_order(_Z, names=[["a"], ["b"], ["c"]])
+
+
+# ------------------------------------------- hypothetical models (profiles)
+
+
+def _few(caught):
+    return [w for w in caught if issubclass(w.category, FewEvaluationsWarning)]
+
+
+def test_profile_recall_warns_of_few_evaluations_by_n_evals(router, pool):
+    # The embedder's warning came through as it was: "12 model(s) have fewer
+    # than enc_size[0]=16 evaluations ..., e.g. ['profile00', 'profile01',
+    # ...] with 8 ... give each model at least 16 scored queries", naming
+    # internal models, though each real model has 200 evaluations.
+    kwargs = {"k": 1, "n_evals": 8, "random_state": 0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profile_recall_at_k(router, pool.evals, **kwargs)
+    few = _few(caught)
+    assert len(few) == 1
+    assert str(few[0].message) == (
+        "n_evals=8 is fewer evaluations than the embedder's enc_size[0]=16: a "
+        "profile is embedded from that many evaluations, so its embedding is less "
+        "reliable (as a real model's from as few would be). To embed profiles as "
+        "the embedder was trained, raise n_evals to at least 16."
+    )
+    assert few[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FewEvaluationsWarning)
+        with pytest.raises(FewEvaluationsWarning, match=r"^n_evals=8 is fewer"):
+            profile_recall_at_k(router, pool.evals, **kwargs)
+        # 16 evaluations per profile: no warning.
+        profile_recall_at_k(router, pool.evals, k=1, n_evals=16, random_state=0)
+
+
+def test_embed_profile_warns_of_a_profile_short_of_queries(router, pool):
+    # n_evals=20 is enough, but the tasks of profile 'x' have 10 queries, all
+    # drawn: that, not n_evals, is the cause, and 'x' is named.
+    queries = pool.queries["query"].tolist()
+    by_task = {"few": queries[:10], "many": queries[10:110]}
+    profiles = pd.DataFrame(
+        {"few": [0.5, np.nan], "many": [np.nan, 0.5]}, index=["x", "y"]
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        embed_profile(router, profiles, by_task, n_evals=20, random_state=0)
+    few = _few(caught)
+    assert len(few) == 1
+    assert str(few[0].message).startswith(
+        "The tasks of 1 profile(s) ['x'] have fewer queries than n_evals=20 and "
+        "the embedder's enc_size[0]=16 ([10]), all of which are drawn: "
+    )
+    assert str(few[0].message).endswith("give those tasks more queries.")
+    assert few[0].filename == __file__
+
+
+class _WarnsFew:
+    """A stand-in embedder (no enc_size) that warns of few evaluations, and
+    notes whether another thread could take the library's filters lock
+    meanwhile."""
+
+    def __init__(self):
+        self.lock_free = []
+
+    def transform(self, evals):
+        def probe():
+            got = FILTERS_LOCK.acquire(blocking=False)
+            if got:
+                FILTERS_LOCK.release()
+            self.lock_free.append(got)
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        warnings.warn(
+            "model(s) 'profile0' have few evaluations",
+            FewEvaluationsWarning,
+            stacklevel=1,
+        )
+        n = evals["model"].nunique()
+        return np.column_stack([np.arange(1.0, n + 1), np.ones(n)])  # distinct
+
+
+def test_embed_profile_records_the_warning_under_the_filters_lock():
+    # The embedder's warning is recorded, to be said again in terms of
+    # n_evals, by a block that swaps the process-wide filters: under the
+    # library's lock, so that two such blocks in two threads cannot leave
+    # each other's filters in place.
+    embedder = _WarnsFew()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        embed_profile(
+            embedder,
+            {"t": 0.5},
+            {"t": [f"q{i}" for i in range(10)]},
+            n_evals=4,
+            random_state=0,
+        )
+    assert embedder.lock_free == [False]
+    assert [str(w.message) for w in _few(caught)] == [
+        "n_evals=4 is fewer evaluations than the embedder's smallest training "
+        "set: a profile is embedded from that many evaluations, so its embedding "
+        "is less reliable (as a real model's from as few would be). To embed "
+        "profiles as the embedder was trained, raise n_evals."
+    ]
+    assert _few(caught)[0].filename == __file__
+
+
+def test_fingerprint_calibration_records_the_warning_under_the_filters_lock():
+    # It shares embed_profile's recording; it was not under the lock.
+    embedder = _WarnsFew()
+    evals = pd.DataFrame(
+        {
+            "model": np.repeat(["a", "b"], 10),
+            "query": [f"q{i}" for i in range(10)] * 2,
+            "score": np.tile([1.0, 0.0], 10),
+        }
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibrate_fingerprint_threshold(
+            embedder, evals, n_evals=4, n_resamples=2, random_state=0
+        )
+    assert embedder.lock_free == [False]
+    assert [str(w.message)[:62] for w in _few(caught)] == [
+        "n_evals=4 is fewer evaluations than the embedder's smallest tr"
+    ]
+
+
+class _TaskAccuracy:
+    def transform(self, evals):
+        return evals.groupby(["model", "task"])["score"].mean().unstack().to_numpy()
+
+
+def test_embed_profile_needs_no_queries_for_a_task_no_profile_gives():
+    # A task_profiles row of a model never scored on 'law' (NaN there), with
+    # the model's own queries, was refused: "task_accuracies has task(s)
+    # ['law'] with no queries in queries_by_task".
+    evals = pd.DataFrame(
+        {
+            "model": ["a"] * 4 + ["b"] * 2,
+            "query": ["m1", "m2", "c1", "c2", "l1", "l2"],
+            "score": [1, 0, 1, 1, 1, 0],
+            "task": ["math", "math", "code", "code", "law", "law"],
+        }
+    )
+    profiles = task_profiles(evals).loc[["a"]]
+    assert np.isnan(profiles.loc["a", "law"])
+    own = evals[evals["model"] == "a"]
+    got = embed_profile(_TaskAccuracy(), profiles, own, n_evals=4, scores="exact")
+    np.testing.assert_array_equal(got, [[1.0, 0.5]])  # code, math
+    listed = {"math": ["m1", "m2"], "code": ["c1", "c2"], "law": []}
+    np.testing.assert_array_equal(
+        got,
+        embed_profile(_TaskAccuracy(), profiles, listed, n_evals=4, scores="exact"),
+    )
+    # A task that a profile gives an accuracy still needs queries.
+    with pytest.raises(ValueError, match=r"task\(s\) \['law'\] with no queries"):
+        embed_profile(_TaskAccuracy(), task_profiles(evals), own, n_evals=4)

@@ -6,6 +6,7 @@ appendix E.3). A distance threshold calibrated on a reference pool turns the
 nearest reference model into a match / no-match decision.
 """
 
+import contextlib
 import warnings
 from numbers import Integral, Real
 
@@ -17,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._embedder import FewEvaluationsWarning
 from .._evals import _preview, check_evals
-from .._warnings import warn_external
+from .._warnings import FILTERS_LOCK, warn_external
 from ._common import as_pool, check_metric, match_threshold, pairwise
 from ._score_agreement import _check_threshold_kind
 
@@ -44,11 +45,32 @@ def _as_embedder(embedder):
     return embedder
 
 
-def _reissue(caught, n_evals, embedder):
-    """Warnings of the subsets' transform, raised again for the caller. A
-    FewEvaluationsWarning names the internal per-subset models and asks for
-    more scored queries per model; the cause is ``n_evals``, so it is said
-    in those terms, once."""
+@contextlib.contextmanager
+def _recording():
+    """Record the warnings of the block, for :func:`_reissue`.
+
+    A FewEvaluationsWarning is recorded whatever the caller's filters (an
+    "error" one would raise the internal message): _reissue applies them to
+    its own. Under FILTERS_LOCK, as every block of the library that changes
+    the process-wide filters (see ``_warnings``): two such blocks
+    overlapping in two threads could leave each other's filters in place.
+    """
+    with FILTERS_LOCK, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FewEvaluationsWarning)
+        yield caught
+
+
+def _smallest_set(embedder):
+    """The embedder's smallest training set, in words."""
+    low = getattr(embedder, "enc_size", None)
+    return f"enc_size[0]={int(low[0])}" if low is not None else "smallest training set"
+
+
+def _reissue(caught, few_message):
+    """Warnings of an internal transform (recorded by :func:`_recording`),
+    raised again for the caller. A FewEvaluationsWarning names the internal
+    models and asks for more scored queries per model; the cause is the
+    caller's argument, so it is said once, as ``few_message``."""
     few = False
     for w in caught:
         if issubclass(w.category, FewEvaluationsWarning):
@@ -56,17 +78,7 @@ def _reissue(caught, n_evals, embedder):
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if few:
-        low = getattr(embedder, "enc_size", None)
-        low = f" enc_size[0]={int(low[0])}" if low is not None else ""
-        warn_external(
-            f"n_evals={n_evals} is fewer evaluations than the embedder's"
-            f"{low or ' smallest training set'}: each subset is embedded from "
-            "n_evals evaluations, so the self- and cross-distances, and the "
-            "threshold, are those of less reliable embeddings (as a probe of "
-            "n_evals evaluations would be). Raise n_evals to calibrate for "
-            "larger probes.",
-            FewEvaluationsWarning,
-        )
+        warn_external(few_message, FewEvaluationsWarning)
 
 
 def calibrate_fingerprint_threshold(
@@ -227,12 +239,16 @@ def calibrate_fingerprint_threshold(
     )
     if table.query_task is not None:
         frame["task"] = table.query_task[table.query_index[rows]]
-    with warnings.catch_warnings(record=True) as caught:
-        # Recorded whatever the caller's filters (an "error" one would raise
-        # the internal message): _reissue applies them to its own.
-        warnings.simplefilter("always", FewEvaluationsWarning)
+    with _recording() as caught:
         embeddings = np.asarray(embedder.transform(frame), dtype=np.float64)
-    _reissue(caught, n_evals, embedder)
+    _reissue(
+        caught,
+        f"n_evals={n_evals} is fewer evaluations than the embedder's "
+        f"{_smallest_set(embedder)}: each subset is embedded from n_evals "
+        "evaluations, so the self- and cross-distances, and the threshold, are "
+        "those of less reliable embeddings (as a probe of n_evals evaluations "
+        "would be). Raise n_evals to calibrate for larger probes.",
+    )
     distance = pairwise(embeddings, metric=metric)
     owner = np.repeat(np.arange(len(eligible)), n_resamples)
     a, b = np.triu_indices(len(embeddings), k=1)

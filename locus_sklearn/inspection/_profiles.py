@@ -14,7 +14,7 @@ from sklearn.utils import Bunch, check_random_state
 
 from .._evals import _check_string_column, _is_real_number, _preview, check_evals
 from ._common import as_pool, check_metric, pairwise
-from ._fingerprint import _as_embedder
+from ._fingerprint import _as_embedder, _recording, _reissue
 from ._neighbors import _check_k
 
 __all__ = ["embed_profile", "profile_recall_at_k", "task_profiles"]
@@ -204,6 +204,14 @@ def embed_profile(
         One row per profile (one row for a single profile), in input order;
         ``ValueError`` if the embedder returns another number of rows.
 
+    Warns
+    -----
+    FewEvaluationsWarning
+        Once, if a profile is embedded from fewer evaluations than the
+        embedder's ``enc_size[0]`` (the smallest set it was trained to embed
+        from): the message names ``n_evals``, or the profiles whose tasks
+        have fewer queries than that.
+
     Examples
     --------
     A stand-in embedder whose embedding is the per-task accuracy; a fitted
@@ -241,7 +249,14 @@ def embed_profile(
             f"task {tasks[t]!r}{where} ({int(outside.sum())} value(s) outside)."
         )
     queries = _queries_by_task(queries_by_task)
-    unknown = [t for t in tasks if t not in queries]
+    # Only a task some profile gives an accuracy needs queries: a DataFrame
+    # column of NaN (a task_profiles row of a model never scored on it) draws
+    # none, as a task listed with no queries does.
+    unknown = [
+        t
+        for t, ok in zip(tasks, given.any(axis=0), strict=True)
+        if ok and t not in queries
+    ]
     if unknown:
         raise ValueError(
             f"task_accuracies has task(s) {_preview(unknown)} with no queries in "
@@ -251,7 +266,7 @@ def embed_profile(
     # such tasks would reach the embedder with no rows and get no embedding,
     # shifting every later profile up a row.
     for t, task in enumerate(tasks):
-        if len(queries[task]) == 0 and given[:, t].any():
+        if given[:, t].any() and len(queries[task]) == 0:
             where = (
                 f" in profile(s) {_preview(profiles.index[given[:, t]])}"
                 if isinstance(task_accuracies, pd.DataFrame)
@@ -264,7 +279,7 @@ def embed_profile(
             )
     rng = check_random_state(random_state)
     width = len(str(len(profiles)))
-    frames = []
+    frames, drawn = [], []
     for p, row in enumerate(values):
         used = [t for t, ok in zip(tasks, given[p], strict=True) if ok]
         if not used:
@@ -278,6 +293,7 @@ def embed_profile(
         pool = np.concatenate([queries[t] for t in used])
         task_of = np.repeat(used, [len(queries[t]) for t in used])
         picked = rng.choice(len(pool), min(n_evals, len(pool)), replace=False)
+        drawn.append(len(picked))
         accuracy = dict(zip(tasks, row, strict=True))
         score = np.empty(len(picked))
         for t in used:
@@ -299,7 +315,12 @@ def embed_profile(
                 }
             )
         )
-    embeddings = np.asarray(embedder.transform(pd.concat(frames, ignore_index=True)))
+    with _recording() as caught:
+        embeddings = np.asarray(
+            embedder.transform(pd.concat(frames, ignore_index=True))
+        )
+    labels = profiles.index if isinstance(task_accuracies, pd.DataFrame) else None
+    _reissue(caught, _few_evaluations(embedder, n_evals, np.array(drawn), labels))
     # Rows are matched to profiles by position: a missing or extra row would
     # silently give each later profile another's embedding.
     if embeddings.ndim != 2 or len(embeddings) != len(profiles):
@@ -309,6 +330,56 @@ def embed_profile(
             "embedding (row) per model of the evaluations, in sorted model order."
         )
     return embeddings
+
+
+def _few_evaluations(embedder, n_evals, drawn, labels):
+    """embed_profile's FewEvaluationsWarning, in terms of its arguments.
+
+    The embedder's own names the internal models ('profile0', ...) and asks
+    for more scored queries per model; but a profile is embedded from
+    ``n_evals`` evaluations (``drawn``), or from all the queries of its tasks
+    when they are fewer. ``labels``: the profiles' (None for a single one).
+    """
+    low = getattr(embedder, "enc_size", None)
+    low = None if low is None else int(low[0])
+    if low is not None and (drawn < low).any():
+        few = drawn < low
+        smallest = f"the embedder's enc_size[0]={low}"
+    else:
+        # Which profiles the embedder found short is unknown (it has no
+        # enc_size, or its warning had another cause); those embedded from
+        # the fewest evaluations are among them.
+        few = drawn == drawn.min()
+        smallest, low = "the embedder's smallest training set", None
+    short = few & (drawn < n_evals)  # limited by the queries of their tasks
+    causes, advice = [], []
+    if (few & ~short).any():
+        causes.append(f"n_evals={n_evals} is fewer evaluations than {smallest}")
+        advice.append(
+            "raise n_evals" + (f" to at least {low}" if low is not None else "")
+        )
+    if short.any():
+        whose = (
+            "the profile's tasks have"
+            if labels is None
+            else f"the tasks of {int(short.sum())} profile(s) "
+            f"{_preview(labels[short])} have"
+        )
+        than = "n_evals"
+        if not causes:  # the message's start
+            whose = whose[0].upper() + whose[1:]
+            than = f"n_evals={n_evals} and {smallest}"
+        causes.append(
+            f"{whose} fewer queries than {than} "
+            f"({_preview(drawn[short].tolist())}), all of which are drawn"
+        )
+        advice.append("give those tasks more queries")
+    return (
+        f"{', and '.join(causes)}: a profile is embedded from that many "
+        "evaluations, so its embedding is less reliable (as a real model's from "
+        "as few would be). To embed profiles as the embedder was trained, "
+        f"{' or '.join(advice)}."
+    )
 
 
 def _exact_count(accuracy, n):
