@@ -1732,7 +1732,7 @@ def test_models_option_reads_csv_quoting(workdir, tmp_path, cli):
     assert model_list('"a,b", padded ,c') == ["a,b", " padded ", "c"]
     router = LocusRouter.load(workdir / "router.locus")
     names = ["a,b", " padded ", "c", 'say "hi"', "e", "f"]
-    router.classes_ = np.array(names, dtype=object)
+    router.classes_ = np.array(sorted(names), dtype=object)  # classes_ is sorted
     router.save(tmp_path / "odd.locus")
     for given, expected in (
         ('"a,b", padded ', {"a,b", " padded "}),
@@ -1919,6 +1919,10 @@ def test_demo_single_best_names_the_model_it_routes_to(tmp_path, cli, fake_minil
     row = next(line for line in err.splitlines() if "single best model (" in line)
     assert f"({means.idxmax()}, chosen on train among the models with test" in row
     assert "warning" not in err
+    # The portfolio of a alone (the best on the training queries) has no
+    # accuracy: said once, in the demo's terms.
+    assert "No test query has a score of the models of the portfolios of " \
+        "size 1 (expected)" in err  # fmt: skip
 
 
 def test_demo_counts_repeated_rows_once(tmp_path, cli, fake_minilm):
@@ -2520,3 +2524,292 @@ def test_a_named_pipe_as_the_router_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     result = locus("route", fifo, "q001", timeout=120)
     assert_one_line_error(result, 3, ["is a named pipe (FIFO), not a regular file"])
+
+
+# ------------------------------------------------ file input and output (cliio)
+def _reads_any_file(folder):
+    """Whether this process reads a file whatever its mode (root, with its
+    capability to override file permissions): permission cases are then
+    untestable."""
+    probe = folder / "mode0"
+    probe.write_text("x")
+    probe.chmod(0)
+    try:
+        probe.read_text()
+    except PermissionError:
+        return False
+    finally:
+        probe.chmod(0o600)
+    return True
+
+
+def _cliio_commands(workdir, tmp_path, target):
+    """Each command that writes a file, writing ``target``."""
+    gateway = tmp_path / "gateway.yaml"
+    gateway.write_text("backends:\n  fam0-m00:\n    base_url: http://127.0.0.1:9/v1\n")
+    router, evals = workdir / "router.locus", workdir / "evals.csv"
+    enc = ["--encodings", workdir / "enc.npz"]
+    return {
+        "fit": ["fit", evals, "-o", target, *enc, "--epochs", "1"],
+        "embed": ["embed", router, workdir / "new.csv", "-o", target],
+        "onboard": ["onboard", router, workdir / "new.csv", "-o", target,
+                    "--costs", workdir / "costs.csv"],
+        "calibrate": ["calibrate", router, evals, "--target-cost", "1e9",
+                      "-o", target],
+        "litellm-config": ["litellm-config", router, "--config", gateway,
+                           "-o", target],
+    }  # fmt: skip
+
+
+def _no_work(monkeypatch):
+    """Record the work each command does once its files are checked."""
+    from locus_sklearn import LocusRouter, inspection
+    from locus_sklearn.serve import _litellm
+
+    done = []
+
+    def record(name):
+        def work(*args, **kwargs):
+            done.append(name)
+            raise AssertionError(f"{name} ran before the target was checked")
+
+        return work
+
+    monkeypatch.setattr(LocusRouter, "fit", record("fit"))
+    monkeypatch.setattr(LocusRouter, "add_models", record("add_models"))
+    monkeypatch.setattr(LocusRouter, "embed", record("embed"))
+    monkeypatch.setattr(inspection, "calibrate_cost_weight", record("calibrate"))
+    monkeypatch.setattr(_litellm, "litellm_config", record("litellm_config"))
+    return done
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+@pytest.mark.parametrize(
+    "command", ["fit", "embed", "onboard", "calibrate", "litellm-config"]
+)
+def test_a_target_that_is_not_a_regular_file_is_refused_before_work(
+    workdir, tmp_path, cli, monkeypatch, command
+):
+    """docs/cli.rst: "Commands that write a file check the target before any
+    work". A named pipe (as /dev/null, a device) cannot be replaced by a
+    file: write_bytes refuses it, and check_writable now does too, at once
+    (fit trained fully before, then failed to write)."""
+    fifo = tmp_path / "target.fifo"
+    os.mkfifo(fifo)
+    done = _no_work(monkeypatch)
+    status, _, err = cli(*_cliio_commands(workdir, tmp_path, fifo)[command])
+    what = {"embed": "EMBEDDINGS", "calibrate": "ROUTER_OUT",
+            "litellm-config": "FILE.yaml"}.get(command, "ROUTER")  # fmt: skip
+    assert_one_line(
+        status, err, 3,
+        f"cannot write {what} '{fifo}': it is a named pipe (FIFO), not a regular "
+        "file; give the path of a file to write",
+    )  # fmt: skip
+    assert done == [] and "train_loss" not in err
+    assert _is_fifo(fifo)  # left as it was
+
+
+def _is_fifo(path):
+    import stat
+
+    return stat.S_ISFIFO(os.stat(path).st_mode)
+
+
+def test_read_only_targets_are_refused_before_work(workdir, tmp_path, cli, monkeypatch):
+    """A read-only target (onboard's ROUTER, replaced in place, included) is
+    refused before any work, in write_bytes's words (status 3)."""
+    if _reads_any_file(tmp_path):
+        pytest.skip("this process writes files whatever their mode (root)")
+    done = _no_work(monkeypatch)
+    target = copy_router(workdir, tmp_path)
+    before = target.read_bytes()
+    target.chmod(0o444)
+    commands = _cliio_commands(workdir, tmp_path, target)
+    commands["onboard in place"] = ["onboard", target, workdir / "new.csv",
+                                    "--costs", workdir / "costs.csv"]  # fmt: skip
+    for name, args in commands.items():
+        status, _, err = cli(*args)
+        assert_one_line(
+            status, err, 3, f"'{target}': the file is not writable (mode 0o444); "
+            "make it writable or save elsewhere",
+        )  # fmt: skip
+        assert ": error: cannot write " in err, (name, err)  # not "could not"
+    assert done == [] and target.read_bytes() == before
+
+
+def test_calibrate_interval_is_that_of_the_same_routing(workdir, tmp_path, cli):
+    """[lower, upper) is the interval of cost weights that route the
+    calibration queries as cost_weight does (calibrate_cost_weight's
+    docstring), not the cost weights meeting the target: with a target above
+    every model's cost each λ meets it, yet upper is the first crossing of
+    two utility lines, computed here by hand."""
+    from locus_sklearn import LocusRouter
+
+    router = LocusRouter.load(workdir / "router.locus")
+    queries = sorted(set(pd.read_csv(workdir / "evals.csv")["query"]))
+    text = tmp_path / "queries.txt"
+    text.write_text("\n".join(queries) + "\n")
+    costs = router.model_costs_
+    target = 2 * float(costs.max())  # every routing meets it
+    status, out, err = cli(
+        "calibrate", workdir / "router.locus", text, "--target-cost", target, "--json"
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    # Routed at λ = 0 (the smallest λ meeting the target): each query's best
+    # model, until a cheaper one's line P - λ·cost crosses it.
+    proba = router.predict_proba(queries)
+    crossings = [
+        (p[best] - p[j]) / (costs[best] - costs[j])
+        for p in proba
+        for best in [int(np.argmax(p))]
+        for j in range(len(costs))
+        if costs[j] < costs[best]
+    ]
+    assert result["cost_weight"] == 0 and result["lower"] == 0
+    assert result["upper"] is not None
+    assert result["upper"] == pytest.approx(min(crossings), rel=1e-5)
+    # Past upper the routing changes, and the target is still met.
+    router.set_params(cost_weight=2 * result["upper"])
+    routed = router.predict(queries)
+    assert not np.array_equal(routed, proba.argmax(axis=1))
+    assert np.mean([costs[list(router.classes_).index(m)] for m in routed]) <= target
+    # The text output and the help say which interval it is, as docs/cli.rst.
+    status, out, _ = cli(
+        "calibrate", workdir / "router.locus", text, "--target-cost", target
+    )
+    assert status == 0
+    assert f"same routing [0, {result['upper']:.6g})" in out.splitlines()
+    status, out, _ = cli("calibrate", "--help")
+    help_text = " ".join(out.split())
+    assert (
+        "interval of cost weights that route the calibration queries as "
+        "cost_weight does" in help_text
+    )
+    assert "(the text output's 'same routing')" in help_text
+    from pathlib import Path
+
+    docs = Path(__file__).parents[1] / "docs" / "cli.rst"
+    docs = " ".join(docs.read_text(encoding="utf-8").split())
+    assert (
+        "cost weights that route the calibration queries as ``cost_weight`` "
+        "does" in docs
+    )
+    assert "the interval of cost weights that meet the target" not in docs
+
+
+@pytest.mark.parametrize(
+    "extra, status, message",
+    [
+        (["--set", "max_epochs=0"], 1,
+         "--set max_epochs=0 must be an int in the range [1, inf). Got 0 instead."),
+        (["--set", "dropout=2.0"], 1,
+         "--set dropout=2.0 must be a float in the range [0.0, 1.0). Got 2.0 "
+         "instead."),
+        (["--set", "early_stopping=bogus"], 1,
+         "--set early_stopping='bogus' must be a str among"),
+        (["--embedding-dim", "2"], 2,
+         "argument --embedding-dim: expected an integer >= 3, got '2'"),
+    ],
+)  # fmt: skip
+def test_fit_parameter_errors_name_the_options(
+    workdir, tmp_path, cli, extra, status, message
+):
+    """scikit-learn's "The 'NAME' parameter of LocusEmbedder must be ..."
+    names the option or --set that gave the value; --embedding-dim takes
+    LocusEmbedder's own bound as a command-line error (status 2)."""
+    from locus_sklearn import LocusEmbedder
+
+    out = tmp_path / "x.locus"
+    code, _, err = cli(
+        "fit", workdir / "evals.csv", "-o", out,
+        "--encodings", workdir / "enc.npz", *extra,
+    )  # fmt: skip
+    assert_one_line(code, err, status, message)
+    assert "parameter of" not in err and "LocusEmbedder" not in err
+    assert not out.exists()
+    # The option's bound is the estimator's.
+    (constraint,) = LocusEmbedder._parameter_constraints["embedding_dim"]
+    assert constraint.left == 3 and constraint.closed == "left"
+
+
+def test_fit_embedding_dim_at_the_bound_is_accepted():
+    from locus_sklearn._cli._parser import build_parser
+
+    args = build_parser().parse_args(
+        ["fit", "e.csv", "-o", "r.locus", "--embedding-dim", "3"]
+    )
+    assert args.embedding_dim == 3
+
+
+def test_file_errors_name_the_file_they_concern(workdir, tmp_path, cli, monkeypatch):
+    """A folder given to --encodings is a folder, not a missing file; a "~"
+    that no shell expanded (--costs=~/costs.csv) is expanded by every step
+    that reads the file (pandas expanded it, the check of its rows did not),
+    and an evaluations file's too (its existence was checked unexpanded)."""
+    router = workdir / "router.locus"
+    folder = tmp_path / "enc.npz"
+    folder.mkdir()
+    status, _, err = cli("route", router, "q001", "--encodings", folder)
+    assert_one_line(
+        status, err, 3, f"The encodings file '{folder}' is a folder, not a file."
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (home / "costs.csv").write_bytes((workdir / "costs.csv").read_bytes())
+    (home / "new.csv").write_bytes((workdir / "new.csv").read_bytes())
+    emb = _embeddings_csv(workdir, tmp_path / "emb.csv")
+    status, expected, err = cli(
+        "select", emb, "--budget", "1e9", "--costs", workdir / "costs.csv", "--json"
+    )
+    assert status == 0, err
+    status, out, err = cli(
+        "select", emb, "--budget", "1e9", "--costs=~/costs.csv", "--json"
+    )
+    assert status == 0, err
+    assert out == expected
+    status, _, err = cli("embed", router, "~/new.csv", "-o", tmp_path / "e.csv")
+    assert status == 0, err
+    assert len(pd.read_csv(tmp_path / "e.csv")) == 2  # the two new models
+    # A missing one is still named as given.
+    status, _, err = cli("select", emb, "--budget", "1e9", "--costs=~/none.csv")
+    assert_one_line(status, err, 3, "No such costs file: '~/none.csv'.")
+
+
+def test_unreadable_files_are_named(workdir, tmp_path, cli):
+    """A file this process may not read is one line naming what it is and
+    the file, as the costs file's was, not Python's "[Errno 13] ..."."""
+    if _reads_any_file(tmp_path):
+        pytest.skip("this process reads files whatever their mode (root)")
+    files = {}
+    for name, source in [("evals.csv", "new.csv"), ("enc.npz", "enc.npz"),
+                         ("router.locus", "router.locus")]:  # fmt: skip
+        files[name] = tmp_path / name
+        files[name].write_bytes((workdir / source).read_bytes())
+    files["queries.txt"] = tmp_path / "queries.txt"
+    files["queries.txt"].write_text("q001\n")
+    for path in files.values():
+        path.chmod(0)
+    router = workdir / "router.locus"
+    cases = [
+        (["fit", files["evals.csv"], "-o", tmp_path / "x.locus"],
+         f"The evaluations file '{files['evals.csv']}' cannot be read"),
+        (["match", workdir / "evals.csv", files["evals.csv"]],
+         f"The evaluations file '{files['evals.csv']}' cannot be read"),
+        (["route", router, "--file", files["queries.txt"]],
+         f"--file '{files['queries.txt']}' cannot be read"),
+        (["calibrate", router, files["queries.txt"], "--target-cost", "1"],
+         f"EVALS '{files['queries.txt']}' cannot be read"),
+        (["route", router, "q001", "--encodings", files["enc.npz"]],
+         f"The encodings file '{files['enc.npz']}' cannot be read"),
+        (["route", files["router.locus"], "q001"],
+         f"The router file '{files['router.locus']}' cannot be read"),
+        (["embed", files["router.locus"], workdir / "new.csv", "-o",
+          tmp_path / "e.csv"],
+         f"The router or embedder file '{files['router.locus']}' cannot be read"),
+    ]  # fmt: skip
+    for args, message in cases:
+        status, _, err = cli(*args)
+        assert_one_line(status, err, 3, f"{message}: permission denied.")
+        assert "Errno" not in err

@@ -137,8 +137,13 @@ def _in_option_terms(*more, common=True):
     try:
         yield
     except (ValueError, TypeError) as exc:
+        # scikit-learn's "The 'name' parameter of ... must be" is an
+        # InvalidParameterError, made from its message as these two are.
+        from sklearn.utils._param_validation import InvalidParameterError
+
         message = _in_terms(str(exc), [*more, *(_OPTION_OF if common else [])])
-        if message == str(exc) or type(exc) not in (ValueError, TypeError):
+        plain = (ValueError, TypeError, InvalidParameterError)
+        if message == str(exc) or type(exc) not in plain:
             raise
         raise type(exc)(message) from None
 
@@ -303,17 +308,39 @@ _FIT_WARNING_TERMS = [
 ]  # fmt: skip
 
 
-def _fit_terms(embedder):
+# LocusRouter parameters that fit's options set.
+_ROUTER_OPTIONS = {
+    "shrinkage": "--shrinkage",
+    "shrinkage_repeats": "--shrinkage-repeats",
+}
+
+
+def _fit_terms(embedder, set_names=()):
     """The (parameter text, option text) pairs of ``fit``'s errors and
     warnings: LocusEmbedder's ``name=`` as ``--set name=`` (or as the option
     that sets it: ``max_epochs=`` is ``--epochs``), and its ``enc_size[0]``
-    as the ``--set`` that gives it."""
+    as the ``--set`` that gives it. scikit-learn's "The 'name' parameter of
+    LocusEmbedder must be ..." names the ``--set name=VALUE`` given (the
+    names in ``set_names``) or the option with its value."""
     pairs = list(_FIT_WARNING_TERMS)
-    for name in embedder.get_params(deep=False):
+    params = embedder.get_params(deep=False)
+    for name in params:
         if name in _SET_BY_OPTION:  # encoder= is in _ENCODER_TERMS
             continue
         option = f"{_FIT_OPTIONS[name][0]} " if name in _FIT_OPTIONS else None
         pairs.append((f"{name}=", option or f"--set {name}="))
+    # After the ``name=`` pairs, which would rewrite the "max_epochs=" of
+    # "--set max_epochs=0" written here.
+    for name, value in params.items():
+        if name in _SET_BY_OPTION:
+            continue
+        if name in _FIT_OPTIONS and name not in set_names:
+            given = f"{_FIT_OPTIONS[name][0]} {value!r}"
+        else:
+            given = f"--set {name}={value!r}"
+        pairs.append((f"The {name!r} parameter of LocusEmbedder", given))
+    for name, option in _ROUTER_OPTIONS.items():
+        pairs.append((f"The {name!r} parameter of LocusRouter", option))
     enc_size = embedder.enc_size
     if isinstance(enc_size, tuple) and len(enc_size) == 2:  # else fit refuses it
         low, high = enc_size
@@ -403,7 +430,7 @@ def cmd_fit(args):
         verbose=0 if args.quiet else 1,
         **_embedder_params(args),
     )
-    terms = _fit_terms(embedder)
+    terms = _fit_terms(embedder, {name for name, _ in args.set or []})
     with _in_option_terms(*terms):
         embedder._validate_params()  # bad --set values fail before any work
     if not args.quiet:

@@ -469,10 +469,16 @@ def _onboard(demo, router):
     return {"onboarding_accuracy": results}
 
 
+# portfolio_curve's warning of a portfolio none of whose models has a test
+# score (its accuracy is NaN).
+_UNSCORED_PORTFOLIO = r"The portfolio of .* has accuracy NaN"
+
+
 def _portfolio(demo, router, quick):
     """Step 4: portfolios chosen for expected routing accuracy and by k-medoids
     on the embeddings, against random ones; (summary, curves)."""
     from .. import ExpectedAccuracySelector, KMedoidsSelector
+    from .._warnings import ignoring
     from ..inspection import portfolio_curve
 
     models, test = router.classes_, demo.test
@@ -490,13 +496,21 @@ def _portfolio(demo, router, quick):
         "expected": (ExpectedAccuracySelector(), predicted, 5 if quick else 20),
         "k-medoids": (KMedoidsSelector(), router.model_embeddings_, 0),
     }
-    curves, at_k = {}, {}
+    curves, at_k, unscored = {}, {}, []
     for name, (selector, X, n_random) in choices.items():
-        curves[name] = portfolio_curve(
-            router, scored, sizes, selector=selector, embeddings=X,
-            n_random=n_random, random_state=demo.seed,
-        )  # fmt: skip
+        # A portfolio of models without test scores (of evals that lack
+        # them) has no accuracy: said once below, in the demo's terms,
+        # rather than warned of per portfolio.
+        with ignoring({"message": _UNSCORED_PORTFOLIO, "category": UserWarning}):
+            curves[name] = portfolio_curve(
+                router, scored, sizes, selector=selector, embeddings=X,
+                n_random=n_random, random_state=demo.seed,
+            )  # fmt: skip
         at_k[name] = curves[name].loc[curves[name]["value"] == k].iloc[0]
+        empty = curves[name].loc[curves[name]["n_queries"] == 0, "value"]
+        if len(empty):
+            sizes_text = ", ".join(str(int(v)) for v in empty)
+            unscored.append(f"size {sizes_text} ({name})")
     portfolio = list(at_k["expected"]["models"])
     row = at_k["expected"]
     demo.say(
@@ -522,6 +536,15 @@ def _portfolio(demo, router, quick):
             ],
         ),
         f"  (on {int(row['n_queries']):,} test queries)",
+        *(
+            [
+                "  No test query has a score of the models of the portfolios of "
+                f"{'; '.join(unscored)}: they have no accuracy (left out of the "
+                "figure)."
+            ]
+            if unscored
+            else []
+        ),
         "",
     )
     summary = dict(

@@ -8,11 +8,13 @@ write against the target, never against a temporary file.
 
 import contextlib
 import csv
+import errno
 import gzip
 import io
 import json
 import os
 import re
+import stat
 import sys
 import warnings
 import zlib
@@ -285,6 +287,18 @@ any)."
     )
 
 
+@contextlib.contextmanager
+def _permission_named(what, path):
+    """A file the process may not read, met in the block, as one line naming
+    the ``what`` file (not Python's "[Errno 13] Permission denied: ...")."""
+    try:
+        yield
+    except PermissionError:
+        raise PermissionError(
+            f"The {what} file {str(path)!r} cannot be read: permission denied."
+        ) from None
+
+
 def read_evals(path):
     """Read an evaluation file with :func:`~locus_sklearn.datasets.load_evals`,
     with messages naming the file (and the row) for the common mistakes.
@@ -300,30 +314,34 @@ def read_evals(path):
     from ..datasets import load_evals
 
     sep = _csv_separator(path)
-    if not os.path.exists(path):
+    # "~/evals.csv" names the file load_evals (and pandas) read: checked as
+    # such here, where a name given as --evals=~/... reaches us unexpanded.
+    source = os.path.expanduser(path)
+    if not os.path.exists(source):
         raise FileNotFoundError(f"No such evaluations file: {os.fspath(path)!r}.")
-    if sep is not None and os.path.isfile(path):
-        _check_header(path, sep)
-    try:
-        return load_evals(path)
-    except OSError as exc:  # e.g. a folder: "path='.' is a folder; ..."
-        message = _evals_terms(str(exc), path)
-        if message == str(exc):
-            raise
-        raise type(exc)(message) from None
-    except (ValueError, TypeError) as exc:
-        found = _first_bad_score(path) if isinstance(exc, ValueError) else None
-        if found is None:
+    with _permission_named("evaluations", path):
+        if sep is not None and os.path.isfile(source):
+            _check_header(path, sep)
+        try:
+            return load_evals(path)
+        except OSError as exc:  # e.g. a folder: "path='.' is a folder; ..."
             message = _evals_terms(str(exc), path)
             if message == str(exc):
                 raise
             raise type(exc)(message) from None
-        row, value, count = found
-        raise ValueError(
-            f"The evaluations file {os.fspath(path)!r}, column 'score': {value!r} in "
-            f"data row {row} is not a number ({count} row(s) are not); scores are "
-            "numbers in [0, 1]."
-        ) from None
+        except (ValueError, TypeError) as exc:
+            found = _first_bad_score(path) if isinstance(exc, ValueError) else None
+            if found is None:
+                message = _evals_terms(str(exc), path)
+                if message == str(exc):
+                    raise
+                raise type(exc)(message) from None
+            row, value, count = found
+            raise ValueError(
+                f"The evaluations file {os.fspath(path)!r}, column 'score': "
+                f"{value!r} in data row {row} is not a number ({count} row(s) are "
+                "not); scores are numbers in [0, 1]."
+            ) from None
 
 
 def read_queries(arguments, file=None):
@@ -400,9 +418,10 @@ def read_lines(path, what):
     """The lines of the UTF-8 text file ``path`` (named ``what`` in errors),
     without their line ends.
 
-    Raises FileNotFoundError (exit status 3) for a missing file and
-    ValueError (status 1) for one that is not UTF-8 text, both naming
-    ``what`` and the file.
+    Raises FileNotFoundError, IsADirectoryError or PermissionError (exit
+    status 3) for a missing file, a folder or a file the process may not
+    read, and ValueError (status 1) for one that is not UTF-8 text, each
+    naming ``what`` and the file.
     """
     try:
         with open(path, "rb") as handle:
@@ -412,6 +431,10 @@ def read_lines(path, what):
     except IsADirectoryError:
         raise IsADirectoryError(
             f"{what} {str(path)!r} is a folder, not a file."
+        ) from None
+    except PermissionError:
+        raise PermissionError(
+            f"{what} {str(path)!r} cannot be read: permission denied."
         ) from None
     return _utf8_lines(data, f"{what} {str(path)!r}", "save it as UTF-8")
 
@@ -467,7 +490,10 @@ def _check_no_extra_fields(path, what):
     (``m,1,5`` under ``model,cost``: a decimal comma, or an unquoted
     comma in a name)."""
     opener = gzip.open if _compression(path) == "gzip" else open
-    with opener(path, "rt", encoding="utf-8-sig", newline="") as handle:
+    # The file pandas read: it expands "~" (--costs=~/costs.csv, which no
+    # shell expands), where open() would look for a folder named "~".
+    source = os.path.expanduser(path)
+    with opener(source, "rt", encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle)
         row_number = 0
         try:
@@ -610,17 +636,37 @@ def read_encodings(path):
     ------
     FileNotFoundError
         If the file does not exist.
+    OSError
+        If it is a folder, a named pipe or a device, or a file the process
+        may not read.
     ValueError
         If it is not an npz file with those two arrays of matching length.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No such encodings file: {str(path)!r}.")
     how = (
         "Write one with numpy.savez(path, queries=np.array(texts, dtype=str), "
         "vectors=X)."
     )
-    reason = _npz_problem(path)
+    with _permission_named("encodings", path):
+        try:
+            mode = os.stat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(f"No such encodings file: {str(path)!r}.") from None
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(
+                f"The encodings file {str(path)!r} is a folder, not a file."
+            )
+        if not stat.S_ISREG(mode):
+            # Not opened: a named pipe would block until something writes.
+            from .._files import _special_file
+
+            error = OSError(
+                f"The encodings file {str(path)!r} is {_special_file(mode)}, not "
+                f"a regular file. {how}"
+            )
+            error.errno = errno.EINVAL
+            raise error
+        reason = _npz_problem(path)
     if reason is not None:
         raise ValueError(
             f"{str(path)!r} is not a valid encodings file ({reason}). {how}"
@@ -751,8 +797,13 @@ def load_estimator(path, *, encoder=None, device=None, embedder_ok=False):
     from .. import LocusEmbedder, LocusRouter
     from .._files import check_regular_file
 
-    # Before _file_kind opens it: opening a named pipe with no writer blocks.
-    check_regular_file(path)
+    what = "router or embedder" if embedder_ok else "router"
+    with _permission_named(what, path):
+        # Before _file_kind opens it: opening a named pipe with no writer blocks.
+        check_regular_file(path)
+        # Opened once here: _file_kind takes any failure for "not a locus
+        # file", and the load's own read gives Python's bare "[Errno 13]".
+        open(path, "rb").close()
     cls = LocusRouter
     if _file_kind(path) == "LocusEmbedder":
         if not embedder_ok:
@@ -813,8 +864,35 @@ def _folder_problem(folder):
     return None
 
 
+def _target_problem(path):
+    """Why the write of :func:`locus_sklearn._files.write_bytes` would refuse
+    the existing file ``path`` (followed if a symbolic link), in its words, or
+    None: a file that is not a regular one (a named pipe, ``/dev/null``) or
+    that this process may not write."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # nothing there (or a broken link): the write creates it
+        return None
+    if not stat.S_ISREG(mode):
+        from .._files import _special_file
+
+        return (
+            f"it is {_special_file(mode)}, not a regular file; give the path of a "
+            "file to write"
+        )
+    if not os.access(path, os.W_OK):
+        return (
+            f"the file is not writable (mode {oct(mode & 0o777)}); make it "
+            "writable or save elsewhere"
+        )
+    return None
+
+
 def check_writable(path, what):
-    """Fail now, before any work, if ``what`` cannot be written to ``path``.
+    """Fail now, before any work, if ``what`` cannot be written to ``path``:
+    its folder is missing or not writable, it names a folder, or it is an
+    existing file that the write would refuse (not a regular file, or not
+    writable by this process).
 
     Examples
     --------
@@ -846,7 +924,7 @@ def check_writable(path, what):
     elif not folder.exists():
         problem = f"the folder {str(folder)!r} does not exist"
     else:
-        problem = _folder_problem(folder)
+        problem = _target_problem(path) or _folder_problem(folder)
     if problem:
         raise CommandError(
             f"cannot write {what} {str(path)!r}: {problem}", status=EXIT_IO

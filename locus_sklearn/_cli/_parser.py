@@ -13,6 +13,7 @@ import re
 from . import _commands
 from ._types import (
     fraction,
+    int_at_least,
     model_list,
     nonnegative_float,
     open_fraction,
@@ -316,9 +317,11 @@ def _add_fit(sub, common, encoding):
     )
     p.add_argument(
         "--embedding-dim",
-        type=positive_int,
+        # LocusEmbedder's own bound (its embedding_dim constraint), as a
+        # command-line error like the other options' ranges.
+        type=int_at_least(3),
         metavar="D",
-        help="size of a model embedding (default 128)",
+        help="size of a model embedding, at least 3 (default 128)",
     )
     p.add_argument("--seed", type=seed, metavar="S", help="random seed")
     p.add_argument(

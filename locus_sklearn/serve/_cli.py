@@ -197,7 +197,8 @@ def _cmd_calibrate(args):
         emit_json({key: _json_number(value) for key, value in result.items()})
     else:
         print(f"cost_weight  {result.cost_weight:.6g}")
-        print(f"interval     [{result.lower:.6g}, {result.upper:.6g})")
+        # The λ that route the calibration queries as cost_weight does.
+        print(f"same routing [{result.lower:.6g}, {result.upper:.6g})")
         print(f"mean_cost    {result.mean_cost:.6g}")
         if args.models:
             print(f"share        {result.share:.4f}  (of calls to {','.join(models)})")
@@ -533,8 +534,11 @@ def _add_calibrate(subparsers):
     p.add_argument(
         "--json",
         action="store_true",
-        help="print the result as one JSON document (an unbounded interval "
-        "end, or a share or accuracy not computed, is null)",
+        help="print the result as one JSON document; [lower, upper) is the "
+        "interval of cost weights that route the calibration queries as "
+        "cost_weight does (the text output's 'same routing'), not of all those "
+        "meeting the target (upper is null for the last, unbounded interval; a "
+        "share or accuracy not computed is null too)",
     )
     p.set_defaults(func=_cmd_calibrate, handler=_cmd_calibrate)
     return p
