@@ -392,17 +392,30 @@ def test_missing_columns_everywhere(embedder, pool, tmp_path):
         transform_chunked(embedder, [frame])
 
 
+# How the prefix of a chunk's input error ends, before transform's own text.
+_COUNTS = "the counts that follow are this chunk's"
+
+
 def test_chunk_errors_are_transform_errors(embedder, pool, tmp_path):
     bad = pool.evals.copy()
-    bad.loc[bad.index[-1], "score"] = 1.5
+    bad.loc[bad.index[-1], "score"] = 1.5  # a row of fam2-m11, the last model
     with pytest.raises(ValueError) as from_transform:
         embedder.transform(bad)
     with pytest.raises(ValueError) as from_frame:
         transform_chunked(embedder, bad, chunk_models=3)
     with pytest.raises(ValueError) as from_parquet:
         transform_chunked(embedder, _write_parquet(bad, tmp_path / "b.parquet"))
-    assert str(from_frame.value) == str(from_transform.value)
-    assert str(from_parquet.value) == str(from_transform.value)
+    # transform's type and text, after the chunk's name: of 12 sorted models,
+    # chunks of 3 put fam2-m11 in chunk 4, with fam2-m09 and fam2-m10; the
+    # default chunk_models=1000 makes one chunk of all 12.
+    assert str(from_frame.value) == (
+        f"In chunk 4 of the pool (models 'fam2-m09' .. 'fam2-m11', 3 models; "
+        f"{_COUNTS}): {from_transform.value}"
+    )
+    assert str(from_parquet.value) == (
+        f"In chunk 1 of the pool (models 'fam0-m00' .. 'fam2-m11', 12 models; "
+        f"{_COUNTS}): {from_transform.value}"
+    )
     # A query unknown to the precomputed encoder is not dropped either.
     unknown = pd.concat(
         [
@@ -412,8 +425,118 @@ def test_chunk_errors_are_transform_errors(embedder, pool, tmp_path):
             ),
         ]
     )
-    with pytest.raises(ValueError, match="'\\?\\?'"):
+    with pytest.raises(ValueError, match="'\\?\\?'") as from_unknown:
         transform_chunked(embedder, unknown, chunk_models=5)
+    # "new" sorts after the 12 pool models: chunk 3 holds the last two and it.
+    assert str(from_unknown.value).startswith(
+        f"In chunk 3 of the pool (models 'fam2-m10' .. 'new', 3 models; {_COUNTS}): "
+        "encoder (a mapping of precomputed encodings) has no vector for 1 of the "
+    )
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_chunk_errors_name_the_chunk_their_counts_come_from(embedder, pool, n_jobs):
+    # Unknown queries in the first and the last model: transform counts both
+    # among the pool's distinct queries; a chunk counted its own only, which
+    # the message read as the pool's, without saying which chunk it was.
+    evals = pool.evals.copy()
+    first = evals.groupby("model").head(1).index
+    evals.loc[first[0], "query"] = "unknown-A"  # fam0-m00, chunk 1 of 4
+    evals.loc[first[-1], "query"] = "unknown-B"  # fam2-m11, chunk 4 of 4
+    with pytest.raises(ValueError) as from_transform:
+        embedder.transform(evals)
+    assert "has no vector for 2 of the " in str(from_transform.value)
+    # Each bad chunk's message: the chunk's name, then transform's own text
+    # for the chunk's rows, which counts the chunk's distinct queries.
+    expected = {}
+    for index, models in [(1, ("fam0-m00", "fam0-m02")), (4, ("fam2-m09", "fam2-m11"))]:
+        chunk = evals[evals["model"].between(*models)]
+        n_distinct = chunk["query"].nunique()
+        assert n_distinct < evals["query"].nunique()
+        with pytest.raises(ValueError) as from_chunk_alone:
+            embedder.transform(chunk)
+        text = str(from_chunk_alone.value)
+        assert f"has no vector for 1 of the {n_distinct} distinct queries" in text
+        expected[index] = (
+            f"In chunk {index} of the pool (models '{models[0]}' .. "
+            f"'{models[1]}', 3 models; {_COUNTS}): {text}"
+        )
+    with pytest.raises(ValueError) as from_chunked:
+        transform_chunked(embedder, evals, chunk_models=3, n_jobs=n_jobs)
+    assert type(from_chunked.value) is ValueError
+    if n_jobs == 1:  # chunks run in order: the first bad one is reported
+        assert str(from_chunked.value) == expected[1]
+    else:  # in workers, whichever bad chunk fails first
+        assert str(from_chunked.value) in expected.values()
+    # One model alone in its chunk is named once.
+    alone = (
+        r"^In chunk (1 of the pool \(model 'fam0-m00'"
+        r"|12 of the pool \(model 'fam2-m11'); "
+    )
+    with pytest.raises(ValueError, match=alone):
+        transform_chunked(embedder, evals, chunk_models=1, n_jobs=n_jobs)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_query_chunk_errors_name_the_chunk_and_positions(router, pool, n_jobs):
+    queries = pool.queries["query"].tolist()
+    queries[120] = "unknown-X"
+    # Queries 100 to 149 make chunk 3 of chunks of 50.
+    with pytest.raises(ValueError) as from_chunk_alone:
+        router.predict_proba(queries[100:150])
+    assert "has no vector for 1 of the 50 distinct queries" in str(
+        from_chunk_alone.value
+    )
+    prefix = f"In chunk 3 of the queries (queries[100:150], 50 queries; {_COUNTS}): "
+    for call in (predict_proba_chunked, predict_chunked):
+        with pytest.raises(ValueError) as from_chunked:
+            call(router, queries, chunk_queries=50, n_jobs=n_jobs)
+        assert type(from_chunked.value) is ValueError
+        assert str(from_chunked.value) == prefix + str(from_chunk_alone.value)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_the_sources_own_error_passes_through(embedder, pool, n_jobs):
+    # The user's own source raising: its error, unchanged, not a chunk's.
+    def frames():
+        yield pool.evals[pool.evals["model"] == "fam0-m00"]
+        raise RuntimeError("the source broke")
+
+    with pytest.raises(RuntimeError) as raised:
+        transform_chunked(embedder, frames(), chunk_models=1, n_jobs=n_jobs)
+    assert str(raised.value) == "the source broke"
+
+
+@pytest.mark.parametrize(
+    "error, prefixed",
+    [
+        (MemoryError("out of memory"), False),
+        # A ValueError whose type takes other arguments than a message.
+        (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), False),
+        (KeyError("q1"), True),
+        (TypeError("not a string"), True),
+    ],
+)
+def test_which_chunk_errors_carry_the_prefix(
+    embedder, pool, monkeypatch, error, prefixed
+):
+    def encode(self, queries):
+        raise error
+
+    # n_jobs=1: the chunks run in this process, with the patched encoder.
+    monkeypatch.setattr(LocusEmbedder, "_encode", encode)
+    with pytest.raises(type(error)) as raised:
+        transform_chunked(embedder, pool.evals, chunk_models=6, n_jobs=1)
+    assert type(raised.value) is type(error)
+    if not prefixed:
+        assert raised.value is error
+        return
+    # A KeyError's text is its key's: the prefix goes before it, not its repr.
+    text = error.args[0]
+    assert raised.value.args == (
+        f"In chunk 1 of the pool (models 'fam0-m00' .. 'fam1-m05', 6 models; "
+        f"{_COUNTS}): {text}",
+    )
 
 
 def test_empty_and_model_type_errors(embedder, pool, tmp_path):
@@ -956,7 +1079,7 @@ def test_chunks_drawn_and_not_embedded_stay_bounded(embedder, monkeypatch):
             peak[0] = max(peak[0], drawn[0] - finished[0])
             yield pd.DataFrame({"model": [f"m{i:03d}"], "query": ["q"], "score": 1.0})
 
-    def embed(shared, chunk, n_threads, parent_pid):  # a fast chunk
+    def embed(shared, chunk, index, n_threads, parent_pid):  # a fast chunk
         models = chunk.read()["model"].to_numpy(dtype=object)
         time.sleep(0.001)
         result = (models, np.ones(1, np.int64), np.zeros((1, 16), np.float32), 1, None)

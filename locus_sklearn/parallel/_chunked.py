@@ -8,6 +8,7 @@ import reprlib
 import threading
 import uuid
 import warnings
+from contextlib import contextmanager
 from numbers import Integral
 from types import SimpleNamespace
 
@@ -19,7 +20,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._base import BaseRouter, check_model_subset
 from .._embedder import LocusEmbedder
-from .._evals import _preview, check_evals, check_queries, tasks_by_query
+from .._evals import (
+    _preview,
+    _short_repr,
+    check_evals,
+    check_queries,
+    tasks_by_query,
+)
 from ._sources import model_chunks
 
 try:  # what loky pickles tasks with: a dependency of joblib >= 1.5
@@ -169,12 +176,75 @@ class _Shared:
         return _receive_shared, (self.token, *self._payload)
 
 
-def _embed_chunk(shared, chunk, n_threads, parent_pid):
-    """Validate, encode and embed one chunk, as ``transform`` does."""
+# The errors of bad input (check_evals', an encoder's), which count and show
+# what is wrong among the rows of one chunk only. Others (a MemoryError, a
+# KeyboardInterrupt) say nothing about the input and pass through as raised.
+_INPUT_ERRORS = (ValueError, TypeError, LookupError)
+
+
+@contextmanager
+def _in_chunk(describe, *args):
+    """Put ``describe(*args)``, naming the chunk, in front of an input error
+    raised within the block.
+
+    check_evals and the encoders count and list what is wrong among the rows
+    they are given, a chunk's: without the prefix, "1 of the 101 distinct
+    queries" read as the pool's count, and nothing said which chunk it was.
+    The exception keeps its type, and its original text follows the prefix
+    (callers match on both); one whose type cannot be made from a message
+    passes through unchanged.
+    """
+    try:
+        yield
+    except _INPUT_ERRORS as exc:
+        # A KeyError's str is the repr of its key; its text is the key.
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        try:
+            prefixed = type(exc)(f"{describe(*args)}: {text}")
+        except Exception:  # an exception type that takes other arguments
+            prefixed = None
+        if prefixed is None:
+            raise
+        raise prefixed from None
+
+
+def _models_of_chunk(index, models):
+    """Chunk ``index`` (from 1) of the pool and its ``models`` (a chunk's
+    model column, or its distinct names), for an error message."""
+    # NumPy strings shown as the names they hold ('a', not np.str_('a')).
+    names = sorted(
+        {m.item() if isinstance(m, np.generic) else m for m in models}, key=str
+    )
+    if len(names) == 1:
+        held = f"model {_short_repr(names[0])}"
+    else:
+        first, last = _short_repr(names[0]), _short_repr(names[-1])
+        held = f"models {first} .. {last}, {len(names)} models"
+    return (
+        f"In chunk {index} of the pool ({held}; the counts that follow are this "
+        "chunk's)"
+    )
+
+
+def _queries_of_chunk(index, start, n_queries):
+    """Chunk ``index`` (from 1) of the queries, ``n_queries`` from position
+    ``start``, for an error message."""
+    return (
+        f"In chunk {index} of the queries (queries[{start}:{start + n_queries}], "
+        f"{n_queries} queries; the counts that follow are this chunk's)"
+    )
+
+
+def _embed_chunk(shared, chunk, index, n_threads, parent_pid):
+    """Validate, encode and embed one chunk, as ``transform`` does; an input
+    error names the chunk (``index``, from 1) and its models."""
     _limit_torch_threads(n_threads, parent_pid)
     embedder = shared.estimator
-    table = check_evals(chunk.read(), name=chunk.name)
-    embeddings = embedder._transform_encoded(table, embedder._encode(table.queries))
+    frame = chunk.read()
+    # Every source has checked the model column: names are strings.
+    with _in_chunk(_models_of_chunk, index, frame["model"]):
+        table = check_evals(frame, name=chunk.name)
+        embeddings = embedder._transform_encoded(table, embedder._encode(table.queries))
     # The queries' tasks, to check across chunks what check_evals checks within.
     tasks = None if table.query_task is None else (table.queries, table.query_task)
     return table.models, np.diff(table.indptr), embeddings, table.n_input_rows, tasks
@@ -353,7 +423,12 @@ def transform_chunked(
         any table :func:`~locus_sklearn.check_evals` rejects (checked chunk by
         chunk, and a query given different tasks in two chunks: raised at
         the first chunk that contradicts an earlier one, counting and naming
-        that chunk's conflicting queries).
+        that chunk's conflicting queries). An error raised while a chunk is
+        checked, encoded or embedded (this ValueError, or a TypeError or
+        KeyError) keeps its type and ``transform``'s text for the chunk's rows,
+        after a prefix naming the chunk: ``In chunk 2 of the pool (models
+        'm03' .. 'm05', 3 models; the counts that follow are this chunk's):
+        ``. Its counts are that chunk's; later chunks may hold more.
     TypeError
         For a ``chunk_models`` or ``n_jobs`` that is not an int, a
         ``return_models`` that is not a bool, or a file
@@ -404,8 +479,10 @@ def transform_chunked(
     chunks, n_rows = model_chunks(evals, chunk_models)
     shared = _Shared(locus)
     tasks = (
-        delayed(_embed_chunk)(shared, chunk, _worker_threads(n_jobs), os.getpid())
-        for chunk in chunks
+        delayed(_embed_chunk)(
+            shared, chunk, index, _worker_threads(n_jobs), os.getpid()
+        )
+        for index, chunk in enumerate(chunks, 1)
     )
     # joblib draws the chunks from the generator lazily (at most 3 * n_jobs
     # drawn and not yet embedded, see _results_in_order). Each result is
@@ -451,9 +528,12 @@ def transform_chunked(
     return (output, models) if return_models else output
 
 
-def _call_chunk(shared, method, queries, n_threads, parent_pid, params):
+def _call_chunk(shared, method, queries, start, index, n_threads, parent_pid, params):
+    """Score chunk ``index`` (from 1) of the queries, those from position
+    ``start``; an input error names the chunk and its positions."""
     _limit_torch_threads(n_threads, parent_pid)
-    return getattr(shared.estimator, method)(queries, **params)
+    with _in_chunk(_queries_of_chunk, index, start, len(queries)):
+        return getattr(shared.estimator, method)(queries, **params)
 
 
 def _check_router(router):
@@ -486,7 +566,14 @@ def _map_query_chunks(router, method, queries, chunk_queries, n_jobs, params):
     shared = _Shared(router)
     tasks = (
         delayed(_call_chunk)(
-            shared, method, queries[i : i + chunk_queries], n_threads, parent, params
+            shared,
+            method,
+            queries[i : i + chunk_queries],
+            i,
+            i // chunk_queries + 1,
+            n_threads,
+            parent,
+            params,
         )
         for i in range(0, len(queries), chunk_queries)
     )
@@ -522,6 +609,16 @@ def predict_proba_chunked(router, queries, *, chunk_queries=1000, n_jobs=None):
     -------
     proba : ndarray of shape (n_queries, n_models)
         Columns in ``router.classes_`` order.
+
+    Raises
+    ------
+    ValueError
+        An error the router raises for one chunk (a query its precomputed
+        encoder lacks; likewise a TypeError or KeyError) keeps its type and
+        text, after a prefix naming the chunk and its positions in
+        ``queries``: ``In chunk 3 of the queries (queries[2000:3000], 1000
+        queries; the counts that follow are this chunk's): ``. Its counts are
+        that chunk's. :func:`predict_chunked` names the chunk in the same way.
 
     Examples
     --------
