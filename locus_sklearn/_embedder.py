@@ -833,9 +833,39 @@ class LocusEmbedder(
     def fit_transform(self, evals, y=None):
         """Fit, then embed the models of ``evals`` (queries encoded once).
 
+        Parameters
+        ----------
+        evals : DataFrame or mapping of columns
+            Long-format evaluations (``model``, ``query``, ``score``); see
+            :func:`~locus_sklearn.check_evals`. Every model needs at least two
+            rows, and each is embedded from all of its rows.
+        y : None
+            Ignored.
+
         Returns
         -------
-        embeddings : ndarray of shape (n_models, embedding_dim)
+        embeddings : ndarray of shape (n_models, embedding_dim) or DataFrame
+            As :meth:`transform`: one row per distinct model of ``evals``, in
+            sorted model-name order; with pandas output
+            (``set_output(transform="pandas")`` or
+            ``sklearn.set_config(transform_output="pandas")``), a DataFrame
+            indexed by model name.
+
+        Examples
+        --------
+        >>> from locus_sklearn import LocusEmbedder
+        >>> from locus_sklearn.datasets import make_model_pool
+        >>> pool = make_model_pool(n_models=4, n_families=2, n_queries=100,
+        ...                        evals_per_model=80, random_state=0)
+        >>> embedder = LocusEmbedder(pool.encodings, embedding_dim=8, n_latents=2,
+        ...                          n_blocks=1, n_heads=2, max_epochs=1,
+        ...                          enc_size=(16, 64), random_state=0)
+        >>> embedder = embedder.set_output(transform="pandas")
+        >>> Z = embedder.fit_transform(pool.evals.iloc[::-1])  # last model first
+        >>> Z.shape
+        (4, 8)
+        >>> Z.index.name, list(Z.index)
+        ('model', ['fam0-m00', 'fam0-m01', 'fam1-m02', 'fam1-m03'])
         """
         table, X_query = self._fit_evals(evals)
         # The embedding step warns as transform does (fit alone does not:
@@ -1192,7 +1222,29 @@ class LocusEmbedder(
         return load_embedder(cls, path, encoder=encoder, device=device)
 
     def get_feature_names_out(self, input_features=None):
-        """Names of the embedding dimensions: ``locus0``, ``locus1``, ..."""
+        """Names of the embedding dimensions: ``locus0``, ``locus1``, ...
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Ignored; accepted for scikit-learn API compatibility. The input
+            of :meth:`transform` is a table of evaluations, not features, so
+            there are no input feature names to derive the names from or to
+            check this against: they are a prefix and an index, as for
+            scikit-learn's ``PCA``.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects, shape (embedding_dim,)
+            ``locus0`` to ``locus{embedding_dim - 1}``, the columns of
+            :meth:`transform`'s pandas output.
+
+        Examples
+        --------
+        >>> from locus_sklearn import LocusEmbedder
+        >>> LocusEmbedder(embedding_dim=3).get_feature_names_out()
+        array(['locus0', 'locus1', 'locus2'], dtype=object)
+        """
         if hasattr(self, "net_"):
             self._check_fitted_network()
         return np.asarray(

@@ -83,7 +83,27 @@ class EvalTable:
         return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def to_frame(self):
-        """The table as a long DataFrame with columns model, query, score[, task]."""
+        """The table as a long DataFrame with columns model, query, score[, task].
+
+        Returns
+        -------
+        frame : DataFrame of shape (n_rows, 3) or (n_rows, 4)
+            One row per row of the table, in its order (sorted by model, then
+            query; duplicates of the input already averaged), with a default
+            ``RangeIndex``: columns ``model`` and ``query`` (str), ``score``
+            (float64), and ``task`` (str) when the input had one.
+
+        Examples
+        --------
+        >>> from locus_sklearn import check_evals
+        >>> table = check_evals({"model": ["b", "a", "a"], "query": ["q2", "q2", "q1"],
+        ...                      "score": [1.0, 0.0, 1.0]})
+        >>> table.to_frame()
+          model query  score
+        0     a    q1    1.0
+        1     a    q2    0.0
+        2     b    q2    1.0
+        """
         frame = pd.DataFrame(
             {
                 "model": self.models[self.model_index],
@@ -104,6 +124,15 @@ class EvalTable:
             Column order. Defaults to ``self.models``; every model of the table
             must appear in it, once (extra models get all-NaN columns).
 
+        Returns
+        -------
+        dense : ndarray of float64, shape (n_queries, n_columns)
+            ``dense[i, j]`` is the score on query ``i`` of ``self.queries``
+            (sorted) of model ``j`` of ``self.models`` (sorted; ``n_columns =
+            n_models``) or, when given, of ``models`` in its order
+            (``n_columns = len(models)``); NaN where that model has no
+            evaluation of that query.
+
         Raises
         ------
         TypeError
@@ -112,6 +141,18 @@ class EvalTable:
         ValueError
             If a name repeats in ``models`` or a model of the table is missing
             from it.
+
+        Examples
+        --------
+        >>> from locus_sklearn import check_evals
+        >>> table = check_evals({"model": ["b", "a", "a"], "query": ["q2", "q2", "q1"],
+        ...                      "score": [1.0, 0.0, 1.0]})
+        >>> table.to_dense()
+        array([[ 1., nan],
+               [ 0.,  1.]])
+        >>> table.to_dense(models=["b", "a", "c"])
+        array([[nan,  1., nan],
+               [ 1.,  0., nan]])
         """
         if models is None:
             columns = self.model_index

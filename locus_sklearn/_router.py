@@ -771,9 +771,42 @@ class LocusRouter(BaseRouter):
     def embed(self, evals):
         """Embeddings of the models of ``evals`` without adding them to the pool.
 
+        Parameters
+        ----------
+        evals : DataFrame or mapping of columns
+            Long-format evaluations (``model``, ``query``, ``score``) of the
+            models to embed, in the pool or not; see
+            :func:`~locus_sklearn.check_evals`. Each model is embedded from all
+            of its rows.
+
         Returns
         -------
         embeddings : ndarray of shape (n_models, embedding_dim)
+            One row per distinct model of ``evals``, in sorted model-name order
+            (``check_evals(evals).models``), whatever the order of ``evals``'
+            rows; a bare array, so pair its rows with that sorted list, not
+            with ``evals["model"].unique()``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from locus_sklearn import LocusEmbedder, LocusRouter
+        >>> from locus_sklearn.datasets import make_model_pool
+        >>> pool = make_model_pool(n_models=6, n_queries=200, evals_per_model=100,
+        ...                        random_state=0)
+        >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=16,
+        ...                                    n_latents=4, n_blocks=1, n_heads=2,
+        ...                                    max_epochs=2, random_state=0))
+        >>> router = router.fit(pool.evals)
+        >>> evals = pool.evals.sort_values("model", ascending=False)
+        >>> list(evals["model"].unique())
+        ['fam4-m05', 'fam3-m04', 'fam2-m03', 'fam1-m02', 'fam0-m01', 'fam0-m00']
+        >>> embeddings = router.embed(evals)  # rows in sorted model-name order
+        >>> embeddings.shape
+        (6, 16)
+        >>> alone = router.embed(evals[evals["model"] == "fam4-m05"])
+        >>> np.allclose(embeddings[-1], alone[0], atol=1e-6)  # evals' first: last row
+        True
         """
         check_is_fitted(self)
         return self._embed_table(check_evals(evals))[1]

@@ -51,12 +51,32 @@ def get_router_scorer(name):
     :meth:`score`, cost weight included), ``"routing_accuracy_no_cost"``,
     ``"correctness_accuracy"`` and ``"neg_log_loss"``.
 
+    Parameters
+    ----------
+    name : {"routing_accuracy", "routing_accuracy_no_cost", \
+            "correctness_accuracy", "neg_log_loss"}
+        Which scorer. Another str is a ValueError, a value that is not a str
+        a TypeError.
+
+    Returns
+    -------
+    scorer : callable
+        ``scorer(router, evals, y=None) -> float`` on a fitted router; larger
+        is better (``"neg_log_loss"`` is the negated log loss). ``y`` is
+        ignored.
+
     Examples
     --------
     >>> from locus_sklearn.metrics import get_router_scorer
     >>> scorer = get_router_scorer("correctness_accuracy")
     >>> callable(scorer)
     True
+    >>> get_router_scorer("accuracy")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown router scorer 'accuracy'; valid names are
+    ['correctness_accuracy', 'neg_log_loss', 'routing_accuracy',
+    'routing_accuracy_no_cost'].
     """
     if not isinstance(name, str):
         # A list or dict is unhashable: the lookup failed with a bare

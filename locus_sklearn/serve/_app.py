@@ -803,7 +803,8 @@ def create_app(
     >>> pool = make_model_pool(n_models=5, n_queries=60, evals_per_model=40,
     ...                        random_state=0)
     >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=8,
-    ...     n_latents=2, n_blocks=1, n_heads=2, max_epochs=1, random_state=0)
+    ...     n_latents=2, n_blocks=1, n_heads=2, max_epochs=1, enc_size=(16, 64),
+    ...     random_state=0)
     ... ).fit(pool.evals)
     >>> path = os.path.join(tempfile.mkdtemp(), "router.safetensors")
     >>> router.save(path)

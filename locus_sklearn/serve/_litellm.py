@@ -70,7 +70,8 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     >>> pool = make_model_pool(n_models=5, n_queries=40, evals_per_model=30,
     ...                        random_state=0)
     >>> router = LocusRouter(LocusEmbedder(pool.encodings, embedding_dim=8,
-    ...     n_latents=2, n_blocks=1, n_heads=2, max_epochs=1, random_state=0)
+    ...     n_latents=2, n_blocks=1, n_heads=2, max_epochs=1, enc_size=(16, 64),
+    ...     random_state=0)
     ... ).fit(pool.evals)
     >>> names = list(router.classes_)
     >>> gateway = {"backends": {
