@@ -16,10 +16,12 @@ on the same MiniLM encodings; half the cost of always calling GPT-4, at most
 tuned with :func:`~locus_sklearn.inspection.calibrate_cost_weight` either on a
 held-out quarter of the train queries (router fitted on the other three
 quarters) or on all train queries with ``cv=5`` (router fitted on all of
-them); each tuned λ then routes the test queries among every model. Reported
-per router, protocol and target, over the re-splits: the mean relative miss
-on test and its standard error (the calibration's bias), the standard
-deviation of the miss (what one split shows), the share of re-splits within
+them); each tuned λ then routes the test queries among every model. Each
+model's cost (routers and targets) is its mean cost per query over the
+re-split's train queries. Reported per router, protocol and target, over the
+re-splits: the mean relative miss on test and its standard error (the
+calibration's bias), the sample standard deviation (ddof=1) of the miss (what
+one split shows), the share of re-splits within
 1 % of the target, and the mean bootstrap sampling sd of the test value (the
 part of the miss the test queries alone cause). Nothing is tuned here.
 
@@ -68,8 +70,24 @@ def resplit(queries, n_test, seed):
     return queries[np.sort(order[n_test:])], queries[np.sort(order[:n_test])]
 
 
-def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
-    """Every (router, protocol, target) record of one re-split."""
+def train_model_costs(query_costs, train_q):
+    """Each model's mean cost per query over the queries ``train_q`` (unpriced
+    cells skipped), as ``_data.load_routerbench`` computes ``model_costs``
+    over RouterDC's train split.
+
+    >>> import pandas as pd
+    >>> costs = pd.DataFrame({"a": [1.0, 3.0, 9.0], "b": [2.0, None, 4.0]},
+    ...                      index=["q0", "q1", "q2"])
+    >>> train_model_costs(costs, ["q0", "q1"])
+    {'a': 2.0, 'b': 2.0}
+    """
+    return {m: float(v) for m, v in query_costs.loc[list(train_q)].mean().items()}
+
+
+def one_split(evals, encodings, query_costs, n_test, seed, shrinkage):
+    """Every (router, protocol, target) record of one re-split; the models'
+    costs are their mean costs over this re-split's train queries (RouterDC's
+    train split holds most of its test queries)."""
     import torch
 
     torch.set_num_threads(1)
@@ -79,6 +97,7 @@ def one_split(evals, encodings, model_costs, n_test, seed, shrinkage):
 
     queries = np.array(sorted(evals["query"].unique()), dtype=object)
     train_q, test_q = resplit(queries, n_test, seed)
+    model_costs = train_model_costs(query_costs, train_q)
     train = evals[evals["query"].isin(set(train_q))]
     test = evals[evals["query"].isin(set(test_q))]
     fit_part, calibration = hold_out_quarter(train, seed)
@@ -205,9 +224,12 @@ def markdown(result):
         f"30 epochs, `shrinkage={s['shrinkage']!r}`; KNNRouter({N_NEIGHBORS})); λ "
         "tuned with `calibrate_cost_weight` on a held-out quarter of the train "
         f"queries or on all of them with `cv={CV}`, then every test query routed "
-        "among every model. Miss: (test value − target) / target. Mean ± standard "
+        "among every model, the models' costs their mean costs over the re-split's "
+        "train queries. Miss: (test value − target) / target. Mean ± standard "
         "error over the re-splits is the calibration's bias; the standard deviation "
-        "is how far one split's test value lands; the sampling sd is the bootstrap "
+        "is how far one split's test value lands (both from the sample standard "
+        "deviation over re-splits, ddof=1; s.e. = sd / √re-splits reached); the "
+        "sampling sd is the bootstrap "
         "standard deviation of the test value over resamples of the test queries "
         "at the calibrated routing (relative to the target), the part of the miss "
         "the 953 test queries alone cause. On calibration: the mean miss on the "
@@ -215,7 +237,8 @@ def markdown(result):
         "meets the target (a step of the routing, not a transfer to new queries).",
         "",
         "| router | calibrated on | target | re-splits (reached) | on calibration "
-        "| test: mean miss ± s.e. | sd of the miss | within 1 % | test sampling sd |",
+        "| test: mean miss ± s.e. | sd of the miss (sample sd, ddof=1) | within 1 % "
+        "| test sampling sd |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["summary"]:
@@ -255,7 +278,7 @@ def main(argv=None):
     start = time.perf_counter()
     per_split = Parallel(n_jobs=args.jobs)(
         delayed(one_split)(
-            data.evals, data.encodings, data.model_costs, n_test, seed, shrinkage
+            data.evals, data.encodings, data.query_costs, n_test, seed, shrinkage
         )
         for seed in range(args.splits)
     )

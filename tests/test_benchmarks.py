@@ -87,6 +87,10 @@ def test_routing_benchmark_tiny(routing, tmp_path):
     ):
         assert key in saved
     assert {"cpu", "cores", "torch"} <= set(saved["machine"])
+    # What decides whether the run may give the README its section.
+    assert saved["tag"] == "" and saved["settings"]["locus_overrides"] == []
+    assert saved["settings"]["experiments"] == list(routing.EXPERIMENTS)
+    assert routing.readme_exclusion(saved, str(tmp_path / json_files[0])) is None
     summary = saved["summary"]
     assert set(summary["main"]) == {"32", "all"}
     routers = summary["main"]["32"]["routers"]
@@ -2385,3 +2389,226 @@ def test_help_texts_are_whole(routing, capsys):
         routing.parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "small synthetic pool (other data sets keep their size)" in text
+
+
+# ------------------------------------------------- tuning, README, re-split costs
+def _tune_locus_spied(monkeypatch):
+    """tune_locus on the tiny synthetic pool with tiny LOCUS settings, every
+    router's fit rows and scored queries recorded."""
+    _benchmarks_on_path()
+    import _data
+    import routing as bench_routing
+    import tune_locus
+
+    data = _data.load("synthetic", tiny=True)
+    monkeypatch.setattr(tune_locus._data, "load", lambda name, **kwargs: data)
+    monkeypatch.setattr(
+        tune_locus, "PAPER", dict(tune_locus.PAPER, **bench_routing.TINY_LOCUS)
+    )
+    fitted, scored = [], []
+    real = bench_routing.make_router
+
+    def make_router(name, *args, **kwargs):
+        router = real(name, *args, **kwargs)
+        fit, proba = router.fit, router.predict_proba
+
+        def spy_fit(rows, *a, **k):
+            fitted.append((name, rows.copy()))
+            return fit(rows, *a, **k)
+
+        def spy_proba(queries):
+            scored.append((name, list(queries)))
+            return proba(queries)
+
+        router.fit, router.predict_proba = spy_fit, spy_proba
+        return router
+
+    monkeypatch.setattr(tune_locus.routing, "make_router", make_router)
+    return tune_locus, bench_routing, data, fitted, scored
+
+
+def test_tune_locus_never_reads_a_test_query(monkeypatch, tmp_path):
+    """It used to score every setting on routing.Split's test queries, the ones
+    routing.py reports. Now every method is fitted on the same training rows
+    less a held-out fifth of the training queries and scored on those."""
+    tune_locus, bench_routing, data, fitted, scored = _tune_locus_spied(monkeypatch)
+    threads = torch.get_num_threads()
+    try:
+        tune_locus.main(
+            ["--data", "synthetic", "--n", "32", "--seed", "0", "--configs",
+             "kernel", "--out", str(tmp_path / "T.md")]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    split = bench_routing.Split(data, 0)
+    train_q = set(split.train_rows["query"])
+    test_q = set(split.test_queries)
+    assert [name for name, _ in fitted] == ["kNN", "SingleBest", "LOCUS"]
+    assert [name for name, _ in scored] == ["kNN", "SingleBest", "LOCUS"]
+    rows = fitted[0][1]
+    fit_q = set(rows["query"])
+    for _, other in fitted[1:]:  # every method: the same rows
+        pd.testing.assert_frame_equal(other, rows)
+    queries = scored[0][1]
+    assert all(q == queries for _, q in scored)  # the same validation queries
+    assert queries and set(queries) <= train_q
+    assert not set(queries) & fit_q
+    assert not (set(queries) | fit_q) & test_q
+    # The holdout is the split's seeded fifth; the fit rows routing.py's n rows less it.
+    held = tune_locus.holdout_split(split)[0]
+    assert set(queries) <= held and len(held) == round(0.2 * len(train_q))
+    expected = split.training_rows(32)
+    expected = expected[~expected["query"].isin(held)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(rows, expected)
+
+
+def test_tune_locus_means_over_seeds_and_labels_a_test_figure(monkeypatch, tmp_path):
+    tune_locus, bench_routing, data, fitted, scored = _tune_locus_spied(monkeypatch)
+    out = tmp_path / "T.md"
+    threads = torch.get_num_threads()
+    try:
+        records = tune_locus.main(
+            ["--data", "synthetic", "--n", "32", "--seed", "0", "1", "--configs",
+             "kernel", "--also-report-test", "--out", str(out)]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert [(r["seed"], r["name"]) for r in records] == [
+        (s, name) for s in (0, 1) for name in ("kNN", "SingleBest", "kernel")
+    ]
+    # Opt-in only: the test queries are scored after each fit, labelled so.
+    tests = {tuple(q) for _, q in scored[1::2]}
+    assert tests == {tuple(bench_routing.Split(data, s).test_queries) for s in (0, 1)}
+    assert all(
+        r["test_read_after"]["note"] == "read after, not used for choosing"
+        for r in records
+    )
+    text = out.read_text()
+    # The run's note, each seed's table and the mean table.
+    assert text.count("(read after, not used for choosing)") == 4
+    rows = [line for line in text.splitlines() if line.startswith("| kernel |")]
+    per_seed = [r["validation_routing_acc"] for r in records if r["name"] == "kernel"]
+    test = [
+        r["test_read_after"]["routing_acc"] for r in records if r["name"] == "kernel"
+    ]
+    assert rows == [
+        f"| kernel | {np.mean(per_seed):.4f} | "
+        f"{np.mean([r['validation_correctness_acc'] for r in records if r['name'] == 'kernel']):.4f} | "
+        f"{per_seed[0]:.4f} / {per_seed[1]:.4f} | {np.mean(test):.4f} |"
+    ]
+    saved = json.loads((tmp_path / "T.json").read_text())
+    assert len(saved) == 6 and saved[-1]["scored_on"].startswith("held-out training")
+
+
+def test_readme_keeps_the_latest_full_untagged_run(routing, tmp_path):
+    """write_readme / rebuild kept the newest JSON per data set whatever its
+    --tag, --routers or --n: a later ablation (the stored dropout run: three
+    routers, n = 256 only) replaced mmlu-open's whole section."""
+    results = os.path.join(ROOT, "benchmarks", "results")
+    with open(os.path.join(results, "mmlu-open_2026-12-04.json")) as f:
+        full = json.load(f)
+    with open(os.path.join(results, "mmlu-open_2026-12-01_dropout.json")) as f:
+        ablation = json.load(f)
+
+    def store(result, name, day, **changes):
+        result = dict(
+            result, date=f"2026-12-{day}", timestamp=f"2026-12-{day}T00:00:00"
+        )
+        result.update(changes)
+        with open(tmp_path / name, "w") as f:
+            json.dump(result, f)
+        return result
+
+    def section():
+        text = (tmp_path / "README.md").read_text()
+        routers = [r for r in routing.ROUTERS if f"| {r} |" in text]
+        return text.count("## mmlu-open"), re.findall(r"Date (\S+),", text), routers
+
+    store(full, "mmlu-open_2026-12-04.json", "04")
+    # A later tagged ablation, tag read from the file name (older files).
+    store(ablation, "mmlu-open_2026-12-05_ablation.json", "05")
+    routing.write_readme(str(tmp_path))
+    assert section() == (1, ["2026-12-04"], list(routing.ROUTERS))
+    assert "**n = all" in (tmp_path / "README.md").read_text()
+    # Untagged but partial; tagged by the recorded tag: neither replaces it.
+    partial = store(ablation, "mmlu-open_2026-12-06.json", "06")
+    tagged = store(full, "mmlu-open_2026-12-07.json", "07", tag="x")
+    no_kmeans = store(full, "mmlu-open_2026-12-08.json", "08", tag="")
+    no_kmeans["settings"] = dict(full["settings"], routers=["LOCUS", "kNN"])
+    with open(tmp_path / "mmlu-open_2026-12-08.json", "w") as f:
+        json.dump(no_kmeans, f)
+    assert routing.rebuild(str(tmp_path)) == str(tmp_path / "README.md")
+    assert section() == (1, ["2026-12-04"], list(routing.ROUTERS))
+
+    def why(result):  # under an untagged name
+        return routing.readme_exclusion(result, f"mmlu-open_{result['date']}.json")
+
+    assert why(tagged) == "tagged 'x'"
+    assert why(partial) == "partial: routers ['KMeans', 'MF', 'IRT'] not run"
+    assert (
+        why(no_kmeans)
+        == "partial: routers ['KMeans', 'MF', 'IRT', 'SingleBest'] not run"
+    )
+    assert why(dict(full, ns=["256"])) == "partial: n ['all'] not run"
+    settings = dict(full["settings"], experiments=["main"])
+    assert why(dict(full, settings=settings)) == (
+        "partial: experiments ['onboarding', 'robustness', 'cost'] not run"
+    )
+    settings = dict(full["settings"], locus_overrides=["dropout=0.2"])
+    assert why(dict(full, settings=settings)) == "--locus overrides ['dropout=0.2']"
+    settings = dict(full["settings"], locus_overrides=["device=cuda"])
+    assert why(dict(full, settings=settings)) is None
+    # A newer untagged run of every router and n does replace it.
+    store(full, "mmlu-open_2026-12-09.json", "09", tag="")
+    routing.write_readme(str(tmp_path))
+    assert section() == (1, ["2026-12-09"], list(routing.ROUTERS))
+
+
+def test_resplits_price_models_on_the_resplits_train_queries(monkeypatch, tmp_path):
+    """calibration_resplits.py priced every re-split with the mean costs over
+    RouterDC's own train split, which holds most of a re-split's test
+    queries. GPT-4 costs 1 on the re-split's train queries and 5 on its test
+    queries: half its cost is the target, 0.5, read from train only."""
+    resplits = _load_script("calibration_resplits")
+    import _data
+
+    from locus_sklearn.baselines import KNNRouter
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(
+        n_models=4,
+        n_queries=80,
+        n_families=2,
+        evals_per_model="all",
+        n_features=8,
+        random_state=0,
+    )
+    models = sorted(pool.evals["model"].unique())
+    strong = resplits.STRONG
+    evals = pool.evals.replace({"model": {models[0]: strong}})
+    queries = np.array(sorted(evals["query"].unique()), dtype=object)
+    n_test = 20
+    train_q, test_q = resplits.resplit(queries, n_test, seed=0)
+    costs = pd.DataFrame(0.1, index=queries, columns=[strong, *models[1:]])
+    costs.loc[train_q, strong], costs.loc[test_q, strong] = 1.0, 5.0
+    split = dict.fromkeys(queries[:-n_test], "train") | dict.fromkeys(
+        queries[-n_test:], "test"
+    )  # RouterDC's split: not the re-split
+    data = SimpleNamespace(
+        evals=evals, encodings=pool.encodings, split=split, query_costs=costs,
+        model_costs=costs.mean().to_dict(),
+    )  # fmt: skip
+    monkeypatch.setattr(_data, "load_routerbench", lambda: data)
+    monkeypatch.setattr(
+        resplits, "small_locus_router", lambda enc, s, seed: KNNRouter(5, encoder=enc)
+    )
+    monkeypatch.setattr(resplits, "RESULTS", str(tmp_path))
+    threads = torch.get_num_threads()
+    try:
+        result = resplits.main(["--splits", "1", "--jobs", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    values = {r["value"] for r in result["records"] if r["target"] == "target_cost"}
+    assert values == {0.5}
+    text = (tmp_path / "calibration_resplits.md").read_text()
+    assert "| sd of the miss (sample sd, ddof=1) |" in text
