@@ -427,8 +427,8 @@ def transform_chunked(
         checked, encoded or embedded (this ValueError, or a TypeError or
         KeyError) keeps its type and ``transform``'s text for the chunk's rows,
         after a prefix naming the chunk: ``In chunk 2 of the pool (models
-        'm03' .. 'm05', 3 models; the counts that follow are this chunk's):
-        ``. Its counts are that chunk's; later chunks may hold more.
+        'm03' .. 'm05', 3 models; the counts that follow are this chunk's):``
+        and a space. Its counts are that chunk's; later chunks may hold more.
     TypeError
         For a ``chunk_models`` or ``n_jobs`` that is not an int, a
         ``return_models`` that is not a bool, or a file
@@ -617,8 +617,8 @@ def predict_proba_chunked(router, queries, *, chunk_queries=1000, n_jobs=None):
         encoder lacks; likewise a TypeError or KeyError) keeps its type and
         text, after a prefix naming the chunk and its positions in
         ``queries``: ``In chunk 3 of the queries (queries[2000:3000], 1000
-        queries; the counts that follow are this chunk's): ``. Its counts are
-        that chunk's. :func:`predict_chunked` names the chunk in the same way.
+        queries; the counts that follow are this chunk's):`` and a space. Its
+        counts are that chunk's. :func:`predict_chunked` names the chunk in the same way.
 
     Examples
     --------
