@@ -114,6 +114,8 @@ def short_int(value):
     --------
     >>> short_int(2**63), short_int(-(10**400))
     ('9223372036854775808', '-1.000e+400 (an int of about 401 digits)')
+    >>> short_int(99996 * 10**36)
+    '1.000e+41 (an int of about 42 digits)'
     """
     value = int(value)
     if abs(value) < 10**30:
@@ -121,11 +123,11 @@ def short_int(value):
     # math.log10 takes an int of any size; a float would overflow.
     digits = math.log10(abs(value))
     exponent = math.floor(digits)
+    mantissa = round(10 ** (digits - exponent), 3)
+    if mantissa >= 10:  # 9.9996 rounds up: 1.000e+(exponent + 1)
+        mantissa, exponent = mantissa / 10, exponent + 1
     sign = "-" if value < 0 else ""
-    return (
-        f"{sign}{10 ** (digits - exponent):.3f}e+{exponent} (an int of about "
-        f"{exponent + 1} digits)"
-    )
+    return f"{sign}{mantissa:.3f}e+{exponent} (an int of about {exponent + 1} digits)"
 
 
 def unrepresentable_int(value, *, integral):

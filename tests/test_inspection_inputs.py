@@ -118,8 +118,18 @@ def test_distance_frame_in_another_column_order_warns(evals, distances):
     # router's models by name, in any order: such a matrix warns too.
     shuffled = distances.loc[list("cabfed"), list("fedcba")]
     router = SingleBestRouter().fit(evals)
-    with pytest.warns(UserWarning, match=_LOOKS_LIKE):
+    with pytest.warns(UserWarning, match=_LOOKS_LIKE) as caught:
         fallback_routing_accuracy(router, evals, embeddings=shuffled)
+    # Other functions take distances only in the index's order: the advice
+    # says how, and following it works.
+    advice = r"as embeddings\.loc\[:, embeddings\.index\]\.$"
+    assert re.search(advice, str(caught[0].message))
+    with pytest.warns(UserWarning, match=advice):
+        nearest_models(shuffled, "a", k=1)
+    aligned = shuffled.loc[:, shuffled.index]
+    assert nearest_models(aligned, "a", k=1, metric="precomputed").equals(
+        nearest_models(distances, "a", k=1, metric="precomputed")
+    )
 
 
 def test_only_a_distance_like_frame_warns(evals, distances):

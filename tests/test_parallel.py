@@ -4,6 +4,7 @@ import copy
 import os
 import pickle
 import time
+import traceback
 import tracemalloc
 import warnings
 from collections import Counter
@@ -537,6 +538,10 @@ def test_which_chunk_errors_carry_the_prefix(
         f"In chunk 1 of the pool (models 'fam0-m00' .. 'fam1-m05', 6 models; "
         f"{_COUNTS}): {text}",
     )
+    # The frames down to where it was raised are kept (a bug deep in torch
+    # or numpy shows where it happened): the traceback ended at the prefix.
+    frames = [f.name for f in traceback.extract_tb(raised.value.__traceback__)]
+    assert frames[-1] == "encode", frames
 
 
 def test_empty_and_model_type_errors(embedder, pool, tmp_path):

@@ -590,15 +590,30 @@ def _clip(text, width=80):
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _check_shared_text_tasks(ids, texts, tasks, query_id_column, query_column):
+def _check_shared_text_tasks(
+    position, table_ids, table_texts, tasks, query_id_column, query_column
+):
     """Refuse ids of several tasks that share one text.
 
     They would become one query with several tasks, which check_evals
     refuses as one query given "more than one task", without saying that
-    the ids were merged. ``ids``, ``texts`` and ``tasks`` hold one entry per
-    evaluation; an id given several tasks by itself is left to check_evals.
+    the ids were merged. ``position`` (the query table's row of each
+    evaluation) and ``tasks`` hold one entry per evaluation, ``table_ids``
+    and ``table_texts`` one per row of the query table; an id given several
+    tasks by itself is left to check_evals.
     """
-    rows = pd.DataFrame({"id": ids, "text": texts, "task": tasks})
+    # Each distinct (row, task) pair once, found on integer codes: the
+    # checks below on every evaluation's strings doubled load_evals' time.
+    task_codes, task_names = pd.factorize(pd.Series(tasks, dtype=object))
+    pairs = np.unique(np.stack([np.asarray(position), task_codes], axis=1), axis=0)
+    pairs = pairs[pairs[:, 1] >= 0]  # a missing task: check_evals' to report
+    rows = pd.DataFrame(
+        {
+            "id": table_ids[pairs[:, 0]],
+            "text": table_texts[pairs[:, 0]],
+            "task": np.asarray(task_names, dtype=object)[pairs[:, 1]],
+        }
+    )
     # Missing or non-text entries are check_evals' to report.
     is_text = rows["text"].map(lambda v: isinstance(v, str))
     rows = rows[is_text & rows["task"].map(lambda v: isinstance(v, str))]
@@ -893,8 +908,9 @@ def load_evals(
         out[column] = frame[column].set_axis(out.index)
     if joined and task_in is not None:
         _check_shared_text_tasks(
-            query_table[query_id_column].to_numpy(dtype=object)[position],
-            texts,
+            position,
+            query_table[query_id_column].to_numpy(dtype=object),
+            query_table[query_column].to_numpy(dtype=object),
             columns["task"],
             query_id_column,
             query_column,

@@ -156,12 +156,15 @@ def warn_if_distances(frame, Z, metric, *, name="embeddings"):
         return
     column = {m: j for j, m in enumerate(columns)}
     if np.all(Z[np.arange(len(Z)), [column[m] for m in rows]] == 0):
+        # Most functions take distances with the columns in the index's
+        # order: the advice says how to get there.
+        order = "" if rows == columns else f", as {name}.loc[:, {name}.index]"
         warn_external(
             f"{name} is a square DataFrame with the same models as index and "
             "columns and a zero distance from each model to itself: it looks "
             "like a distance matrix (such as score_disagreement(evals).distance), "
             f"but it is read as embeddings with metric={metric!r}. Pass "
-            'metric="precomputed" if it holds distances.',
+            f'metric="precomputed" if it holds distances{order}.',
             UserWarning,
         )
 

@@ -205,7 +205,9 @@ def _in_chunk(describe, *args):
             prefixed = None
         if prefixed is None:
             raise
-        raise prefixed from None
+        # The original frames kept: a bug deep in torch or numpy still shows
+        # where it was raised.
+        raise prefixed.with_traceback(exc.__traceback__) from None
 
 
 def _models_of_chunk(index, models):
