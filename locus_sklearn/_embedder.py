@@ -493,7 +493,8 @@ class LocusEmbedder(
         ``early_stopping``). The history is kept by pickling but not by
         :meth:`save`: a loaded embedder's is empty (``n_epochs_`` is kept).
     n_epochs_ : int
-        Epochs trained.
+        Epochs trained to their end: an epoch cut short by Ctrl-C is not
+        counted (its ``net_.history`` row has no ``"train_loss"``).
     embedding_scale_ : ndarray of shape (embedding_dim,)
         Each coordinate's standard deviation over the encoder's embeddings
         of the training models: the unit in which ``refine_prior`` measures
@@ -925,7 +926,8 @@ class LocusEmbedder(
         self.n_query_features_ = X_query.shape[1]
         self.net_ = net
         self.classes_ = table.models.copy()
-        self.n_epochs_ = len(net.history)
+        # Rows with a train_loss: a Ctrl-C mid-epoch leaves a row without one.
+        self.n_epochs_ = sum("train_loss" in row for row in net.history)
         embeddings = self._encoder_embeddings(table, X_query)
         self.embedding_scale_ = embedding_scale(embeddings)
         if check_collapse:

@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from ._readout import _float32_weights, _readout_and_evidence
-from ._training import padded_rows, size_batches
+from ._training import padded_rows, size_batches, writable
 
 __all__ = ["REFINE_PRIOR_MIN", "embedding_scale", "refine_embeddings"]
 
@@ -156,11 +156,11 @@ def _bank_leave_one_out_readout(readout, unit, table):
     dtype = torch.float32 if _float32_weights(tau) else torch.float64
     device = unit.device
     n_models = table.n_models
-    query = torch.as_tensor(table.query_index, device=device)
+    query = torch.as_tensor(writable(table.query_index), device=device)
     model = torch.repeat_interleave(
         torch.arange(n_models, device=device), torch.as_tensor(sizes, device=device)
     )
-    score = torch.as_tensor(table.score, dtype=dtype, device=device)
+    score = torch.as_tensor(writable(table.score), dtype=dtype, device=device)
     values = torch.zeros(n_bank, 2 * n_models, dtype=dtype, device=device)
     values[query, model] = 1.0
     values[query, model + n_models] = score
@@ -228,9 +228,15 @@ def refine_embeddings(module, table, X_query, z0, *, scale, steps, prior, batch_
     # The embedder may run under inference_mode; every tensor below is made
     # inside this block, and no step needs autograd.
     with torch.inference_mode(False), torch.no_grad():
-        features = torch.as_tensor(X_query, dtype=torch.float32, device=device)
+        # Read-only inputs (a joblib memmap of a loaded embedder) are copied
+        # first, as the unrefined path does: torch warns on them otherwise.
+        features = torch.as_tensor(
+            writable(X_query), dtype=torch.float32, device=device
+        )
         unit = F.normalize(features, dim=-1)
-        unit_scale = torch.as_tensor(scale, dtype=torch.float32, device=device)
+        unit_scale = torch.as_tensor(
+            writable(scale), dtype=torch.float32, device=device
+        )
         bank_readout = None
         if module.readout is not None:
             bank_readout = _bank_leave_one_out_readout(module.readout, unit, table)

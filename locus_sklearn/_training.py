@@ -950,8 +950,14 @@ def _callbacks(params, valid_ds, n_models, bank):
 
 
 def _regions(X_query, n_regions, seed):
-    """k-means regions of the query encodings, LongTensor of shape (n_queries,)."""
-    n_regions = min(n_regions, len(X_query))
+    """k-means regions of the query encodings, LongTensor of shape (n_queries,).
+
+    At most one region per distinct encoding: queries may share encodings
+    (SharedEncodingsWarning), and k-means asked for more clusters than
+    distinct points warns (ConvergenceWarning) about an ``n_clusters`` the
+    user never set. Pools of distinct encodings get ``n_regions`` as before.
+    """
+    n_regions = min(n_regions, len(np.unique(X_query, axis=0)))
     labels = KMeans(n_regions, n_init=1, random_state=seed).fit_predict(X_query)
     return torch.as_tensor(labels, dtype=torch.long)
 

@@ -430,3 +430,46 @@ def test_saved_scale_round_trip_and_checks(router, pool, tmp_path, fitted_copy):
     write_file(tmp_path / "unknown.locus", unknown, tensors)
     with pytest.raises(ValueError, match="unknown names \\['refine_rate'\\]"):
         LocusEmbedder.load(tmp_path / "unknown.locus")
+
+
+def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, monkeypatch):
+    """Read-only inputs (the scale of an embedder loaded with joblib's
+    mmap_mode, a memmapped table) are copied before torch sees them, as the
+    unrefined path does: torch warned that writing to them is undefined
+    behaviour (once per process, hence the check on every call here)."""
+    emb = tiny_embedder(
+        pool.encodings, max_epochs=1, kernel_readout=True, refine_steps=2
+    ).fit(pool.evals)
+    module = emb.net_.module_
+    table = check_evals(pool.evals)
+    X_query = emb._encode(table.queries)
+    z0 = _training.embed_models(module, table, X_query, batch_tokens=16384)
+    scale = emb.embedding_scale_
+    kwargs = dict(steps=2, prior=emb.refine_prior, batch_tokens=16384)
+    expected = _refinement.refine_embeddings(
+        module, table, X_query, z0, scale=scale, **kwargs
+    )
+    expected_transform = emb.transform(pool.evals)
+
+    as_tensor = torch.as_tensor
+
+    def checked(data, *args, **kwargs):
+        assert not (isinstance(data, np.ndarray) and not data.flags.writeable)
+        return as_tensor(data, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "as_tensor", checked)
+    for array in (X_query, z0, scale, table.query_index, table.score):
+        array.flags.writeable = False
+    refined = _refinement.refine_embeddings(
+        module, table, X_query, z0, scale=scale, **kwargs
+    )
+    np.testing.assert_array_equal(refined, expected)
+    # The bank readout (its own as_tensor calls) was on the path above.
+    unit = torch.nn.functional.normalize(
+        as_tensor(X_query.copy(), dtype=torch.float32), dim=-1
+    )
+    assert (
+        _refinement._bank_leave_one_out_readout(module.readout, unit, table) is not None
+    )
+    assert not emb.embedding_scale_.flags.writeable  # the fitted one, read-only
+    np.testing.assert_array_equal(emb.transform(pool.evals), expected_transform)

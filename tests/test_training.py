@@ -353,6 +353,42 @@ def test_collate_episodes_gives_each_episodes_mean_score_per_region():
     assert "profile" not in collate_episodes(episodes)[0]
 
 
+def test_regions_are_capped_at_the_distinct_encodings(pool, tiny_embedder):
+    """k-means asked for more regions than distinct encodings warned sklearn's
+    ConvergenceWarning about an n_clusters the user never set; queries that
+    share an encoding now get one region per distinct encoding."""
+    from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
+
+    from locus_sklearn import SharedEncodingsWarning
+    from locus_sklearn._training import _regions
+
+    distinct = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    X = distinct[[0, 1, 2, 0, 1, 2, 2]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        labels = _regions(X, 16, seed=0).numpy()
+    # Three regions, one per distinct encoding.
+    assert sorted(set(labels[:3].tolist())) == [0, 1, 2]
+    np.testing.assert_array_equal(labels[3:6], labels[:3])
+    assert labels[6] == labels[2]
+    # Distinct encodings: n_regions as before.
+    X = np.random.RandomState(0).randn(20, 3)
+    np.testing.assert_array_equal(
+        _regions(X, 4, seed=0).numpy(),
+        KMeans(4, n_init=1, random_state=0).fit_predict(X),
+    )
+    # In a fit, with queries sharing 4 encodings.
+    queries = sorted(pool.encodings)
+    shared = {q: pool.encodings[queries[i % 4]] for i, q in enumerate(queries)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warnings.simplefilter("ignore", SharedEncodingsWarning)
+        tiny_embedder(
+            shared, max_epochs=1, mix_prob=0.5, n_regions=16, n_profile_regions=16
+        ).fit(pool.evals)
+
+
 def test_profile_objective_trains_a_head_and_changes_the_embeddings(
     pool, tiny_embedder
 ):
@@ -641,6 +677,33 @@ def test_early_stopping_history_marks_the_restored_epoch(pool, tiny_embedder):
     np.testing.assert_array_equal(
         emb.transform(pool.evals), first.fit(pool.evals).transform(pool.evals)
     )
+
+
+def test_n_epochs_counts_finished_epochs_after_an_interrupt(
+    pool, tiny_embedder, monkeypatch
+):
+    """Ctrl-C in the middle of epoch 3 leaves a history row with no
+    train_loss: n_epochs_ counted it (3) while only 2 epochs were done, and
+    the training guide tells users to check n_epochs_ before saving."""
+    from locus_sklearn._training import LocusNet
+
+    train_step = LocusNet.train_step
+
+    def interrupted(self, *args, **kwargs):
+        # The second step of epoch 3 (its row has one batch recorded).
+        if len(self.history) == 3 and len(self.history[-1]["batches"]) == 1:
+            raise KeyboardInterrupt
+        return train_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocusNet, "train_step", interrupted)
+    emb = tiny_embedder(pool.encodings, max_epochs=10).fit(pool.evals)
+    history = emb.net_.history
+    assert len(history) == 3 and "train_loss" not in history[-1]
+    assert emb.n_epochs_ == 2
+    # A fit stopped by max_epochs counts them all.
+    monkeypatch.setattr(LocusNet, "train_step", train_step)
+    emb = tiny_embedder(pool.encodings, max_epochs=2, early_stopping=None)
+    assert emb.fit(pool.evals).n_epochs_ == 2
 
 
 def test_the_epoch_table_shows_the_epoch_that_stopped_training(
