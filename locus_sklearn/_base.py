@@ -337,6 +337,11 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
     encoder lives elsewhere overrides ``_query_encoder()``. Every router has
     a ``cost_weight`` parameter.
 
+    ``_predict_proba_encoded`` returns the columns of the pool the router was
+    fitted on, whatever :meth:`remove_models` removed since (it reads its
+    fitted arrays, never ``len(classes_)``): :meth:`predict_proba` keeps the
+    remaining models' columns, for every method that predicts.
+
     Set ``_uses_query_encodings = False`` in a router that ignores the query
     (it then never loads an encoder).
     """
@@ -463,6 +468,8 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
             fitted["n_query_features_"] = X_query.shape[1]
         fitted["classes_"] = table.models.copy()
         fitted["model_costs_"] = costs
+        # A refit predicts its whole new pool: no column is removed.
+        fitted["_kept_columns"] = None
         vars(self).update(fitted)
         return self
 
@@ -486,7 +493,78 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
         # set after fit: checked where they are read, as at fit.
         self._validate_params()
         queries = check_queries(queries)
-        return self._predict_proba_encoded(self._encode(queries))
+        proba = self._predict_proba_encoded(self._encode(queries))
+        # The one place the hook's columns (the fitted pool's) become the
+        # pool's: predict, decision_function, score, the chunked predictions
+        # and the scorers all read predict_proba. getattr: a router pickled
+        # or loaded without the attribute has removed nothing.
+        kept = getattr(self, "_kept_columns", None)
+        return proba if kept is None else proba[:, kept]
+
+    def remove_models(self, models):
+        """Remove models from the pool, with no refit.
+
+        Each router predicts a model's P(correct) independently of the other
+        models, so the remaining models' predictions are unchanged: the
+        fitted state stays whole, and :meth:`predict_proba` (and so
+        :meth:`predict`, :meth:`decision_function` and :meth:`score`) drops
+        the removed models' columns. ``classes_`` and ``model_costs_`` lose
+        them; other fitted attributes (``mean_scores_``, ``n_evals_``,
+        ``cluster_scores_``, ``net_``, ...) still describe the pool the router
+        was fitted on. :meth:`fit` predicts its whole new pool again.
+        :class:`~locus_sklearn.LocusRouter` overrides this method.
+
+        The pool changes in place: do not predict from another thread
+        meanwhile.
+
+        Parameters
+        ----------
+        models : iterable of str
+            Names of models of the pool (a list, array, set, ...), each once;
+            at least one model must remain.
+
+        Returns
+        -------
+        self : object
+            With ``classes_`` of shape (n_models - n_removed,), and
+            ``model_costs_`` (where fitted with costs) of the same shape.
+
+        Examples
+        --------
+        >>> from locus_sklearn.baselines import SingleBestRouter
+        >>> evals = {"model": ["a", "a", "b", "b", "c", "c"],
+        ...          "query": ["q1", "q2"] * 3,
+        ...          "score": [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]}
+        >>> router = SingleBestRouter().fit(
+        ...     evals, model_costs={"a": 1.0, "b": 2.0, "c": 3.0})
+        >>> router.predict(["q1"]).tolist()
+        ['b']
+        >>> router.remove_models(["b"]).classes_.tolist()
+        ['a', 'c']
+        >>> router.predict_proba(["q1"])
+        array([[0.5, 0. ]])
+        >>> router.model_costs_.tolist()
+        [1.0, 3.0]
+        >>> router.predict(["q1"]).tolist()
+        ['a']
+        """
+        check_is_fitted(self)
+        drop = check_model_subset(models, self.classes_)
+        if drop.all():
+            raise ValueError(
+                "remove_models would remove every model of the pool; at least one "
+                "must remain."
+            )
+        kept = getattr(self, "_kept_columns", None)
+        if kept is None:
+            kept = np.arange(len(self.classes_))
+        # Set in one step, as fit sets its state: the pool, its costs and the
+        # predicted columns never disagree.
+        removed = {"classes_": self.classes_[~drop], "_kept_columns": kept[~drop]}
+        if self.model_costs_ is not None:
+            removed["model_costs_"] = self.model_costs_[~drop]
+        vars(self).update(removed)
+        return self
 
     def _utility(self, proba):
         return routing_utility(proba, self.model_costs_, self.cost_weight)

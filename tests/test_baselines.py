@@ -874,3 +874,96 @@ def test_fit_refuses_costs_passed_as_y_array(y):
         TypeError, match=r"pass costs as model_costs=.*row of evals \(4\)"
     ):
         SingleBestRouter().fit(_TWO, y)
+
+
+# --- remove_models -----------------------------------------------------------
+
+_COSTS = {"m0": 3.0, "m1": 1.0, "m2": 2.0, "m3": 0.5}
+
+
+@ALL
+def test_remove_models_keeps_the_remaining_models_predictions(name):
+    # Each peer predicts a model's P(correct) independently of the others:
+    # removing m1 is the full router without its column, and routing among
+    # the rest, with no refit.
+    full = make_router(name, cost_weight=0.3).fit(POOL, model_costs=_COSTS)
+    router = pickle.loads(pickle.dumps(full))
+    assert router.remove_models(["m1"]) is router
+    rest = ["m0", "m2", "m3"]
+    assert router.classes_.tolist() == rest
+    assert router.model_costs_.tolist() == [3.0, 2.0, 0.5]  # by label
+    proba = full.predict_proba(NEW_QUERIES)
+    np.testing.assert_array_equal(
+        router.predict_proba(NEW_QUERIES), proba[:, [0, 2, 3]]
+    )
+    np.testing.assert_array_equal(
+        router.decision_function(NEW_QUERIES),
+        full.decision_function(NEW_QUERIES)[:, [0, 2, 3]],
+    )
+    np.testing.assert_array_equal(
+        router.predict(NEW_QUERIES), full.predict(NEW_QUERIES, models=rest)
+    )
+    np.testing.assert_array_equal(
+        router.predict(NEW_QUERIES, models=["m0", "m3"]),
+        full.predict(NEW_QUERIES, models=["m0", "m3"]),
+    )
+    # The same chunks for both: a torch batch of 7 may round apart from 20.
+    np.testing.assert_array_equal(
+        predict_proba_chunked(router, NEW_QUERIES, chunk_queries=7),
+        predict_proba_chunked(full, NEW_QUERIES, chunk_queries=7)[:, [0, 2, 3]],
+    )
+    remaining = POOL[POOL["model"] != "m1"]
+    assert router.score(remaining) == full.score(remaining)
+    # The removed model is no longer in the pool.
+    with pytest.raises(ValueError, match="not in the pool"):
+        router.predict(NEW_QUERIES, models=["m1"])
+    with pytest.raises(ValueError, match="not in the pool"):
+        router.score(POOL)
+    # A pickled copy keeps the removal; a clone is unfitted.
+    copy = pickle.loads(pickle.dumps(router))
+    np.testing.assert_array_equal(copy.predict_proba(NEW_QUERIES), proba[:, [0, 2, 3]])
+    assert not hasattr(clone(router), "classes_")
+
+
+@ALL
+def test_remove_models_composes_refuses_and_refit_resets(name):
+    full = make_router(name).fit(POOL, model_costs=_COSTS)
+    proba = full.predict_proba(NEW_QUERIES)
+    router = pickle.loads(pickle.dumps(full))
+    router.remove_models(["m3"]).remove_models({"m0"})
+    assert router.classes_.tolist() == ["m1", "m2"]
+    assert router.model_costs_.tolist() == [1.0, 2.0]
+    np.testing.assert_array_equal(router.predict_proba(NEW_QUERIES), proba[:, [1, 2]])
+    with pytest.raises(ValueError, match="would remove every model"):
+        router.remove_models(["m2", "m1"])
+    with pytest.raises(ValueError, match=r"models has 1 model\(s\) that are not in"):
+        router.remove_models(["m0"])  # already removed
+    with pytest.raises(TypeError, match="got the string 'm1'"):
+        router.remove_models("m1")
+    # A refused removal changes nothing.
+    assert router.classes_.tolist() == ["m1", "m2"]
+    np.testing.assert_array_equal(router.predict_proba(NEW_QUERIES), proba[:, [1, 2]])
+    # A refit predicts its whole new pool.
+    router.fit(POOL, model_costs=_COSTS)
+    assert router.classes_.tolist() == ["m0", "m1", "m2", "m3"]
+    assert router.model_costs_.tolist() == [3.0, 1.0, 2.0, 0.5]
+    np.testing.assert_array_equal(router.predict_proba(NEW_QUERIES), proba)
+
+
+@ALL
+def test_remove_models_needs_a_fitted_router(name):
+    with pytest.raises(NotFittedError):
+        make_router(name).remove_models(["m0"])
+
+
+def test_remove_models_without_costs():
+    router = SingleBestRouter().fit(POOL)
+    means = router.mean_scores_.copy()
+    router.remove_models(np.array(["m2"]))
+    assert router.model_costs_ is None
+    np.testing.assert_array_equal(
+        router.predict_proba(["any"]), means[[0, 1, 3]][None, :]
+    )
+    assert router.predict(["any"]).tolist() == [
+        ["m0", "m1", "m3"][int(np.argmax(means[[0, 1, 3]]))]
+    ]

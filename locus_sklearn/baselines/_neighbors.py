@@ -357,7 +357,8 @@ class KNNRouter(BaseRouter):
             # distances by orders of magnitude; float64 rounds far below
             # _EXACT_MATCH_DISTANCE and the weights' precision.
             X, distinct = X.astype(np.float64), distinct.astype(np.float64)
-        n_models = len(self.classes_)
+        # The fitted pool's columns, not classes_ (see BaseRouter.remove_models).
+        n_models = len(self.n_evals_)
         proba = np.empty((len(X), n_models), dtype=np.float64)
         own = np.setdiff1d(np.arange(n_models), self._shared_models)
         chunk = max(1, _BLOCK_ELEMENTS // len(self.query_encodings_))

@@ -199,7 +199,9 @@ class _NetRouter(BaseRouter):
     def _predict_proba_encoded(self, X):
         module = self.net_.module_
         module.eval()
-        proba = np.empty((len(X), len(self.classes_)), dtype=np.float64)
+        # The fitted pool's columns, not classes_ (see BaseRouter.remove_models).
+        n_models = self.net_.module__n_models
+        proba = np.empty((len(X), n_models), dtype=np.float64)
         with torch.no_grad():
             for start in range(0, len(X), _PREDICT_CHUNK):
                 chunk = torch.as_tensor(
