@@ -967,3 +967,23 @@ def test_remove_models_without_costs():
     assert router.predict(["any"]).tolist() == [
         ["m0", "m1", "m3"][int(np.argmax(means[[0, 1, 3]]))]
     ]
+
+
+@pytest.mark.parametrize("make", [_mf, _irt])
+def test_n_epochs_counts_finished_epochs_after_an_interrupt(make, monkeypatch):
+    # Ctrl-C in the middle of epoch 3 leaves a history row with no
+    # train_loss: n_epochs_ counted it (3) while only 2 epochs were done.
+    from skorch import NeuralNet
+
+    train_step = NeuralNet.train_step
+
+    def interrupted(self, *args, **kwargs):
+        if len(self.history) == 3 and len(self.history[-1]["batches"]) == 1:
+            raise KeyboardInterrupt
+        return train_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(NeuralNet, "train_step", interrupted)
+    router = make(max_epochs=10, batch_size=16, validation_fraction=None).fit(POOL)
+    assert len(router.net_.history) == 3
+    assert "train_loss" not in router.net_.history[-1]
+    assert router.n_epochs_ == 2

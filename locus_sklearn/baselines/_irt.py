@@ -81,7 +81,7 @@ class IRTRouter(_NetRouter):
         ``net_.module_.ability.weight`` holds the abilities, shape
         (n_models, n_dims).
     n_epochs_ : int
-        Number of epochs run.
+        Number of epochs finished (one cut short by Ctrl-C is not counted).
 
     See Also
     --------

@@ -82,7 +82,7 @@ class MatrixFactorizationRouter(_NetRouter):
         The trained net; ``net_.module_`` is a
         :class:`~locus_sklearn.baselines._nn.MatrixFactorizationNet`.
     n_epochs_ : int
-        Number of epochs run.
+        Number of epochs finished (one cut short by Ctrl-C is not counted).
 
     See Also
     --------

@@ -194,7 +194,9 @@ class _NetRouter(BaseRouter):
             net.fit(dataset, None)
         net.module_.eval()
         self.net_ = net
-        self.n_epochs_ = len(net.history)
+        # Finished epochs only: after Ctrl-C skorch keeps the epoch cut short
+        # in the history, a row with no train_loss.
+        self.n_epochs_ = sum("train_loss" in row for row in net.history)
 
     def _predict_proba_encoded(self, X):
         module = self.net_.module_
