@@ -154,6 +154,41 @@ def check_regular_file(path):
         raise error
 
 
+def target_problem(path):
+    """Why :func:`write_bytes` refuses the existing file ``path`` (followed if
+    a symbolic link), as ``(error type, errno, reason)``, or None (nothing
+    there, or a regular file this process may write).
+
+    Commands that write check it before any work, with the save's words.
+
+    >>> target_problem("/no/such/file") is None
+    True
+    """
+    try:
+        info = os.stat(path)
+    except OSError:  # nothing there (or a broken link): the write creates it
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        # The rename of the save would replace the node with a regular file:
+        # a root's save to /dev/null would remove the system's /dev/null.
+        return (
+            OSError,
+            errno.EINVAL,
+            f"it is {_special_file(info.st_mode)}, not a regular file; give the "
+            "path of a file to write",
+        )
+    if not os.access(path, os.W_OK):
+        # The rename needs only the folder's permission: without this a file
+        # its owner made read-only would be replaced all the same.
+        return (
+            PermissionError,
+            errno.EACCES,
+            f"the file is not writable (mode {oct(info.st_mode & 0o777)}); make "
+            "it writable or save elsewhere",
+        )
+    return None
+
+
 def _write_error(kind, code, path, what):
     """An OSError of type ``kind`` naming the file the user asked for (never a
     temporary file), with the error number ``code``."""
@@ -297,28 +332,11 @@ def write_bytes(path, data):
             path,
             f"its folder {str(target.parent)!r} does not exist",
         )
-    info = target.stat() if target.exists() else None
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        # The rename below would replace the node with a regular file: a
-        # root's save to /dev/null would remove the system's /dev/null.
-        raise _write_error(
-            OSError,
-            errno.EINVAL,
-            path,
-            f"it is {_special_file(info.st_mode)}, not a regular file; "
-            "give the path of a file to write",
-        )
-    mode = info.st_mode & 0o777 if info is not None else None
-    if mode is not None and not os.access(target, os.W_OK):
-        # The rename below needs only the folder's permission: without this
-        # a file its owner made read-only would be replaced all the same.
-        raise _write_error(
-            PermissionError,
-            errno.EACCES,
-            path,
-            f"the file is not writable (mode {oct(mode)}); make it writable or "
-            "save elsewhere",
-        )
+    refused = target_problem(target)
+    if refused is not None:
+        kind, code, what = refused
+        raise _write_error(kind, code, path, what)
+    mode = target.stat().st_mode & 0o777 if target.exists() else None
     tmp = _temp_name(target)
     try:
         # 0o666 here lets the kernel apply the umask, as a plain open() would.

@@ -864,30 +864,6 @@ def _folder_problem(folder):
     return None
 
 
-def _target_problem(path):
-    """Why the write of :func:`locus_sklearn._files.write_bytes` would refuse
-    the existing file ``path`` (followed if a symbolic link), in its words, or
-    None: a file that is not a regular one (a named pipe, ``/dev/null``) or
-    that this process may not write."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:  # nothing there (or a broken link): the write creates it
-        return None
-    if not stat.S_ISREG(mode):
-        from .._files import _special_file
-
-        return (
-            f"it is {_special_file(mode)}, not a regular file; give the path of a "
-            "file to write"
-        )
-    if not os.access(path, os.W_OK):
-        return (
-            f"the file is not writable (mode {oct(mode & 0o777)}); make it "
-            "writable or save elsewhere"
-        )
-    return None
-
-
 def check_writable(path, what):
     """Fail now, before any work, if ``what`` cannot be written to ``path``:
     its folder is missing or not writable, it names a folder, or it is an
@@ -924,7 +900,10 @@ def check_writable(path, what):
     elif not folder.exists():
         problem = f"the folder {str(folder)!r} does not exist"
     else:
-        problem = _target_problem(path) or _folder_problem(folder)
+        from .._files import target_problem
+
+        refused = target_problem(path)  # the save's own check, in its words
+        problem = refused[2] if refused else _folder_problem(folder)
     if problem:
         raise CommandError(
             f"cannot write {what} {str(path)!r}: {problem}", status=EXIT_IO
