@@ -18,6 +18,16 @@ from ..metrics import route
 METRICS = ("cosine", "euclidean")
 
 
+def k_values(ks):
+    """The values of k a per-k warning names: one as itself, several as a
+    list (``3``, ``[3, 4]``).
+
+    >>> k_values([3]), k_values([3, 4])
+    (3, '[3, 4]')
+    """
+    return ks[0] if len(ks) == 1 else _preview(ks)
+
+
 def check_metric(metric, *, precomputed=False):
     """``metric``, one of ``METRICS`` (or "precomputed" where the caller
     takes distances)."""

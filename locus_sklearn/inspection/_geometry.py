@@ -9,7 +9,6 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
-from .._evals import _preview
 from .._shrinkage import mean_scores
 from .._warnings import warn_external
 from ._common import (
@@ -17,6 +16,7 @@ from ._common import (
     as_pool_for_evals,
     check_models_in_pool,
     disagreement,
+    k_values,
     neighbor_order,
     pool_distances,
     pool_distances_for_evals,
@@ -233,7 +233,7 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     result = pd.DataFrame.from_records(records)
     unmet = result.loc[result["n_models"] == 0, "k"].tolist()
     if unmet:
-        shown = unmet[0] if len(unmet) == 1 else _preview(unmet)
+        shown = k_values(unmet)
         warn_external(
             f"For k={shown}, no model shares a query with its k-th nearest "
             "neighbor: there is no agreement to average, so those rows are NaN "

@@ -14,6 +14,7 @@ from ._common import (
     as_pool,
     check_metric,
     check_models_in_pool,
+    k_values,
     lookup,
     neighbor_order,
     pairwise,
@@ -315,7 +316,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
     unmet = result.loc[result["n_queries"] == 0, "k"].tolist()
     if unmet:
         most = int(n_available[:, -1].max()) if len(n_available) else 0
-        shown = unmet[0] if len(unmet) == 1 else _preview(unmet)
+        shown = k_values(unmet)
         warn_external(
             f"For k={shown}, no query of evals has that many scored models besides "
             f"the one it is routed to (at most {most} on any query): there is no "
@@ -329,7 +330,7 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
         (result["n_queries"] > 0) & (result["no_outage_accuracy"] == 0), "k"
     ].tolist()
     if zero:
-        shown = zero[0] if len(zero) == 1 else _preview(zero)
+        shown = k_values(zero)
         warn_external(
             f"For k={shown}, the routed models score 0 on every counted query "
             "(no_outage_accuracy 0): retained, accuracy / no_outage_accuracy, "
