@@ -548,13 +548,7 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
         >>> router.predict(["q1"]).tolist()
         ['a']
         """
-        check_is_fitted(self)
-        drop = check_model_subset(models, self.classes_)
-        if drop.all():
-            raise ValueError(
-                "remove_models would remove every model of the pool; at least one "
-                "must remain."
-            )
+        drop = self._models_to_remove(models)
         kept = getattr(self, "_kept_columns", None)
         if kept is None:
             kept = np.arange(len(self.classes_))
@@ -565,6 +559,19 @@ class BaseRouter(SummaryReprMixin, NoBoolNumbersMixin, BaseEstimator):
             removed["model_costs_"] = self.model_costs_[~drop]
         vars(self).update(removed)
         return self
+
+    def _models_to_remove(self, models):
+        """The mask over ``classes_`` of the fitted pool's ``models`` that
+        ``remove_models`` removes, checked: names of the pool, and not all of
+        them."""
+        check_is_fitted(self)
+        drop = check_model_subset(models, self.classes_)
+        if drop.all():
+            raise ValueError(
+                "remove_models would remove every model of the pool; at least one "
+                "must remain."
+            )
+        return drop
 
     def _utility(self, proba):
         return routing_utility(proba, self.model_costs_, self.cost_weight)

@@ -10,7 +10,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import BaseRouter, _check_costs_for_weight, check_model_subset
+from ._base import BaseRouter, _check_costs_for_weight
 from ._embedder import LocusEmbedder
 from ._evals import _preview, check_evals, check_model_costs
 from ._persistence import load_router, save_router
@@ -671,13 +671,7 @@ class LocusRouter(BaseRouter):
         -------
         self : LocusRouter
         """
-        check_is_fitted(self)
-        drop = check_model_subset(models, self.classes_)
-        if drop.all():
-            raise ValueError(
-                "remove_models would remove every model of the pool; at least one "
-                "must remain."
-            )
+        drop = self._models_to_remove(models)
         if self.pool_evals_ is not None:
             # The validated mask, not ``models`` itself: a generator is spent
             # by now, and np.isin would take a set as one object.
