@@ -245,7 +245,7 @@ def write_markdown(result, path):
             f"{r['routing_accuracy']:.4f} | {r['epochs']} | {r['fit_s']:.1f} | "
             f"{r['fit_s'] / r['epochs']:.2f} |"
         )
-    lines += ["", "Mean ± standard deviation over seeds:", ""]
+    lines += ["", "Mean ± sample standard deviation over seeds (ddof=1):", ""]
     lines += [
         "| setting | AUC | AUC unseen models | corr. with true P | routing acc. "
         "| epochs | fit s |",
@@ -276,7 +276,7 @@ def verdict(rows):
         spread = float(np.std([r[metric] for r in one], ddof=1)) if len(one) > 1 else 0
         parts.append(
             f"{metric}: mean difference (2 processes - 1) {diff.mean():+.4f}, "
-            f"seed spread (std, 1 process) {spread:.4f}"
+            f"seed spread (sample std, 1 process) {spread:.4f}"
         )
     return "; ".join(parts) + "."
 

@@ -208,7 +208,7 @@ def main(argv=None):
         "",
         "| router | "
         + " | ".join(f"seed {s}" for s in frame.index)
-        + " | mean ± std |",
+        + " | mean ± population std (ddof=0) |",
         "|---|" + "---|" * (len(frame.index) + 1),
     ]
     for name in frame.columns:

@@ -114,7 +114,7 @@ def markdown(result):
         f"{result['date']}, commit `{result['commit']}`, {result['machine']}. "
         f"Default LocusRouter on {N_PER_MODEL} training rows per model "
         f"(settings: {result['settings']}); test queries every model answered; "
-        f"mean ± sd over seeds {result['seeds']}. `expected`: "
+        f"mean ± population sd (ddof=0) over seeds {result['seeds']}. `expected`: "
         "ExpectedAccuracySelector on the router's P(correct) on the training "
         "queries; `k-medoids`: KMedoidsSelector on the embeddings; `strongest`: "
         "the k models with the best mean training score; `random`: mean of 20 "

@@ -301,7 +301,7 @@ def markdown(results):
         "",
         f"`python benchmarks/within_whitening.py` ({results['date']}, commit "
         f"`{results['commit']}`, {results['wall_s'] / 60:.1f} min, one thread). "
-        "Three-seed means ± std (seeds "
+        "Three-seed means ± population std (ddof=0; seeds "
         f"{results['seeds']}); {N_TRAIN} training rows per model, the default "
         "LocusRouter (`embedding_quality.py`'s baseline), its rows and "
         "self-identification pairs. plain = centred cosine; pool-whitened = "
