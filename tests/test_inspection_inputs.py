@@ -8,6 +8,8 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 from locus_sklearn import FewEvaluationsWarning
 from locus_sklearn._warnings import FILTERS_LOCK
@@ -16,6 +18,7 @@ from locus_sklearn.inspection import (
     calibrate_fingerprint_threshold,
     distance_disagreement_correlation,
     embed_profile,
+    embedding_dimensionality,
     fallback_order,
     fallback_routing_accuracy,
     model_linkage,
@@ -23,6 +26,7 @@ from locus_sklearn.inspection import (
     neighbor_agreement,
     plot_model_dendrogram,
     plot_model_map,
+    plot_portfolio_curve,
     profile_recall_at_k,
     score_disagreement,
     task_profiles,
@@ -473,3 +477,131 @@ def test_embed_profile_needs_no_queries_for_a_task_no_profile_gives():
     # A task that a profile gives an accuracy still needs queries.
     with pytest.raises(ValueError, match=r"task\(s\) \['law'\] with no queries"):
         embed_profile(_TaskAccuracy(), task_profiles(evals), own, n_evals=4)
+
+
+# ------------------------------------------------ models that coincide, plots
+
+
+def test_pca_map_draws_parallel_rows_at_the_origin():
+    # Positive multiples of one vector: every cosine distance is 0, and the
+    # docstring promises the origin. Normalised, the rows differ by an ulp,
+    # which the exact test (X == X[0]).all() missed: PCA drew the noise at
+    # ~1e-16, autoscaled to look like a spread pool.
+    X = [[0.1, 0.7, 0.3], [0.3, 2.1, 0.9], [0.7, 4.9, 2.1]]
+    for method in ("pca", "mds"):
+        ax = plot_model_map(X, names=["a", "b", "c"], method=method)
+        np.testing.assert_array_equal(ax.collections[0].get_offsets(), np.zeros((3, 2)))
+        assert [t.xy for t in ax.texts] == [(0.0, 0.0)] * 3
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    t=st.lists(st.floats(-1e3, 1e3), min_size=2, max_size=8, unique=True),
+    direction=st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=5),
+    offset=st.floats(-1e3, 1e3),
+)
+@example(t=[0.0, 1.0], direction=[1.0, 1.0, 1.0], offset=0.0)  # gave 1 - 2e-16
+def test_participation_ratio_of_points_on_a_line_is_1(t, direction, offset):
+    # (sum v)^2 / sum v^2 is documented in [1, min(n - 1, d)]; one component
+    # gives 1, but total**2 (C pow) rounded otherwise than the squares summed
+    # below it and gave 0.9999999999999998.
+    u = np.asarray(direction)
+    # A spread of at least 0.1 against entries of at most ~3e3: rows within
+    # rounding of one another are one point (ratio 0), not a line.
+    assume(np.ptp(t) >= 1.0 and np.linalg.norm(u) >= 0.1)
+    Z = np.outer(t, u) + offset
+    ratio = embedding_dimensionality(Z).participation_ratio
+    assert ratio >= 1.0
+    # The rounding of Z and of its centring leaves a second singular value
+    # about sqrt(n d) eps |Z| / spread (< 1e-10 here) of the first: the exact ratio
+    # is 1 + O(that squared), below eps. What is left is the rounding of the
+    # ratio's own sum and division, an ulp per term.
+    assert ratio <= 1.0 + len(Z) * np.finfo(np.float64).eps
+
+
+def test_participation_ratio_stays_in_its_bounds():
+    eps = np.finfo(np.float64).eps
+    assert (
+        embedding_dimensionality([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]).participation_ratio
+        == 1.0
+    )
+    rng = np.random.RandomState(0)
+    for _ in range(500):
+        n, d = rng.randint(2, 7), rng.randint(1, 5)
+        ratio = embedding_dimensionality(rng.randn(n, d)).participation_ratio
+        assert 1.0 <= ratio <= min(n - 1, d)
+        line = np.outer(rng.randn(n), rng.randn(d)) + rng.randn(d)
+        ratio = embedding_dimensionality(line).participation_ratio
+        assert 1.0 <= ratio <= 1.0 + n * eps
+
+
+_CURVE = pd.DataFrame(
+    {
+        "value": [1, 2],
+        "accuracy": [0.6, 0.8],
+        "random_mean": [0.5, 0.7],
+        "random_std": [0.1, 0.05],
+        "full_pool_accuracy": [0.85, 0.85],
+    }
+)
+_X = np.array([[0.0, 0.0], [5.0, 5.0], [0.1, 0.0], [5.1, 5.0]])
+_PLOTS = {
+    "plot_model_dendrogram": lambda **kw: plot_model_dendrogram(_X, **kw),
+    "plot_model_map": lambda **kw: plot_model_map(_X, **kw),
+    "plot_portfolio_curve": lambda **kw: plot_portfolio_curve(_CURVE, **kw),
+}
+_FLAGS = [
+    ("plot_model_dendrogram", "heatmap"),
+    ("plot_model_map", "annotate"),
+    ("plot_portfolio_curve", "random"),
+    ("plot_portfolio_curve", "full_pool"),
+]
+
+
+@pytest.mark.parametrize(("function", "flag"), _FLAGS)
+@pytest.mark.parametrize("value", ["False", "no", 0, 1.0, None])
+def test_plot_flags_must_be_bools(function, flag, value):
+    # "False" and "no" are truthy: heatmap="False" drew the heatmap,
+    # annotate="no" the names, random="False" the random baseline.
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    message = f"{flag} must be a bool (True or False); got {value!r}."
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        _PLOTS[function](**{flag: value})
+    assert plt.get_fignums() == before
+    for ok in (False, np.True_):
+        _PLOTS[function](**{flag: ok})
+
+
+@pytest.mark.parametrize("function", ["plot_model_map", "plot_portfolio_curve"])
+def test_plot_ax_must_be_axes(function):
+    # A Figure failed with "'Figure' object has no attribute 'scatter'", a
+    # string with "'str' object has no attribute 'plot'", naming no parameter.
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure()
+    before = plt.get_fignums()
+    for bad, shown in ((fig, "Figure <Figure size"), ("left", "str 'left'")):
+        with pytest.raises(
+            TypeError,
+            match=rf"^ax must be a matplotlib Axes .* or None; got {re.escape(shown)}",
+        ):
+            _PLOTS[function](ax=bad)
+        assert plt.get_fignums() == before
+    ax = fig.add_subplot()
+    assert _PLOTS[function](ax=ax) is ax
+    assert plt.get_fignums() == before
+
+
+def test_portfolio_curve_dtype_hint_names_the_bad_column():
+    # The hint said curve['value'].astype(float) whichever column was wrong.
+    curve = _CURVE.assign(accuracy=[True, False])
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "curve column(s) 'accuracy' (bool) must hold numbers (int or float "
+            "dtype); convert them, e.g. curve['accuracy'].astype(float)."
+        ),
+    ):
+        plot_portfolio_curve(curve)

@@ -334,11 +334,7 @@ def spread_of(Z, strength=None):
     if largest > 0:
         Z = np.ldexp(Z, -np.frexp(largest)[1])
     centred = Z - Z.mean(axis=0)
-    # Identical rows centre to rounding noise (~1e-17), whose spread would
-    # read as a direction: a variation within the rounding of the mean, relative
-    # to the embeddings' own size, is none.
-    noise = max(Z.shape) * np.finfo(np.float64).eps * np.linalg.norm(Z)
-    if np.linalg.norm(centred) <= noise:
+    if coincide(Z):
         centred = np.zeros_like(centred)
     # The centred rows' squared singular values are the principal
     # components' variances up to a common factor, which the ratios drop.
@@ -346,7 +342,16 @@ def spread_of(Z, strength=None):
     variance = np.square(singular)[: min(len(Z) - 1, Z.shape[1])]
     total = float(variance.sum())
     shares = variance / total if total > 0 else np.zeros_like(variance)
-    ratio = float(total**2 / np.square(variance).sum()) if total > 0 else 0.0
+    if total > 0:
+        # (sum v)^2 / sum v^2 lies in [1, len(v)], but rounding can put it an
+        # ulp outside: one component gave 0.9999999999999998 (total**2 goes
+        # through C pow, which rounds otherwise than the products squared in
+        # the denominator). total * total matches them; the clip keeps the
+        # documented bounds whatever the remaining rounding.
+        ratio = total * total / float(np.square(variance).sum())
+        ratio = float(np.clip(ratio, 1.0, len(variance)))
+    else:
+        ratio = 0.0
     mean_norm = float(np.linalg.norm(Z.mean(axis=0)))
     spread = float(np.linalg.norm(centred, axis=1).mean())
     if spread == 0:
@@ -364,6 +369,24 @@ def spread_of(Z, strength=None):
         relative_spread=relative,
         strength_correlation=correlation,
     )
+
+
+def coincide(Z):
+    """Whether the rows of ``Z`` (n, d) are one point up to rounding.
+
+    Identical rows, or rows that are equal but for rounding (e.g. parallel
+    rows L2-normalised), centre to rounding noise (~1e-17), whose spread would
+    read as a direction: a variation within the rounding of the mean, relative
+    to the rows' own size, is none.
+    """
+    # Brought to the largest entry by a power of 2 (exact), so that the norms
+    # neither under- nor overflow at 1e-160 or 1e160.
+    largest = np.abs(Z).max()
+    if largest > 0:
+        Z = np.ldexp(Z, -np.frexp(largest)[1])
+    centred = Z - Z.mean(axis=0)
+    noise = max(Z.shape) * np.finfo(np.float64).eps * np.linalg.norm(Z)
+    return bool(np.linalg.norm(centred) <= noise)
 
 
 def model_linkage(embeddings, *, method="average", metric="euclidean"):

@@ -22,7 +22,7 @@ from ._common import (
     import_pyplot,
     pool_distances,
 )
-from ._geometry import check_linkage, linkage_of
+from ._geometry import check_linkage, coincide, linkage_of
 
 __all__ = ["plot_model_dendrogram", "plot_model_map", "plot_portfolio_curve"]
 
@@ -77,6 +77,7 @@ def plot_model_dendrogram(
     3
     """
     plt = import_pyplot()
+    _check_flag("heatmap", heatmap)
     check_linkage(method, metric)
     D, names = pool_distances(embeddings, names, metric=metric)
     tree = linkage_of(D, method)
@@ -262,6 +263,8 @@ def plot_model_map(
     ['m1', 'm1-q4', 'm2']
     """
     plt = import_pyplot()
+    _check_flag("annotate", annotate)
+    _check_axes(ax)
     if method not in ("pca", "mds", "tsne"):
         raise ValueError(f"method must be 'pca', 'mds' or 'tsne'; got {method!r}.")
     precomputed = check_metric(metric, precomputed=True) == "precomputed"
@@ -295,10 +298,13 @@ def plot_model_map(
         groups = _check_groups(groups, names)
     if method == "pca":
         X = normalize(X) if metric == "cosine" else X
-        if (X == X[0]).all():
+        if coincide(X):
             # One point (e.g. a collapsed fit, or, for "cosine", embeddings
             # all pointing one way): PCA would divide its zero variance by
-            # zero, with a numpy warning. Every model is drawn at the origin.
+            # zero, with a numpy warning, or, for rows equal but for
+            # rounding (parallel rows normalised differ by an ulp), spread
+            # that noise over the whole plot. Every model is drawn at the
+            # origin.
             points = np.zeros((len(X), 2))
         else:
             # svd_solver="full": the randomized solver PCA picks for wide
@@ -416,6 +422,26 @@ def _group_kind(group):
     return type(group).__name__
 
 
+def _check_flag(name, value):
+    """Refuse a non-bool flag: "False" or "no" is truthy, and would do the
+    opposite of what was asked."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool (True or False); got {value!r}.")
+
+
+def _check_axes(ax):
+    """Refuse an ``ax`` that is neither None nor a matplotlib Axes, before any
+    figure is made (it failed deep in matplotlib, e.g. "'Figure' object has no
+    attribute 'scatter'")."""
+    from matplotlib.axes import Axes
+
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(
+            f"ax must be a matplotlib Axes (e.g. from plt.subplots() or "
+            f"fig.add_subplot()) or None; got {type(ax).__name__} {ax!r}."
+        )
+
+
 def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=True):
     """Plot a :func:`portfolio_curve` result: accuracy against size or budget.
 
@@ -455,6 +481,9 @@ def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=T
     3
     """
     plt = import_pyplot()
+    _check_axes(ax)
+    _check_flag("random", random)
+    _check_flag("full_pool", full_pool)
     if not isinstance(curve, pd.DataFrame):
         raise TypeError(
             "curve must be a DataFrame, the output of portfolio_curve; got "
@@ -477,12 +506,13 @@ def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=T
         and not pd.api.types.is_complex_dtype(curve[column])
         for column in needed
     }
-    wrong = [f"{c!r} ({curve[c].dtype})" for c, ok in numeric.items() if not ok]
-    if wrong:
+    bad = [c for c, ok in numeric.items() if not ok]
+    if bad:
         # Strings would be sorted and placed as text ("10" before "2").
+        wrong = ", ".join(f"{c!r} ({curve[c].dtype})" for c in bad)
         raise TypeError(
-            f"curve column(s) {', '.join(wrong)} must hold numbers (int or float "
-            "dtype); convert them, e.g. curve['value'].astype(float)."
+            f"curve column(s) {wrong} must hold numbers (int or float dtype); "
+            f"convert them, e.g. curve[{bad[0]!r}].astype(float)."
         )
     values = curve["value"].to_numpy(dtype=np.float64)
     if not np.isfinite(values).all():
