@@ -90,7 +90,8 @@ def rms_disagreement(held, scores):
     Returns
     -------
     rms, shared : Tensor of shape (B, B)
-        ``rms`` is 0 where nothing is shared.
+        ``rms`` is 0 where nothing is shared. Computed in the dtype of
+        ``held`` and ``scores`` even under a caller's ``torch.autocast``.
 
     Examples
     --------
@@ -101,10 +102,17 @@ def rms_disagreement(held, scores):
     >>> round(float(rms[0, 1]) ** 2, 6), float(shared[0, 1])
     (0.5, 2.0)
     """
-    shared = held @ held.T
-    squares = (scores * scores) @ held.T
-    sq_diff = squares + squares.T - 2 * scores @ scores.T
-    return torch.sqrt((sq_diff / shared.clamp(min=1)).clamp(min=0)), shared
+    # Imported here: _training imports this module.
+    from ._training import full_precision
+
+    # These are data, not learned values: autocast's bfloat16 would round a
+    # count of 1,001 shared queries to 1,000 and, through the cancellation
+    # below, read a disagreement of 12 in 1,200 (t^2 = 0.01) as 0.0067.
+    with full_precision(held.device.type):
+        shared = held @ held.T
+        squares = (scores * scores) @ held.T
+        sq_diff = squares + squares.T - 2 * scores @ scores.T
+        return torch.sqrt((sq_diff / shared.clamp(min=1)).clamp(min=0)), shared
 
 
 def stress(z, target, weight):
@@ -170,7 +178,9 @@ def agreement_stress(z, X, y_true, n_queries, min_shared=MIN_SHARED):
         k: X[k].to(z.device)
         for k in ("enc_index", "enc_score", "enc_mask", "dec_index")
     }
-    held, scores = episode_scores(X, y_true.to(z.device), n_queries)
-    target, shared = rms_disagreement(held, scores)
+    # The targets are data: no gradient to record.
+    with torch.no_grad():
+        held, scores = episode_scores(X, y_true.to(z.device), n_queries)
+        target, shared = rms_disagreement(held, scores)
     weight = torch.where(shared >= min_shared, shared, 0)
     return stress(z.float(), target, weight)

@@ -159,8 +159,10 @@ class LocusRouter(BaseRouter):
         The shrinkage ``predict_proba`` applies.
     shrinkage_scores_ : dict of float to float
         With ``shrinkage="auto"``: the cross-fitted accuracy of each value
-        (with costs, its utility at the ``cost_weight`` of fit); empty
-        otherwise and after ``load``.
+        judged on at least one fold query (with costs, its utility at the
+        ``cost_weight`` of fit); a value whose routed models answered none of
+        the fold queries has no estimate and is left out. Empty otherwise,
+        after ``load``, and when no value could be judged.
     n_query_features_ : int
         Dimension of the query encodings.
     pool_evals_ : tuple of (ndarray of shape (n_queries, n_features), EvalTable) or None

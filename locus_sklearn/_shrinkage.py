@@ -134,8 +134,12 @@ def choose_shrinkage(
     -------
     shrinkage : float
     scores : dict of float to float
-        Cross-fitted utility (accuracy at ``cost_weight`` 0) of each value;
-        empty, with shrinkage 0, when no fold query could be judged.
+        Cross-fitted utility (accuracy at ``cost_weight`` 0) of each value
+        judged on at least one fold query, in ``grid`` order. A value whose
+        routed models answered none of the fold queries (thin models that
+        take every query at a large value, say) has no estimate and is left
+        out, and the choice is made among the values judged; empty, with
+        shrinkage 0, when no value could be judged.
     """
     n_folds = min(n_folds, table.n_queries)
     if n_folds < 2:
@@ -161,9 +165,11 @@ def choose_shrinkage(
             routed = y[rows, choice] - penalty[choice]
             hits[s].append(routed[np.isfinite(routed)])
     hits = {float(s): np.concatenate(h) if h else np.empty(0) for s, h in hits.items()}
-    if min(len(h) for h in hits.values()) == 0:
+    # Left out, not NaN: a NaN would read as a score to whoever takes the
+    # max or compares values, and the values judged still tell apart.
+    scores = {s: float(h.mean()) for s, h in hits.items() if len(h)}
+    if not scores:
         return 0.0, {}
-    scores = {s: float(h.mean()) for s, h in hits.items()}
     return best_shrinkage(scores), scores
 
 

@@ -97,6 +97,39 @@ def test_disagreement_of_rows_sharing_nothing_is_zero():
     assert float(rms[0, 1]) == 0 and float(shared[0, 1]) == 0
 
 
+def test_targets_are_float32_under_a_callers_autocast():
+    # The targets are data: a caller's bfloat16 autocast must not round them.
+    # Episodes 0 and 1 hold the same 1,200 queries (0/1 scores) and disagree
+    # on 12 of them: t^2 = 12 / 1,200 = 0.01 (bfloat16 read 0.0067). Episode
+    # 2 holds 1,001 of them, all 0 (bfloat16 read the count as 1,000).
+    n = 1200
+    a = torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(0))
+    b = a.clone()
+    b[:12] = 1 - b[:12]
+    mask = torch.ones(3, n, dtype=torch.bool)
+    mask[2, 1001:] = False
+    X = {
+        "enc_index": torch.arange(n).repeat(3, 1),
+        "enc_score": torch.stack([a, b, torch.zeros(n, dtype=a.dtype)]).float(),
+        "enc_mask": mask,
+        "dec_index": torch.zeros(3, 1, dtype=torch.long),
+    }
+    y_true = torch.full((3, 1), NAN)
+    z = torch.randn(3, 2, generator=torch.Generator().manual_seed(1))
+    held, scores = episode_scores(X, y_true, n)
+    rms32, shared32 = rms_disagreement(held, scores)
+    term32 = agreement_stress(z, X, y_true, n)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        held, scores = episode_scores(X, y_true, n)
+        rms, shared = rms_disagreement(held, scores)
+        term = agreement_stress(z, X, y_true, n)
+    assert rms.dtype == shared.dtype == torch.float32
+    assert float(rms[0, 1]) ** 2 == pytest.approx(0.01, rel=1e-6)
+    assert float(shared[0, 2]) == 1001
+    assert torch.equal(rms, rms32) and torch.equal(shared, shared32)
+    assert float(term) == float(term32)
+
+
 def test_stress_by_hand():
     z = torch.tensor([[0.0], [1.0], [3.0]])  # distances 1, 3, 2 (pairs 01, 02, 12)
     target = torch.tensor([[0.0, 1, 1], [1, 0, 1], [1, 1, 0]])

@@ -395,6 +395,45 @@ def test_match_names_models_without_enough_shared_queries():
         match_models_by_scores(probe, known, threshold=0.1)
 
 
+def test_match_names_every_model_when_none_shares_enough():
+    # The usual single probe: no model of evals is comparable, and each is
+    # still named with the most it shares (20 of k1's 40 queries, 5 of k2's
+    # 20 for p2), not only the pairs' overall maximum.
+    known = _long(
+        {
+            "k1": {f"q{i}": 1.0 for i in range(40)},
+            "k2": {f"q{i}": 0.0 for i in range(20)},
+        }
+    )
+    probe = _long({"p1": {f"q{i}": 1.0 for i in range(20)}})
+    with pytest.raises(
+        ValueError,
+        match=r"1 model\(s\) of evals share fewer than min_shared=32 queries "
+        r"with every reference model: \['p1 \(20 shared at most\)'\]\. No pair "
+        r"between evals and reference_evals .* 20 queries appear on both sides",
+    ):
+        match_models_by_scores(probe, known, threshold=0.1)
+    two = _long(
+        {
+            "p1": {f"q{i}": 1.0 for i in range(20)},
+            "p2": {f"q{i}": 1.0 for i in range(35, 45)},
+        }
+    )
+    with pytest.raises(
+        ValueError, match=r"'p1 \(20 shared at most\)', 'p2 \(5 shared at most\)'"
+    ):
+        match_models_by_scores(two, known, threshold=0.1)
+
+
+def test_match_refuses_reference_evals_none():
+    # None would compare evals with itself: each model its own match at 0.
+    evals = _long({"a": {"q1": 1.0}, "b": {"q1": 0.0}})
+    with pytest.raises(
+        TypeError, match=r"reference_evals=None.*score_disagreement\(evals\)"
+    ):
+        match_models_by_scores(evals, None, threshold=0.1, min_shared=1)
+
+
 def test_no_shared_queries_at_all_is_an_error():
     known = _long({"k": {"q1": 1.0}})
     probe = _long({"p": {"q2": 1.0}})

@@ -159,6 +159,27 @@ def test_choose_shrinkage_without_shared_queries():
     assert choose_shrinkage(_KnownProba(np.eye(2)), table, np.eye(2)) == (0.0, {})
 
 
+def test_choose_shrinkage_leaves_out_only_the_values_never_judged():
+    # m0 answered all 10 queries (8 right); m1 and m2 one each (right):
+    # q000 and q001. Leave-one-out folds: m0's mean outside a fold is 7/9 or
+    # 8/9, a thin model's 1. At s = 1 every fold goes to a thin model that
+    # did not answer the fold's query (m1 first on ties), so s = 1 is never
+    # judged. Below it m0 wins everywhere (P 0.9 against 0; at s = 0.75,
+    # 0.225 + 0.75 · 7/9 = 0.808 > 0.75) and scores 8/10 at every value:
+    # the tie goes to the largest value judged.
+    q = [f"q{i:03d}" for i in range(10)]
+    table = check_evals(
+        {"model": ["m0"] * 10 + ["m1", "m2"], "query": q + q[:2],
+         "score": [0.0, 1, 0, 1, 1, 1, 1, 1, 1, 1] + [1.0, 1.0]}
+    )  # fmt: skip
+    proba = np.zeros((10, 3), dtype=np.float32)
+    proba[:, 0] = 0.9
+    s, scores = choose_shrinkage(_KnownProba(proba), table, np.eye(10), n_folds=10)
+    assert scores == pytest.approx({0.0: 0.8, 0.25: 0.8, 0.5: 0.8, 0.75: 0.8})
+    assert 1.0 not in scores
+    assert s == 0.75
+
+
 def test_cross_fitted_predictions_hold_each_query_out_once():
     table, X, truth = _two_model_pool()
     inside = []

@@ -175,14 +175,7 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     reference = (
         table if same_pool else check_evals(reference_evals, name="reference_evals")
     )
-    # Only the queries both sides answered can count.
-    shared, rows, reference_rows = np.intersect1d(
-        table.queries, reference.queries, assume_unique=True, return_indices=True
-    )
-    Y = table.to_dense()[rows]
-    rate, common = disagreement(
-        Y, None if same_pool else reference.to_dense()[reference_rows]
-    )
+    rate, common, n_both = _disagreement_on_shared(table, reference, same_pool)
     comparable = common >= min_shared
     if same_pool:
         np.fill_diagonal(comparable, False)  # a model against itself proves nothing
@@ -194,9 +187,28 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
         raise ValueError(
             f"No pair of models {where} was scored on at least "
             f"min_shared={min_shared} common queries (the most any pair shares: "
-            f"{int(off.max()) if off.size else 0}; {len(shared)} queries appear on "
+            f"{int(off.max()) if off.size else 0}; {n_both} queries appear on "
             "both sides). Score the models on the same queries, or lower min_shared."
         )
+    return _as_frames(rate, common, min_shared, table, reference)
+
+
+def _disagreement_on_shared(table, reference, same_pool):
+    """``disagreement`` of the models of two EvalTables on the queries both
+    hold, and the number of such queries."""
+    # Only the queries both sides answered can count.
+    shared, rows, reference_rows = np.intersect1d(
+        table.queries, reference.queries, assume_unique=True, return_indices=True
+    )
+    Y = table.to_dense()[rows]
+    rate, common = disagreement(
+        Y, None if same_pool else reference.to_dense()[reference_rows]
+    )
+    return rate, common, len(shared)
+
+
+def _as_frames(rate, common, min_shared, table, reference):
+    """The Bunch of :func:`score_disagreement`."""
     distance = np.where(common >= min_shared, rate, np.nan)
     index, columns = pd.Index(table.models), pd.Index(reference.models)
     return Bunch(
@@ -249,12 +261,14 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     Raises
     ------
     TypeError
-        If ``threshold`` is not a number (a bool, a string, or the whole
-        result of :func:`calibrate_score_threshold`: pass its ``.threshold``).
+        If ``reference_evals`` is None (to find duplicates within one pool,
+        mask the diagonal of :func:`score_disagreement`'s distance), or
+        ``threshold`` is not a number (a bool, a string, or the whole result
+        of :func:`calibrate_score_threshold`: pass its ``.threshold``).
     ValueError
         If ``threshold`` is outside [0, 1], or a model of ``evals`` shares
         fewer than ``min_shared`` queries with every reference model (it is
-        named, with the most it shares).
+        named, with the most it shares), be it one model or all of them.
 
     Examples
     --------
@@ -280,11 +294,25 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
                nearest  n_shared  is_match
     endpoint-1    qwen       100      True
     """
+    if reference_evals is None:
+        # score_disagreement would compare evals with itself, where every
+        # model is its own nearest model, at distance 0.
+        raise TypeError(
+            "reference_evals=None: match_models_by_scores needs the scored "
+            "evaluations of the known models (a DataFrame or mapping of columns "
+            "model, query, score). To find duplicates within evals, mask the "
+            "diagonal of score_disagreement(evals).distance."
+        )
     _check_threshold_kind(threshold, calibrator="calibrate_score_threshold")
     if not (0 <= threshold <= 1):
         raise ValueError(f"threshold={threshold!r} should be a number in [0, 1].")
     _check_min_shared(min_shared)
-    result = score_disagreement(evals, reference_evals, min_shared=min_shared)
+    # Not through score_disagreement: where no model of evals is comparable
+    # its error names no model, and this one names each.
+    table = check_evals(evals, name="evals")
+    reference = check_evals(reference_evals, name="reference_evals")
+    rate, common, n_both = _disagreement_on_shared(table, reference, False)
+    result = _as_frames(rate, common, min_shared, table, reference)
     distance = result.distance.to_numpy()
     n_shared = result.n_shared.to_numpy()
     unmatched = np.isnan(distance).all(axis=1)
@@ -294,10 +322,17 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
         described = [
             f"{m} ({k} shared at most)" for m, k in zip(names, most, strict=True)
         ]
+        # Where none is comparable, also what the two sides share at all.
+        nothing = (
+            " No pair between evals and reference_evals shares that many; "
+            f"{n_both} queries appear on both sides."
+            if unmatched.all()
+            else ""
+        )
         raise ValueError(
             f"{len(names)} model(s) of evals share fewer than min_shared="
             f"{min_shared} queries with every reference model: "
-            f"{_preview(described)}. "
+            f"{_preview(described)}.{nothing} "
             "Score them on the reference models' queries, or lower min_shared."
         )
     # Distances equal by hand are the same float (score_disagreement), so
