@@ -1,5 +1,7 @@
 """Routing and correctness metrics on hand-computed cases, and router scorers."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -64,7 +66,9 @@ def test_oracle_and_single_best():
     # Means: model 0 = 1.5/4, model 1 = 1/4, model 2 = 2/3 -> model 2, over its 3 rows.
     assert single_best_accuracy(Y) == pytest.approx(2 / 3)
     assert single_best_accuracy(Y, model=1) == pytest.approx(0.25)
-    with pytest.raises(ValueError, match="model=3 is not a column"):
+    with pytest.raises(
+        ValueError, match=r"model=3 should be a column position of y_true in \[0, 2\]"
+    ):
         single_best_accuracy(Y, model=3)
 
 
@@ -82,10 +86,16 @@ def test_single_best_skips_models_without_scores():
         (
             1.5,
             TypeError,
-            r"model must be an int, a column of y_true; got 1.5 \(float\)",
+            r"model must be an int, a column position of y_true in \[0, 2\]; "
+            r"got 1.5 \(float\)",
         ),
         (True, TypeError, r"got True \(bool\)"),
-        (-1, ValueError, "model=-1 is not a column of y_true with 3 models"),
+        (
+            -1,
+            ValueError,
+            r"model=-1 should be a column position of y_true in \[0, 2\] "
+            r"\(y_true has 3 models\)",
+        ),
     ],
 )
 def test_single_best_bad_model(model, error, message):
@@ -530,3 +540,181 @@ def test_a_long_table_beside_a_dataframe_names_the_conversion(call):
         call(evals, proba)
     with pytest.raises(TypeError, match="y_score " + hint):
         call(proba, evals)
+
+
+INSPECTION_METRICS = [
+    "cost_quality_curve",
+    "distance_disagreement_correlation",
+    "fallback_routing_accuracy",
+    "neighbor_agreement",
+]
+
+
+def test_metrics_reexports_the_inspection_metrics():
+    # DESIGN.md lists these under locus_sklearn.metrics; they lived only in
+    # locus_sklearn.inspection, so importing them from metrics failed.
+    import locus_sklearn.inspection as inspection
+    import locus_sklearn.metrics as metrics
+
+    for name in INSPECTION_METRICS:
+        assert getattr(metrics, name) is getattr(inspection, name), name
+        assert name in metrics.__all__ and name in dir(metrics), name
+    with pytest.raises(AttributeError, match="has no attribute 'nearest_models'"):
+        metrics.nearest_models  # noqa: B018 (only the four metrics are aliased)
+
+
+@pytest.mark.parametrize("first", ["metrics", "inspection"])
+def test_metrics_import_is_not_circular(first):
+    # inspection imports route from metrics: a fresh interpreter, importing
+    # either package first, must get every name of metrics.__all__.
+    import subprocess
+    import sys
+
+    code = (
+        f"import locus_sklearn.{first}\n"
+        "from locus_sklearn.metrics import *\n"
+        "from locus_sklearn.inspection import cost_quality_curve as c\n"
+        "import locus_sklearn.metrics as m\n"
+        "assert cost_quality_curve is c\n"
+        "assert all(callable(globals()[n]) for n in m.__all__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        # numpy's "setting an array element with a sequence ... inhomogeneous
+        # shape" named neither argument.
+        (
+            lambda: routing_accuracy([[1, 0], [0, 1]], [[0.1, 0.9], [0.2]]),
+            r"y_score must be a 2-D array-like of shape \(n_queries, n_models\), "
+            r".*got a ragged sequence whose rows differ in length \(row lengths "
+            r"\[2, 1\]\)",
+        ),
+        (
+            lambda: routing_accuracy([[1, 0], [0]], [[0.1, 0.9], [0.2, 0.3]]),
+            r"y_true must be a 2-D array-like of shape \(n_queries, n_models\), "
+            r".*row lengths \[2, 1\]",
+        ),
+        (
+            lambda: route([[0.1, 0.9], [0.2]]),
+            r"y_score must be a 2-D array-like .*row lengths \[2, 1\]",
+        ),
+        # sklearn's "Found array with 0 sample(s)" named neither argument and
+        # hid that y_score does not match y_true.
+        (
+            lambda: routing_accuracy([[1.0, 0.0]], np.zeros((0, 2))),
+            r"y_score has shape \(0, 2\) but y_true has shape \(1, 2\); both "
+            r"must be \(n_queries, n_models\)",
+        ),
+        (
+            lambda: correctness_accuracy([[1.0, 0.0]], np.zeros((1, 0))),
+            r"y_score has shape \(1, 0\) but y_true has shape \(1, 2\)",
+        ),
+        (
+            lambda: oracle_accuracy(np.zeros((2, 0))),
+            r"y_true is empty \(shape \(2, 0\)\); it must have shape "
+            r"\(n_queries, n_models\) with at least one query and one model",
+        ),
+        (
+            lambda: routing_accuracy(np.zeros((0, 2)), np.zeros((0, 2))),
+            r"y_true is empty \(shape \(0, 2\)\)",
+        ),
+    ],
+)
+def test_ragged_or_empty_matrices_name_the_argument(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_single_best_reads_a_dataframe_model_by_label():
+    # model=2 picked the column at position 2 (label 1, mean 0.5), not the
+    # column labelled 2 (mean 1.0); "b" was refused as not an int.
+    import pandas as pd
+
+    y_true = pd.DataFrame({2: [1.0, 1.0], 0: [0.0, 0.0], 1: [0.5, 0.5]})
+    assert single_best_accuracy(y_true, model=2) == 1.0
+    assert single_best_accuracy(y_true, model=1) == 0.5
+    named = pd.DataFrame({"b": [1.0, 1.0, 0.0], "a": [0.0, 1.0, NAN]})
+    assert single_best_accuracy(named, model="a") == 0.5  # its 2 observed cells
+    assert single_best_accuracy(named) == pytest.approx(2 / 3)  # "b" by default
+    # Positions stay available through the array.
+    assert single_best_accuracy(named.to_numpy(), model=1) == 0.5
+    with pytest.raises(
+        ValueError,
+        match=r"model='c' is not a column label of y_true; its columns are "
+        r"\['b', 'a'\]\..*y_true\.to_numpy\(\)",
+    ):
+        single_best_accuracy(named, model="c")
+    with pytest.raises(ValueError, match=r"model=0 is not a column label"):
+        single_best_accuracy(named, model=0)
+    with pytest.raises(TypeError, match=r"column label of y_true; got True \(bool\)"):
+        single_best_accuracy(y_true, model=True)
+    with pytest.raises(ValueError, match="model='a' has no observed score"):
+        single_best_accuracy(named.assign(a=NAN), model="a")
+    # Part of a MultiIndex label selects a group of columns, not one model.
+    grouped = pd.DataFrame(
+        [[1.0, 0.0, 0.5]],
+        columns=pd.MultiIndex.from_tuples([("m", "a"), ("m", "b"), ("n", "c")]),
+    )
+    assert single_best_accuracy(grouped, model=("m", "b")) == 0.0
+    with pytest.raises(
+        ValueError,
+        match=r"model='m' is part of a column label of y_true \(it selects "
+        r"\[\('m', 'a'\), \('m', 'b'\)\]\)",
+    ):
+        single_best_accuracy(grouped, model="m")
+
+
+K_EVALS = {
+    "model": ["a"] * 2 + ["b"] * 2 + ["c"] * 2,
+    "query": ["q1", "q2"] * 3,
+    "score": [1, 0, 1, 1, 0, 0],
+}
+
+
+def _k_calls():
+    from locus_sklearn.baselines import SingleBestRouter
+    from locus_sklearn.inspection import fallback_routing_accuracy, neighbor_agreement
+
+    router = SingleBestRouter().fit(K_EVALS)
+    return {
+        "neighbor_agreement": lambda k: neighbor_agreement(np.eye(3), K_EVALS, k=k),
+        "fallback_routing_accuracy": lambda k: fallback_routing_accuracy(
+            router, K_EVALS, k=k, embeddings=np.eye(3)
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "function", ["neighbor_agreement", "fallback_routing_accuracy"]
+)
+def test_k_needs_at_least_one_rank(function):
+    call = _k_calls()[function]
+    # k=[] was a TypeError saying k must be a sequence of ints, which it is.
+    for empty in ([], ()):
+        with pytest.raises(
+            ValueError,
+            match=r"k must hold at least one rank in \[1, 2\], the number of other "
+            rf"models; got {re.escape(repr(empty))}",
+        ):
+            call(empty)
+    with pytest.raises(TypeError, match="k must be an int or a sequence of ints"):
+        call(1.0)
+
+
+@pytest.mark.parametrize(
+    "function", ["neighbor_agreement", "fallback_routing_accuracy"]
+)
+def test_k_is_given_once(function):
+    call = _k_calls()[function]
+    # A repeated k returned the same row twice; refused as profile_recall_at_k
+    # refuses it.
+    for repeated in ([1, 1], np.array([2, 1, 2])):
+        with pytest.raises(ValueError, match=r"k repeats \[\d\]; give each k once"):
+            call(repeated)
+    assert call([2, 1])["k"].tolist() == [2, 1]

@@ -27,29 +27,42 @@ __all__ = ["fallback_order", "fallback_routing_accuracy", "nearest_models"]
 
 
 def _check_k(k, n_max, *, what):
-    """``k`` as a list of ints in [1, n_max]; ``n_max=None`` sets no upper
-    bound (``what`` then says what a large k means)."""
+    """``k`` as a list of distinct ints in [1, n_max]; ``n_max=None`` sets no
+    upper bound (``what`` then says what a large k means)."""
     if isinstance(k, Integral):
         ks = [k]
     elif isinstance(k, str) or not hasattr(k, "__iter__"):
-        ks = []  # 2.0 or "2": not a count, and list() would not say so
+        ks = None  # 2.0 or "2": not a count, and list() would not say so
     else:
         ks = list(k)
-    if not ks or not all(
+    if ks is None or not all(
         isinstance(v, Integral) and not isinstance(v, bool) for v in ks
     ):
         raise TypeError(f"k must be an int or a sequence of ints; got {k!r}.")
     if n_max == 0:  # only where a model is left out of a pool of one
         raise ValueError(
-            f"k={ks[0]} cannot be met: the pool has a single model, so there is "
-            "no other model to return; pass a pool of at least 2 models."
+            f"k={ks[0] if ks else k!r} cannot be met: the pool has a single model, "
+            "so there is no other model to return; pass a pool of at least 2 "
+            "models."
         )
+    # An empty sequence is a sequence of ints, but asks for no rank at all.
+    if not ks:
+        valid = ">= 1" if n_max is None else f"in [1, {n_max}], {what}"
+        raise ValueError(f"k must hold at least one rank {valid}; got {k!r}.")
     for v in ks:
         if n_max is None and v < 1:
             raise ValueError(f"k={v} should be an int >= 1; {what}.")
         if n_max is not None and not 1 <= v <= n_max:
             raise ValueError(f"k={v} should be in [1, {n_max}], {what}.")
-    return [int(v) for v in ks]
+    ks = [int(v) for v in ks]
+    # A repeated k would return the same row twice: refused, as
+    # profile_recall_at_k refuses it (its recall is indexed by k).
+    repeated = sorted({v for v in ks if ks.count(v) > 1})
+    if repeated:
+        raise ValueError(
+            f"k repeats {repeated}; give each k once (the result has one row per k)."
+        )
+    return ks
 
 
 def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
@@ -234,7 +247,8 @@ def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="co
         ``score``), typically held-out queries; a model not in
         ``router.classes_`` is refused.
     k : int or sequence of int, default=1
-        Neighbor rank(s) of the fallback model: 1 is the nearest.
+        Neighbor rank(s) of the fallback model, each given once: 1 is the
+        nearest.
     embeddings : array-like of shape (n_models, d) or (n_models, n_models), default=None
         Embeddings of ``router.classes_`` (in that order, or a DataFrame
         indexed by model name); defaults to ``router.model_embeddings_``. Pass

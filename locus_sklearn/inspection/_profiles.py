@@ -571,11 +571,6 @@ def profile_recall_at_k(
         what=f"a k of at least the number of models ({table.n_models}) counts "
         "every model",
     )
-    repeated = sorted({v for v in ks if ks.count(v) > 1})
-    if repeated:
-        raise ValueError(
-            f"k repeats {repeated}; give each k once (recall is indexed by k)."
-        )
     # Everything is validated before the profiles are embedded (the slow part).
     real = None if reference is None else _reference_embeddings(reference, table)
     frame = table.to_frame()

@@ -65,8 +65,10 @@ def _check_real_dtype(values, name):
     else:
         try:
             dtypes = [np.asarray(values).dtype]
-        except (TypeError, ValueError):
-            return  # a ragged list: check_array names it
+        except ValueError:
+            raise _ragged(values, name) from None
+        except TypeError:
+            return  # not array-like: check_array names it
     for dtype in dtypes:
         if pd.api.types.is_bool_dtype(dtype):
             raise TypeError(
@@ -90,8 +92,10 @@ def _check_2d(values, name):
         return  # 2-D by construction (check_array names sparse input)
     try:
         ndim = np.ndim(values)
-    except (TypeError, ValueError):
-        return  # a ragged list: check_array names it
+    except ValueError:
+        raise _ragged(values, name) from None
+    except TypeError:
+        return  # not array-like: check_array names it
     if ndim != 2:
         raise ValueError(
             f"{name} must be 2-D, shape (n_queries, n_models); got shape "
@@ -100,9 +104,37 @@ def _check_2d(values, name):
         )
 
 
+def _ragged(values, name):
+    """The ValueError for a sequence of rows of different lengths: numpy's
+    "inhomogeneous shape" names neither the argument nor the shape wanted."""
+    try:
+        lengths = f" (row lengths {_preview([len(row) for row in values])})"
+    except TypeError:  # a row without a length: a scalar among the rows
+        lengths = ""
+    return ValueError(
+        f"{name} must be a 2-D array-like of shape (n_queries, n_models), one "
+        f"row of n_models scores per query; got a ragged sequence whose rows "
+        f"differ in length{lengths}."
+    )
+
+
+def _check_not_empty(values, name):
+    """Refuse a matrix without queries or models before check_array, whose
+    "Found array with 0 sample(s)" names neither the argument nor its shape."""
+    if sparse.issparse(values):
+        return  # check_array refuses sparse input with its own message
+    shape = np.shape(values)
+    if 0 in shape:
+        raise ValueError(
+            f"{name} is empty (shape {shape}); it must have shape (n_queries, "
+            "n_models) with at least one query and one model."
+        )
+
+
 def _check_y_true(y_true):
     _check_real_dtype(y_true, "y_true")
     _check_2d(y_true, "y_true")
+    _check_not_empty(y_true, "y_true")
     y_true = check_array(
         y_true, dtype=np.float64, ensure_all_finite="allow-nan", input_name="y_true"
     )
@@ -149,6 +181,13 @@ def _check_pair(y_true, y_score, *, utility=False):
     y_true, observed = _check_y_true(y_true)
     _check_real_dtype(y_score, "y_score")
     _check_2d(y_score, "y_score")
+    # Before check_array: an empty y_score beside a non-empty y_true is a
+    # shape mismatch, which its "Found array with 0 sample(s)" would hide.
+    if not sparse.issparse(y_score) and np.shape(y_score) != y_true.shape:
+        raise ValueError(
+            f"y_score has shape {np.shape(y_score)} but y_true has shape "
+            f"{y_true.shape}; both must be (n_queries, n_models)."
+        )
     y_score = check_array(
         y_score,
         dtype=np.float64,
@@ -159,11 +198,6 @@ def _check_pair(y_true, y_score, *, utility=False):
         raise ValueError(
             "y_score must hold finite numbers or -inf (an overflowed utility); "
             "it has NaN or +inf."
-        )
-    if y_score.shape != y_true.shape:
-        raise ValueError(
-            f"y_score has shape {y_score.shape} but y_true has shape {y_true.shape}; "
-            "both must be (n_queries, n_models)."
         )
     return y_true, observed, y_score
 
@@ -447,12 +481,15 @@ def single_best_accuracy(y_true, *, model=None):
     ----------
     y_true : array-like of shape (n_queries, n_models)
         Observed scores in [0, 1], NaN where missing.
-    model : int, default=None
-        Column of the model to use, typically the best one on training data;
-        it needs an observed score in ``y_true``. Defaults to the column with
-        the best mean observed score in ``y_true`` itself (an in-sample choice;
-        pass the training choice for an honest baseline), among the models
-        that have one. Queries where that model has no score are skipped.
+    model : int or column label, default=None
+        The model to use, typically the best one on training data; it needs
+        an observed score in ``y_true``. For a DataFrame ``y_true``, a column
+        label (DataFrames are matched by label, as in the other metrics);
+        otherwise a column position in [0, n_models - 1]. Defaults to the
+        column with the best mean observed score in ``y_true`` itself (an
+        in-sample choice; pass the training choice for an honest baseline),
+        among the models that have one. Queries where that model has no
+        score are skipped.
 
     Returns
     -------
@@ -464,7 +501,15 @@ def single_best_accuracy(y_true, *, model=None):
     0.666...
     >>> single_best_accuracy([[1, 0], [1, 1], [0, 1]], model=1)
     0.666...
+
+    A DataFrame's model is named by its column label:
+
+    >>> import pandas as pd
+    >>> y_true = pd.DataFrame({"b": [1, 1, 0], "a": [0, 1, 0]})
+    >>> single_best_accuracy(y_true, model="a")
+    0.333...
     """
+    columns = y_true.columns if isinstance(y_true, pd.DataFrame) else None
     y_true, observed = _check_y_true(y_true)
     n_scored = observed.sum(axis=0)
     if model is None:
@@ -473,23 +518,54 @@ def single_best_accuracy(y_true, *, model=None):
         means = np.full(y_true.shape[1], -np.inf)
         total = np.where(observed, y_true, 0.0).sum(axis=0)
         np.divide(total, n_scored, out=means, where=n_scored > 0)
-        model = int(np.argmax(means))
-    if isinstance(model, bool) or not isinstance(model, Integral):
-        raise TypeError(
-            f"model must be an int, a column of y_true; got {model!r} "
-            f"({type(model).__name__})."
-        )
-    if not 0 <= model < y_true.shape[1]:
+        position = int(np.argmax(means))
+        model = position if columns is None else columns[position]
+    elif columns is not None:
+        position = _column_position(columns, model)
+    else:
+        if isinstance(model, bool) or not isinstance(model, Integral):
+            raise TypeError(
+                f"model must be an int, a column position of y_true in [0, "
+                f"{y_true.shape[1] - 1}]; got {model!r} ({type(model).__name__})."
+            )
+        if not 0 <= model < y_true.shape[1]:
+            raise ValueError(
+                f"model={model} should be a column position of y_true in [0, "
+                f"{y_true.shape[1] - 1}] (y_true has {y_true.shape[1]} models)."
+            )
+        position = int(model)
+    if not n_scored[position]:
         raise ValueError(
-            f"model={model} is not a column of y_true with {y_true.shape[1]} models."
-        )
-    if not n_scored[model]:
-        raise ValueError(
-            f"model={model} has no observed score in y_true (its column is all "
+            f"model={model!r} has no observed score in y_true (its column is all "
             "NaN); pick a model scored on these queries."
         )
-    column = y_true[:, model]
-    return float(column[observed[:, model]].mean())
+    column = y_true[:, position]
+    return float(column[observed[:, position]].mean())
+
+
+def _column_position(columns, model):
+    """The position of the column labelled ``model``: a DataFrame names its
+    models by its columns, and reading ``model`` as a position would pick
+    another model wherever the labels are not 0, 1, ... in order."""
+    # A bool would match the label 1 or 0 (True == 1) without naming a model.
+    if isinstance(model, bool):
+        raise TypeError(
+            f"model must be a column label of y_true; got {model!r} (bool)."
+        )
+    try:
+        position = columns.get_loc(model)
+    except (KeyError, TypeError, pd.errors.InvalidIndexError):
+        raise ValueError(
+            f"model={model!r} is not a column label of y_true; its columns are "
+            f"{_preview(columns)}. y_true is a DataFrame, so model names a column "
+            "by label; pass y_true.to_numpy() to choose one by position."
+        ) from None
+    if not isinstance(position, Integral):  # a slice: part of a MultiIndex key
+        raise ValueError(
+            f"model={model!r} is part of a column label of y_true (it selects "
+            f"{_preview(columns[position])}); name one model by its full label."
+        )
+    return int(position)
 
 
 def correctness_accuracy(y_true, y_score, *, threshold=0.5):
