@@ -154,7 +154,8 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     evals : DataFrame or mapping of columns
         Scored evaluations (``model``, ``query``, ``score``) of the pool.
     k : int or sequence of int, default=1
-        Neighbor rank(s), 1 being the nearest; at most ``n_models - 1``.
+        Neighbor rank(s), each given once, 1 being the nearest; at most
+        ``n_models - 1``.
     names : array-like of shape (n_models,), default=None
         Model names of an array's rows. None matches the rows to the models
         of ``evals`` in sorted order. Must be None for a router or a
