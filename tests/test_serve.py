@@ -3111,3 +3111,324 @@ def test_a_named_pipe_as_the_router_is_refused_without_blocking(tmp_path):
     with pipe_released_after(fifo, 10):  # a reader that blocks fails, not hangs
         with pytest.raises(OSError, match="is a named pipe \\(FIFO\\), not a regular"):
             RouterHolder(fifo)
+
+
+# ------------------------------------- keys, stream types, disconnects, config
+@pytest.mark.parametrize(
+    "key, problem",
+    [
+        ("sk-SECRET-0123456789\r", "a carriage return (CR) at its end"),
+        ("sk-SECRET-0123456789 ", "a space or tab at its end"),
+        ("sk-SECRET\n-0123456789", "a line feed (LF) at position 10"),
+        ("sk-SECRET-01234\u20136789", "a character outside ASCII at position 16"),
+    ],
+)
+def test_a_key_that_cannot_be_a_header_is_refused_at_start(
+    router_path, routers, backends, monkeypatch, key, problem
+):
+    """A CR left by an env file with CRLF line endings made h11 refuse the
+    header, and its error text, the key in it, reached every client in the
+    502 body; a non-ASCII key was a 500. Now the variable is named at start,
+    its value never shown."""
+    monkeypatch.setenv("LOCUS_TEST_KEY", key)
+    gateway = _gateway(backends, routers[0].classes_)
+    with pytest.raises(ValueError, match="cannot be sent in an HTTP header") as info:
+        create_app(router_path, gateway=gateway)
+    message = str(info.value)
+    assert "LOCUS_TEST_KEY (api_key_env of backend(s) [" in message
+    assert problem in message
+    assert "SECRET" not in message and "0123456789" not in message
+    assert sum(backends.hits.values()) == 0
+
+
+def test_a_failed_attempt_never_shows_the_exception_text(
+    router_path, routers, backends, monkeypatch, caplog
+):
+    """Each attempt's error reached the client as ``{type}: {exc}``: h11's
+    LocalProtocolError holds the header value it refused, the key included.
+    The client now gets the type and a fixed description; the text is
+    logged with the key redacted."""
+    key = "sk-SECRET-0123456789"
+    monkeypatch.setenv("LOCUS_TEST_KEY", key)
+    router = routers[0]
+    routed = router.classes_[0]
+    order = [routed, *fallback_order(router).loc[routed].iloc[:2]]
+    failures = iter(
+        [
+            httpx.LocalProtocolError(f"Illegal header value b'Bearer {key}\\r'"),
+            httpx.ConnectError(f"refused, key {key!r}"),
+            httpx.RemoteProtocolError(f"bad answer to Bearer {key}"),
+        ]
+    )
+
+    def fail(request):
+        raise next(failures)
+
+    gateway = _gateway(backends, router.classes_)
+    app = create_app(router_path, gateway=gateway)
+    service = app.state.service
+    body = {"model": routed, "messages": [{"role": "user", "content": "q000"}]}
+    with caplog.at_level("WARNING", logger="locus_sklearn.serve"):
+        with serve(app) as url:
+            own = service.client
+            service.client = httpx.AsyncClient(transport=httpx.MockTransport(fail))
+            try:
+                response = httpx.post(
+                    f"{url}/v1/chat/completions", json=body, timeout=30
+                )
+            finally:
+                asyncio.run(service.client.aclose())
+                service.client = own
+    assert response.status_code == 502, response.text
+    assert "SECRET" not in response.text and "0123456789" not in response.text
+    assert response.json()["error"]["attempts"] == [
+        {"model": order[0], "error": "LocalProtocolError: invalid request to backend"},
+        {"model": order[1], "error": "ConnectError: connection failed"},
+        {
+            "model": order[2],
+            "error": "RemoteProtocolError: invalid response from backend",
+        },
+    ]
+    logged = [r.getMessage() for r in caplog.records if "Gateway attempt" in r.message]
+    assert len(logged) == 3
+    assert "Illegal header value b'Bearer [redacted]\\r'" in logged[0]
+    assert "refused, key '[redacted]'" in logged[1]
+    assert not any("SECRET" in line for line in logged)
+    assert sum(backends.hits.values()) == 0
+
+    # A key with a CR (its variable changed after start-up), as h11 writes
+    # it in its error: as bytes, the CR escaped.
+    from locus_sklearn.serve._gateway import _redact
+
+    monkeypatch.setenv("LOCUS_TEST_KEY", key + "\r")
+    refused = f"Bearer {key}\r".encode()
+    text = f"Illegal header value {refused!r}"
+    assert _redact(text, service.gateway) == "Illegal header value b'Bearer [redacted]'"
+
+
+def test_a_request_that_cannot_be_built_is_a_failed_attempt(
+    router_path, routers, backends, monkeypatch
+):
+    """build_request ran outside the attempt's try: a key httpx cannot
+    encode (its variable changed after start-up) was a 500 with no
+    fallback. Now it fails that attempt and the next model answers."""
+    router = routers[0]
+    routed = router.classes_[0]
+    nearest = fallback_order(router).loc[routed].iloc[0]
+    gateway = _gateway(backends, router.classes_)
+    gateway["backends"][routed]["api_key_env"] = "LOCUS_TEST_OTHER_KEY"
+    monkeypatch.setenv("LOCUS_TEST_OTHER_KEY", "sk-other")
+    body = {"model": routed, "messages": [{"role": "user", "content": "q000"}]}
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        monkeypatch.setenv("LOCUS_TEST_OTHER_KEY", "sk-\u2013other")
+        response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-locus-model"] == nearest
+    assert response.json()["locus"]["failed"] == [
+        {"model": routed, "error": "UnicodeEncodeError: invalid request to backend"}
+    ]
+    assert backends.hits == {nearest: 1}
+
+
+def test_batch_window_counts_from_the_first_arrival():
+    """The window started when the worker took a batch's first request, not
+    when it arrived: a request that came while the previous batch computed
+    waited the computation and then a whole window more. Its window (0.5 s)
+    has passed when the computation (1 s) ends, so its batch is computed at
+    once."""
+    from locus_sklearn.serve._batching import MicroBatcher
+
+    compute, window = 1.0, 0.5
+    calls, started = [], threading.Event()
+
+    def fn(context, items):
+        begin = time.monotonic()
+        started.set()
+        time.sleep(compute)
+        calls.append((list(items), begin, time.monotonic()))
+        return np.asarray(items)
+
+    async def scenario():
+        # The first request fills its batch (max_batch 2): computed at once.
+        batcher = MicroBatcher(fn, max_batch=2, window=window)
+        await batcher.start()
+        try:
+            first = asyncio.create_task(batcher.submit([1, 2]))
+            while not started.is_set():
+                await asyncio.sleep(0.001)
+            second = await batcher.submit([3])
+            return await first, second
+        finally:
+            await batcher.stop()
+
+    first, second = asyncio.run(scenario())
+    assert first.tolist() == [1, 2] and second.tolist() == [3]
+    assert [items for items, _, _ in calls] == [[1, 2], [3]]
+    # At once after the first call: not a window (0.5 s) later.
+    gap = calls[1][1] - calls[0][2]
+    assert gap < window / 2, gap
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (200, {"content-type": "text/html"}, b"<html><h1>502 Bad Gateway</h1></html>"),
+        (200, {"content-type": "application/json"}, b'{"id": "x", "choices": ['),
+        (200, {"content-type": "application/json"}, b"[]"),
+        (200, {}, b"data: {}\n\n"),
+    ],
+    ids=["html", "truncated-json", "json-array", "no-content-type"],
+)
+def test_a_streamed_200_that_is_no_event_stream_falls_back(
+    router_path, routers, backends, answer
+):
+    """stream=true took any 200 with a first byte as the stream: an nginx
+    error page reached the client as its "stream", where a non-streamed
+    request fell back. A 200 that is not text/event-stream is now read whole
+    and judged as a non-streamed answer."""
+    router = routers[0]
+    routed = router.classes_[0]
+    nearest = fallback_order(router).loc[routed].iloc[0]
+    backends.modes[routed] = answer
+    gateway = _gateway(backends, router.classes_)
+    body = {
+        "model": routed,
+        "stream": True,
+        "messages": [{"role": "user", "content": "q000"}],
+    }
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response, text = _stream(url, body)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-locus-model"] == nearest
+    assert response.headers["x-locus-attempts"] == "2"
+    assert text == f"answer from {nearest}"
+
+
+def test_a_json_answer_to_a_streamed_request_is_relayed_as_json(
+    router_path, routers, backends
+):
+    """A backend that does not stream answers stream=true with its JSON
+    completion: that is an answer, relayed as JSON (with the locus field),
+    not a failed attempt."""
+    router = routers[0]
+    routed = router.classes_[0]
+    completion = {"id": "c", "object": "chat.completion", "choices": []}
+    backends.modes[routed] = (
+        200,
+        {"content-type": "application/json"},
+        json.dumps(completion).encode(),
+    )
+    gateway = _gateway(backends, router.classes_)
+    body = {
+        "model": routed,
+        "stream": True,
+        "messages": [{"role": "user", "content": "q000"}],
+    }
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["x-locus-attempts"] == "1"
+    locus = {"model": routed, "routed_model": routed, "failed": []}
+    assert response.json() == {**completion, "locus": locus}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_gateway_stops_when_the_client_disconnects(
+    router_path, routers, backends, stream
+):
+    """A client that gave up while the first backend stalled still had the
+    next models called for it (each call possibly paid): four hits for a
+    client long gone. Now the gateway stops at the next attempt."""
+    router = routers[0]
+    routed = router.classes_[0]
+    backends.stall = 1.0
+    for m in router.classes_:
+        backends.modes[m] = "stall"
+    gateway = _gateway(backends, router.classes_, max_attempts=4, deadline=10.0)
+    for m in router.classes_:
+        gateway["backends"][m]["timeout"] = 0.4
+    body = {
+        "model": routed,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "q000"}],
+    }
+    with serve(create_app(router_path, gateway=gateway)) as url:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{url}/v1/chat/completions", json=body, timeout=0.15)
+        # The first attempt times out at 0.4 s; the old code called the
+        # next model then, and another every 0.4 s (4 hits by 1.5 s). None
+        # if the client gave up before the first attempt was sent.
+        time.sleep(1.5)
+        assert sum(backends.hits.values()) <= 1, backends.hits
+
+
+def test_gateway_config_unknown_keys_list_the_valid_ones(tmp_path, routers):
+    url = "http://127.0.0.1:9/v1"
+    with pytest.raises(ValueError) as info:
+        load_gateway_config(
+            {"backends": {"m": {"base_url": url, "timout": 30}}, "fallbacks": {}}
+        )
+    assert str(info.value) == (
+        "Invalid gateway configuration: backends.m.timout: unknown key (did you "
+        "mean 'timeout'? valid keys: base_url, model, api_key_env, timeout); "
+        "fallbacks: unknown key (did you mean 'fallback'? valid keys: backends, "
+        "fallback, cost_weight)"
+    )
+    # A key written in the file: not echoed, and pointed to api_key_env.
+    with pytest.raises(ValueError) as info:
+        load_gateway_config({"backends": {"m": {"base_url": url, "api_key": "sk-12"}}})
+    assert str(info.value) == (
+        "Invalid gateway configuration: backends.m.api_key: unknown key, its value "
+        "not shown (a key is never written in the file: put it in an environment "
+        "variable and name the variable with api_key_env, e.g. api_key_env: "
+        "OPENAI_API_KEY)"
+    )
+    # litellm-config names the pool, as locus serve does.
+    pool = list(routers[0].classes_)
+    with pytest.raises(ValueError) as info:
+        litellm_config(routers[0], {"backends": {"nope": {"base_url": url}}})
+    listed = ", ".join(repr(m) for m in pool[:5])  # 6 models: the first 5
+    assert str(info.value).endswith(f"['nope']; its models are [{listed}, ...].")
+
+
+def test_gateway_json_config_with_a_byte_order_mark(tmp_path):
+    """A JSON file saved with a UTF-8 BOM (Windows editors) was refused as
+    not valid JSON; its YAML twin loaded."""
+    config = {"backends": {"m": {"base_url": "http://127.0.0.1:9/v1"}}}
+    path = tmp_path / "gateway.json"
+    path.write_bytes(json.dumps(config).encode("utf-8-sig"))
+    assert load_gateway_config(path) == load_gateway_config(config)
+
+
+def test_litellm_export_retries_each_model_once(routers, backends):
+    """LiteLLM retries a model num_retries times before it falls back; the
+    gateway tries each model once, and so does the export."""
+    config = litellm_config(routers[0], _gateway(backends, routers[0].classes_))
+    assert config["router_settings"]["num_retries"] == 0
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        ("sk-abc123-SECRET", False),
+        ("MY KEY", False),
+        ("$OPENAI_API_KEY", True),
+        ("${OPENAI_API_KEY}", True),
+        ("os.environ/OPENAI_API_KEY", True),
+    ],
+)
+def test_gateway_config_refused_api_key_env_is_not_echoed_if_it_may_be_a_key(
+    value, shown
+):
+    # The key itself written in place of the variable's name would be printed
+    # to the terminal and CI logs; a $VAR-style reference names a variable.
+    backend = {"base_url": "http://127.0.0.1:9/v1", "api_key_env": value}
+    with pytest.raises(ValueError, match=r"backends\.m\.api_key_env") as info:
+        load_gateway_config({"backends": {"m": backend}})
+    message = str(info.value)
+    assert (value in message) is shown
+    if not shown:
+        assert "its value not shown" in message
+        assert "api_key_env: OPENAI_API_KEY" in message

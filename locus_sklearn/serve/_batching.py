@@ -38,10 +38,12 @@ class MicroBatcher:
         Items per batch, at most: a request that would take a batch over it
         waits for the next batch (a single larger request goes alone, whole).
     window : float, default=0.0
-        Seconds a batch waits for more requests after its first one. While a
-        batch computes, the next one fills up with whatever arrives, so under
-        load batches grow without any wait; 0 sends a request on at once when
-        nothing is computing. On a CPU a query costs about the same alone as
+        Seconds a batch waits for more requests after its first one arrived.
+        While a batch computes, the next one fills up with whatever arrives,
+        its window counting from its first request's arrival, not from the
+        end of that computation: under load batches grow without any wait
+        beyond the window; 0 sends a request on at once when nothing is
+        computing. On a CPU a query costs about the same alone as
         in a batch (the encoder's batches are cut by length,
         :mod:`locus_sklearn._length_batches`), so a wait buys nothing there;
         an accelerator that gains from batches may.
@@ -107,11 +109,11 @@ class MicroBatcher:
             except asyncio.CancelledError:
                 pass
         stopped = BatcherStopped("The service is shutting down; retry later.")
-        for *_, future in self._pending:
+        for _, _, future, _ in self._pending:
             _settle(future, exception=stopped)
         self._pending = []
         while self._queue is not None and not self._queue.empty():
-            _settle(self._queue.get_nowait()[-1], exception=stopped)
+            _settle(self._queue.get_nowait()[2], exception=stopped)
         if self._executor is not None:
             # Not shutdown(wait=True): in a coroutine it would block the event
             # loop, every other request and the server's shutdown, until the
@@ -142,7 +144,9 @@ class MicroBatcher:
         self.check_running()
         future = asyncio.get_running_loop().create_future()
         self.n_calls += 1
-        self._queue.put_nowait((list(items), context, future))
+        # With its arrival time: the batch it starts closes a window after
+        # it arrived, however long it then waited for the worker.
+        self._queue.put_nowait((list(items), context, future, time.monotonic()))
         return await future
 
     async def _run(self):
@@ -155,9 +159,13 @@ class MicroBatcher:
             if held is None:
                 batch.append(await self._queue.get())
             held = None
-            size = len(batch[0][0])
-            context = batch[0][1]
-            closes = time.monotonic() + self.window
+            items, context, _, arrived = batch[0]
+            size = len(items)
+            # From the first request's arrival, not from now: a request that
+            # waited while the previous batch computed has spent (part of)
+            # its window already, so under load a batch is not held for the
+            # computation and a window more.
+            closes = arrived + self.window
             while size < self.max_batch:
                 wait = closes - time.monotonic()
                 try:
@@ -177,7 +185,7 @@ class MicroBatcher:
                     break
                 batch.append(entry)
                 size += len(entry[0])
-            batch = [(items, f) for items, _, f in batch if not f.cancelled()]
+            batch = [(items, f) for items, _, f, _ in batch if not f.cancelled()]
             if batch:
                 await self._process(loop, context, batch)
             self._pending = [] if held is None else [held]

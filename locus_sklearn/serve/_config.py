@@ -29,11 +29,13 @@ a boolean).
 ``/chat/completions`` is added to; a fragment (``#...``) is refused.
 """
 
+import difflib
 import json
 import os
 import re
 from collections.abc import Hashable, Mapping
 from pathlib import Path
+from typing import get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
 from ._deps import require
@@ -155,12 +157,33 @@ def format_validation_error(exc, *, prefix="", yaml=False):
     """One line per problem, each naming the field: ``backends.m1.timeout: ...``.
 
     With ``yaml``, a number PyYAML read as a string (``1e3``) gets a hint.
+    An unknown key of a configuration section gets the section's valid keys
+    (and the nearest one), not its value: a misplaced ``api_key: sk-...``
+    would print the secret; it gets a pointer to ``api_key_env`` instead.
+
+    >>> from locus_sklearn.serve import load_gateway_config
+    >>> load_gateway_config({"backends": {"m": {
+    ...     "base_url": "http://127.0.0.1:9001/v1", "timout": 30}}})
+    Traceback (most recent call last):
+    ...
+    ValueError: Invalid gateway configuration: backends.m.timout: unknown key (did you mean 'timeout'? valid keys: base_url, model, api_key_env, timeout)
     """
+    root = _CONFIG_MODELS.get(exc.title)
     lines = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error["loc"])
+        if error.get("type") == "extra_forbidden":
+            lines.append(prefix + _unknown_key(where, root, error["loc"]))
+            continue
         line = f"{prefix}{where}: {error['msg']}"
         value = error.get("input")
+        if _may_be_a_key(error):
+            lines.append(
+                f"{line} (its value not shown: it may be the key itself; "
+                "api_key_env names the environment variable that holds the key, "
+                "e.g. api_key_env: OPENAI_API_KEY)"
+            )
+            continue
         # The bad value too, unless it is the enclosing mapping (a missing
         # field) or a whole section.
         if error.get("type") != "missing" and not isinstance(value, (dict, list)):
@@ -169,6 +192,81 @@ def format_validation_error(exc, *, prefix="", yaml=False):
                 line += _yaml_number_hint(value)
         lines.append(line)
     return "; ".join(lines)
+
+
+_CONFIG_MODELS = {
+    model.__name__: model for model in (GatewayConfig, BackendConfig, FallbackConfig)
+}
+
+# The name of an unknown key that probably holds a secret (``api_key``,
+# ``token``): its value is never printed, and the message points to
+# api_key_env.
+_SECRET_NAME = re.compile(
+    r"(?:^|[_-])(?:api[_-]?key|key|token|secret|password|authorization)(?:$|[_-])",
+    re.IGNORECASE,
+)
+
+
+# How an environment variable is referred to elsewhere ($VAR, ${VAR},
+# LiteLLM's os.environ/VAR): an api_key_env written so is shown, as it names
+# a variable, not a key.
+_ENV_REFERENCE = re.compile(r"(?:\$\{?|os\.environ/)[A-Za-z_][A-Za-z0-9_]*\}?")
+
+
+def _may_be_a_key(error):
+    """Whether a refused ``api_key_env`` may hold the key itself (written
+    there in place of the variable's name): its value is then not printed."""
+    value = error.get("input")
+    return (
+        error.get("type") == "string_pattern_mismatch"
+        and error["loc"][-1:] == ("api_key_env",)
+        and isinstance(value, str)
+        and not _ENV_REFERENCE.fullmatch(value.strip())
+    )
+
+
+def _section(model, loc):
+    """The configuration model whose key is the last part of ``loc``
+    (``("backends", "m", "timout")`` in a GatewayConfig: BackendConfig), or
+    None where ``loc`` leads elsewhere."""
+    current = model
+    for part in loc[:-1]:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part)
+            if field is None:
+                return None
+            current = field.annotation
+        elif get_origin(current) is dict:  # the key of a mapping (a model name)
+            current = get_args(current)[1]
+        else:
+            return None
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return current
+    return None
+
+
+def _unknown_key(where, root, loc):
+    """The error line of an unknown key ``loc[-1]`` at ``where``: the valid
+    keys of its section and the nearest one, never its value (a key written
+    as ``api_key: sk-...`` would print the secret to the terminal and CI
+    logs)."""
+    name = str(loc[-1])
+    section = _section(root, loc) if root is not None else None
+    if _SECRET_NAME.search(name):
+        field = "api_key_env" if section is BackendConfig else "a backend's api_key_env"
+        return (
+            f"{where}: unknown key, its value not shown (a key is never written "
+            "in the file: put it in an environment variable and name the "
+            f"variable with {field}, e.g. api_key_env: OPENAI_API_KEY)"
+        )
+    if section is None:
+        return f"{where}: unknown key"
+    valid = list(section.model_fields)
+    # One or two letters wrong or swapped score 0.8 or more (timout 0.92,
+    # modle 0.8); difflib's default cutoff, 0.6, offered metric for retries.
+    near = difflib.get_close_matches(name, valid, n=1, cutoff=0.75)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return f"{where}: unknown key ({hint}valid keys: {', '.join(valid)})"
 
 
 # A float as YAML 1.1 (PyYAML) resolves it: a dot is required, and an
@@ -298,7 +396,9 @@ def load_gateway_config(config):
                 f"No such gateway configuration file: {str(path)!r}."
             )
         try:
-            text = path.read_text(encoding="utf-8")
+            # utf-8-sig: a byte order mark (Windows editors write one) is
+            # not part of the text; json.loads refuses it.
+            text = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as exc:
             raise ValueError(
                 f"The {source} is not UTF-8 text ({exc.reason} at byte "

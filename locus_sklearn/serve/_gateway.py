@@ -14,9 +14,17 @@ model's capability-based fallback order (nearest model embeddings first),
 each model at most once, within ``fallback.max_attempts`` attempts and
 ``fallback.deadline`` seconds. So do a 200 that is not a JSON object (or, for
 a stream, that ends before its first byte) and any other answer below 400
-(a 204, a redirect): none of them could be relayed as an answer. Other 4xx
+(a 204, a redirect): none of them could be relayed as an answer. A 200 to a
+streamed request that is not ``text/event-stream`` is read whole and judged
+as a non-streamed answer: a JSON object (a backend that does not stream) is
+relayed as JSON, anything else (an HTML error page, truncated JSON) is a
+failed attempt. Other 4xx
 answers are the client's problem and pass through unchanged. A stream that
-has begun is not retried.
+has begun is not retried. Once the client has disconnected, no further
+model is tried. A failed attempt is reported to the client by the kind of
+failure only (``ConnectError: connection failed``), never by the
+exception's text, which may hold a header value (the backend's key); the
+text is logged, keys redacted.
 
 A backend's ``timeout`` bounds each attempt as a whole, from sending the
 request to the end of a non-streamed answer (a backend that sends its
@@ -34,6 +42,7 @@ escapes, the same JSON value.
 import asyncio
 import json
 import time
+import traceback
 from typing import Annotated
 from urllib.parse import quote
 
@@ -67,6 +76,7 @@ from ._app import (  # noqa: E402
     _strict_json,
     _validation_error,
     error_response,
+    logger,
 )
 
 __all__ = ["add_gateway_endpoints", "RETRYABLE_STATUS"]
@@ -282,7 +292,9 @@ def add_gateway_endpoints(app, service):
         order = _attempt_order(
             state, routed, fallback_pool, config.fallback.max_attempts
         )
-        return await _forward(service, payload, order, routed, stream=bool(body.stream))
+        return await _forward(
+            service, request, payload, order, routed, stream=bool(body.stream)
+        )
 
     # Added with its own route class: invalid requests are OpenAI's 400s.
     app.router.add_api_route(
@@ -337,17 +349,24 @@ async def _route(service, state, served, body):
     return routed, allowed
 
 
+def _is_event_stream(response):
+    content_type = response.headers.get("content-type", "")
+    return content_type.split(";")[0].strip().lower() == "text/event-stream"
+
+
 async def _attempt(client, request, stream):
     """Send ``request``; the response and its content: the whole body, or
-    for a streamed 200 the first chunk and an iterator of the rest (None for
-    a failed status, or a stream that ended before its first byte). Awaited
+    for a streamed 200 of server-sent events the first chunk and an iterator
+    of the rest (None for a failed status, or a stream that ended before its
+    first byte). A streamed 200 of another content type (an HTML error page,
+    JSON) is read whole, to be judged as a non-streamed answer. Awaited
     under the attempt's time bound, so a slow body is bounded like a slow
     connection."""
     response = await client.send(request, stream=True)
     try:
         if _failed_status(response.status_code):
             return response, None
-        if stream and response.status_code == 200:
+        if stream and response.status_code == 200 and _is_event_stream(response):
             chunks = response.aiter_bytes()
             first = b""
             while not first:
@@ -362,7 +381,62 @@ async def _attempt(client, request, stream):
         raise
 
 
-async def _forward(service, payload, order, routed, *, stream):
+# What a failed attempt tells the client, by the exception's type (the first
+# that matches): never the exception's text, as h11's holds the header value
+# it refused, the backend's key included.
+_ATTEMPT_ERRORS = (
+    (httpx.ConnectError, "connection failed"),
+    (httpx.NetworkError, "connection lost"),
+    (httpx.RemoteProtocolError, "invalid response from backend"),
+    (httpx.DecodingError, "undecodable response from backend"),
+    (httpx.HTTPError, "invalid request to backend"),
+)
+
+
+def _attempt_error(exc):
+    """A failed attempt's error as the client sees it: the exception's type
+    and a fixed description (``ConnectError: connection failed``)."""
+    # Not an httpx error: the request could not be built (a key httpx
+    # cannot encode).
+    description = next(
+        (text for kind, text in _ATTEMPT_ERRORS if isinstance(exc, kind)),
+        "invalid request to backend",
+    )
+    return f"{type(exc).__name__}: {description}"
+
+
+def _redact(text, config):
+    """``text`` with every configured key replaced by ``[redacted]``: as it
+    is, stripped, and as ``repr`` writes it in a str or bytes (h11 writes
+    the refused header value as ``b'Bearer sk-...\\r'``)."""
+    forms = set()
+    for backend in config.backends.values():
+        key = backend.api_key()
+        if not key:
+            continue
+        forms |= {
+            key,
+            key.strip(),
+            repr(key)[1:-1],
+            repr(key.encode("utf-8", "backslashreplace"))[2:-1],
+        }
+    for form in sorted(forms - {""}, key=len, reverse=True):
+        text = text.replace(form, "[redacted]")
+    return text
+
+
+def _log_failed_attempt(config, model, exc):
+    """The whole failure of an attempt, for the operator: the client gets
+    only :func:`_attempt_error`. Unexpected failures (not httpx's) come with
+    their traceback; keys are redacted from all of it."""
+    if isinstance(exc, httpx.HTTPError):
+        detail = f"{type(exc).__name__}: {exc}"
+    else:
+        detail = "".join(traceback.format_exception(exc)).rstrip()
+    logger.warning("Gateway attempt at %s failed: %s", model, _redact(detail, config))
+
+
+async def _forward(service, client_request, payload, order, routed, *, stream):
     config = service.gateway
     client = service.client
     loop = asyncio.get_running_loop()
@@ -372,6 +446,23 @@ async def _forward(service, payload, order, routed, *, stream):
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
+        if await client_request.is_disconnected():
+            # The client has gone (it gave up while an earlier attempt ran):
+            # no answer can reach it, so no further backend is called (each
+            # call may be paid for). The answer is never sent.
+            logger.info(
+                "Gateway client disconnected after %d attempt(s); %s and the "
+                "models after it not tried",
+                len(attempts),
+                model,
+            )
+            return error_response(
+                499,
+                "The client disconnected before any backend answered.",
+                kind="client_closed_request",
+                attempts=attempts,
+                routed_model=routed,
+            )
         backend = config.backends[model]
         # The attempt, up to its first chunk, within both bounds.
         timeout = min(backend.timeout, remaining)
@@ -380,16 +471,18 @@ async def _forward(service, payload, order, routed, *, stream):
         if key:
             headers["authorization"] = f"Bearer {key}"
         body = {**payload, "model": config.backend_model(model)}
-        request = client.build_request(
-            "POST",
-            backend.chat_url,
-            json=body,
-            headers=headers,
-            # Each read: the reads of a stream that has begun, past the
-            # deadline, are bounded by the backend's own timeout only.
-            timeout=httpx.Timeout(backend.timeout),
-        )
         try:
+            # Built in here: a key httpx cannot encode (the variable changed
+            # after start-up) fails this attempt, not the whole request.
+            request = client.build_request(
+                "POST",
+                backend.chat_url,
+                json=body,
+                headers=headers,
+                # Each read: the reads of a stream that has begun, past the
+                # deadline, are bounded by the backend's own timeout only.
+                timeout=httpx.Timeout(backend.timeout),
+            )
             # httpx's timeout bounds each read alone; this bounds the attempt
             # whole (to the first chunk of a stream): a backend that stalls
             # before its headers, or sends them and then its body slowly, is
@@ -410,9 +503,12 @@ async def _forward(service, payload, order, routed, *, stream):
         except (httpx.TimeoutException, asyncio.TimeoutError):
             attempts.append({"model": model, "error": "timeout"})
             continue
-        except httpx.HTTPError as exc:
-            # A connection refused or cut, or a body that does not decode.
-            attempts.append({"model": model, "error": f"{type(exc).__name__}: {exc}"})
+        except Exception as exc:
+            # A connection refused or cut, a body that does not decode, a
+            # header h11 refuses: a failed attempt, whatever it is, told to
+            # the client by its kind only.
+            attempts.append({"model": model, "error": _attempt_error(exc)})
+            _log_failed_attempt(config, model, exc)
             continue
         if content is None:
             await response.aclose()

@@ -39,6 +39,12 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     it to ``litellm --config``; ``router_settings["fallbacks"]`` is also the
     ``fallbacks=`` argument of ``litellm.Router``.
 
+    ``router_settings["num_retries"]`` is 0: LiteLLM retries a failed model
+    (its model group) ``num_retries`` times before it falls back, where the
+    gateway tries each model once, so here too a failing model is left at
+    once for the next one. The gateway's ``fallback.deadline`` has no
+    counterpart in the export; each model keeps its backend's ``timeout``.
+
     Parameters
     ----------
     router : fitted router, str or path-like
@@ -55,7 +61,8 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     Returns
     -------
     config : dict
-        ``{"model_list": [...], "router_settings": {"fallbacks": [...]}}``.
+        ``{"model_list": [...], "router_settings": {"num_retries": 0,
+        "fallbacks": [...]}}``.
 
     Raises
     ------
@@ -83,6 +90,8 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     >>> [len(fallback[name]) for fallback, name in zip(
     ...     config["router_settings"]["fallbacks"], names)]
     [1, 1, 1, 1, 1]
+    >>> config["router_settings"]["num_retries"]
+    0
     """
     from .._cli._io import load_estimator
     from ..inspection import fallback_order
@@ -98,7 +107,8 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     if missing:
         raise ValueError(
             f"The gateway configuration has backends for {len(missing)} model(s) "
-            f"that are not in the router's pool: {_preview(missing)}."
+            f"that are not in the router's pool: {_preview(missing)}; its models "
+            f"are {_preview(pool)}."
         )
     if n_fallbacks is None:
         n_fallbacks = gateway.fallback.max_attempts - 1
@@ -143,4 +153,7 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
             fallbacks.append({name: others[:n_fallbacks]})
     else:
         fallbacks = [{name: []} for name in served]
-    return {"model_list": model_list, "router_settings": {"fallbacks": fallbacks}}
+    # num_retries 0: each model once, as the gateway tries it (LiteLLM would
+    # retry a model num_retries times before falling back).
+    router_settings = {"num_retries": 0, "fallbacks": fallbacks}
+    return {"model_list": model_list, "router_settings": router_settings}

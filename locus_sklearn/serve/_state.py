@@ -79,7 +79,10 @@ def _check_gateway(router, gateway, path):
     file), a default cost weight the router has no costs for would fail
     every request with an error blaming the client, and a key variable that
     is not set would send every request without its key (the backend's 401
-    reaching the client as if its own key were wrong). A backend of a model
+    reaching the client as if its own key were wrong). A key that cannot be
+    sent as an HTTP header value (a CR left by an env file with CRLF line
+    endings, a space, a character outside ASCII) would fail every attempt,
+    so it is refused naming its variable, never its value. A backend of a model
     named as the routing alias (``"locus"``) could never be requested by
     name: that name routes the request.
     """
@@ -108,9 +111,27 @@ def _check_gateway(router, gateway, path):
             f"its models are {_preview(list(router.classes_))}."
         )
     unset = {}  # variable -> the backends that read their key from it
+    unsendable = {}  # variable -> (what is wrong, the backends)
     for name, backend in gateway.backends.items():
-        if backend.api_key_env and not os.environ.get(backend.api_key_env):
+        if not backend.api_key_env:
+            continue
+        key = os.environ.get(backend.api_key_env)
+        if not key:
             unset.setdefault(backend.api_key_env, []).append(name)
+        elif (problem := _unsendable(key)) is not None:
+            unsendable.setdefault(backend.api_key_env, (problem, []))[1].append(name)
+    if unsendable:
+        listed = "; ".join(
+            f"{variable} (api_key_env of backend(s) {_preview(names)}): {problem}"
+            for variable, (problem, names) in unsendable.items()
+        )
+        raise ValueError(
+            "The gateway configuration names key variable(s) whose value cannot "
+            f"be sent in an HTTP header (values not shown): {listed}. A key must "
+            "be visible ASCII, without spaces or control characters; set the "
+            "variable again without them (a CR at the end comes from an env "
+            "file with Windows CRLF line endings)."
+        )
     if unset:
         listed = "; ".join(
             f"{variable} (api_key_env of backend(s) {_preview(names)})"
@@ -136,6 +157,30 @@ def _check_gateway(router, gateway, path):
                 f"large for the costs of {str(path)!r}: cost_weight * cost "
                 "overflows."
             )
+
+
+def _unsendable(key):
+    """What keeps ``key`` from being sent as ``Authorization: Bearer
+    <key>``, without showing it (its first such character, by kind and
+    position), or None. Visible ASCII only: h11 refuses a CR, LF or NUL (and
+    its error message holds the whole value), HTTP strips a space at either
+    end, and httpx cannot encode a character outside ASCII."""
+    for i, char in enumerate(key):
+        if "!" <= char <= "~":
+            continue
+        if char == "\r":
+            kind = "a carriage return (CR)"
+        elif char == "\n":
+            kind = "a line feed (LF)"
+        elif char in " \t":
+            kind = "a space or tab"
+        elif char < " " or char == "\x7f":
+            kind = "a control character"
+        else:
+            kind = "a character outside ASCII"
+        where = "at its end" if i == len(key) - 1 else f"at position {i + 1}"
+        return f"{kind} {where} (of {len(key)} characters)"
+    return None
 
 
 def _overflows(weight, costs):
@@ -176,7 +221,8 @@ class RouterHolder:
     gateway : GatewayConfig or None
         Every backend must name a model of the router's pool other than
         ``"locus"`` (the name that routes a request), each
-        ``api_key_env`` a variable that is set, and a default
+        ``api_key_env`` a variable that is set to a key that can be sent in
+        an HTTP header (visible ASCII), and a default
         ``cost_weight`` > 0 needs a router with costs. Without a default
         ``cost_weight`` there, the router's own is the default, and one that
         overflows with its costs (``cost_weight * cost`` beyond the float
