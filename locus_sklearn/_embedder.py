@@ -19,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._device import resolve_device
 from ._distributed import check_accelerator, shared_random_state
 from ._encoders import (
+    _numpy_ready,
     as_query_encoder,
     encode_as_fitted,
     encode_queries,
@@ -1108,6 +1109,9 @@ class LocusEmbedder(
         models, for the kernel readout, or their :meth:`_readout_pool` (built
         once, for many calls)."""
         self._check_fitted_network()
+        if isinstance(embeddings, torch.Tensor):
+            # NumPy takes no bfloat16 tensor, nor one that requires grad.
+            embeddings = _numpy_ready(embeddings)
         embeddings = np.asarray(embeddings, dtype=np.float32)
         # torch.as_tensor refuses the negative strides of a reversed view
         # (Z[::-1], or a DataFrame reordered with .iloc[::-1]), even along an

@@ -46,7 +46,7 @@ from ._files import read_file, write_file
 from ._nn import NETWORK_LAYOUT, LocusNetwork
 from ._refinement import REFINE_PRIOR_MIN
 from ._shrinkage import mean_scores
-from ._training import NETWORK_PARAMS, build_net
+from ._training import NETWORK_PARAMS, build_net, float32_default
 from ._version import __version__
 from ._warnings import warn_external
 
@@ -416,8 +416,9 @@ def _raise_refine_prior(params):
 
 def _expected_state(params, n_features):
     """Names, shapes and dtypes of the network's state for ``params``."""
-    # On the meta device nothing is allocated, whatever sizes the file names.
-    with torch.device("meta"):
+    # On the meta device nothing is allocated, whatever sizes the file names;
+    # in float32, as saved, whatever the caller's default dtype.
+    with torch.device("meta"), float32_default():
         module = LocusNetwork(
             n_features, **{name: params[name] for name in NETWORK_PARAMS}
         )
@@ -719,7 +720,10 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
     embedder.n_epochs_ = metadata["n_epochs"]
     net = build_net(embedder._saved_params(), embedder.n_query_features_, device=device)
-    net.initialize()
+    # float32, as trained: under a float64 default dtype the network would be
+    # built in it and load_state_dict would cast the weights up.
+    with float32_default():
+        net.initialize()
     state = {k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")}
     net.module_.load_state_dict(state)
     net.module_.eval()

@@ -53,6 +53,7 @@ __all__ = [
     "gather_queries",
     "held_out_rows",
     "fit_network",
+    "float32_default",
     "full_precision",
     "LocusNet",
     "MarkedEarlyStopping",
@@ -130,28 +131,47 @@ def full_precision(device_type):
 
 
 @contextlib.contextmanager
-def trainable_torch():
-    """Gradients on and float32 as the default dtype, for a training run.
+def float32_default():
+    """float32 as torch's default dtype inside, the caller's set back on exit.
+
+    A caller may have ``torch.set_default_dtype(torch.float64)`` set (common
+    in scientific code): a network built then would be float64, against the
+    float32 query encodings (and float32 saved weights). The default dtype
+    is process-wide (another thread running torch meanwhile would see
+    float32), so it is changed only where it is not float32 already.
+    """
+    dtype = torch.get_default_dtype()
+    if dtype == torch.float32:
+        yield
+        return
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(dtype)
+
+
+@contextlib.contextmanager
+def trainable_torch(device):
+    """Gradients on, float32 as the default dtype and no autocast on
+    ``device``, for a training run.
 
     A caller may fit inside ``torch.inference_mode()`` (which skorch's
     ``set_grad_enabled`` cannot leave: backward then fails on tensors with
-    no ``grad_fn``) or under ``torch.no_grad()``, or with
-    ``torch.set_default_dtype(torch.float64)`` set (common in scientific
-    code): the network would then be built in float64 against the float32
-    query encodings. The caller's default dtype is set back on exit. It is
-    process-wide (another thread running torch meanwhile would see float32),
-    so it is changed only where it is not float32 already.
+    no ``grad_fn``) or under ``torch.no_grad()``, with a float64 default
+    dtype set (see :func:`float32_default`), or inside its own
+    ``torch.autocast`` block, which would train in mixed precision: fit
+    trains in float32 whatever the caller's context. Mixed precision is
+    asked for through the accelerator (its autocast is entered inside).
     """
-    dtype = torch.get_default_dtype()
-    with torch.inference_mode(False), torch.enable_grad():
-        if dtype == torch.float32:
-            yield
-            return
-        torch.set_default_dtype(torch.float32)
-        try:
-            yield
-        finally:
-            torch.set_default_dtype(dtype)
+    device_type = torch.device(device).type
+    with (
+        torch.inference_mode(False),
+        torch.enable_grad(),
+        float32_default(),
+        full_precision(device_type),
+    ):
+        yield
 
 
 def split_rows_by_query(table, validation_fraction, rng):
@@ -988,8 +1008,8 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
         mode, holding no training encodings.
     """
     # Training needs gradients and float32, whatever the caller's context
-    # (inference mode, no_grad, a float64 default dtype).
-    with trainable_torch():
+    # (inference mode, no_grad, a float64 default dtype, autocast).
+    with trainable_torch(device):
         return _fit_network(
             python_scalars(params), table, X_query, rng=rng, device=device,
             verbose=verbose, accelerator=accelerator,

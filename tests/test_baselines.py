@@ -1,5 +1,6 @@
 """Tests of the peer routers in locus_sklearn.baselines."""
 
+import contextlib
 import pickle
 
 import numpy as np
@@ -493,6 +494,62 @@ def test_fit_leaves_global_torch_rng_alone():
     torch.manual_seed(123)
     make_router("mf").fit(POOL)
     torch.testing.assert_close(torch.rand(3), expected)
+
+
+@contextlib.contextmanager
+def _callers_torch(context):
+    """A caller's torch setting that a fit must not depend on."""
+    import torch
+
+    if context == "float64_default":
+        torch.set_default_dtype(torch.float64)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(torch.float32)
+    elif context == "inference_mode":
+        with torch.inference_mode():
+            yield
+    else:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
+
+
+@pytest.mark.parametrize("context", ["float64_default", "inference_mode", "autocast"])
+@pytest.mark.parametrize("name", ["mf", "irt"])
+def test_net_router_fit_does_not_depend_on_the_callers_torch_context(
+    name, context, fitted
+):
+    # Under a float64 default the module was built in float64 against the
+    # float32 encodings ("mat1 and mat2 must have the same dtype"); inside
+    # inference mode backward failed ("element 0 of tensors does not require
+    # grad"); under autocast it trained in bfloat16. Training is float32 with
+    # gradients, as LocusEmbedder's, and the caller's setting is kept.
+    import torch
+
+    with _callers_torch(context):
+        router = make_router(name).fit(POOL)
+        assert torch.get_default_dtype() == (
+            torch.float64 if context == "float64_default" else torch.float32
+        )
+        assert torch.is_inference_mode_enabled() == (context == "inference_mode")
+    assert {p.dtype for p in router.net_.module_.parameters()} == {torch.float32}
+    np.testing.assert_array_equal(
+        router.predict_proba(NEW_QUERIES), fitted[name].predict_proba(NEW_QUERIES)
+    )
+
+
+@pytest.mark.parametrize("name", ["mf", "irt"])
+def test_net_router_predicts_in_full_precision_under_a_callers_autocast(name, fitted):
+    # The logits were bfloat16 there: IRT's failed to convert to NumPy ("Got
+    # unsupported ScalarType BFloat16"), MF's moved the probabilities ~1e-4.
+    import torch
+
+    expected = fitted[name].predict_proba(NEW_QUERIES)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        proba = fitted[name].predict_proba(NEW_QUERIES)
+    assert proba.dtype == np.float64
+    np.testing.assert_array_equal(proba, expected)
 
 
 @pytest.mark.parametrize("factory", [MatrixFactorizationRouter, IRTRouter])

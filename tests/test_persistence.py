@@ -334,6 +334,31 @@ def test_safe_save_load_round_trip(router, pool, tmp_path, query_texts):
         LocusRouter.load(tmp_path / "embedder.safetensors")
 
 
+def test_load_under_a_float64_default_dtype(router, pool, tmp_path, query_texts):
+    # The expected state was built in the caller's default dtype, so a file
+    # just saved was refused as "not a valid locus_sklearn file: tensor
+    # 'net.encoder.seed' has dtype torch.float32"; the network is float32 as
+    # saved, and the caller's default is kept.
+    router.save(tmp_path / "r.safetensors")
+    router.embedder_.save(tmp_path / "e.safetensors")
+    queries = query_texts[:30]
+    torch.set_default_dtype(torch.float64)
+    try:
+        loaded = LocusRouter.load(tmp_path / "r.safetensors")
+        emb = LocusEmbedder.load(tmp_path / "e.safetensors")
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    for net in (loaded.embedder_.net_, emb.net_):
+        assert {p.dtype for p in net.module_.state_dict().values()} == {torch.float32}
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), router.predict_proba(queries)
+    )
+    np.testing.assert_array_equal(
+        emb.transform(pool.evals), router.embedder_.transform(pool.evals)
+    )
+
+
 def test_save_load_keeps_costs(pool, tmp_path, tiny_embedder, model_names):
     costs = {m: float(i) for i, m in enumerate(model_names)}
     r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), cost_weight=0.1).fit(

@@ -646,6 +646,56 @@ def test_fit_trains_inside_a_callers_inference_mode(pool, tiny_embedder, context
     )
 
 
+def test_fit_trains_in_float32_under_a_callers_autocast(pool, tiny_embedder):
+    # Training runs in float32 whatever the caller's torch settings: under a
+    # caller's autocast it trained in bfloat16 (embeddings ~1e-3 off).
+    import torch
+
+    from locus_sklearn._nn import autocast_enabled
+
+    expected = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        emb = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+        assert autocast_enabled("cpu")  # the caller's, kept
+    np.testing.assert_array_equal(
+        emb.transform(pool.evals), expected.transform(pool.evals)
+    )
+
+
+def test_tensor_embeddings_in_bfloat16_or_with_grad(pool, tiny_embedder):
+    # NumPy converts neither a bfloat16 tensor nor one that requires grad:
+    # predict_proba and the selectors failed with torch's own messages
+    # ("Got unsupported ScalarType BFloat16", "Can't call numpy() on Tensor
+    # that requires grad"). They read them as the float32 values they hold.
+    import torch
+
+    from locus_sklearn import KCenterSelector, k_center_select
+
+    emb = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    Z = torch.as_tensor(emb.transform(pool.evals))
+    rounded = Z.bfloat16().float().numpy()  # bfloat16 values, exact in float32
+    queries = pool.queries["query"][:5].tolist()
+    np.testing.assert_array_equal(
+        emb.predict_proba(Z.bfloat16(), queries, evals=pool.evals),
+        emb.predict_proba(rounded, queries, evals=pool.evals),
+    )
+    np.testing.assert_array_equal(
+        emb.predict_proba(Z.clone().requires_grad_(), queries, evals=pool.evals),
+        emb.predict_proba(Z.numpy(), queries, evals=pool.evals),
+    )
+    selector = KCenterSelector(n_select=3).fit(Z.bfloat16())
+    expected = KCenterSelector(n_select=3).fit(rounded)
+    np.testing.assert_array_equal(
+        selector.selected_indices_, expected.selected_indices_
+    )
+    np.testing.assert_array_equal(
+        selector.transform(Z.clone().requires_grad_()), expected.transform(Z.numpy())
+    )
+    np.testing.assert_array_equal(
+        k_center_select(Z.bfloat16(), 3)[0], k_center_select(rounded, 3)[0]
+    )
+
+
 def test_early_stopping_history_marks_the_restored_epoch(pool, tiny_embedder):
     """An epoch improves only by more than 1e-4 of the best loss so far: with a
     tiny lr the loss falls by less each epoch, so training stops after

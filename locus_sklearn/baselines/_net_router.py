@@ -21,10 +21,12 @@ from .._base import BaseRouter
 from .._device import resolve_device
 from .._training import (
     DivergenceCheck,
+    full_precision,
     held_out_rows,
     progress_params,
     python_scalar,
     seeded_rng,
+    trainable_torch,
 )
 from .._warnings import warn_external
 
@@ -189,8 +191,9 @@ class _NetRouter(BaseRouter):
             **progress_params(self.verbose),
         )
         # Seed module initialisation, shuffling and noise without touching the
-        # caller's global torch RNG.
-        with seeded_rng(seed, device):
+        # caller's global torch RNG; train with gradients and in float32
+        # whatever the caller's context (see trainable_torch).
+        with seeded_rng(seed, device), trainable_torch(device):
             net.fit(dataset, None)
         net.module_.eval()
         self.net_ = net
@@ -204,12 +207,16 @@ class _NetRouter(BaseRouter):
         # The fitted pool's columns, not classes_ (see BaseRouter.remove_models).
         n_models = self.net_.module__n_models
         proba = np.empty((len(X), n_models), dtype=np.float64)
-        with torch.no_grad():
+        device = torch.device(self.net_.device)
+        # float32 whatever a caller's autocast says: under it the logits were
+        # bfloat16; IRT's could not go to NumPy, MF's probabilities moved by
+        # about 5e-4.
+        with torch.no_grad(), full_precision(device.type):
             for start in range(0, len(X), _PREDICT_CHUNK):
                 chunk = torch.as_tensor(
                     X[start : start + _PREDICT_CHUNK],
                     dtype=torch.float32,
-                    device=self.net_.device,
+                    device=device,
                 )
                 logits = module.pairwise_logits(chunk)
                 proba[start : start + len(chunk)] = torch.sigmoid(logits).cpu().numpy()
