@@ -7,13 +7,19 @@ of 3,000 vectors of 384 floats took about four minutes to print (and its
 Jupyter display longer). The estimators of this package print a shallow copy
 in which such a mapping is replaced by a one-line summary; the estimator
 itself is never changed, since another thread may be using it.
+
+Inside a scikit-learn meta-estimator (a Pipeline, GridSearchCV or
+FrozenEstimator), whose repr is scikit-learn's own, the same copy is printed
+through two hooks of scikit-learn's pretty printer (see the end of this
+module).
 """
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils import estimator_html_repr
+from sklearn.utils import _pprint, estimator_html_repr
 from sklearn.utils._pprint import _EstimatorPrettyPrinter
 
 __all__ = ["QueryEncodings", "SummaryReprMixin", "summarize_mapping"]
@@ -22,6 +28,11 @@ __all__ = ["QueryEncodings", "SummaryReprMixin", "summarize_mapping"]
 # so past that the text was never the whole mapping; up to it, a mapping is
 # printed as before.
 _MAX_MAPPING_ENTRIES = 30
+# A mapping of fewer entries is summarised too when one of its values holds
+# more numbers than this: an encoding (tens to thousands of them) says
+# nothing printed in full, and 30 vectors of 384 floats took seconds to
+# print. Short vectors (a worked example's 2 or 3) still print as before.
+_MAX_VALUE_ELEMENTS = 10
 
 
 def summarize_mapping(mapping):
@@ -75,6 +86,31 @@ class QueryEncodings(dict):
         return f"{type(self).__name__}({summarize_mapping(self)})"
 
 
+def _n_elements(value):
+    """How many numbers ``value`` (a mapping's value) holds: its size for an
+    array or tensor, 1 for a scalar or a string, 0 when unknown."""
+    if isinstance(value, (str, bytes)):
+        return 1
+    shape = getattr(value, "shape", None)  # ndarray, tensor, Series
+    if shape is None:
+        try:
+            shape = np.shape(value)
+        except (TypeError, ValueError):  # ragged; invalid, refused at fit
+            return 0
+    try:
+        return math.prod(int(n) for n in shape)
+    except (TypeError, ValueError):  # an odd object's "shape"
+        return 0
+
+
+def _is_large_mapping(value):
+    """Whether ``value`` is a mapping too large to print in full: more
+    entries than scikit-learn shows, or a value of many numbers."""
+    if len(value) > _MAX_MAPPING_ENTRIES:
+        return True
+    return any(_n_elements(v) > _MAX_VALUE_ELEMENTS for v in value.values())
+
+
 def _display_value(value):
     """``value`` as printed: a large mapping summarised, estimators recursed.
 
@@ -83,7 +119,7 @@ def _display_value(value):
     """
     if isinstance(value, QueryEncodings):
         return value  # already prints as a summary
-    if isinstance(value, Mapping) and len(value) > _MAX_MAPPING_ENTRIES:
+    if isinstance(value, Mapping) and _is_large_mapping(value):
         return _MappingSummary(value)
     if isinstance(value, BaseEstimator):
         # Any estimator parameter (LocusRouter's embedder, a FrozenEstimator
@@ -121,9 +157,12 @@ class SummaryReprMixin:
 
     Overrides ``__repr__`` and the HTML repr hooks of scikit-learn's
     ``BaseEstimator`` (``_html_repr``, which ``_repr_html_`` and
-    ``_repr_mimebundle_`` call, and ``_get_params_html``) to print a shallow copy of the estimator in
-    which every mapping of more than 30 entries, here or in a nested
-    estimator, is replaced by its size; the estimator is not changed.
+    ``_repr_mimebundle_`` call, and ``_get_params_html``) to print a shallow
+    copy of the estimator in which every mapping of more than 30 entries or
+    with a value of more than 10 numbers (an encoding), here or in a nested
+    estimator, is replaced by its size; the estimator is not changed. Inside
+    a scikit-learn meta-estimator (a Pipeline step, GridSearchCV's
+    estimator), the same copy is printed.
     An estimator without one prints exactly as scikit-learn prints it.
 
     Examples
@@ -145,10 +184,47 @@ class SummaryReprMixin:
         return BaseEstimator._get_params_html(_display_copy(self), deep, doc_link)
 
 
+def _pprint_summarised(printer, obj, *args):
+    """scikit-learn's multi-line layout of a nested estimator, of the copy
+    that summarises its large mappings."""
+    return _EstimatorPrettyPrinter._pprint_estimator(printer, _display_copy(obj), *args)
+
+
 # scikit-learn's pretty printer lays out a nested estimator over several lines
-# only if its class's __repr__ is BaseEstimator's (it looks the layout up by
-# the __repr__ function); registered so that overriding __repr__ leaves the
-# text of an estimator inside another (a Pipeline step) as it was.
-_EstimatorPrettyPrinter._dispatch[SummaryReprMixin.__repr__] = (
-    _EstimatorPrettyPrinter._pprint_estimator
-)
+# only if it recognises its class's __repr__ (it looks the layout up by the
+# __repr__ function in this table): registered so that overriding __repr__
+# leaves the text of an estimator inside another (a Pipeline step) as it
+# was, printing the summarised copy.
+_EstimatorPrettyPrinter._dispatch[SummaryReprMixin.__repr__] = _pprint_summarised
+
+
+def _summarising_safe_repr(safe_repr):
+    """``safe_repr`` (scikit-learn's ``_safe_repr``) printing the summarised
+    copy of this package's estimators."""
+
+    def _safe_repr(object, *args, **kwargs):
+        if isinstance(object, SummaryReprMixin):
+            object = _display_copy(object)
+        return safe_repr(object, *args, **kwargs)
+
+    _safe_repr._locus_original = safe_repr
+    return _safe_repr
+
+
+# Besides the table entry above, the one change to scikit-learn. A
+# meta-estimator's repr (Pipeline, GridSearchCV, FrozenEstimator:
+# scikit-learn's own) first renders the whole tree in one line with the
+# module function _safe_repr, which reads each nested estimator's
+# get_params() directly and calls itself by its module name, so neither the
+# table above nor any method of this package is asked: a mapping of 3,000
+# vectors of 384 floats held by a Pipeline step took five minutes to print,
+# and its HTML repr (whose text fallback is that repr) four. scikit-learn
+# has no hook for it, so the function is wrapped: only this package's
+# estimators are replaced (every other object is passed on as it came); a
+# reload of this module wraps the original again rather than its wrapper;
+# and a scikit-learn without the function is left alone (the table above
+# still applies).
+if callable(getattr(_pprint, "_safe_repr", None)):
+    _pprint._safe_repr = _summarising_safe_repr(
+        getattr(_pprint._safe_repr, "_locus_original", _pprint._safe_repr)
+    )

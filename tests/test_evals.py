@@ -1,5 +1,7 @@
 """The evaluation table: validation, conversion and round trips."""
 
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -44,6 +46,67 @@ def test_hand_computed_conversion():
     assert len(back) == 3
 
 
+def test_tasks_by_query_on_a_hand_case():
+    # Rows in no order, repeated (query, task) pairs: one task per query.
+    evals = {
+        "model": ["a", "b", "a", "b", "a", "b", "c"],
+        "query": ["q3", "q1", "q1", "q3", "q2", "q2", "q3"],
+        "score": [1.0] * 7,
+        "task": ["math", "law", "law", "math", "law", "law", "math"],
+    }
+    table = check_evals(evals)
+    assert table.queries.tolist() == ["q1", "q2", "q3"]
+    assert table.query_task.tolist() == ["law", "law", "math"]
+    # q4 and q2 are given two tasks (q4 twice over), q1 one task in three
+    # rows, q3 one: 2 queries named, in sorted order.
+    evals = {
+        "model": ["a", "b", "c", "a", "b", "a", "b", "c", "a"],
+        "query": ["q4", "q1", "q4", "q2", "q2", "q1", "q3", "q4", "q1"],
+        "score": [1.0] * 9,
+        "task": ["t1", "t1", "t2", "t2", "t1", "t1", "t3", "t1", "t1"],
+    }
+    with pytest.raises(
+        ValueError,
+        match=r"^evals\['task'\] gives 2 quer\(y/ies\) more than one task \(e\.g\. "
+        r"\['q2', 'q4'\]\); each query belongs to one task\.$",
+    ):
+        check_evals(evals)
+    # More than three conflicting queries: three named, then "...".
+    evals = {
+        "model": ["a", "b"] * 5,
+        "query": [q for q in ["q5", "q2", "q4", "q1", "q3"] for _ in range(2)],
+        "score": [1.0] * 10,
+        "task": ["t1", "t2"] * 5,
+    }
+    with pytest.raises(
+        ValueError, match=r"gives 5 quer\(y/ies\) .* \(e\.g\. \['q1', 'q2', 'q3'\]\)"
+    ):
+        check_evals(evals)
+
+
+def test_a_task_column_costs_little():
+    # tasks_by_query grouped the rows in Python, one call per query: a task
+    # column made check_evals about 50 times slower (9 s for 100,000
+    # queries). Loose bound, relative to the same table without the column.
+    n = 200_000
+    evals = pd.DataFrame(
+        {
+            "model": ["m"] * n,
+            "query": [f"q{i}" for i in range(n)],
+            "score": np.linspace(0.0, 1.0, n),
+        }
+    )
+    start = time.perf_counter()
+    check_evals(evals)
+    without = time.perf_counter() - start
+    evals["task"] = np.array(["A", "B"], dtype=object)[np.arange(n) % 2]
+    start = time.perf_counter()
+    table = check_evals(evals)
+    with_task = time.perf_counter() - start
+    assert with_task < 3 * without + 1.0, (with_task, without)
+    assert table.query_task[table.queries == "q7"].tolist() == ["B"]
+
+
 def test_mapping_of_columns_is_accepted():
     table = check_evals({"model": ["a"], "query": ["q"], "score": [1]})
     assert table.score.tolist() == [1.0]
@@ -71,11 +134,100 @@ def test_mapping_of_series_with_different_indexes_is_refused():
 
 
 def test_score_too_large_for_a_float_is_a_value_error_naming_the_column():
-    """A Python int beyond float64's range raised a bare OverflowError."""
-    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 infinite value"):
+    """A Python int beyond float64's range raised a bare OverflowError, then
+    was called infinite: it is a finite number outside [0, 1], shown as
+    given."""
+    with pytest.raises(
+        ValueError,
+        match=r"evals\['score'\] has 1 value\(s\) outside \[0, 1\] \(e\.g\. "
+        r"\[1000000000.*0000 \(401 characters\)\]\); scores must lie in \[0, 1\]",
+    ):
         check_evals({"model": ["a", "b"], "query": ["q", "q"], "score": [10**400, 1]})
-    with pytest.raises(ValueError, match=r"evals\['score'\] has 1 infinite value"):
-        check_evals(frame(score=np.array([-(10**400), 0], dtype=object)))
+    with pytest.raises(
+        ValueError,
+        match=r"has 2 value\(s\) outside \[0, 1\] \(e\.g\. \[-1000.*\(402 characters\), 2\.0\]",
+    ):
+        check_evals(
+            {
+                "model": ["a", "b", "c"],
+                "query": ["q"] * 3,
+                "score": np.array([-(10**400), 2, 0], dtype=object),
+            }
+        )
+    # A float infinity is still infinite, beside a huge int.
+    with pytest.raises(ValueError, match=r"has 1 infinite value\(s\) out of 2 rows"):
+        check_evals(frame(score=np.array([10**400, np.inf], dtype=object)))
+
+
+@pytest.mark.parametrize(
+    "column, message",
+    [
+        (
+            (m for m in ["a", "b"]),
+            r"evals\['model'\] is a generator, not a sequence of one value per "
+            r"row; pass a list or an array of one value per row, in the order of "
+            r"the rows\.",
+        ),
+        (
+            iter(["a", "b"]),
+            r"evals\['model'\] is a list_iterator, not a sequence of one value",
+        ),
+        (
+            {"a", "b"},
+            r"evals\['model'\] is a set, which has no row order; pass a list or "
+            r"an array of one value per row",
+        ),
+        (frozenset({"a", "b"}), r"evals\['model'\] is a frozenset, which has no"),
+        ({"a": 0, "b": 1}.keys(), r"evals\['model'\] is a dict_keys, not a"),
+    ],
+    ids=["generator", "iterator", "set", "frozenset", "dict_keys"],
+)
+def test_a_column_numpy_reads_as_one_value_is_named_by_its_type(column, message):
+    # It was "must be one-dimensional; got a value of shape ()".
+    with pytest.raises(TypeError, match=message):
+        check_evals({"model": column, "query": ["q", "r"], "score": [1.0, 0.0]})
+    # A scalar still gets the shape message.
+    with pytest.raises(ValueError, match=r"must be one-dimensional; got a value of "):
+        check_evals({"model": "a", "query": ["q", "r"], "score": [1.0, 0.0]})
+
+
+@pytest.mark.parametrize(
+    "to_tensor",
+    [
+        lambda t: t.bfloat16(),
+        lambda t: t.clone().requires_grad_(),
+        lambda t: t.half(),
+    ],
+    ids=["bfloat16", "requires_grad", "float16"],
+)
+def test_torch_scores_and_costs_of_any_float_dtype_are_read(to_tensor):
+    # NumPy has no bfloat16 and cannot read a tensor that requires grad:
+    # both failed with torch's "Got unsupported ScalarType BFloat16" (or
+    # "Can't call numpy() on Tensor that requires grad").
+    import torch
+
+    from locus_sklearn import check_model_costs
+
+    # Values exact in bfloat16 (8 significant bits).
+    score = to_tensor(torch.tensor([1.0, 0.25, 0.5]))
+    table = check_evals(
+        {"model": ["b", "a", "a"], "query": ["q", "q", "r"], "score": score}
+    )
+    assert table.score.tolist() == [0.25, 0.5, 1.0]
+    costs = to_tensor(torch.tensor([1.5, 3.0]))
+    result = check_model_costs(costs, np.array(["a", "b"], dtype=object))
+    assert result.dtype == np.float64 and result.tolist() == [1.5, 3.0]
+    # The tensor is not changed (no grad taken, same dtype).
+    assert costs.dtype == to_tensor(torch.zeros(1)).dtype
+    # A bool tensor is still a flag, not a score.
+    with pytest.raises(TypeError, match="boolean dtype"):
+        check_evals(
+            {
+                "model": ["a", "b"],
+                "query": ["q", "q"],
+                "score": torch.tensor([1, 0]).bool(),
+            }
+        )
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,13 @@ import time
 import joblib
 import numpy as np
 import pytest
+import torch
 from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.utils import estimator_html_repr
 
-from locus_sklearn import LocusEmbedder, LocusRouter, QueryEncoder
+from locus_sklearn import KCenterSelector, LocusEmbedder, LocusRouter, QueryEncoder
 from locus_sklearn.baselines import KNNRouter, MatrixFactorizationRouter
 from locus_sklearn.datasets import load_mmlu_pro, make_model_pool
 
@@ -69,9 +71,15 @@ def test_large_mapping_prints_as_a_summary_quickly(make):
 
 def _holds_large(estimator):
     """Whether ``estimator`` or one nested in it has LARGE as a parameter."""
+    return _holds(estimator, LARGE)
+
+
+def _holds(estimator, mapping):
+    """Whether ``estimator`` or one nested in it (a Pipeline's steps too) has
+    ``mapping`` as a parameter."""
     return any(
-        value is LARGE or (hasattr(value, "get_params") and _holds_large(value))
-        for value in estimator.get_params(deep=False).values()
+        value is mapping or (hasattr(value, "get_params") and _holds(value, mapping))
+        for value in estimator.get_params(deep=True).values()
     )
 
 
@@ -103,6 +111,76 @@ def test_ordinary_estimators_print_as_scikit_learn_prints_them():
     # Up to 30 entries (what scikit-learn shows of a mapping), as before.
     thirty = {f"q{i}": np.ones(2) for i in range(30)}
     assert "array([1., 1.])" in repr(QueryEncoder(thirty))
+
+
+# A user's own dict of more than 30 vectors (not a QueryEncodings), small
+# enough that scikit-learn's full print of it fails fast rather than slowly.
+OWN = {f"q{i}": np.full(16, i / 40) for i in range(40)}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: make_pipeline(LocusEmbedder(OWN), KCenterSelector()),
+        lambda: FrozenEstimator(LocusEmbedder(OWN)),
+        lambda: GridSearchCV(
+            LocusRouter(LocusEmbedder(OWN)), {"cost_weight": [0.0, 1.0]}
+        ),
+    ],
+    ids=["pipeline", "frozen", "grid_search"],
+)
+def test_large_mapping_inside_a_scikit_learn_meta_estimator_prints_as_a_summary(
+    make,
+):
+    # scikit-learn prints its meta-estimators itself, reading each step's
+    # get_params() directly: it printed every vector (five minutes for 3,000
+    # vectors of 384 floats in a Pipeline).
+    estimator = make()
+    text = repr(estimator)
+    assert "LocusEmbedder(encoder=<dict of 40 queries x 16>)" in text
+    assert "array(" not in text and "0.025" not in text
+    html = estimator._repr_html_()
+    assert "dict of 40 queries x 16" in html
+    assert "array(" not in html and "0.025" not in html
+    # The layout is scikit-learn's: a Pipeline step over several lines, the
+    # frozen estimator as its parameter (it was printed as a tuple).
+    if isinstance(estimator, Pipeline):
+        assert text == (
+            "Pipeline(steps=[('locusembedder',\n"
+            "                 LocusEmbedder(encoder=<dict of 40 queries x 16>)),\n"
+            "                ('kcenterselector', KCenterSelector())])"
+        )
+    if isinstance(estimator, FrozenEstimator):
+        assert text == (
+            "FrozenEstimator(estimator=LocusEmbedder(encoder=<dict of 40 queries x 16>))"
+        )
+    assert _holds(estimator, OWN)
+
+
+def test_few_large_vectors_print_as_a_summary():
+    # 30 entries or fewer were printed in full however long their vectors:
+    # 30 vectors of 384 floats took seconds. More than 10 numbers in a value
+    # is an encoding; up to 10, a worked example, printed as before.
+    eleven = {"q1": np.ones(11), "q2": np.ones(2)}
+    assert repr(QueryEncoder(eleven)) == (
+        "QueryEncoder(encoder=<dict of 2 queries x 11>)"
+    )
+    # Any value counts, not only the first; lists and tensors too.
+    assert "<dict of 2 queries x 2>" in repr(
+        QueryEncoder({"a": [0.0, 1.0], "b": [0.5] * 11})
+    )
+    assert "<dict of 1 queries x 384>" in repr(QueryEncoder({"q": torch.ones(384)}))
+    matrix = {"q": np.ones((2, 6))}  # 12 numbers
+    assert "<dict of 1 queries x 2 x 6>" in repr(QueryEncoder(matrix))
+    thirty = {f"q{i}": np.ones(384) for i in range(30)}
+    assert "<dict of 30 queries x 384>" in QueryEncoder(thirty)._repr_html_().replace(
+        "&lt;", "<"
+    ).replace("&gt;", ">")
+    # At most 10 numbers, or not numbers at all: printed in full.
+    ten = {"q1": np.ones(10)}
+    assert "array([1., 1., 1., 1., 1., 1., 1., 1., 1., 1.])" in repr(QueryEncoder(ten))
+    texts = {"q1": "a query text longer than ten characters"}
+    assert repr(QueryEncoder(texts)) == f"QueryEncoder(encoder={texts!r})"
 
 
 def test_dataset_encodings_print_as_their_size_and_act_as_a_dict():

@@ -101,3 +101,143 @@ def test_the_skipped_packages_are_directories():
     assert not (os.path.dirname(sklearn.__file__) + "_extra" + os.sep).startswith(
         SKIPPED_PREFIXES
     )
+
+
+# parallel._chunked._close_quietly: joblib's "tasks ... cancelled" warning is
+# quieted while the chunked run is stopped on an error, without leaving a
+# filter behind and without holding FILTERS_LOCK while workers finish.
+def _warn_from_joblib(text="tasks have been cancelled"):
+    warnings.warn_explicit(
+        text,
+        UserWarning,
+        "joblib/parallel.py",
+        1,
+        module="joblib.parallel",
+        registry={},
+    )
+
+
+def test_closing_chunks_early_quiets_joblib_only_while_closing():
+    from locus_sklearn.parallel._chunked import _close_quietly
+
+    class Results:
+        def close(self):
+            _warn_from_joblib()
+            warnings.warn("the user's warning", UserWarning, stacklevel=1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        before = list(warnings.filters)
+        _close_quietly(Results())
+        assert warnings.filters == before
+        _warn_from_joblib("after the close")
+    assert [str(w.message) for w in caught] == ["the user's warning", "after the close"]
+
+
+def test_closing_chunks_early_leaves_no_filter_behind_another_threads_block():
+    # The close overlapped an ignoring() block of another thread (an ONNX
+    # export, a portfolio curve): the two saved-and-restored filter lists
+    # crossed and "ignore joblib's UserWarnings" stayed for the process.
+    # The order is forced: the other block starts while the results close
+    # and ends after them.
+    import threading
+
+    from locus_sklearn._warnings import ignoring
+    from locus_sklearn.parallel._chunked import _close_quietly
+
+    closing, other_entered, closed_quietly = (threading.Event() for _ in range(3))
+
+    class Results:
+        def close(self):
+            closing.set()
+            assert other_entered.wait(10)
+
+    def close_early():
+        _close_quietly(Results())
+        closed_quietly.set()
+
+    def other_block():
+        assert closing.wait(10)
+        with ignoring({"message": "noise", "category": UserWarning}):
+            other_entered.set()
+            # _close_quietly takes its filter out only once this block has
+            # ended (it waits for the lock): the wait runs out. Before, it
+            # returned at once, and this block then restored the filter.
+            closed_quietly.wait(0.5)
+
+    with warnings.catch_warnings():  # a leak stays inside this test
+        before = list(warnings.filters)
+        threads = [
+            threading.Thread(target=close_early),
+            threading.Thread(target=other_block),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        assert closed_quietly.is_set()
+        assert warnings.filters == before
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            _warn_from_joblib("a later joblib warning")
+        assert len(caught) == 1
+
+
+def test_closing_chunks_early_with_the_lock_held_elsewhere_neither_waits_nor_quiets():
+    import threading
+
+    from locus_sklearn._warnings import FILTERS_LOCK
+    from locus_sklearn.parallel._chunked import _close_quietly
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with FILTERS_LOCK:
+            held.set()
+            release.wait(10)
+
+    class Results:
+        def close(self):
+            _warn_from_joblib()
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            before = list(warnings.filters)
+            _close_quietly(Results())  # returns although the lock is held
+            assert warnings.filters == before
+        # One spurious warning rather than a filter changed outside the lock.
+        assert [str(w.message) for w in caught] == ["tasks have been cancelled"]
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def test_closing_chunks_early_does_not_hold_the_lock_while_workers_finish():
+    # Closing joblib's results waits for its worker threads, which may take
+    # FILTERS_LOCK: held across the close, neither would ever end.
+    import threading
+
+    from locus_sklearn._warnings import FILTERS_LOCK
+    from locus_sklearn.parallel._chunked import _close_quietly
+
+    class Results:
+        def close(self):
+            def worker():
+                with FILTERS_LOCK:
+                    pass
+
+            thread = threading.Thread(target=worker)
+            thread.start()
+            thread.join(5)  # as a thread pool's terminate() joins its workers
+            self.worker_finished = not thread.is_alive()
+
+    results = Results()
+    with warnings.catch_warnings():
+        before = list(warnings.filters)
+        _close_quietly(results)
+        assert warnings.filters == before
+    assert results.worker_finished

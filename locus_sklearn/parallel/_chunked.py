@@ -27,6 +27,7 @@ from .._evals import (
     check_queries,
     tasks_by_query,
 )
+from .._warnings import FILTERS_LOCK
 from ._sources import model_chunks
 
 try:  # what loky pickles tasks with: a dependency of joblib >= 1.5
@@ -340,12 +341,46 @@ def _close_quietly(results):
     """Stop ``results`` early (an error was raised) without joblib's warning
     that the chunks still in flight were cancelled: that is intended.
 
-    Not under _warnings.FILTERS_LOCK, unlike the library's other such blocks:
-    closing may wait for worker threads, which may need that lock (the
-    predict path's first sparse conversion), and would then never end."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"joblib\.")
+    Not a ``catch_warnings`` block, and _warnings.FILTERS_LOCK is not held
+    while closing, unlike the library's other blocks that change the
+    filters: closing may wait for worker threads, which may need that lock
+    (the predict path's first sparse conversion, an ONNX encoder's export),
+    and would then never end. A ``catch_warnings`` block without the lock,
+    overlapping another thread's ``ignoring()`` block, restored the filter
+    list that block had saved, and this filter stayed for good. So only
+    this one filter is added and then taken out, each under the lock: taken
+    without waiting for it when adding (if another block holds it, the
+    results are closed without quieting: one spurious warning is better
+    than a filter left behind), and waited for when taking it out, once no
+    worker is left to need it, so that a block that copied the list with
+    the filter in it has put it back first.
+    """
+    if not FILTERS_LOCK.acquire(blocking=False):
         results.close()
+        return
+    try:
+        before = list(warnings.filters)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"joblib\.")
+        added = warnings.filters[0]
+        if added in before:
+            # An equal filter was there (the user's): filterwarnings moved
+            # it to the front. Put it back where it was, and take none out.
+            warnings.filters[:] = before
+            added = None
+    finally:
+        FILTERS_LOCK.release()
+    try:
+        results.close()
+    finally:
+        if added is not None:
+            with FILTERS_LOCK:
+                # By identity: an equal filter added meanwhile is another's.
+                # An "ignore" filter records nothing in the warning
+                # registries, so taking it out leaves no stale cache.
+                for index, item in enumerate(warnings.filters):
+                    if item is added:
+                        del warnings.filters[index]
+                        break
 
 
 def _locus_embedder(embedder):
