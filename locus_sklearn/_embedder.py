@@ -985,14 +985,19 @@ class LocusEmbedder(
     def _warn_few_evaluations(self, table):
         low = int(self.enc_size[0])
         counts = np.diff(table.indptr)
-        few = table.models[counts < low]
-        if len(few):
+        short = np.flatnonzero(counts < low)
+        if len(short):
+            # Fewest first (stable: ties in name order), so that the models
+            # named are the ones with the count given.
+            short = short[np.argsort(counts[short], kind="stable")]
+            fewest = ", ".join(str(counts[i]) for i in short[:3])
             warn_external(
-                f"{len(few)} model(s) have fewer than enc_size[0]={low} evaluations "
-                "(the smallest set training draws from a model with enough "
-                f"evaluations), e.g. {_preview(few, limit=3)} with "
-                f"{int(counts[counts < low].min())}: their embeddings are less "
-                f"reliable; give each model at least {low} scored queries.",
+                f"{len(short)} model(s) have fewer than enc_size[0]={low} "
+                "evaluations (the smallest set training draws from a model with "
+                "enough evaluations), fewest first: "
+                f"{_preview(table.models[short], limit=3)} with {fewest}: their "
+                "embeddings are less reliable; give each model at least "
+                f"{low} scored queries.",
                 FewEvaluationsWarning,
             )
 

@@ -630,6 +630,34 @@ def test_fit_transform_warns_of_few_evaluations_once_as_transform_does(
     assert len(few_evaluations_warnings(pipeline.fit, small.evals)) == 1
 
 
+def test_few_evaluations_warning_names_the_fewest_with_their_counts(tiny_embedder):
+    """The models named are those with the count given: it named the first
+    three by name (10 evaluations each) beside the smallest count (1, another
+    model's)."""
+    from locus_sklearn import FewEvaluationsWarning
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=6, n_queries=40, evals_per_model=12, random_state=0)
+    evals = pool.evals
+    names = sorted(evals["model"].unique())
+    counts = {name: 10 for name in names}
+    counts[names[-1]], counts[names[2]] = 1, 3
+    evals = pd.concat(
+        [evals[evals["model"] == m].head(k) for m, k in counts.items()]
+    )
+    embedder = tiny_embedder(pool.encodings, max_epochs=1, enc_size=(20, 64))
+    embedder.fit(pool.evals)
+    with pytest.warns(FewEvaluationsWarning) as caught:
+        embedder.transform(evals)
+    message = str(caught[0].message)
+    assert (
+        "6 model(s) have fewer than enc_size[0]=20 evaluations (the smallest set "
+        "training draws from a model with enough evaluations), fewest first: "
+        f"[{names[-1]!r}, {names[2]!r}, {names[0]!r}, ...] with 1, 3, 10: "
+        in message
+    )
+
+
 @pytest.mark.parametrize("embedding_dim", [1, 2])
 def test_embedding_dims_a_layer_norm_collapses_are_refused(
     pool, tiny_embedder, model_names, rows_of, embedding_dim
