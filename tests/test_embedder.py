@@ -642,9 +642,7 @@ def test_few_evaluations_warning_names_the_fewest_with_their_counts(tiny_embedde
     names = sorted(evals["model"].unique())
     counts = {name: 10 for name in names}
     counts[names[-1]], counts[names[2]] = 1, 3
-    evals = pd.concat(
-        [evals[evals["model"] == m].head(k) for m, k in counts.items()]
-    )
+    evals = pd.concat([evals[evals["model"] == m].head(k) for m, k in counts.items()])
     embedder = tiny_embedder(pool.encodings, max_epochs=1, enc_size=(20, 64))
     embedder.fit(pool.evals)
     with pytest.warns(FewEvaluationsWarning) as caught:
@@ -653,8 +651,7 @@ def test_few_evaluations_warning_names_the_fewest_with_their_counts(tiny_embedde
     assert (
         "6 model(s) have fewer than enc_size[0]=20 evaluations (the smallest set "
         "training draws from a model with enough evaluations), fewest first: "
-        f"[{names[-1]!r}, {names[2]!r}, {names[0]!r}, ...] with 1, 3, 10: "
-        in message
+        f"[{names[-1]!r}, {names[2]!r}, {names[0]!r}, ...] with 1, 3, 10: " in message
     )
 
 
