@@ -431,7 +431,9 @@ def transform_chunked(
     chunk_models : int, default=1000
         Most models per chunk. A chunk's queries are encoded once per chunk,
         so a query shared by models of several chunks is encoded several
-        times (``memory=`` on the embedder caches it).
+        times (``memory=`` on the embedder serves a chunk from its cache only
+        when the same set of queries was encoded before; precomputed
+        encodings, a mapping, encode nothing).
     n_jobs : int, default=None
         Workers embedding chunks at once. None means 1 unless in a
         :func:`joblib.parallel_config` context; -1 uses every core. The
