@@ -11,7 +11,12 @@
 # multi-GB CUDA build, so elsewhere set TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # (passed to pip as --index-url for the torch step only). For CUDA, install the CUDA
 # torch you want into .venv first (or set TORCH_SPEC); an importable torch is kept.
+#
+# Setup, tests and docs run in this repository (a relative VENV is in it too); the
+# demo runs in the folder run.sh was called from, so that its relative paths
+# (--evals my.csv, --output, the default locus_demo_output) are the caller's.
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")"
 job="${1:-demo}"
 shift || true
@@ -30,6 +35,7 @@ esac
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
+VENV="$(CDPATH= cd -- "$VENV" && pwd)"  # absolute: the demo runs in the caller's folder
 py="$VENV/bin/python"
 stamp="$VENV/.locus-installed$extras"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
@@ -46,7 +52,7 @@ fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 case "$job" in
-  demo) exec "$py" -m locus_sklearn demo "$@" ;;
+  demo) cd "$caller" && exec "$py" -m locus_sklearn demo "$@" ;;
   test) exec "$py" -m pytest -q "$@" ;;
   docs) exec "$VENV/bin/sphinx-build" -W --keep-going -b html docs docs/_build/html "$@" ;;
 esac

@@ -2892,3 +2892,280 @@ def test_unreadable_files_are_named(workdir, tmp_path, cli):
         status, _, err = cli(*args)
         assert_one_line(status, err, 3, f"{message}: permission denied.")
         assert "Errno" not in err
+
+
+# --- demo: markers, --output, interrupts, run.sh, counts -------------------------
+
+
+def _stub_demo_figures(monkeypatch):
+    """A fitted-router stand-in of 6 models "a" to "f" for ``_demo._figures``,
+    with the dendrogram and portfolio curve stubbed: only the model map is
+    drawn. Returns (router, markers), markers filled with (marker, model)
+    for each marker drawn on the map."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
+    from sklearn.base import BaseEstimator
+
+    import locus_sklearn.inspection as inspection
+
+    monkeypatch.setattr(
+        inspection, "plot_model_dendrogram", lambda *a, **k: plt.figure()
+    )
+
+    def curve(*args, **kwargs):
+        ax = kwargs.get("ax") or plt.subplots()[1]
+        ax.plot([0, 1], [0, 1], label=kwargs["label"])  # for the legend
+        return ax
+
+    monkeypatch.setattr(inspection, "plot_portfolio_curve", curve)
+    markers = []
+    plot = Axes.plot
+
+    def recording_plot(self, *args, **kwargs):
+        if "marker" in kwargs:
+            labels = {tuple(t.xy): t.get_text() for t in self.texts}
+            markers.append((kwargs["marker"], labels[tuple(args)]))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", recording_plot)
+
+    class Router(BaseEstimator):  # what plot_model_map reads of a fitted router
+        def fit(self, *args):
+            return self
+
+    router = Router()
+    router.classes_ = np.array(list("abcdef"))
+    router.model_embeddings_ = np.random.RandomState(0).randn(6, 4)
+    return router, markers
+
+
+def test_demo_model_map_stars_every_portfolio_model_onboarded_too(
+    tmp_path, monkeypatch
+):
+    # "a" was held out (onboarded) and is in the portfolio: it had only the
+    # square, so the map showed 2 stars for a portfolio of 3.
+    from locus_sklearn._cli import _demo
+
+    router, markers = _stub_demo_figures(monkeypatch)
+    curves = {"expected": None, "k-medoids": None}
+    written = _demo._figures(
+        router, None, ["a", "c", "d"], ["a", "b"], curves, tmp_path, print
+    )
+    assert written == ["model_map.png", "model_dendrogram.png", "portfolio_curve.png"]
+    assert sorted(m for marker, m in markers if marker == "*") == ["a", "c", "d"]
+    assert sorted(m for marker, m in markers if marker == "s") == ["a", "b"]
+    assert len(markers) == 5
+
+
+def test_demo_failed_figure_write_names_output(tmp_path, monkeypatch):
+    from locus_sklearn._cli import _demo
+    from locus_sklearn._cli._errors import CommandError
+
+    router, _ = _stub_demo_figures(monkeypatch)
+    (tmp_path / "model_map.png").mkdir()  # savefig cannot write there
+    with pytest.raises(CommandError) as caught:
+        _demo._figures(
+            router, None, ["a"], [], {"expected": None, "k-medoids": None},
+            tmp_path, print,
+        )  # fmt: skip
+    assert caught.value.status == 3
+    message = str(caught.value)
+    assert message.startswith(
+        f"could not write model_map.png into --output '{tmp_path}'"
+    )
+    assert "Is a directory" in message or "ermission" in message, message
+
+
+def _demo_never_loads(monkeypatch):
+    from locus_sklearn._cli import _demo
+
+    def load(*args):
+        raise AssertionError("the demo loaded its data")
+
+    monkeypatch.setattr(_demo, "_load", load)
+
+
+def test_demo_output_dangling_link_refused_before_any_work(tmp_path, cli, monkeypatch):
+    # A link to an unmounted folder passed the check: the demo trained, then
+    # failed with "[Errno 17] File exists", --output not named.
+    _demo_never_loads(monkeypatch)
+    link = tmp_path / "figs"
+    link.symlink_to(tmp_path / "gone")
+    status, out, err = cli("demo", "--quick", "--output", link)
+    assert_one_line(
+        status, err, 3, f"cannot write into --output '{link}': it is a symbolic "
+        f"link to '{tmp_path / 'gone'}', which does not exist",
+    )  # fmt: skip
+    assert out == ""
+    status, out, err = cli("demo", "--quick", "--output", link / "sub")
+    assert_one_line(
+        status, err, 3, f"--output '{link / 'sub'}': '{link}' is a symbolic link"
+    )
+    assert out == "" and not os.path.lexists(tmp_path / "gone")
+
+
+def test_demo_output_created_before_any_work(tmp_path, cli, monkeypatch):
+    # What the command line's check cannot tell (root under /proc passes its
+    # access check) fails as the demo creates the folder, before any work,
+    # naming --output; it failed after the whole run, without it.
+    from locus_sklearn._cli import _commands
+
+    _demo_never_loads(monkeypatch)
+    monkeypatch.setattr(_commands, "check_folder_writable", lambda *args: None)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    status, out, err = cli("demo", "--quick", "--output", afile / "sub")
+    assert_one_line(
+        status, err, 3, f"cannot create the folder --output '{afile / 'sub'}': "
+        "Not a directory; give a folder",
+    )  # fmt: skip
+    assert out == ""
+    # A folder that can be created is, for the check only: a run that fails
+    # later leaves no empty folder behind.
+    status, _, err = cli("demo", "--quick", "--output", tmp_path / "new" / "figs")
+    assert status == 1 and "the demo loaded its data" in err
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_demo_output_under_proc_refused_before_any_work(cli, monkeypatch):
+    # As root, /proc passes the access check: the demo trained, then failed.
+    _demo_never_loads(monkeypatch)
+    target = "/proc/locus-no-such-folder/figs"
+    status, out, err = cli("demo", "--quick", "--output", target)
+    assert_one_line(status, err, 3, f"--output '{target}'")
+    assert out == ""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_interrupts_kept_keeps_an_inherited_sigint_ignored():
+    # A background job of a non-interactive shell (`locus fit ... &`) starts
+    # with SIGINT ignored; interrupts_kept re-enabled it during training.
+    import signal
+
+    code = (
+        "import os, signal, time\n"
+        "from locus_sklearn._cli._errors import interrupts_kept\n"
+        "with interrupts_kept():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.2)\n"
+        "print('ran on', signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ran on True\n"
+
+
+def test_demo_progress_lines_count_one_model_in_the_singular(monkeypatch):
+    from types import SimpleNamespace
+
+    import locus_sklearn.inspection as inspection
+    from locus_sklearn._cli import _demo
+
+    lines = []
+    rng = np.random.RandomState(0)
+    queries = [f"q{i:03d}" for i in range(200)]
+    scores = rng.randint(0, 2, 200).astype(float)
+    train = pd.DataFrame({"model": "c", "query": queries[:150], "score": scores[:150]})
+    test = pd.DataFrame({"model": "c", "query": queries[150:], "score": scores[150:]})
+
+    class Router:  # what _onboard and _portfolio read of a fitted router
+        def __init__(self, names):
+            self.classes_ = np.array(names)
+            self.model_embeddings_ = np.eye(len(names))
+            self.embedder_ = SimpleNamespace(
+                predict_proba=lambda emb, q, evals: np.full((len(q), 1), 0.5)
+            )
+
+        def add_models(self, evals):
+            return self
+
+        def embed(self, evals):
+            return np.zeros((evals["model"].nunique(), len(self.classes_)))
+
+        def predict_proba(self, queries):
+            return np.full((len(queries), len(self.classes_)), 0.5)
+
+    def curve(router, scored, sizes, **kwargs):
+        return pd.DataFrame(
+            {
+                "value": sizes,
+                "models": [list(router.classes_[:size]) for size in sizes],
+                "n_queries": 50, "accuracy": 0.5, "full_pool_accuracy": 0.5,
+                "random_mean": 0.5, "random_std": 0.0,
+            }
+        )  # fmt: skip
+
+    monkeypatch.setattr(inspection, "portfolio_curve", curve)
+    demo = SimpleNamespace(
+        held_out=["c"], train=train, test=test, rng=rng, seed=0,
+        say=lambda *said: lines.extend(said),
+    )  # fmt: skip
+    _demo._onboard(demo, Router(["a", "b", "c"]))  # 1 model held out
+    _demo._portfolio(demo, Router(["a", "b"]), quick=True)  # portfolios of 1
+    assert lines[0] == (
+        "[3/4] Onboarding the 1 held-out model from 128 evaluations (no "
+        "training); correctness accuracy on its test queries:"
+    )
+    assert any(line.startswith("  (embedding the 1 model took ") for line in lines)
+    assert "[4/4] Portfolios of 1 model (pool of 2):" in lines
+    for text in (
+        "the 1 model chosen for expected routing accuracy",
+        "the 1 model chosen by k-medoids on the embeddings",
+        "random 1-model portfolios",
+    ):
+        assert any(line.strip().startswith(text) for line in lines), lines
+    assert not any("1 models" in line or "1 held-out models" in line for line in lines)
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32" or __import__("shutil").which("bash") is None,
+    reason="run.sh is a bash script",
+)
+def test_run_sh_runs_the_demo_in_the_callers_folder(tmp_path):
+    # run.sh changed to its own folder: `bash run.sh demo --evals my.csv` read
+    # the repository's my.csv, and the figures landed in the repository.
+    # Tests and docs still run in the repository (CI calls them from there).
+    import shutil
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo, caller = tmp_path / "repo", tmp_path / "caller"
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    caller.mkdir()
+    shutil.copy(os.path.join(root, "run.sh"), repo / "run.sh")
+    (repo / "pyproject.toml").write_text("")
+    # An installed .venv whose programs say where they ran and with what.
+    for program in ("python", "sphinx-build"):
+        stub = repo / ".venv" / "bin" / program
+        stub.write_text(f'#!/bin/sh\necho "{program} in $(pwd -P): $*"\n')
+        stub.chmod(0o755)
+    for extras in ("[plot]", "[test]", "[docs,test]"):
+        stamp = repo / ".venv" / f".locus-installed{extras}"
+        stamp.write_text("")
+        os.utime(stamp, (2e9, 2e9))  # newer than pyproject.toml: no setup
+    env = {k: v for k, v in os.environ.items() if k not in ("VENV", "PYTHON")}
+
+    def run_sh(*args):
+        result = subprocess.run(
+            ["bash", str(repo / "run.sh"), *args],
+            cwd=caller, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    repo_p, caller_p = os.path.realpath(repo), os.path.realpath(caller)
+    assert run_sh("demo", "--evals", "my.csv") == (
+        f"python in {caller_p}: -m locus_sklearn demo --evals my.csv\n"
+    )
+    assert run_sh("test", "-k", "x") == f"python in {repo_p}: -m pytest -q -k x\n"
+    assert run_sh("docs").startswith(f"sphinx-build in {repo_p}: -W --keep-going")

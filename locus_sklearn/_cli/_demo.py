@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._errors import interrupts_kept
+from ._errors import EXIT_IO, CommandError, interrupts_kept
 from ._io import format_table, progress_to_stderr
 
 __all__ = ["run_demo", "DEMO_SETTINGS", "QUICK_SETTINGS"]
@@ -68,6 +68,11 @@ def _table(header, rows):
     """An aligned table (list of lines): first column left, the others right."""
     aligns = ["<"] + [">"] * (len(header) - 1)
     return format_table(header, rows, aligns=aligns, indent="  ")
+
+
+def _count(n, noun):
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 model", "3 models"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _names(models, limit=5):
@@ -176,42 +181,102 @@ def _route_stats(proba, Y):
     return routing_accuracy(Y, proba), len(np.unique(routed))
 
 
-def _figures(router, family, portfolio, held_out, curves, output, say):
-    """Write the model map, dendrogram and portfolio curve; return file names."""
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, or None if it is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _os_reason(exc, output):
+    """The OS's reason of ``exc``, with the path it concerns unless that is
+    ``output`` (which the message names already)."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is None or os.fspath(exc.filename) == os.fspath(output):
+        return reason
+    return f"{reason}: {os.fspath(exc.filename)!r}"
+
+
+def _create_output(output):
+    """Create the figures' folder ``output`` and its missing parents, with an
+    error in --output's terms; return the folders created, deepest first."""
+    created = []
+    folder = output
+    while not os.path.lexists(folder) and folder != folder.parent:
+        created.append(folder)
+        folder = folder.parent
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot create the folder --output {str(output)!r}: "
+            f"{_os_reason(exc, output)}; give a folder that this process can "
+            "create and write into.",
+            status=EXIT_IO,
+        ) from exc
+    return created
+
+
+def _check_output(output):
+    """Fail before any work if the folder ``output`` cannot be created, also
+    where the command line's check cannot tell (root under /proc or /sys
+    passes its access check): by creating it, then removing what was
+    created, so that a run that fails later leaves no empty folder."""
+    for folder in _create_output(output):
+        try:
+            folder.rmdir()
+        except OSError:  # no longer empty: keep it, and its parents
+            break
+
+
+def _figures(router, family, portfolio, held_out, curves, output, say):
+    """Write the model map, dendrogram and portfolio curve; return file names."""
+    plt = _pyplot()
+    if plt is None:
         say("  matplotlib is not installed: skipping figures (pip install matplotlib).")
         return []
     from ..inspection import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
 
-    output.mkdir(parents=True, exist_ok=True)
+    _create_output(output)
     names = router.classes_
     written = []
+
+    def save(fig, name):
+        try:
+            fig.savefig(output / name, dpi=120)
+        except OSError as exc:  # a full disk: named in --output's terms
+            raise CommandError(
+                f"could not write {name} into --output {str(output)!r}: "
+                f"{_os_reason(exc, output)}",
+                status=EXIT_IO,
+            ) from exc
+        written.append(name)
 
     groups = None if family is None else [family.get(m, "?") for m in names]
     _, ax = plt.subplots(figsize=(9.0, 7.0), layout="constrained")
     plot_model_map(router, groups=groups, ax=ax)
     for i, name in enumerate(names):
-        if name in held_out or name in portfolio:
-            # Mark onboarded models (never trained on) and the portfolio.
-            xy = ax.texts[i].xy
-            marker = "s" if name in held_out else "*"
-            ax.plot(*xy, marker=marker, ms=14, mfc="none", mec="black")
+        # Mark onboarded models (never trained on) and the portfolio; a model
+        # that is both gets both, the star inside the larger square.
+        xy = ax.texts[i].xy
+        if name in held_out:
+            ax.plot(*xy, marker="s", ms=18, mfc="none", mec="black")
+        if name in portfolio:
+            ax.plot(*xy, marker="*", ms=14, mfc="none", mec="black")
     ax.set_title(
         "Model map (PCA of LOCUS embeddings)\n"
         f"square: onboarded from {N_ONBOARD_EVALS} evaluations; star: portfolio"
     )
-    ax.figure.savefig(output / "model_map.png", dpi=120)
-    written.append("model_map.png")
+    save(ax.figure, "model_map.png")
 
     fig = plot_model_dendrogram(router, metric="cosine")
     fig.suptitle("Models clustered by LOCUS embedding (cosine distance)")
-    fig.savefig(output / "model_dendrogram.png", dpi=120)
-    written.append("model_dendrogram.png")
+    save(fig, "model_dendrogram.png")
 
     ax = plot_portfolio_curve(
         curves["expected"], label="chosen for expected routing accuracy"
@@ -222,8 +287,7 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
     )  # fmt: skip
     ax.legend()
     ax.set_title("Routing accuracy restricted to a portfolio (test questions)")
-    ax.figure.savefig(output / "portfolio_curve.png", dpi=120)
-    written.append("portfolio_curve.png")
+    save(ax.figure, "portfolio_curve.png")
     plt.close("all")
     return written
 
@@ -415,10 +479,11 @@ def _onboard(demo, router):
             "",
         )
         return {"onboarding_accuracy": None}
+    each, their = (" each", "their") if len(held_out) > 1 else ("", "its")
     demo.say(
-        f"[3/4] Onboarding the {len(held_out)} held-out models from "
-        f"{N_ONBOARD_EVALS} evaluations each (no training); correctness "
-        "accuracy on their test queries:"
+        f"[3/4] Onboarding the {_count(len(held_out), 'held-out model')} from "
+        f"{N_ONBOARD_EVALS} evaluations{each} (no training); correctness "
+        f"accuracy on {their} test queries:"
     )
     onboard = _onboard_rows(demo)
     t0 = time.perf_counter()
@@ -465,7 +530,10 @@ def _onboard(demo, router):
         "majority guess",
     ]
     demo.say(*_table(header, rows))
-    demo.say(f"  (embedding the {len(held_out)} models took {onboard_time:.2f} s)", "")
+    demo.say(
+        f"  (embedding the {_count(len(held_out), 'model')} took {onboard_time:.2f} s)",
+        "",
+    )
     return {"onboarding_accuracy": results}
 
 
@@ -514,7 +582,7 @@ def _portfolio(demo, router, quick):
     portfolio = list(at_k["expected"]["models"])
     row = at_k["expected"]
     demo.say(
-        f"[4/4] Portfolios of {k} models (pool of {len(models)}):",
+        f"[4/4] Portfolios of {_count(k, 'model')} (pool of {len(models)}):",
         f"  for expected routing accuracy (the router's P(correct) on the "
         f"training queries): {', '.join(portfolio)}",
         *_table(
@@ -522,11 +590,11 @@ def _portfolio(demo, router, quick):
             [
                 (f"all {len(models)} models", f"{row['full_pool_accuracy']:.3f}"),
                 (
-                    f"the {k} models chosen for expected routing accuracy",
+                    f"the {_count(k, 'model')} chosen for expected routing accuracy",
                     f"{row['accuracy']:.3f}",
                 ),
                 (
-                    f"the {k} models chosen by k-medoids on the embeddings",
+                    f"the {_count(k, 'model')} chosen by k-medoids on the embeddings",
                     f"{at_k['k-medoids']['accuracy']:.3f}",
                 ),
                 (
@@ -561,6 +629,8 @@ def _run(evals, output, open_weights, epochs, seed, quick, stream):
     say = _Printer(stream or sys.stdout)
     start = time.perf_counter()
     output = Path(output)
+    if _pyplot() is not None:  # else no figures, and no folder for them
+        _check_output(output)
     demo = _Demo(evals, open_weights, seed, say)
     settings = dict(QUICK_SETTINGS if quick else DEMO_SETTINGS)
     if epochs is not None:
@@ -608,7 +678,8 @@ def run_demo(
         averaged into one. None uses the built-in MMLU-Pro subset with its
         precomputed encodings.
     output : str or path-like, default="locus_demo_output"
-        Folder for the figures (created if needed).
+        Folder for the figures (created with its parents if needed; that it
+        can be is checked before any work).
     open_weights : bool, default=True
         With the built-in data, keep only the 27 open-weights models (where
         routing has headroom); False uses all 32.

@@ -108,7 +108,9 @@ def interrupts_kept():
     save a barely trained router and exit 0. Inside this block a SIGINT is
     recorded as well as raised, and raised again when the block ends, so
     the command stops with status 130 and writes nothing. Outside the main
-    thread (no signal handler can be set there) the block runs as is.
+    thread (no signal handler can be set there), and in a process started
+    with SIGINT ignored (a background job of a script: ``locus fit ... &``),
+    which keeps ignoring it as Python does, the block runs as is.
 
     Examples
     --------
@@ -125,6 +127,10 @@ def interrupts_kept():
     training ended
     interrupted
     """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # A Ctrl-C meant for the foreground job must not end this one.
+        yield
+        return
     seen = []
 
     def record(signum, frame):

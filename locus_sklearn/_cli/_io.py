@@ -957,9 +957,18 @@ def check_folder_writable(path, what):
         problem = "it is a file, not a folder"
     else:
         existing = path  # the folder, or its nearest existing parent
-        while not existing.exists() and existing != existing.parent:
+        # lexists: a symbolic link to nothing (an unmounted folder) is there
+        # too, and no folder can be created in its place or through it.
+        while not os.path.lexists(existing) and existing != existing.parent:
             existing = existing.parent
-        problem = _folder_problem(existing)
+        if os.path.islink(existing) and not existing.exists():
+            where = "it" if existing == path else repr(str(existing))
+            problem = (
+                f"{where} is a symbolic link to {os.readlink(existing)!r}, which "
+                "does not exist; give an existing folder or one that can be created"
+            )
+        else:
+            problem = _folder_problem(existing)
     if problem:
         raise CommandError(
             f"cannot write into {what} {str(path)!r}: {problem}", status=EXIT_IO
