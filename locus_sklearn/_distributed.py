@@ -19,7 +19,16 @@ adds to the mixin, so that N processes train as one:
 - each process draws its own episodes, dropout and noise (the sampler's
   shuffling is kept in step by accelerate); the initial weights are rank 0's,
   which DistributedDataParallel broadcasts;
+- the profile head, which no loss term reads when ``profile_weight=0``,
+  is left out of DistributedDataParallel (whose default refuses parameters
+  without a gradient); it stays as initialised, as in one process;
 - only the main process prints the epoch table.
+
+Two settings are refused with more than one process: ``even_batches=False``
+(processes would take different numbers of steps and wait on each other's
+collective calls) and ``standardize_embedding=True`` (its BatchNorm would
+standardise each process's share of a step alone; torch's SyncBatchNorm
+runs on GPUs only).
 
 accelerate itself is imported only by the caller who builds the Accelerator;
 this module needs skorch alone.
@@ -39,6 +48,7 @@ from ._training import LocusNet, progress_sink
 __all__ = [
     "AcceleratedLocusNet",
     "accelerated_net_kwargs",
+    "check_accelerated_params",
     "check_accelerator",
     "shared_random_state",
     "training_device",
@@ -63,6 +73,12 @@ class AcceleratedLocusNet(AccelerateMixin, LocusNet):
         # DistributedDataParallel refuses to wrap the (parameter-free) loss.
         if self._wrapped_with_accelerator:
             return self
+        # DistributedDataParallel (with find_unused_parameters=False,
+        # accelerate's default and the user's setting) fails at the second
+        # step on parameters that had no gradient: the profile head, which no
+        # loss term reads with profile_weight=0, is kept out of it. Without a
+        # gradient AdamW leaves it as initialised, as in one process.
+        self._set_unused_profile_trainable(False)
         with self._current_init_context("module"):
             self.module_ = self.accelerator.prepare(self.module_)
         with self._current_init_context("optimizer"):
@@ -79,6 +95,12 @@ class AcceleratedLocusNet(AccelerateMixin, LocusNet):
 
     def _network(self):
         return self.accelerator.unwrap_model(self.module_)
+
+    def _set_unused_profile_trainable(self, trainable):
+        """Set whether the profile head trains, when no loss term reads it."""
+        profile = self._network().profile
+        if profile is not None and not self.profile_weight:
+            profile.requires_grad_(trainable)
 
     def _mean_over_processes(self, value):
         """Mean of a scalar over processes (the same result on every one)."""
@@ -124,6 +146,7 @@ class AcceleratedLocusNet(AccelerateMixin, LocusNet):
             # After the callbacks: early stopping has restored its best
             # weights (saved from the wrapped module) by now.
             self._unwrap_accelerator()
+            self._set_unused_profile_trainable(True)
 
 
 def accelerated_net_kwargs(accelerator, verbose):
@@ -171,8 +194,9 @@ def _same_device(a, b):
 
 def check_accelerator(accelerator, device, batch_size):
     """The training device: the accelerator's. ``device`` must be None or it,
-    and ``batch_size`` (episodes per step over all processes) a multiple of
-    the number of processes."""
+    ``batch_size`` (episodes per step over all processes) a multiple of the
+    number of processes, and, with several, the accelerator's
+    ``even_batches`` True."""
     n_processes = accelerator.num_processes
     world = os.environ.get("WORLD_SIZE", "")
     if n_processes == 1 and world.isdigit() and int(world) > 1:
@@ -192,6 +216,16 @@ def check_accelerator(accelerator, device, batch_size):
             f"training processes ({n_processes}): it counts the episodes of one "
             "optimisation step over all of them."
         )
+    if n_processes > 1 and getattr(accelerator, "even_batches", True) is False:
+        # Episodes that do not split evenly would give the processes
+        # different numbers of steps: one then waits in the gradient
+        # all-reduce while another averages the validation loss: a gloo
+        # crash or a hang, never an error that names the setting.
+        raise ValueError(
+            f"the accelerator has even_batches=False, but its {n_processes} "
+            "training processes must take the same number of steps; create it "
+            "with even_batches=True (DataLoaderConfiguration's default)."
+        )
     expected = training_device(accelerator)
     # parse_device: a value that is no torch device is an error naming
     # ``device``, as without an accelerator; any other is one to compare.
@@ -204,6 +238,27 @@ def check_accelerator(accelerator, device, batch_size):
             "process trains on the device accelerate assigns it)."
         )
     return expected
+
+
+def check_accelerated_params(accelerator, params):
+    """Refuse hyper-parameters that do not train data-parallel.
+
+    ``params`` are the estimator's hyper-parameters (a mapping). With more
+    than one process, ``standardize_embedding=True`` is refused: its
+    BatchNorm would compute each process's batch statistics over that
+    process's share of a step's models (with one model each, the running
+    statistics it never updates), and torch's SyncBatchNorm, which would
+    share them, runs on GPUs only.
+    """
+    n_processes = accelerator.num_processes
+    if n_processes > 1 and params["standardize_embedding"]:
+        raise ValueError(
+            "standardize_embedding=True does not train data-parallel: with an "
+            f"accelerator of {n_processes} processes each would standardise "
+            "only its own share of a step's models. Set "
+            "standardize_embedding=False, or train in one process "
+            "(accelerator=None)."
+        )
 
 
 def shared_random_state(accelerator, random_state):

@@ -17,7 +17,11 @@ from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted
 
 from ._device import resolve_device
-from ._distributed import check_accelerator, shared_random_state
+from ._distributed import (
+    check_accelerated_params,
+    check_accelerator,
+    shared_random_state,
+)
 from ._encoders import (
     _numpy_ready,
     as_query_encoder,
@@ -800,7 +804,11 @@ class LocusEmbedder(
                 "pass an accelerate.Accelerator (or None to train in this "
                 "process alone)."
             )
-        return check_accelerator(self.accelerator, self.device, self.batch_size)
+        device = check_accelerator(self.accelerator, self.device, self.batch_size)
+        # Before the queries are encoded (fit_network checks again, for
+        # callers that reach it directly).
+        check_accelerated_params(self.accelerator, self.get_params(deep=False))
+        return device
 
     def _saved_params(self):
         """Hyper-parameters that define the fitted network and its use."""

@@ -999,7 +999,9 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
     verbose : int, default=0
     accelerator : accelerate.Accelerator, default=None
         Train data-parallel over the accelerator's processes; ``rng`` must
-        then draw the same on every process.
+        then draw the same on every process. With more than one, a ValueError
+        refuses ``standardize_embedding=True`` (see
+        :func:`~._distributed.check_accelerated_params`).
 
     Returns
     -------
@@ -1007,6 +1009,11 @@ def fit_network(params, table, X_query, *, rng, device, verbose=0, accelerator=N
         Trained in float32 (whatever torch's default dtype), in evaluation
         mode, holding no training encodings.
     """
+    if accelerator is not None:
+        # Before any work: every process refuses alike, none waits alone.
+        from ._distributed import check_accelerated_params
+
+        check_accelerated_params(accelerator, params)
     # Training needs gradients and float32, whatever the caller's context
     # (inference mode, no_grad, a float64 default dtype, autocast).
     with trainable_torch(device):

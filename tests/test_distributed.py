@@ -1,17 +1,20 @@
 """Data-parallel training through accelerate (locus_sklearn._distributed).
 
-The two-process test really runs two processes (torch.distributed.run, gloo on
-127.0.0.1) and checks that they end with the same weights and history and
-that the network learned; the others run in this process.
+The two-process tests really run two processes (torch.distributed.run, gloo on
+127.0.0.1): one checks that they end with the same weights and history and
+that the network learned, the others the settings that do not train
+data-parallel; the rest run in this process.
 """
 
 import json
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -69,6 +72,39 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+def _launch(worker, out, params, timeout=240):
+    """Run ``worker`` in 2 CPU processes (gloo on 127.0.0.1), given ``out``
+    and ``params`` (JSON); a run past ``timeout`` seconds (a hang) is
+    killed with its processes and returns code None."""
+    script = Path(out) / "worker.py"
+    script.write_text(worker)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        str(script), str(out), json.dumps(params),
+    ]  # fmt: skip
+    # A session of its own: a hung run's workers are killed with the launcher.
+    with subprocess.Popen(
+        command, env=env, text=True, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as process:  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+            code = process.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            code = None
+    return subprocess.CompletedProcess(command, code, stdout, stderr)
+
+
 @pytest.fixture(scope="module")
 def accelerator():
     # One per test process: accelerate's state is process-wide.
@@ -83,21 +119,7 @@ def pool():
 
 @pytest.mark.slow
 def test_two_processes_train_as_one(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "GLOO_SOCKET_IFNAME": "lo",
-    }
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-        str(script), str(tmp_path), json.dumps(TINY),
-    ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    done = _launch(WORKER, tmp_path, TINY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     runs = [json.loads((tmp_path / f"run{r}.json").read_text()) for r in (0, 1)]
@@ -279,3 +301,145 @@ def test_device_that_is_no_torch_device_is_named(pool, accelerator, device):
     )
     with pytest.raises(ValueError, match=f"device='{device}' is not a torch device"):
         embedder.fit(pool.evals)
+
+
+# Settings that train in one process but not data-parallel, each tried on 2
+# processes in turn (one launch); a fit that hangs leaves no result file.
+SMALL = dict(
+    embedding_dim=8, n_latents=4, n_blocks=1, n_heads=2, hidden_dim=8,
+    enc_size=(8, 32), dec_size=16, episodes_per_epoch=16, batch_size=2,
+    max_epochs=2,
+)  # fmt: skip
+
+SETTINGS_WORKER = """
+import json, sys
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration
+from locus_sklearn import LocusEmbedder
+from locus_sklearn.datasets import make_model_pool
+
+torch.set_num_threads(1)
+out, small = sys.argv[1], json.loads(sys.argv[2])
+small["enc_size"] = tuple(small["enc_size"])
+accelerator = Accelerator(cpu=True)
+rank = accelerator.process_index
+pool = make_model_pool(n_models=6, n_queries=120, evals_per_model=60,
+                       random_state=0)
+
+
+def attempt(name, accelerator, pool=pool, **params):
+    try:
+        embedder = LocusEmbedder(pool.encodings, accelerator=accelerator,
+                                 random_state=0, **{**small, **params})
+        embedder.fit(pool.evals)
+    except Exception as error:
+        result = {"error": f"{type(error).__name__}: {error}"}
+    else:
+        module = embedder.net_.module_
+        torch.save(module.state_dict(), f"{out}/{name}{rank}.pt")
+        result = {"error": None, "trainable": all(
+            p.requires_grad for p in module.parameters())}
+    with open(f"{out}/{name}{rank}.json", "w") as f:
+        json.dump(result, f)
+
+
+attempt("standardize", accelerator, standardize_embedding=True)
+attempt("profile", accelerator, n_profile_regions=3, profile_weight=0.0)
+uneven = Accelerator(
+    cpu=True, dataloader_config=DataLoaderConfiguration(even_batches=False))
+# 5 models, 3 passes: 15 episodes an epoch, which 2 processes cannot share
+# evenly (8 steps and 7).
+attempt("uneven", uneven, episodes_per_epoch=15, pool=make_model_pool(
+    n_models=5, n_queries=120, evals_per_model=60, random_state=0))
+"""
+
+
+@pytest.fixture(scope="module")
+def settings_run(tmp_path_factory):
+    """The output folder of SETTINGS_WORKER's launch, and the launch."""
+    out = tmp_path_factory.mktemp("settings")
+    return out, _launch(SETTINGS_WORKER, out, SMALL)
+
+
+def _results(settings_run, name):
+    out, done = settings_run
+    paths = [out / f"{name}{rank}.json" for rank in (0, 1)]
+    assert all(path.exists() for path in paths), (
+        f"no result for {name} (exit code {done.returncode}, None: killed "
+        f"after hanging): {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    )
+    return [json.loads(path.read_text()) for path in paths]
+
+
+@pytest.mark.slow
+def test_two_processes_train_with_an_unread_profile_head(settings_run):
+    """n_profile_regions > 0 with profile_weight=0 made DistributedDataParallel
+    fail at the second step: the profile head had no gradient."""
+    runs = _results(settings_run, "profile")
+    assert [run["error"] for run in runs] == [None, None]
+    # Every parameter trains again after the fit (a refit, a user's training).
+    assert [run["trainable"] for run in runs] == [True, True]
+    out, _ = settings_run
+    w0, w1 = (torch.load(out / f"profile{rank}.pt") for rank in (0, 1))
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    # The head no loss term reads stays as initialised, as in one process,
+    # which draws the same initial weights from the same random_state.
+    pool = make_model_pool(n_models=6, n_queries=120, evals_per_model=60,
+                           random_state=0)  # fmt: skip
+    one = LocusEmbedder(
+        pool.encodings, random_state=0, n_profile_regions=3, profile_weight=0.0,
+        **SMALL,
+    ).fit(pool.evals)  # fmt: skip
+    expected = one.net_.module_.profile.state_dict()
+    assert expected.keys() == {"weight", "bias"}
+    for name, value in expected.items():
+        assert torch.equal(w0[f"profile.{name}"], value)
+
+
+@pytest.mark.slow
+def test_uneven_batches_over_two_processes_are_refused(settings_run):
+    """even_batches=False gave the processes different numbers of steps: a
+    gloo error, or both waiting for ever."""
+    runs = _results(settings_run, "uneven")
+    for run in runs:
+        assert run["error"].startswith("ValueError: the accelerator has even_batches")
+
+
+@pytest.mark.slow
+def test_standardized_embeddings_over_two_processes_are_refused(settings_run):
+    """Each process's BatchNorm saw its own share of a step's models; with one
+    model each, the running statistics stayed 0 and 1 and nothing was
+    standardised, without a word."""
+    runs = _results(settings_run, "standardize")
+    for run in runs:
+        assert run["error"].startswith("ValueError: standardize_embedding=True")
+        assert "2 processes" in run["error"]
+
+
+def _fake_accelerator(n_processes, even_batches=True):
+    return SimpleNamespace(
+        num_processes=n_processes, even_batches=even_batches, device="cpu"
+    )
+
+
+def test_uneven_batches_are_refused_with_several_processes():
+    from locus_sklearn._distributed import check_accelerator
+
+    with pytest.raises(ValueError, match=r"even_batches=False.*2 training processes"):
+        check_accelerator(_fake_accelerator(2, even_batches=False), None, 4)
+    # One process takes every step: uneven shards cannot happen.
+    assert check_accelerator(_fake_accelerator(1, even_batches=False), None, 4) == (
+        torch.device("cpu")
+    )
+    assert check_accelerator(_fake_accelerator(2), None, 4) == torch.device("cpu")
+
+
+def test_standardize_embedding_is_refused_with_several_processes():
+    from locus_sklearn._distributed import check_accelerated_params
+
+    params = {"standardize_embedding": True}
+    with pytest.raises(ValueError, match=r"standardize_embedding=True.*2 processes"):
+        check_accelerated_params(_fake_accelerator(2), params)
+    check_accelerated_params(_fake_accelerator(1), params)
+    check_accelerated_params(_fake_accelerator(2), {"standardize_embedding": False})
