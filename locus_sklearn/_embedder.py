@@ -436,24 +436,31 @@ class LocusEmbedder(
         posteriori fit of the model's own evaluations under the frozen
         predictor, with a Gaussian prior toward the encoder's embedding, by
         at most this many damped Gauss-Newton steps (a model stops once its
-        step no longer changes the fit in float32; 3-5 steps on the
-        benchmark pools, so 10 is ample); with the kernel readout, each row
+        next step would no longer move its embedding in float32; 2-4 steps
+        at the default prior on BFCL, so 10 is ample); with the kernel readout, each row
         is predicted from the model's other rows. The encoder, one forward
         pass amortised over every set, reads mostly how strong a model is;
         the refined embedding also keeps what the predictor can read of the
         model's own answers. 0 returns the encoder's embedding (the
         paper's). A model's refinement is its own (its objective, steps
         and stopping), so its embedding, refined or not, depends on the
-        models embedded beside it only through float32 rounding of the
-        batched passes (about 1e-7 relative). At 256 evaluations per model
+        models embedded beside it, and on ``transform_batch_tokens``, only
+        through float32 rounding of the batched passes (within 1e-6
+        relative in small test fits with the kernel readout; without it up
+        to 5e-5 at ``refine_prior`` 0.001 to 0.003, where 10 steps may not
+        reach a model's optimum). At 256 evaluations per model
         (``benchmarks/results/TUNING.md``, session 28; three seeds):
         Shaberi's same-base siblings recall@1 0.27 against 0.10, BFCL's
         self-identification from 256 disjoint rows 0.17 against 0.10,
         routing within the seed spread on four pools (BFCL 0.899 against
-        0.896). Each step costs about four predictor passes over the
-        model's rows: at most 10 steps take 0.32 s for 71 models x 256 rows
+        0.896; these figures, and the timings below, are from the earlier
+        stopping rule, which stopped up to 3e-4 short of the optimum). Each
+        step costs one predictor pass over the model's rows with its
+        Jacobian: at most 10 steps took 0.32 s for 71 models x 256 rows
         against the encoder's 0.18 s, 2.8 s for 112 x 1,024 against 0.81 s
-        (2 CPU cores, ``benchmarks/core_speed.py --refine``).
+        (2 CPU cores, ``benchmarks/core_speed.py --refine``, earlier rule;
+        the present one takes about 1.6 times as long on BFCL at the
+        default prior).
     refine_prior : float, default=0.1
         Weight of the prior, the mean square of the move in units of each
         coordinate's spread over the training models' embeddings
@@ -466,11 +473,14 @@ class LocusEmbedder(
         the fit has no fixed point (the embeddings run away), and under a
         tiny one float32 rounding steers the solve, so that a model's
         embedding depended on the models refined beside it (in small test
-        fits, up to 1e-3 relative at priors of 1e-5 to 1e-4, 0.4 at 1e-8;
-        within 5e-7 from 3e-4 up).
+        fits, 1e-3 to 5e-3 relative at priors of 1e-5 to 1e-4, of order 1 at
+        1e-8; from 0.001 up, within 1e-6 with the kernel readout and up to
+        5e-5 without).
     random_state : int, RandomState instance or None, default=None
         Seeds the validation split, initial weights and episode sampling; an
-        int makes a CPU fit reproducible bit for bit. On a GPU two such fits
+        int makes a CPU fit reproducible bit for bit at a given number of
+        torch threads (loky workers run fewer: a parallel search agrees with
+        a sequential one to about 1e-7 relative). On a GPU two such fits
         agree to float32 rounding (atomic additions sum in any order; 6e-7
         apart on one H200), and bit for bit under
         ``torch.use_deterministic_algorithms(True)`` with

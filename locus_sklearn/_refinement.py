@@ -24,10 +24,15 @@ __all__ = ["REFINE_PRIOR_MIN", "embedding_scale", "refine_embeddings"]
 # has no fixed point: embeddings ran away (norm 2.8 to 58-450 in 10 steps). A
 # tiny prior leaves directions so flat that float32 rounding of the batched
 # passes steers the solve: a model's embedding then depended on the models
-# refined beside it, by up to 1e-3 relative at priors of 1e-5 to 1e-4 (0.4 at
-# 1e-8), where from 3e-4 up it stayed within 5e-7 (small test fits,
-# embedding_dim 8 to 128, with and without the kernel readout). 0.001 is also
-# the smallest prior benchmarks/refine_prior.py measured on real pools.
+# refined beside it, by 1e-3 to 5e-3 relative at priors of 1e-5 to 1e-4 (order
+# 1 at 1e-8). From 1e-3 up it stayed within 1e-6 of the model's embedding
+# refined alone, at any transform_batch_tokens, with the kernel readout
+# (2.3e-7 from 0.1 up); without it, up to 1.3e-6 at 0.01 and 5e-5 at 1e-3 to
+# 3e-3, where 10 steps did not bring a model to its optimum (small test fits,
+# embedding_dim 8 to 32, models of 1 to 200 rows; under the stopping rule
+# before _STEP_RTOL's, up to 1e-3 with the readout and 1.2e-2 without, at
+# 1e-3 to 1e-2). 0.001 is also the smallest prior benchmarks/refine_prior.py
+# measured on real pools.
 REFINE_PRIOR_MIN = 1e-3
 
 # Most cosine cells (rows x stored rows) of one block of the leave-one-out
@@ -39,15 +44,24 @@ _READOUT_CELLS = 1 << 22
 # of models over tens of thousands of queries) each model's own rows are read.
 _BANK_BYTES = 256 * 2**20
 
-# A model's steps stop once its Newton decrement g^T H^-1 g (twice the
-# decrease a full step promises; the usual stopping rule of Newton's method)
-# is below this share of its objective: a promised decrease under float32's
-# resolution of the objective (eps 1.19e-7), where a step and rounding noise
-# can no longer be told apart.
-_DECREMENT_RTOL = 2 * float(torch.finfo(torch.float32).eps)
-# Backtracking: a step is halved until the objective falls by at least this
-# share of the promised decrease (Armijo's rule), at most _HALVINGS times; a
-# model whose step never passes has converged as far as float32 can tell.
+_EPS32 = float(torch.finfo(torch.float32).eps)
+# A model stops once its next step would move its embedding by less than
+# float32's resolution of it (eps relative to its norm), so that whether it
+# stops there or a step later changes its embedding by float32 rounding
+# only. The rule was the Newton decrement g^T H^-1 g under float32's
+# resolution of the objective: a decrement that small still allows a step
+# of sqrt(decrement / curvature), 1e-4 to 1e-3 relative at priors of 1e-3
+# to 1e-2 where the prior alone curves a direction (2·prior/d), and which
+# side of the threshold a model fell on turned on the rounding of the
+# batched passes, so that a model refined beside others (or at another
+# transform_batch_tokens) took a step more or fewer than alone.
+_STEP_RTOL = _EPS32
+# Backtracking, a safeguard behind the steps' length (_refine_batch): a step
+# is halved until the objective falls by at least this share of the promised
+# decrease (Armijo's rule), at most _HALVINGS times; a model whose step never
+# passes stops there. The test allows the objective's float32 resolution
+# (2 eps |L|), as line searches on noisy objectives do: near the optimum a
+# step's decrease is below it, and a strict test read rounding.
 _ARMIJO = 1e-4
 _HALVINGS = 10
 
@@ -189,14 +203,20 @@ def refine_embeddings(module, table, X_query, z0, *, scale, steps, prior, batch_
     under the frozen predictor (its weights and dropout untouched,
     evaluation mode), by at most ``steps`` damped Gauss-Newton steps: the
     step solves ``(Jᵀ S J / n + 2·prior/d · I) s = ∇L`` with J the logits'
-    Jacobian in δ (n rows by d) and S the Bernoulli variances p(1 - p), then
-    backtracks until L falls (Armijo). The prior makes the system positive
-    definite, and a model stops once its Newton decrement is below float32's
-    resolution of L.
+    Jacobian in δ (n rows by d) and S the Bernoulli variances p(1 - p); its
+    length is the inverse of how much more L curved along the previous step
+    than that system said (at most a full step), and it backtracks if L
+    still rises (Armijo). The prior makes the system positive definite, and
+    a model stops once its next step would move its embedding by less than
+    float32's resolution of it.
     With the kernel readout, the predictor's readout input at a row reads the
     model's *other* rows. Every model's objective, steps and stopping are its
-    own: the result depends on which other models are refined alongside only
-    through float32 rounding of the batched passes (about 1e-7 relative).
+    own (sums over its own rows, in float64): the result depends on which
+    other models are refined alongside, and on ``batch_tokens``, only through
+    float32 rounding of the batched passes: within 1e-6 relative in small
+    test fits with the kernel readout; without it, up to 1.3e-6 at a prior
+    of 0.01 and 5e-5 at 0.001 to 0.003, where ``steps`` does not bring a
+    model to its optimum (see :data:`REFINE_PRIOR_MIN`).
 
     Parameters
     ----------
@@ -253,8 +273,12 @@ def _refine_batch(
     module, features, unit, table, models, z0, scale, steps, prior, bank_readout=None
 ):
     query_index, score, mask = _padded_rows(table, models, features.device)
-    weight = mask.to(torch.float32)
+    # Each model's objective and gradient are sums over its rows in float64:
+    # padding adds exact zeros, so they carry the rounding of the model's own
+    # float32 rows only (a float32 sum's rounding depends on the width).
+    weight = mask.to(torch.float64)
     weight = weight / weight.sum(1, keepdim=True)  # each model's mean
+    target = score.to(torch.float64)
     extra = None
     if bank_readout is not None:
         rows, _ = padded_rows(table.indptr, models)
@@ -262,54 +286,108 @@ def _refine_batch(
     elif module.readout is not None:
         extra = _leave_one_out_readout(module.readout, unit, query_index, score, mask)
     predictor = module.predictor
-    rows = predictor.row_terms(features, query_index, extra)
+    u, extra_term = predictor.row_terms(features, query_index, extra)
     d = z0.shape[1]
     curvature = 2.0 * prior / d  # the prior's Hessian, times the identity
 
-    def objective(delta, jacobian=False):
-        logits, jac = predictor.logits_and_jacobian(
-            z0 + scale * delta, *rows, jacobian=jacobian
-        )
-        bce = F.binary_cross_entropy_with_logits(logits, score, reduction="none")
-        value = (bce * weight).sum(1) + prior * delta.square().mean(1)
-        return value, logits, jac
+    def pick(x, some):
+        # Every model (the first steps): the tensor itself, not a copy.
+        return x if x is None or len(some) == len(z0) else x[some]
 
-    delta = torch.zeros_like(z0)
-    active = torch.ones(len(z0), dtype=torch.bool, device=z0.device)
-    value, logits, jac = objective(delta, jacobian=True)
-    # z0's dtype (float32), not torch's default: under a caller's
-    # torch.set_default_dtype(torch.float64) a default-dtype identity made
-    # the Hessian float64 against a float32 gradient, and the solve failed.
-    eye = torch.eye(d, dtype=z0.dtype, device=z0.device)
-    for _ in range(steps):
-        p = torch.sigmoid(logits)
+    def embedding(delta, some):
+        return pick(z0, some) + scale * delta.to(z0.dtype)
+
+    def evaluate(delta, some, jacobian=True):
+        """The objective (float64) of the models ``some`` (ascending indices
+        into the batch) at ``delta``, and with ``jacobian`` their logits,
+        the logits' Jacobian in δ (float32) and the objective's gradient
+        (float64). Only those models' rows are computed: each pass skips the
+        models that have stopped."""
+        logits, jac = predictor.logits_and_jacobian(
+            embedding(delta, some),
+            pick(u, some),
+            pick(extra_term, some),
+            jacobian=jacobian,
+        )
+        y, w = pick(target, some), pick(weight, some)
+        bce = F.binary_cross_entropy_with_logits(
+            logits.to(torch.float64), y, reduction="none"
+        )
+        value = (bce * w).sum(1) + prior * delta.square().mean(1)
+        if not jacobian:
+            return value
         jac = jac * scale  # d logit / d δ
-        residual = ((p - score) * weight).unsqueeze(1)  # (B, 1, M)
-        grad = torch.bmm(residual, jac).squeeze(1) + curvature * delta
-        variance = (p * (1 - p) * weight).unsqueeze(-1)  # (B, M, 1)
-        hessian = torch.bmm((jac * variance).transpose(1, 2), jac)  # (B, d, d)
+        residual = (torch.sigmoid(logits).to(torch.float64) - y) * w
+        grad = torch.bmm(residual.unsqueeze(1), jac.to(torch.float64)).squeeze(1)
+        return [value, logits, jac, grad + curvature * delta]
+
+    def put(state, where, part):
+        for whole, new in zip(state, part, strict=True):
+            whole[where] = new
+
+    every = torch.arange(len(z0), device=z0.device)
+    delta = torch.zeros(z0.shape, dtype=torch.float64, device=z0.device)
+    state = evaluate(delta, every)  # value, logits, jac, grad of every model
+    # float64 explicitly, not torch's default: under a caller's
+    # torch.set_default_dtype(torch.float64) a default-dtype identity once
+    # mixed dtypes in the solve.
+    eye = torch.eye(d, dtype=torch.float64, device=z0.device)
+    some = every  # the models still stepping
+    excess = torch.ones(len(z0), dtype=torch.float64, device=z0.device)
+    for _ in range(steps):
+        value, logits, jac, grad = (x[some] for x in state)
+        # The Hessian in float32 (the steps' largest product): its rounding
+        # changes a step a little, not the fixed point, where the float64
+        # gradient is zero.
+        p = torch.sigmoid(logits)
+        variance = (p * (1 - p) * weight[some].to(p.dtype)).unsqueeze(-1)
+        hessian = torch.bmm((jac * variance).transpose(1, 2), jac).to(torch.float64)
         # The prior's curvature, plus a touch of Levenberg damping (kept from
         # when prior=0 was allowed, which it kept defined; it leaves the
         # results as they were); damping changes the steps, not the fixed
         # point, where the gradient is zero.
         levenberg = 1e-6 * hessian.diagonal(dim1=1, dim2=2).mean(1)
         damping = curvature + levenberg + 1e-12
-        hessian = hessian + damping[:, None, None] * eye
-        step = torch.linalg.solve(hessian, grad)
-        decrement = (grad * step).sum(1)
-        active &= decrement > _DECREMENT_RTOL * value.abs()
-        if not active.any():
+        step = torch.linalg.solve(hessian + damping[:, None, None] * eye, grad)
+        at = delta[some]
+        size = embedding(at, some).norm(dim=1)
+        going = (scale * step).norm(dim=1) > _STEP_RTOL * size
+        some, at, value, grad, step = (x[going] for x in (some, at, value, grad, step))
+        if len(some) == 0:
             break
-        length = active.to(torch.float32)
-        for _ in range(_HALVINGS):
-            trial, _, _ = objective(delta - length[:, None] * step)
-            short = (length > 0) & (trial > value - _ARMIJO * length * decrement)
-            if not short.any():
-                break
-            length = torch.where(short, length / 2, length)
-        else:
-            length = torch.where(short, 0.0, length)
-            active &= ~short
-        delta = delta - length[:, None] * step
-        value, logits, jac = objective(delta, jacobian=True)
-    return (z0 + scale * delta).cpu().numpy()
+        # The Newton decrement: the objective's slope along the step at 0,
+        # negated, and the step's curvature in the Gauss-Newton model.
+        decrement = (grad * step).sum(1)
+        # The step's length: the inverse of how much more the objective
+        # curved along the model's last step than the Gauss-Newton model
+        # said (the secant of its slope there, at least 1). Where it curves
+        # more, a full step overshoots (about twofold on models of a few rows
+        # under weak priors) to a point that neither the objective nor the
+        # gradient's norm tells from the start, and any test between the two
+        # turned on rounding: this length is a continuous function of the
+        # slopes instead, and costs no pass.
+        length = 1 / excess[some]
+        new = evaluate(at - length[:, None] * step, some)
+        along = (decrement - (new[3] * step).sum(1)) / length
+        excess[some] = torch.clamp(along / decrement, min=1.0)
+        slack = 2 * _EPS32 * value.abs()  # the objective's float32 resolution
+        rises = new[0] > value - _ARMIJO * length * decrement + slack
+        if rises.any():
+            back = rises.nonzero().squeeze(1)
+            reduced, passed = length[back], torch.zeros_like(back, dtype=torch.bool)
+            for _ in range(_HALVINGS):
+                reduced = torch.where(passed, reduced, reduced / 2)
+                trial = evaluate(
+                    at[back] - reduced[:, None] * step[back], some[back], False
+                )
+                passed |= trial <= (
+                    value[back] - _ARMIJO * reduced * decrement[back] + slack[back]
+                )
+                if passed.all():
+                    break
+            length[back] = torch.where(passed, reduced, 0.0)  # 0: it stops
+            put(new, back, evaluate(at[back] - length[back, None] * step[back], some[back]))  # fmt: skip
+        delta[some] = at - length[:, None] * step
+        put(state, some, new)
+        some = some[length > 0]
+    return (z0 + scale * delta.to(z0.dtype)).cpu().numpy()
