@@ -123,7 +123,7 @@ def run(pool, seed, args, log):
         solvers[f"gauss-newton, at most {steps}"] = lambda s=steps: (
             _refinement.refine_embeddings(
                 module, table, X_query, z0, scale=scale, steps=s, prior=PRIOR,
-                batch_tokens=embedder.transform_batch_tokens,
+                batch_tokens=embedder._batch_tokens(),  # "auto" resolved
             )
         )  # fmt: skip
     ref_value = measures(rows, z0, scale, reference, reference)
