@@ -239,6 +239,97 @@ def test_sparse_evals_route_among_scored_models():
     assert points["upper"].iloc[0] == pytest.approx(1 / 3)
 
 
+def _served(router, queries, weight):
+    """Mean cost and routed models of router.predict at ``weight``."""
+    router.set_params(cost_weight=weight)
+    try:
+        routed = router.predict(queries)
+    finally:
+        router.set_params(cost_weight=0.0)
+    costs = router.model_costs_[np.searchsorted(router.classes_, routed)]
+    return costs.mean(), routed.tolist()
+
+
+def test_sparse_evals_calibrate_the_routing_that_is_served():
+    # "big" has no score on q2. KNNRouter(1) judges each model on its own
+    # nearest scored query: P(big) = 1 on q1 and q2 (its q1 score), P(small)
+    # = 0 on q1 and 0.5 on q2. Served (router.predict, the whole pool): q2
+    # moves big -> small at λ = (1 - 0.5) / (4 - 1) = 1/6, q1 at (1 - 0) / 3
+    # = 1/3, so the mean costs are 4, 2.5 and 1. Routed among the scored
+    # models only, q2 stayed on "small" and λ = 0 seemed to cost 2.5, but
+    # served at λ = 0 both queries go to "big": 4, over the target.
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    evals = pd.DataFrame(
+        {
+            "model": ["big", "small", "small"],
+            "query": ["q1", "q1", "q2"],
+            "score": [1.0, 0.0, 0.5],
+        }
+    )
+    router = KNNRouter(1, encoder=encoder).fit(
+        evals, model_costs={"big": 4.0, "small": 1.0}
+    )
+    queries = ["q1", "q2"]
+    result = calibrate_cost_weight(router, evals, target_cost=2.5)
+    assert (result.lower, result.upper) == pytest.approx((1 / 6, 1 / 3))
+    assert result.cost_weight == pytest.approx(0.25)
+    cost, routed = _served(router, queries, result.cost_weight)
+    assert routed == ["big", "small"]
+    assert cost == result.mean_cost == 2.5
+    # Both routed models have a score: (1 + 0.5) / 2.
+    assert (result.accuracy, result.n_scored, result.n_queries) == (0.75, 2, 2)
+
+    # A share cap holds when served too: at most half the calls to "big".
+    result = calibrate_cost_weight(router, evals, target_share=0.5, models=["big"])
+    assert result.cost_weight == pytest.approx(0.25)
+    _, routed = _served(router, queries, result.cost_weight)
+    assert routed.count("big") / 2 == result.share == 0.5
+
+    # At λ = 0 q2 goes to "big", which has no score for it: accuracy is over
+    # q1 alone, and says so.
+    result = calibrate_cost_weight(router, evals, target_cost=4)
+    assert result.cost_weight == 0.0
+    assert _served(router, queries, 0.0) == (4.0, ["big", "big"])
+    assert (result.mean_cost, result.accuracy, result.n_scored) == (4.0, 1.0, 1)
+    # The accuracy floor reads the same accuracies (1, 0.75, 0.25 in λ):
+    # the cheapest routing keeping 0.7 is the middle one.
+    result = calibrate_cost_weight(router, evals, min_accuracy=0.7)
+    assert (result.lower, result.upper) == pytest.approx((1 / 6, 1 / 3))
+    assert (result.accuracy, result.n_scored) == (0.75, 2)
+
+    # Plain queries give the same routing, without scores.
+    result = calibrate_cost_weight(router, queries, target_cost=2.5)
+    assert result.cost_weight == pytest.approx(0.25)
+    assert np.isnan(result.accuracy) and result.n_scored == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 20), st.integers(1, 5), st.integers(0, 2**31 - 1))
+def test_intervals_over_the_whole_pool_score_the_scored_queries(
+    n_queries, n_models, seed
+):
+    # Routed among every model with a sparse Y, as calibrate_cost_weight
+    # routes: accuracy is the mean over the queries whose routed model has a
+    # score, n_scored their number.
+    rng = np.random.default_rng(seed)
+    proba = rng.random((n_queries, n_models))
+    costs = rng.random(n_models) * 10
+    scored = rng.random((n_queries, n_models)) < 0.6
+    Y = np.where(scored, rng.integers(0, 2, (n_queries, n_models)), np.nan)
+    everyone = np.ones((n_queries, n_models), dtype=bool)
+    points = _intervals(proba, costs, everyone, Y, None)
+    rows = np.arange(n_queries)
+    for row in points.itertuples():
+        routed = route(proba - row.cost_weight * costs, everyone)
+        assert row.mean_cost == pytest.approx(costs[routed].mean())
+        values = Y[rows, routed]
+        assert row.n_scored == np.count_nonzero(~np.isnan(values))
+        if row.n_scored:
+            assert row.accuracy == pytest.approx(np.nanmean(values))
+        else:
+            assert np.isnan(row.accuracy)
+
+
 def _free_model_router():
     """Three models, one free: at a large λ every query goes to it."""
     rng = np.random.default_rng(0)

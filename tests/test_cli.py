@@ -3169,3 +3169,57 @@ def test_run_sh_runs_the_demo_in_the_callers_folder(tmp_path):
     )
     assert run_sh("test", "-k", "x") == f"python in {repo_p}: -m pytest -q -k x\n"
     assert run_sh("docs").startswith(f"sphinx-build in {repo_p}: -W --keep-going")
+
+
+def test_aligned_tables_pad_by_display_width():
+    # len() padded "日本語" (6 terminal columns) as 3 and a combining accent
+    # as a column: the columns after such a name were shifted.
+    import unicodedata
+
+    from locus_sklearn._cli._io import format_table
+
+    def columns(text):  # terminal columns, as a terminal draws them
+        return sum(
+            2
+            if unicodedata.east_asian_width(c) in "WF"
+            else 0
+            if unicodedata.combining(c)
+            else 1
+            for c in text
+        )
+
+    lines = format_table(
+        ["model", "p"], [["日本語", "0.5"], ["e\u0301", "0.25"], ["ＡＢ", "1"]]
+    )
+    assert lines == [
+        "model      p",
+        "------  ----",
+        "日本語   0.5",
+        "e\u0301       0.25",
+        "ＡＢ       1",
+    ]
+    assert {columns(line) for line in lines} == {12}
+
+
+def test_embed_writes_a_blank_model_name_select_and_neighbors_read(
+    workdir, tmp_path, cli
+):
+    # A name of spaces is a model id check_evals accepts (ids are exact
+    # strings): embed wrote it, and select and neighbors refused the file.
+    new = pd.read_csv(workdir / "new.csv", keep_default_na=False)
+    new["model"] = new["model"].replace({"fam2-m06": " "})
+    evals = tmp_path / "new_blank.csv"
+    new.to_csv(evals, index=False)
+    emb = tmp_path / "emb.csv"
+    status, _, err = cli("embed", workdir / "router.locus", evals, "-o", emb)
+    assert status == 0, err
+    from locus_sklearn._cli._io import read_embeddings
+
+    names, X = read_embeddings(emb)
+    assert sorted(names) == [" ", "fam2-m07"] and X.shape[0] == 2
+    status, out, err = cli("select", emb, "--k", "2", "--json")
+    assert status == 0, err
+    assert {m["model"] for m in json.loads(out)["selected"]} == {" ", "fam2-m07"}
+    status, out, err = cli("neighbors", emb, " ", "--k", "1", "--json")
+    assert status == 0, err
+    assert [m["model"] for m in json.loads(out)] == ["fam2-m07"]

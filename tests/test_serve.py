@@ -3432,3 +3432,34 @@ def test_gateway_config_refused_api_key_env_is_not_echoed_if_it_may_be_a_key(
     if not shown:
         assert "its value not shown" in message
         assert "api_key_env: OPENAI_API_KEY" in message
+
+
+def test_litellm_config_writes_non_ascii_names_as_they_are(tmp_path, pool, capsys):
+    # yaml.safe_dump escaped them ("mod\xE8le-fran\xE7ais"): valid YAML that
+    # loads back, but not the name a user reads in the file.
+    name, other = "modèle-日本語", pool.evals["model"].max()
+    evals = pool.evals.replace({"model": {pool.evals["model"].min(): name}})
+    router = LocusRouter(
+        LocusEmbedder(pool.encodings, **{**TINY, "max_epochs": 1, "random_state": 0})
+    ).fit(evals)
+    path = tmp_path / "router.safetensors"
+    router.save(path)
+    gateway = tmp_path / "gateway.yaml"
+    backends = {m: {"base_url": "http://127.0.0.1:9/v1"} for m in (name, other)}
+    gateway.write_text(
+        yaml.safe_dump({"backends": backends}, allow_unicode=True), encoding="utf-8"
+    )
+    out = tmp_path / "litellm.yaml"
+    argv = ["litellm-config", str(path), "--config", str(gateway)]
+    assert serve_main([*argv, "-o", str(out)]) == 0
+    capsys.readouterr()
+    text = out.read_bytes().decode("utf-8")
+    assert f"model_name: {name}\n" in text
+    assert f"model: openai/{name}\n" in text
+    assert "\\x" not in text and "\\u" not in text
+    loaded = yaml.safe_load(text)
+    assert [m["model_name"] for m in loaded["model_list"]] == sorted([name, other])
+    assert loaded == litellm_config(router, gateway)
+    # Printed on stdout, the same text.
+    assert serve_main(argv) == 0
+    assert capsys.readouterr().out == text

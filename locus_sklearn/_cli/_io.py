@@ -73,6 +73,13 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     -------
     lines : list of str
 
+    Notes
+    -----
+    Aligned columns are padded by display width, not by ``len``: a wide
+    (East Asian wide or fullwidth) character takes two terminal columns and
+    a combining mark none, so a model named "日本語モデル" or "modèle"
+    written with a combining accent keeps the columns aligned.
+
     Examples
     --------
     >>> print("\\n".join(format_table(["model", "p"], [["a", "0.5"]])))
@@ -80,6 +87,20 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     -----  ---
     a      0.5
     """
+    import unicodedata
+
+    def width(text):
+        # Terminal columns: 2 for wide and fullwidth characters, 0 for
+        # combining and enclosing marks, 1 for the rest.
+        return sum(
+            2
+            if unicodedata.east_asian_width(c) in "WF"
+            else 0
+            if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me")
+            else 1
+            for c in text
+        )
+
     # Tabs and line breaks in a cell (a model named "a\tb") would break the
     # columns of either form: they become spaces in both.
     clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
@@ -87,13 +108,16 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     cells += [[str(c).translate(clean) for c in row] for row in rows]
     if tsv:
         return ["\t".join(row) for row in cells]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    widths = [max(width(row[i]) for row in cells) for i in range(len(header))]
     if aligns is None:
         aligns = ["<" if not _is_number(rows, i) else ">" for i in range(len(header))]
     lines = []
     for n, row in enumerate(cells):
         padded = zip(row, aligns, widths, strict=True)
-        text = "  ".join(f"{c:{a}{w}}" for c, a, w in padded)
+        text = "  ".join(
+            c + " " * (w - width(c)) if a == "<" else " " * (w - width(c)) + c
+            for c, a, w in padded
+        )
         lines.append(indent + text.rstrip())
         if n == 0:
             lines.append(indent + "  ".join("-" * w for w in widths))
@@ -760,11 +784,14 @@ def read_embeddings(path):
     values = values.to_numpy(dtype=np.float64)
     if values.shape[1] == 0 or len(frame) == 0 or not np.isfinite(values).all():
         raise ValueError(f"{str(path)!r} is not an embeddings csv: {expected}.")
-    blank = [i + 1 for i, name in enumerate(names) if not str(name).strip()]
+    # The rule check_evals applies to model ids, which are exact strings:
+    # "" is refused, a name of spaces is a name (embed writes it as such).
+    blank = [i + 1 for i, name in enumerate(names) if str(name) == ""]
     if blank:
         raise ValueError(
             f"The embeddings file {str(path)!r} has a blank model name in data "
-            f"row(s) {blank[:5]}; every row needs the name of its model."
+            f"row(s) {blank[:5]} (an empty cell); every row needs the name of "
+            "its model."
         )
     repeated = sorted(set(names[pd.Series(names).duplicated().to_numpy()]))
     if repeated:

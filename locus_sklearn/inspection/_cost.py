@@ -352,7 +352,10 @@ def _intervals(proba, costs, candidates, Y, share_mask, *, first_inside=False):
     Returns a DataFrame with columns ``lower``, ``upper`` (the interval, upper
     inf for the last), ``cost_weight`` (a λ inside it; 0 for the first
     unless ``first_inside``, see :func:`_merge_crossings`), ``mean_cost``,
-    ``share`` (or NaN) and ``accuracy`` (or NaN), in increasing λ.
+    ``share`` (or NaN), ``accuracy`` (the mean score of the routed models
+    over the queries whose routed model has a score in ``Y``; NaN without
+    ``Y`` or where none has) and ``n_scored`` (the number of those queries;
+    0 without ``Y``), in increasing λ.
     """
     n = len(proba)
     start, (lam, query, old, new) = _breakpoints(proba, costs, candidates)
@@ -362,19 +365,31 @@ def _intervals(proba, costs, candidates, Y, share_mask, *, first_inside=False):
     n_steps = len(lower) - 1
 
     def walk(value_start, delta):
-        # Metric changes of every event, summed per step.
+        # Sum of a per-query value over the routing, on each step: the
+        # changes of every event, summed per step.
         total = np.bincount(group, weights=delta, minlength=n_steps)
-        return np.concatenate([[value_start], value_start + np.cumsum(total)]) / n
+        return np.concatenate([[value_start], value_start + np.cumsum(total)])
 
     mean_cost = _interval_mean_costs(start, group, old, new, costs, n_steps)
     share = np.full(n_steps + 1, np.nan)
     if share_mask is not None:
         s = share_mask.astype(np.float64)
-        share = walk(s[start].sum(), s[new] - s[old])
+        share = walk(s[start].sum(), s[new] - s[old]) / n
     accuracy = np.full(n_steps + 1, np.nan)
+    n_scored = np.zeros(n_steps + 1, dtype=np.int64)
     if Y is not None:
-        y = Y
-        accuracy = walk(y[np.arange(n), start].sum(), y[query, new] - y[query, old])
+        # Candidates without a score (the whole pool, as predict routes, on a
+        # sparse table) leave their queries out of the accuracy; where every
+        # candidate is scored this is the mean over all n queries.
+        has = ~np.isnan(Y)
+        y, h = np.where(has, Y, 0.0), has.astype(np.float64)
+        rows = np.arange(n)
+        total = walk(y[rows, start].sum(), y[query, new] - y[query, old])
+        # Sums of 0s and 1s: exact integers in float64.
+        count = np.rint(walk(h[rows, start].sum(), h[query, new] - h[query, old]))
+        n_scored = count.astype(np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            accuracy = np.where(count > 0, total / count, np.nan)
     return pd.DataFrame(
         {
             "lower": lower,
@@ -383,6 +398,7 @@ def _intervals(proba, costs, candidates, Y, share_mask, *, first_inside=False):
             "mean_cost": mean_cost,
             "share": share,
             "accuracy": accuracy,
+            "n_scored": n_scored,
         }
     )
 
@@ -553,7 +569,10 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
         "score) to measure accuracy; got queries only.",
     )
     if cost_weights is None:
-        points = _intervals(proba, costs, candidates, Y, share_mask)
+        # Every query is routed among scored models here, so all are scored.
+        points = _intervals(proba, costs, candidates, Y, share_mask).drop(
+            columns="n_scored"
+        )
     else:
         rows = np.arange(len(queries))
         records = []
@@ -648,7 +667,9 @@ def calibrate_cost_weight(
       that fraction of queries to ``models`` (RouteLLM's "at most 20 % of
       calls to the strong model");
     - ``min_accuracy``: the largest λ (the cheapest routing) whose accuracy
-      is at least ``min_accuracy``; needs scored ``evals``.
+      is at least ``min_accuracy``; needs scored ``evals`` (where some
+      models lack a score for a query, see ``evals`` for what accuracy
+      measures).
 
     The search is exact: routing changes only where two models' utility lines
     ``P(correct) - λ·cost`` cross on some query, so every λ between two
@@ -682,12 +703,19 @@ def calibrate_cost_weight(
         ``predict_proba`` must return finite P(correct) of shape (n_queries,
         n_models).
     evals : DataFrame, mapping of columns, or sequence of str
-        Scored evaluations (``model``, ``query``, ``score``): each query is
-        routed among the pool's models with a score for it, as
-        :meth:`~locus_sklearn.LocusRouter.score` does. Or plain queries
-        (texts or ids, or a DataFrame or mapping of columns with a ``query``
-        column but no ``model`` or ``score`` column), routed among the whole
-        pool as :meth:`~locus_sklearn.LocusRouter.predict` does.
+        Scored evaluations (``model``, ``query``, ``score``), or plain
+        queries (texts or ids, or a DataFrame or mapping of columns with a
+        ``query`` column but no ``model`` or ``score`` column). Either way
+        each query is routed among the whole pool, as
+        :meth:`~locus_sklearn.LocusRouter.predict` (and ``locus serve``)
+        routes it, so that the cost and share targets hold for the routing
+        that is served, also where the evaluations leave some models
+        unscored on some queries. Accuracy is then the mean score of the
+        routed models over the queries whose routed model has a score
+        (``n_scored`` of them; all of them on a complete table). On such a
+        sparse table this is not :meth:`~locus_sklearn.LocusRouter.score`
+        nor :func:`cost_quality_curve`, which route each query among the
+        models with a score for it.
     target_cost : float >= 0, default=None
         Largest acceptable mean cost per query, in the units of
         ``router.model_costs_``.
@@ -709,9 +737,12 @@ def calibrate_cost_weight(
     Returns
     -------
     result : Bunch
-        ``cost_weight`` (λ), and at that λ on the calibration queries:
-        ``mean_cost``, ``share`` (NaN without ``models``), ``accuracy``
-        (NaN without scores), ``n_queries``; ``lower`` and ``upper``, the
+        ``cost_weight`` (λ), and at that λ on the calibration queries,
+        each routed among the whole pool: ``mean_cost``, ``share`` (NaN
+        without ``models``), ``accuracy`` (mean score of the routed models
+        over the ``n_scored`` queries whose routed model has a score; NaN
+        without scores or where no routed model has one), ``n_queries``,
+        ``n_scored`` (0 without scores); ``lower`` and ``upper``, the
         interval of λ that routes the calibration queries identically.
 
     Raises
@@ -770,7 +801,7 @@ def calibrate_cost_weight(
     share_mask = None
     if models is not None:
         share_mask = check_model_subset(models, router.classes_)
-    queries, Y, candidates, proba = _queries_and_proba(
+    queries, Y, _, proba = _queries_and_proba(
         router,
         evals,
         cv,
@@ -779,6 +810,11 @@ def calibrate_cost_weight(
         else "min_accuracy needs scored evaluations (model, query, score); got "
         "queries only.",
     )
+    # Every query is routed among the whole pool, as router.predict and
+    # locus serve route it, also where evals leave some models unscored: the
+    # targets must hold for the routing that is served, not for one among
+    # the scored models only (router.score's).
+    candidates = np.ones(proba.shape, dtype=bool)
     # min_accuracy takes the largest λ of its interval's routing: in the
     # first interval, [0, first crossing), not λ = 0 (see the docstring).
     points = _intervals(
@@ -822,6 +858,7 @@ def calibrate_cost_weight(
         share=float(row["share"]),
         accuracy=float(row["accuracy"]),
         n_queries=len(queries),
+        n_scored=int(row["n_scored"]),
         lower=float(row["lower"]),
         upper=float(row["upper"]),
     )

@@ -203,7 +203,12 @@ def _cmd_calibrate(args):
         if args.models:
             print(f"share        {result.share:.4f}  (of calls to {','.join(models)})")
         if result.accuracy == result.accuracy:
-            print(f"accuracy     {result.accuracy:.4f}")
+            # Over the queries whose routed model has a score (all of them on
+            # a complete table).
+            print(
+                f"accuracy     {result.accuracy:.4f}  (over {result.n_scored} "
+                "queries whose routed model has a score)"
+            )
         print(f"n_queries    {result.n_queries}")
     if args.output is not None:
         print(
@@ -332,7 +337,7 @@ def _cmd_litellm(args):
         router = _load_router(args, encoder)
     with _in_option_terms(*_SERVE_TERMS, common=False):
         config = litellm_config(router, args.config, n_fallbacks=args.fallbacks)
-    text = yaml.safe_dump(config, sort_keys=False)
+    text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
     if args.output is not None:
         write_text(text, args.output, "FILE.yaml")  # atomic
         print(f"{PROG}: wrote {args.output}", file=sys.stderr)

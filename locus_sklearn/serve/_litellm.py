@@ -35,9 +35,12 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
     ``OPENAI_API_KEY``), and falls back to the other such models
     in their fallback order (nearest model embeddings first, see
     :func:`~locus_sklearn.inspection.fallback_order`), the order
-    ``locus serve``'s gateway uses. Write it with ``yaml.safe_dump`` and pass
-    it to ``litellm --config``; ``router_settings["fallbacks"]`` is also the
-    ``fallbacks=`` argument of ``litellm.Router``.
+    ``locus serve``'s gateway uses. Write it with ``yaml.safe_dump(config,
+    sort_keys=False, allow_unicode=True)`` (without ``allow_unicode`` a
+    non-ASCII model name is written as escapes, ``"mod\\xE8le"``) to a UTF-8
+    file and pass it to ``litellm --config``;
+    ``router_settings["fallbacks"]`` is also the ``fallbacks=`` argument of
+    ``litellm.Router``.
 
     ``router_settings["num_retries"]`` is 0: LiteLLM retries a failed model
     (its model group) ``num_retries`` times before it falls back, where the
