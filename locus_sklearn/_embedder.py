@@ -23,10 +23,10 @@ from ._distributed import (
     shared_random_state,
 )
 from ._encoders import (
-    _numpy_ready,
     as_query_encoder,
     encode_as_fitted,
     encode_queries,
+    untorched,
     warn_shared_encodings,
 )
 from ._evals import _preview, check_evals, check_queries
@@ -1132,10 +1132,8 @@ class LocusEmbedder(
         models, for the kernel readout, or their :meth:`_readout_pool` (built
         once, for many calls)."""
         self._check_fitted_network()
-        if isinstance(embeddings, torch.Tensor):
-            # NumPy takes no bfloat16 tensor, nor one that requires grad.
-            embeddings = _numpy_ready(embeddings)
-        embeddings = np.asarray(embeddings, dtype=np.float32)
+        # NumPy takes no bfloat16 tensor, nor one that requires grad.
+        embeddings = np.asarray(untorched(embeddings), dtype=np.float32)
         # torch.as_tensor refuses the negative strides of a reversed view
         # (Z[::-1], or a DataFrame reordered with .iloc[::-1]), even along an
         # axis of length 1, where np.ascontiguousarray keeps the view; and it

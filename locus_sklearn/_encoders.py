@@ -320,6 +320,13 @@ def _numpy_ready(tensor):
     return tensor.to(torch.float64) if tensor.is_floating_point() else tensor
 
 
+def untorched(value):
+    """``value``, made one NumPy converts if it is a torch tensor (see
+    :func:`_numpy_ready`: NumPy refuses a bfloat16 tensor, or one that
+    requires grad, with torch's own message); anything else as it came."""
+    return _numpy_ready(value) if isinstance(value, torch.Tensor) else value
+
+
 def _as_float64(value):
     """``(value as an ndarray of float64, None)``, or ``(None, why not)``.
 

@@ -27,7 +27,6 @@ from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
-import torch
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -41,7 +40,7 @@ from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._encoders import _numpy_ready
+from ._encoders import untorched
 from ._evals import _preview, check_model_costs
 from ._params import NoBoolNumbersMixin, NumberInterval
 from ._warnings import warn_external
@@ -491,14 +490,8 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
     return costs
 
 
-def _untorched(X):
-    """``X``, a torch tensor made one NumPy converts (a bfloat16 one, or one
-    that requires grad, is refused by NumPy with torch's own message)."""
-    return _numpy_ready(X) if isinstance(X, torch.Tensor) else X
-
-
 def _check_pool(X, metric, *, name="X"):
-    X = check_array(_untorched(X), dtype=np.float64, input_name=name)
+    X = check_array(untorched(X), dtype=np.float64, input_name=name)
     if metric == "precomputed":
         _check_precomputed(X, name=name)
     return X
@@ -1051,7 +1044,7 @@ class _BaseSelector(
 
     def _fit(self, X, costs=None):
         row_names = _row_names(X)  # before validate_data drops the index
-        X = validate_data(self, _untorched(X), dtype=np.float64)
+        X = validate_data(self, untorched(X), dtype=np.float64)
         if self.metric == "precomputed":
             _check_precomputed(X)
         costs = self._check_fit_params(X.shape[0], costs, row_names)
@@ -1086,7 +1079,7 @@ class _BaseSelector(
 
     def _validate_new(self, X):
         check_is_fitted(self)
-        X = validate_data(self, _untorched(X), dtype=np.float64, reset=False)
+        X = validate_data(self, untorched(X), dtype=np.float64, reset=False)
         if self.metric == "precomputed":
             _check_precomputed(X, n_columns=self.n_features_in_)
         return X

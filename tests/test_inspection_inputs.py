@@ -605,3 +605,36 @@ def test_portfolio_curve_dtype_hint_names_the_bad_column():
         ),
     ):
         plot_portfolio_curve(curve)
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "requires_grad"])
+def test_torch_embeddings_of_any_float_dtype_are_read(kind):
+    """A bfloat16 tensor, or one that requires grad, was refused with NumPy's
+    message ("Got unsupported ScalarType BFloat16"); it is read as the same
+    values in an array are."""
+    import torch
+
+    from locus_sklearn.inspection import (
+        embedding_dimensionality,
+        model_linkage,
+        nearest_models,
+    )
+
+    # Exact in bfloat16: the tensor holds the array's values.
+    Z = np.array([[1.0, 0.5, 0.0], [0.25, 1.0, 2.0], [-1.0, 0.0, 0.5], [2.0, 1.0, 1.0]])
+    T = torch.tensor(Z, dtype=torch.bfloat16)
+    if kind == "requires_grad":
+        T = torch.tensor(Z, dtype=torch.float32, requires_grad=True)
+    expected = embedding_dimensionality(Z)
+    got = embedding_dimensionality(T)
+    assert got.participation_ratio == expected.participation_ratio
+    np.testing.assert_array_equal(model_linkage(T), model_linkage(Z))
+    names = ["a", "b", "c", "d"]
+    pd.testing.assert_frame_equal(
+        nearest_models(T, "a", k=2, names=names),
+        nearest_models(Z, "a", k=2, names=names),
+    )
+    pd.testing.assert_frame_equal(
+        nearest_models(Z, T[1], k=2, names=names),
+        nearest_models(Z, Z[1], k=2, names=names),
+    )

@@ -10,6 +10,7 @@ from scipy.spatial.distance import cdist
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import route_by_utility
+from .._encoders import untorched
 from .._evals import _preview, _unordered, check_evals
 from .._selectors import _check_precomputed, _distances
 from .._warnings import warn_external
@@ -61,7 +62,10 @@ def as_distances(distances, names=None, *, name="embeddings"):
                 f"{_preview(distances.columns)}."
             )
     D = check_array(
-        distances, dtype=np.float64, ensure_all_finite="allow-nan", input_name=name
+        untorched(distances),
+        dtype=np.float64,
+        ensure_all_finite="allow-nan",
+        input_name=name,
     )
     names = (
         np.arange(len(D)) if names is None else check_names(names, len(D), name=name)
@@ -126,7 +130,7 @@ def as_pool(
         return Z, np.asarray(embeddings.classes_, dtype=object)
     if isinstance(embeddings, pd.DataFrame):
         names = _frame_names(embeddings, names, name=name, names_name=names_name)
-    Z = check_array(embeddings, dtype=np.float64, input_name=name)
+    Z = check_array(untorched(embeddings), dtype=np.float64, input_name=name)
     if metric is not None and isinstance(embeddings, pd.DataFrame):
         warn_if_distances(embeddings, Z, metric, name=name)
     if names is None:
@@ -231,7 +235,7 @@ def router_embeddings(router, embeddings=None, *, metric=None):
                 f"{_preview(embeddings.columns)}."
             )
         return Z[rows], classes
-    Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
+    Z = check_array(untorched(embeddings), dtype=np.float64, input_name="embeddings")
     if len(Z) != len(classes):
         raise ValueError(
             f"embeddings has {len(Z)} rows but the router has {len(classes)} "
@@ -337,7 +341,9 @@ def as_pool_for_evals(embeddings, evals, names=None, *, metric=None):
         embeddings, pd.DataFrame
     )
     if names is None and not named:
-        Z = check_array(embeddings, dtype=np.float64, input_name="embeddings")
+        Z = check_array(
+            untorched(embeddings), dtype=np.float64, input_name="embeddings"
+        )
         return Z, _models_by_row(len(Z), table), table
     Z, names = as_pool(embeddings, names, metric=metric)
     return Z, names, table

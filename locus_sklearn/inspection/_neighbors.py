@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from .._encoders import untorched
 from .._evals import _preview, check_evals
 from .._warnings import warn_external
 from ._common import (
@@ -114,6 +115,7 @@ def nearest_models(embeddings, model, *, k=5, metric="cosine", names=None):
         D, names = as_distances(embeddings, names)
     else:
         Z, names = as_pool(embeddings, names, metric=metric)
+    model = untorched(model)  # a point as a tensor: bfloat16, or with grad
     # A tuple that names a model of the pool (as a MultiIndex names its rows)
     # is that model, not an embedding point.
     is_point = np.ndim(model) == 1 and not (
