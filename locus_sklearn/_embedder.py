@@ -26,7 +26,6 @@ from ._encoders import (
     as_query_encoder,
     encode_as_fitted,
     encode_queries,
-    untorched,
     warn_shared_encodings,
 )
 from ._evals import _preview, check_evals, check_queries
@@ -40,6 +39,7 @@ from ._persistence import load_embedder, save_embedder
 from ._readout import ReadoutPool, import_hnswlib
 from ._refinement import REFINE_PRIOR_MIN, embedding_scale, refine_embeddings
 from ._repr import SummaryReprMixin
+from ._tensors import untorched
 from ._training import (
     MONITORS,
     NETWORK_PARAMS,

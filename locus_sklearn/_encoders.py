@@ -40,6 +40,7 @@ from ._evals import _preview, check_queries
 from ._length_batches import encode_in_length_batches, token_lengths
 from ._params import NoBoolNumbersMixin, NumberInterval
 from ._repr import SummaryReprMixin
+from ._tensors import untorched
 from ._warnings import FILTERS_LOCK, warn_external
 
 __all__ = ["QueryEncoder", "SharedEncodingsWarning", "as_query_encoder"]
@@ -312,21 +313,6 @@ def _is_sentence_transformer(obj):
     return module is not None and isinstance(obj, module.SentenceTransformer)
 
 
-def _numpy_ready(tensor):
-    """``tensor`` as one NumPy converts: detached, on the CPU, and a floating
-    one as float64 (NumPy has no bfloat16, the dtype of a model run in bf16,
-    and float64 holds every torch float exactly)."""
-    tensor = tensor.detach().cpu()
-    return tensor.to(torch.float64) if tensor.is_floating_point() else tensor
-
-
-def untorched(value):
-    """``value``, made one NumPy converts if it is a torch tensor (see
-    :func:`_numpy_ready`: NumPy refuses a bfloat16 tensor, or one that
-    requires grad, with torch's own message); anything else as it came."""
-    return _numpy_ready(value) if isinstance(value, torch.Tensor) else value
-
-
 def _as_float64(value):
     """``(value as an ndarray of float64, None)``, or ``(None, why not)``.
 
@@ -340,30 +326,26 @@ def _as_float64(value):
         # The common case first (a mapping's vectors, read once per query at
         # transform): the checks below cost more than the lookup itself.
         return value.astype(np.float64, copy=False), None
-    if isinstance(value, torch.Tensor):
-        value = _numpy_ready(value)
-    elif isinstance(value, (list, tuple)) and any(
-        isinstance(item, torch.Tensor) for item in value
-    ):
+    kind = type(value).__name__  # as given, before a tensor is converted
+    if isinstance(value, (list, tuple)):
         # A list of row tensors (what SentenceTransformer.encode returns with
         # convert_to_numpy=False): NumPy converts each row as it would one.
-        value = [
-            _numpy_ready(item) if isinstance(item, torch.Tensor) else item
-            for item in value
-        ]
+        value = [untorched(item) for item in value]
+    else:
+        value = untorched(value)
     if np.ma.is_masked(value):
-        return None, f"a value of type {type(value).__name__} with masked entries"
+        return None, f"a value of type {kind} with masked entries"
     try:
         array = np.asarray(value)
     except (TypeError, ValueError, RuntimeError) as exc:
         return (
             None,
-            f"a value of type {type(value).__name__} that NumPy cannot convert ({exc})",
+            f"a value of type {kind} that NumPy cannot convert ({exc})",
         )
     if array.dtype.kind not in "fiu":
         return (
             None,
-            f"a value of type {type(value).__name__} read as dtype {array.dtype}",
+            f"a value of type {kind} read as dtype {array.dtype}",
         )
     # Overflow to inf (a float128 beyond float64) is reported as a non-finite
     # vector, not as a warning.

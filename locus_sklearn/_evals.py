@@ -16,6 +16,8 @@ from numbers import Real
 import numpy as np
 import pandas as pd
 
+from ._tensors import untorched
+
 __all__ = ["EvalTable", "check_evals", "check_model_costs", "check_queries"]
 
 REQUIRED_COLUMNS = ("model", "query", "score")
@@ -189,24 +191,6 @@ def _is_arrow_array(values):
     return pa is not None and isinstance(values, (pa.Array, pa.ChunkedArray))
 
 
-def _from_torch(values):
-    """``values`` as a NumPy array if it is a torch tensor (detached, on the
-    CPU, a floating one as float64), else ``values`` itself.
-
-    NumPy has no bfloat16 (the dtype of a model run in bf16) and cannot read
-    a tensor that requires grad or lives on a GPU: pandas and np.asarray
-    failed on those with torch's message. torch is not imported for this:
-    if nothing imported it, no value is a tensor.
-    """
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(values, torch.Tensor):
-        return values
-    # Imported here: _encoders imports this module.
-    from ._encoders import _numpy_ready
-
-    return _numpy_ready(values).numpy()
-
-
 # A value's repr longer than this is cut to 80 characters in error messages:
 # query texts (prompts) run to thousands, and one message could fill a
 # terminal or a log. (Cutting only past 100 keeps ids and paths a little
@@ -322,7 +306,7 @@ def _as_frame(evals, name):
     if isinstance(evals, pd.DataFrame):
         return evals
     if isinstance(evals, Mapping):
-        evals = {key: _from_torch(column) for key, column in evals.items()}
+        evals = {key: untorched(column) for key, column in evals.items()}
         lengths = {}
         for key, column in evals.items():
             try:
@@ -882,7 +866,7 @@ def check_model_costs(model_costs, classes, *, name="model_costs", models="the p
             )
         costs = [model_costs[m] for m in classes]
     else:
-        costs = _from_torch(model_costs)
+        costs = untorched(model_costs)
     # Only real numbers: numpy would turn "1.5" into 1.5, True into 1.0 and
     # drop the imaginary part of a complex number, silently.
     try:

@@ -40,9 +40,9 @@ from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._encoders import untorched
 from ._evals import _preview, check_model_costs
 from ._params import NoBoolNumbersMixin, NumberInterval
+from ._tensors import untorched
 from ._warnings import warn_external
 
 __all__ = [

@@ -10,9 +10,9 @@ from scipy.spatial.distance import cdist
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import route_by_utility
-from .._encoders import untorched
 from .._evals import _preview, _unordered, check_evals
 from .._selectors import _check_precomputed, _distances
+from .._tensors import untorched
 from .._warnings import warn_external
 from ..metrics import route
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._encoders import untorched
 from .._evals import _preview, check_evals
+from .._tensors import untorched
 from .._warnings import warn_external
 from ._common import (
     _has_label,
