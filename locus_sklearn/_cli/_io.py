@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import sys
+import unicodedata
 import warnings
 import zlib
 from collections.abc import Mapping
@@ -52,6 +53,20 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------- output
+def _display_width(text):
+    """Terminal columns of ``text``: 2 for each wide or fullwidth character,
+    0 for each combining or enclosing mark, 1 for the rest."""
+    width = 0
+    for char in text:
+        if unicodedata.east_asian_width(char) in "WF":
+            width += 2
+        elif not (
+            unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me")
+        ):
+            width += 1
+    return width
+
+
 def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     """Format rows as tab-separated or aligned text.
 
@@ -87,20 +102,6 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     -----  ---
     a      0.5
     """
-    import unicodedata
-
-    def width(text):
-        # Terminal columns: 2 for wide and fullwidth characters, 0 for
-        # combining and enclosing marks, 1 for the rest.
-        return sum(
-            2
-            if unicodedata.east_asian_width(c) in "WF"
-            else 0
-            if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me")
-            else 1
-            for c in text
-        )
-
     # Tabs and line breaks in a cell (a model named "a\tb") would break the
     # columns of either form: they become spaces in both.
     clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
@@ -108,14 +109,16 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     cells += [[str(c).translate(clean) for c in row] for row in rows]
     if tsv:
         return ["\t".join(row) for row in cells]
-    widths = [max(width(row[i]) for row in cells) for i in range(len(header))]
+    widths = [max(_display_width(row[i]) for row in cells) for i in range(len(header))]
     if aligns is None:
         aligns = ["<" if not _is_number(rows, i) else ">" for i in range(len(header))]
     lines = []
     for n, row in enumerate(cells):
         padded = zip(row, aligns, widths, strict=True)
         text = "  ".join(
-            c + " " * (w - width(c)) if a == "<" else " " * (w - width(c)) + c
+            c + " " * (w - _display_width(c))
+            if a == "<"
+            else " " * (w - _display_width(c)) + c
             for c, a, w in padded
         )
         lines.append(indent + text.rstrip())
