@@ -44,6 +44,7 @@ from ._training import (
     MONITORS,
     NETWORK_PARAMS,
     embed_models,
+    finished_epochs,
     fit_network,
     full_precision,
     predict_proba,
@@ -945,8 +946,7 @@ class LocusEmbedder(
         self.n_query_features_ = X_query.shape[1]
         self.net_ = net
         self.classes_ = table.models.copy()
-        # Rows with a train_loss: a Ctrl-C mid-epoch leaves a row without one.
-        self.n_epochs_ = sum("train_loss" in row for row in net.history)
+        self.n_epochs_ = finished_epochs(net)
         embeddings = self._encoder_embeddings(table, X_query)
         self.embedding_scale_ = embedding_scale(embeddings)
         if check_collapse:

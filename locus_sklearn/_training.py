@@ -52,6 +52,7 @@ __all__ = [
     "FixedEpisodes",
     "gather_queries",
     "held_out_rows",
+    "finished_epochs",
     "fit_network",
     "float32_default",
     "full_precision",
@@ -774,6 +775,13 @@ def progress_sink(text):
     if not stream.isatty():
         text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     print(text, file=stream)
+
+
+def finished_epochs(net):
+    """Epochs ``net`` (a fitted skorch net) trained to their end: after a
+    Ctrl-C skorch keeps the epoch cut short in its history, a row with no
+    ``train_loss``, which is not counted."""
+    return sum("train_loss" in row for row in net.history)
 
 
 def progress_params(verbose):

@@ -21,6 +21,7 @@ from .._base import BaseRouter
 from .._device import resolve_device
 from .._training import (
     DivergenceCheck,
+    finished_epochs,
     full_precision,
     held_out_rows,
     progress_params,
@@ -197,9 +198,7 @@ class _NetRouter(BaseRouter):
             net.fit(dataset, None)
         net.module_.eval()
         self.net_ = net
-        # Finished epochs only: after Ctrl-C skorch keeps the epoch cut short
-        # in the history, a row with no train_loss.
-        self.n_epochs_ = sum("train_loss" in row for row in net.history)
+        self.n_epochs_ = finished_epochs(net)
 
     def _predict_proba_encoded(self, X):
         module = self.net_.module_
