@@ -220,6 +220,22 @@ def three_model_knn():
     return KNNRouter(1, encoder=encoder).fit(evals), evals
 
 
+@pytest.fixture
+def torch_refuses_read_only(monkeypatch):
+    """torch.as_tensor, for the test's duration, failing on a read-only
+    ndarray: torch warns only once per process that writing to one is
+    undefined behaviour, so every call is checked here instead."""
+    import torch
+
+    as_tensor = torch.as_tensor
+
+    def checked(data, *args, **kwargs):
+        assert not (isinstance(data, np.ndarray) and not data.flags.writeable)
+        return as_tensor(data, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "as_tensor", checked)
+
+
 @contextlib.contextmanager
 def pipe_released_after(fifo, seconds):
     """From ``seconds`` on, open and close the named pipe ``fifo`` for

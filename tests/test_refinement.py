@@ -548,7 +548,7 @@ def test_saved_scale_round_trip_and_checks(router, pool, tmp_path, fitted_copy):
         LocusEmbedder.load(tmp_path / "unknown.locus")
 
 
-def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, monkeypatch):
+def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, request):
     """Read-only inputs (the scale of an embedder loaded with joblib's
     mmap_mode, a memmapped table) are copied before torch sees them, as the
     unrefined path does: torch warned that writing to them is undefined
@@ -567,13 +567,7 @@ def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, monkeypatch)
     )
     expected_transform = emb.transform(pool.evals)
 
-    as_tensor = torch.as_tensor
-
-    def checked(data, *args, **kwargs):
-        assert not (isinstance(data, np.ndarray) and not data.flags.writeable)
-        return as_tensor(data, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "as_tensor", checked)
+    request.getfixturevalue("torch_refuses_read_only")
     for array in (X_query, z0, scale, table.query_index, table.score):
         array.flags.writeable = False
     refined = _refinement.refine_embeddings(
@@ -582,7 +576,7 @@ def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, monkeypatch)
     np.testing.assert_array_equal(refined, expected)
     # The bank readout (its own as_tensor calls) was on the path above.
     unit = torch.nn.functional.normalize(
-        as_tensor(X_query.copy(), dtype=torch.float32), dim=-1
+        torch.as_tensor(X_query.copy(), dtype=torch.float32), dim=-1
     )
     assert (
         _refinement._bank_leave_one_out_readout(module.readout, unit, table) is not None

@@ -816,12 +816,11 @@ def test_embeddings_under_a_callers_autocast(pool, tiny_embedder, refine_steps):
     np.testing.assert_allclose(Z, expected, rtol=1e-6, atol=1e-7)
 
 
-def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, monkeypatch):
+def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, request):
     """Read-only inputs (joblib's memmaps in a worker) are copied before torch
     sees them, which warned that writing to them is undefined behaviour (once
     per process, hence the check on every call here); writable ones are not
     copied."""
-    import torch
 
     from locus_sklearn._evals import check_evals
     from locus_sklearn._training import embed_models, predict_proba
@@ -834,13 +833,7 @@ def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, monkeypatch)
     Z = embed_models(module, table, X_table, batch_tokens=4096)
     expected = predict_proba(module, Z, queries, (X_table, table))
 
-    as_tensor = torch.as_tensor
-
-    def checked(data, *args, **kwargs):
-        assert not (isinstance(data, np.ndarray) and not data.flags.writeable)
-        return as_tensor(data, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "as_tensor", checked)
+    request.getfixturevalue("torch_refuses_read_only")
     for array in (X_table, queries, Z, table.query_index, table.score):
         array.flags.writeable = False
     np.testing.assert_array_equal(
