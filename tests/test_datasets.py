@@ -1024,13 +1024,20 @@ def test_from_lm_eval_filter_name_is_checked(tmp_path):
 
 
 def test_from_lm_eval_metric_must_be_one_the_records_list(tmp_path):
-    """metric='doc_id' read the doc ids as scores."""
-    path = _write_samples(tmp_path, "boolq", [_mc(0, "a", 1.0), _mc(1, "b", 1.0)])
+    """metric='doc_id' read the doc ids as scores; so would any numeric key
+    the records hold beside their metrics."""
+    records = [_mc(0, "a", 1.0), _mc(1, "b", 1.0)]
+    for record in records:
+        record["acc_stderr"] = 0.5
+    path = _write_samples(tmp_path, "boolq", records)
     with pytest.raises(
         ValueError,
-        match=r"metric='doc_id' is not a metric of 2 of 2 records of '.*samples_boolq"
-        r".*' \(task 'boolq'\): their 'metrics' list \['acc', 'acc_norm'\]",
+        match=r"metric='acc_stderr' is not a metric of 2 of 2 records of "
+        r"'.*samples_boolq.*' \(task 'boolq'\): their 'metrics' list "
+        r"\['acc', 'acc_norm'\]",
     ):
+        from_lm_eval(path, model="m", metric="acc_stderr")
+    with pytest.raises(ValueError, match=r"^metric='doc_id' is a key lm-eval"):
         from_lm_eval(path, model="m", metric="doc_id")
     assert from_lm_eval(path, model="m", metric="acc_norm")["score"].tolist() == [1, 1]
 
@@ -1933,6 +1940,163 @@ def test_from_lm_eval_reports_a_nan_metric_as_missing(tmp_path):
         "document(s) ['arc/7']"
     )
     assert "outside" not in message and "choose" not in message
+
+
+def test_from_lm_eval_refuses_a_doc_id_repeated_for_one_filter(tmp_path):
+    """lm-eval versions that logged one record per document and filter
+    without the filter's name (no 'filter', no 'metrics' key) gave each gsm8k
+    document two rows, strict-match's and flexible-extract's, averaged."""
+    old = [
+        {"doc_id": i, "doc": {"question": f"{i}+{i}?"}, "target": str(2 * i),
+         "doc_hash": "ab", "exact_match": score}
+        for score in [0.0, 1.0]  # a block of documents per filter
+        for i in range(2)
+    ]  # fmt: skip
+    path = _write_samples(tmp_path / "old", "gsm8k", old)
+    read = {"model": "m", "metric": "exact_match", "query_text": None}
+    for filter_name in [None, "strict-match"]:
+        with pytest.raises(
+            ValueError,
+            match=r"samples_gsm8k_.*' holds doc_id=0 twice in records without a "
+            r"'filter' key \(lines 1 and 3\);.*would average their scores\. "
+            r"lm-eval versions that log one record per document and filter "
+            r"without the filter's name .*Re-run the task with a newer lm-eval",
+        ):
+            from_lm_eval(path, filter_name=filter_name, **read)
+    # Named filters: a doc_id repeated within one filter is refused too (two
+    # runs' records joined), once per filter is not.
+    joined = [_mc(0, "a", 1.0), _mc(1, "b", 1.0), _mc(0, "a", 0.0)]
+    path = _write_samples(tmp_path / "joined", "arc", joined)
+    with pytest.raises(
+        ValueError,
+        match=r"holds doc_id=0 twice for the filter 'none' \(lines 1 and 3\).*"
+        r"joins the records of two runs",
+    ):
+        from_lm_eval(path, model="m")
+    two = [dict(_mc(0, "a", float(f == "x")), filter=f) for f in ["x", "y"]]
+    path = _write_samples(tmp_path / "two", "arc", two)
+    evals = from_lm_eval(path, model="m", filter_name="y", query_text=None)
+    assert evals[["query", "score"]].to_dict("list") == {
+        "query": ["arc/0"],
+        "score": [0.0],
+    }
+
+
+def test_from_lm_eval_a_run_without_results_file_in_a_shared_folder(tmp_path):
+    """In the folder --output_path OUT/<stem>.json shares between models, a
+    run whose results file is missing was named after another run's model."""
+    shared = tmp_path / "shared"
+    _write_run(
+        shared, D1, "pretrained=org/a", {"t": [_mc(0, "a", 1.0)]}, "org/a", "res"
+    )
+    _write_run(
+        shared, D2, "pretrained=org/b", {"t": [_mc(0, "a", 0.0)]}, "org/b", "res"
+    )
+    os.remove(shared / f"res_{D2}.json")
+    with pytest.raises(
+        ValueError,
+        match=rf"cannot tell which model wrote '.*samples_t_{D2}\.jsonl': no "
+        rf"results file in its folder has its date {D2}, and the folder 'shared' "
+        r"is not the one lm-eval names after 'org/a', the model of the results "
+        r"files there \('org__a'\).*Pass the file alone with model=",
+    ):
+        from_lm_eval(shared, query_text=None)
+    lone = from_lm_eval(shared / f"samples_t_{D2}.jsonl", model="org/b")
+    assert lone[["model", "score"]].to_dict("list") == {
+        "model": ["org/b"],
+        "score": [0.0],
+    }
+    # In OUT/<sanitized model name>/ (lm-eval's sanitize_model_name: "/" and
+    # ":" become "__") the runs are one model's: the run is read as it.
+    own = tmp_path / "org__m__v1"
+    _write_run(own, D1, "pretrained=org/m:v1", {"t": [_mc(0, "a", 1.0)]}, "org/m:v1")
+    _write_run(own, D2, "pretrained=org/m:v1", {"u": [_mc(0, "b", 0.0)]}, "org/m:v1")
+    os.remove(own / f"results_{D2}.json")
+    evals = from_lm_eval(own, query_text=None)
+    assert evals.to_dict("list") == {
+        "model": ["org/m:v1", "org/m:v1"],
+        "query": ["t/0", "u/0"],
+        "score": [1.0, 0.0],
+        "task": ["t", "u"],
+    }
+
+
+def test_from_lm_eval_reads_gzipped_samples_files(tmp_path):
+    """samples_*.jsonl.gz were left out of a folder ("no samples_*.jsonl
+    file; run lm_eval with --log_samples") and refused on their own."""
+    import gzip
+
+    folder = tmp_path / "org__a"
+    _write_run(folder, D1, "pretrained=org/a",
+               {"t": [_mc(0, "a", 1.0), _mc(1, "b", 0.0)]}, "org/a")  # fmt: skip
+    plain = folder / f"samples_t_{D1}.jsonl"
+    packed = folder / f"samples_t_{D1}.jsonl.gz"
+    with gzip.open(packed, "wb") as handle:
+        handle.write(plain.read_bytes())
+    # gzip -k keeps the plain file: both are one run, not two.
+    with pytest.raises(
+        ValueError,
+        match=rf"holds both '.*samples_t_{D1}\.jsonl' and its gzipped copy "
+        rf"'samples_t_{D1}\.jsonl\.gz'; reading both would count",
+    ):
+        from_lm_eval(tmp_path, query_text=None)
+    os.remove(plain)
+    expected = {
+        "model": ["org/a", "org/a"],
+        "query": ["t/0", "t/1"],
+        "score": [1.0, 0.0],
+        "task": ["t", "t"],
+    }
+    assert from_lm_eval(tmp_path, query_text=None).to_dict("list") == expected
+    assert from_lm_eval(packed, query_text=None).to_dict("list") == expected
+
+
+def test_from_lm_eval_skips_hidden_folders(tmp_path):
+    """JupyterLab's copy .ipynb_checkpoints/samples_<task>_<date>-checkpoint
+    .jsonl made the whole folder unreadable ("cannot read the task")."""
+    folder = tmp_path / "org__a"
+    _write_run(folder, D1, "pretrained=org/a", {"t": [_mc(0, "a", 1.0)]}, "org/a")
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / ".ipynb_checkpoints" / f"samples_t_{D1}-checkpoint.jsonl").write_text(
+        (folder / f"samples_t_{D1}.jsonl").read_text()
+    )
+    evals = from_lm_eval(tmp_path, query_text=None)
+    assert evals.to_dict("list") == {
+        "model": ["org/a"],
+        "query": ["t/0"],
+        "score": [1.0],
+        "task": ["t"],
+    }
+
+
+def test_from_lm_eval_metric_messages_name_documents_and_real_metrics(tmp_path):
+    """A value outside [0, 1] named neither document nor line, and advised
+    'acc' when metric='acc'; without a 'metrics' list the metrics offered
+    were every numeric key, doc_id included."""
+    records = [_mc(0, "a", 1.0), _mc(1, "b", 0.0), _mc(2, "c", -1.0)]
+    path = _write_samples(tmp_path / "a", "arc", records)
+    with pytest.raises(ValueError) as error:
+        from_lm_eval(path, model="m")
+    message = str(error.value)
+    assert message.startswith(
+        f"metric='acc' has 1 value(s) outside [0, 1] in {path!r} (e.g. [-1.0]), "
+        "for the document(s) ['arc/2'] (line(s) [3]);"
+    )
+    assert message.endswith("such as 'exact_match'.")
+    assert "'acc' or" not in message
+    old = [{"doc_id": 0, "doc": {}, "target": 2, "doc_hash": "ab",
+            "prompt_hash": "cd", "exact_match": 1.0}]  # fmt: skip
+    path = _write_samples(tmp_path / "b", "gsm8k", old)
+    with pytest.raises(
+        ValueError,
+        match=r"metric='acc' is missing from 1 of 1 records .*; its metrics are "
+        r"\['exact_match'\]\.$",
+    ):
+        from_lm_eval(path, model="m")
+    # ...and doc_id itself, a number in every record, was read as scores.
+    for key in ("doc_id", "doc_hash"):
+        with pytest.raises(ValueError, match=rf"^metric='{key}' is a key lm-eval"):
+            from_lm_eval(path, model="m", metric=key)
 
 
 def test_load_evals_jsonl_parse_hint_names_the_keys_of_that_file(tmp_path):

@@ -17,13 +17,19 @@ __all__ = ["from_lm_eval"]
 
 # lm-eval names files after the run's ``datetime.now().isoformat()`` with ":" -> "-".
 _DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
-_SAMPLES = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{_DATE})\.jsonl$")
+# Gzipped as other tools store them (lm-eval writes them plain): json_lines
+# reads both.
+_SAMPLES = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{_DATE})\.jsonl(?:\.gz)?$")
 # ``--output_path OUT`` writes OUT/<model>/results_<date>.json; ``--output_path
 # OUT/<stem>.json`` writes OUT/<stem>_<date>.json beside the samples files, where
 # several models' runs may share the folder.
 _RESULTS = re.compile(rf"^(?P<stem>.+)_(?P<date>{_DATE})\.json$")
 # The keys lm-eval itself reads a model name from, in its order of precedence.
 _MODEL_ARG_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
+# The keys of a samples record that lm-eval writes besides its metrics.
+_RECORD_KEYS = frozenset(
+    "doc_id doc target arguments resps filtered_resps filter metrics".split()
+)
 # The model_args that change which model answers (its weights, adapter,
 # precision or quantization) besides the keys of its name: two runs of one
 # model_name that differ in one of them are two models. Arguments on how the
@@ -123,13 +129,24 @@ def _read_results(file):
     return None, args
 
 
+def _sanitize_model_name(name):
+    """The folder name lm-eval gives a model's output (its
+    ``utils.sanitize_model_name``).
+
+    >>> _sanitize_model_name("org/m:v1")
+    'org__m__v1'
+    """
+    return re.sub(r"[\"<>:/|\\?*\[\]]+", "__", name)
+
+
 def _results_files(folder):
     return sorted(f for f in folder.iterdir() if _RESULTS.match(f.name) and f.is_file())
 
 
 def _model_run(samples_file, date):
     """``(model name, model-changing args)`` of the run that wrote a samples
-    file, from the results file(s) beside it."""
+    file, from the results file of its run, or else from those beside it
+    where the folder is named after their model."""
     results = _results_files(samples_file.parent)
     same_run = [f for f in results if _RESULTS.match(f.name)["date"] == date]
     runs = {_read_results(f) for f in (same_run or results)}
@@ -141,6 +158,23 @@ def _model_run(samples_file, date):
             f"cannot tell which model wrote {str(samples_file)!r}: the results "
             f"file(s) in its folder (results_<date>.json or <stem>_<date>.json) "
             f"give {found}. Pass model= to name it."
+        )
+    # abspath, not resolve: a folder linked into the output folder keeps the
+    # name it is read under; "." becomes the name of the current folder.
+    folder = Path(os.path.abspath(samples_file.parent)).name
+    name = next(iter(names))
+    if not same_run and folder != _sanitize_model_name(name):
+        # Only --output_path OUT writes OUT/<sanitized model name>/, one
+        # model's runs; --output_path OUT/<stem>.json and the Python API
+        # share a folder between models, where another run's results file
+        # says nothing of the model of this one.
+        raise ValueError(
+            f"cannot tell which model wrote {str(samples_file)!r}: no results "
+            f"file in its folder has its date {date}, and the folder {folder!r} "
+            f"is not the one lm-eval names after {name!r}, the model of the "
+            f"results files there ({_sanitize_model_name(name)!r}), so it may "
+            "hold other models' runs (as --output_path OUT/<name>.json and the "
+            "Python API write them). Pass the file alone with model= to name it."
         )
     if len(runs) > 1:
         # No results file of its own date, and runs of that name that are
@@ -376,7 +410,9 @@ def _samples_files(folder):
     Folders that are symlinks are followed (Path.rglob skips them, and a
     model's folder linked into the output folder would be left out without
     a word); a folder reached twice (a second link to it, or a link back up
-    the tree) is read once, under its first path in sorted order.
+    the tree) is read once, under its first path in sorted order. Hidden
+    folders (``.ipynb_checkpoints``, where JupyterLab keeps a copy of a file
+    opened in it) are skipped.
     """
     files, seen = [], set()
     for parent, folders, names in os.walk(folder, followlinks=True):
@@ -387,18 +423,20 @@ def _samples_files(folder):
         seen.add(real)
         # Sorted: which of two paths to one folder is read does not depend
         # on the order the file system lists them in.
-        folders.sort()
+        folders[:] = sorted(f for f in folders if not f.startswith("."))
         files += [
             Path(parent, name)
             for name in names
             if fnmatch.fnmatchcase(name, "samples_*.jsonl")
+            or fnmatch.fnmatchcase(name, "samples_*.jsonl.gz")
         ]
     return sorted(files)
 
 
 def _read_records(file):
-    """The records of a samples file, each a dict with a ``doc_id``."""
-    records = []
+    """The records of a samples file, each a dict with a ``doc_id``, and the
+    line of each."""
+    records, lines = [], []
     where = f"samples file {str(file)!r}"
     hint = "lm-eval writes one JSON object per document."
     for number, record in json_lines(file, where, hint):
@@ -416,11 +454,54 @@ def _read_records(file):
                 "int (as lm-eval writes it) or a str."
             )
         records.append(record)
-    return records
+        lines.append(number)
+    return records, lines
+
+
+def _check_one_record_per_doc(records, lines, file):
+    """Refuse a doc_id repeated in one file's records of one filter: its
+    records would become one document's repeated rows, their scores averaged."""
+    first = {}
+    for record, line in zip(records, lines, strict=True):
+        doc_id = record["doc_id"]
+        if doc_id not in first:
+            first[doc_id] = line
+            continue
+        if "filter" in record:
+            which = f"for the filter {record['filter']!r}"
+            cause = (
+                "A file that joins the records of two runs looks so; read each "
+                "run's file on its own"
+            )
+        else:
+            # lm-eval's EvaluationTracker, in the versions before records
+            # named their filter (EleutherAI/lm-evaluation-harness#2025),
+            # logged one record per document and filter: which of the two is
+            # which filter is not in the file.
+            which = "in records without a 'filter' key"
+            cause = (
+                "lm-eval versions that log one record per document and filter "
+                "without the filter's name write a task with several filters "
+                "(gsm8k's strict-match and flexible-extract) so, and which "
+                "record is which filter cannot be told. Re-run the task with a "
+                "newer lm-eval, whose records have 'filter' and 'metrics' keys, "
+                "or add each record's 'filter' key yourself"
+            )
+        raise ValueError(
+            f"samples file {str(file)!r} holds doc_id={doc_id!r} twice {which} "
+            f"(lines {first[doc_id]} and {line}); each document has one record per "
+            f"filter, and reading both would average their scores. {cause}."
+        )
+
+
+def _documents(indices, records, lines, task):
+    """The documents at ``indices`` and their lines, for a message."""
+    docs = _preview(f"{task}/{records[i]['doc_id']}" for i in indices)
+    return f"the document(s) {docs} (line(s) {_preview(lines[i] for i in indices)})"
 
 
 def _read_samples(file, task, metric, filter_name):
-    records = _read_records(file)
+    records, lines = _read_records(file)
     filters = list(dict.fromkeys(r.get("filter", "none") for r in records))
     if len(filters) > 1:
         if filter_name is None:
@@ -433,12 +514,23 @@ def _read_samples(file, task, metric, filter_name):
                 f"filter_name={filter_name!r} is not in samples file "
                 f"{str(file)!r}; its filters are {filters}."
             )
-        records = [r for r in records if r.get("filter", "none") == filter_name]
+        kept = [
+            i for i, r in enumerate(records) if r.get("filter", "none") == filter_name
+        ]
+        records = [records[i] for i in kept]
+        lines = [lines[i] for i in kept]
+    _check_one_record_per_doc(records, lines, file)
 
     missing = [r for r in records if metric not in r]
     if missing:
+        # Without a "metrics" list (older lm-eval), the numeric keys but
+        # lm-eval's own bookkeeping (doc_id, *_hash).
         available = missing[0].get("metrics") or sorted(
-            k for k, v in missing[0].items() if isinstance(v, numbers.Real)
+            k
+            for k, v in missing[0].items()
+            if isinstance(v, numbers.Real)
+            and k not in _RECORD_KEYS
+            and not k.endswith("_hash")
         )
         raise ValueError(
             f"metric={metric!r} is missing from {len(missing)} of {len(records)} "
@@ -473,19 +565,21 @@ def _read_samples(file, task, metric, filter_name):
     if len(unscored):
         # A NaN (JSON NaN) is a score that was not computed, not a value
         # outside [0, 1]: another metric would not help.
-        docs = [f"{task}/{records[i].get('doc_id')}" for i in unscored]
         raise ValueError(
             f"metric={metric!r} has {len(unscored)} missing value(s) (NaN) in "
-            f"{str(file)!r}, for the document(s) {_preview(docs)}; every "
-            "document needs a score in [0, 1]: drop those lines or score them "
-            "again."
+            f"{str(file)!r}, for {_documents(unscored, records, lines, task)}; "
+            "every document needs a score in [0, 1]: drop those lines or score "
+            "them again."
         )
-    outside = ~((score >= 0.0) & (score <= 1.0))
-    if outside.any():
+    outside = np.flatnonzero(~((score >= 0.0) & (score <= 1.0)))
+    if len(outside):
+        others = [m for m in ("acc", "exact_match") if m != metric]
         raise ValueError(
-            f"metric={metric!r} has {int(outside.sum())} value(s) outside [0, 1] in "
-            f"{str(file)!r} (e.g. {_preview(score[outside][:5].tolist())}); choose "
-            "a metric scored in [0, 1] such as 'acc' or 'exact_match'."
+            f"metric={metric!r} has {len(outside)} value(s) outside [0, 1] in "
+            f"{str(file)!r} (e.g. {_preview(score[outside][:5].tolist())}), for "
+            f"{_documents(outside, records, lines, task)}; every document needs "
+            "a score in [0, 1]: fix or drop those lines, or choose a metric "
+            f"scored in [0, 1] such as {' or '.join(map(repr, others))}."
         )
     return records, score, filters
 
@@ -506,7 +600,10 @@ def from_lm_eval(
       ``pretrained=``/``model=`` entry of ``config.model_args``) of the
       results file of the same run in the same folder (``results_<date>.json``,
       or ``<stem>_<date>.json`` as ``--output_path OUT/<stem>.json`` writes
-      it);
+      it). A run without one takes the model of the results files beside it
+      only in a folder named after that model as lm-eval names it
+      (``OUT/<sanitized model name>/``, which holds one model's runs);
+      elsewhere it is an error;
     - ``query``: the prompt the harness sent to the model (the context of the
       document's first request, from the record's ``arguments``), a text taken
       from ``doc`` with ``query_text``, or the id ``"<task>/<doc_id>"``
@@ -530,9 +627,10 @@ def from_lm_eval(
     Parameters
     ----------
     path : str or os.PathLike
-        An output folder (searched recursively for ``samples_*.jsonl``,
-        following folders that are symlinks) or one samples file; ``~`` is
-        expanded to the home folder.
+        An output folder (searched recursively for ``samples_*.jsonl`` and
+        gzipped ``samples_*.jsonl.gz``, following folders that are symlinks
+        and skipping hidden ones such as ``.ipynb_checkpoints``) or one
+        samples file; ``~`` is expanded to the home folder.
     model : str, default=None
         Model name for every file, when the results files do not give it
         (e.g. a samples file on its own). Only for samples files of one
@@ -584,9 +682,14 @@ def from_lm_eval(
     ValueError
         If a samples or results file is not valid JSON, a line of a samples
         file is not a JSON object, names a key twice or has no ``doc_id``
-        (the message names the file and the line), ``metric`` is not in a
-        record's ``metrics`` list or a value of it is missing (NaN) or lies
-        outside [0, 1],
+        (the message names the file and the line), a ``doc_id`` occurs twice
+        in one file's records of one filter (as lm-eval versions that logged
+        several filters without their names wrote them; the message names the
+        lines), ``metric`` names a key lm-eval writes beside the metrics
+        (``doc_id``, ``target``, ``*_hash``) or is not in a record's
+        ``metrics`` list, or a value of it is missing (NaN) or lies outside
+        [0, 1] (the message names the documents and lines), a folder holds a
+        samples file and its gzipped copy,
         ``filter_name`` is no record's filter, the model of a file cannot be
         told, runs of one model name differ in model-changing arguments,
         ``model=`` would name the runs of several models, one document gets
@@ -625,6 +728,14 @@ def from_lm_eval(
         raise TypeError(f"model must be a non-empty str or None; got {model!r}.")
     if not isinstance(metric, str):
         raise TypeError(f"metric must be a str; got {metric!r}.")
+    if metric in _RECORD_KEYS or metric.endswith("_hash"):
+        # Records without a "metrics" list (older lm-eval) hold these beside
+        # the metrics; doc_id would be read as scores.
+        raise ValueError(
+            f"metric={metric!r} is a key lm-eval writes beside the metrics of a "
+            "samples record, not a metric; choose one such as 'acc' or "
+            "'exact_match'."
+        )
     if filter_name is not None and not isinstance(filter_name, str):
         raise TypeError(f"filter_name must be a str or None; got {filter_name!r}.")
     if query_text is not None and not (
@@ -642,8 +753,8 @@ def from_lm_eval(
         files = _samples_files(path)
         if not files:
             raise ValueError(
-                f"path={shown!r} holds no samples_*.jsonl file; run lm_eval "
-                "with --log_samples."
+                f"path={shown!r} holds no samples_*.jsonl (or .jsonl.gz) file "
+                "outside hidden folders; run lm_eval with --log_samples."
             )
     elif path.is_file():
         files = [path]
@@ -656,9 +767,19 @@ def from_lm_eval(
         if match is None:
             raise ValueError(
                 f"cannot read the task from {str(file)!r}: lm-eval names samples "
-                "files samples_<task>_<YYYY-MM-DDTHH-MM-SS.ffffff>.jsonl."
+                "files samples_<task>_<YYYY-MM-DDTHH-MM-SS.ffffff>.jsonl (read "
+                "gzipped too, as .jsonl.gz)."
             )
         runs.append((file, match["task"], match["date"]))
+    paths = {file for file, _, _ in runs}
+    for file in sorted(paths):
+        if file.suffix == ".gz" and file.with_suffix("") in paths:
+            # gzip -k keeps the file it compresses: one run read twice.
+            raise ValueError(
+                f"path={shown!r} holds both {str(file.with_suffix(''))!r} and its "
+                f"gzipped copy {file.name!r}; reading both would count each of "
+                "their documents twice. Remove one of them."
+            )
     if model is not None:
         folders = sorted({str(file.parent) for file, _, _ in runs})
         if len(folders) > 1:
