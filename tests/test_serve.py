@@ -2038,6 +2038,140 @@ def test_admin_token_any_header_bytes_and_an_unset_variable(
         ), err
 
 
+@pytest.mark.parametrize(
+    "token, problem",
+    [
+        ("s3cret-TOKEN\r", "a carriage return (CR) at its end"),
+        ("s3cret-TOKEN ", "a space or tab at its end"),
+        (" s3cret-TOKEN", "a space or tab at position 1"),
+        ("s3cret\n-TOKEN", "a line feed (LF) at position 7"),
+        ("s3cret\x1b-TOKEN", "a control character at position 7"),
+    ],
+)
+def test_an_admin_token_no_request_can_carry_is_refused_at_start(
+    router_path, monkeypatch, capsys, token, problem
+):
+    """A CR left by an env file with CRLF line endings, or a space at either
+    end, was accepted at start, and then every reload got 401 (a client
+    refuses the CR, HTTP strips the spaces). Now it is refused at start,
+    naming the variable, never the token."""
+    monkeypatch.setenv("LOCUS_TEST_ADMIN", token)
+    with pytest.raises(ValueError, match="cannot be sent in an HTTP header") as info:
+        create_app(router_path, admin_token_env="LOCUS_TEST_ADMIN")
+    message = str(info.value)
+    assert message.startswith("admin_token_env='LOCUS_TEST_ADMIN': ")
+    assert problem in message and "control characters" in message
+    assert "s3cret" not in message and "TOKEN" not in message
+
+    _captured_app(monkeypatch)  # never serve for real
+    argv = ["serve", str(router_path), "--admin-token-env", "LOCUS_TEST_ADMIN"]
+    assert serve_main(argv) == 1
+    err = capsys.readouterr().err
+    assert "--admin-token-env LOCUS_TEST_ADMIN: the token" in err, err
+    assert problem in err and "s3cret" not in err and "TOKEN" not in err
+
+
+def test_an_admin_token_with_inner_spaces_or_any_bytes_is_accepted(
+    router_path, monkeypatch
+):
+    """What a header value can hold stays valid: a space between two
+    characters, and bytes that are not UTF-8 (the variable's own bytes,
+    which ``.encode()`` refused: every reload was a 500)."""
+    for token, sent in [
+        ("s3cret TOKEN", b"Bearer s3cret TOKEN"),
+        ("s3cr\udce9t", b"Bearer s3cr\xe9t"),  # the byte 0xE9, not UTF-8
+    ]:
+        monkeypatch.setenv("LOCUS_TEST_ADMIN", token)
+        app = create_app(router_path, admin_token_env="LOCUS_TEST_ADMIN")
+        with serve(app) as url:
+            wrong = {"authorization": b"Bearer s3cret"}
+            assert httpx.post(f"{url}/admin/reload", headers=wrong).status_code == 401
+            right = {"authorization": sent}
+            response = httpx.post(f"{url}/admin/reload", headers=right, timeout=30)
+            assert response.status_code == 200, (token, response.text)
+
+
+def _serve_records(caplog):
+    return [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "locus_sklearn.serve"
+    ]
+
+
+def test_admin_reload_is_logged(router_path, routers, monkeypatch, caplog):
+    """POST /admin/reload logged nothing (only the watcher did), though the
+    docs say a reload is logged: now a success is logged at INFO with the
+    new version, a failure at ERROR with the 409's reason, naming the
+    configured file (not the private copy) and never the token."""
+    monkeypatch.setenv("LOCUS_TEST_ADMIN", "s3cret-TOKEN")
+    app = create_app(router_path, admin_token_env="LOCUS_TEST_ADMIN")
+    auth = {"authorization": "Bearer s3cret-TOKEN"}
+    with caplog.at_level("INFO", logger="locus_sklearn.serve"):
+        with TestClient(app) as client:
+            routers[1].save(router_path)
+            assert client.post("/admin/reload", headers=auth).status_code == 200
+            assert _serve_records(caplog) == [
+                ("INFO", f"Reloaded {router_path}: version 2")
+            ]
+            caplog.clear()
+            router_path.write_bytes(b"not a router")
+            response = client.post("/admin/reload", headers=auth)
+            assert response.status_code == 409
+            # No log line for a refused token: nothing was reloaded.
+            assert client.post("/admin/reload").status_code == 401
+    reason = response.json()["error"]["message"].split("still serving version 2: ")
+    assert len(reason) == 2 and reason[1]
+    assert _serve_records(caplog) == [
+        ("ERROR", f"Reload of {router_path} failed: {reason[1]}")
+    ]
+    assert str(router_path) in reason[1] and "locus-serve-" not in reason[1]
+    assert all("s3cret" not in r.getMessage() for r in caplog.records)
+
+
+def test_watch_logs_each_reload_once(router_path, routers, caplog):
+    """The watcher's lines are not doubled by the holder's logging, and a
+    bad file is logged once, not at every check."""
+    with caplog.at_level("INFO", logger="locus_sklearn.serve"):
+        with serve(create_app(router_path, watch_interval=0.02)) as url:
+            routers[1].save(router_path)
+            for _ in range(500):
+                health = httpx.get(f"{url}/healthz").json()
+                if health["router"]["version"] == 2:
+                    break
+                time.sleep(0.02)
+            assert health["router"]["version"] == 2
+            router_path.write_bytes(b"not a router")
+            for _ in range(500):
+                health = httpx.get(f"{url}/healthz").json()
+                if health["last_reload_error"]:
+                    break
+                time.sleep(0.02)
+            time.sleep(0.3)  # 15 more checks of the unchanged bad file
+    error = health["last_reload_error"]
+    assert _serve_records(caplog) == [
+        ("INFO", f"Reloaded {router_path}: version 2"),
+        ("ERROR", f"Reload of {router_path} failed: {error}"),
+    ]
+
+
+def test_route_declares_only_the_503_it_answers(router_path, routers, backends):
+    """/route's 503 was described as "or is overloaded", which it never
+    answers (a request waits for its batch): its only 503 is the service
+    not running. The gateway's, with its overload 503, keeps the text."""
+    gateway = _gateway(backends, routers[0].classes_)
+    app = create_app(router_path, gateway=gateway)
+    spec = app.openapi()["paths"]
+    described = spec["/route"]["post"]["responses"]["503"]["description"]
+    assert described == "The service is not started or is shutting down"
+    chat = spec["/v1/chat/completions"]["post"]["responses"]["503"]["description"]
+    assert "overloaded" in chat
+    # Without the lifespan run, the service is not started: the 503 /route has.
+    response = TestClient(app).post("/route", json={"query": "q000"})
+    assert response.status_code == 503
+    assert "not started" in response.json()["error"]["message"], response.text
+
+
 def test_batches_never_exceed_max_batch():
     """A request that would take a batch over max_batch waits for the next
     one; a single larger request goes alone, whole."""

@@ -36,7 +36,7 @@ from ..inspection._cost import _utility  # noqa: E402
 from ..metrics import route  # noqa: E402
 from ._batching import MAX_WINDOW_MS, BatcherStopped, MicroBatcher  # noqa: E402
 from ._config import _unique_keys, load_gateway_config  # noqa: E402
-from ._state import RouterHolder  # noqa: E402
+from ._state import RouterHolder, _unsendable  # noqa: E402
 
 __all__ = ["create_app", "APIError"]
 
@@ -785,7 +785,10 @@ def create_app(
     admin_token_env : str, default=None
         Name of an environment variable holding a token that
         ``POST /admin/reload`` then requires (``Authorization: Bearer ...``);
-        read once, here: a variable that is not set (or is empty) is an error.
+        read once, here: a variable that is not set (or is empty) is an
+        error, and so is a token no request can carry (a control character,
+        such as the CR of an env file with CRLF line endings, or a space or
+        tab at either end).
 
     Returns
     -------
@@ -835,6 +838,7 @@ def create_app(
                 "variable that is not set (or is empty); set it to the token "
                 "POST /admin/reload is to require."
             )
+        _check_admin_token(admin_token, f"admin_token_env={admin_token_env!r}")
     fastapi_app = FastAPI(
         title="locus_sklearn router",
         description="Route queries to the language model most likely to answer them.",
@@ -899,6 +903,23 @@ def create_app(
     return fastapi_app
 
 
+def _check_admin_token(token, setting):
+    """Refuse an admin token no request can carry, naming ``setting`` (the
+    parameter or option, and the variable), never the token: one with a CR
+    (an env file with CRLF line endings) or a space at either end was
+    accepted, and then every reload got 401."""
+    problem = _unsendable(token, as_bytes=True)
+    if problem is not None:
+        raise ValueError(
+            f"{setting}: the token in this environment variable cannot be sent "
+            f"in an HTTP header (value not shown): {problem}. A token must "
+            "hold no control characters (CR, LF, ...) and neither begin nor "
+            "end with a space or tab; set the variable again without them (a "
+            "CR at the end comes from an env file with Windows CRLF line "
+            "endings)."
+        )
+
+
 def _check_int(name, value):
     """``value`` must be an int >= 1: 0 or less would refuse every request or
     (for ``max_body_bytes``) silently lift the limit."""
@@ -935,19 +956,26 @@ async def _watch(service, interval):
     while True:
         await asyncio.sleep(interval)
         if service.holder.changed():
-            try:
-                old, new = await service.holder.reload()
+            # reload() logs the outcome; on a failure the old router serves.
+            with contextlib.suppress(Exception):
+                await service.holder.reload()
                 service.n_reloads += 1
-                logger.info("Reloaded %s: version %d", service.holder.path, new.version)
-            except Exception as exc:  # keep serving the old router
-                logger.error("Reload of %s failed: %s", service.holder.path, exc)
 
 
 def _add_route_endpoint(app, service):
     @app.post(
         "/route",
         summary="Route queries to models",
-        responses=_error_responses(400, 413, 415, 422, 503),
+        # No overload 503 here (a request waits for its batch): only the
+        # gateway's, when no connection to a backend is free.
+        responses=_error_responses(
+            400,
+            413,
+            415,
+            422,
+            503,
+            descriptions={503: "The service is not started or is shutting down"},
+        ),
     )
     async def route_queries(body: RouteRequest):
         """Routed model, P(correct) of every model and the top k, per query."""
@@ -1062,6 +1090,14 @@ def _add_pool_endpoints(app, service, admin_token):
             health, status_code=200 if status["status"] == "ok" else 503
         )
 
+    # Encoded once, as the client sends it; surrogateescape gives back the
+    # bytes of a variable that is not UTF-8 (``.encode()`` raised, a 500).
+    expected = (
+        None
+        if admin_token is None
+        else f"Bearer {admin_token}".encode("utf-8", "surrogateescape")
+    )
+
     @app.post(
         "/admin/reload",
         summary="Reload the configured router file",
@@ -1074,12 +1110,12 @@ def _add_pool_endpoints(app, service, admin_token):
         ever loaded. A file that does not load or validate leaves the old
         router serving and answers 409 with the reason.
         """
-        if admin_token is not None:
+        if expected is not None:
             # Compared as bytes: compare_digest refuses a str with non-ASCII
             # characters, and a header holds any byte (Starlette decodes it
             # as Latin-1, which gives the bytes back).
             given = request.headers.get("authorization", "").encode("latin-1")
-            if not hmac.compare_digest(given, f"Bearer {admin_token}".encode()):
+            if not hmac.compare_digest(given, expected):
                 raise APIError(
                     401,
                     "Reloading needs the admin token.",

@@ -263,16 +263,20 @@ def _cmd_serve(args):
     uvicorn = require("uvicorn")
     # --threads is applied by the runner (locus_sklearn._cli.run) around
     # the whole command, the server's lifetime included.
-    from ._app import create_app
+    from ._app import _check_admin_token, create_app
 
     # Checked before the router loads, naming the option (create_app checks
-    # it too, naming its parameter): unset, every reload would be refused.
-    if args.admin_token_env is not None and not os.environ.get(args.admin_token_env):
-        raise ValueError(
-            f"--admin-token-env {args.admin_token_env}: the environment variable "
-            "is not set (or is empty); set it to the token POST /admin/reload "
-            "is to require."
-        )
+    # it too, naming its parameter): unset, or with a character no request
+    # can carry, every reload would be refused.
+    if args.admin_token_env is not None:
+        token = os.environ.get(args.admin_token_env)
+        if not token:
+            raise ValueError(
+                f"--admin-token-env {args.admin_token_env}: the environment "
+                "variable is not set (or is empty); set it to the token POST "
+                "/admin/reload is to require."
+            )
+        _check_admin_token(token, f"--admin-token-env {args.admin_token_env}")
 
     encoder = _encoder_arg(args)
     with _in_option_terms(*_SERVE_TERMS, common=False):
@@ -460,7 +464,8 @@ def _add_serve(subparsers):
         "--admin-token-env",
         metavar="VAR",
         help="environment variable holding a token that POST /admin/reload "
-        "then requires as 'Authorization: Bearer TOKEN' (it must be set)",
+        "then requires as 'Authorization: Bearer TOKEN' (it must be set, "
+        "without control characters or a space at either end)",
     )
     p.add_argument(
         "--encoder-backend",

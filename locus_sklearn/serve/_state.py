@@ -7,6 +7,7 @@ routers in one answer and never drops a request in flight.
 
 import asyncio
 import datetime
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["RouterHolder", "RouterState"]
+
+logger = logging.getLogger("locus_sklearn.serve")
 
 
 @dataclass(frozen=True)
@@ -159,14 +162,22 @@ def _check_gateway(router, gateway, path):
             )
 
 
-def _unsendable(key):
+def _unsendable(key, *, as_bytes=False):
     """What keeps ``key`` from being sent as ``Authorization: Bearer
     <key>``, without showing it (its first such character, by kind and
     position), or None. Visible ASCII only: h11 refuses a CR, LF or NUL (and
     its error message holds the whole value), HTTP strips a space at either
-    end, and httpx cannot encode a character outside ASCII."""
+    end, and httpx cannot encode a character outside ASCII.
+
+    ``as_bytes``: the value is sent by a client that takes bytes (the admin
+    token, with curl), so what RFC 9110 allows in a field value is kept too:
+    a character outside ASCII (its UTF-8 bytes, obs-text) and a space or tab
+    between two others. Control characters and a space or tab at either end
+    are still refused."""
     for i, char in enumerate(key):
         if "!" <= char <= "~":
+            continue
+        if as_bytes and (char > "\x7f" or (char in " \t" and 0 < i < len(key) - 1)):
             continue
         if char == "\r":
             kind = "a carriage return (CR)"
@@ -354,6 +365,11 @@ class RouterHolder:
     async def reload(self):
         """Load the file again and swap it in; on failure keep the old router.
 
+        Logged here, for every caller (``POST /admin/reload`` and the
+        watcher): a success at INFO with the new version, a failure at ERROR
+        with its reason (which names the configured file, never the private
+        copy, and never holds a key's value).
+
         Returns
         -------
         old, new : RouterState
@@ -371,7 +387,9 @@ class RouterHolder:
                 new = await loop.run_in_executor(None, self._load, old.version + 1)
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                logger.error("Reload of %s failed: %s", self.path, self.last_error)
                 raise
             self.current = new
             self.last_error = None
+            logger.info("Reloaded %s: version %d", self.path, new.version)
             return old, new
