@@ -19,6 +19,7 @@ from locus_sklearn import LocusRouter
 from locus_sklearn.baselines import KNNRouter
 from locus_sklearn.inspection import calibrate_cost_weight, cost_quality_curve
 from locus_sklearn.model_selection import ModelGroupSplit, cross_val_predict_proba
+from locus_sklearn.model_selection._cross_val import out_of_fold_proba
 
 # Four queries in two pairs of near neighbours (q1 ~ q3, q2 ~ q4); KFold(2)
 # over the sorted queries holds out q1, q2 and then q3, q4, so each query's
@@ -415,3 +416,193 @@ def test_a_model_scored_on_one_query_is_named_as_such():
         r"in one fold.*\['small'\]\. Use fewer folds",
     ):
         cross_val_predict_proba(router, sparse, cv=KFold(2))
+
+
+def test_refit_fits_a_locus_router_without_the_fold(tiny_embedder):
+    # The trained network was reused for every fold: it had been trained on
+    # each fold's answers, so flipping a fold's labels moved its "out-of-fold"
+    # P(correct) toward the new labels. With refit=True each copy, embedder
+    # included, is fitted on the rows outside its fold only: a fold's labels
+    # cannot reach its predictions (the other folds' copies do see them).
+    from locus_sklearn.datasets import make_model_pool
+
+    pool = make_model_pool(n_models=5, n_queries=24, evals_per_model="all",
+                           random_state=0)  # fmt: skip
+    evals = pool.evals
+    queries = np.sort(evals["query"].unique())
+    cv = KFold(3, shuffle=True, random_state=0)
+    fold = next(cv.split(queries))[1]
+    flipped = evals.copy()
+    in_fold = flipped["query"].isin(queries[fold])
+    flipped.loc[in_fold, "score"] = 1.0 - flipped.loc[in_fold, "score"]
+
+    def fitted(table):
+        embedder = tiny_embedder(pool.encodings, embedding_dim=4, max_epochs=3)
+        return LocusRouter(embedder, shrinkage=0.0).fit(table)
+
+    router, other = fitted(evals), fitted(flipped)
+    proba = cross_val_predict_proba(router, evals, cv=cv, refit=True)
+    again = cross_val_predict_proba(other, flipped, cv=cv, refit=True)
+    np.testing.assert_array_equal(proba[fold], again[fold])
+    assert not np.array_equal(proba, again)  # the other folds' copies saw them
+    # As a clone of the router fitted on the rows outside the fold predicts.
+    inside = evals[~evals["query"].isin(queries[fold])]
+    copy = LocusRouter(
+        tiny_embedder(pool.encodings, embedding_dim=4, max_epochs=3), shrinkage=0.0
+    ).fit(inside)
+    np.testing.assert_array_equal(proba[fold], copy.predict_proba(queries[fold]))
+    assert proba.dtype == np.float32
+    # refit=False (the default) reuses the network, which saw the fold's
+    # labels: as documented, its predictions of the fold change with them.
+    reused = cross_val_predict_proba(router, evals, cv=cv)
+    assert not np.array_equal(
+        reused[fold], cross_val_predict_proba(other, flipped, cv=cv)[fold]
+    )
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(router, evals, cv=cv, refit=False), reused
+    )
+
+
+def test_refit_must_be_a_bool_and_reaches_the_cost_functions(knn, monkeypatch):
+    # A string "False" is truthy; it must not refit every fold's network.
+    for bad in ("False", 1, None):
+        with pytest.raises(
+            TypeError, match=rf"refit must be a bool \(True or False\); got {bad!r}"
+        ):
+            cross_val_predict_proba(knn, EVALS, cv=KFold(2), refit=bad)
+        with pytest.raises(TypeError, match="refit must be a bool"):
+            calibrate_cost_weight(knn, EVALS, target_cost=6.0, cv=2, refit=bad)
+        with pytest.raises(TypeError, match="refit must be a bool"):
+            cost_quality_curve(knn, EVALS, cv=2, refit=bad)
+    # Any other router is refitted per fold either way.
+    proba = cross_val_predict_proba(knn, EVALS, cv=KFold(2))
+    for refit in (True, np.True_):
+        np.testing.assert_array_equal(
+            cross_val_predict_proba(knn, EVALS, cv=KFold(2), refit=refit), proba
+        )
+    # Without folds there is nothing to refit.
+    with pytest.raises(ValueError, match="refit=True refits a copy .* but cv=None"):
+        calibrate_cost_weight(knn, EVALS, target_cost=6.0, refit=True)
+    with pytest.raises(ValueError, match="refit=True refits a copy .* but cv=None"):
+        cost_quality_curve(knn, EVALS, refit=True)
+    # The cost functions pass refit on to the out-of-fold predictions.
+    from locus_sklearn.inspection import _cost
+
+    seen = []
+
+    def spy(router, table, cv, **kwargs):
+        seen.append(kwargs["refit"])
+        return out_of_fold_proba(router, table, cv, **kwargs)
+
+    monkeypatch.setattr(_cost, "out_of_fold_proba", spy)
+    calibrate_cost_weight(knn, EVALS, target_cost=6.0, cv=KFold(2), refit=True)
+    cost_quality_curve(knn, EVALS, cv=KFold(2), refit=True)
+    cost_quality_curve(knn, EVALS, cv=KFold(2))
+    assert seen == [True, True, False]
+
+
+class _NeedsTwoArguments(Exception):
+    def __init__(self, what, why):
+        super().__init__(f"{what}: {why}")
+
+
+class _FussyRouter(KNNRouter):
+    """Fits on all four queries of EVALS only."""
+
+    def fit(self, evals, y=None, *, model_costs=None):
+        if pd.DataFrame(evals)["query"].nunique() < 4:
+            raise _NeedsTwoArguments("fit", "too few queries")
+        return super().fit(evals, model_costs=model_costs)
+
+
+def test_a_copy_that_fails_to_fit_names_its_fold():
+    # The copy's error read as if the user's table were too small:
+    # "n_queries=2 should be >= n_clusters=3" of evals, which has 4.
+    from locus_sklearn.baselines import KMeansRouter
+
+    router = KMeansRouter(3, encoder=ENCODER, random_state=0).fit(EVALS)
+    with pytest.raises(ValueError) as error:
+        cross_val_predict_proba(router, EVALS, cv=KFold(2))
+    # KFold(2) holds out q1, q2 first: the copy sees q3, q4 of both models.
+    assert str(error.value).startswith(
+        "Fitting the copy of KMeansRouter for test fold 0 on the 2 queries "
+        "(4 rows) of evals outside it failed: n_queries=2 should be >= "
+        "n_clusters=3"
+    )
+    assert str(error.value).endswith(
+        "use fewer folds (cv gave 2), or a router that needs fewer queries."
+    )
+    assert isinstance(error.value.__cause__, ValueError)
+    assert str(error.value.__cause__).startswith("n_queries=2 should be >=")
+    # An exception type that cannot be built from a message is left as it is.
+    fussy = _FussyRouter(1, encoder=ENCODER).fit(EVALS)
+    with pytest.raises(_NeedsTwoArguments, match="^fit: too few queries$"):
+        cross_val_predict_proba(fussy, EVALS, cv=KFold(2))
+
+
+class _MyKFold(KFold):
+    """A subclass of KFold: not one of sklearn's own classes."""
+
+
+def test_groups_are_refused_with_a_splitter_that_ignores_them(knn):
+    # KFold, LeaveOneOut and PredefinedSplit took groups= and only warned
+    # (sklearn's "The groups parameter is ignored by KFold"); the folds mixed
+    # the groups, which cv=2 with groups already refused.
+    from sklearn.model_selection import LeaveOneOut
+
+    groups = ["x", "y", "x", "y"] * 2
+    for cv in (
+        KFold(2),
+        LeaveOneOut(),
+        PredefinedSplit([0, 0, 1, 1]),
+        _MyKFold(2),  # judged by sklearn's warning
+    ):
+        with pytest.raises(
+            TypeError,
+            match=rf"^groups was given with cv={type(cv).__name__}\(.*\), whose "
+            r"split ignores groups \(scikit-learn only warns so\): its folds would "
+            r"mix the groups\. To split by group, pass a group splitter such as "
+            r"GroupKFold",
+        ):
+            cross_val_predict_proba(knn, EVALS, cv=cv, groups=groups)
+    # Without groups they split as before.
+    np.testing.assert_array_equal(
+        cross_val_predict_proba(knn, EVALS, cv=_MyKFold(2)),
+        cross_val_predict_proba(knn, EVALS, cv=KFold(2)),
+    )
+
+
+_FITS = []
+
+
+class _CountingRouter(KNNRouter):
+    def fit(self, evals, y=None, *, model_costs=None):
+        _FITS.append(len(evals))
+        return super().fit(evals, model_costs=model_costs)
+
+
+def test_folds_are_checked_before_any_copy_is_fitted():
+    # A cv that is no partition was refused only after its folds' copies
+    # were fitted (each an embedder's training for some routers).
+    router = _CountingRouter(1, encoder=ENCODER).fit(EVALS)
+    _FITS.clear()
+    with pytest.raises(ValueError, match=r"in no test fold: \['q4'\]"):
+        cross_val_predict_proba(router, EVALS, cv=PredefinedSplit([0, 0, 1, -1]))
+    with pytest.raises(ValueError, match="more than one test fold"):
+        cross_val_predict_proba(router, EVALS, cv=_Overlapping())
+    assert _FITS == []
+    cross_val_predict_proba(router, EVALS, cv=KFold(2))
+    assert _FITS == [4, 4]  # a valid cv: one copy per fold, on 2 queries x 2
+
+
+def test_groups_given_as_a_table_are_named_by_type_and_shape(knn):
+    # The message showed the DataFrame's rows, cut short by reprlib.
+    table = EVALS.assign(task=["x", "x", "y", "y"] * 2)[["task"]]
+    with pytest.raises(ValueError) as error:
+        cross_val_predict_proba(knn, EVALS, cv=GroupKFold(2), groups=table)
+    assert str(error.value) == (
+        "groups must be a 1-D array-like with one group per row of evals; got "
+        "type DataFrame, shape (8, 1); pass one column, such as evals['task']."
+    )
+    with pytest.raises(ValueError, match=r"got type ndarray, shape \(8, 2\);"):
+        cross_val_predict_proba(knn, EVALS, cv=GroupKFold(2), groups=np.zeros((8, 2)))

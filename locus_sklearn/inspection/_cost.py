@@ -22,7 +22,7 @@ from .._base import check_model_subset, route_by_utility, routing_utility
 from .._evals import _preview, check_evals, check_queries
 from .._warnings import warn_external
 from ..metrics import route
-from ..model_selection._cross_val import out_of_fold_proba
+from ..model_selection._cross_val import check_refit, out_of_fold_proba
 
 __all__ = ["calibrate_cost_weight", "cost_quality_curve"]
 
@@ -146,12 +146,21 @@ def _check_cv_kind(cv):
         )
 
 
-def _queries_and_proba(router, evals, cv, *, scores_needed=None):
+def _queries_and_proba(router, evals, cv, *, refit=False, scores_needed=None):
     """Queries, dense scores (or None), candidates and P(correct): the
-    router's predictions, or with ``cv`` its out-of-fold ones. Raises
-    TypeError with the message ``scores_needed`` if given and ``evals``
-    holds queries only."""
+    router's predictions, or with ``cv`` its out-of-fold ones (``refit``:
+    a LocusRouter's network too is refitted per fold). Raises TypeError
+    with the message ``scores_needed`` if given and ``evals`` holds queries
+    only."""
     _check_cv_kind(cv)
+    if check_refit(refit) and cv is None:
+        # Nothing is refitted without folds: the router's own predict_proba
+        # would be used, as if refit had not been asked for.
+        raise ValueError(
+            "refit=True refits a copy of the router per fold of cv, but cv=None "
+            "routes by router.predict_proba, without folds. Pass cv (e.g. cv=5) "
+            "with refit=True, or drop refit."
+        )
     queries, Y, candidates, table = _read_queries_or_evals(router, evals)
     if Y is None and scores_needed is not None:
         raise TypeError(scores_needed)
@@ -163,7 +172,7 @@ def _queries_and_proba(router, evals, cv, *, scores_needed=None):
             "must be scored evaluations (model, query, score); got queries only."
         )
     else:
-        proba = out_of_fold_proba(router, table, cv)
+        proba = out_of_fold_proba(router, table, cv, refit=refit)
     return queries, Y, candidates, _check_proba(router, proba, queries, cv)
 
 
@@ -477,7 +486,9 @@ def _aiq(cost, accuracy):
     return float(np.trapezoid(y, x) / (x[-1] - x[0]))
 
 
-def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None):
+def cost_quality_curve(
+    router, evals, cost_weights=None, *, models=None, cv=None, refit=False
+):
     """Accuracy and mean cost of a router's routing as the cost weight varies.
 
     Each query of ``evals`` is routed as :meth:`~locus_sklearn.LocusRouter.score`
@@ -511,6 +522,13 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
         P(correct) of a copy fitted without it
         (:func:`~locus_sklearn.model_selection.cross_val_predict_proba`), as
         for :func:`calibrate_cost_weight`.
+    refit : bool, default=False
+        With ``cv``, for a :class:`~locus_sklearn.LocusRouter`: False reuses
+        its trained network, which saw every fold, so the curve is
+        optimistic; True refits a clone, embedder included, per fold (one
+        network trained per fold). Other routers are refitted either way.
+        True needs ``cv``. See
+        :func:`~locus_sklearn.model_selection.cross_val_predict_proba`.
 
     Returns
     -------
@@ -565,6 +583,7 @@ def cost_quality_curve(router, evals, cost_weights=None, *, models=None, cv=None
         router,
         evals,
         cv,
+        refit=refit,
         scores_needed="evals must be a table of scored evaluations (model, query, "
         "score) to measure accuracy; got queries only.",
     )
@@ -654,6 +673,7 @@ def calibrate_cost_weight(
     models=None,
     min_accuracy=None,
     cv=None,
+    refit=False,
 ):
     """The cost weight λ that meets a target on a set of calibration queries.
 
@@ -690,7 +710,8 @@ def calibrate_cost_weight(
     ``cv``: each query is then routed by a copy of the router fitted
     without it, and no query has to be held out of the fit. A
     :class:`~locus_sklearn.LocusRouter`'s copies re-embed the pool but keep
-    the network trained on every query: over 30 re-splits of RouterBench
+    the network trained on every query (unless ``refit=True``, which trains
+    one network per fold): over 30 re-splits of RouterBench
     (``benchmarks/calibration_resplits.py``) its cost and accuracy targets
     transferred to new queries as well as from held-out queries, but a share
     cap landed 6.5 % under its target; calibrate share caps on queries the
@@ -732,7 +753,15 @@ def calibrate_cost_weight(
         each query is routed by the out-of-fold P(correct) of
         :func:`~locus_sklearn.model_selection.cross_val_predict_proba`
         (``cv`` folds of the queries; a LocusRouter re-embeds its pool per
-        fold with its trained network, other routers are refitted).
+        fold with its trained network unless ``refit``, other routers are
+        refitted).
+    refit : bool, default=False
+        With ``cv``, for a :class:`~locus_sklearn.LocusRouter`: False reuses
+        its trained network, which saw every fold (its P(correct) is then
+        optimistic); True refits a clone, embedder included, per fold (one
+        network trained per fold). Other routers are refitted either way.
+        True needs ``cv``. See
+        :func:`~locus_sklearn.model_selection.cross_val_predict_proba`.
 
     Returns
     -------
@@ -748,9 +777,11 @@ def calibrate_cost_weight(
     Raises
     ------
     ValueError
-        If no λ meets the target (the message gives the reachable range), or
+        If no λ meets the target (the message gives the reachable range),
         if ``router.predict_proba`` returns a non-finite value or the wrong
-        shape.
+        shape, or if ``refit=True`` is given without ``cv``.
+    TypeError
+        If ``refit`` is not a bool.
 
     Warns
     -----
@@ -805,6 +836,7 @@ def calibrate_cost_weight(
         router,
         evals,
         cv,
+        refit=refit,
         scores_needed=None
         if min_accuracy is None
         else "min_accuracy needs scored evaluations (model, query, score); got "

@@ -1,8 +1,9 @@
 """Cross-validation for routers: out-of-fold predictions, and onboarding.
 
-- :func:`cross_val_predict_proba`: each training query's P(correct) from a
-  copy of the router fitted without it (for calibrating the cost weight on
-  the training queries, :func:`~locus_sklearn.inspection.calibrate_cost_weight`).
+- :func:`cross_val_predict_proba`: each training query's P(correct)
+  predicted without its fold's answers (a LocusRouter's network, unless
+  ``refit=True``, saw every fold), for calibrating the cost weight on the
+  training queries (:func:`~locus_sklearn.inspection.calibrate_cost_weight`).
 - :class:`ModelGroupSplit`: folds of whole models; within each held-out
   model, onboarding rows and scoring rows.
 - :func:`make_onboarding_scorer`: a scorer that onboards the held-out models
