@@ -928,10 +928,20 @@ class LocusEmbedder(
         counts = np.diff(table.indptr)
         if (counts < 2).any():
             few = table.models[counts < 2]
+            # A model given many rows may still have one evaluation: rows of
+            # one (model, query) pair are averaged into one by check_evals.
+            merged = (
+                f" evals has {table.n_input_rows} rows but {table.n_rows} distinct "
+                "(model, query) pairs: the rows of a repeated pair are averaged "
+                "into one evaluation, so a model needs 2 distinct queries."
+                if table.n_input_rows > table.n_rows
+                else ""
+            )
             raise ValueError(
                 f"LocusEmbedder needs at least 2 evaluations per model to train (one "
                 f"to encode, one to predict); {len(few)} model(s) have 1: "
                 f"{_preview(few)}. Embed such models with transform() instead."
+                f"{merged}"
             )
         net = fit_network(
             self._saved_params(),

@@ -445,7 +445,7 @@ def _check_mapping(mapping):
             "map each query id to a non-empty one-dimensional vector."
         )
     n_features = vector.size
-    wrong, not_finite = [], []
+    wrong, not_finite, too_large = [], [], []
     for key, value in mapping.items():
         vector = _mapping_vector(key, value)
         # Finite as float32, how a saved estimator stores the vectors (an
@@ -454,8 +454,10 @@ def _check_mapping(mapping):
             finite = np.isfinite(vector.astype(np.float32)).all()
         if vector.shape != (n_features,):
             wrong.append((key, vector.shape))
-        elif not finite:
+        elif not np.isfinite(vector).all():
             not_finite.append(key)
+        elif not finite:
+            too_large.append(key)
     if wrong:
         shown = ", ".join(f"{k!r}: {shape}" for k, shape in wrong[:5])
         raise ValueError(
@@ -469,6 +471,16 @@ def _check_mapping(mapping):
             "encoder (a mapping of precomputed encodings) has NaN or infinite "
             f"values in {len(not_finite)} of its {len(mapping)} vectors (as "
             f"float32), e.g. {_preview(not_finite)}; encodings must be finite."
+        )
+    if too_large:
+        # Finite, but not as float32: the message must not call them NaN.
+        raise ValueError(
+            "encoder (a mapping of precomputed encodings) has values beyond "
+            f"float32's range (|x| > {np.finfo(np.float32).max:.2e}) in "
+            f"{len(too_large)} of its {len(mapping)} vectors, e.g. "
+            f"{_preview(too_large)}; a mapping's vectors are kept as float32, "
+            "as a saved estimator stores them. Only a vector's direction is "
+            "used: divide each of those vectors by its largest absolute value."
         )
     return n_features
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, KeysView, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from decimal import Decimal
-from numbers import Real
+from numbers import Rational, Real
 
 import numpy as np
 import pandas as pd
@@ -92,8 +92,9 @@ class EvalTable:
         frame : DataFrame of shape (n_rows, 3) or (n_rows, 4)
             One row per row of the table, in its order (sorted by model, then
             query; duplicates of the input already averaged), with a default
-            ``RangeIndex``: columns ``model`` and ``query`` (str), ``score``
-            (float64), and ``task`` (str) when the input had one.
+            ``RangeIndex``: columns ``model`` and ``query`` (str, in object
+            columns: pandas' str dtype refuses a lone surrogate), ``score``
+            (float64), and ``task`` (str, object) when the input had one.
 
         Examples
         --------
@@ -106,15 +107,18 @@ class EvalTable:
         1     a    q2    0.0
         2     b    q2    1.0
         """
+        # Ids as object columns: pandas would infer its Arrow-backed str dtype,
+        # which refuses a lone surrogate (as bytes.decode(errors=
+        # "surrogateescape") gives) that check_evals accepts.
         frame = pd.DataFrame(
             {
-                "model": self.models[self.model_index],
-                "query": self.queries[self.query_index],
+                "model": pd.Series(self.models[self.model_index], dtype=object),
+                "query": pd.Series(self.queries[self.query_index], dtype=object),
                 "score": self.score.astype(np.float64),
             }
         )
         if self.query_task is not None:
-            frame["task"] = self.query_task[self.query_index]
+            frame["task"] = pd.Series(self.query_task[self.query_index], dtype=object)
         return frame
 
     def to_dense(self, models=None):
@@ -254,7 +258,7 @@ def _check_model_names(models):
             f"models must hold model names (str); {len(bad)} of {len(names)} "
             f"entries are not (e.g. {_preview(bad[:5])})."
         )
-    index = pd.Index(names)
+    index = pd.Index(names, dtype=object)  # not str, which refuses lone surrogates
     repeated = index[index.duplicated()].unique()
     if len(repeated):
         # A dict of positions keeps the last: the first column would be all-NaN.
@@ -363,7 +367,7 @@ def _as_frame(evals, name):
             # scalars and pd.NA into an object.
             return pd.DataFrame(
                 {
-                    key: pd.Series(column).reset_index(drop=True)
+                    key: _as_series(column).reset_index(drop=True)
                     for key, column in evals.items()
                 }
             )
@@ -376,6 +380,21 @@ def _as_frame(evals, name):
         f"{name} must be a pandas DataFrame or a mapping of equal-length columns "
         f"'model', 'query', 'score' (optionally 'task'); got {type(evals).__name__}."
     )
+
+
+def _as_series(column):
+    """A mapping's column as a pandas Series; strings in a list, a tuple or a
+    NumPy array stay Python objects.
+
+    pandas would infer its Arrow-backed str dtype for them, which refuses a
+    lone surrogate (what ``bytes.decode(errors="surrogateescape")`` gives for
+    bytes that are not UTF-8), and model names, queries and tasks may hold one.
+    """
+    if isinstance(column, (list, tuple, np.ndarray)) and (
+        pd.api.types.infer_dtype(column, skipna=True) == "string"
+    ):
+        return pd.Series(column, dtype=object)
+    return pd.Series(column)
 
 
 def _sorted_codes(values):
@@ -452,12 +471,12 @@ _NOT_REAL = (bool, np.bool_, np.timedelta64, np.datetime64)
 
 
 def _is_real_number(value):
-    """Whether ``value`` is a real number as a score: an int or a float of
-    Python or numpy, not a bool (which is an int to Python) nor a duration
-    (an integer to NumPy)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, _NOT_REAL
-    )
+    """Whether ``value`` is a real number as a score: a ``numbers.Real`` (an
+    int or a float of Python or NumPy, a ``fractions.Fraction``), as
+    :func:`check_model_costs` reads costs; not a bool (which is an int to
+    Python) nor a duration (an integer to NumPy). A Decimal is no
+    ``numbers.Real``."""
+    return isinstance(value, Real) and not isinstance(value, _NOT_REAL)
 
 
 def _as_float(number):
@@ -531,10 +550,10 @@ def _check_score_column(values, name):
         # One by one: a Python int beyond float64's range made the whole
         # conversion fail with a bare OverflowError; it is infinite here.
         score = np.fromiter(map(_as_float, items), np.float64, len(items))
-        # Such an int is finite, only too large: reported below as outside
-        # [0, 1], not as infinite (no other int is ever infinite).
+        # Such an int (or Fraction) is finite, only too large: reported
+        # below as outside [0, 1], not as infinite (no rational number is).
         huge = np.isinf(score) & np.fromiter(
-            (isinstance(v, int) for v in items), bool, len(items)
+            (isinstance(v, Rational) for v in items), bool, len(items)
         )
     else:
         score = series.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -576,7 +595,10 @@ def tasks_by_query(query_index, task, queries, name):
     # The distinct (query, task) pairs, in whole-column operations: a
     # groupby(...).unique() ran Python code per query, 50 times the cost of
     # the rest of check_evals (9 s for 100,000 queries).
-    pairs = pd.DataFrame({"query": query_index, "task": task}).drop_duplicates()
+    # Tasks as objects, not pandas' inferred str dtype (lone surrogates).
+    pairs = pd.DataFrame(
+        {"query": query_index, "task": pd.Series(task, dtype=object)}
+    ).drop_duplicates()
     repeated = pairs["query"].duplicated(keep=False).to_numpy()
     if repeated.any():
         conflicting = np.unique(pairs["query"].to_numpy()[repeated])

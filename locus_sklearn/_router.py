@@ -535,9 +535,15 @@ class LocusRouter(BaseRouter):
         if not kept:
             return model_costs
         if isinstance(model_costs, pd.Series):
-            # Concatenated, not turned into a dict, so that check_model_costs
-            # still sees (and refuses) a repeated or non-name index label.
-            return pd.concat([model_costs, pd.Series(kept)])
+            # Appended, not turned into a dict, so that check_model_costs
+            # still sees (and refuses) a repeated or non-name index label. Not
+            # by pd.concat, nor with an inferred index: pandas' str dtype
+            # refuses a lone surrogate, which model names may hold.
+            return pd.Series(
+                [*model_costs.array, *kept.values()],
+                index=pd.Index([*model_costs.index, *kept], dtype=object),
+                dtype=object,
+            )
         return {**model_costs, **kept}
 
     def _warn_new_leader(self, table, classes, means):

@@ -23,19 +23,50 @@ _BLOCK_ELEMENTS = 2**24
 _EXACT_MATCH_DISTANCE = 1e-6
 
 
-def _top_k(similarity, k):
+def _tie_tolerance(n_features):
+    """The gap up to which two similarities count as equal (a tie).
+
+    Similarities are float64 products of float32 unit vectors: each product
+    of two entries is exact, and the sum of ``n_features`` of them is off by
+    at most ``(n_features - 1) * 2**-53`` in any order of summation. BLAS sums
+    in another order for one query than for a batch, so two computations of
+    one exact similarity (a tie, such as two training queries orthogonal to
+    the query) differ by less than ``n_features * 2**-52``.
+    """
+    return n_features * 2.0**-52
+
+
+def _tie_groups(ranked, tol):
+    """Tie groups along rows sorted by decreasing similarity.
+
+    ``ranked``: shape (n_rows, n); returns ints of the same shape, the group
+    of each entry, counting from 0 along its row: an entry at most ``tol``
+    below the one before it joins that one's group.
+
+    >>> _tie_groups(np.array([[0.9, 0.9, 0.5, 0.5 - 1e-16, 0.1]]), 1e-15).tolist()
+    [[0, 0, 1, 1, 2]]
+    """
+    step = ranked[:, :-1] - ranked[:, 1:] > tol
+    first = np.zeros((len(ranked), 1), dtype=np.intp)
+    return np.concatenate([first, np.cumsum(step, axis=1)], axis=1)
+
+
+def _top_k(similarity, k, tol=0.0):
     """Columns of the ``k`` largest similarities of each row, ties to the left.
 
-    Equal similarities are ranked by column, the lower first: a model's
-    columns are its training queries in increasing index (an EvalTable's rows
-    are sorted by model, then query), so this is the training query index,
-    the order :meth:`KNNRouter._predict_shared` ranks ties by too.
+    Equal similarities, and similarities at most ``tol`` apart (a chain of
+    such steps), are ranked by column, the lower first: a model's columns
+    are its training queries in increasing index (an EvalTable's rows are
+    sorted by model, then query), so this is the training query index, the
+    order :meth:`KNNRouter._predict_shared` ranks ties by too.
 
     Parameters
     ----------
     similarity : ndarray of shape (n_queries, n_columns)
         ``n_columns > k``.
     k : int
+    tol : float, default=0.0
+        See :func:`_tie_tolerance`.
 
     Returns
     -------
@@ -48,6 +79,8 @@ def _top_k(similarity, k):
     >>> import numpy as np
     >>> _top_k(np.array([[0.5, 0.9, 0.9, 0.9]]), 2).tolist()
     [[1, 2]]
+    >>> _top_k(np.array([[0.5, 0.9, 0.9 + 1e-15, 0.9]]), 2, tol=1e-14).tolist()
+    [[1, 2]]
     """
     # A NumPy k (np.int8(50)) would compute n_columns - k in its own dtype
     # (NEP 50), which overflows past 127 columns.
@@ -57,9 +90,12 @@ def _top_k(similarity, k):
     # argpartition puts the k-th largest first and picks among equal values
     # arbitrarily: redo the rows where the k-th largest ties a column left out.
     kth = np.take_along_axis(similarity, top[:, :1], axis=1)
-    tied = np.flatnonzero((similarity >= kth).sum(axis=1) > k)
+    tied = np.flatnonzero((similarity >= kth - tol).sum(axis=1) > k)
     if len(tied):
-        top[tied] = np.argsort(-similarity[tied], axis=1, kind="stable")[:, :k]
+        order = np.argsort(-similarity[tied], axis=1, kind="stable")
+        group = _tie_groups(np.take_along_axis(similarity[tied], order, axis=1), tol)
+        by_column = np.lexsort((order, group), axis=-1)
+        top[tied] = np.take_along_axis(order, by_column, axis=1)[:, :k]
     return top
 
 
@@ -147,11 +183,13 @@ class KNNRouter(BaseRouter):
     prediction, do not depend on the other models of the pool or on ``k``
     having been set before or after :meth:`fit`. Training queries with
     identical encodings get one similarity, computed once, so they tie
-    exactly however many queries are predicted at once. With
-    ``weights="distance"`` the similarities are computed in float64 (from the
-    float32 encodings), so that the weights, and the exact matches, do not
-    depend on the rounding of a float32 product, which differs between one
-    query and a batch.
+    exactly however many queries are predicted at once. The similarities are
+    computed in float64 (from the float32 encodings), and two that differ by
+    at most ``n_features * 2**-52`` (the most by which float64 rounding can
+    part two computations of one similarity) count as equal: a float32
+    product, or the order in which BLAS sums, differs between one query and
+    a batch, and so would the neighbors chosen among ties and, with
+    ``weights="distance"``, the weights and the exact matches.
 
     Examples
     --------
@@ -274,7 +312,7 @@ class KNNRouter(BaseRouter):
             return np.full(len(similarity), scores.mean())
         similarity = similarity[:, queries]
         if len(queries) > self.k:
-            top = _top_k(similarity, self.k)
+            top = _top_k(similarity, self.k, _tie_tolerance(self.n_query_features_))
             similarity = np.take_along_axis(similarity, top, axis=1)
             scores = scores[top]
         weight = self._weights(similarity)
@@ -292,16 +330,18 @@ class KNNRouter(BaseRouter):
         n_take = min(n_neighbors + 1, similarity.shape[1])
         nearest, neighbor = torch.topk(similarity_t, n_take, dim=1, sorted=True)
         nearest, neighbor = nearest.numpy(), neighbor.numpy()
+        tol = _tie_tolerance(self.n_query_features_)
         cut = None
         if n_take > n_neighbors:
-            cut = nearest[:, n_neighbors - 1] == nearest[:, n_neighbors]
+            cut = nearest[:, n_neighbors - 1] - nearest[:, n_neighbors] <= tol
             nearest, neighbor = nearest[:, :n_neighbors], neighbor[:, :n_neighbors]
         # topk orders equal similarities arbitrarily: rank them by training
         # query index, as _top_k does, so that both searches pick the same
         # neighbors (rows without ties keep topk's order).
-        tied = np.flatnonzero((nearest[:, 1:] == nearest[:, :-1]).any(axis=1))
+        group = _tie_groups(nearest, tol)
+        tied = np.flatnonzero(group[:, -1] < n_neighbors - 1)
         if len(tied):
-            order = np.lexsort((neighbor[tied], -nearest[tied]), axis=-1)
+            order = np.lexsort((neighbor[tied], group[tied]), axis=-1)
             nearest[tied] = np.take_along_axis(nearest[tied], order, axis=1)
             neighbor[tied] = np.take_along_axis(neighbor[tied], order, axis=1)
         cut_tie = None
@@ -311,7 +351,7 @@ class KNNRouter(BaseRouter):
             # training query indices: that group is not read from the list,
             # and a model that needs it is resolved from its own similarities
             # (a miss, below).
-            cut_tie = cut[:, None] & (nearest == nearest[:, -1:])
+            cut_tie = cut[:, None] & (group == group[:, -1:])
         weight = self._weights(nearest)
         has_exact = weight is not None and np.isinf(weight).any()
         rank_dtype = np.int16 if n_neighbors < np.iinfo(np.int16).max else np.int64
@@ -350,13 +390,13 @@ class KNNRouter(BaseRouter):
 
     def _predict_proba_encoded(self, X):
         X = normalize(X).astype(np.float32)
-        distinct = self._distinct_encodings
-        if self.weights == "distance":
-            # A float32 product rounds a cosine of 1 to 1 or to 1 - 6e-8 by
-            # the BLAS path (one query or a batch), which changed the inverse
-            # distances by orders of magnitude; float64 rounds far below
-            # _EXACT_MATCH_DISTANCE and the weights' precision.
-            X, distinct = X.astype(np.float64), distinct.astype(np.float64)
+        # A float32 product rounds by the BLAS path (one query or a batch): a
+        # cosine of 1 to 1 or to 1 - 6e-8, which changed the inverse distances
+        # by orders of magnitude, and an exact 0 to +-1e-8, which broke ties
+        # by that rounding instead of by training query index. In float64,
+        # from the float32 values, the rounding is below _tie_tolerance.
+        X = X.astype(np.float64)
+        distinct = self._distinct_encodings.astype(np.float64)
         # The fitted pool's columns, not classes_ (see BaseRouter.remove_models).
         n_models = len(self.n_evals_)
         proba = np.empty((len(X), n_models), dtype=np.float64)

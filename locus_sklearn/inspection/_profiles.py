@@ -12,7 +12,13 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
-from .._evals import _check_string_column, _is_real_number, _preview, check_evals
+from .._evals import (
+    _check_string_column,
+    _is_real_number,
+    _preview,
+    _sorted_codes,
+    check_evals,
+)
 from ._common import as_pool, check_metric, pairwise
 from ._fingerprint import _as_embedder, _recording, _reissue
 from ._neighbors import _check_k
@@ -31,8 +37,9 @@ def task_profiles(evals):
     Returns
     -------
     profiles : DataFrame of shape (n_models, n_tasks)
-        Indexed by model (sorted), one column per task (sorted); NaN where a
-        model has no evaluation on a task. Scores are stored as float32 (by
+        Indexed by model (sorted), one column per task (sorted), both as
+        object-dtype indexes of str; NaN where a model has no evaluation on
+        a task. Scores are stored as float32 (by
         ``check_evals``), and a profile is the mean of the stored scores:
         0/1 scores are exact (7 correct of 20 reads 0.35), but a graded
         score of 0.7 reads 0.699999988, and the mean of 0.1 and 0.2 reads
@@ -49,10 +56,24 @@ def task_profiles(evals):
     b      NaN   0.0
     """
     table = _check_tasks(evals)
-    frame = table.to_frame()
+    tasks, task_of_query = _sorted_codes(table.query_task)
+    # Grouped by codes, labelled after: pandas would infer its Arrow-backed
+    # str dtype for the group keys, which refuses a lone surrogate (as
+    # bytes.decode(errors="surrogateescape") gives) that check_evals accepts.
+    frame = pd.DataFrame(
+        {
+            "model": table.model_index,
+            "task": task_of_query[table.query_index],
+            "score": table.score.astype(np.float64),
+        }
+    )
     profiles = frame.pivot_table(index="model", columns="task", values="score")
-    profiles.index.name = None
-    return profiles.reindex(index=table.models, columns=np.unique(table.query_task))
+    profiles = profiles.reindex(
+        index=np.arange(table.n_models), columns=np.arange(len(tasks))
+    )
+    profiles.index = pd.Index(table.models, dtype=object)
+    profiles.columns = pd.Index(tasks, dtype=object, name="task")
+    return profiles
 
 
 def _check_n_evals(n_evals):
@@ -100,10 +121,14 @@ def _queries_by_task(queries_by_task):
         task = _check_string_column(
             list(queries_by_task["task"]), "queries_by_task", "task"
         )
-        frame = pd.DataFrame({"query": query, "task": task})
+        # Grouped by codes (sorted tasks): a pandas groupby would infer the
+        # Arrow-backed str dtype for the tasks, which refuses lone surrogates.
+        tasks, codes = _sorted_codes(task)
+        order = np.argsort(codes, kind="stable")
+        start = np.searchsorted(codes[order], np.arange(len(tasks) + 1))
         queries = {
-            task: np.unique(group.to_numpy(dtype=object))
-            for task, group in frame.groupby("task")["query"]
+            name: np.unique(query[order[start[i] : start[i + 1]]])
+            for i, name in enumerate(tasks)
         }
     elif not isinstance(queries_by_task, Mapping):
         raise TypeError(
@@ -309,9 +334,10 @@ def embed_profile(
                 {
                     # Zero-padded, so that sorted names keep the input order.
                     "model": f"profile{p:0{width}d}",
-                    "query": pool[picked],
+                    # Object columns, not pandas' str (lone surrogates).
+                    "query": pd.Series(pool[picked], dtype=object),
                     "score": score,
-                    "task": task_of[picked],
+                    "task": pd.Series(task_of[picked], dtype=object),
                 }
             )
         )
@@ -435,8 +461,12 @@ def _task_accuracies(task_accuracies):
                 f"task_accuracies is an empty {kind}: it names no task. Give one "
                 "profile as task -> accuracy, with at least one task."
             )
+        # Task names as an object index: pandas' str dtype refuses a lone
+        # surrogate, which check_evals accepts in a task.
         frame = pd.DataFrame(
-            [[v for _, v in items]], columns=[k for k, _ in items], dtype=object
+            [[v for _, v in items]],
+            columns=pd.Index([k for k, _ in items], dtype=object),
+            dtype=object,
         )
     else:
         raise TypeError(
@@ -600,7 +630,9 @@ def profile_recall_at_k(
             index=pd.Index(ks, name="k"),
             name="recall",
         ),
-        ranks=pd.Series(ranks, index=pd.Index(table.models, name="model"), name="rank"),
+        ranks=pd.Series(
+            ranks, index=pd.Index(table.models, dtype=object, name="model"), name="rank"
+        ),
     )
 
 
