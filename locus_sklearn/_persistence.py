@@ -7,8 +7,9 @@ holds the network layout version (:data:`~._nn.NETWORK_LAYOUT`), the
 estimator kind, its hyper-parameters (all but the run-time choices
 ``encoder``, ``device``, ``memory``, ``accelerator`` and ``verbose``;
 ``random_state`` as an int or None; for a router, also its ``embedder``
-parameter's where they differ from its fitted embedder's) and how to rebuild
-the query encoder.
+parameter's where they differ from its fitted embedder's, None standing
+for ``LocusEmbedder()``) and how to rebuild the query encoder; where ``set_output`` was called,
+the output configuration.
 
 Loading validates every field — header schema (no field it does not know)
 and types, hyper-parameters against the estimator's own constraints, tensor
@@ -104,6 +105,7 @@ _EMBEDDER_FIELDS = {
     "n_query_features",
     "classes",
     "n_epochs",
+    "output_config",
 }
 _HEADER_FIELDS = {
     "LocusEmbedder": _EMBEDDER_FIELDS,
@@ -117,8 +119,13 @@ _HEADER_FIELDS = {
         "memory_queries",
         "frozen_embedder",
         "embedder_params",
+        "embedder_output_config",
     },
 }
+
+# What set_output(transform=...) accepts besides None (which changes nothing),
+# the one key it sets in _sklearn_output_config.
+_OUTPUT_CONTAINERS = ("default", "pandas", "polars")
 
 
 def _hash(text):
@@ -318,6 +325,7 @@ def _check_embedder(check, cls):
         check.fail("header fields 'n_epochs' / 'n_query_features'", "are out of range")
     prior = _raise_refine_prior(params)
     _check_params(check, cls, params, "params")
+    _check_output_config(check, "output_config")
     kind = spec.get("kind")
     if kind not in _ENCODER_KINDS:
         check.fail("header field 'encoder'", f"has an unknown kind {kind!r}")
@@ -400,6 +408,22 @@ def _check_params(check, cls, params, field):
         check.fail(f"header field {field!r}", f"is invalid ({exc})")
 
 
+def _check_output_config(check, field):
+    """The ``set_output`` configuration of header ``field``, where present."""
+    if field not in check.metadata:
+        return
+    config = check.field(field, "dict")
+    extra = sorted(set(config) - {"transform"})
+    if extra:
+        check.fail(f"header field {field!r}", f"has unknown names {extra}")
+    if "transform" in config and config["transform"] not in _OUTPUT_CONTAINERS:
+        check.fail(
+            f"header field {field!r}",
+            f"has transform={config['transform']!r}, not one of "
+            f"{list(_OUTPUT_CONTAINERS)}",
+        )
+
+
 def _raise_refine_prior(params):
     """A file's ``refine_prior`` below REFINE_PRIOR_MIN (0 was accepted
     before that bound) raised to it; return the value read, or None."""
@@ -477,12 +501,22 @@ def _check_router(check, cls):
         check.fail("tensor 'memory.encodings'", "is missing (kernel_readout=True)")
     if check.metadata.get("frozen_embedder", True) is not True:
         check.fail("header field 'frozen_embedder'", "must be true where present")
+    # The embedder parameter is a LocusEmbedder (its settings in
+    # embedder_params where they differ from the fitted embedder's, always
+    # beside a frozen fitted one, whose parameter it would load as) or the
+    # frozen fitted embedder; its own output configuration only for the one
+    # that has one, a LocusEmbedder.
+    if (
+        "embedder_output_config" in check.metadata
+        and check.metadata.get("frozen_embedder")
+        and "embedder_params" not in check.metadata
+    ):
+        check.fail(
+            "header field 'embedder_output_config'",
+            "is present, but the embedder parameter is frozen",
+        )
+    _check_output_config(check, "embedder_output_config")
     if "embedder_params" in check.metadata:
-        if check.metadata.get("frozen_embedder"):
-            check.fail(
-                "header field 'embedder_params'",
-                "is present, but a frozen embedder has no parameters of its own",
-            )
         # Read as the fitted ones are: a parameter added after this version
         # is missing from its files.
         params = {**_ADDED_PARAMS, **check.field("embedder_params", "dict")}
@@ -565,6 +599,8 @@ _CHECKSUM_ERA_FIELDS = {
     "shrinkage_repeats",
     "frozen_embedder",
     "embedder_params",
+    "output_config",
+    "embedder_output_config",
 }
 _CHECKSUM_ERA_TENSORS = {"pool.mean_scores", "embedding_scale"}
 
@@ -632,6 +668,23 @@ def _params_state(embedder):
     return params
 
 
+def _output_state(embedder):
+    """The ``set_output`` configuration of ``embedder`` as a file holds it
+    ({} where none was set): clone, pickle and deepcopy keep it, and a
+    pandas output is indexed by model name."""
+    config = getattr(embedder, "_sklearn_output_config", {})
+    if "transform" not in config:
+        return {}
+    value = config["transform"]
+    # set_output stores any value; transform refuses another than these.
+    if not isinstance(value, str) or value not in _OUTPUT_CONTAINERS:
+        raise ValueError(
+            f"The embedder's output configuration set_output(transform={value!r}) "
+            f"cannot be saved: transform must be one of {list(_OUTPUT_CONTAINERS)}."
+        )
+    return {"transform": value}
+
+
 def _embedder_state(embedder, *, include_query_text=True):
     """(metadata, tensors) describing a fitted LocusEmbedder."""
     # The fitted encoder, which transform encodes with: an ``encoder`` set
@@ -661,6 +714,10 @@ def _embedder_state(embedder, *, include_query_text=True):
         "classes": embedder.classes_.tolist(),
         "n_epochs": int(embedder.n_epochs_),
     }
+    output = _output_state(embedder)
+    if output:
+        # Only then: files of other embedders stay readable by earlier versions.
+        metadata["output_config"] = output
     for name, value in embedder.net_.module_.state_dict().items():
         tensors[f"net.{name}"] = value
     scale = getattr(embedder, "embedding_scale_", None)
@@ -716,6 +773,7 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
             f"{metadata['n_query_features']}-dimensional ones; pass the encoder "
             "it was fitted with."
         )
+    _set_output_state(embedder, metadata.get("output_config", {}))
     embedder.n_query_features_ = metadata["n_query_features"]
     embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
     embedder.n_epochs_ = metadata["n_epochs"]
@@ -731,6 +789,12 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     scale = tensors.get("embedding_scale")
     embedder.embedding_scale_ = None if scale is None else scale.numpy()
     return embedder
+
+
+def _set_output_state(embedder, config):
+    """Give ``embedder`` the checked ``set_output`` configuration ``config``."""
+    if "transform" in config:
+        embedder.set_output(transform=config["transform"])
 
 
 def save_embedder(embedder, path, *, include_query_text=True):
@@ -770,25 +834,60 @@ def save_router(router, path, *, include_query_text=True):
     hash of each query instead of its text (their encodings are kept), and a
     mapping encoder is not stored.
     """
-    metadata, tensors = _embedder_state(
-        router._fitted_locus(), include_query_text=include_query_text
-    )
+    locus = router._fitted_locus()
+    param = router.embedder
+    # The parameter (which a clone refits with) may have been replaced after
+    # fit; the file holds one network, the fitted embedder's, and settings.
+    # A FrozenEstimator is tested first and by type: its __getattr__ forwards
+    # any other attribute (_saved_params included) to the embedder it wraps.
+    frozen_param = isinstance(param, FrozenEstimator)
+    if frozen_param and param.estimator is not locus:
+        raise ValueError(
+            "The router's embedder parameter, set after fit, is "
+            f"FrozenEstimator({type(param.estimator).__name__}(...)) wrapping an "
+            "embedder other than the fitted one (embedder_); a file holds one "
+            "network, the fitted embedder's, and cannot hold that one too. Before "
+            "saving, set the parameter back with router.set_params(embedder=...) "
+            "(None, a LocusEmbedder or FrozenEstimator(router.embedder_)) or refit "
+            "the router on it; or pickle the router (joblib.dump), which keeps both."
+        )
+    # A LocusEmbedder, tested on the class: this module does not import it
+    # (the class imports this module).
+    if not (param is None or frozen_param or hasattr(type(param), "_saved_params")):
+        raise ValueError(
+            "The router's embedder parameter, set after fit, cannot be saved: "
+            f"embedder must be None, a LocusEmbedder or a FrozenEstimator wrapping "
+            f"the fitted embedder_; got {type(param).__name__}."
+        )
+    metadata, tensors = _embedder_state(locus, include_query_text=include_query_text)
     spec = metadata["encoder"]
     metadata.update(
         kind="LocusRouter",
         pool=router.classes_.tolist(),
         cost_weight=float(router.cost_weight),
     )
-    if isinstance(router.embedder_, FrozenEstimator):
-        # Only then: files of other routers stay readable by earlier versions.
+    if isinstance(router.embedder_, FrozenEstimator) or frozen_param:
+        # Fitted on it, or the fitted embedder frozen as the parameter after
+        # fit: loaded frozen, parameter and embedder_ both, so that a clone
+        # reuses it. Only then: files of other routers stay readable by
+        # earlier versions.
         metadata["frozen_embedder"] = True
-    elif hasattr(router.embedder, "_saved_params"):  # a LocusEmbedder
+    if not frozen_param:
         # embedder__<name> set after fit: the parameter, which a clone refits
         # with, is no longer the fitted embedder's settings. Stored only then,
-        # as frozen_embedder is.
-        params = _params_state(router.embedder)
-        if params != metadata["params"]:
+        # as frozen_embedder is, and always beside a frozen fitted embedder,
+        # which the parameter would load as. None is LocusEmbedder() (what
+        # it stands for at the next fit): stored as those settings, so that
+        # the file of a default router stays readable by earlier versions,
+        # and loaded as that embedder.
+        params = _params_state(type(locus)() if param is None else param)
+        if params != metadata["params"] or "frozen_embedder" in metadata:
             metadata["embedder_params"] = params
+        # Its own set_output, where not the fitted embedder's (which clone
+        # gave embedder_ at fit, and load gives the parameter).
+        output = {} if param is None else _output_state(param)
+        if output != metadata.get("output_config", {}):
+            metadata["embedder_output_config"] = output
     tensors["pool.embeddings"] = torch.from_numpy(router.model_embeddings_)
     means = np.asarray(router.model_mean_scores_, dtype=np.float64)
     # Unknown (NaN) only for a router read from an earlier version's file
@@ -834,12 +933,20 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     # mapping the two can share, since set_params replaces values and never
     # edits them. A router fitted on a frozen embedder gets it frozen again,
     # as parameter and fitted embedder_ both (as fit leaves them), so that a
-    # clone refits as the original's clone would, reusing it.
-    param = embedder_cls(
-        **{**embedder.get_params(deep=False), **metadata.get("embedder_params", {})}
-    )
-    if metadata.get("frozen_embedder"):
-        param = FrozenEstimator(embedder)
+    # clone refits as the original's clone would, reusing it; a parameter
+    # replaced after fit by a LocusEmbedder loads as that (None as
+    # LocusEmbedder(), which it stands for).
+    frozen = FrozenEstimator(embedder) if metadata.get("frozen_embedder") else None
+    if frozen is not None and "embedder_params" not in metadata:
+        param = frozen
+    else:
+        param = embedder_cls(
+            **{**embedder.get_params(deep=False), **metadata.get("embedder_params", {})}
+        )
+        _set_output_state(
+            param,
+            metadata.get("embedder_output_config", metadata.get("output_config", {})),
+        )
     router = cls(
         param,
         cost_weight=metadata["cost_weight"],
@@ -847,7 +954,7 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
         # Files of versions before the option judged one shuffle of the folds.
         shrinkage_repeats=metadata.get("shrinkage_repeats", 1),
     )
-    router.embedder_ = param if metadata.get("frozen_embedder") else embedder
+    router.embedder_ = embedder if frozen is None else frozen
     router.encoder_ = embedder.encoder_
     router.n_query_features_ = embedder.n_query_features_
     router.classes_ = np.asarray(metadata["pool"], dtype=object)

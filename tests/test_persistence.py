@@ -6,6 +6,7 @@ and clear write errors.
 the file-system tests call it directly with tiny tensors.
 """
 
+import copy
 import errno
 import hashlib
 import io
@@ -563,9 +564,9 @@ def test_a_query_with_a_lone_surrogate_saves_without_its_text(tmp_path, tiny_emb
     evals = pool.evals.replace({"query": {old: text}})
     encodings = dict(pool.encodings)
     encodings[text] = encodings.pop(old)
-    # shrinkage=None: "auto" puts the queries in a DataFrame, whose pandas
-    # strings refuse lone surrogates.
-    router = LocusRouter(tiny_embedder(encodings, max_epochs=1), shrinkage=None)
+    # The default shrinkage="auto" too: it cross-fits on DataFrames of the
+    # queries, which pandas' str dtype refused (see test_surrogate_names.py).
+    router = LocusRouter(tiny_embedder(encodings, max_epochs=1))
     router.fit(evals)
     path = tmp_path / "private.safetensors"
     router.save(path, include_query_text=False)
@@ -720,8 +721,21 @@ def _repeated_key(metadata, tensors):
             "header field 'embedder_params' has unknown names \\['colour'\\]",
         ),
         (
-            lambda m, t: m.update(frozen_embedder=True, embedder_params=m["params"]),
-            "'embedder_params' is present, but a frozen embedder",
+            _set(frozen_embedder=True, embedder_output_config={}),
+            "'embedder_output_config' is present, but the embedder parameter is frozen",
+        ),
+        (
+            _set(output_config={"transform": "xml"}),
+            "header field 'output_config' has transform='xml', not one of "
+            "\\['default', 'pandas', 'polars'\\]",
+        ),
+        (
+            _set(output_config={"transform": "pandas", "predict": "pandas"}),
+            "header field 'output_config' has unknown names \\['predict'\\]",
+        ),
+        (
+            _set(embedder_output_config="pandas"),
+            "header field 'embedder_output_config' must be of type dict",
         ),
         # Built 1,000 blocks (on the meta device) before comparing one tensor;
         # 10,000 took 30 s and 1.5 GB.
@@ -926,8 +940,8 @@ def test_save_stores_the_fitted_encoder_not_one_set_after_fit(tmp_path, tiny_emb
     [
         (7, [1.0] * 32, TypeError, "must have str keys.*e.g. \\[7\\]"),
         ("new", [np.nan] * 32, ValueError, "NaN or infinite values.*\\['new'\\]"),
-        # Finite as a float64, infinite as the float32 the file stores.
-        ("new", [1e39] * 32, ValueError, "NaN or infinite values.*\\['new'\\]"),
+        # Finite as a float64, past the range of the float32 the file stores.
+        ("new", [1e39] * 32, ValueError, "beyond float32's range.*\\['new'\\]"),
         # Failed with numpy's bare "all input arrays must have the same shape".
         ("new", [1.0] * 5, ValueError, "inconsistent dimension.*'new': \\(5,\\)"),
         (
@@ -1029,6 +1043,168 @@ def test_embedder_parameters_set_after_fit_survive_save_and_load(
     write_file(path, metadata, tensors)
     with pytest.raises(ValueError, match="header field 'embedder_params' is invalid"):
         LocusRouter.load(path)
+
+
+def _settings(embedder):
+    """An embedder's parameters but its encoder, which a file's embedders
+    share (the fitted one's)."""
+    return {k: v for k, v in embedder.get_params().items() if k != "encoder"}
+
+
+def test_an_embedder_parameter_replaced_after_fit_survives_save_and_load(
+    tmp_path, tiny_embedder
+):
+    """save read the parameter as a LocusEmbedder's settings where it had
+    ``_saved_params``, which a FrozenEstimator forwards to the embedder it
+    wraps, and stored nothing for None: both loaded as a plain unfitted
+    embedder (with the fitted settings for None), and a clone of the loaded
+    router trained a network where the original's reuses the frozen one."""
+    from sklearn.base import clone
+    from sklearn.frozen import FrozenEstimator
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    queries = pool.evals["query"].unique()[:10]
+    router = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1), shrinkage=None)
+    router.fit(pool.evals)
+    expected = router.predict_proba(queries)
+    path = tmp_path / "r.locus"
+    # Files of routers whose parameter is an embedder are as before.
+    router.save(path)
+    metadata = read_file(path, "LocusRouter")[0]
+    assert not {"embedder_params", "frozen_embedder", "output_config"} & set(metadata)
+
+    # None: LocusEmbedder() at the next fit, not the fitted settings; stored
+    # as those settings (no new header field: earlier versions read it).
+    router.set_params(embedder=None)
+    router.save(path)
+    metadata = read_file(path, "LocusRouter")[0]
+    assert metadata["embedder_params"]["max_epochs"] == LocusEmbedder().max_epochs
+    loaded = LocusRouter.load(path)
+    assert type(loaded.embedder) is LocusEmbedder
+    assert _settings(loaded.embedder) == _settings(LocusEmbedder())
+    assert type(loaded.embedder_) is LocusEmbedder
+    assert loaded.embedder_.max_epochs == 1
+    np.testing.assert_array_equal(loaded.predict_proba(queries), expected)
+
+    # The fitted embedder, frozen: loaded frozen, as a router fitted on it,
+    # and a clone reuses its network on the same evaluations, giving the
+    # fitted pool's embeddings back (the original's clone too).
+    router.set_params(embedder=FrozenEstimator(router.embedder_))
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    assert isinstance(loaded.embedder, FrozenEstimator)
+    assert loaded.embedder_ is loaded.embedder
+    np.testing.assert_array_equal(loaded.predict_proba(queries), expected)
+    for original in (router, loaded):
+        refit = clone(original).fit(pool.evals)
+        np.testing.assert_array_equal(refit.model_embeddings_, router.model_embeddings_)
+
+    # A router fitted on a frozen embedder, its parameter replaced after fit:
+    # embedder_ stays frozen, the parameter is what it was set to.
+    frozen = LocusRouter(FrozenEstimator(router.embedder_), shrinkage=None)
+    frozen.fit(pool.evals)
+    frozen.set_params(embedder=tiny_embedder(pool.encodings, max_epochs=2))
+    frozen.save(path)
+    loaded = LocusRouter.load(path)
+    assert type(loaded.embedder) is LocusEmbedder
+    assert loaded.embedder.max_epochs == 2 and not hasattr(loaded.embedder, "net_")
+    assert isinstance(loaded.embedder_, FrozenEstimator)
+    assert loaded.embedder_.estimator.max_epochs == 1
+    np.testing.assert_array_equal(loaded.predict_proba(queries), expected)
+    frozen.set_params(embedder=None)
+    frozen.save(path)
+    loaded = LocusRouter.load(path)
+    assert _settings(loaded.embedder) == _settings(LocusEmbedder())
+    assert isinstance(loaded.embedder_, FrozenEstimator)
+
+
+def test_a_frozen_parameter_other_than_the_fitted_embedder_is_refused_at_save(
+    tmp_path, tiny_embedder
+):
+    """A file holds one network, the fitted embedder's: the other frozen
+    embedder was saved as its settings and loaded as an unfitted one."""
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.preprocessing import StandardScaler
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    other = tiny_embedder(pool.encodings, max_epochs=1, random_state=1)
+    other.fit(pool.evals)
+    path = tmp_path / "r.locus"
+    for embedder in (
+        tiny_embedder(pool.encodings, max_epochs=1),
+        FrozenEstimator(other),
+    ):
+        router = LocusRouter(embedder, shrinkage=None).fit(pool.evals)
+        router.set_params(embedder=FrozenEstimator(copy.deepcopy(other)))
+        with pytest.raises(
+            ValueError,
+            match="embedder parameter, set after fit, is FrozenEstimator\\("
+            "LocusEmbedder\\(...\\)\\) wrapping an embedder other than the "
+            "fitted one \\(embedder_\\).* or pickle the router",
+        ):
+            router.save(path)
+        assert not path.exists()
+    router.set_params(embedder=StandardScaler())
+    with pytest.raises(
+        ValueError,
+        match="embedder must be None, a LocusEmbedder or a FrozenEstimator "
+        "wrapping the fitted embedder_; got StandardScaler",
+    ):
+        router.save(path)
+    assert not path.exists()
+
+
+def test_the_output_configuration_survives_save_and_load(tmp_path, tiny_embedder):
+    """save dropped set_output(transform="pandas"), which clone, pickle and
+    deepcopy keep: the loaded embedder's transform gave an ndarray, without
+    the models' names."""
+    import pandas as pd
+    from sklearn import config_context
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    embedder = tiny_embedder(pool.encodings, max_epochs=1).fit(pool.evals)
+    path = tmp_path / "e.locus"
+    # Files of embedders without it are as before (readable by earlier
+    # versions), and load without it.
+    embedder.save(path)
+    assert "output_config" not in read_file(path, "LocusEmbedder")[0]
+    assert isinstance(LocusEmbedder.load(path).transform(pool.evals), np.ndarray)
+    embedder.set_output(transform="pandas").save(path)
+    loaded = LocusEmbedder.load(path)
+    got = loaded.transform(pool.evals)
+    assert isinstance(got, pd.DataFrame)
+    assert got.index.tolist() == sorted(pool.models["model"])
+    pd.testing.assert_frame_equal(got, embedder.transform(pool.evals))
+    # "default" is kept too: it overrides a global pandas configuration.
+    embedder.set_output(transform="default").save(path)
+    with config_context(transform_output="pandas"):
+        assert isinstance(LocusEmbedder.load(path).transform(pool.evals), np.ndarray)
+    # Refused at save as load refuses it (set_output stores any value).
+    embedder.set_output(transform="xml")
+    with pytest.raises(
+        ValueError,
+        match="set_output\\(transform='xml'\\) cannot be saved: transform must be "
+        "one of \\['default', 'pandas', 'polars'\\]",
+    ):
+        embedder.save(tmp_path / "bad.locus")
+
+    # A router: its fitted embedder keeps the configuration, and so does the
+    # parameter (clone gave embedder_ the parameter's at fit) ...
+    param = tiny_embedder(pool.encodings, max_epochs=1).set_output(transform="pandas")
+    router = LocusRouter(param, shrinkage=None).fit(pool.evals)
+    router.save(path)
+    loaded = LocusRouter.load(path)
+    assert isinstance(loaded.embedder_.transform(pool.evals), pd.DataFrame)
+    assert loaded.embedder._sklearn_output_config == {"transform": "pandas"}
+    # ... or its own, where set after fit.
+    router.embedder.set_output(transform="default")
+    router.save(path)
+    assert read_file(path, "LocusRouter")[0]["embedder_output_config"] == {
+        "transform": "default"
+    }
+    loaded = LocusRouter.load(path)
+    assert loaded.embedder._sklearn_output_config == {"transform": "default"}
+    assert loaded.embedder_._sklearn_output_config == {"transform": "pandas"}
 
 
 def test_an_embedder_saves_without_its_mapping_encoder(
