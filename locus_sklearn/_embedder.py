@@ -1212,7 +1212,8 @@ class LocusEmbedder(
         (:meth:`load`'s ``device=`` sets the device). ``random_state`` is
         stored as the int or None it is; a ``RandomState`` instance, whose
         state fit has already advanced, cannot be stored and is saved as
-        None, with a warning.
+        None, with a warning. A ``set_output(transform=...)`` configuration
+        is stored and restored.
 
         Parameters
         ----------

@@ -388,6 +388,9 @@ class LocusRouter(BaseRouter):
             "model_mean_scores_": means,
             "shrinkage_": shrinkage,
             "shrinkage_scores_": scores,
+            # The previous fit's readout view held its network and whole pool
+            # alive until the next prediction.
+            "_readout_cache": None,
         }
 
     def _predict_proba_encoded(self, X):
@@ -423,6 +426,12 @@ class LocusRouter(BaseRouter):
             pool = locus._readout_pool(*pool_evals)
             cached = self._readout_cache = (pool_evals, module, pool)
         return cached[2]
+
+    def _drop_readout_cache(self):
+        """Forget the readout view of a replaced pool: never served (it is
+        keyed by the pool's identity), but it held the old pool's encodings
+        and tables alive until the next prediction."""
+        self.__dict__.pop("_readout_cache", None)
 
     def __getstate__(self):
         # The readout cache is derived data: rebuilt on first use, never pickled.
@@ -520,6 +529,7 @@ class LocusRouter(BaseRouter):
         self.model_costs_ = model_costs
         self.classes_ = classes
         self.pool_evals_ = pool_evals
+        self._drop_readout_cache()
         return self
 
     def _keep_refreshed_costs(self, model_costs, models):
@@ -689,6 +699,7 @@ class LocusRouter(BaseRouter):
             removed = self.classes_[drop]
             keep = ~np.isin(self.pool_evals_[1].models, removed)
             self.pool_evals_ = self._merged_pool_evals(keep)
+            self._drop_readout_cache()
         self.classes_ = self.classes_[~drop]
         self.model_embeddings_ = self.model_embeddings_[~drop]
         self.model_mean_scores_ = self.model_mean_scores_[~drop]
@@ -760,8 +771,12 @@ class LocusRouter(BaseRouter):
             Its ``embedder_`` is a fitted :class:`LocusEmbedder`, or, for a
             router fitted on a ``FrozenEstimator``, one wrapping it (its
             ``embedder`` too, as ``fit`` left them). Otherwise its
-            ``embedder`` is an unfitted embedder with the settings it had at
-            :meth:`save`, ``embedder__<name>`` set after ``fit`` included.
+            ``embedder`` is what it was at :meth:`save`: an unfitted embedder
+            with its settings (``embedder__<name>`` set after ``fit``
+            included; None as ``LocusEmbedder()``, which it stands for), or
+            the fitted embedder frozen after ``fit``. An ``embedder`` that is
+            a ``FrozenEstimator`` of another embedder than ``embedder_`` is
+            refused by :meth:`save` (the file holds one network).
         """
         router = load_router(cls, LocusEmbedder, path, encoder=encoder, device=device)
         # The file records no settings of its own: those of the embedder saved

@@ -2,8 +2,10 @@
 cache, sparse and dense layouts, and the nearest-neighbour options
 (ReadoutPool, KernelReadout.pairwise_pool)."""
 
+import gc
 import pickle
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -238,6 +240,26 @@ def test_cache_never_keeps_a_view_of_a_replaced_pool(
     r._readout_pool()
     assert r._readout_pool().n_models == len(model_names)
     np.testing.assert_array_equal(r.predict_proba(queries), _fresh_proba(r, queries))
+
+
+def test_cache_of_a_replaced_pool_is_let_go(
+    readout_router, query_texts, pool, model_names, rows_of
+):
+    """fit, add_models and remove_models left the old pool's view (its
+    network and every stored evaluation) referenced until the next
+    prediction."""
+    r = readout_router
+    changes = [
+        lambda: r.fit(pool.evals.iloc[::2]),
+        lambda: r.remove_models(model_names[:2]),
+        lambda: r.add_models(rows_of(pool.evals, model_names[:2])),
+    ]
+    for change in changes:
+        r.predict_proba(query_texts[:5])
+        old = weakref.ref(r._readout_cache[2])
+        change()
+        gc.collect()
+        assert old() is None
 
 
 def test_cache_follows_refit_set_params_pickle_and_load(
