@@ -276,7 +276,35 @@ def write_file(path, metadata, tensors, *, too_large_advice=""):
             f"query texts, about {size / 1e6:.0f} MB of JSON) is over the 100 MB "
             f"that safetensors files allow{too_large_advice}."
         ) from None
-    write_bytes(path, data)
+    write_bytes(path, _sorted_metadata(data))
+
+
+def _sorted_metadata(data):
+    """The serialised file ``data`` with its metadata keys in sorted order.
+
+    safetensors (0.8 included) writes the metadata from a Rust HashMap, in
+    an order that changes from process to process (safetensors issue #584),
+    so two saves of the same estimator differed in their bytes, and a
+    checksum (make, DVC) saw a new file. The header is written again, the
+    same JSON with only the metadata's keys reordered, padded with spaces to
+    a multiple of 8 bytes as safetensors pads it (the tensors that follow
+    stay aligned); the tensor bytes and their offsets, which count from the
+    end of the header, are unchanged.
+
+    >>> import torch
+    >>> from safetensors.torch import load
+    >>> data = _sorted_metadata(save({"w": torch.ones(2)}, metadata={"b": "1", "a": "2"}))
+    >>> n = struct.unpack("<Q", data[:8])[0]
+    >>> list(json.loads(data[8 : 8 + n])["__metadata__"]), n % 8, load(data)["w"].tolist()
+    (['a', 'b'], 0, [1.0, 1.0])
+    """
+    (n_header,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n_header])
+    if "__metadata__" in header:
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data[8 + n_header :]
 
 
 def _check_path(path, naming="the file to write"):

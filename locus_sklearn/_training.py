@@ -20,6 +20,7 @@ the names of :class:`~._embedder.LocusEmbedder`'s parameters.
 import contextlib
 import copy
 import functools
+import os
 import re
 import sys
 import threading
@@ -770,9 +771,10 @@ class ValidRoutingAccuracy(Callback):
 
 def progress_sink(text):
     """Where the epoch table goes: standard error (standard output carries
-    results), without colour codes unless standard error is a terminal."""
+    results), without colour codes unless standard error is a terminal and
+    NO_COLOR is unset or empty (https://no-color.org)."""
     stream = sys.stderr
-    if not stream.isatty():
+    if os.environ.get("NO_COLOR") or not stream.isatty():
         text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     print(text, file=stream)
 

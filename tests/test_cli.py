@@ -20,12 +20,17 @@ import pytest
 from locus_sklearn.datasets import make_model_pool
 
 
-def locus(*args, stdin=None, cwd=None, timeout=300):
-    """Run ``python -m locus_sklearn ARGS``; return the CompletedProcess."""
+def locus(*args, stdin=None, cwd=None, timeout=300, env=None):
+    """Run ``python -m locus_sklearn ARGS`` (``env``: variables to set);
+    return the CompletedProcess."""
     # One torch thread: the networks are tiny, and on a busy machine OpenMP's
     # spinning threads can make a multi-threaded run many times slower.
     env = dict(
-        os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1"
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        **(env or {}),
     )
     return subprocess.run(
         [sys.executable, "-m", "locus_sklearn", *map(str, args)],
@@ -209,7 +214,7 @@ def test_route_from_file_and_stdin(workdir, tmp_path, cli):
 
 
 def test_embedder_file_and_debug(workdir, tmp_path, cli, tiny_settings):
-    """`embed` also takes a saved LocusEmbedder; --debug raises the exception."""
+    """`embed` also takes a saved LocusEmbedder; --debug shows the traceback."""
     from locus_sklearn import LocusRouter
 
     router = LocusRouter.load(workdir / "router.locus")
@@ -223,10 +228,16 @@ def test_embedder_file_and_debug(workdir, tmp_path, cli, tiny_settings):
         2,
         tiny_settings["embedding_dim"],
     )
-    with pytest.raises(FileNotFoundError):
-        cli("route", workdir / "missing.locus", "q1", "--debug")
-    with pytest.raises(FileNotFoundError):
-        cli("--debug", "route", workdir / "missing.locus", "q1")
+    # --debug prints the traceback, and keeps the status of the error (3: a
+    # missing file), where re-raising made every failure Python's 1.
+    for args in (
+        ["route", workdir / "missing.locus", "q1", "--debug"],
+        ["--debug", "route", workdir / "missing.locus", "q1"],
+    ):
+        status, _, err = cli(*args)
+        assert status == 3, err
+        assert "Traceback (most recent call last)" in err
+        assert "FileNotFoundError" in err
 
 
 R = "{w}/router.locus"
@@ -370,9 +381,15 @@ def test_demo_quick(tmp_path):
     """The report on stdout; with --json the summary there and the report on
     stderr; the epoch table always on stderr."""
     pytest.importorskip("matplotlib")
-    result = locus("demo", "--quick", "--output", tmp_path / "out", cwd=tmp_path)
+    # On a stdout that writes only ASCII, too: the report's "±" failed the
+    # demo half-way (status 1, no figures).
+    result = locus(
+        "demo", "--quick", "--output", tmp_path / "out", cwd=tmp_path,
+        env={"PYTHONIOENCODING": "ascii"},
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    assert "portfolios (mean +/- sd)" in out and "\\x" not in out
     for text in ("LocusRouter", "single best", "oracle", "Onboarding", "Portfolio"):
         assert text in out
     assert "train_loss" not in out and "train_loss" in result.stderr
@@ -1484,8 +1501,8 @@ def test_calibrate_target_cost_is_described_as_what_it_returns(cli):
     status, out, _ = cli("calibrate", "--help")
     text = " ".join(out.split())
     assert status == 0
-    assert "the smallest λ whose mean cost is <= --target-cost" in text
-    assert "most accurate λ with" not in text
+    assert "the smallest lambda whose mean cost is <= --target-cost" in text
+    assert "most accurate lambda with" not in text
     from pathlib import Path
 
     guide = Path(__file__).parents[1] / "docs" / "user_guide" / "deploying.rst"
@@ -3223,3 +3240,226 @@ def test_embed_writes_a_blank_model_name_select_and_neighbors_read(
     status, out, err = cli("neighbors", emb, " ", "--k", "1", "--json")
     assert status == 0, err
     assert [m["model"] for m in json.loads(out)] == ["fam2-m07"]
+
+
+# --- the CLI in shell pipes (issue 52) ---------------------------------------------
+
+
+def _non_ascii_embeddings(path):
+    """An embeddings csv of 3 models, one named "modèle" (select reads only it)."""
+    X = np.arange(12, dtype=float).reshape(3, 4) ** 1.5
+    pd.DataFrame(X, index=pd.Index(["modèle", "b", "c"], name="model")).to_csv(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0"}],
+    ids=["PYTHONIOENCODING=ascii", "LC_ALL=C"],
+)
+def test_stdout_that_is_not_utf8(tmp_path, env):
+    """A stdout that cannot write every character: a non-ASCII model name is
+    written as a backslash escape, as Python writes stderr, where the command
+    failed half-way through its table with status 1 (invalid data); help
+    texts are ASCII (calibrate's "λ" was a traceback); --json is unchanged."""
+    emb = _non_ascii_embeddings(tmp_path / "emb.csv")
+    result = locus("select", emb, "--k", "3", "--tsv", env=env)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert rows[0] == ["rank", "model", "covers"] and len(rows) == 4
+    assert sorted(row[1] for row in rows[1:]) == ["b", "c", "mod\\xe8le"]
+    result = locus("select", emb, "--k", "3", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    chosen = {m["model"] for m in json.loads(result.stdout)["selected"]}
+    assert chosen == {"modèle", "b", "c"}
+    result = locus("calibrate", "--help", env=env)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "the smallest lambda whose mean cost" in " ".join(result.stdout.split())
+
+
+def test_help_texts_are_ascii(cli):
+    # Help is printed on stdouts of any encoding; the fixed texts need none.
+    from locus_sklearn._cli import build_parser
+
+    status, out, _ = cli("--help")
+    assert status == 0 and out.isascii()
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert {"fit", "calibrate", "serve"} <= set(sub.choices)
+    for command in sub.choices:
+        status, out, _ = cli(command, "--help")
+        assert status == 0 and out.isascii(), (command, out)
+
+
+def _closed_stderr(*args):
+    """``locus ARGS 2>&-``: (status, stdout)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "locus_sklearn", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=300,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"),
+        preexec_fn=lambda: os.close(2),
+    )  # fmt: skip
+    return result.returncode, result.stdout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file descriptors")
+def test_closed_stderr_keeps_notes_and_errors_out_of_stdout(tmp_path):
+    """With stderr closed Python sets sys.stderr to None, and print() to None
+    writes to stdout: the note after select's table and the error lines
+    went into the results. They are dropped."""
+    emb = _non_ascii_embeddings(tmp_path / "emb.csv")
+    status, out = _closed_stderr("select", emb, "--k", "2", "--tsv")
+    assert status == 0
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["rank", "1", "2"]
+    status, out = _closed_stderr("select", emb, "--k", "9")
+    assert status == 1 and out == ""
+
+
+def test_closed_stderr_fit(workdir, tmp_path, cli, tiny_cli_args, monkeypatch):
+    # fit's progress stream asked None whether it was a terminal: an internal
+    # AttributeError (status 1) before training.
+    monkeypatch.setattr(sys, "stderr", None)
+    status, out, _ = cli(
+        "fit", workdir / "evals.csv", "-o", tmp_path / "x.locus",
+        "--encodings", workdir / "enc.npz", *tiny_cli_args,
+    )  # fmt: skip
+    assert sys.stderr is None  # restored
+    assert status == 0 and out == ""
+    from locus_sklearn import LocusRouter
+
+    assert len(LocusRouter.load(tmp_path / "x.locus").classes_) == 6
+
+
+def test_saving_twice_writes_the_same_bytes(workdir, tmp_path):
+    """safetensors writes the metadata in a random (hash) order: two saves
+    of one router differed in bytes. The header's keys are sorted, and the
+    file loads as before."""
+    import struct
+
+    from locus_sklearn import LocusRouter
+    from locus_sklearn._files import read_file
+
+    router = LocusRouter.load(workdir / "router.locus")
+    first, second = tmp_path / "a.locus", tmp_path / "b.locus"
+    router.save(first)
+    router.save(second)
+    data = first.read_bytes()
+    assert data == second.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    keys = list(json.loads(data[8 : 8 + n])["__metadata__"])
+    assert keys == sorted(keys) and len(keys) > 5
+    assert n % 8 == 0  # safetensors' alignment of the tensors that follow
+    assert read_file(first, "LocusRouter")[2] is True  # intact
+    again = LocusRouter.load(first)
+    np.testing.assert_array_equal(
+        again.predict_proba(["q001", "q002"]), router.predict_proba(["q001", "q002"])
+    )
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/proc/self"), reason="needs /proc, where no file is created"
+)
+def test_folder_where_no_file_can_be_created(
+    workdir, tmp_path, cli, tiny_cli_args, monkeypatch
+):
+    """os.access says yes to root everywhere (/proc, /sys, NFS root_squash):
+    fit trained, then failed to write. The folder is tried by creating a
+    file, before any work; os.access answers here as it does for root."""
+    from locus_sklearn._cli import _demo
+    from locus_sklearn._cli._io import check_writable
+
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)
+    status, _, err = cli(
+        "fit", workdir / "evals.csv", "-o", "/proc/router.locus", *tiny_cli_args
+    )
+    assert_one_line(
+        status, err, 3, "cannot write ROUTER '/proc/router.locus'",
+        "cannot create a file in the folder '/proc'",
+    )  # fmt: skip
+    assert "train_loss" not in err
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the demo ran")
+
+    monkeypatch.setattr(_demo, "run_demo", ran)
+    status, _, err = cli("demo", "--quick", "--output", "/proc")
+    assert_one_line(status, err, 3, "--output '/proc'", "cannot create a file")
+    # Where a file can be created, the one tried is removed.
+    check_writable(tmp_path / "router.locus", "ROUTER")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("no_color, coloured", [("1", False), ("", True)])
+def test_no_color_on_a_terminal(monkeypatch, no_color, coloured):
+    """NO_COLOR set and not empty (https://no-color.org): no colour codes in
+    the progress, on a terminal too; empty is unset."""
+    import io
+
+    from locus_sklearn._cli._io import progress_to_stderr
+    from locus_sklearn._training import progress_sink
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setenv("NO_COLOR", no_color)
+    with progress_to_stderr():
+        progress_sink("  1  \x1b[36m0.6323\x1b[0m")  # fit's epoch table
+        print("\x1b[32mdone\x1b[0m")  # what skorch prints to stdout
+    expected = "  1  \x1b[36m0.6323\x1b[0m\n\x1b[32mdone\x1b[0m\n"
+    assert terminal.getvalue() == (expected if coloured else "  1  0.6323\ndone\n")
+    assert sys.stderr is terminal
+
+
+class _FullStdout:
+    """A stdout on a full disk: every write fails with ENOSPC."""
+
+    encoding, errors = "utf-8", "strict"
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def flush(self):
+        pass
+
+
+def test_failed_writes_to_stdout_are_errors_naming_it(workdir, cli, monkeypatch):
+    """argparse dropped a failed write of --help and --version (status 0);
+    a command's failed write did not say stdout was the target."""
+    full = os.strerror(errno.ENOSPC)
+    monkeypatch.setattr(sys, "stdout", _FullStdout())
+    for args, prog in ((["--help"], "locus"), (["--version"], "locus")):
+        status, _, err = cli(*args)
+        assert err == f"{prog}: error: cannot write to stdout: {full}\n"
+        assert status == 3
+    status, _, err = cli("fit", "--help")
+    assert (status, err) == (3, f"locus fit: error: cannot write to stdout: {full}\n")
+    status, _, err = cli("route", workdir / "router.locus", "q001")
+    assert_one_line(
+        status, err, 3, f"locus route: error: cannot write to stdout: {full}"
+    )
+    # A closed stdout (``>&-``): Python's print() to None wrote nothing, status 0.
+    monkeypatch.setattr(sys, "stdout", None)
+    status, _, err = cli("route", workdir / "router.locus", "q001", "--json")
+    assert_one_line(status, err, 3, "cannot write to stdout: it is closed")
+    assert sys.stdout is None  # restored
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_help_to_a_full_device():
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "locus_sklearn", "--version"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    assert result.returncode == 3
+    full = os.strerror(errno.ENOSPC)
+    assert result.stderr == f"locus: error: cannot write to stdout: {full}\n"
+
+
+def test_debug_keeps_the_exit_status(workdir, cli):
+    # A usage error found while running: 2 with --debug too, not Python's 1.
+    status, _, err = cli("route", workdir / "router.locus", "--debug")
+    assert status == 2, err
+    assert "Traceback (most recent call last)" in err and "No queries given" in err

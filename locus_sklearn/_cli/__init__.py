@@ -14,8 +14,9 @@ Subcommands::
 Every command takes ``--threads N`` and ``--debug``; those that print results
 take ``--json``. Errors are one line on stderr (``locus COMMAND: error: ...``)
 with exit status 1 (invalid data or values), 2 (a bad command line) or 3 (a
-file that cannot be read or written, or a port ``serve`` cannot listen on);
-``--debug`` shows the traceback instead. An interrupted command (Ctrl-C)
+file that cannot be read or written, stdout included, or a port ``serve``
+cannot listen on); ``--debug`` shows the traceback instead, with the same
+exit status. An interrupted command (Ctrl-C)
 exits with 130; one whose stdout reader went away (``locus route ... |
 head``) stops quietly with 141 (128 + SIGPIPE, as shell tools report it).
 
@@ -24,9 +25,12 @@ Modules: ``_parser`` builds the parser, ``_commands`` runs the subcommands,
 demo``, ``_errors`` maps failures to exit statuses.
 """
 
+import codecs
 import contextlib
+import errno
 import os
 import sys
+import traceback
 import warnings
 
 from ._errors import (
@@ -78,6 +82,101 @@ def _one_line_warnings(where):
         yield
 
 
+class _Stdout:
+    """``sys.stdout`` while a command runs: a write that fails says that
+    stdout was the target (``locus: error: cannot write to stdout: No space
+    left on device``, status 3, where Python's error named nothing), and a
+    closed stdout (``>&-``, None for Python, where ``print`` writes nothing
+    and the results were lost with status 0) fails the first write. A reader
+    that closed its pipe (``| head``) is left to :func:`run` (status 141).
+    Everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        if self.stream is None:
+            error = OSError("cannot write to stdout: it is closed")
+            error.errno = errno.EBADF
+            raise error
+        with self._named():
+            return self.stream.write(text)
+
+    def flush(self):
+        if self.stream is not None:
+            with self._named():
+                self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _named():
+        try:
+            yield
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            error = type(exc)(f"cannot write to stdout: {exc.strerror or exc}")
+            error.errno = exc.errno
+            raise error from exc
+
+
+def _encodes_everything(stream):
+    """Whether ``stream``'s encoding can write every character (a UTF)."""
+    try:
+        return codecs.lookup(stream.encoding).name.startswith("utf")
+    except (AttributeError, LookupError, TypeError):  # no (known) encoding
+        return True  # nothing to change
+
+
+@contextlib.contextmanager
+def _standard_streams():
+    """stdout and stderr as the commands expect them, while they run.
+
+    - A closed stderr (``2>&-``; None for Python) becomes os.devnull: notes,
+      warnings and errors are dropped, where ``print(file=None)`` wrote them
+      into the results on stdout, and ``fit``'s progress stream failed. A
+      closed stdin likewise reads as empty.
+    - A stdout whose encoding cannot write every character (``LC_ALL=C``
+      without UTF-8 mode, ``PYTHONIOENCODING=ascii``) writes the others as
+      backslash escapes, as Python's stderr does, where a model named
+      "modèle" failed the command half-way through a table (``--json`` is
+      ASCII already).
+    - Writes to stdout fail naming it (:class:`_Stdout`).
+    """
+    if isinstance(sys.stdout, _Stdout):  # main(), then run(): set up already
+        yield
+        return
+    streams = sys.stdin, sys.stdout, sys.stderr
+    # Left open when restored: what the command set up may still hold them
+    # (a logging handler), and the process is about to end.
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull, encoding="utf-8")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")
+    stdout, errors = sys.stdout, None
+    if (
+        hasattr(stdout, "reconfigure")
+        # The handlers that fail on a character the encoding lacks (Python's
+        # own in the C locale is surrogateescape), not a user's choice such
+        # as PYTHONIOENCODING=ascii:replace.
+        and stdout.errors in ("strict", "surrogateescape", "surrogatepass")
+        and not _encodes_everything(stdout)
+    ):
+        errors = stdout.errors
+        stdout.reconfigure(errors="backslashreplace")
+    sys.stdout = _Stdout(stdout)
+    try:
+        yield
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = streams
+        if errors is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stdout.reconfigure(errors=errors)
+
+
 def main(argv=None):
     """Run the ``locus`` command line.
 
@@ -90,8 +189,9 @@ def main(argv=None):
     -------
     status : int
         0 on success; 1 for invalid data or values, 3 for a file that cannot
-        be read or written or a port that cannot be opened (each reported as
-        one line on stderr); 130 when interrupted; 141 (128 + SIGPIPE, with
+        be read or written (stdout too) or a port that cannot be opened (each
+        reported as one line on stderr, or as a traceback with ``--debug``);
+        130 when interrupted; 141 (128 + SIGPIPE, with
         no message) when the reader of stdout closed it early (``locus route
         ... | head``). A bad command line exits with status 2 (from argparse).
 
@@ -105,12 +205,13 @@ def main(argv=None):
     # No "Loading weights" bars when the query encoder loads; encoding
     # progress (sentence-transformers' own bar) is still shown by fit.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:  # building the parser imports the optional subcommands' modules
-        args = build_parser().parse_args(argv)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return run(args)
+    with _standard_streams():  # --help and --version write to stdout too
+        try:  # building the parser imports the optional subcommands' modules
+            args = build_parser().parse_args(argv)
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return run(args)
 
 
 def run(args):
@@ -120,6 +221,11 @@ def run(args):
     ``python -m locus_sklearn.serve`` runs its commands through this too, so
     they fail exactly as under ``locus``.
     """
+    with _standard_streams():
+        return _run(args)
+
+
+def _run(args):
     debug = getattr(args, "debug", False)
     where = f"{PROG} {args.command}"
     try:
@@ -140,12 +246,15 @@ def run(args):
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         if debug:
-            raise
+            traceback.print_exc()
         print(f"{where}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # every failure is one line, unless --debug
         if debug:
-            raise
+            # The traceback, with the status the error has without --debug:
+            # a script that adds --debug for its logs branches the same way.
+            traceback.print_exc()
+            return exit_status(exc)
         message, status = one_line(exc), exit_status(exc)
         if status == EXIT_USAGE and "--help`" not in message:
             # A bad command line found while running: point to the help,

@@ -597,9 +597,9 @@ def _portfolio(demo, router, quick):
                     f"the {_count(k, 'model')} chosen by k-medoids on the embeddings",
                     f"{at_k['k-medoids']['accuracy']:.3f}",
                 ),
-                (
-                    f"random {k}-model portfolios (mean ± sd)",
-                    f"{row['random_mean']:.3f} ± {row['random_std']:.3f}",
+                (  # ASCII "+/-": the report goes to stdouts of any encoding
+                    f"random {k}-model portfolios (mean +/- sd)",
+                    f"{row['random_mean']:.3f} +/- {row['random_std']:.3f}",
                 ),
             ],
         ),

@@ -1,7 +1,8 @@
 """Exit statuses of the ``locus`` command and the one-line form of its errors.
 
 Every failure ends the command with one line on stderr and one of these
-statuses (documented in ``docs/cli.rst``); ``--debug`` re-raises instead.
+statuses (documented in ``docs/cli.rst``); ``--debug`` prints the traceback
+instead of the line, with the same status.
 """
 
 import contextlib
@@ -26,8 +27,9 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 #: A bad command line (argparse's own status).
 EXIT_USAGE = 2
-#: A file that cannot be read or written: missing, not permitted, disk full;
-#: or a port ``locus serve`` cannot listen on (in use, not permitted).
+#: A file that cannot be read or written: missing, not permitted, disk full
+#: (stdout too); or a port ``locus serve`` cannot listen on (in use, not
+#: permitted).
 EXIT_IO = 3
 EXIT_INTERRUPTED = 130
 #: The reader of stdout closed it early (``locus route ... | head``): 128 +

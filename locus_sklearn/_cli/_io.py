@@ -178,14 +178,28 @@ def emit_json(document):
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+def _isatty(stream):
+    isatty = getattr(stream, "isatty", None)
+    return isatty is not None and isatty()
+
+
 class _ProgressStream(io.TextIOBase):
     """A text stream writing to ``target`` with ANSI colour codes removed
-    unless ``target`` is a terminal."""
+    unless ``target`` is a terminal and NO_COLOR is unset (or empty).
+
+    It is no terminal itself (``isatty()`` is False): code that colours only
+    a terminal writes no colour to it.
+    """
 
     def __init__(self, target):
         self.target = target
-        isatty = getattr(target, "isatty", None)
-        self.strip = not (isatty is not None and isatty())
+        # A set, non-empty NO_COLOR asks for no colour on a terminal too
+        # (https://no-color.org).
+        self.strip = bool(os.environ.get("NO_COLOR")) or not _isatty(target)
+
+    @property
+    def encoding(self):  # progress bars draw with what the target can write
+        return getattr(self.target, "encoding", None)
 
     def writable(self):
         return True
@@ -201,13 +215,15 @@ class _ProgressStream(io.TextIOBase):
 @contextlib.contextmanager
 def progress_to_stderr():
     """Send what is printed to stdout meanwhile (skorch's epoch table) to stderr,
-    without colour codes unless stderr is a terminal.
+    without colour codes unless stderr is a terminal and NO_COLOR is not set.
 
     Examples
     --------
     >>> with progress_to_stderr():
     ...     print("epoch 1")  # written to stderr
     """
+    # The epoch table itself goes to stderr (_training.progress_sink, which
+    # reads NO_COLOR too).
     with contextlib.redirect_stdout(_ProgressStream(sys.stderr)):
         yield
 
@@ -886,11 +902,26 @@ def _check_added_encodings(added, saved, path):
 
 # --------------------------------------------------------------------- writing
 def _folder_problem(folder):
-    """Why files cannot be created in the existing path ``folder``, or None."""
+    """Why files cannot be created in the existing path ``folder``, or None.
+
+    Found by creating (then removing) an empty file there, named as the
+    save names its temporary files: ``os.access`` says yes to root
+    everywhere, also under /proc or /sys or on an NFS mount that maps root
+    to nobody, where the write would fail only after the work.
+    """
+    from .._files import _temp_name
+
     if not folder.is_dir():
         return f"{str(folder)!r} is not a folder"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder {str(folder)!r} is not writable"
+    probe = _temp_name(folder / "locus-write-check")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        return f"cannot create a file in the folder {str(folder)!r} ({exc.strerror})"
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
     return None
 
 

@@ -9,8 +9,10 @@ when that module is installed.
 import argparse
 import ast
 import re
+import sys
 
 from . import _commands
+from ._errors import EXIT_IO
 from ._types import (
     fraction,
     int_at_least,
@@ -37,6 +39,24 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def _print_message(self, message, file=None):
+        # argparse ignores a failed write: ``locus --help > /dev/full`` exited
+        # 0 with the help lost. A failed write to stdout is an error (status
+        # 3) as in the commands, reported on stderr; one to stderr has nowhere
+        # to be reported. A reader that closed its pipe is left alone.
+        if not message:
+            return
+        file = sys.stderr if file is None else file
+        try:
+            file.write(message)
+            file.flush()
+        except BrokenPipeError:
+            pass
+        except OSError as exc:
+            if file is sys.stderr:
+                return
+            self.exit(EXIT_IO, f"{self.prog}: error: {' '.join(str(exc).split())}\n")
 
     def add_subparsers(self, **kwargs):
         kwargs.setdefault("parser_class", _CommandParser)

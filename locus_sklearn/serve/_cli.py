@@ -489,13 +489,16 @@ def _add_calibrate(subparsers):
     p = subparsers.add_parser(
         "calibrate",
         help="tune the cost weight to a target mean cost, call share or accuracy",
-        description="Find the cost weight λ that meets one target on the queries of "
-        "EVALS: the smallest λ whose mean cost is <= --target-cost, or the smallest "
-        "λ that sends at most --target-share of calls to --models, or the largest λ "
-        "(the cheapest routing) whose accuracy is >= --min-accuracy (needs scores). "
-        "The smallest λ is the one that weighs cost least among those meeting the "
-        "target, not necessarily the most accurate: accuracy need not fall as λ "
-        "grows. EVALS is a long-format evaluations file "
+        # ASCII "lambda", not the Greek letter: help is printed on any stdout,
+        # one whose encoding cannot write it too.
+        description="Find the cost weight lambda that meets one target on the queries "
+        "of EVALS: the smallest lambda whose mean cost is <= --target-cost, or the "
+        "smallest lambda that sends at most --target-share of calls to --models, or "
+        "the largest lambda (the cheapest routing) whose accuracy is >= "
+        "--min-accuracy (needs scores). The smallest lambda is the one that weighs "
+        "cost least among those meeting the target, not necessarily the most "
+        "accurate: accuracy need not fall as lambda grows. "
+        "EVALS is a long-format evaluations file "
         "(csv/parquet/jsonl) or, for cost and share targets, a .txt file of queries, "
         "one per line. Use queries the router was not fitted on, or its training "
         "evaluations with --cv.",
