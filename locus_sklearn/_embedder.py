@@ -982,7 +982,8 @@ class LocusEmbedder(
             One row per distinct model of ``evals``, in sorted model-name
             order; with pandas output (``set_output(transform="pandas")`` or
             ``sklearn.set_config(transform_output="pandas")``), a DataFrame
-            indexed by model name. Independent of row order; deterministic.
+            indexed by model name (an object-dtype index named ``model``).
+            Independent of row order; deterministic.
             A model's row does not depend on the other models of ``evals``
             beyond float32 rounding (models are embedded in padded batches;
             about 1e-7 relative), so it may differ in the last bits from the
@@ -1006,7 +1007,9 @@ class LocusEmbedder(
             return embeddings
         return pd.DataFrame(
             embeddings,
-            index=pd.Index(table.models, name="model"),
+            # Object, not pandas' inferred str dtype: it refuses a lone
+            # surrogate, which model names may hold.
+            index=pd.Index(table.models, dtype=object, name="model"),
             columns=self.get_feature_names_out(),
         )
 

@@ -397,6 +397,28 @@ def _as_series(column):
     return pd.Series(column)
 
 
+def _object_frame(columns, index=None):
+    """``pd.DataFrame(columns, index=index)`` whose str columns and str index
+    stay Python objects (see :func:`_as_series`): for frames built from model
+    names, queries or tasks, which may hold a lone surrogate.
+
+    ``columns`` maps each name to a 1-D list, tuple or array (all of one
+    length); ``index`` (None: a RangeIndex) labels the rows: an Index is
+    used as it is, any other array-like is read as ``columns`` are (str
+    labels in an object-dtype Index, other labels as pandas infers them).
+
+    >>> frame = _object_frame({"model": ["a\\udce9"], "n": [2]}, index=["q\\udce9"])
+    >>> frame.dtypes.tolist(), frame.index.dtype
+    ([dtype('O'), dtype('int64')], dtype('O'))
+    """
+    frame = pd.DataFrame({key: _as_series(value) for key, value in columns.items()})
+    if index is not None:
+        # Set after: given to the constructor, it would align the Series'
+        # RangeIndex to it (all-NaN rows) instead of labelling the rows.
+        frame.index = index if isinstance(index, pd.Index) else _as_series(index)
+    return frame
+
+
 def _sorted_codes(values):
     """``np.unique(values, return_inverse=True)`` for an object array of str.
 

@@ -608,7 +608,8 @@ def cmd_embed(args):
     models = sorted(evals["model"].unique())
     frame = pd.DataFrame(
         embeddings,
-        index=pd.Index(models, name="model"),
+        # Object, not pandas' inferred str dtype (lone surrogates).
+        index=pd.Index(models, dtype=object, name="model"),
         columns=[f"locus{i}" for i in range(embeddings.shape[1])],
     )
     write_csv(frame, args.output, "EMBEDDINGS")
@@ -920,12 +921,17 @@ def cmd_match(args):
         # queries that KNOWN has too: only those are compared, and counting
         # the others would calibrate on larger, less noisy sets than are
         # compared, a threshold too loose (false matches).
-        in_known = endpoints["query"].isin(set(known["query"]))
+        in_known = endpoints["query"].isin(set(known["query"])).to_numpy()
+        # Grouped by codes (in order of appearance), ids as objects: pandas
+        # would infer its str dtype for them, which refuses a lone surrogate.
+        codes, names = pd.factorize(endpoints["model"].to_numpy(dtype=object))
+        queries = endpoints["query"].to_numpy(dtype=object)
         sizes = (
-            endpoints[in_known]
-            .groupby("model")["query"]
+            pd.Series(queries[in_known], dtype=object)
+            .groupby(codes[in_known])
             .nunique()
-            .reindex(endpoints["model"].unique(), fill_value=0)
+            .reindex(range(len(names)), fill_value=0)
+            .set_axis(pd.Index(names, dtype=object))
         )
         n_evals = int(sizes.min())  # at most n_known: queries of KNOWN only
         if n_evals < args.min_shared:

@@ -16,6 +16,7 @@ from .._evals import (
     _is_missing,
     _is_real_dtype,
     _is_real_number,
+    _object_frame,
     _preview,
     _unordered,
     check_evals,
@@ -150,7 +151,13 @@ def _read_jsonl(path, name, shown, keys):
     for number, record in json_lines(path, f"{name}={shown!r}", hint):
         lines.append(number)
         records.append(record)
-    return pd.DataFrame(records), np.array(lines)
+    # Column by column, as pd.DataFrame(records) fills them (keys in order of
+    # appearance, NaN where a record lacks one), but text columns as objects:
+    # a JSON escape such as "\udce9" gives a lone surrogate, which pandas'
+    # inferred str dtype refuses.
+    keys = dict.fromkeys(key for record in records for key in record)
+    columns = {key: [record.get(key, np.nan) for record in records] for key in keys}
+    return _object_frame(columns), np.array(lines)
 
 
 def _index_as_columns(frame):
@@ -371,7 +378,10 @@ def _whole_ids_as_str(column, name):
         return column
     text = np.full(len(values), np.nan, dtype=object)
     text[present] = [v if isinstance(v, str) else str(int(v)) for v in numbers]
-    return pd.Series(text, index=column.index, dtype=str)
+    # An object column's text ids are kept, and may hold a lone surrogate,
+    # which pandas' str dtype refuses: it stays an object column.
+    dtype = object if pd.api.types.is_object_dtype(column.dtype) else str
+    return pd.Series(text, index=column.index, dtype=dtype)
 
 
 def _id_kinds(column):
@@ -387,9 +397,13 @@ def _id_kinds(column):
     for value in values:
         if isinstance(value, str):
             kinds.add("text")
+        elif _is_missing(value):
+            # Before numbers: NaN is a float, and an object column of text
+            # ids (as _whole_ids_as_str gives) marks a missing one with it.
+            continue
         elif _is_real_number(value):
             kinds.add("number")
-        elif not _is_missing(value):
+        else:
             kinds.add("other")
     return kinds
 
@@ -607,7 +621,10 @@ def _check_shared_text_tasks(
     task_codes, task_names = pd.factorize(pd.Series(tasks, dtype=object))
     pairs = np.unique(np.stack([np.asarray(position), task_codes], axis=1), axis=0)
     pairs = pairs[pairs[:, 1] >= 0]  # a missing task: check_evals' to report
-    rows = pd.DataFrame(
+    # Ids, texts and tasks as objects, grouped by codes: pandas would infer
+    # its str dtype for them (group keys included), which refuses a lone
+    # surrogate.
+    rows = _object_frame(
         {
             "id": table_ids[pairs[:, 0]],
             "text": table_texts[pairs[:, 0]],
@@ -618,10 +635,12 @@ def _check_shared_text_tasks(
     is_text = rows["text"].map(lambda v: isinstance(v, str))
     rows = rows[is_text & rows["task"].map(lambda v: isinstance(v, str))]
     rows = rows.drop_duplicates()
-    one_task = rows.groupby("id", sort=False)["task"].transform("nunique") == 1
-    rows = rows[one_task]
-    counts = rows.groupby("text", sort=False).nunique()
-    across = counts.index[(counts["id"] > 1) & (counts["task"] > 1)]
+    id_codes = pd.factorize(rows["id"].to_numpy(dtype=object))[0]
+    one_task = rows.groupby(id_codes, sort=False)["task"].transform("nunique") == 1
+    rows = rows[one_task.to_numpy()]
+    text_codes, texts = pd.factorize(rows["text"].to_numpy(dtype=object))
+    counts = rows[["id", "task"]].groupby(text_codes, sort=False).nunique()
+    across = texts[counts.index[(counts["id"] > 1) & (counts["task"] > 1)]]
     if len(across):
         group = rows[rows["text"] == across[0]]
         raise ValueError(
@@ -641,12 +660,17 @@ def _warn_shared_texts(query_table, position, query_id_column, query_column):
     """Warn where evaluated ids of the query table share one text: they become
     one query, their scores averaged."""
     used = np.unique(position)
-    texts = pd.Series(query_table[query_column].to_numpy(dtype=object)[used])
+    # Objects, grouped by codes: pandas would infer its str dtype for texts
+    # and ids, which refuses a lone surrogate.
+    texts = pd.Series(
+        query_table[query_column].to_numpy(dtype=object)[used], dtype=object
+    )
     ids = query_table[query_id_column].to_numpy(dtype=object)[used]
     shared = texts.duplicated(keep=False).to_numpy()
     if not shared.any():
         return
-    groups = pd.Series(ids[shared]).groupby(texts[shared].to_numpy(), sort=False)
+    codes = pd.factorize(texts[shared].to_numpy())[0]
+    groups = pd.Series(ids[shared], dtype=object).groupby(codes, sort=False)
     example = next(iter(groups))[1].tolist()
     warn_external(
         f"{groups.ngroups} text(s) in column {query_column!r} of queries belong "
@@ -676,7 +700,9 @@ def load_evals(
     evaluation. Columns are renamed to the standard names ``model``,
     ``query``, ``score`` and ``task``; other columns are kept as they are,
     dtype included (those of a csv/tsv file as ``pandas.read_csv`` reads
-    them, an empty cell or ``"NA"`` missing). The named index of a parquet
+    them, an empty cell or ``"NA"`` missing; text columns of a jsonl file as
+    object columns, which keep a lone surrogate that a JSON escape such as
+    ``"\\udce9"`` gives). The named index of a parquet
     file (``df.set_index("question_id").to_parquet(...)``) is read as
     columns, in ``path`` and ``queries``; an unnamed one is not data.
 
@@ -981,7 +1007,7 @@ def _labels(values, default, n, name, prefix):
             f"{name} must be non-empty strings; got '' at position(s) "
             f"{_preview(empty)}."
         )
-    repeated = pd.Index(values)
+    repeated = pd.Index(values, dtype=object)  # not str: lone surrogates
     repeated = repeated[repeated.duplicated()]
     if len(repeated):
         raise ValueError(

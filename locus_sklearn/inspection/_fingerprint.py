@@ -11,13 +11,12 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from .._embedder import FewEvaluationsWarning
-from .._evals import _preview, check_evals
+from .._evals import _object_frame, _preview, check_evals
 from .._warnings import FILTERS_LOCK, warn_external
 from ._common import as_pool, check_metric, match_threshold, pairwise
 from ._score_agreement import _check_threshold_kind
@@ -230,15 +229,16 @@ def calibrate_fingerprint_threshold(
             rows.append(np.sort(picked))
             pseudo.append(np.full(n_evals, f"m{i:07d}r{r:04d}", dtype=object))
     rows = np.concatenate(rows)
-    frame = pd.DataFrame(
-        {
-            "model": np.concatenate(pseudo),
-            "query": table.queries[table.query_index[rows]],
-            "score": table.score[rows].astype(np.float64),
-        }
-    )
+    columns = {
+        "model": np.concatenate(pseudo),
+        "query": table.queries[table.query_index[rows]],
+        "score": table.score[rows].astype(np.float64),
+    }
     if table.query_task is not None:
-        frame["task"] = table.query_task[table.query_index[rows]]
+        columns["task"] = table.query_task[table.query_index[rows]]
+    # Queries and tasks as objects, not pandas' inferred str dtype (lone
+    # surrogates).
+    frame = _object_frame(columns)
     with _recording() as caught:
         embeddings = np.asarray(embedder.transform(frame), dtype=np.float64)
     _reissue(
@@ -343,11 +343,12 @@ def match_models(
     distance = pairwise(new, reference, metric=metric)
     nearest = np.argmin(distance, axis=1)
     best = distance[np.arange(len(new)), nearest]
-    return pd.DataFrame(
+    # Names as objects, not pandas' inferred str dtype (lone surrogates).
+    return _object_frame(
         {
             "nearest": reference_names[nearest],
             "distance": best,
             "is_match": best <= threshold,
         },
-        index=pd.Index(names),
+        index=names,
     )

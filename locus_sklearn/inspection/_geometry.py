@@ -9,6 +9,7 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 from sklearn.utils import Bunch
 
+from .._evals import _object_frame
 from .._shrinkage import mean_scores
 from .._warnings import warn_external
 from ._common import (
@@ -105,7 +106,8 @@ def distance_disagreement_correlation(
     rate, common = disagreement(table.to_dense(names))
     a, b = np.triu_indices(len(names), k=1)
     used = common[a, b] >= min_common
-    pairs = pd.DataFrame(
+    # Names as objects, not pandas' inferred str dtype (lone surrogates).
+    pairs = _object_frame(
         {
             "model_a": names[a[used]],
             "model_b": names[b[used]],
@@ -314,7 +316,10 @@ def embedding_dimensionality(embeddings, evals=None, *, names=None):
     strength = None
     if table is not None:
         check_models_in_pool(table, names)
-        strength = pd.Series(mean_scores(table), index=table.models).reindex(names)
+        # Object indexes: pandas' inferred str dtype refuses a lone surrogate.
+        strength = pd.Series(
+            mean_scores(table), index=pd.Index(table.models, dtype=object)
+        ).reindex(pd.Index(names, dtype=object))
         if strength.isna().any():
             raise ValueError(
                 f"evals has no score for model {strength.index[strength.isna()][0]!r} "

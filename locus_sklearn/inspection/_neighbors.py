@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._evals import _preview, check_evals
+from .._evals import _object_frame, _preview, check_evals
 from .._tensors import untorched
 from .._warnings import warn_external
 from ._common import (
@@ -177,7 +177,8 @@ def _nearest(names, distances, candidates, k):
         raise TypeError(f"k must be an int, the number of neighbors; got {k!r}.")
     (k,) = _check_k(k, len(candidates), what="the number of candidate models")
     order = candidates[np.argsort(distances[candidates], kind="stable")[:k]]
-    return pd.DataFrame(
+    # Names as objects, not pandas' inferred str dtype (lone surrogates).
+    return _object_frame(
         {"model": names[order], "distance": distances[order]},
         index=pd.RangeIndex(1, k + 1, name="rank"),
     )
@@ -217,11 +218,13 @@ def fallback_order(embeddings, *, metric="cosine", names=None):
     """
     D, names = pool_distances(embeddings, names, metric=metric)
     order = neighbor_order(D)
-    return pd.DataFrame(
-        names[order],
-        index=pd.Index(names, name=None),
-        columns=pd.RangeIndex(1, len(D), name="rank"),
+    # Column by column, str names as objects: pandas would infer its str
+    # dtype, which refuses a lone surrogate (model names may hold one).
+    frame = _object_frame(
+        {rank: names[order[:, rank - 1]] for rank in range(1, len(D))}, index=names
     )
+    frame.columns = pd.RangeIndex(1, len(D), name="rank")
+    return frame
 
 
 def fallback_routing_accuracy(router, evals, *, k=1, embeddings=None, metric="cosine"):

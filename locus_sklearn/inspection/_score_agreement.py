@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
-from .._evals import _preview, check_evals
+from .._evals import _object_frame, _preview, check_evals
 from ._common import disagreement, match_threshold
 
 __all__ = [
@@ -104,9 +104,9 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     result : :class:`~sklearn.utils.Bunch`
         ``distance``, a DataFrame of shape (n_models, n_reference) indexed by
         the models of ``evals`` and with the reference models as columns (both
-        sorted), holding the disagreement in [0, 1] (the float nearest its
-        exact value on the 1e-7 score grid), NaN where a pair shares fewer
-        than ``min_shared`` queries;
+        sorted, object-dtype indexes of str), holding the disagreement in
+        [0, 1] (the float nearest its exact value on the 1e-7 score grid),
+        NaN where a pair shares fewer than ``min_shared`` queries;
         ``n_shared``, a DataFrame of the same shape with the number of common
         queries of each pair.
 
@@ -210,7 +210,10 @@ def _disagreement_on_shared(table, reference, same_pool):
 def _as_frames(rate, common, min_shared, table, reference):
     """The Bunch of :func:`score_disagreement`."""
     distance = np.where(common >= min_shared, rate, np.nan)
-    index, columns = pd.Index(table.models), pd.Index(reference.models)
+    # Object indexes, not pandas' inferred str dtype: it refuses a lone
+    # surrogate, which model names may hold.
+    index = pd.Index(table.models, dtype=object)
+    columns = pd.Index(reference.models, dtype=object)
     return Bunch(
         distance=pd.DataFrame(distance, index=index, columns=columns),
         n_shared=pd.DataFrame(common, index=index, columns=columns),
@@ -340,14 +343,15 @@ def match_models_by_scores(evals, reference_evals, *, threshold, min_shared=32):
     nearest = np.nanargmin(distance, axis=1)
     rows = np.arange(len(distance))
     best = distance[rows, nearest]
-    return pd.DataFrame(
+    # Names as objects, not pandas' inferred str dtype (lone surrogates).
+    return _object_frame(
         {
             "nearest": result.distance.columns.to_numpy()[nearest],
             "distance": best,
             "n_shared": n_shared[rows, nearest],
             "is_match": best <= threshold,
         },
-        index=pd.Index(result.distance.index.to_numpy()),
+        index=pd.Index(result.distance.index.to_numpy(), dtype=object),
     )
 
 

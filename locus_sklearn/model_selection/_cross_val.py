@@ -332,8 +332,10 @@ def _query_groups(groups, evals, table):
 
 def _lost_models(lost, table):
     """The ValueError for models that have no rows outside a test fold."""
-    frame = table.to_frame()
-    distinct = frame[frame["model"].isin(lost)].groupby("model")["query"].nunique()
+    # A row of the table is one distinct (model, query) pair: a model's rows
+    # count its distinct queries (no groupby on names, which pandas would
+    # infer as its str dtype, refusing a lone surrogate).
+    distinct = dict(zip(table.models.tolist(), np.diff(table.indptr), strict=True))
     # A model scored on one query loses it with any split of the queries:
     # fewer folds, the advice for the others, cannot help it.
     single = [m for m in lost if distinct.get(m, 0) <= 1]

@@ -137,16 +137,18 @@ class ModelGroupSplit(BaseCrossValidator):
             scoring rows; see :meth:`onboarding_split`).
         """
         models, queries = _columns(X)
-        names = np.unique(models)
+        names, codes = np.unique(models, return_inverse=True)
         if len(names) < self.n_splits:
             raise ValueError(
                 f"n_splits={self.n_splits} should be <= the number of models, "
                 f"{len(names)}; each fold holds out at least one model."
             )
-        counts = pd.Series(queries).groupby(models).nunique()
-        short = counts[counts <= self.n_onboard]
+        # Grouped by codes, queries as objects: pandas would infer its str
+        # dtype for both, which refuses a lone surrogate (ids may hold one).
+        counts = pd.Series(queries, dtype=object).groupby(codes).nunique().to_numpy()
+        short = np.flatnonzero(counts <= self.n_onboard)
         if len(short):
-            shown = _preview(f"{m}: {n}" for m, n in short.items())
+            shown = _preview(f"{names[i]}: {counts[i]}" for i in short)
             raise ValueError(
                 f"n_onboard={self.n_onboard} leaves no rows to score "
                 f"{len(short)} model(s), which have at most that many distinct "
@@ -184,7 +186,10 @@ class ModelGroupSplit(BaseCrossValidator):
                 )
             # Seeded by the model's name, so its choice does not depend on
             # the other models of the fold or on the order of rows.
-            rng = np.random.default_rng([self.random_state, zlib.crc32(name.encode())])
+            # surrogatepass: a name may hold a lone surrogate, which strict
+            # UTF-8 refuses; other names encode as before.
+            key = zlib.crc32(name.encode("utf-8", "surrogatepass"))
+            rng = np.random.default_rng([self.random_state, key])
             chosen = distinct[rng.permutation(len(distinct))[: self.n_onboard]]
             onboard[rows] = np.isin(queries[rows], chosen)
         return np.flatnonzero(onboard), np.flatnonzero(~onboard)
