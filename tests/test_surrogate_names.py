@@ -618,3 +618,19 @@ def test_cli_embed_indexes_models_named_with_a_lone_surrogate(
         frame.to_numpy(), marked_pools[LONE].router.embed(marked_pools[LONE].evals)
     )
     np.testing.assert_equal(_swapped([frame, shown]), _swapped(list(valid)))
+
+
+def test_cli_text_output_with_a_lone_surrogate_is_refused_naming_the_line(tmp_path):
+    # UTF-8 text cannot hold a lone surrogate: the write failed with a bare
+    # UnicodeEncodeError (exit 1, "'utf-8' codec can't encode ...").
+    from locus_sklearn._cli._io import write_text
+
+    target = tmp_path / "emb.csv"
+    with pytest.raises(
+        ValueError,
+        match=r"^cannot write EMBEDDINGS '.*emb\.csv' as UTF-8: line 3 holds "
+        r"'\\udce9', a lone surrogate",
+    ):
+        write_text("model,x\na,1\nb\udce9,2\n", target, "EMBEDDINGS")
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []

@@ -1074,7 +1074,18 @@ def write_text(text, path, what):
     reported against ``path``."""
     from .._files import write_bytes
 
-    _reported_write(lambda: write_bytes(path, text.encode("utf-8")), path, what)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A lone surrogate (a name read from bytes that are not UTF-8) has no
+        # UTF-8 form: a file written otherwise could not be read back.
+        line = text[: exc.start].count("\n") + 1
+        raise ValueError(
+            f"cannot write {what} {str(path)!r} as UTF-8: line {line} holds "
+            f"{text[exc.start : exc.end]!r}, a lone surrogate (from bytes that "
+            "are not UTF-8); rename what holds it to valid text."
+        ) from None
+    _reported_write(lambda: write_bytes(path, data), path, what)
 
 
 def write_csv(frame, path, what):
