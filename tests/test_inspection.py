@@ -1976,6 +1976,27 @@ def test_cost_knob_refuses_non_finite_or_misshapen_predict_proba():
         cost_quality_curve(narrow, evals)
 
 
+def test_cost_quality_area_by_hand_without_numpy_2s_trapezoid(monkeypatch):
+    from locus_sklearn.inspection import cost_quality_curve
+    from locus_sklearn.inspection._cost import _aiq
+
+    # numpy 1.24-1.26 (supported) have no np.trapezoid: the area was an
+    # AttributeError there.
+    monkeypatch.delattr(np, "trapezoid", raising=False)
+    cost = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    accuracy = np.array([0.2, 0.3, 0.8, 0.6, 0.9, 0.5])
+    # Upper convex hull: (1, .2), (3, .8), (5, .9), (6, .5); (2, .3) and
+    # (4, .6) lie under it. Non-decreasing, (6, .5) counts as .9 (the point
+    # at cost 5 is within that budget). Trapezoids: 2 * (.2 + .8) / 2
+    # + 2 * (.8 + .9) / 2 + 1 * .9 = 3.6, over the span 5.
+    assert _aiq(cost, accuracy) == pytest.approx(3.6 / 5)
+    # The three points of the curve below, (10, 1), (5, 1) and (1, 0):
+    # (4 * .5 + 5 * 1) / 9.
+    evals = {"model": ["a", "b", "c"], "query": ["q0"] * 3, "score": [1, 1, 0.0]}
+    router = _FixedProbaRouter([[0.9, 0.6, 0.2]], [10.0, 5.0, 1.0]).fit()
+    assert cost_quality_curve(router, evals).auc == pytest.approx(7 / 9)
+
+
 @pytest.mark.filterwarnings("ignore:.*fewer than 2 \\* n_evals")
 def test_fingerprint_calibration_takes_a_duck_typed_embedder_with_fit():
     # Documented for anything with transform(evals); one with fit too (not a

@@ -483,7 +483,10 @@ def _aiq(cost, accuracy):
         hull.append(p)
     x = np.array([h[0] for h in hull])
     y = np.maximum.accumulate(np.array([h[1] for h in hull]))
-    return float(np.trapezoid(y, x) / (x[-1] - x[0]))
+    # The trapezoid rule written out: np.trapezoid is numpy >= 2.0 only (and
+    # np.trapz deprecated there), while numpy 1.24 is supported.
+    area = (np.diff(x) * (y[1:] + y[:-1]) / 2.0).sum()
+    return float(area / (x[-1] - x[0]))
 
 
 def cost_quality_curve(

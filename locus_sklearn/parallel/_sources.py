@@ -205,8 +205,18 @@ def _is_text(arrow_type):
     return (
         pa.types.is_string(arrow_type)
         or pa.types.is_large_string(arrow_type)
-        or pa.types.is_string_view(arrow_type)
+        or _is_string_view(arrow_type)
     )
+
+
+def _is_string_view(arrow_type):
+    """Whether ``arrow_type`` is Arrow's string_view, which pyarrow 16 added:
+    pyarrow 14 and 15 (supported) have no ``pa.types.is_string_view`` and
+    read no column as string_view."""
+    import pyarrow as pa
+
+    is_string_view = getattr(pa.types, "is_string_view", None)
+    return is_string_view is not None and is_string_view(arrow_type)
 
 
 def _check_arrow_types(schema, name, where="the column has"):
@@ -353,7 +363,7 @@ def _unified_schema(dataset, files, name):
     fields = {field.name: field for field in dataset.schema}
     if not files:  # a table in memory: its schema is its own, string_view aside
         for column in _ID_COLUMNS:
-            if column in fields and pa.types.is_string_view(fields[column].type):
+            if column in fields and _is_string_view(fields[column].type):
                 fields[column] = pa.field(column, pa.large_string())
         return pa.schema(list(fields.values()), metadata=dataset.schema.metadata)
     has_task = _check_optional_task(files, name)
@@ -404,7 +414,7 @@ def _read_types(stored):
     import pyarrow as pa
 
     return {
-        pa.large_string() if pa.types.is_string_view(arrow_type) else arrow_type
+        pa.large_string() if _is_string_view(arrow_type) else arrow_type
         for _, arrow_type in stored
     }
 
