@@ -362,12 +362,14 @@ def _as_frame(evals, name):
                 )
         try:
             # Each column as a Series (by position: a Series' own index is
-            # dropped), so nullable, categorical and Arrow dtypes survive, as
+            # replaced), so nullable, categorical and Arrow dtypes survive, as
             # in a DataFrame; list() would turn pyarrow arrays into Arrow
-            # scalars and pd.NA into an object.
+            # scalars and pd.NA into an object. set_axis, not reset_index:
+            # pandas 2.0 re-infers the dtype there, and fails on an int
+            # beyond float64's range in an object column.
             return pd.DataFrame(
                 {
-                    key: _as_series(column).reset_index(drop=True)
+                    key: _as_series(column).set_axis(pd.RangeIndex(lengths[key]))
                     for key, column in evals.items()
                 }
             )
@@ -394,7 +396,13 @@ def _as_series(column):
         pd.api.types.infer_dtype(column, skipna=True) == "string"
     ):
         return pd.Series(column, dtype=object)
-    return pd.Series(column)
+    try:
+        return pd.Series(column)
+    except OverflowError:
+        # pandas < 3 casts a column of numbers holding an int beyond
+        # float64's range to float and fails; pandas 3 keeps it as objects,
+        # and check_evals reports such a score as outside [0, 1].
+        return pd.Series(column, dtype=object)
 
 
 def _object_frame(columns, index=None):

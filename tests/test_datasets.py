@@ -1660,7 +1660,8 @@ def test_load_evals_never_matches_other_float_ids_to_text(
     queries = pd.DataFrame({"qid": queries_ids, "query": ["one", "x"]})
     with pytest.raises(
         TypeError,
-        match=rf"path\['qid'\] has dtype str .*queries\['qid'\] has "
+        # pandas 2 reads a csv text column as object, pandas 3 as str.
+        match=rf"path\['qid'\] has dtype (str|object) .*queries\['qid'\] has "
         rf"dtype float64 .*{reason}",
     ):
         load_evals(path, queries=queries, query_id_column="qid")
@@ -1745,6 +1746,47 @@ def test_load_evals_a_missing_query_id_is_not_matched(tmp_path):
     )
     with pytest.raises(ValueError, match=r"1 of 2 rows of path have no 'qid'"):
         load_evals(path, queries=queries, query_id_column="qid")
+
+
+@pytest.mark.parametrize("column", ["model", "query", "task"])
+def test_load_evals_a_missing_integer_id_stays_missing(tmp_path, column):
+    # pandas < 3 wrote a nullable Int64 column's <NA> as the text "<NA>":
+    # the row loaded, named after a model, query or task called "<NA>".
+    frame = pd.DataFrame({"model": ["a", "b"], "query": ["q", "q"], "score": 1.0})
+    frame[column] = pd.array([1, None], dtype="Int64")
+    frame.to_parquet(tmp_path / "scores.parquet")
+    with pytest.raises(
+        TypeError, match=rf"\['{column}'\] must hold strings; 1 missing value"
+    ):
+        load_evals(tmp_path / "scores.parquet")
+
+
+def test_load_evals_a_missing_integer_task_of_queries_stays_missing(tmp_path):
+    path = _scores_file(tmp_path, ["1", "2"])
+    queries = pd.DataFrame(
+        {
+            "qid": ["1", "2"],
+            "query": ["one", "two"],
+            "task": pd.array([7, None], dtype="Int64"),
+        }
+    )
+    with pytest.raises(TypeError, match=r"\['task'\] must hold strings; 1 missing"):
+        load_evals(path, queries=queries, query_id_column="qid", task_column="task")
+    # Without the missing task, the integer tasks are their decimal strings.
+    queries["task"] = pd.array([7, 8], dtype="Int64")
+    evals = load_evals(path, queries=queries, query_id_column="qid", task_column="task")
+    assert evals["task"].tolist() == ["7", "8"]
+
+
+def test_load_evals_jsonl_score_too_large_for_a_float_is_a_value_error(tmp_path):
+    # pandas < 3 failed to build the table with a bare OverflowError.
+    path = tmp_path / "huge.jsonl"
+    path.write_text(
+        '{"model": "a", "query": "q", "score": 1' + "0" * 400 + "}\n"
+        '{"model": "b", "query": "q", "score": 1}\n'
+    )
+    with pytest.raises(ValueError, match=r"huge\.jsonl'\['score'\] has 1 "):
+        load_evals(path)
 
 
 def test_load_evals_expands_the_home_folder(tmp_path, monkeypatch):

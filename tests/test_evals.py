@@ -156,7 +156,31 @@ def test_score_too_large_for_a_float_is_a_value_error_naming_the_column():
         )
     # A float infinity is still infinite, beside a huge int.
     with pytest.raises(ValueError, match=r"has 1 infinite value\(s\) out of 2 rows"):
-        check_evals(frame(score=np.array([10**400, np.inf], dtype=object)))
+        # A mapping: pandas 2's DataFrame constructor overflows on it first.
+        check_evals(
+            {"model": ["a", "b"], "query": ["q1", "q1"], "score": [10**400, np.inf]}
+        )
+
+
+@pytest.mark.parametrize(
+    "score, error, message",
+    [
+        (
+            (10**400, 1),
+            ValueError,
+            r"has 1 value\(s\) outside \[0, 1\] \(e\.g\. \[1000",
+        ),
+        ([0.5, 10**400], ValueError, r"has 1 value\(s\) outside \[0, 1\]"),
+        ([10**400, None], ValueError, r"has 1 missing value\(s\) .* out of 2 rows"),
+        ([10**400, True], TypeError, r"must hold .* 1 of 2 rows are not numbers"),
+    ],
+)
+def test_score_too_large_for_a_float_beside_other_values(score, error, message):
+    """pandas < 3 could not build a column of numbers holding such an int
+    (check_evals said the mapping could not be read as a table); it is
+    read as objects, as pandas 3 does, and each value checked."""
+    with pytest.raises(error, match=rf"^evals\['score'\] {message}"):
+        check_evals({"model": ["a", "b"], "query": ["q", "q"], "score": score})
 
 
 @pytest.mark.parametrize(

@@ -297,14 +297,16 @@ def _category_values(column):
 
 
 def _ids_as_str(frame, columns):
-    """Integer id columns (typical of parquet/jsonl files) as decimal strings;
-    categorical id columns as their values first."""
+    """Integer id columns (typical of parquet/jsonl files) as decimal strings,
+    a missing id kept missing; categorical id columns as their values first."""
     for column in columns:
         if column not in frame.columns:
             continue
         values = _category_values(frame[column])
         if pd.api.types.is_integer_dtype(values.dtype):
-            values = values.astype(str)
+            # where(): pandas < 3 makes a nullable column's <NA> the text
+            # "<NA>", an id that would equal another table's missing id.
+            values = values.astype(str).where(values.notna())
         frame[column] = values
     return frame
 
