@@ -3463,3 +3463,30 @@ def test_debug_keeps_the_exit_status(workdir, cli):
     status, _, err = cli("route", workdir / "router.locus", "--debug")
     assert status == 2, err
     assert "Traceback (most recent call last)" in err and "No queries given" in err
+
+
+def test_calibrate_refit_refits_the_router_per_fold(workdir, cli):
+    """--cv reused the router's network, which saw every fold; --refit fits a
+    copy per fold, as calibrate_cost_weight(refit=True) does."""
+    from locus_sklearn import LocusRouter
+    from locus_sklearn.inspection import calibrate_cost_weight
+
+    router = LocusRouter.load(workdir / "router.locus")
+    evals = pd.read_csv(workdir / "evals.csv")
+    target = float(np.median(router.model_costs_))
+    args = ["calibrate", workdir / "router.locus", workdir / "evals.csv",
+            "--target-cost", target, "--cv", 2, "--json"]  # fmt: skip
+    results = {}
+    for refit in (False, True):
+        status, out, err = cli(*args, *(["--refit"] if refit else []))
+        assert status == 0, err
+        results[refit] = json.loads(out)
+        expected = calibrate_cost_weight(
+            router, evals, target_cost=target, cv=2, refit=refit
+        )
+        assert results[refit]["cost_weight"] == pytest.approx(expected.cost_weight)
+        assert results[refit]["mean_cost"] == pytest.approx(expected.mean_cost)
+    assert results[True] != results[False]
+    status, _, err = cli(*args[:5], "--refit")
+    assert status == 2
+    assert "--refit needs --cv" in err

@@ -164,6 +164,8 @@ def _cmd_calibrate(args):
 
     if args.target_share is not None and not args.models:
         raise CommandError("--target-share needs --models", status=EXIT_USAGE)
+    if args.refit and args.cv is None:
+        raise CommandError("--refit needs --cv", status=EXIT_USAGE)
     if args.output is not None:
         check_writable(args.output, "ROUTER_OUT")  # before any work
         check_not_an_input(
@@ -189,6 +191,7 @@ def _cmd_calibrate(args):
             models=models,
             min_accuracy=args.min_accuracy,
             cv=args.cv,
+            refit=args.refit,
         )
     if args.output is not None:
         router.set_params(cost_weight=result.cost_weight)
@@ -535,7 +538,15 @@ def _add_calibrate(subparsers):
         type=int_at_least(2),
         metavar="K",
         help="EVALS are the router's training evaluations: route each query by a "
-        "copy of the router fitted without its fold, in K folds (K >= 2)",
+        "P(correct) predicted without its fold's answers, in K folds (K >= 2); a "
+        "LocusRouter reuses its network, which saw every fold (optimistic), "
+        "unless --refit",
+    )
+    p.add_argument(
+        "--refit",
+        action="store_true",
+        help="with --cv, refit a LocusRouter (its network too) on each fold's "
+        "rows: one network trained per fold, slower, not optimistic",
     )
     p.add_argument(
         "-o",
