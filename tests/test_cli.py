@@ -3447,15 +3447,24 @@ def test_failed_writes_to_stdout_are_errors_naming_it(workdir, cli, monkeypatch)
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_help_to_a_full_device():
+@pytest.mark.parametrize(
+    "command, prog",
+    [
+        (["locus_sklearn", "--version"], "locus"),
+        # Its own main(), which parsed before the streams were set up: the
+        # message was "[Errno 28] No space left on device", naming nothing.
+        (["locus_sklearn.serve", "--help"], "locus"),
+    ],
+)
+def test_help_to_a_full_device(command, prog):
     with open("/dev/full", "w") as full:
         result = subprocess.run(
-            [sys.executable, "-m", "locus_sklearn", "--version"],
+            [sys.executable, "-m", *command],
             stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
         )  # fmt: skip
     assert result.returncode == 3
     full = os.strerror(errno.ENOSPC)
-    assert result.stderr == f"locus: error: cannot write to stdout: {full}\n"
+    assert result.stderr == f"{prog}: error: cannot write to stdout: {full}\n"
 
 
 def test_debug_keeps_the_exit_status(workdir, cli):
