@@ -298,13 +298,19 @@ def _sorted_metadata(data):
     >>> list(json.loads(data[8 : 8 + n])["__metadata__"]), n % 8, load(data)["w"].tolist()
     (['a', 'b'], 0, [1.0, 1.0])
     """
-    (n_header,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n_header])
+    header, start = _header(data)
     if "__metadata__" in header:
         header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data[8 + n_header :]
+    return struct.pack("<Q", len(text)) + text + data[start:]
+
+
+def _header(data):
+    """The JSON header of serialised safetensors ``data`` (a dict) and the
+    offset of the tensor bytes that follow it."""
+    (n_header,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8 : 8 + n_header].decode("utf-8")), 8 + n_header
 
 
 def _check_path(path, naming="the file to write"):
@@ -492,9 +498,7 @@ def read_file(path, kind, *, known=None):
             "readable locus_sklearn file (save() writes those)."
         )
     try:
-        (n_header,) = struct.unpack("<Q", data[:8])
-        text = data[8 : 8 + n_header].decode("utf-8")
-        header = json.loads(text).get("__metadata__") or {}
+        header = _header(data)[0].get("__metadata__") or {}
         if not isinstance(header, dict):
             raise ValueError("the metadata is not a mapping")
         tensors = load(data)
