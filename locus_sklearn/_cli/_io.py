@@ -178,24 +178,19 @@ def emit_json(document):
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def _isatty(stream):
-    isatty = getattr(stream, "isatty", None)
-    return isatty is not None and isatty()
-
-
 class _ProgressStream(io.TextIOBase):
     """A text stream writing to ``target`` with ANSI colour codes removed
-    unless ``target`` is a terminal and NO_COLOR is unset (or empty).
-
-    It is no terminal itself (``isatty()`` is False): code that colours only
-    a terminal writes no colour to it.
-    """
+    unless ``target`` is a terminal and NO_COLOR is unset (or empty), the
+    rule of :func:`locus_sklearn._training.progress_sink` too."""
 
     def __init__(self, target):
         self.target = target
+        isatty = getattr(target, "isatty", None)
         # A set, non-empty NO_COLOR asks for no colour on a terminal too
         # (https://no-color.org).
-        self.strip = bool(os.environ.get("NO_COLOR")) or not _isatty(target)
+        self.strip = bool(os.environ.get("NO_COLOR")) or not (
+            isatty is not None and isatty()
+        )
 
     @property
     def encoding(self):  # progress bars draw with what the target can write
