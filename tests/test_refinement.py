@@ -204,13 +204,22 @@ def test_embedding_scale_hand_computed():
     np.testing.assert_array_equal(_refinement.embedding_scale(z[:1]), [1.0, 1.0])
 
 
-def test_refinement_reaches_each_models_optimum(router, pool):
+def _refinement_inputs(router, pool):
+    """The trained module, the pool's table, its query encodings, the
+    unrefined embeddings and the step scale, as transform refines them."""
     embedder = router.embedder_
-    module = embedder.net_.module_
     table = check_evals(pool.evals)
-    X_query = embedder._encode(table.queries)
-    z0 = embedder.transform(pool.evals)
-    scale = embedder.embedding_scale_
+    return (
+        embedder.net_.module_,
+        table,
+        embedder._encode(table.queries),
+        embedder.transform(pool.evals),
+        embedder.embedding_scale_,
+    )
+
+
+def test_refinement_reaches_each_models_optimum(router, pool):
+    module, table, X_query, z0, scale = _refinement_inputs(router, pool)
     before = {k: v.clone() for k, v in module.state_dict().items()}
     grads = [None if p.grad is None else p.grad.clone() for p in module.parameters()]
     kwargs = dict(scale=scale, batch_tokens=16384)
@@ -422,12 +431,7 @@ def test_refinement_ends_at_each_models_optimum_to_float32_rounding(
     decrement fell under float32's resolution of the objective ended up to
     2.3e-4 (prior 0.001) and 7.7e-5 (0.01) relative from it here, and on
     which side of that threshold a model fell turned on rounding."""
-    embedder = router.embedder_
-    module = embedder.net_.module_
-    table = check_evals(pool.evals)
-    X_query = embedder._encode(table.queries)
-    z0 = embedder.transform(pool.evals)
-    scale = embedder.embedding_scale_
+    module, table, X_query, z0, scale = _refinement_inputs(router, pool)
     refined = _refinement.refine_embeddings(
         module, table, X_query, z0, scale=scale, steps=10, prior=prior,
         batch_tokens=16384,

@@ -605,13 +605,8 @@ def test_reload_swaps_router_with_no_request_lost(router_path, routers, queries)
 def test_watch_reloads_a_resaved_file(router_path, routers, queries):
     with serve(create_app(router_path, watch_interval=0.05)) as url:
         routers[1].save(router_path)
-        for _ in range(200):
-            health = httpx.get(f"{url}/healthz").json()
-            if health["router"]["version"] == 2:
-                break
-            time.sleep(0.05)
-        assert health["router"]["version"] == 2
-        assert health["router"]["n_models"] == len(routers[1].classes_)
+        _wait_for(lambda: _health(url)["router"]["version"] == 2, "the reload")
+        assert _health(url)["router"]["n_models"] == len(routers[1].classes_)
 
 
 def _repoint(link, target):
@@ -682,12 +677,8 @@ def test_watch_notices_a_repointed_symlink(tmp_path, routers):
 
     with serve(create_app(link, watch_interval=0.05)) as url:
         _repoint(link, new.name)
-        for _ in range(200):
-            health = httpx.get(f"{url}/healthz").json()
-            if health["router"]["version"] == 2:
-                break
-            time.sleep(0.05)
-        assert health["router"]["version"] == 2, health
+        _wait_for(lambda: _health(url)["router"]["version"] == 2, "the reload")
+        health = _health(url)
         assert health["router"]["n_models"] == len(second.classes_)
         assert health["last_reload_error"] is None
 
@@ -709,6 +700,10 @@ def _hold_next_call(app):
 
     batcher._fn = fn
     return entered, release
+
+
+def _health(url):
+    return httpx.get(f"{url}/healthz").json()
 
 
 def _wait_for(condition, what):
@@ -2135,20 +2130,11 @@ def test_watch_logs_each_reload_once(router_path, routers, caplog):
     with caplog.at_level("INFO", logger="locus_sklearn.serve"):
         with serve(create_app(router_path, watch_interval=0.02)) as url:
             routers[1].save(router_path)
-            for _ in range(500):
-                health = httpx.get(f"{url}/healthz").json()
-                if health["router"]["version"] == 2:
-                    break
-                time.sleep(0.02)
-            assert health["router"]["version"] == 2
+            _wait_for(lambda: _health(url)["router"]["version"] == 2, "the reload")
             router_path.write_bytes(b"not a router")
-            for _ in range(500):
-                health = httpx.get(f"{url}/healthz").json()
-                if health["last_reload_error"]:
-                    break
-                time.sleep(0.02)
+            _wait_for(lambda: _health(url)["last_reload_error"], "the failed reload")
             time.sleep(0.3)  # 15 more checks of the unchanged bad file
-    error = health["last_reload_error"]
+            error = _health(url)["last_reload_error"]
     assert _serve_records(caplog) == [
         ("INFO", f"Reloaded {router_path}: version 2"),
         ("ERROR", f"Reload of {router_path} failed: {error}"),
