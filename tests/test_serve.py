@@ -2131,7 +2131,11 @@ def test_watch_logs_each_reload_once(router_path, routers, caplog):
         with serve(create_app(router_path, watch_interval=0.02)) as url:
             routers[1].save(router_path)
             _wait_for(lambda: _health(url)["router"]["version"] == 2, "the reload")
-            router_path.write_bytes(b"not a router")
+            # Replaced in one step: written in place, the watcher could read
+            # the emptied file first and log that (rightly) as a reload too.
+            bad = router_path.with_name("bad.tmp")
+            bad.write_bytes(b"not a router")
+            os.replace(bad, router_path)
             _wait_for(lambda: _health(url)["last_reload_error"], "the failed reload")
             time.sleep(0.3)  # 15 more checks of the unchanged bad file
             error = _health(url)["last_reload_error"]
