@@ -870,7 +870,9 @@ def write_readme(out_dir):
         "numbers, are in the JSON files next to this one). Every router is fitted on the "
         "same training rows with the same query encodings; scores are on the test "
         "queries that every pool model has a score for. Every ± is the population "
-        "standard deviation over seeds (ddof=0).",
+        "standard deviation over seeds (ddof=0). Correctness acc counts P(correct) "
+        "and the score on the same side of 0.5: on graded scores (Shaberi) it rewards "
+        "guessing the side of 0.5, not the mean score, so read log-loss there.",
         "",
     ]
     text += [markdown_section(latest[d]) for d in order]
