@@ -15,6 +15,7 @@ import re
 import secrets
 import stat
 import struct
+import sys
 import time
 from pathlib import Path
 
@@ -109,7 +110,8 @@ def check_regular_file(path):
 
     Checked with ``os.stat``: opening a named pipe blocks until something
     writes to it, and a pipe (``<(command)``) or a device is not a saved file
-    that can be read twice or checked whole.
+    that can be read twice or checked whole. A leading ``~`` is the home
+    folder (messages name ``path`` as given).
 
     Raises
     ------
@@ -134,7 +136,7 @@ def check_regular_file(path):
     """
     _check_path(path, naming="a saved file")
     try:
-        info = os.stat(path)
+        info = os.stat(os.path.expanduser(path))
     except (FileNotFoundError, NotADirectoryError):
         # NotADirectoryError: a file on the way ("r.safetensors/x").
         raise FileNotFoundError(f"No such file: {os.fspath(path)!r}.") from None
@@ -159,11 +161,13 @@ def target_problem(path):
     a symbolic link), as ``(error type, errno, reason)``, or None (nothing
     there, or a regular file this process may write).
 
-    Commands that write check it before any work, with the save's words.
+    Commands that write check it before any work, with the save's words. A
+    leading ``~`` is the home folder, as for :func:`write_bytes`.
 
     >>> target_problem("/no/such/file") is None
     True
     """
+    path = os.path.expanduser(path)
     try:
         info = os.stat(path)
     except OSError:  # nothing there (or a broken link): the write creates it
@@ -191,10 +195,16 @@ def target_problem(path):
 
 def _write_error(kind, code, path, what):
     """An OSError of type ``kind`` naming the file the user asked for (never a
-    temporary file), with the error number ``code``."""
-    error = kind(f"Cannot save {str(path)!r}: {what}.")
-    error.errno = code  # kept for callers that map errors to exit codes
-    return error
+    temporary file), with the error number ``code``.
+
+    Built as the OS's own errors are, ``kind(code, what, path)``: callers
+    read ``errno`` (exit codes) and ``strerror`` (the CLI, which names the
+    file itself: a message holding the path too said it twice).
+
+    >>> str(_write_error(PermissionError, errno.EACCES, "r.locus", "it is locked"))
+    "[Errno 13] it is locked: 'r.locus'"
+    """
+    return kind(code, what, os.fspath(path))
 
 
 def _remove_stale_temp_files(target):
@@ -330,27 +340,47 @@ def write_bytes(path, data):
     over it; an existing file keeps its mode, and one this process may not
     write, or one that is not a regular file (a named pipe, a device), is
     refused, not replaced; a symbolic link is followed; temporary
-    files of killed writes are removed afterwards. Errors are OSErrors naming
-    ``path``, never the temporary file (a ``path`` that is not a str or
-    path-like is a TypeError).
+    files of killed writes are removed afterwards. A leading ``~`` is the
+    home folder. A path ``open()`` refuses is refused too: one ending with
+    a separator, ``.`` or ``..`` (it names a folder), one whose folder as
+    written does not exist (``missing/../out``), a loop of symbolic links.
+    Errors are OSErrors naming ``path``, never the temporary file, with the
+    reason as ``strerror`` (a ``path`` that is not a str or path-like is a
+    TypeError).
     """
     _check_path(path)
-    target = Path(os.path.realpath(path))
+    given = os.path.expanduser(os.fspath(path))
+    try:
+        os.stat(given)
+    except OSError as exc:
+        # realpath leaves a loop of links as it is, so the rename replaced
+        # the link with a file, where open() refuses the path.
+        if exc.errno == errno.ELOOP:
+            raise _write_error(OSError, exc.errno, path, exc.strerror) from None
+    target = Path(os.path.realpath(given))
     if target.is_dir():
         raise _write_error(IsADirectoryError, errno.EISDIR, path, "it is a directory")
-    if os.fspath(path).endswith(tuple(filter(None, (os.sep, os.altsep)))):
-        # The resolved path drops the separator: "dir/out/" would be written
-        # as a file "out" where the caller named a folder.
+    last = os.path.basename(given)
+    if last in ("", os.curdir, os.pardir):
+        # The resolved path drops a final separator, "." or "..": "dir/out/"
+        # or "out/." would be written as a file "out" (an existing one
+        # replaced) where the caller named a folder.
+        ending = (
+            f"its last part is {last!r}" if last else "it ends with a path separator"
+        )
         raise _write_error(
             IsADirectoryError,
             errno.EISDIR,
             path,
-            "it ends with a path separator, so it names a folder; give a file name",
+            f"{ending}, so it names a folder; give a file name",
         )
-    if not target.parent.is_dir():
-        # The nearest existing folder on the way: a file there is the problem
+    folder = os.path.dirname(given) or os.curdir
+    if not os.path.isdir(folder):
+        # The folder as written, not resolved: realpath takes
+        # "missing/../out" for "out", where open() refuses it. The nearest
+        # existing folder on the way: a file there is the problem
         # ("file.locus/x"), not a missing folder.
-        existing = target.parent
+        existing = Path(folder)
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
         if existing.exists() and not existing.is_dir():
@@ -364,7 +394,7 @@ def write_bytes(path, data):
             FileNotFoundError,
             errno.ENOENT,
             path,
-            f"its folder {str(target.parent)!r} does not exist",
+            f"its folder {folder!r} does not exist",
         )
     refused = target_problem(target)
     if refused is not None:
@@ -487,10 +517,10 @@ def read_file(path, kind, *, known=None):
         named, and refuses a file that is not intact last.
     """
     check_regular_file(path)
-    path = Path(path)
+    path = Path(path)  # as given, for messages
     # Read into memory, not mapped: a file overwritten in place while a
     # loaded router is in use must not pull memory from under it.
-    data = path.read_bytes()
+    data = path.expanduser().read_bytes()
     problem = _not_safetensors(data)
     if problem is not None:
         raise ValueError(
@@ -518,14 +548,28 @@ def read_file(path, kind, *, known=None):
         )
     checksum = header.get("checksum")
     intact = None if checksum is None else checksum == _digest(header, tensors)
-    try:
-        metadata = {
-            key: json.loads(value)
-            for key, value in header.items()
-            if key not in ("format", "format_version", "checksum")
-        }
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{str(path)!r} has a corrupt header ({exc}).") from None
+    metadata = {}
+    for key, value in header.items():
+        if key in ("format", "format_version", "checksum"):
+            continue
+        try:
+            metadata[key] = json.loads(value)
+        except RecursionError:
+            problem = "nested too deeply to read"
+        except json.JSONDecodeError as exc:
+            problem = str(exc)
+        except ValueError:
+            # An int of more digits than Python converts; its own message
+            # advises raising that limit, no help with a damaged file.
+            problem = (
+                f"an int of more than {sys.get_int_max_str_digits()} digits, "
+                "more than Python reads"
+            )
+        else:
+            continue
+        raise ValueError(
+            f"{str(path)!r} has a corrupt header (field {key!r}: {problem})."
+        )
     found = metadata.get("kind")
     if not isinstance(found, str) or (known is not None and found not in known):
         # Not another estimator's file: no class could load it.

@@ -45,6 +45,7 @@ from ._encoders import (
 from ._evals import EvalTable, check_model_costs
 from ._files import read_file, write_file
 from ._nn import NETWORK_LAYOUT, LocusNetwork
+from ._params import short_int
 from ._refinement import REFINE_PRIOR_MIN
 from ._shrinkage import mean_scores
 from ._training import NETWORK_PARAMS, build_net, float32_default
@@ -332,10 +333,11 @@ def _check_embedder(check, cls):
     extra = sorted(set(spec) - _ENCODER_FIELDS[kind])
     if extra:
         check.fail("header field 'encoder'", f"has unknown fields {extra}")
+    _check_network_sizes(check, params, n_features)
     # Each block adds tensors: an n_blocks the stored tensors cannot hold is
     # refused before a module of that many blocks is built to compare with.
     n_stored = sum(name.startswith("net.") for name in check.tensors)
-    one_block = _expected_state({**params, "n_blocks": 1}, n_features)
+    one_block = _expected_state(check, {**params, "n_blocks": 1}, n_features)
     per_block = sum(name.startswith("encoder.blocks.0.") for name in one_block)
     if params["n_blocks"] * per_block > n_stored:
         check.fail(
@@ -343,7 +345,7 @@ def _check_embedder(check, cls):
             f"has n_blocks={params['n_blocks']}, but the file holds {n_stored} "
             f"network tensors, too few for that many blocks of {per_block}",
         )
-    expected = _expected_state(params, n_features)
+    expected = _expected_state(check, params, n_features)
     names = [f"net.{k}" for k in expected]
     if kind == "mapping":
         keys = spec.get("keys")
@@ -438,13 +440,56 @@ def _raise_refine_prior(params):
     return None
 
 
-def _expected_state(params, n_features):
+# The network's hyper-parameters that are each the length of an axis of one
+# of its tensors (as the number of query features is).
+_AXIS_PARAMS = ("embedding_dim", "n_latents", "hidden_dim", "n_profile_regions")
+
+
+def _check_network_sizes(check, params, n_features):
+    """Refuse a network size longer than every axis of the network tensors
+    the file holds: no network of that size matches them, and building one
+    to compare with (n_query_features=2**62) overflowed torch's size
+    computation."""
+    longest = max(
+        (max(value.shape, default=1) for name, value in check.tensors.items()
+         if name.startswith("net.")),
+        default=None,
+    )  # fmt: skip
+    if longest is None:
+        return  # no network tensors: named missing once the layout is known
+    if n_features > longest:
+        check.fail(
+            "header field 'n_query_features'",
+            f"is {short_int(n_features)}, longer than every axis of the "
+            f"network tensors the file holds (the longest: {longest})",
+        )
+    for name in _AXIS_PARAMS:
+        if params[name] > longest:
+            check.fail(
+                "header field 'params'",
+                f"has {name}={short_int(params[name])}, longer than every axis "
+                f"of the network tensors the file holds (the longest: {longest})",
+            )
+
+
+def _expected_state(check, params, n_features):
     """Names, shapes and dtypes of the network's state for ``params``."""
     # On the meta device nothing is allocated, whatever sizes the file names;
     # in float32, as saved, whatever the caller's default dtype.
-    with torch.device("meta"), float32_default():
-        module = LocusNetwork(
-            n_features, **{name: params[name] for name in NETWORK_PARAMS}
+    try:
+        with torch.device("meta"), float32_default():
+            module = LocusNetwork(
+                n_features, **{name: params[name] for name in NETWORK_PARAMS}
+            )
+    except (RuntimeError, TypeError, OverflowError, ValueError):
+        # Sizes whose products overflow int64 (a file without network
+        # tensors, which _check_network_sizes cannot bound); torch's message
+        # holds a C++ trace.
+        sizes = ", ".join(f"{name}={short_int(params[name])}" for name in _AXIS_PARAMS)
+        check.fail(
+            "header fields 'params' / 'n_query_features'",
+            f"describe a network too large to build (n_query_features="
+            f"{short_int(n_features)}, {sizes})",
         )
     return {
         name: (tuple(value.shape), value.dtype)
@@ -908,7 +953,9 @@ def save_router(router, path, *, include_query_text=True):
         tensors["memory.encodings"] = torch.from_numpy(encodings)
         tensors["memory.model_index"] = torch.from_numpy(table.model_index)
         tensors["memory.query_index"] = torch.from_numpy(table.query_index)
-        tensors["memory.score"] = torch.from_numpy(table.score)
+        # float32 on disk, as the readout reads them (and as files of earlier
+        # versions hold them): the table keeps float64.
+        tensors["memory.score"] = torch.from_numpy(table.score.astype(np.float32))
     if router.model_costs_ is not None:
         tensors["pool.costs"] = torch.from_numpy(router.model_costs_)
     advice = ""
@@ -968,7 +1015,7 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
             queries=np.asarray(metadata["memory_queries"], dtype=object),
             model_index=tensors["memory.model_index"].numpy(),
             query_index=tensors["memory.query_index"].numpy(),
-            score=tensors["memory.score"].numpy(),
+            score=tensors["memory.score"].numpy().astype(np.float64),
             query_task=None,
             n_input_rows=len(tensors["memory.score"]),
         )

@@ -102,12 +102,10 @@ def test_saving_onto_a_named_pipe_is_refused_and_leaves_it(tmp_path):
     link.symlink_to(fifo)
     for path in (fifo, link):
         with pytest.raises(
-            OSError,
-            match=f"Cannot save '{re.escape(str(path))}': it is a named pipe "
-            "\\(FIFO\\), not a regular file",
+            OSError, match="it is a named pipe \\(FIFO\\), not a regular file"
         ) as info:
             _write(path)
-        assert info.value.errno == errno.EINVAL
+        assert info.value.errno == errno.EINVAL and info.value.filename == str(path)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.locus", "out.locus"]
 
@@ -196,10 +194,11 @@ def test_saving_over_a_file_that_may_not_be_written_is_refused(tmp_path, monkeyp
         monkeypatch.setattr(os, "access", owner_access)
     try:
         with pytest.raises(
-            PermissionError, match="router.locus.*not writable \\(mode 0o444\\)"
+            PermissionError, match="not writable \\(mode 0o444\\)"
         ) as info:
             _write(path, value=5.0)
         assert info.value.errno == 13 and ".tmp" not in str(info.value)
+        assert info.value.filename == str(path)
         assert path.read_bytes() == before
         assert sorted(p.name for p in tmp_path.iterdir()) == ["router.locus"]
     finally:
@@ -260,11 +259,13 @@ def test_refused_temporary_file_error_names_the_target(tmp_path, monkeypatch):
         return real_open(path, flags, *args)
 
     monkeypatch.setattr(os, "open", refuse)
-    with pytest.raises(
-        PermissionError, match="router.locus.*Permission denied"
-    ) as info:
+    with pytest.raises(PermissionError) as info:
         _write(tmp_path / "router.locus")
     assert ".tmp" not in str(info.value) and info.value.errno == 13
+    assert info.value.filename == str(tmp_path / "router.locus")
+    assert info.value.strerror == (
+        f"cannot create a file in {str(tmp_path)!r} (Permission denied)"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -277,11 +278,37 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", disk_full)
-    with pytest.raises(OSError, match="router.locus.*No space left") as info:
+    with pytest.raises(OSError) as info:
         _write(path, value=4.0)
     assert ".tmp" not in str(info.value)
+    # As the OS reports a write: errno, strerror and the file, each once.
+    assert (info.value.errno, info.value.strerror, info.value.filename) == (
+        28,
+        "No space left on device",
+        str(path),
+    )
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["router.locus"]
+
+
+def test_a_failed_write_is_reported_once_by_the_cli(tmp_path, monkeypatch):
+    """The CLI names the file and reports the error's strerror, else its
+    message, which said it again: "could not write ROUTER_OUT 'c.st':
+    Cannot save 'c.st': No space left on device. (nothing was written)"."""
+    from locus_sklearn._cli._io import write_text
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    path = tmp_path / "out.csv"
+    with pytest.raises(Exception) as info:
+        write_text("a,b\n", path, "OUT")
+    assert str(info.value) == (
+        f"could not write OUT {str(path)!r}: No space left on device "
+        "(nothing was written)"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_saving_onto_a_folder_names_it(tmp_path):
@@ -749,6 +776,100 @@ def test_load_checks_every_field_of_the_file(router, tmp_path, edit, match):
     # Each loaded (with a valid checksum) and failed later, or routed from a
     # pool its stored evaluations did not match.
     with pytest.raises(ValueError, match=match):
+        LocusRouter.load(_edited(router, tmp_path, edit))
+
+
+def _with_raw_field(path, name, text):
+    """Rewrite the saved file ``path`` with header field ``name`` holding the
+    JSON ``text`` as it is, and a checksum that matches."""
+    from safetensors import safe_open
+    from safetensors.torch import load, save
+
+    with safe_open(str(path), "pt") as handle:
+        header = handle.metadata()
+    tensors = load(path.read_bytes())
+    header[name] = text
+    header["checksum"] = _files_module._digest(header, tensors)
+    path.write_bytes(save(tensors, metadata=header))
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        # RecursionError, which no caller expects of a load.
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply to read"),
+        # Python's own message named no file, and advised raising its limit.
+        ("1" + "0" * 5000, "an int of more than 4300 digits, more than Python reads"),
+        ("[1,", "Expecting value: line 1 column 4 (char 3)"),
+    ],
+    ids=["deep", "long int", "cut short"],
+)
+def test_a_header_field_json_cannot_read_is_named(tmp_path, text, problem):
+    path = tmp_path / "r.locus"
+    _write(path)
+    _with_raw_field(path, "value", text)
+    with pytest.raises(ValueError) as info:
+        read_file(path, "Test")
+    assert str(info.value) == (
+        f"{str(path)!r} has a corrupt header (field 'value': {problem})."
+    )
+
+
+@pytest.mark.parametrize(
+    "field, name, value, shown",
+    [
+        ("n_query_features", None, 2**62, "4611686018427387904"),
+        ("n_query_features", None, 10**300, "1.000e+300 (an int of about 301 digits)"),
+        ("params", "embedding_dim", 2**40, "1099511627776"),
+        ("params", "hidden_dim", 2**62, "4611686018427387904"),
+    ],
+    ids=["features 2**62", "features 10**300", "embedding_dim", "hidden_dim"],
+)
+def test_network_sizes_no_stored_tensor_has_are_refused(
+    router, tmp_path, field, name, value, shown
+):
+    """Building the layout to compare with (on the meta device) raised
+    torch's RuntimeError "Storage size calculation overflowed" or a TypeError
+    with a C++ trace."""
+
+    def edit(metadata, tensors):
+        if name is None:
+            metadata[field] = value
+        else:
+            metadata[field][name] = value
+
+    # The longest axis of the tiny network (embedding_dim=16): the
+    # predictor's hidden layer takes 3 * 16 inputs, the query projection
+    # the query features.
+    longest = max(3 * 16, router.n_query_features_)
+    said = (
+        f"n_query_features' is {shown}"
+        if name is None
+        else f"params' has {name}={shown}"
+    )
+    with pytest.raises(ValueError) as info:
+        LocusRouter.load(_edited(router, tmp_path, edit))
+    assert str(info.value).endswith(
+        f"is not a valid locus_sklearn file: header field '{said}, longer than "
+        f"every axis of the network tensors the file holds (the longest: "
+        f"{longest})."
+    )
+
+
+def test_a_network_too_large_to_build_is_refused(router, tmp_path):
+    # Without network tensors no size is bounded by them; 2**62 * 48 weights
+    # overflow int64.
+    def edit(metadata, tensors):
+        metadata["params"]["hidden_dim"] = 2**62
+        for key in [key for key in tensors if key.startswith("net.")]:
+            del tensors[key]
+
+    with pytest.raises(
+        ValueError,
+        match="header fields 'params' / 'n_query_features' describe a network too "
+        "large to build \\(n_query_features=\\d+, embedding_dim=16, n_latents=4, "
+        "hidden_dim=4611686018427387904, n_profile_regions=0\\)",
+    ):
         LocusRouter.load(_edited(router, tmp_path, edit))
 
 
@@ -1275,6 +1396,82 @@ def test_a_path_ending_in_a_separator_is_refused(tmp_path):
         _files_module.write_bytes(str(tmp_path / "out") + os.sep, b"x")
     assert info.value.errno == 21
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "name, kind, reason",
+    [
+        # Resolved first: a file "newname" was written, "notes.txt" replaced,
+        # "r.locus" written beside the folder that does not exist; open()
+        # refuses all of them.
+        (
+            "newname/.",
+            IsADirectoryError,
+            "its last part is '.', so it names a folder; give a file name",
+        ),
+        (
+            "notes.txt/.",
+            IsADirectoryError,
+            "its last part is '.', so it names a folder; give a file name",
+        ),
+        (
+            "missing/sub/..",
+            IsADirectoryError,
+            "its last part is '..', so it names a folder; give a file name",
+        ),
+        (
+            "missing/../r.locus",
+            FileNotFoundError,
+            "its folder 'missing/..' does not exist",
+        ),
+        (
+            "notes.txt/../r.locus",
+            NotADirectoryError,
+            "'notes.txt' is a file, not a folder",
+        ),
+    ],
+)
+def test_a_path_open_refuses_is_refused(tmp_path, monkeypatch, name, kind, reason):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes")
+    with pytest.raises(kind) as info:
+        _write(name)
+    assert (info.value.strerror, info.value.filename) == (reason, name)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "my notes"
+
+
+def test_saving_to_a_loop_of_links_is_refused_and_keeps_them(tmp_path):
+    # realpath leaves a loop as it is: the link was replaced by a file.
+    loop = tmp_path / "loop1"
+    os.symlink("loop2", loop)
+    os.symlink("loop1", tmp_path / "loop2")
+    with pytest.raises(OSError) as info:
+        _write(loop)
+    assert (info.value.errno, info.value.filename) == (errno.ELOOP, str(loop))
+    assert loop.is_symlink() and os.readlink(loop) == "loop2"
+
+
+def test_a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):
+    # Taken as a folder named "~" in the working folder, as load_evals and
+    # the encoder paths never took it: with one there, a save went into it.
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~").mkdir()
+    _write("~/router.locus", value=3.0)
+    assert [p.name for p in home.iterdir()] == ["router.locus"]
+    assert list((tmp_path / "~").iterdir()) == []
+    assert read_file("~/router.locus", "Test")[0]["value"] == 3.0
+    _files_module.check_regular_file("~/router.locus")
+    with pytest.raises(FileNotFoundError) as info:
+        _write("~/missing/router.locus")
+    assert info.value.filename == "~/missing/router.locus"  # as given
+    assert info.value.strerror == f"its folder {str(home / 'missing')!r} does not exist"
+    os.chmod(home / "router.locus", 0o444)
+    if not os.access(home / "router.locus", os.W_OK):  # root writes any file
+        assert _files_module.target_problem("~/router.locus")[0] is PermissionError
 
 
 def test_a_long_file_name_saves_and_its_leftovers_are_removed(tmp_path):
