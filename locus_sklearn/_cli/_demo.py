@@ -7,6 +7,7 @@ single best model, the oracle and a kNN router, onboards the held-out models
 from 128 evaluations each, picks a small portfolio, and writes figures.
 """
 
+import io
 import os
 import sys
 import time
@@ -16,7 +17,13 @@ import numpy as np
 import pandas as pd
 
 from ._errors import EXIT_IO, CommandError, interrupts_kept
-from ._io import format_table, progress_to_stderr
+from ._io import (
+    _write_failure,
+    expanded,
+    format_table,
+    printable,
+    progress_to_stderr,
+)
 
 __all__ = ["run_demo", "DEMO_SETTINGS", "QUICK_SETTINGS"]
 
@@ -54,14 +61,15 @@ MIN_COMMON_QUERIES = 50  # below this, score on every test query instead
 
 
 class _Printer:
-    """Print to a stream with flushing (the demo interleaves with skorch's log)."""
+    """Print to a stream with flushing (the demo interleaves with skorch's log),
+    what is not printable (a model name from --evals) escaped."""
 
     def __init__(self, stream):
         self.stream = stream
 
     def __call__(self, *lines):
         for line in lines:
-            print(line, file=self.stream, flush=True)
+            print(printable(line), file=self.stream, flush=True)
 
 
 def _table(header, rows):
@@ -197,21 +205,25 @@ def _os_reason(exc, output):
     """The OS's reason of ``exc``, with the path it concerns unless that is
     ``output`` (which the message names already)."""
     reason = exc.strerror or str(exc)
-    if exc.filename is None or os.fspath(exc.filename) == os.fspath(output):
+    if exc.filename is None or os.fspath(exc.filename) in (
+        os.fspath(output),
+        expanded(output),
+    ):
         return reason
     return f"{reason}: {os.fspath(exc.filename)!r}"
 
 
 def _create_output(output):
-    """Create the figures' folder ``output`` and its missing parents, with an
-    error in --output's terms; return the folders created, deepest first."""
+    """Create the figures' folder ``output`` (a leading ``~`` expanded) and
+    its missing parents, with an error in --output's terms; return the
+    folders created, deepest first."""
     created = []
-    folder = output
+    folder = target = Path(expanded(output))
     while not os.path.lexists(folder) and folder != folder.parent:
         created.append(folder)
         folder = folder.parent
     try:
-        output.mkdir(parents=True, exist_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandError(
             f"cannot create the folder --output {str(output)!r}: "
@@ -240,19 +252,26 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
     if plt is None:
         say("  matplotlib is not installed: skipping figures (pip install matplotlib).")
         return []
+    from .._files import write_bytes  # imports torch: only when needed
     from ..inspection import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
 
     _create_output(output)
+    folder = Path(expanded(output))
     names = router.classes_
     written = []
 
     def save(fig, name):
+        # Rendered first, then written atomically as every output of the
+        # command: a failed write (a full disk) leaves last run's figure whole,
+        # where savefig into the file left it cut short.
+        image = io.BytesIO()
+        fig.savefig(image, dpi=120, format="png")
         try:
-            fig.savefig(output / name, dpi=120)
-        except OSError as exc:  # a full disk: named in --output's terms
+            write_bytes(folder / name, image.getvalue())
+        except OSError as exc:  # named in --output's terms
             raise CommandError(
                 f"could not write {name} into --output {str(output)!r}: "
-                f"{_os_reason(exc, output)}",
+                f"{_write_failure(exc)}",
                 status=EXIT_IO,
             ) from exc
         written.append(name)
@@ -507,7 +526,11 @@ def _onboard(demo, router):
         p_all = router.embedder_.predict_proba(
             full[[i]], q, evals=held_out_train[held_out_train["model"] == name]
         )
-        majority = onboard.loc[onboard["model"] == name, "score"].mean() >= 0.5
+        # The class that is right most often under the threshold the metric
+        # scores with (y >= 0.5): on graded scores the mean score can be
+        # >= 0.5 while most scores are below it (1/3 at 1.0, 2/3 at 0.4).
+        scores = onboard.loc[onboard["model"] == name, "score"].to_numpy()
+        majority = np.mean(scores >= 0.5) >= 0.5
         acc128 = correctness_accuracy(y, p128)
         acc_all = correctness_accuracy(y, p_all)
         acc_const = float(np.mean((y >= 0.5) == bool(majority)))

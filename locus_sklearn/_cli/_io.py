@@ -12,6 +12,7 @@ import errno
 import gzip
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -36,6 +37,7 @@ __all__ = [
     "format_table",
     "load_estimator",
     "note",
+    "printable",
     "progress_to_stderr",
     "read_costs",
     "read_embeddings",
@@ -67,6 +69,27 @@ def _display_width(text):
     return width
 
 
+def printable(text):
+    """``text`` with every character that is not printable (``str.isprintable``:
+    control characters such as ESC, format characters, separators other than
+    the space) written as its escape, as ``repr`` writes it.
+
+    A name read from a file (a model named ``"a\\x1b[2J"``) is shown as
+    text rather than sent to the terminal, where an escape sequence would
+    clear the screen or set the window title.
+
+    Examples
+    --------
+    >>> print(printable("gpt\\x1b[2J-4o"))
+    gpt\\x1b[2J-4o
+    >>> printable("modèle 日本語")
+    'modèle 日本語'
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     """Format rows as tab-separated or aligned text.
 
@@ -78,7 +101,8 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
         Cells, converted with ``str``.
     tsv : bool, default=False
         Tab-separated values instead of aligned columns. In both forms, tabs
-        and line breaks in cells become spaces.
+        and line breaks in cells become spaces, and any other character that
+        is not printable is written as its escape (:func:`printable`).
     aligns : sequence of {"<", ">"}, default=None
         Alignment per column; text left, everything else right by default.
     indent : str, default=""
@@ -105,8 +129,8 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     # Tabs and line breaks in a cell (a model named "a\tb") would break the
     # columns of either form: they become spaces in both.
     clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
-    cells = [[str(c).translate(clean) for c in header]]
-    cells += [[str(c).translate(clean) for c in row] for row in rows]
+    cells = [[printable(str(c).translate(clean)) for c in header]]
+    cells += [[printable(str(c).translate(clean)) for c in row] for row in rows]
     if tsv:
         return ["\t".join(row) for row in cells]
     widths = [max(_display_width(row[i]) for row in cells) for i in range(len(header))]
@@ -144,8 +168,10 @@ def echo(lines, stream=None):
 
 
 def note(message):
-    """Progress and notes go to stderr, so stdout stays parseable."""
-    print(message, file=sys.stderr, flush=True)
+    """Progress and notes go to stderr, so stdout stays parseable; what is
+    not printable in them (a model name from a file) is escaped
+    (:func:`printable`)."""
+    print(printable(message), file=sys.stderr, flush=True)
 
 
 def _jsonable(value):
@@ -337,6 +363,23 @@ def _permission_named(what, path):
         ) from None
 
 
+def expanded(path):
+    """The file ``path`` names, a leading ``~`` expanded: the rule of every
+    path argument (no shell expands ``--encodings=~/enc.npz``, nor a quoted
+    name). Messages name the path as the user wrote it.
+
+    Examples
+    --------
+    >>> import os
+    >>> expanded("~/router.safetensors") == os.path.join(
+    ...     os.path.expanduser("~"), "router.safetensors")
+    True
+    >>> expanded("router.safetensors")
+    'router.safetensors'
+    """
+    return os.path.expanduser(os.fspath(path))
+
+
 def read_evals(path):
     """Read an evaluation file with :func:`~locus_sklearn.datasets.load_evals`,
     with messages naming the file (and the row) for the common mistakes.
@@ -354,14 +397,33 @@ def read_evals(path):
     sep = _csv_separator(path)
     # "~/evals.csv" names the file load_evals (and pandas) read: checked as
     # such here, where a name given as --evals=~/... reaches us unexpanded.
-    source = os.path.expanduser(path)
-    if not os.path.exists(source):
-        raise FileNotFoundError(f"No such evaluations file: {os.fspath(path)!r}.")
+    source = expanded(path)
+    try:
+        os.stat(source)
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(
+            f"No such evaluations file: {os.fspath(path)!r}."
+        ) from None
+    except OSError:
+        # It may exist: a loop of links, a folder on the way without search
+        # permission. load_evals names what it is (os.path.exists said "no
+        # such file" for both).
+        pass
     with _permission_named("evaluations", path):
         if sep is not None and os.path.isfile(source):
             _check_header(path, sep)
         try:
             return load_evals(path)
+        except ImportError as exc:
+            if not os.fspath(path).lower().endswith(".parquet"):
+                raise
+            # Neither pyarrow nor fastparquet: pandas' own "Unable to find a
+            # usable engine" names no extra, and load_evals names its
+            # parameter (path=...), not the file.
+            raise ImportError(
+                f"Reading the evaluations file {os.fspath(path)!r} (Parquet) needs "
+                'pyarrow: pip install "locus_sklearn[parquet]" (or pyarrow).'
+            ) from exc
         except OSError as exc:  # e.g. a folder: "path='.' is a folder; ..."
             message = _evals_terms(str(exc), path)
             if message == str(exc):
@@ -462,7 +524,7 @@ def read_lines(path, what):
     naming ``what`` and the file.
     """
     try:
-        with open(path, "rb") as handle:
+        with open(expanded(path), "rb") as handle:
             data = handle.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {str(path)!r}: no such file.") from None
@@ -528,10 +590,9 @@ def _check_no_extra_fields(path, what):
     (``m,1,5`` under ``model,cost``: a decimal comma, or an unquoted
     comma in a name)."""
     opener = gzip.open if _compression(path) == "gzip" else open
-    # The file pandas read: it expands "~" (--costs=~/costs.csv, which no
-    # shell expands), where open() would look for a folder named "~".
-    source = os.path.expanduser(path)
-    with opener(source, "rt", encoding="utf-8-sig", newline="") as handle:
+    # The file pandas read: it expands "~" (--costs=~/costs.csv), where
+    # open() would look for a folder named "~".
+    with opener(expanded(path), "rt", encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle)
         row_number = 0
         try:
@@ -654,6 +715,46 @@ def _npz_problem(path):
     return "it is not an npz archive; a text file, perhaps"
 
 
+def _npz_arrays(data):
+    """(key, member, shape, dtype, declared, held) of the arrays 'queries'
+    and 'vectors' of the open npz archive ``data``, read from their .npy
+    headers only: ``declared`` is the bytes their shape and dtype need,
+    ``held`` the bytes the member holds after its header (its uncompressed
+    size in the zip, which no read goes beyond)."""
+    from numpy.lib import format as npy_format
+
+    names = data.zip.namelist()
+    arrays = []
+    for key in ("queries", "vectors"):
+        member = f"{key}.npy" if f"{key}.npy" in names else key
+        with data.zip.open(member) as handle:
+            version = npy_format.read_magic(handle)
+            # Versions 2 and 3 have the same header layout (3 allows UTF-8
+            # in field names, which no array of this file has).
+            read_header = (
+                npy_format.read_array_header_1_0
+                if version == (1, 0)
+                else npy_format.read_array_header_2_0
+            )
+            shape, _, dtype = read_header(handle)
+            offset = handle.tell()
+        declared = math.prod(int(n) for n in shape) * dtype.itemsize
+        held = data.zip.getinfo(member).file_size - offset
+        arrays.append((key, member, shape, dtype, declared, held))
+    return arrays
+
+
+def _array_sizes(arrays):
+    """The arrays of :func:`_npz_arrays` for a message: "'vectors' (member
+    'vectors.npy'): shape (2, 3) of float64 needs 48 bytes, the file holds
+    48"."""
+    return "; ".join(
+        f"{key!r} (member {member!r}): shape {shape} of {dtype} needs "
+        f"{declared:,} bytes, the file holds {held:,}"
+        for key, member, shape, dtype, declared, held in arrays
+    )
+
+
 def read_encodings(path):
     """Read precomputed query encodings from an ``.npz`` file.
 
@@ -678,16 +779,21 @@ def read_encodings(path):
         If it is a folder, a named pipe or a device, or a file the process
         may not read.
     ValueError
-        If it is not an npz file with those two arrays of matching length.
+        If it is not an npz file with those two arrays of matching length,
+        or an array's header declares more data than the file holds for it
+        (checked before any array is read: a small file declaring a huge
+        shape is refused without allocating it), or the arrays do not fit
+        in memory.
     """
-    path = Path(path)
+    path = Path(path)  # as given, for the messages
+    source = expanded(path)  # "--encodings=~/enc.npz": the file read
     how = (
         "Write one with numpy.savez(path, queries=np.array(texts, dtype=str), "
         "vectors=X)."
     )
     with _permission_named("encodings", path):
         try:
-            mode = os.stat(path).st_mode
+            mode = os.stat(source).st_mode
         except (FileNotFoundError, NotADirectoryError):
             raise FileNotFoundError(f"No such encodings file: {str(path)!r}.") from None
         if stat.S_ISDIR(mode):
@@ -704,19 +810,32 @@ def read_encodings(path):
             )
             error.errno = errno.EINVAL
             raise error
-        reason = _npz_problem(path)
+        reason = _npz_problem(source)
     if reason is not None:
         raise ValueError(
             f"{str(path)!r} is not a valid encodings file ({reason}). {how}"
         )
+    arrays, oversized = [], []
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(source, allow_pickle=False) as data:
             missing = [k for k in ("queries", "vectors") if k not in data.files]
             if missing:
                 raise ValueError(
                     f"it has arrays {data.files}; it needs 'queries' and 'vectors'"
                 )
-            queries, vectors = data["queries"], data["vectors"]
+            # Reading an array allocates what its header declares first: a
+            # file of a few hundred bytes can declare gigabytes.
+            arrays = _npz_arrays(data)
+            oversized = [array for array in arrays if array[4] > array[5]]
+            if not oversized:
+                queries, vectors = data["queries"], data["vectors"]
+    except MemoryError:
+        sizes = f" ({_array_sizes(arrays)})" if arrays else ""
+        raise ValueError(
+            f"--encodings {str(path)!r}: its arrays do not fit in memory{sizes}; "
+            "give fewer or smaller vectors (float32 takes half the memory of "
+            "float64)."
+        ) from None
     except (ValueError, OSError, EOFError) as exc:
         reason = str(exc)
         if "allow_pickle" in reason:
@@ -726,6 +845,12 @@ def read_encodings(path):
         raise ValueError(
             f"{str(path)!r} is not a valid encodings file ({reason}). {how}"
         ) from None
+    if oversized:
+        raise ValueError(
+            f"--encodings {str(path)!r} is not a valid encodings file: the header "
+            "of an array declares more data than the file holds for it "
+            f"({_array_sizes(oversized)}), so it is cut short or corrupt. {how}"
+        )
     if queries.ndim != 1 or queries.dtype.kind not in "US":
         raise ValueError(
             f"{str(path)!r}: 'queries' must be a 1-d array of strings; got dtype "
@@ -844,9 +969,9 @@ def load_estimator(path, *, encoder=None, device=None, embedder_ok=False):
         check_regular_file(path)
         # Opened once here: _file_kind takes any failure for "not a locus
         # file", and the load's own read gives Python's bare "[Errno 13]".
-        open(path, "rb").close()
+        open(expanded(path), "rb").close()
     cls = LocusRouter
-    if _file_kind(path) == "LocusEmbedder":
+    if _file_kind(expanded(path)) == "LocusEmbedder":
         if not embedder_ok:
             raise ValueError(
                 f"{str(path)!r} holds a LocusEmbedder, not a LocusRouter: this "
@@ -896,8 +1021,9 @@ def _check_added_encodings(added, saved, path):
 
 
 # --------------------------------------------------------------------- writing
-def _folder_problem(folder):
-    """Why files cannot be created in the existing path ``folder``, or None.
+def _folder_problem(folder, shown=None):
+    """Why files cannot be created in the existing path ``folder``, or None
+    (``shown``: the folder as the user wrote it, for the message).
 
     Found by creating (then removing) an empty file there, named as the
     save names its temporary files: ``os.access`` says yes to root
@@ -906,15 +1032,16 @@ def _folder_problem(folder):
     """
     from .._files import _temp_name
 
+    shown = str(folder if shown is None else shown)
     if not folder.is_dir():
-        return f"{str(folder)!r} is not a folder"
+        return f"{shown!r} is not a folder"
     if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {str(folder)!r} is not writable"
+        return f"the folder {shown!r} is not writable"
     probe = _temp_name(folder / "locus-write-check")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as exc:
-        return f"cannot create a file in the folder {str(folder)!r} ({exc.strerror})"
+        return f"cannot create a file in the folder {shown!r} ({exc.strerror})"
     with contextlib.suppress(OSError):
         os.unlink(probe)
     return None
@@ -949,17 +1076,17 @@ def check_writable(path, what):
             "give a file name",
             status=EXIT_IO,
         )
-    path = Path(path)
-    folder = path.parent
-    if path.is_dir():
+    path = Path(path)  # as given, for the messages
+    target = Path(expanded(path))  # "~/router.locus": the file written
+    if target.is_dir():
         problem = "it is a folder; give a file name"
-    elif not folder.exists():
-        problem = f"the folder {str(folder)!r} does not exist"
+    elif not target.parent.exists():
+        problem = f"the folder {str(path.parent)!r} does not exist"
     else:
         from .._files import target_problem
 
-        refused = target_problem(path)  # the save's own check, in its words
-        problem = refused[2] if refused else _folder_problem(folder)
+        refused = target_problem(target)  # the save's own check, in its words
+        problem = refused[2] if refused else _folder_problem(target.parent, path.parent)
     if problem:
         raise CommandError(
             f"cannot write {what} {str(path)!r}: {problem}", status=EXIT_IO
@@ -981,12 +1108,13 @@ def check_not_an_input(output, what, inputs):
     ...
     locus_sklearn._cli._errors.CommandError: ROUTER '...evals.csv' is EVALS, ...
     """
-    if not os.path.exists(output):
+    target = expanded(output)  # "~/evals.csv" is EVALS given as such
+    if not os.path.exists(target):
         return
     for name, path in inputs.items():
-        if path is None or not os.path.exists(path):
+        if path is None or not os.path.exists(expanded(path)):
             continue
-        if os.path.samefile(output, path):
+        if os.path.samefile(target, expanded(path)):
             raise CommandError(
                 f"{what} {str(output)!r} is {name}, which this command reads; "
                 "writing it would overwrite that input. Give another file name.",
@@ -1008,23 +1136,24 @@ def check_folder_writable(path, what):
     ...
     locus_sklearn._cli._errors.CommandError: cannot write into --output '...afile': it is a file, not a folder
     """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
+    path = Path(path)  # as given, for the messages
+    folder = Path(expanded(path))  # "~/figures": the folder written into
+    if folder.exists() and not folder.is_dir():
         problem = "it is a file, not a folder"
     else:
-        existing = path  # the folder, or its nearest existing parent
+        existing = folder  # the folder, or its nearest existing parent
         # lexists: a symbolic link to nothing (an unmounted folder) is there
         # too, and no folder can be created in its place or through it.
         while not os.path.lexists(existing) and existing != existing.parent:
             existing = existing.parent
         if os.path.islink(existing) and not existing.exists():
-            where = "it" if existing == path else repr(str(existing))
+            where = "it" if existing == folder else repr(str(existing))
             problem = (
                 f"{where} is a symbolic link to {os.readlink(existing)!r}, which "
                 "does not exist; give an existing folder or one that can be created"
             )
         else:
-            problem = _folder_problem(existing)
+            problem = _folder_problem(existing, path if existing == folder else None)
     if problem:
         raise CommandError(
             f"cannot write into {what} {str(path)!r}: {problem}", status=EXIT_IO
@@ -1045,7 +1174,7 @@ def _reported_write(write, path, what):
     """Run ``write()``, which writes ``path`` atomically; a failed write (a
     full disk) is one error naming ``path`` with status 3, the file as it
     was."""
-    existed = Path(path).exists()
+    existed = Path(expanded(path)).exists()
     try:
         write()
     except Exception as exc:
@@ -1059,8 +1188,9 @@ def _reported_write(write, path, what):
 
 
 def write_estimator(estimator, path, what):
-    """``estimator.save(path)``, with a failed write reported against ``path``."""
-    _reported_write(lambda: estimator.save(path), path, what)
+    """``estimator.save(path)``, with a failed write reported against ``path``
+    (as given; the file written has a leading ``~`` expanded)."""
+    _reported_write(lambda: estimator.save(expanded(path)), path, what)
 
 
 def write_text(text, path, what):
@@ -1080,7 +1210,7 @@ def write_text(text, path, what):
             f"{text[exc.start : exc.end]!r}, a lone surrogate (from bytes that "
             "are not UTF-8); rename what holds it to valid text."
         ) from None
-    _reported_write(lambda: write_bytes(path, data), path, what)
+    _reported_write(lambda: write_bytes(expanded(path), data), path, what)
 
 
 def write_csv(frame, path, what):

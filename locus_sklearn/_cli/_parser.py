@@ -540,8 +540,10 @@ def _add_match(sub, common, output):
         parents=[common, output],
         help="which known model does each endpoint repeat? (from scores)",
         description="For each model of ENDPOINTS, the known model of KNOWN whose "
-        "scores on the queries both answered differ least (the share of them on "
-        "which correctness differs), and whether that is a match: under "
+        "scores on the queries both answered differ least (the disagreement: the "
+        "mean absolute difference of their scores on those queries, which for "
+        "0/1 scores is the share of them on which correctness differs), and "
+        "whether that is a match: under "
         "--threshold, or by default under a threshold that lets "
         "--false-match-rate of the pairs of different known models through on "
         "random sets of as many known queries as the endpoint with the fewest "
