@@ -3569,3 +3569,202 @@ def test_litellm_config_writes_non_ascii_names_as_they_are(tmp_path, pool, capsy
     # Printed on stdout, the same text.
     assert serve_main(argv) == 0
     assert capsys.readouterr().out == text
+
+
+# ------------------------------------------- paths, cross-site reloads, HEAD
+def test_the_router_loads_without_room_in_the_temporary_folder(
+    tmp_path, router_path, routers, monkeypatch
+):
+    """The router was copied into TMPDIR before it was loaded: with a
+    temporary folder too small (here one that cannot hold a file at all) a
+    valid router could not be served, and the error ("[Errno 28] No space
+    left on device") named neither folder nor file. The snapshot is now an
+    anonymous in-memory file; where there is none, the folder's error names
+    TMPDIR and the router file."""
+    import tempfile
+
+    from locus_sklearn.serve._state import RouterHolder
+
+    not_a_folder = tmp_path / "tmpdir-is-a-file"
+    not_a_folder.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        holder = RouterHolder(router_path, device="cpu")
+        assert list(holder.current.classes) == list(routers[0].classes_)
+        with TestClient(create_app(router_path, device="cpu")) as client:
+            routers[1].save(router_path)
+            response = client.post("/admin/reload")
+            assert response.status_code == 200, response.text
+            assert response.json()["n_models"] == len(routers[1].classes_)
+        routers[0].save(router_path)
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    with pytest.raises(OSError) as info:
+        RouterHolder(router_path, device="cpu")
+    message = str(info.value)
+    assert repr(str(router_path.absolute())) in message, message
+    assert repr(str(not_a_folder)) in message and "TMPDIR" in message, message
+    assert info.value.errno == 20  # ENOTDIR, kept for the CLI's exit status
+
+
+def test_one_load_sees_one_version_of_the_router_file(
+    router_path, routers, monkeypatch
+):
+    """load_estimator reads the file more than once (its kind, then the
+    router): a file replaced between two reads must not be loaded half from
+    each, so a load reads the snapshot taken first."""
+    from locus_sklearn._cli import _io
+    from locus_sklearn.serve._state import RouterHolder
+
+    file_kind = _io._file_kind
+    replaced = []
+
+    def kind_then_replace(path):
+        kind = file_kind(path)
+        if not replaced:
+            routers[1].save(router_path)  # atomic: a new file under the name
+            replaced.append(path)
+        return kind
+
+    monkeypatch.setattr(_io, "_file_kind", kind_then_replace)
+    holder = RouterHolder(router_path, device="cpu")
+    assert replaced and os.fspath(replaced[0]) != os.fspath(router_path)
+    assert list(holder.current.classes) == list(routers[0].classes_)
+    # The file changed since the stamp was taken: the watcher reloads it.
+    assert holder.changed()
+
+
+def test_a_leading_tilde_is_expanded(tmp_path, routers, monkeypatch):
+    """'~' was passed on as a folder name by load_gateway_config (and
+    ``--config``) and by the router's path: "No such file" for a file in
+    the home folder. Messages keep the path as given."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    routers[0].save(home / "router.safetensors")
+    name = routers[0].classes_[0]
+    (home / "gateway.yaml").write_text(
+        yaml.safe_dump({"backends": {name: {"base_url": "http://127.0.0.1:9/v1"}}})
+    )
+    config = load_gateway_config("~/gateway.yaml")
+    assert list(config.backends) == [name]
+    with pytest.raises(FileNotFoundError, match=r"'~/missing\.yaml'"):
+        load_gateway_config("~/missing.yaml")
+    app = create_app("~/router.safetensors", gateway="~/gateway.yaml", device="cpu")
+    with TestClient(app) as client:
+        health = client.get("/healthz").json()
+        assert health["router"]["path"] == str(home / "router.safetensors")
+        assert client.post("/admin/reload").status_code == 200
+
+
+def test_gateway_config_path_that_is_not_a_file_says_what_it_is(tmp_path):
+    """A folder, a named pipe or a symbolic link loop was "No such gateway
+    configuration file" (is_file() swallowed the reason); a pipe is refused
+    before it is opened (which would block)."""
+    folder = tmp_path / "gateway.yaml"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        load_gateway_config(folder)
+    assert str(info.value) == (
+        f"The gateway configuration {str(folder)!r} is a folder; give the path "
+        "of a YAML or JSON file."
+    )
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "fifo.yaml"
+        os.mkfifo(fifo)
+        with pytest.raises(OSError, match=r"is a named pipe \(FIFO\), not a regular"):
+            load_gateway_config(fifo)
+    loop = tmp_path / "l1.yaml"
+    os.symlink("l2.yaml", loop)
+    os.symlink("l1.yaml", tmp_path / "l2.yaml")
+    with pytest.raises(OSError) as info:
+        load_gateway_config(str(loop))
+    assert not isinstance(info.value, FileNotFoundError)
+    assert str(info.value).startswith(
+        f"Cannot read the gateway configuration file {str(loop)!r}: "
+    )
+    assert "symbolic links" in str(info.value)
+    # Still "No such file" for what is missing, a file on the way included.
+    for missing in (tmp_path / "missing.yaml", tmp_path / "l0" / "x.yaml"):
+        with pytest.raises(FileNotFoundError, match="No such gateway configuration"):
+            load_gateway_config(missing)
+
+
+def test_a_cross_site_reload_is_refused(router_path, routers, monkeypatch):
+    """A web page can POST a text/plain body to a local service without a
+    CORS preflight: a reload whose Origin is another host or port, or whose
+    Sec-Fetch-Site is cross-site, gets 403 and reloads nothing; clients
+    without an Origin (curl, httpx) and same-origin requests still reload."""
+    with serve(create_app(router_path)) as url:
+        port = url.rsplit(":", 1)[1]
+        reload = f"{url}/admin/reload"
+        foreign = [
+            {"origin": "http://evil.example"},
+            {"origin": f"http://localhost:{port}"},  # another host
+            {"origin": "http://127.0.0.1:1"},  # another port
+            {"origin": f"https://127.0.0.1:{port}x"},  # not a port
+            {"origin": "null"},  # a sandboxed page, a file:// page
+            {"sec-fetch-site": "cross-site"},
+        ]
+        for headers in foreign:
+            headers = {"content-type": "text/plain", **headers}
+            response = httpx.post(reload, content=b"x", headers=headers)
+            assert response.status_code == 403, (headers, response.text)
+            error = response.json()["error"]
+            assert error["type"] == "permission_error"
+            assert error["message"].startswith("Reload refused: ")
+            if "origin" in headers:
+                assert error["param"] == "Origin"
+                assert repr(headers["origin"]) in error["message"]
+                assert repr(f"127.0.0.1:{port}") in error["message"]
+            else:
+                assert error["param"] == "Sec-Fetch-Site"
+        assert httpx.get(f"{url}/healthz").json()["router"]["version"] == 1
+        assert httpx.post(reload).status_code == 200
+        same = {"origin": f"http://127.0.0.1:{port}", "sec-fetch-site": "same-origin"}
+        assert httpx.post(reload, headers=same).status_code == 200
+        assert httpx.get(f"{url}/healthz").json()["router"]["version"] == 3
+        # /route is not an admin endpoint: a page may route.
+        response = httpx.post(
+            f"{url}/route",
+            json={"query": "q000"},
+            headers={"origin": "http://evil.example"},
+        )
+        assert response.status_code == 200
+
+
+def test_a_cross_site_reload_is_refused_with_a_token(router_path, monkeypatch):
+    monkeypatch.setenv("LOCUS_TEST_ADMIN", "s3cret")
+    app = create_app(router_path, admin_token_env="LOCUS_TEST_ADMIN")
+    right = {"authorization": "Bearer s3cret"}
+    with TestClient(app) as client:  # Host: testserver
+        response = client.post(
+            "/admin/reload", headers={**right, "origin": "http://evil.example"}
+        )
+        assert response.status_code == 403
+        assert client.post("/admin/reload", headers=right).status_code == 200
+        same = {**right, "origin": "http://testserver"}
+        assert client.post("/admin/reload", headers=same).status_code == 200
+        assert client.post("/admin/reload").status_code == 401
+
+
+def test_head_is_answered_where_get_is(router_path):
+    """HEAD /healthz and HEAD /models were 405 (health checkers send HEAD):
+    now GET's status and headers, with no body, on a running service and on
+    one whose /healthz is 503."""
+    app = create_app(router_path)
+    for running in (True, False):
+        client = TestClient(app)
+        with client if running else contextlib.nullcontext():
+            for path in ("/healthz", "/models", "/models?embeddings=true"):
+                get, head = client.get(path), client.head(path)
+                expected = 200 if running or path != "/healthz" else 503
+                assert get.status_code == head.status_code == expected, path
+                assert head.content == b""
+                for header in ("content-type", "content-length"):
+                    assert head.headers[header] == get.headers[header]
+            # A POST-only endpoint stays so, for HEAD as for GET.
+            head = client.head("/route")
+            assert head.status_code == 405 and head.content == b""
+    with serve(app) as url:
+        response = httpx.head(f"{url}/healthz")
+        assert response.status_code == 200 and response.content == b""

@@ -15,6 +15,7 @@ import numbers
 import os
 import re
 import sys
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -107,6 +108,7 @@ class ErrorBody(BaseModel):
 _ERROR_DESCRIPTIONS = {
     400: "The body is not standard UTF-8 JSON",
     401: "The admin token is missing or wrong",
+    403: "The request came from a web page of another site (Origin, Sec-Fetch-Site)",
     404: "The model is neither 'locus' nor a served model",
     409: "The router file did not load; the old router keeps serving",
     413: "The body is over the size limit",
@@ -517,6 +519,29 @@ class _BodyTooLarge(Exception):
     pass
 
 
+class HeadAsGet:
+    """ASGI middleware: answer ``HEAD`` as ``GET`` is answered, without the
+    body: the same status and headers (RFC 9110, section 9.3.2). Health
+    checkers and load balancers send ``HEAD /healthz``; FastAPI routes take
+    only the methods they name, so each got 405."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            return await self.app(scope, receive, send)
+
+        async def headers_only(message):
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        # GET is safe: what it answers is what HEAD describes. The server
+        # keeps the request's own method, so it sends no body either.
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
 def _param(loc):
     parts = [str(p) for p in loc if p != "body"]
     return ".".join(parts) or "body"
@@ -899,6 +924,7 @@ def create_app(
     # A middleware, not a wrapper: the app returned is the FastAPI app, with
     # its state, routes and add_middleware.
     fastapi_app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    fastapi_app.add_middleware(HeadAsGet)
     _without_unsent_422(fastapi_app)
     return fastapi_app
 
@@ -1028,6 +1054,55 @@ def _add_route_endpoint(app, service):
         )
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _host_port(netloc, scheme):
+    """``(host, port)`` of ``netloc`` (``host[:port]``, an IPv6 host in
+    brackets), the port ``scheme``'s default where none is given; None if
+    it is not one."""
+    try:
+        parts = urlsplit(f"//{netloc}")
+        port = parts.port
+    except ValueError:  # a port that is not a number, an unclosed bracket
+        return None
+    if not parts.hostname or parts.username is not None or parts.path:
+        return None
+    return parts.hostname, _DEFAULT_PORTS.get(scheme) if port is None else port
+
+
+def _cross_site(headers):
+    """Why a request to ``/admin/reload`` comes from a web page of another
+    site, as ``(header, reason)``, or None.
+
+    A browser sends a form or ``fetch`` POST with a text/plain body without
+    asking first (no CORS preflight), so without this any page open on the
+    operator's machine could make a local service reload. Its ``Origin`` (a
+    browser sets it on every POST) must name the host and port the request
+    was sent to (``Host``). Clients that are not browsers (curl, httpx) send
+    neither header.
+    """
+    site = headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() == "cross-site":
+        return "Sec-Fetch-Site", "Sec-Fetch-Site is 'cross-site'"
+    origin = headers.get("origin")
+    if origin is None:
+        return None
+    host = headers.get("host")
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # an unclosed bracket
+        parts = None
+    if parts is not None and parts.scheme in _DEFAULT_PORTS and host is not None:
+        # A Host without a port: the default of the Origin's scheme (behind
+        # a TLS proxy the service itself is reached over plain HTTP).
+        sent = _host_port(parts.netloc, parts.scheme)
+        if sent is not None and sent == _host_port(host, parts.scheme):
+            return None
+    shown = "none given" if host is None else repr(host)
+    return "Origin", f"Origin {origin!r} is not this service's host ({shown})"
+
+
 def _add_pool_endpoints(app, service, admin_token):
     @app.get("/models", summary="The pool", responses=_error_responses(422))
     async def models(
@@ -1101,15 +1176,28 @@ def _add_pool_endpoints(app, service, admin_token):
     @app.post(
         "/admin/reload",
         summary="Reload the configured router file",
-        responses=_error_responses(401, 409),
+        responses=_error_responses(401, 403, 409),
     )
     async def reload(request: Request):
         """Load the configured file again and swap it in between requests.
 
         Takes no parameters: only the file the service was started with is
         ever loaded. A file that does not load or validate leaves the old
-        router serving and answers 409 with the reason.
+        router serving and answers 409 with the reason. A request a web
+        page sent (an ``Origin`` of another host or port, or
+        ``Sec-Fetch-Site: cross-site``) is refused with 403.
         """
+        refused = _cross_site(request.headers)
+        if refused is not None:
+            header, reason = refused
+            raise APIError(
+                403,
+                f"Reload refused: {reason}. A web page of another site may not "
+                "reload the service; send the request from a client that sets "
+                "no Origin header (curl, httpx, Python).",
+                param=header,
+                kind="permission_error",
+            )
         if expected is not None:
             # Compared as bytes: compare_digest refuses a str with non-ASCII
             # characters, and a header holds any byte (Starlette decodes it

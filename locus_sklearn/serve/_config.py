@@ -30,14 +30,17 @@ a boolean).
 """
 
 import difflib
+import errno
 import json
 import os
 import re
+import stat
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
+from .._files import _special_file
 from ._deps import require
 
 require("pydantic")
@@ -358,14 +361,55 @@ def _as_dicts(value):
     return value
 
 
+def _unreadable(exc, shown):
+    """``exc`` (an OSError) as one of its type naming the configuration file
+    ``shown`` and the reason, with its errno."""
+    error = type(exc)(
+        f"Cannot read the gateway configuration file {shown!r}: {exc.strerror or exc}."
+    )
+    error.errno = exc.errno  # kept for callers that map errors to exit codes
+    return error
+
+
+def _check_config_file(path, shown):
+    """Refuse a ``path`` that is not an existing regular file (as
+    :func:`locus_sklearn._files.check_regular_file` does, in the words of a
+    configuration file), before it is opened: opening a named pipe blocks,
+    and ``is_file()`` said "No such file" of a folder, a symlink loop or a
+    file in a folder without search permission."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        # NotADirectoryError: a file on the way ("gw.yaml/x").
+        raise FileNotFoundError(
+            f"No such gateway configuration file: {shown!r}."
+        ) from None
+    except OSError as exc:  # a symlink loop, a folder without permission
+        raise _unreadable(exc, shown) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(
+            f"The gateway configuration {shown!r} is a folder; give the path "
+            "of a YAML or JSON file."
+        )
+    if not stat.S_ISREG(info.st_mode):
+        error = OSError(
+            f"The gateway configuration {shown!r} is "
+            f"{_special_file(info.st_mode)}, not a regular file; give the path "
+            "of a YAML or JSON file."
+        )
+        error.errno = errno.EINVAL  # kept for callers that map errors to exit codes
+        raise error
+
+
 def load_gateway_config(config):
     """Read and validate a gateway configuration.
 
     Parameters
     ----------
     config : str, path-like, mapping or GatewayConfig
-        A YAML (``.yaml``/``.yml``) or JSON file, or its content as a mapping
-        (any :class:`collections.abc.Mapping`, nested ones included).
+        A YAML (``.yaml``/``.yml``) or JSON file (a leading ``~`` is
+        expanded), or its content as a mapping (any
+        :class:`collections.abc.Mapping`, nested ones included).
 
     Returns
     -------
@@ -375,6 +419,14 @@ def load_gateway_config(config):
     ------
     ValueError
         Naming every bad field (``backends.m1.base_url: ...``) and the file.
+    FileNotFoundError
+        If nothing exists at the path.
+    IsADirectoryError
+        If the path is a folder.
+    OSError
+        If the path is a named pipe, a device or a socket (errno ``EINVAL``),
+        or cannot be read (a symbolic link loop, no permission), naming the
+        file and the reason.
 
     Examples
     --------
@@ -389,16 +441,17 @@ def load_gateway_config(config):
     source = "gateway configuration"
     is_yaml = False
     if isinstance(config, (str, os.PathLike)):
-        path = Path(config)
-        source = f"gateway configuration {str(path)!r}"
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"No such gateway configuration file: {str(path)!r}."
-            )
+        # Messages name the path as given; ``~`` is expanded to read it.
+        shown = os.fspath(config)
+        path = Path(os.path.expanduser(shown))
+        source = f"gateway configuration {shown!r}"
+        _check_config_file(path, shown)
         try:
             # utf-8-sig: a byte order mark (Windows editors write one) is
             # not part of the text; json.loads refuses it.
             text = path.read_text(encoding="utf-8-sig")
+        except OSError as exc:  # no read permission, an I/O error
+            raise _unreadable(exc, shown) from None
         except UnicodeDecodeError as exc:
             raise ValueError(
                 f"The {source} is not UTF-8 text ({exc.reason} at byte "

@@ -6,6 +6,7 @@ routers in one answer and never drops a request in flight.
 """
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import os
@@ -73,6 +74,64 @@ def _renamed(exc, private, path):
     except Exception:  # an exception type that takes other arguments
         renamed = ValueError(message)
     return renamed
+
+
+@contextlib.contextmanager
+def _snapshot(path):
+    """A private path to the bytes of ``path``, read once; yields it.
+
+    On Linux an anonymous in-memory file (``memfd_create``, reached by its
+    ``/proc/self/fd`` name), so that no temporary folder is needed; where
+    there is none, a copy in the temporary folder (``TMPDIR``), and an error
+    writing it names that folder and ``path``.
+
+    Raises
+    ------
+    OSError
+        Naming ``path`` and the temporary folder, if the copy cannot be made
+        there (too little room, no permission).
+    """
+    data = path.read_bytes()
+    fd = None
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        try:
+            fd = os.memfd_create("locus-serve-router")
+        except OSError:  # refused (a seccomp policy): the folder copy below
+            fd = None
+    if fd is not None:
+        try:
+            with open(fd, "wb", closefd=False) as memory:
+                memory.write(data)
+        except OSError:  # no memory for it: the folder copy below
+            os.close(fd)
+            fd = None
+    if fd is not None:
+        del data  # the snapshot holds the bytes; not twice during the load
+        try:
+            yield Path(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    folder = tempfile.gettempdir()
+    context = None
+    try:
+        context = tempfile.TemporaryDirectory(prefix="locus-serve-")
+        private = Path(context.name) / "router.safetensors"
+        private.write_bytes(data)
+    except OSError as exc:
+        if context is not None:
+            context.cleanup()
+        error = type(exc)(
+            f"Cannot load {str(path)!r}: the service loads it from a private "
+            f"copy in the temporary folder {folder!r} (TMPDIR), and writing "
+            f"the copy ({len(data)} bytes) failed: {exc.strerror or exc}; set "
+            "TMPDIR to a folder with room for the file."
+        )
+        error.errno = exc.errno  # kept for callers that map errors to exit codes
+        raise error from None
+    del data
+    with context:
+        yield private
 
 
 def _check_gateway(router, gateway, path):
@@ -223,9 +282,9 @@ class RouterHolder:
     ----------
     path : str or path-like
         The router file (:meth:`LocusRouter.save`); the only file ever loaded.
-        Made absolute once (a later change of the working directory does not
-        move it); a symlink is followed at every load, so a reload loads the
-        file it points to then.
+        A leading ``~`` is expanded. Made absolute once (a later change of
+        the working directory does not move it); a symlink is followed at
+        every load, so a reload loads the file it points to then.
     encoder, device
         Passed to :meth:`LocusRouter.load`; a mapping of precomputed
         encodings is added to those saved in the file (its vectors win).
@@ -249,7 +308,8 @@ class RouterHolder:
         # Absolute, not resolved: a symlink (a Kubernetes ConfigMap or
         # Secret, ``ln -sfn v2 current``) is followed at every check and
         # load, so a reload loads what it names now, not its first target.
-        self.path = Path(path).absolute()
+        # ``~`` expanded, as every path argument of the package.
+        self.path = Path(os.path.expanduser(os.fspath(path))).absolute()
         self._encoder = encoder
         self._device = device
         self._encoder_backend = encoder_backend
@@ -270,14 +330,11 @@ class RouterHolder:
         # Before it is read: reading a named pipe with no writer blocks.
         check_regular_file(self.path)
         stamp = _stamp(self.path)
-        # Load from a private copy: safetensors maps the file into memory, so
-        # a file later overwritten in place (cp, not an atomic save) would
-        # pull the weights from under the served router and crash the
-        # process. The copy is unlinked at once; its mapping stays valid.
-        data = self.path.read_bytes()
-        with tempfile.TemporaryDirectory(prefix="locus-serve-") as folder:
-            private = Path(folder) / "router.safetensors"
-            private.write_bytes(data)
+        # Load from a snapshot of the file, read once: load_estimator reads
+        # the file more than once (its kind, then the router; with a mapping
+        # of encodings, the saved ones before the router), and a file
+        # replaced between two reads would mix two versions in one router.
+        with _snapshot(self.path) as private:
             try:
                 # A mapping of precomputed encodings is added to those the
                 # file holds (its vectors win), at every load, as in
