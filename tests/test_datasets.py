@@ -1,5 +1,8 @@
+import errno
 import json
 import os
+import sys
+import tempfile
 import warnings
 from fractions import Fraction
 
@@ -384,6 +387,92 @@ def test_load_evals_says_a_folder_is_a_folder(tmp_path):
         load_evals(path, queries=tmp_path)
 
 
+def _reads_any_file():
+    """Whether this process reads a file whatever its mode (root, with its
+    capability to override file permissions): permission cases are then
+    untestable for real."""
+    with tempfile.TemporaryDirectory() as folder:
+        probe = os.path.join(folder, "mode0")
+        with open(probe, "w") as handle:
+            handle.write("x")
+        os.chmod(probe, 0)
+        try:
+            with open(probe) as handle:
+                handle.read()
+        except PermissionError:
+            return False
+        finally:
+            os.chmod(probe, 0o600)
+    return True
+
+
+def _refuse_stat(monkeypatch, target, error):
+    """os.stat raising ``error`` (an errno) for ``target``, as the kernel does
+    for a file in a folder without search permission (which root, who
+    passes every permission check, never meets)."""
+    real_stat = os.stat
+
+    def fake_stat(path, *args, **kwargs):
+        if os.fspath(path) == os.fspath(target):
+            raise OSError(error, os.strerror(error), os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", fake_stat)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_load_evals_names_paths_it_cannot_read(tmp_path, monkeypatch):
+    """A named pipe, a loop of symbolic links and a file behind a folder without
+    search permission were all said not to exist (os.path.isfile is False)."""
+    os.mkfifo(tmp_path / "fifo.csv")
+    with pytest.raises(OSError, match=r"path='.*fifo\.csv' is a named pipe \(FIFO\)"):
+        load_evals(tmp_path / "fifo.csv")
+    LONG.to_csv(tmp_path / "evals.csv", index=False)
+    with pytest.raises(OSError, match=r"queries='.*fifo\.csv' is a named pipe"):
+        load_evals(tmp_path / "evals.csv", queries=tmp_path / "fifo.csv")
+    os.symlink("loop2.csv", tmp_path / "loop1.csv")
+    os.symlink("loop1.csv", tmp_path / "loop2.csv")
+    with pytest.raises(OSError, match=r"loop1\.csv' cannot be read: Too many") as info:
+        load_evals(tmp_path / "loop1.csv")
+    assert info.value.errno == errno.ELOOP
+    assert not isinstance(info.value, FileNotFoundError)
+    locked = tmp_path / "locked" / "evals.csv"
+    _refuse_stat(monkeypatch, locked, errno.EACCES)
+    with pytest.raises(
+        PermissionError, match=r"path='.*evals\.csv' cannot be read: pe"
+    ):
+        load_evals(locked)
+
+
+@pytest.mark.skipif(_reads_any_file(), reason="this process reads any file")
+def test_load_evals_names_a_file_in_a_folder_without_search_permission(tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    LONG.to_csv(folder / "evals.csv", index=False)
+    folder.chmod(0o600)
+    try:
+        with pytest.raises(PermissionError, match="permission denied"):
+            load_evals(folder / "evals.csv")
+    finally:
+        folder.chmod(0o755)
+
+
+def test_load_evals_names_the_parquet_extra_without_pyarrow(tmp_path, monkeypatch):
+    """pandas' "Unable to find a usable engine" named no way to install one."""
+    path = tmp_path / "evals.parquet"
+    LONG.to_parquet(path)
+    # None in sys.modules makes an import fail as if the package were absent.
+    for module in ("pyarrow", "pyarrow.parquet", "fastparquet"):
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(
+        ImportError, match=r"evals\.parquet' from Parquet needs"
+    ) as info:
+        load_evals(path)
+    assert 'pip install "locus_sklearn[parquet]"' in str(info.value)
+    # pandas' own error was the cause: its engine lookup was the path taken.
+    assert "Unable to find a usable engine" in str(info.value.__cause__)
+
+
 def test_load_evals_keeps_other_columns_as_read(tmp_path):
     """Other columns went through NumPy: a nullable Int64 column with a missing
     value became float64 (ids past 2**53 rounded), a categorical one text."""
@@ -513,7 +602,9 @@ def test_load_evals_refuses_scores_check_evals_refuses(
         )
     else:
         _write(path, content)
-    with pytest.raises(error, match=rf"column 'score' of path=.*{name}'.*{match}"):
+    with pytest.raises(
+        error, match=rf"^path='.*{name}', column 'score', must hold .*{match}"
+    ):
         load_evals(path)
 
 
@@ -563,6 +654,25 @@ def test_load_evals_reads_numeric_score_columns_of_every_kind(tmp_path):
             '{"model": "a", "query": "q", "score": 1}\n'
             '{"model": "a", "query": "q", "score": 1, "score": 0}\n',
             r"twice\.jsonl', line 2, names the key 'score' twice in one object",
+        ),
+        # Python's json raised RecursionError, and a ValueError naming no file
+        # or line for an int past its 4300-digit limit.
+        (
+            "deep.jsonl",
+            '{"model": "a", "query": "q", "score": 1}\n'
+            '{"model": "b", "query": "q", "score": 0, "x": '
+            + "[" * 5000
+            + "]" * 5000
+            + "}\n",
+            r"deep\.jsonl', line 2, could not be read as JSON: it is nested too "
+            r"deeply .*; each line of a jsonl file must be one JSON object",
+        ),
+        (
+            "bigint.jsonl",
+            '{"model": "a", "query": "q", "score": 1}\n'
+            '{"model": "b", "query": "q", "score": ' + "1" * 5000 + "}\n",
+            r"bigint\.jsonl', line 2, could not be read as JSON: .*4300 digits.*; "
+            "each line of a jsonl file",
         ),
     ],
 )
@@ -845,6 +955,23 @@ RECORD = {"doc_id": 0, "doc": {"q": "x"}, "acc": 1.0, "arguments": [["Q: x"]]}
             '{"model_name": "x"',
             r"results_.*\.json' is not valid JSON: .*\(line 1, column 19\)",
         ),
+        # RecursionError, and a ValueError naming no file, escaped from json.
+        (
+            [RECORD, '{"doc_id": 1, "acc": 1.0, "x": ' + "[" * 5000 + "]" * 5000 + "}"],
+            None,
+            r"samples_t_.*', line 2, could not be read as JSON: it is nested too "
+            "deeply",
+        ),
+        (
+            [RECORD],
+            '{"model_name": "x", "x": ' + "[" * 5000 + "]" * 5000 + "}",
+            r"results_.*\.json' could not be read as JSON: it is nested too deeply",
+        ),
+        (
+            [RECORD],
+            '{"model_name": "x", "n": ' + "1" * 5000 + "}",
+            r"results_.*\.json' could not be read as JSON: .*4300 digits",
+        ),
     ],
 )
 def test_from_lm_eval_malformed_files_name_the_file_and_line(
@@ -892,6 +1019,65 @@ def _write_run(folder, date, model_args, tasks, model_name="", stem="results"):
         with open(path, "w") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in records)
     return folder
+
+
+def _two_models(folder):
+    """An lm-eval output folder of two models, one document each."""
+    for name, acc in [("a", 1.0), ("b", 0.0)]:
+        _write_run(
+            folder / f"org__{name}",
+            D1,
+            f"pretrained=org/{name}",
+            {"t": [_mc(0, "2+2?", acc)]},
+            model_name=f"org/{name}",
+        )
+
+
+def test_from_lm_eval_refuses_a_model_folder_it_cannot_read(tmp_path, monkeypatch):
+    """os.walk skipped a folder it could not list: the table lost a model
+    without a word."""
+    _two_models(tmp_path)
+    evals = from_lm_eval(tmp_path, query_text=None)
+    assert evals[["model", "score"]].values.tolist() == [
+        ["org/a", 1.0],
+        ["org/b", 0.0],
+    ]
+    real_scandir = os.scandir
+    locked = str(tmp_path / "org__b")
+
+    def fake_scandir(path="."):
+        # A folder of mode 000, as the kernel refuses it to all but root.
+        if os.fspath(path) == locked:
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", fake_scandir)
+    with pytest.raises(
+        PermissionError,
+        match=rf"^path='{tmp_path}': the folder '{locked}' cannot be read "
+        r"\(Permission denied\), and its samples files would be left out",
+    ):
+        from_lm_eval(tmp_path, query_text=None)
+
+
+@pytest.mark.skipif(_reads_any_file(), reason="this process reads any file")
+def test_from_lm_eval_refuses_a_folder_of_mode_000(tmp_path):
+    _two_models(tmp_path)
+    (tmp_path / "org__b").chmod(0)
+    try:
+        with pytest.raises(PermissionError, match=r"org__b' cannot be read"):
+            from_lm_eval(tmp_path, query_text=None)
+    finally:
+        (tmp_path / "org__b").chmod(0o755)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_from_lm_eval_names_a_named_pipe(tmp_path):
+    """It was said not to exist (Path.is_file() is False for a pipe)."""
+    fifo = tmp_path / "samples_t_2024-01-02T03-04-05.000006.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match=r"path='.*\.jsonl' is a named pipe \(FIFO\)"):
+        from_lm_eval(fifo, model="m")
 
 
 def test_from_lm_eval_refuses_one_text_in_two_tasks(tmp_path):

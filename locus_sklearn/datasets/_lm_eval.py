@@ -5,13 +5,14 @@ import json
 import numbers
 import os
 import re
+import stat
 from pathlib import Path
 
 import numpy as np
 
 from .._evals import _as_float, _preview, check_evals
 from .._warnings import warn_external
-from ._loaders import _clip, _long_frame, json_lines
+from ._loaders import _check_regular, _clip, _file_mode, _long_frame, json_lines
 
 __all__ = ["from_lm_eval"]
 
@@ -101,9 +102,21 @@ def _read_results(file):
             f"{exc.lineno}, column {exc.colno}). Pass model= to name the model "
             "without it."
         ) from None
+    except RecursionError:
+        # Python's json parses nested arrays and objects by recursion.
+        raise ValueError(
+            f"results file {str(file)!r} could not be read as JSON: it is nested "
+            "too deeply for Python's json parser. Pass model= to name the model "
+            "without it."
+        ) from None
     except UnicodeDecodeError as exc:
         raise ValueError(
             f"results file {str(file)!r} is not UTF-8 text: {exc}."
+        ) from None
+    except ValueError as exc:  # e.g. an int past Python's digit limit
+        raise ValueError(
+            f"results file {str(file)!r} could not be read as JSON: {exc}. Pass "
+            "model= to name the model without it."
         ) from None
     if not isinstance(results, dict):
         raise ValueError(
@@ -404,7 +417,7 @@ def _check_same_prompts(ids, queries, tasks, path, query_text="prompt"):
         )
 
 
-def _samples_files(folder):
+def _samples_files(folder, shown):
     """The samples files in ``folder`` and the folders below it, sorted.
 
     Folders that are symlinks are followed (Path.rglob skips them, and a
@@ -412,10 +425,23 @@ def _samples_files(folder):
     a word); a folder reached twice (a second link to it, or a link back up
     the tree) is read once, under its first path in sorted order. Hidden
     folders (``.ipynb_checkpoints``, where JupyterLab keeps a copy of a file
-    opened in it) are skipped.
+    opened in it) are skipped. A folder that cannot be listed is an error
+    naming it and ``path=shown`` (the path as the user wrote it).
     """
+
+    def refuse(exc):
+        # os.walk skips a folder it cannot list: a model's folder would be
+        # left out of the table without a word.
+        error = type(exc)(
+            f"path={shown!r}: the folder {exc.filename!r} cannot be read "
+            f"({exc.strerror}), and its samples files would be left out; make it "
+            "readable, or pass a path that leaves it out."
+        )
+        error.errno = exc.errno  # kept for callers that map errors to exit codes
+        raise error from None
+
     files, seen = [], set()
-    for parent, folders, names in os.walk(folder, followlinks=True):
+    for parent, folders, names in os.walk(folder, onerror=refuse, followlinks=True):
         real = os.path.realpath(parent)
         if real in seen:
             folders.clear()
@@ -701,6 +727,14 @@ def from_lm_eval(
     TypeError
         If ``filter_name`` is not a str or None, or a metric value or a
         ``query_text`` result is of the wrong kind.
+    FileNotFoundError
+        If ``path`` does not exist.
+    PermissionError
+        If ``path``, or a folder below it, cannot be read (the message names
+        the folder): no folder's samples files are left out without a word.
+    OSError
+        If ``path`` is a named pipe, a device or a socket, or a loop of
+        symbolic links, or a folder below it cannot be listed.
 
     Examples
     --------
@@ -749,14 +783,16 @@ def from_lm_eval(
     # "~/out" is read as the shell reads it; messages keep the user's text.
     shown = str(path)
     path = path.expanduser()
-    if path.is_dir():
-        files = _samples_files(path)
+    mode = _file_mode(path, "path", shown)
+    if mode is not None and stat.S_ISDIR(mode):
+        files = _samples_files(path, shown)
         if not files:
             raise ValueError(
                 f"path={shown!r} holds no samples_*.jsonl (or .jsonl.gz) file "
                 "outside hidden folders; run lm_eval with --log_samples."
             )
-    elif path.is_file():
+    elif mode is not None:
+        _check_regular(mode, "path", shown)
         files = [path]
     else:
         raise FileNotFoundError(f"path={shown!r} does not exist.")

@@ -1,8 +1,10 @@
 """Read evaluation tables from files and convert wide score matrices."""
 
+import errno
 import gzip
 import json
 import os
+import stat
 import warnings
 import zlib
 from collections.abc import Mapping
@@ -123,6 +125,17 @@ def json_lines(path, where, hint):
                         "in one object (a JSON reader would keep the last value "
                         f"silently); {hint}"
                     ) from None
+                except RecursionError:
+                    # Python's json parses nested arrays and objects by recursion.
+                    raise ValueError(
+                        f"{where}, line {number}, could not be read as JSON: it is "
+                        f"nested too deeply for Python's json parser; {hint}"
+                    ) from None
+                except ValueError as exc:  # e.g. an int past Python's digit limit
+                    raise ValueError(
+                        f"{where}, line {number}, could not be read as JSON: "
+                        f"{exc}; {hint}"
+                    ) from None
                 if not isinstance(record, dict):
                     value = repr(record)
                     value = value if len(value) <= 60 else value[:57] + "..."
@@ -180,6 +193,50 @@ def _index_as_columns(frame):
     return frame.reset_index(level=names) if names else frame
 
 
+def _file_mode(path, name, shown):
+    """The ``st_mode`` of ``path`` (a symbolic link followed), or None if
+    nothing is there (or a file is on the way: ``"e.csv/x.csv"``).
+
+    ``os.path.isfile`` would report a path it cannot look at as missing; a
+    folder on the way without search permission, or a loop of symbolic
+    links, is named here instead (``name=shown`` in the message, ``shown``
+    the path as the user wrote it).
+    """
+    try:
+        return os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError as exc:
+        error = PermissionError(
+            f"{name}={shown!r} cannot be read: permission denied (a folder on "
+            "the way may lack search permission); make it readable or give "
+            "another path."
+        )
+        error.errno = exc.errno  # kept for callers that map errors to exit codes
+        raise error from None
+    except OSError as exc:  # a loop of symbolic links, a name too long, ...
+        error = OSError(f"{name}={shown!r} cannot be read: {exc.strerror}.")
+        error.errno = exc.errno
+        raise error from None
+
+
+def _check_regular(mode, name, shown):
+    """Refuse a file of mode ``mode`` that is not a regular file (a named pipe,
+    a device): opening a pipe blocks until something writes to it."""
+    if stat.S_ISREG(mode):
+        return
+    from .._files import _special_file  # imports torch: only when needed
+
+    # A pipe (``<(command)``) can be read once: a copy can be read.
+    copy = " (copy what it gives to a file)" if stat.S_ISFIFO(mode) else ""
+    error = OSError(
+        f"{name}={shown!r} is {_special_file(mode)}, not a regular file; give "
+        f"the path of a file{copy}."
+    )
+    error.errno = errno.EINVAL  # kept for callers that map errors to exit codes
+    raise error
+
+
 def _read_table(path, name, string_columns, score_column=None, keys=()):
     """Read one csv/tsv/parquet/jsonl file into a DataFrame.
 
@@ -192,7 +249,8 @@ def _read_table(path, name, string_columns, score_column=None, keys=()):
     shown = os.fspath(path)
     # "~/evals.csv" is read as pandas reads it; messages keep the user's text.
     path = os.path.expanduser(path)
-    if os.path.isdir(path):
+    mode = _file_mode(path, name, shown)
+    if mode is not None and stat.S_ISDIR(mode):
         # It exists: "does not exist" would send the user looking for a typo.
         raise IsADirectoryError(
             f"{name}={shown!r} is a folder; give the path of a file (a folder "
@@ -200,14 +258,21 @@ def _read_table(path, name, string_columns, score_column=None, keys=()):
             "out as one file)."
         )
     kind = _file_format(shown, name)
-    if not os.path.isfile(path):
+    if mode is None:
         raise FileNotFoundError(f"{name}={shown!r} does not exist.")
+    _check_regular(mode, name, shown)
     if kind == "jsonl":
         frame, lines = _read_jsonl(path, name, shown, keys)
         return frame, kind, lines
     try:
         if kind == "parquet":
-            return _index_as_columns(pd.read_parquet(path)), kind, None
+            try:
+                return _index_as_columns(pd.read_parquet(path)), kind, None
+            except ImportError as exc:  # neither pyarrow nor fastparquet
+                raise ImportError(
+                    f"Reading {name}={shown!r} from Parquet needs pyarrow: pip "
+                    'install "locus_sklearn[parquet]" (or pyarrow).'
+                ) from exc
         # Ids and texts stay strings ("NA", "null" or "007" are valid query
         # texts); only an empty score cell becomes NaN, which check_evals then
         # reports. Other columns are read as pandas reads them, missing cells
@@ -506,7 +571,8 @@ def _read_scores(frame, column, path, kind, lines):
     elif any(isinstance(items[i], Decimal) for i in bad):
         hint = " Decimals are refused rather than converted: store scores as floats."
     message = (
-        f"column {column!r} of path={os.fspath(path)!r} must hold numbers in "
+        # The path first: the CLI names the file by replacing "path=...".
+        f"path={os.fspath(path)!r}, column {column!r}, must hold numbers in "
         f"[0, 1]; {len(bad)} of {len(items)} "
         f"{'cells' if text else 'values'} are not numbers, e.g. {examples}"
         f"{' (rows counted from 1 after the header)' if text else ''}.{hint}"
@@ -793,6 +859,15 @@ def load_evals(
         If ``path`` or ``queries`` does not exist.
     IsADirectoryError
         If ``path`` or ``queries`` is a folder.
+    PermissionError
+        If ``path`` or ``queries`` cannot be read (a folder on the way
+        without search permission included).
+    OSError
+        If ``path`` or ``queries`` is a named pipe, a device or a socket, or
+        a loop of symbolic links (the message names it).
+    ImportError
+        If a parquet file is read without pyarrow (install the ``parquet``
+        extra).
 
     Examples
     --------
