@@ -24,6 +24,26 @@ def test_route_ties_and_availability():
     assert route([[0.9, 0.5, 0.1]], [[False, True, True]]).tolist() == [1]
 
 
+@pytest.mark.parametrize("dtype", ["boolean", "bool[pyarrow]"])
+def test_route_takes_pandas_boolean_masks(dtype):
+    # np.asarray made a nullable or Arrow boolean mask dtype object, refused
+    # as "no boolean mask".
+    import pandas as pd
+
+    pytest.importorskip("pyarrow")
+    y_score = pd.DataFrame({"a": [0.9, 0.2], "b": [0.1, 0.8]})
+    up = pd.Series({"a": True, "b": False}).astype(dtype)
+    assert route(y_score, available=up).tolist() == [0, 0]
+    mask = pd.DataFrame({"a": [False, True], "b": [True, True]}).astype(dtype)
+    assert route(y_score, available=mask).tolist() == [1, 1]
+    assert route(y_score.to_numpy(), available=up).tolist() == [0, 0]
+    # A missing entry says neither True nor False: refused as such.
+    with pytest.raises(
+        ValueError, match=r"available has 1 missing entr\(y/ies\) \(pd.NA\)"
+    ):
+        route(y_score, available=mask.where(mask, pd.NA))
+
+
 def test_routing_accuracy_hand_computed():
     scores = np.array(
         [[0.9, 0.1, 0.0], [0.9, 0.1, 0.0], [0.1, 0.1, 0.9], [0.2, 0.9, 0.1]]
@@ -109,6 +129,48 @@ def test_correctness_accuracy_and_log_loss():
     assert correctness_accuracy(Y, scores) == pytest.approx(5 / 11)
     assert correctness_log_loss([[1.0, 0.0]], [[0.5, 0.5]]) == pytest.approx(np.log(2))
     assert correctness_log_loss([[1.0]], [[1.0]]) < 1e-6
+
+
+def test_correctness_accuracy_on_graded_scores_is_documented():
+    # Thresholding a mean and a graded score at 0.5 rewards the median: the
+    # calibrated P(correct) 0.6 scored 1/3, a miscalibrated 0.4 2/3, with no
+    # word of it where it is the default.
+    from locus_sklearn.model_selection import make_onboarding_scorer
+
+    y_true = np.where(np.arange(300) % 3 == 0, 1.0, 0.4)[:, None]  # mean 0.6
+    calibrated, low = np.full_like(y_true, 0.6), np.full_like(y_true, 0.4)
+    assert correctness_accuracy(y_true, calibrated) == pytest.approx(1 / 3)
+    assert correctness_accuracy(y_true, low) == pytest.approx(2 / 3)
+    assert correctness_log_loss(y_true, calibrated) < correctness_log_loss(y_true, low)
+    for documented in (correctness_accuracy, get_router_scorer, make_onboarding_scorer):
+        doc = " ".join(documented.__doc__.split())
+        assert "graded" in doc and "median" in doc and "neg_log_loss" in doc
+
+
+def test_correctness_accuracy_threshold_at_a_grade():
+    # check_evals held scores in float32, where the grade 0.7 is 0.69999999:
+    # with threshold=0.7 the cells graded 0.7 counted as below it (0.25
+    # where by hand it is 0.75). Scores given in float32 are compared with
+    # the threshold in float32.
+    import pandas as pd
+
+    from locus_sklearn import check_evals
+
+    evals = pd.DataFrame(
+        {"model": ["a"] * 4, "query": list("wxyz"), "score": [0.7, 0.7, 0.9, 0.2]}
+    )
+    y_score = np.array([[0.8], [0.75], [0.95], [0.8]])  # the last cell is wrong
+    y_true = check_evals(evals).to_dense()
+    assert correctness_accuracy(y_true, y_score, threshold=0.7) == 0.75
+    y_true = y_true.astype(np.float32)
+    assert correctness_accuracy(y_true, y_score, threshold=0.7) == 0.75
+    assert correctness_accuracy(y_true, y_true, threshold=0.7) == 1.0
+    assert (
+        correctness_accuracy(pd.DataFrame(y_true), pd.DataFrame(y_true), threshold=0.7)
+        == 1.0
+    )
+    below = np.array([[0.7 - 1e-9]])
+    assert correctness_accuracy([[0.7]], below, threshold=0.7) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -384,6 +384,21 @@ def test_missing_path(embedder, tmp_path):
         transform_chunked(embedder, tmp_path / "nope.parquet")
 
 
+def test_a_leading_tilde_is_the_home_folder(pool, tmp_path, monkeypatch):
+    # '~/e.parquet' was read as a folder named '~' of the working folder.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # no folder '~' here
+    (tmp_path / "parts").mkdir()
+    _write_parquet(pool.evals.iloc[:1200], tmp_path / "e.parquet")
+    _write_parquet(pool.evals.iloc[1200:], tmp_path / "parts" / "b.parquet")
+    for source, rows in (("~/e.parquet", 1200), ("~/parts", len(pool.evals) - 1200)):
+        chunks = list(iter_model_chunks(source, chunk_models=5))
+        assert sum(len(chunk) for chunk in chunks) == rows
+    # The message keeps the user's text.
+    with pytest.raises(FileNotFoundError, match=r"evals='~/nope.parquet' does not"):
+        list(iter_model_chunks("~/nope.parquet"))
+
+
 def test_missing_columns_everywhere(embedder, pool, tmp_path):
     frame = pool.evals.drop(columns="score")
     message = r"evals is missing required column\(s\) \['score'\]"

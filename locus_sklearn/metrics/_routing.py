@@ -294,6 +294,24 @@ def _check_number(value, name, valid, in_range):
     return float(value)
 
 
+def _as_mask(available):
+    """``available`` as an array, a pandas mask of nullable ("boolean") or
+    Arrow ("bool[pyarrow]") dtype as NumPy bools: np.asarray gives such a
+    mask dtype object, which the boolean check refused as no mask."""
+    if isinstance(available, pd.Series | pd.DataFrame):
+        dtypes = list(available.dtypes) if available.ndim == 2 else [available.dtype]
+        if dtypes and all(pd.api.types.is_bool_dtype(dtype) for dtype in dtypes):
+            n_missing = int(available.isna().to_numpy().sum())
+            if n_missing:
+                raise ValueError(
+                    f"available has {n_missing} missing entr(y/ies) (pd.NA); a "
+                    "mask must say True or False for every model. Fill them, "
+                    "e.g. available.fillna(False) to exclude those models."
+                )
+            return available.to_numpy(dtype=bool)
+    return np.asarray(available)
+
+
 def route(y_score, available=None):
     """Index of the model with the largest score per query, among available ones.
 
@@ -308,7 +326,9 @@ default=None
         ``y_score`` by position, or, when both are DataFrames, by their
         column (model) and row (query) labels, which must be the same. A
         Series beside a DataFrame ``y_score`` is one row for every query,
-        matched by label: its index must hold ``y_score``'s columns.
+        matched by label: its index must hold ``y_score``'s columns. A
+        pandas mask of dtype "boolean" or "bool[pyarrow]" is read as bools;
+        a missing entry (pd.NA) is refused.
 
     Returns
     -------
@@ -378,7 +398,7 @@ default=None
     if available is None:
         available = np.ones(y_score.shape, dtype=bool)
     else:
-        available = np.asarray(available)
+        available = _as_mask(available)
         # Only a mask: model indices or names cast to bool would silently
         # mean "every model but index 0" or "every model".
         if available.dtype != bool:
@@ -574,6 +594,16 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
     A cell counts as correct when ``y_score >= threshold`` agrees with
     ``y_true >= threshold``; missing cells are skipped.
 
+    Made for binary scores (0 or 1). On graded scores (fractions in [0, 1])
+    it compares a predicted mean with the side of the threshold that the
+    observed score falls on, so it rewards predicting the median score, not
+    the expected one: where a model scores 1 on a third of the queries and 0.4
+    on the rest, the calibrated P(correct) 0.6 (the mean, which training
+    targets) scores 1/3, a miscalibrated 0.4 scores 2/3 (see Examples). For
+    graded pools use :func:`correctness_log_loss` (the ``"neg_log_loss"``
+    scorer), which the expected score minimises; so does the Brier score
+    ``np.nanmean((y_true - y_score) ** 2)`` (not provided by this package).
+
     Parameters
     ----------
     y_true : array-like of shape (n_queries, n_models)
@@ -594,14 +624,50 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
     --------
     >>> correctness_accuracy([[1, 0], [0, float("nan")]], [[0.8, 0.6], [0.1, 0.9]])
     0.666...
+
+    Graded scores of mean 0.6, two of three below 0.5: the mean scores worse
+    than a miscalibrated 0.4, which the log loss ranks right.
+
+    >>> y_true = [[1.0], [0.4], [0.4]]
+    >>> correctness_accuracy(y_true, [[0.6]] * 3), correctness_accuracy(y_true, [[0.4]] * 3)
+    (0.333..., 0.666...)
+    >>> correctness_log_loss(y_true, [[0.6]] * 3) < correctness_log_loss(y_true, [[0.4]] * 3)
+    True
     """
     threshold = _check_number(
         threshold, "threshold", "in [0, 1]", lambda t: 0 <= t <= 1
     )
+    # The threshold at the precision of each input: a graded score 0.7 held
+    # in float32 (as check_evals and parquet files hold them) is 0.69999999
+    # in float64, and fell below threshold=0.7.
+    true_threshold = _in_precision_of(y_true, threshold)
+    score_threshold = _in_precision_of(y_score, threshold)
     y_true, observed, y_score = _check_pair(y_true, y_score)
     _check_probabilities(y_score, "a correctness accuracy")
-    hit = (y_score >= threshold) == (y_true >= threshold)
+    hit = (y_score >= score_threshold) == (y_true >= true_threshold)
     return float(hit[observed].mean())
+
+
+def _in_precision_of(values, number):
+    """``number`` rounded to the coarsest floating dtype ``values`` holds
+    (a DataFrame's columns, pandas' Float32 included), as a float; values
+    that are not floating (integers, lists of Python floats) leave it.
+
+    >>> import numpy as np
+    >>> _in_precision_of(np.array([0.7], dtype=np.float32), 0.7) == float(np.float32(0.7))
+    True
+    >>> _in_precision_of([0.7], 0.7)
+    0.7
+    """
+    if isinstance(values, pd.DataFrame):
+        dtypes = list(values.dtypes)
+    else:
+        dtypes = [getattr(values, "dtype", None)]
+    for dtype in dtypes:
+        dtype = getattr(dtype, "numpy_dtype", dtype)  # pandas' Float32
+        if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.floating):
+            number = float(dtype.type(number))
+    return number
 
 
 def correctness_log_loss(y_true, y_score, *, eps=1e-7):

@@ -51,6 +51,13 @@ def get_router_scorer(name):
     :meth:`score`, cost weight included), ``"routing_accuracy_no_cost"``,
     ``"correctness_accuracy"`` and ``"neg_log_loss"``.
 
+    ``"correctness_accuracy"`` (:func:`~locus_sklearn.metrics.correctness_accuracy`)
+    thresholds the observed score and P(correct) at 0.5, which suits binary
+    scores; on graded scores (fractions in [0, 1]) it rewards predicting the
+    median score over the expected one, so that a miscalibrated router can
+    beat a calibrated one. For graded pools use ``"neg_log_loss"``, which the
+    expected score maximises (the package has no Brier scorer).
+
     Parameters
     ----------
     name : {"routing_accuracy", "routing_accuracy_no_cost", \

@@ -340,6 +340,11 @@ def make_onboarding_scorer(cv, metric="correctness_accuracy", *, model_costs=Non
         right on their scoring rows?), ``"neg_log_loss"``,
         ``"routing_accuracy"`` or ``"routing_accuracy_no_cost"`` (routing
         among the held-out models, on the queries they were scored on).
+        The default thresholds the score and P(correct) at 0.5, which suits
+        binary scores: on graded ones (fractions in [0, 1]) it rewards
+        predicting the median score over the expected one (see
+        :func:`~locus_sklearn.metrics.correctness_accuracy`); pass
+        ``"neg_log_loss"`` for a graded pool.
     model_costs : mapping of str to float or pandas Series, default=None
         Costs of the models by name (finite, >= 0), checked here; needed
         when the router was fitted with costs, and refused when scoring a

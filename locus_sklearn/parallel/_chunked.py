@@ -686,8 +686,11 @@ def predict_proba_chunked(router, queries, *, chunk_queries=1000, n_jobs=None):
 def predict_chunked(router, queries, *, models=None, chunk_queries=1000, n_jobs=None):
     """Route many queries, chunk by chunk in joblib workers.
 
-    Equal to ``router.predict(queries, models)``; only the routed names
-    come back from the workers, so memory does not grow with
+    Equal to ``router.predict(queries, models)`` except where a query's
+    best scores lie within float32 rounding of each other (about 1e-7): each
+    chunk is predicted as a batch of its own size, which rounds a float32
+    P(correct) differently (see :func:`predict_proba_chunked`). Only the
+    routed names come back from the workers, so memory does not grow with
     ``n_queries * n_models``.
 
     Parameters

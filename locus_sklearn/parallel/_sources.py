@@ -521,15 +521,17 @@ def _as_dataset(evals, name):
         ) from exc
     if isinstance(evals, ds.Dataset):
         return _with_absolute_paths(evals)
-    path = os.fspath(evals)
+    path = os.fspath(evals)  # as the user wrote it, for messages
+    # A leading ~ is the user's home, as for every path of the package.
+    expanded = os.path.expanduser(path)
     # A URI (s3://, gs://, hdfs://) is resolved by pyarrow's filesystems.
-    if "://" not in path and not os.path.exists(path):
+    if "://" not in path and not os.path.exists(expanded):
         raise FileNotFoundError(f"{name}={path!r} does not exist.")
     try:
         # A relative path is resolved here: a chunk keeps its files' paths,
         # and a worker process resolves them against its own working folder
         # (loky reuses workers, which keep the folder they started in).
-        location = path if "://" in path else os.path.abspath(path)
+        location = path if "://" in path else os.path.abspath(expanded)
         dataset = ds.dataset(location, format="parquet")
     except _arrow_read_errors() as exc:
         # pyarrow's message names the file but not the parameter.
@@ -545,7 +547,7 @@ def _as_dataset(evals, name):
             f"{name}={path!r} is a folder with no Parquet files (names starting "
             "with '.' or '_' are skipped)."
         )
-    if "://" in path or os.path.isdir(path):
+    if "://" in path or os.path.isdir(expanded):
         dataset = _with_hive_columns(dataset, location)
     return dataset
 
@@ -915,7 +917,8 @@ def iter_model_chunks(evals, *, chunk_models=1000):
         optionally ``task``):
 
         - a DataFrame or a mapping of equal-length columns, split in memory;
-        - a path to a Parquet file or to a folder of Parquet files, or a
+        - a path to a Parquet file or to a folder of Parquet files (a
+          leading ``~`` is the user's home), or a
           ``pyarrow.dataset.Dataset`` (any format pyarrow reads, e.g. csv):
           the ``model`` column is scanned once, then each chunk is read with
           a filter on its range of model names, so the rows may come in any
