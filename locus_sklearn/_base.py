@@ -27,7 +27,14 @@ from ._encoders import (
     encode_queries,
     warn_shared_encodings,
 )
-from ._evals import _as_frame, _preview, check_evals, check_model_costs, check_queries
+from ._evals import (
+    _as_frame,
+    _is_arrow_array,
+    _preview,
+    check_evals,
+    check_model_costs,
+    check_queries,
+)
 from ._params import NoBoolNumbersMixin, short_int, unrepresentable_int
 from ._repr import SummaryReprMixin
 from .metrics._routing import route
@@ -89,8 +96,11 @@ def check_model_subset(models, classes, *, name="models"):
 
     Parameters
     ----------
-    models : iterable of str
-        Model names (a list, 1-D array, set, ...), each once.
+    models : iterable of str, pyarrow array, or DataFrame with a ``model`` column
+        Model names (a list, 1-D array, set, pyarrow Array or ChunkedArray,
+        ...), each once; a DataFrame gives its ``model`` column, as
+        :func:`~locus_sklearn.check_queries` takes a DataFrame's ``query``
+        column.
     classes : ndarray of str, shape (n_models,)
     name : str, default="models"
         The parameter, as error messages name it.
@@ -105,7 +115,8 @@ def check_model_subset(models, classes, *, name="models"):
         If ``models`` is a string, a mapping, not iterable, or holds an entry
         that is not a str (a nested list, the row of a 2-D array, a number).
     ValueError
-        If ``models`` is empty, repeats a model or names one not in ``classes``.
+        If ``models`` is empty, repeats a model or names one not in
+        ``classes``, or is a DataFrame without one ``model`` column.
 
     Examples
     --------
@@ -126,8 +137,26 @@ def check_model_subset(models, classes, *, name="models"):
             "list(d) for its keys, or [m for m, ok in d.items() if ok] for the "
             "models it marks True."
         )
+    if isinstance(models, pd.DataFrame):
+        # Iterating a DataFrame gives its column labels ('model', ...), which
+        # were then reported as unknown models.
+        if "model" not in models.columns:
+            raise ValueError(
+                f"{name} is a DataFrame without a 'model' column; it has columns "
+                f"{_preview(models.columns)}. Pass a list of model names or a "
+                "DataFrame whose 'model' column holds them."
+            )
+        models = models["model"]
+        if isinstance(models, pd.DataFrame):
+            raise ValueError(
+                f"{name}['model'] is not one column but a DataFrame of "
+                f"{models.shape[1]} column(s); give the model names in one "
+                "column named 'model'."
+            )
     try:
-        models = list(models)
+        # NumPy and list() would give a pyarrow array's Arrow scalars, which
+        # are not str.
+        models = models.to_pylist() if _is_arrow_array(models) else list(models)
     except TypeError:
         raise TypeError(
             f"{name} must be a list of model names; got {models!r} of type "

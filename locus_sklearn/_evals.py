@@ -41,8 +41,11 @@ class EvalTable:
         Row -> index into ``models``.
     query_index : ndarray of int64, shape (n_rows,)
         Row -> index into ``queries``.
-    score : ndarray of float32, shape (n_rows,)
-        Score in [0, 1] of each row.
+    score : ndarray of float64, shape (n_rows,)
+        Score in [0, 1] of each row, as given (duplicates averaged in
+        float64): a graded 0.7 stays 0.7, where float32 would read
+        0.699999988. The network and the kernel readout take float32
+        copies; a saved router stores its evaluations in float32.
     query_task : ndarray of str, shape (n_queries,) or None
         Task of each distinct query, when the input had a ``task`` column.
     n_input_rows : int
@@ -310,7 +313,18 @@ def _as_frame(evals, name):
     if isinstance(evals, pd.DataFrame):
         return evals
     if isinstance(evals, Mapping):
-        evals = {key: untorched(column) for key, column in evals.items()}
+        # Only the standard columns are read, as from a DataFrame: other
+        # entries (per-row vectors, a scalar of metadata, a column of another
+        # length) are ignored, not validated. A missing column is reported
+        # with every key of the mapping, a misspelt name among them.
+        standard = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
+        if any(column not in evals for column in REQUIRED_COLUMNS):
+            _check_columns(pd.Index(list(evals), dtype=object), name)
+        evals = {
+            key: untorched(column)
+            for key, column in evals.items()
+            if isinstance(key, str) and key in standard
+        }
         lengths = {}
         for key, column in evals.items():
             try:
@@ -436,7 +450,22 @@ def _sorted_codes(values):
     as the longest query text.) The order is the same: Python's str order.
     """
     codes, uniques = pd.factorize(values, sort=True)
-    return np.asarray(uniques, dtype=object), codes.astype(np.intp, copy=False)
+    return _plain_str(uniques), codes.astype(np.intp, copy=False)
+
+
+def _plain_str(values):
+    """The str of ``values`` as an object array of plain str.
+
+    A str subclass (NumPy's str_, what ``list(np_array)`` gives) would reach
+    a router's ``classes_``, its predictions and output index, and show as
+    np.str_('a'), where the same ids from a '<U' array or a DataFrame give
+    'a' (and a saved and loaded router gives 'a'). ``str.__str__`` keeps the
+    text of any subclass. Only arrays holding another type are copied.
+    """
+    values = np.asarray(values, dtype=object)
+    if all(type(v) is str for v in values):
+        return values
+    return np.array([str.__str__(v) for v in values], dtype=object)
 
 
 def _non_strings(values):
@@ -638,7 +667,7 @@ def tasks_by_query(query_index, task, queries, name):
             f"task (e.g. {_preview(examples)}); each query belongs to one task."
         )
     query_task = np.empty(len(queries), dtype=object)
-    query_task[pairs["query"].to_numpy()] = pairs["task"].to_numpy(dtype=object)
+    query_task[pairs["query"].to_numpy()] = _plain_str(pairs["task"].to_numpy())
     return query_task
 
 
@@ -727,7 +756,7 @@ def check_evals(evals, *, name="evals"):
         queries=queries,
         model_index=unique_key // len(queries),
         query_index=unique_key % len(queries),
-        score=(total / count).astype(np.float32),
+        score=total / count,
         query_task=query_task,
         n_input_rows=len(frame),
     )

@@ -250,7 +250,7 @@ def _per_model(table, rows_mask):
         rows = np.arange(indptr[m], indptr[m + 1])
         rows = rows[rows_mask[rows]]
         queries.append(torch.as_tensor(table.query_index[rows]))
-        scores.append(torch.as_tensor(table.score[rows]))
+        scores.append(torch.as_tensor(table.score[rows], dtype=torch.float32))
     return queries, scores
 
 
@@ -1116,7 +1116,7 @@ def embed_models(module, table, X_query, *, batch_tokens, bfloat16=False):
     indptr = table.indptr
     counts = np.diff(indptr)
     query_index = torch.as_tensor(writable(table.query_index), device=device)
-    score = torch.as_tensor(writable(table.score), device=device)
+    score = torch.as_tensor(writable(table.score), dtype=torch.float32, device=device)
     out = np.empty((table.n_models, module.embedding_dim), dtype=np.float32)
     # bfloat16 only where asked: a caller's autocast would also switch the
     # encoder to its autocast path.
@@ -1204,7 +1204,7 @@ def evaluation_sets(X_table, table, device):
     return EvaluationSets(
         torch.as_tensor(writable(X_table), dtype=torch.float32, device=device),
         torch.as_tensor(writable(table.query_index), device=device),
-        torch.as_tensor(writable(table.score), device=device),
+        torch.as_tensor(writable(table.score), dtype=torch.float32, device=device),
         table.indptr,
     )
 

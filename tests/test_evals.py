@@ -33,7 +33,7 @@ def test_hand_computed_conversion():
     assert table.model_index.tolist() == [0, 0, 1]
     assert table.query_index.tolist() == [0, 1, 0]
     assert table.score.tolist() == [1.0, 0.5, 0.5]
-    assert table.score.dtype == np.float32
+    assert table.score.dtype == np.float64
     assert table.query_task.tolist() == ["t1", "t2"]
     assert table.n_input_rows == 5 and table.n_rows == 3
     assert table.indptr.tolist() == [0, 2, 3]
@@ -343,8 +343,8 @@ def test_valid_tables_round_trip_whatever_the_row_order(rows, seed):
     np.testing.assert_array_equal(table.queries, shuffled.queries)
     np.testing.assert_array_equal(table.model_index, shuffled.model_index)
     np.testing.assert_array_equal(table.query_index, shuffled.query_index)
-    # Duplicates' means are summed in row order: a float64 ulp can move a
-    # float32 subnormal mean by a whole step, hence the smallest normal as atol.
+    # Duplicates' means are summed in row order, which moves them by float64
+    # ulps (the smallest normal float32 as atol, for subnormal means).
     np.testing.assert_allclose(table.score, shuffled.score, rtol=1e-6, atol=2**-126)
     # Averages of duplicates, computed by pandas.
     expected = evals.groupby(["model", "query"])["score"].mean()
@@ -686,7 +686,7 @@ def test_campaign_check_evals_any_input(evals):
     for ids in (table.models, table.queries):
         assert all(isinstance(v, str) and v for v in ids)
         assert list(ids) == sorted(set(ids))
-    assert table.score.dtype == np.float32
+    assert table.score.dtype == np.float64
     assert np.isfinite(table.score).all()
     assert ((table.score >= 0) & (table.score <= 1)).all()
     assert (0 <= table.model_index).all() and (table.model_index < table.n_models).all()
@@ -788,6 +788,71 @@ def test_other_repeated_columns_are_ignored():
     columns = ["model", "query", "score", "cost", "cost"]
     evals = pd.DataFrame([["a", "q", 1.0, 2, 3]], columns=columns)
     assert check_evals(evals).score.tolist() == [1.0]
+
+
+def test_a_mappings_other_entries_are_ignored():
+    # Documented ("Other columns are ignored"), as a DataFrame's are: a 2-D
+    # column (per-row vectors), a scalar of metadata and a column of another
+    # length were validated, and the whole call refused.
+    columns = {
+        "model": ["b", "a", "a"],
+        "query": ["q1", "q1", "q2"],
+        "score": [1.0, 0.0, 0.5],
+        "task": ["t", "t", "u"],
+    }
+    extras = {
+        "vectors": np.zeros((3, 2)),
+        "source": "mmlu",
+        "notes": ["only one"],
+        "judge": {"x", "y"},
+        7: [1, 2, 3],
+    }
+    table = check_evals({**columns, **extras})
+    expected = check_evals(columns)
+    assert table.models.tolist() == ["a", "b"]
+    assert table.score.tolist() == [0.0, 0.5, 1.0] == expected.score.tolist()
+    assert table.query_task.tolist() == ["t", "u"]
+    assert table.n_input_rows == 3
+    # A missing column still lists every key the mapping has.
+    with pytest.raises(
+        ValueError,
+        match=r"missing required column\(s\) \['score'\]; it has columns "
+        r"\['model', 'query', 'Score', 'vectors'\]",
+    ):
+        check_evals(
+            {
+                "model": ["a"],
+                "query": ["q"],
+                "Score": [1.0],
+                "vectors": np.zeros((1, 2)),
+            }
+        )
+
+
+def test_numpy_str_ids_are_stored_as_plain_str():
+    # list() of a '<U' array gives np.str_ items, which reached the table
+    # (and from it a router's classes_ and predictions) as np.str_('m1').
+    evals = {
+        "model": list(np.array(["m2", "m1", "m1"])),
+        "query": list(np.array(["q1", "q1", "q2"])),
+        "score": [1.0, 0.0, 1.0],
+        "task": list(np.array(["t", "t", "u"])),
+    }
+    assert type(evals["model"][0]) is np.str_
+    table = check_evals(evals)
+    for values in (table.models, table.queries, table.query_task):
+        assert {type(v) for v in values} == {str}
+    assert table.models.tolist() == ["m1", "m2"]
+    assert table.queries.tolist() == ["q1", "q2"]
+    assert table.query_task.tolist() == ["t", "u"]
+
+    # Any str subclass keeps its text.
+    class Name(str):
+        def __str__(self):
+            return "changed"
+
+    table = check_evals({"model": [Name("m")], "query": ["q"], "score": [1.0]})
+    assert table.models.tolist() == ["m"] and type(table.models[0]) is str
 
 
 DENSE = check_evals(
@@ -1005,3 +1070,20 @@ def test_messages_cut_long_values_keeping_both_ends():
     )
     # Values up to 100 characters (ids, paths) are shown whole, as before.
     assert _preview(["x" * 98, 1.5]) == f"['{'x' * 98}', 1.5]"
+
+
+def test_graded_scores_are_kept_as_given():
+    # Scores were held in float32: a grade of 0.7 read 0.699999988, so a
+    # router's score() said 0.699999988 for a routing whose grades are all 0.7
+    # and a threshold of 0.7 put those cells below it.
+    evals = pd.DataFrame(
+        {
+            "model": ["a", "a", "a", "b"],
+            "query": ["x", "y", "y", "x"],
+            "score": [0.7, 0.1, 0.2, 0.3],
+        }
+    )
+    table = check_evals(evals)
+    assert table.score.tolist() == [0.7, (0.1 + 0.2) / 2, 0.3]
+    dense = table.to_dense()
+    assert dense[0, 0] == 0.7 and (dense >= 0.7).sum() == 1

@@ -24,6 +24,7 @@ from locus_sklearn.datasets import make_model_pool
 from locus_sklearn.inspection import (
     calibrate_cost_weight,
     calibrate_fingerprint_threshold,
+    cost_quality_curve,
     distance_disagreement_correlation,
     embed_profile,
     embedding_dimensionality,
@@ -1276,7 +1277,7 @@ def test_embed_profile_messages_for_profiles_naming_no_task():
     assert not spy.calls
 
 
-def test_task_profiles_are_means_of_float32_scores_and_exact_counts_halves():
+def test_task_profiles_are_means_of_the_scores_and_exact_counts_halves():
     evals = pd.DataFrame(
         {
             "model": ["a", "a", "a"],
@@ -1285,11 +1286,14 @@ def test_task_profiles_are_means_of_float32_scores_and_exact_counts_halves():
             "task": ["x", "x", "y"],
         }
     )
+    # Means of the scores as given, in float64 (documented).
     profile = task_profiles(evals)
-    # Means of the stored float32 scores (documented): not 0.15 and 0.35.
-    f32 = [float(np.float32(v)) for v in (0.1, 0.2, 0.35)]
-    assert profile.loc["a", "x"] == (f32[0] + f32[1]) / 2
-    assert profile.loc["a", "y"] == f32[2] == 0.3499999940395355
+    assert profile.loc["a", "x"] == (0.1 + 0.2) / 2
+    assert profile.loc["a", "y"] == 0.35
+    # Scores given in float32 (as parquet files often hold them) are their
+    # float32 values: 0.35 reads 0.3499999940.
+    profile = task_profiles(evals.astype({"score": np.float32}))
+    assert profile.loc["a", "y"] == float(np.float32(0.35)) == 0.3499999940395355
     # scores="exact" read 0.3499999940 * 10 as 3.4999999 and scored 3 of the
     # 10 queries; 0.35 by hand is 3.5, which rounds (to even) to 4.
     queries = {"y": [f"y{i}" for i in range(10)]}
@@ -1299,6 +1303,89 @@ def test_task_profiles_are_means_of_float32_scores_and_exact_counts_halves():
     for accuracy, correct in [(0.35, 0.4), (0.25, 0.2), (0.26, 0.3), (0.34, 0.3)]:
         out = embed_profile(_TaskMeans(), {"y": accuracy}, queries, scores="exact")
         np.testing.assert_array_equal(out, [[correct]])
+
+
+def test_embed_profile_draws_alike_whatever_the_order_of_the_tasks():
+    # The query pool was concatenated in the order of the mapping's keys (or
+    # the DataFrame's columns): the same profile in another order drew other
+    # queries and scores for one random_state (0.34 apart once embedded).
+    queries = {
+        "code": [f"c{i}" for i in range(15)],
+        "math": [f"m{i}" for i in range(15)],
+        "prose": [f"p{i}" for i in range(15)],
+    }
+    profile = {"code": 0.8, "math": 0.3, "prose": 0.5}
+    orders = [
+        profile,
+        dict(reversed(profile.items())),
+        pd.Series(profile)[["math", "prose", "code"]],
+        pd.DataFrame([profile])[["prose", "code", "math"]],
+    ]
+    for scores in ("bernoulli", "exact"):
+        drawn = []
+        for given in orders:
+            spy = _SpyEmbedder()
+            embed_profile(
+                spy, given, queries, n_evals=20, scores=scores, random_state=0
+            )
+            drawn.append(spy.calls[0])
+        for other in drawn[1:]:
+            pd.testing.assert_frame_equal(other, drawn[0])
+        # The order of task_profiles' columns (sorted), as given.
+        spy = _SpyEmbedder()
+        embed_profile(spy, profile, queries, n_evals=20, scores=scores, random_state=0)
+        pd.testing.assert_frame_equal(spy.calls[0], drawn[0])
+
+
+def test_min_accuracy_met_exactly_by_graded_scores_is_met():
+    # Both models score 0.7 on average by hand (0.7, 0.7 and 0.9, 0.5); the
+    # cheaper one is routed at every cost weight. Stored in float32 the mean
+    # read 0.699999988, under the target 0.7 by more than the 1e-9 allowed:
+    # "No cost weight meets the target ... ranges from 0.7 to 0.7".
+    evals = pd.DataFrame(
+        {
+            "model": ["a", "a", "b", "b"],
+            "query": ["q1", "q2", "q1", "q2"],
+            "score": [0.7, 0.7, 0.9, 0.5],
+        }
+    )
+    router = SingleBestRouter().fit(evals, model_costs={"a": 1.0, "b": 2.0})
+    result = calibrate_cost_weight(router, evals, min_accuracy=0.7)
+    assert result.mean_cost == 1.0 and result.n_scored == 2
+    assert result.accuracy == pytest.approx(0.7, abs=1e-7)
+    # A target above what any routing reaches (by more than float32 rounding)
+    # is still refused.
+    with pytest.raises(ValueError, match="No cost weight meets the target accuracy"):
+        calibrate_cost_weight(router, evals, min_accuracy=0.7000003)
+
+
+def test_pareto_front_ignores_an_accuracy_gain_of_float32_rounding():
+    # Routed to b (cost 2) the test queries score 0.3 + 0.4, to a (cost 1)
+    # 0.7 + 0.0: both routings reach 0.35 by hand, so the costlier one is
+    # dominated. The float32 scores summed to 0.3500000089 > 0.3499999940,
+    # and both points were on the front.
+    encoder = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    train = pd.DataFrame(
+        {
+            "model": ["a", "a", "b", "b"],
+            "query": ["q1", "q2", "q1", "q2"],
+            "score": [0.1, 0.1, 0.9, 0.9],
+        }
+    )
+    test = train.assign(score=[0.7, 0.0, 0.3, 0.4])
+    router = KNNRouter(k=1, encoder=encoder).fit(
+        train, model_costs={"a": 1.0, "b": 2.0}
+    )
+    points = cost_quality_curve(router, test).points
+    assert points["mean_cost"].tolist() == [2.0, 1.0]
+    np.testing.assert_allclose(points["accuracy"], [0.35, 0.35], atol=1e-7)
+    assert points["pareto"].tolist() == [False, True]
+    # The same on a grid of cost weights.
+    grid = cost_quality_curve(router, test, [0.0, 1.0]).points
+    assert grid["pareto"].tolist() == [False, True]
+    # A gain of a score's worth (0.3 + 0.5 = 0.8 by hand) keeps both.
+    gain = cost_quality_curve(router, test.assign(score=[0.7, 0.0, 0.3, 0.5]))
+    assert gain.points["pareto"].tolist() == [True, True]
 
 
 def _three_model_profiles():

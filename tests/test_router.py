@@ -58,6 +58,68 @@ def test_predict_restricted_to_subset(router, pool, query_texts):
         router.predict(query_texts[:2], models=["fam0-m01", "fam2-m10", "fam0-m01"])
 
 
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda names: pytest.importorskip("pyarrow").array(names),
+        lambda names: pytest.importorskip("pyarrow").chunked_array(
+            [names[:1], names[1:]]
+        ),
+        lambda names: pd.DataFrame({"model": names, "cost": [1.0] * len(names)}),
+    ],
+    ids=["pyarrow-array", "pyarrow-chunked", "dataframe"],
+)
+def test_model_names_in_the_containers_queries_come_in(
+    router, fitted_copy, query_texts, wrap
+):
+    # A pyarrow array (accepted as queries) gave Arrow scalars, "not str"; a
+    # DataFrame gave its column labels: "1 model(s) not in the pool: ['model']".
+    # Its 'model' column is read, as check_queries reads 'query'.
+    subset = ["fam0-m01", "fam2-m10"]
+    queries = query_texts[:50]
+    np.testing.assert_array_equal(
+        router.predict(queries, models=wrap(subset)),
+        router.predict(queries, models=subset),
+    )
+    removed = fitted_copy(router)
+    removed.remove_models(wrap(subset))
+    assert removed.classes_.tolist() == [m for m in router.classes_ if m not in subset]
+
+
+def test_a_dataframe_of_model_names_needs_one_model_column():
+    from locus_sklearn._base import check_model_subset
+
+    classes = np.array(["a", "b"], dtype=object)
+    with pytest.raises(
+        ValueError,
+        match=r"models is a DataFrame without a 'model' column; it has columns "
+        r"\['name'\]",
+    ):
+        check_model_subset(pd.DataFrame({"name": ["a"]}), classes)
+    twice = pd.DataFrame([["a", "b"]], columns=["model", "model"])
+    with pytest.raises(ValueError, match=r"models\['model'\] is not one column"):
+        check_model_subset(twice, classes)
+    assert check_model_subset(pd.DataFrame({"model": ["b"]}), classes).tolist() == [
+        False,
+        True,
+    ]
+
+
+def test_numpy_str_ids_come_back_as_plain_str():
+    # list() of a '<U' array gives np.str_ items: they reached classes_ and
+    # predict() as np.str_('m1'), where the '<U' array itself (or a
+    # DataFrame, or a saved and loaded router) gives 'm1'.
+    from locus_sklearn.baselines import SingleBestRouter
+
+    models = np.array(["m1", "m1", "m2", "m2"])
+    queries = np.array(["q1", "q2", "q1", "q2"])
+    evals = {"model": list(models), "query": list(queries), "score": [1, 0, 1, 1]}
+    router = SingleBestRouter().fit(evals)
+    assert [type(m) for m in router.classes_] == [str, str]
+    assert router.classes_.tolist() == ["m1", "m2"]
+    assert [type(m) for m in router.predict(["q1"])] == [str]
+
+
 def test_cost_aware_routing(pool, tiny_embedder, model_names, query_texts):
     costs = {m: 0.0 for m in model_names}
     r = LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)).fit(

@@ -1,6 +1,7 @@
 """The k-nearest-neighbor router: mean score on the nearest training queries."""
 
 import operator
+import os
 from numbers import Integral
 
 import numpy as np
@@ -138,7 +139,7 @@ class KNNRouter(BaseRouter):
     encoder : None, str, object with ``encode`` or mapping, default=None
         Query encoder (see :class:`~locus_sklearn.QueryEncoder`); None uses
         the bundled all-MiniLM-L6-v2.
-    memory : None, str or joblib.Memory, default=None
+    memory : None, str, os.PathLike or joblib.Memory, default=None
         Cache of query encodings across fits.
     cost_weight : float, default=0.0
         Weight of the model costs in :meth:`predict`.
@@ -210,7 +211,7 @@ class KNNRouter(BaseRouter):
         **BaseRouter._parameter_constraints,
         "k": [Interval(Integral, 1, None, closed="left")],
         "encoder": "no_validation",
-        "memory": [None, str, HasMethods(["cache"])],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "weights": [StrOptions({"uniform", "distance"})],
     }
 
@@ -245,7 +246,9 @@ class KNNRouter(BaseRouter):
         self.n_evals_ = np.bincount(table.model_index, minlength=table.n_models)
         self._indptr = table.indptr
         self._query_index = table.query_index
-        self._score = table.score.astype(np.float64)
+        # At float32 precision, as the shared search's matrix holds them: a
+        # model's prediction does not depend on which search reads it.
+        self._score = table.score.astype(np.float32).astype(np.float64)
         self._n_shared_neighbors, shared = self._plan_search(table.n_queries)
         self._shared_models = np.flatnonzero(shared)
         in_shared = shared[table.model_index]

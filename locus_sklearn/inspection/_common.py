@@ -535,8 +535,8 @@ def lookup(names, model, *, name="model"):
 _MAX_LEVELS = 64
 
 
-# Scores are stored as float32 (check_evals), so a disagreement computed on
-# them carries their rounding: |0.3 - 0.1| read 0.2000000104, over a
+# Scores given in float32 (as parquet files often hold them) carry its
+# rounding into a disagreement computed on them: |0.3 - 0.1| read 0.2000000104, over a
 # threshold of 0.2, and two disagreements of 0.1 by hand read 0.1000000040
 # and 0.1000000015, which ranked one before the other. Rounding the rates
 # (to 6 decimals) did not mend it: a rate halfway between two rounded values

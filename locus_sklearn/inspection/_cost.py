@@ -447,21 +447,41 @@ def _interval_mean_costs(start, group, old, new, costs, n_steps):
     return mean_cost
 
 
-def _pareto(cost, accuracy):
+# Scores often come in float32 (parquet files and judges' outputs hold them
+# so): a score of 0.7 then reads 0.699999988, within half a float32 ulp (at most 2**-25 below 1) of what was
+# given, and so is a mean of such scores; two such means differ by at most
+# 2**-24 more or less than by hand. Accuracies closer than float32's eps
+# (2**-23: twice that, leaving room for the float64 running sums) are one:
+# a floor met by hand is met, and a routing that costs more for an accuracy
+# higher only by this rounding is dominated. Means of 0/1 scores over fewer
+# than 2**23 queries differ by 1/n at least, far more.
+_ACCURACY_ROUNDING = float(np.finfo(np.float32).eps)
+
+
+def _pareto(cost, accuracy, tol=_ACCURACY_ROUNDING):
     """The Pareto frontier: points that no other point dominates, i.e. no
     other point has cost <= and accuracy >= with one of them strict.
 
-    Identical points do not dominate each other: all their copies are kept.
+    Accuracies within ``tol`` of each other count as equal (see
+    ``_ACCURACY_ROUNDING``). Identical points do not dominate each other:
+    all their copies are kept, and so are the points of one cost whose
+    accuracy is within ``tol`` of that cost's best.
     """
     order = np.lexsort((-accuracy, cost))
-    best = -np.inf
-    last = None
+    best = -np.inf  # the best accuracy at a smaller cost
     keep = np.zeros(len(cost), dtype=bool)
-    for i in order:
-        point = (cost[i], accuracy[i])
-        if accuracy[i] > best or point == last:
-            keep[i] = True
-            best, last = accuracy[i], point
+    start = 0
+    while start < len(order):
+        # The points of one cost, most accurate first.
+        stop = start + 1
+        while stop < len(order) and cost[order[stop]] == cost[order[start]]:
+            stop += 1
+        group = order[start:stop]
+        top = accuracy[group[0]]
+        if top > best + tol:
+            keep[group] = accuracy[group] >= top - tol
+        best = max(best, top)
+        start = stop
     return keep
 
 
@@ -543,7 +563,9 @@ def cost_quality_curve(
         ``pareto`` (True on the Pareto frontier: where no other point is at
         most as costly and at least as accurate, and strictly better on one
         of the two; a point that only costs more for the same accuracy is
-        off it, and identical points are on it together), in increasing λ.
+        off it, and identical points are on it together; accuracies within
+        float32's eps, 2**-23, count as the same, as scores often come in
+        float32), in increasing λ.
         With the exact curve, also ``lower`` and ``upper``, the interval of
         λ each point stands for.
         ``pareto``: the Pareto points only, cheapest first.
@@ -749,7 +771,9 @@ def calibrate_cost_weight(
         The models ``target_share`` caps (e.g. ``["gpt-4"]``); also reported
         in the result's ``share`` for the other targets.
     min_accuracy : float in [0, 1], default=None
-        Smallest acceptable routing accuracy.
+        Smallest acceptable routing accuracy. An accuracy within float32's
+        eps (2**-23) below it meets it: scores often come in float32 (parquet
+        files hold them so), where a mean of scores of 0.7 reads 0.699999988.
     cv : int, cross-validation splitter or None, default=None
         None routes by ``router.predict_proba``. Given, ``evals`` are the
         router's training evaluations (scored, every model of the pool) and
@@ -856,12 +880,13 @@ def calibrate_cost_weight(
         proba, costs, candidates, Y, share_mask, first_inside=min_accuracy is not None
     )
     # Round-off must not turn an exact hit into a miss: in a target computed
-    # elsewhere (relative), in each interval's mean cost and in the running
-    # sums of scores. A mean cost is a sum of nonnegative calls x cost terms
-    # (exact integer counts) over the models, divided once: within
-    # (n_models + 2) ulps of itself, whatever models it does not call cost
-    # (a model priced at 1e12 to keep it out let a mean cost 0.05 % over the
-    # target pass as a hit when the slack was scaled by the largest cost).
+    # elsewhere (relative), in each interval's mean cost, and in the scores
+    # (often given in float32, see _ACCURACY_ROUNDING) and their running sums. A
+    # mean cost is a sum of nonnegative calls x cost terms (exact integer
+    # counts) over the models, divided once: within (n_models + 2) ulps of
+    # itself, whatever models it does not call cost (a model priced at 1e12
+    # to keep it out let a mean cost 0.05 % over the target pass as a hit
+    # when the slack was scaled by the largest cost).
     tol = 1e-9
     if target_cost is not None:
         rounding = (len(costs) + 2) * np.finfo(np.float64).eps * points["mean_cost"]
@@ -874,7 +899,8 @@ def calibrate_cost_weight(
         capped = np.asarray(router.classes_, dtype=object)[share_mask].tolist()
         what, target = f"share of calls to {capped}", target_share
     else:
-        value, ok = points["accuracy"], points["accuracy"] >= min_accuracy - tol
+        ok = points["accuracy"] >= min_accuracy - _ACCURACY_ROUNDING
+        value = points["accuracy"]
         what, target = "accuracy", min_accuracy
     if not ok.any():
         raise ValueError(

@@ -39,11 +39,10 @@ def task_profiles(evals):
     profiles : DataFrame of shape (n_models, n_tasks)
         Indexed by model (sorted), one column per task (sorted), both as
         object-dtype indexes of str; NaN where a model has no evaluation on
-        a task. Scores are stored as float32 (by
-        ``check_evals``), and a profile is the mean of the stored scores:
-        0/1 scores are exact (7 correct of 20 reads 0.35), but a graded
-        score of 0.7 reads 0.699999988, and the mean of 0.1 and 0.2 reads
-        0.1500000022, not 0.15000000000000002 as float64 arithmetic gives.
+        a task. A profile is the mean of the scores as given, in float64
+        (7 correct of 20 reads 0.35, the mean of 0.1 and 0.2
+        0.15000000000000002); scores given in float32 are their float32
+        values (a graded 0.7 in float32 reads 0.699999988).
 
     Examples
     --------
@@ -217,9 +216,9 @@ def embed_profile(
         paper's protocol, accuracies matched in expectation); "exact" scores
         ``round(accuracy * n)`` of a task's ``n`` drawn queries as correct
         (Python's ``round``: a half goes to the even count). A product within
-        float32 rounding of a half (relative 2**-22) counts as that half: the
-        means of :func:`task_profiles` carry it, so that a mean of 0.35 that
-        reads 0.3499999940 still gives 4 of 10 queries, as 0.35 does.
+        float32 rounding of a half (relative 2**-22) counts as that half:
+        means of scores given in float32 carry it, so that a mean of 0.35
+        that reads 0.3499999940 still gives 4 of 10 queries, as 0.35 does.
     random_state : int, RandomState instance or None, default=None
         Seeds the queries and scores.
 
@@ -306,7 +305,11 @@ def embed_profile(
     width = len(str(len(profiles)))
     frames, drawn = [], []
     for p, row in enumerate(values):
-        used = [t for t, ok in zip(tasks, given[p], strict=True) if ok]
+        # In sorted order, whatever order the mapping's keys or the
+        # DataFrame's columns come in: the queries and scores drawn depend on
+        # it, and the same profile must give the same embedding for one
+        # random_state (task_profiles' columns are sorted).
+        used = sorted(t for t, ok in zip(tasks, given[p], strict=True) if ok)
         if not used:
             # Only a DataFrame row can get here: a single profile naming no
             # task, or giving one NaN, was refused by _task_accuracies.
@@ -412,8 +415,9 @@ def _exact_count(accuracy, n):
     """``round(accuracy * n)``, a product within float32 rounding of a half
     counted as that half.
 
-    Scores are stored as float32, so a task profile's mean carries a relative
-    error of up to 2**-24 (0.35 reads 0.3499999940): 0.35 * 10 is 3.5, which
+    Scores given in float32 (as parquet files often hold them) carry a
+    relative error of up to 2**-24 into a task profile's mean (0.35 reads
+    0.3499999940): 0.35 * 10 is 3.5, which
     rounds to 4, but 0.3499999940 * 10 would round to 3. Four times that
     error is the tolerance; a half then rounds to even, as round(3.5) does.
 

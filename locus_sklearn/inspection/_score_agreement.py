@@ -69,9 +69,9 @@ def score_disagreement(evals, reference_evals=None, *, min_shared=32):
     Unlike an embedding, this needs the models scored on the same queries,
     and reads nothing else about them.
 
-    Scores are stored as float32 (by ``check_evals``), whose rounding
-    would make ``|0.3 - 0.1|`` read 0.2000000104, over a threshold of 0.2,
-    and split ties: two disagreements of 0.1 by hand would read 0.1000000040
+    Scores given in float32 (as parquet files often hold them) would make
+    ``|0.3 - 0.1|`` read 0.2000000104, over a threshold of 0.2, and split
+    ties: two disagreements of 0.1 by hand would read 0.1000000040
     and 0.1000000015. So each score is read as the decimal it was written
     as, on a grid of 1e-7: exactly for scores written with at most 7
     decimals (0.3, 0.125), and moved by at most 5e-8 (under float32's own
