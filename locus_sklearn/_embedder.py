@@ -1,5 +1,6 @@
 """LocusEmbedder: learn F_θ and G_ψ from scored evaluations; embed models."""
 
+import os
 from numbers import Integral, Real
 
 import numpy as np
@@ -404,8 +405,10 @@ class LocusEmbedder(
         BFCL: the same routing, +0.015 test log-loss). 5 stopped the first
         at an early local minimum (``benchmarks/results/TUNING.md``,
         session 31).
-    memory : None, str or joblib.Memory, default=None
-        Caches query encodings across fits (as in sklearn's Pipeline).
+    memory : None, str, os.PathLike or joblib.Memory, default=None
+        Caches query encodings across fits (as in sklearn's Pipeline), in
+        the folder of a path or in a :class:`joblib.Memory`; see
+        :class:`QueryEncoder`.
     device : str or None, default=None
         Torch device; None uses CUDA when available, else CPU.
     accelerator : accelerate.Accelerator or None, default=None
@@ -590,7 +593,7 @@ class LocusEmbedder(
         "validation_fraction": [Interval(Real, 0, 1, closed="left")],
         "early_stopping": [StrOptions(set(MONITORS)), None],
         "patience": [Interval(Integral, 1, None, closed="left")],
-        "memory": [None, str, HasMethods(["cache"])],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "device": [None, str, torch.device],
         "accelerator": [None, HasMethods(["prepare", "reduce"])],
         "inference_dtype": [StrOptions({"float32", "bfloat16"})],

@@ -531,6 +531,33 @@ def _lookup_mapping(mapping, queries, n_features):
     return np.stack(rows)
 
 
+def _check_memory(memory):
+    """``memory=`` as :func:`sklearn.utils.validation.check_memory` takes it:
+    a path (str or os.PathLike) as a str, ``~`` expanded; anything else as
+    given. Nothing is created: joblib makes the folder at the first encoding.
+
+    A path names the folder the cache goes in, created where missing. One
+    that exists and is not a folder, or lies under a file, is refused here by
+    name: joblib would fail at the first encoding with a bare
+    ``NotADirectoryError`` on ``path/joblib``.
+    """
+    if not isinstance(memory, (str, os.PathLike)):
+        return memory
+    location = os.path.expanduser(os.fsdecode(memory))
+    # The nearest existing folder or file on the way to the cache folder.
+    existing = os.path.abspath(location)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is" if existing == os.path.abspath(location) else "lies under"
+        raise ValueError(
+            f"memory={str(memory)!r} {where} a file ({existing}), not a folder: "
+            "memory must be None, the path of a folder to cache encodings in "
+            "(created if missing) or a joblib.Memory."
+        )
+    return location
+
+
 def _warn_memory_unused(encoder, kind):
     """Say that ``memory=`` caches nothing for an encoder object or a mapping
     (set, it would otherwise look like a cache that works)."""
@@ -591,11 +618,12 @@ class QueryEncoder(
           entry: str keys, one-dimensional vectors of one length, finite as
           float32, of real numbers (a float or int dtype, bfloat16 tensors
           included: not strings, booleans, complex numbers or masked arrays).
-    memory : None, str or joblib.Memory, default=None
+    memory : None, str, os.PathLike or joblib.Memory, default=None
         Where to cache encodings across calls and fits, as in
-        :class:`sklearn.pipeline.Pipeline`: a directory path as a str, or a
-        :class:`joblib.Memory`. Only encoders given as a model directory (or
-        the default) are cached, keyed on the directory (its path, file sizes and
+        :class:`sklearn.pipeline.Pipeline`: the path of a folder (created if
+        missing; ``~`` is expanded), or a :class:`joblib.Memory`. Only
+        encoders given as a model directory (or the default) are cached,
+        keyed on the directory (its path, file sizes and
         modification times, leaving out hidden files and folders such as
         ``.git`` and READMEs) and the set of distinct query texts of the call:
         a call with exactly that set again is served from the cache, and one
@@ -681,7 +709,7 @@ class QueryEncoder(
 
     _parameter_constraints = {
         "encoder": "no_validation",  # checked in fit, with a dedicated message
-        "memory": [None, str, HasMethods(["cache"])],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         # NumberInterval: True is an int to Python, and ran batches of one.
         "batch_size": [NumberInterval(Integral, 1, None, closed="left")],
         "device": [None, str, torch.device],
@@ -774,6 +802,7 @@ class QueryEncoder(
             # error naming it, not one from inside the model's loading.
             resolve_device(self.device)
         cache_key = None if path is None else self._encodings_key(path)
+        _check_memory(self.memory)
         if self.memory is not None and kind != "model":
             _warn_memory_unused(encoder, kind)
 
@@ -897,7 +926,8 @@ class QueryEncoder(
                 _lookup_mapping(self.encoder, uniques, self.n_features_out_), uniques
             )
         elif self._kind == "model":
-            cached = check_memory(self.memory).cache(_encode_unique, ignore=["encode"])
+            memory = check_memory(_check_memory(self.memory))
+            cached = memory.cache(_encode_unique, ignore=["encode"])
             encodings = cached(self._cache_key, uniques, self._encode_callable())
         else:
             encodings = _encode_unique(None, uniques, self._encode_callable())
@@ -977,7 +1007,7 @@ def as_query_encoder(encoder, memory=None, device=None):
         A :class:`QueryEncoder` is cloned (the given one is left untouched);
         anything else is wrapped as ``QueryEncoder(encoder, memory=memory,
         device=device)``.
-    memory : None, str or joblib.Memory, default=None
+    memory : None, str, os.PathLike or joblib.Memory, default=None
         Encoding cache (see :class:`QueryEncoder`). For a given QueryEncoder,
         used only where its own ``memory`` is None.
     device : str or torch.device, default=None

@@ -599,9 +599,10 @@ def _pam(K, selected, max_iter, method):
     Runs the ``kmedoids`` package on the dissimilarity ``1 - K``, whose
     k-medoids loss is ``n_models - J``. "fasterpam" performs every improving
     swap as soon as it finds one (Schubert & Rousseeuw, 2021), visiting
-    candidates in index order on one thread so the result is deterministic;
-    "pam" applies the best swap of each pass (FastPAM1, the classic PAM
-    result). Both stop at a local optimum: no swap of one medoid for one
+    candidates in index order on one thread so the result is deterministic
+    (:func:`_k_medoids` puts ``K`` in an order that does not depend on the
+    rows); "pam" applies the best swap of each pass (FastPAM1, the classic
+    PAM result). Both stop at a local optimum: no swap of one medoid for one
     other model improves J beyond rounding.
 
     ``kmedoids`` also stops after a pass whose swaps left its loss unchanged,
@@ -657,6 +658,86 @@ def _pam(K, selected, max_iter, method):
         # After a search, confirm; after an improving confirming pass, search on.
         search = not search
     return medoids, n_iter, False
+
+
+def _swap_order(D):
+    """The order in which the swap search visits the models, from the
+    distances ``D`` of shape (n_models, n_models).
+
+    FasterPAM applies each improving swap as soon as it finds one, visiting
+    the models in index order, so run on the rows as given it can end on
+    another local optimum when the same models come in another row order (30
+    orders of 30 random models gave 8 portfolios). The models are therefore
+    ordered by their sorted distances to the pool, compared lexicographically
+    (the nearest neighbour's distance first): a key that does not depend on
+    the row order, nor on anything but the distances, so embeddings and their
+    distances passed with ``metric="precomputed"`` give the same order.
+    Models with the same sorted distances, exact duplicates among them, keep
+    their row order (the sort is stable).
+
+    Returns
+    -------
+    order : ndarray of int64, shape (n_models,)
+        ``order[i]`` is the row of the model visited ``i``-th.
+    """
+    profiles = np.sort(D, axis=1)
+    # lexsort's last key is its primary one: reversed, the columns are
+    # compared from the first (0, each model's distance to itself) on.
+    return np.lexsort(profiles.T[::-1])
+
+
+def _first_copies(D):
+    """The lowest row of each model's exact copies, from the distances ``D``.
+
+    Copies are models whose rows of ``D`` are identical (so they are at
+    distance 0 and have the same distances to every other model); a model
+    without copies is its own first copy. Only models at distance 0 from
+    another one can have copies, so only their rows are compared.
+
+    Returns
+    -------
+    first : ndarray of int64, shape (n_models,)
+    """
+    first = np.arange(len(D))
+    zero = D == 0.0
+    np.fill_diagonal(zero, False)
+    rows = {}
+    for i in np.flatnonzero(zero.any(axis=1)):
+        # + 0.0 turns -0.0 into 0.0: the rows are compared by their bytes.
+        first[i] = rows.setdefault((D[i] + 0.0).tobytes(), i)
+    return first
+
+
+def _k_medoids(D, sigma, start, max_iter, method):
+    """The swap search of :func:`_pam` from the k-center ``start``, on the
+    models in :func:`_swap_order`; consumes ``D``.
+
+    Exact copies of a model leave J unchanged whichever of them is selected,
+    but ``kmedoids``' running loss can come out a rounding step lower for
+    another copy and swap it in (the last copy was seen selected); as every
+    tie, they go to the lowest rows.
+
+    The search runs on a reordered copy of the kernel (``D`` holds the
+    kernel meanwhile), so it needs twice the memory of ``D``.
+
+    Returns ``_pam``'s ``(selected, n_iter, converged)``, ``selected`` as rows
+    of ``D``, each swapped-in model at the position of the model it replaced.
+    """
+    order = _swap_order(D)
+    first = _first_copies(D)
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    K = _rbf(D, sigma, out=D)
+    selected, n_iter, converged = _pam(
+        K[np.ix_(order, order)], position[start], max_iter, method
+    )
+    selected = order[selected]
+    # The positions holding copies of one model get its lowest copies, in
+    # position order.
+    for model in np.unique(first[selected]):
+        at = np.flatnonzero(first[selected] == model)
+        selected[at] = np.flatnonzero(first == model)[: len(at)]
+    return selected, n_iter, converged
 
 
 def _budget_greedy(K, costs, budget):
@@ -871,9 +952,10 @@ def k_medoids_select(
     method : {"fasterpam", "pam"}, default="fasterpam"
         Swap search: "fasterpam" applies each improving swap as soon as it is
         found (fast, the usual choice); "pam" applies the best swap of each
-        pass (the classic PAM result, equivariant to a permutation of the
-        models but for exact ties, slower). Both run in the ``kmedoids``
-        package; a final best-swap pass confirms the local optimum.
+        pass (the classic PAM result, slower). Both run in the ``kmedoids``
+        package, visiting the models in an order of their distances, not of
+        their rows (see :class:`KMedoidsSelector`); a final best-swap pass
+        confirms the local optimum.
     max_iter : int, default=300
         Maximum number of passes over the candidate swaps.
     return_n_iter : bool, default=False
@@ -905,8 +987,7 @@ def k_medoids_select(
     _check_n_select(n_select, X.shape[0])
     D, sigma = _distance_matrix(X, metric, bandwidth)
     start = _k_center(D, sigma, n_select)
-    K = _rbf(D, sigma, out=D)
-    selected, n_iter, converged = _pam(K, start, max_iter, method)
+    selected, n_iter, converged = _k_medoids(D, sigma, start, max_iter, method)
     if not converged:
         _warn_max_iter(max_iter)
     outputs = _select_outputs(X, selected, metric, sigma, "sum")
@@ -1240,12 +1321,15 @@ class KMedoidsSelector(_BaseSelector):
         uses the median distance between distinct models.
     method : {"fasterpam", "pam"}, default="fasterpam"
         Swap search: "fasterpam" applies each improving swap as soon as it is
-        found, visiting candidates in index order (fast, the usual choice);
-        "pam" applies the best swap of each pass (the classic PAM result,
-        equivariant to a permutation of the models but for exact ties, which
-        go to the lower index; each pass costs
-        O(n_models ** 2) and makes one swap, so it is much slower on large
-        pools).
+        found (fast, the usual choice); "pam" applies the best swap of each
+        pass (the classic PAM result; each pass costs O(n_models ** 2) and
+        makes one swap, so it is much slower on large pools). Both visit the
+        models in the order of their sorted distances to the pool, compared
+        lexicographically, not in row order: reordering the rows reorders
+        the result with them, except where the k-center start has ties
+        (equal up to rounding, which go to the lower row). Ties between swaps
+        go to the model earlier in that order; between exact copies of a
+        model, to the lower row.
     max_iter : int, default=300
         Maximum number of passes over the candidate swaps; a
         :class:`~sklearn.exceptions.ConvergenceWarning` is raised when reached.
@@ -1324,9 +1408,8 @@ class KMedoidsSelector(_BaseSelector):
 
     def _select(self, D, sigma, costs):
         self.initial_indices_ = _k_center(D, sigma, self.n_select)
-        K = _rbf(D, sigma, out=D)
-        selected, self.n_iter_, converged = _pam(
-            K, self.initial_indices_, self.max_iter, self.method
+        selected, self.n_iter_, converged = _k_medoids(
+            D, sigma, self.initial_indices_, self.max_iter, self.method
         )
         if not converged:
             _warn_max_iter(self.max_iter)

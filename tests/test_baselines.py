@@ -2,6 +2,7 @@
 
 import contextlib
 import pickle
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -1044,3 +1045,19 @@ def test_n_epochs_counts_finished_epochs_after_an_interrupt(make, monkeypatch):
     assert len(router.net_.history) == 3
     assert "train_loss" not in router.net_.history[-1]
     assert router.n_epochs_ == 2
+
+
+@pytest.mark.parametrize("name", ["knn", "kmeans", "mf", "irt"])
+def test_memory_takes_a_path_and_refuses_a_file(name, tmp_path):
+    # memory=Path(...) was an InvalidParameterError ("str, None or an object
+    # with cache"), though every other path parameter takes os.PathLike.
+    folder = tmp_path / "cache"
+    router = make_router(name, memory=folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a mapping encoder needs no cache
+        router.fit(POOL)
+    assert router.get_params()["memory"] is folder
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ValueError, match=r"memory=.*afile.* is a file"):
+        make_router(name, memory=afile).fit(POOL)

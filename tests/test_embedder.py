@@ -179,6 +179,21 @@ def test_invalid_hyper_parameters(pool, params, match, tiny_embedder):
         tiny_embedder(pool.encodings, **params).fit(pool.evals)
 
 
+def test_memory_takes_a_path_and_refuses_a_file(pool, tiny_embedder, tmp_path):
+    # A pathlib.Path was refused (InvalidParameterError), though every other
+    # path parameter takes one; a file where the cache folder goes failed at
+    # the first encoding with a bare NotADirectoryError on "afile/joblib".
+    rows = pool.evals.groupby("model").head(30)
+    embedder = tiny_embedder(pool.encodings, max_epochs=1, memory=tmp_path / "c")
+    with pytest.warns(UserWarning, match="memory= has no effect"):  # a mapping
+        embedder.fit(rows)
+    assert embedder.get_params()["memory"] == tmp_path / "c"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ValueError, match=rf"memory='{afile}' is a file .*a folder"):
+        tiny_embedder(pool.encodings, max_epochs=1, memory=afile).fit(rows)
+
+
 _HUGE = 10**400  # an int: in [0, inf) to scikit-learn, held by no float
 
 

@@ -566,10 +566,16 @@ def _count_model_loads(monkeypatch):
     return loads
 
 
-@pytest.mark.parametrize("as_memory_object", [False, True])
-def test_memory_caches_default_model_encodings(tmp_path, monkeypatch, as_memory_object):
+@pytest.mark.parametrize("kind", ["str", "pathlib.Path", "joblib.Memory"])
+def test_memory_caches_default_model_encodings(tmp_path, monkeypatch, kind):
+    # A pathlib.Path was refused (InvalidParameterError), though every other
+    # path parameter takes one.
     location = tmp_path / "cache"
-    memory = joblib.Memory(location, verbose=0) if as_memory_object else str(location)
+    memory = {
+        "str": str(location),
+        "pathlib.Path": location,
+        "joblib.Memory": joblib.Memory(location, verbose=0),
+    }[kind]
     loads = _count_model_loads(monkeypatch)
 
     first = QueryEncoder(memory=memory, device="cpu").fit_transform(QUERIES * 2)
@@ -586,6 +592,32 @@ def test_memory_caches_default_model_encodings(tmp_path, monkeypatch, as_memory_
     QueryEncoder(memory=memory, device="cpu").fit_transform(["something new"])
     assert len(loads) == 2
     assert len(_cache_files(location)) == 2
+
+
+def test_memory_path_names_a_folder(tmp_path, monkeypatch):
+    # "~" is the home folder, as for encoder=; get_params keeps what was given.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    encoder = QueryEncoder(memory=Path("~/cache"), device="cpu")
+    encoder.fit_transform(QUERIES)
+    assert len(_cache_files(tmp_path / "cache")) == 1
+    assert encoder.get_params()["memory"] == Path("~/cache")
+    assert clone(encoder).memory == Path("~/cache")
+    # A file where the folder goes failed at the first encoding with a bare
+    # NotADirectoryError on "afile/joblib", naming neither memory= nor the file.
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    valid = r"not a folder: memory must be None, the path of a folder .* joblib\.Memory"
+    for memory, where in ((str(afile), "is"), (afile / "cache", "lies under")):
+        with pytest.raises(ValueError, match=rf"memory='{memory}' {where} a file \("):
+            QueryEncoder(memory=memory, device="cpu").fit()
+        with pytest.raises(ValueError, match=valid):
+            QueryEncoder(memory=memory, device="cpu").fit()
+    # At transform as well: the file appeared after fit.
+    later = tmp_path / "later"
+    encoder = QueryEncoder(memory=later, device="cpu").fit()
+    later.write_text("x")
+    with pytest.raises(ValueError, match=rf"memory='{later}' is a file"):
+        encoder.transform(QUERIES)
 
 
 def test_memory_key_is_the_model_directory(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """The K-means router: per-cluster mean score of each model."""
 
+import os
 from numbers import Integral, Real
 
 import numpy as np
@@ -32,7 +33,7 @@ class KMeansRouter(BaseRouter):
     encoder : None, str, object with ``encode`` or mapping, default=None
         Query encoder (see :class:`~locus_sklearn.QueryEncoder`); None uses
         the bundled all-MiniLM-L6-v2.
-    memory : None, str or joblib.Memory, default=None
+    memory : None, str, os.PathLike or joblib.Memory, default=None
         Cache of query encodings across fits.
     cost_weight : float, default=0.0
         Weight of the model costs in :meth:`predict`.
@@ -77,7 +78,7 @@ class KMeansRouter(BaseRouter):
         **BaseRouter._parameter_constraints,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "encoder": "no_validation",
-        "memory": [None, str, HasMethods(["cache"])],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "prior_strength": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
     }

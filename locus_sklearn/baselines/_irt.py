@@ -33,7 +33,7 @@ class IRTRouter(_NetRouter):
     encoder : None, str, object with ``encode`` or mapping, default=None
         Query encoder (see :class:`~locus_sklearn.QueryEncoder`); None uses
         the bundled all-MiniLM-L6-v2.
-    memory : None, str or joblib.Memory, default=None
+    memory : None, str, os.PathLike or joblib.Memory, default=None
         Cache of query encodings across fits.
     cost_weight : float, default=0.0
         Weight of the model costs in :meth:`predict` (utility

@@ -6,6 +6,7 @@ validation split by query, and :class:`_NetRouter`, which trains a module
 with BCE on scores in [0, 1] and predicts every (query, model) pair at once.
 """
 
+import os
 from numbers import Integral, Real
 
 import numpy as np
@@ -119,7 +120,7 @@ class _NetRouter(BaseRouter):
     _parameter_constraints = {
         **BaseRouter._parameter_constraints,
         "encoder": "no_validation",
-        "memory": [None, str, HasMethods(["cache"])],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "lr": [Interval(Real, 0, None, closed="neither")],
