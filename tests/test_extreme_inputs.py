@@ -25,10 +25,10 @@ def test_fraction_scores_are_real_numbers():
     )
     table = check_evals(evals)
     # By hand: a on q1 is the mean of 1/3 and 2/3, 1/2; a on q2 is 1; b 1/7.
-    assert table.score.tolist() == [0.5, 1.0, float(np.float32(1 / 7))]
+    assert table.score.tolist() == [0.5, 1.0, 1 / 7]
     router = SingleBestRouter().fit(evals)
     np.testing.assert_array_equal(
-        router.predict_proba(["q9"]), [[0.75, float(np.float32(1 / 7))]]
+        router.predict_proba(["q9"]), [[0.75, 1 / 7]]
     )
     costs = check_model_costs({"a": Fraction(1, 2), "b": 2}, table.models)
     assert costs.tolist() == [0.5, 2.0]
