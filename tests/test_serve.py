@@ -3768,3 +3768,25 @@ def test_head_is_answered_where_get_is(router_path):
     with serve(app) as url:
         response = httpx.head(f"{url}/healthz")
         assert response.status_code == 200 and response.content == b""
+
+
+def test_a_replaced_router_is_freed_while_the_service_is_idle(router_path, routers):
+    # The batcher's loop kept the last batch's router state in its locals
+    # while it waited for the next request: after a reload an idle service
+    # held the old router (network, pool, readout) until traffic resumed.
+    import gc
+    import weakref
+
+    app = create_app(router_path)
+    holder = app.state.service.holder
+    with TestClient(app) as client:
+        assert client.post("/route", json={"query": "q000"}).status_code == 200
+        served = weakref.ref(holder.current.router)
+        routers[1].save(router_path)
+        assert client.post("/admin/reload").status_code == 200
+        for _ in range(50):  # the batcher's loop runs on the service's own loop
+            gc.collect()
+            if served() is None:
+                break
+            time.sleep(0.02)
+        assert served() is None

@@ -189,6 +189,11 @@ class MicroBatcher:
             if batch:
                 await self._process(loop, context, batch)
             self._pending = [] if held is None else [held]
+            # The context is the router state the batch was checked against:
+            # kept in these locals while the queue is idle, a replaced router
+            # (its network, pool and readout) stayed in memory after a reload
+            # until the next request came.
+            items = context = entry = batch = None
 
     async def _call(self, loop, context, items):
         """``fn(context, items)`` in the worker thread, counted as one batch.
