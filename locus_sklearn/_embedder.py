@@ -406,9 +406,10 @@ class LocusEmbedder(
         at an early local minimum (``benchmarks/results/TUNING.md``,
         session 31).
     memory : None, str, os.PathLike or joblib.Memory, default=None
-        Caches query encodings across fits (as in sklearn's Pipeline), in
-        the folder of a path or in a :class:`joblib.Memory`; see
-        :class:`QueryEncoder`.
+        Caches query encodings across fits and calls (as in sklearn's
+        Pipeline), in the folder of a path or in a :class:`joblib.Memory`;
+        nothing evicts an entry, so leave it None in a long-running process
+        (see :class:`QueryEncoder`).
     device : str or None, default=None
         Torch device; None uses CUDA when available, else CPU.
     accelerator : accelerate.Accelerator or None, default=None

@@ -628,6 +628,10 @@ class QueryEncoder(
         ``.git`` and READMEs) and the set of distinct query texts of the call:
         a call with exactly that set again is served from the cache, and one
         with another set (one query more or less) encodes all its queries.
+        Nothing evicts an entry, and each call with a new set adds one
+        (predictions included): in a long-running process that routes new
+        queries, leave it None or bound it with
+        :meth:`joblib.Memory.reduce_size`.
         Objects and mappings are never cached (an object has no stable
         identity, a mapping is already a cache): :meth:`fit` warns that
         ``memory`` has no effect with them.

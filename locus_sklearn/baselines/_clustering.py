@@ -34,7 +34,9 @@ class KMeansRouter(BaseRouter):
         Query encoder (see :class:`~locus_sklearn.QueryEncoder`); None uses
         the bundled all-MiniLM-L6-v2.
     memory : None, str, os.PathLike or joblib.Memory, default=None
-        Cache of query encodings across fits.
+        Cache of query encodings across fits and calls, predictions
+        included; nothing evicts an entry (see
+        :class:`~locus_sklearn.QueryEncoder`).
     cost_weight : float, default=0.0
         Weight of the model costs in :meth:`predict`.
     prior_strength : float, default=1.0
