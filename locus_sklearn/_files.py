@@ -15,7 +15,6 @@ import re
 import secrets
 import stat
 import struct
-import sys
 import time
 from pathlib import Path
 
@@ -561,10 +560,7 @@ def read_file(path, kind, *, known=None):
         except ValueError:
             # An int of more digits than Python converts; its own message
             # advises raising that limit, no help with a damaged file.
-            problem = (
-                f"an int of more than {sys.get_int_max_str_digits()} digits, "
-                "more than Python reads"
-            )
+            problem = "an int of more digits than Python reads"
         else:
             continue
         raise ValueError(
