@@ -34,6 +34,7 @@ from ._evals import (
     check_evals,
     check_model_costs,
     check_queries,
+    frame_column,
 )
 from ._params import NoBoolNumbersMixin, short_int, unrepresentable_int
 from ._repr import SummaryReprMixin
@@ -140,19 +141,7 @@ def check_model_subset(models, classes, *, name="models"):
     if isinstance(models, pd.DataFrame):
         # Iterating a DataFrame gives its column labels ('model', ...), which
         # were then reported as unknown models.
-        if "model" not in models.columns:
-            raise ValueError(
-                f"{name} is a DataFrame without a 'model' column; it has columns "
-                f"{_preview(models.columns)}. Pass a list of model names or a "
-                "DataFrame whose 'model' column holds them."
-            )
-        models = models["model"]
-        if isinstance(models, pd.DataFrame):
-            raise ValueError(
-                f"{name}['model'] is not one column but a DataFrame of "
-                f"{models.shape[1]} column(s); give the model names in one "
-                "column named 'model'."
-            )
+        models = frame_column(models, "model", name, "model names")
     try:
         # NumPy and list() would give a pyarrow array's Arrow scalars, which
         # are not str.

@@ -762,6 +762,37 @@ def check_evals(evals, *, name="evals"):
     )
 
 
+def frame_column(frame, column, name, what):
+    """The one column ``column`` of the DataFrame ``frame`` (the parameter
+    ``name``), holding ``what``, as a Series.
+
+    Raises
+    ------
+    ValueError
+        If ``frame`` has no such column, or several (repeated labels, or a
+        MultiIndex with ``column`` as a first level: iterating the selection
+        would give its labels).
+
+    >>> frame_column(pd.DataFrame({"query": ["q1"]}), "query", "X", "queries").tolist()
+    ['q1']
+    """
+    if column not in frame.columns:
+        raise ValueError(
+            f"{name} is a DataFrame without a {column!r} column; it has columns "
+            f"{_preview(frame.columns)}. Give the {what} in one column named "
+            f"{column!r}."
+        )
+    selected = frame[column]
+    if isinstance(selected, pd.DataFrame):
+        raise ValueError(
+            f"{name}[{column!r}] is not one column but a DataFrame of "
+            f"{selected.shape[1]} column(s) {_preview(selected.columns)}; give "
+            f"the {what} in one column named {column!r} (rename or drop the "
+            "others, or flatten MultiIndex columns)."
+        )
+    return selected
+
+
 def check_queries(queries, *, name="queries"):
     """Validate the queries given at prediction time.
 
@@ -796,21 +827,7 @@ def check_queries(queries, *, name="queries"):
     ['2+2?', 'capital of France?']
     """
     if isinstance(queries, pd.DataFrame):
-        if "query" not in queries.columns:
-            raise ValueError(
-                f"{name} is a DataFrame without a 'query' column; it has columns "
-                f"{list(map(str, queries.columns))}."
-            )
-        queries = queries["query"]
-        if isinstance(queries, pd.DataFrame):
-            # Repeated 'query' columns, or MultiIndex columns with 'query' as
-            # a first level: list() of the selection would give its labels.
-            raise ValueError(
-                f"{name}['query'] is not one column but a DataFrame of "
-                f"{queries.shape[1]} column(s) {_preview(queries.columns)}; give "
-                "the queries in one column named 'query' (rename or drop the "
-                "others, or flatten MultiIndex columns)."
-            )
+        queries = frame_column(queries, "query", name, "queries")
     if isinstance(queries, (str, bytes)):
         raise TypeError(
             f"{name} must be a sequence of str, not a single string; wrap it in a "
