@@ -112,7 +112,8 @@ def markdown(result):
         "# Portfolios: routing accuracy among k models (benchmarks/portfolios.py)",
         "",
         f"{result['date']}, commit `{result['commit']}`, {result['machine']}. "
-        f"Default LocusRouter on {N_PER_MODEL} training rows per model "
+        f"The plain LocusRouter (shrinkage=None; the embedder's defaults) on "
+        f"{N_PER_MODEL} training rows per model "
         f"(settings: {result['settings']}); test queries every model answered; "
         f"mean ± population sd (ddof=0) over seeds {result['seeds']}. `expected`: "
         "ExpectedAccuracySelector on the router's P(correct) on the training "
