@@ -36,7 +36,7 @@ from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._device import parse_device, resolve_device
-from ._evals import _preview, check_queries
+from ._evals import _plain_str, _preview, check_queries
 from ._length_batches import encode_in_length_batches, token_lengths
 from ._params import NoBoolNumbersMixin, NumberInterval
 from ._repr import SummaryReprMixin
@@ -922,7 +922,7 @@ class QueryEncoder(
         # Plain str: a subclass such as np.str_ (the items of list(array))
         # pickles differently, so memory= hashed the same texts to another key
         # and encoded them again. str.__str__ keeps the text of any subclass.
-        uniques = np.array([str.__str__(q) for q in uniques], dtype=object)
+        uniques = _plain_str(uniques)
         if self._kind == "model" or _is_sentence_transformer(self.encoder):
             _check_encodable(uniques, inverse)
         if self._kind == "mapping":

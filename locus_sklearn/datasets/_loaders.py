@@ -19,6 +19,7 @@ from .._evals import (
     _is_real_dtype,
     _is_real_number,
     _object_frame,
+    _plain_str,
     _preview,
     _unordered,
     check_evals,
@@ -1091,13 +1092,6 @@ def _labels(values, default, n, name, prefix):
             f"{name} must be unique; {_preview(repeated.unique()[:5])} repeat."
         )
     return _plain_str(values)
-
-
-def _plain_str(values):
-    """Strings (a str subclass, e.g. NumPy's str_, included) as plain str:
-    np.str_('a') would reach check_evals, a router's classes_ and its
-    predictions, and show as np.str_('a') wherever a user prints one."""
-    return np.array([str.__str__(v) for v in values], dtype=object)
 
 
 def _query_tasks(tasks, queries):
