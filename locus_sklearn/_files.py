@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from ._nn import NETWORK_LAYOUT
+from ._paths import file_mode, not_regular_file, special_file
 from ._version import __version__
 
 try:  # advisory locks mark a save in progress (POSIX only)
@@ -85,24 +86,6 @@ def _is_temp_name(target, name):
     return re.fullmatch(rf"\.{stem}\.{token}\.tmp", name) is not None
 
 
-# What a file that is neither a regular file nor a folder is, by its mode.
-_SPECIAL_FILES = (
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def _special_file(mode):
-    """What a file of mode ``mode`` (``st_mode``) that is not a regular file
-    or a folder is, for an error: "a named pipe (FIFO)", ..."""
-    for test, name in _SPECIAL_FILES:
-        if test(mode):
-            return name
-    return "a special file"
-
-
 def check_regular_file(path):
     """Refuse a ``path`` that is not an existing regular file (or a symbolic
     link to one), before anything opens it.
@@ -134,25 +117,15 @@ def check_regular_file(path):
     FileNotFoundError: No such file: '...missing.safetensors'.
     """
     _check_path(path, naming="a saved file")
-    try:
-        info = os.stat(os.path.expanduser(path))
-    except (FileNotFoundError, NotADirectoryError):
-        # NotADirectoryError: a file on the way ("r.safetensors/x").
-        raise FileNotFoundError(f"No such file: {os.fspath(path)!r}.") from None
-    if stat.S_ISDIR(info.st_mode):
+    mode = file_mode(os.path.expanduser(path))
+    if mode is None:
+        raise FileNotFoundError(f"No such file: {os.fspath(path)!r}.")
+    if stat.S_ISDIR(mode):
         raise IsADirectoryError(
             f"{os.fspath(path)!r} is a folder; give the path of a saved file."
         )
-    if not stat.S_ISREG(info.st_mode):
-        # A pipe (``<(command)``) gives its bytes once, where a load reads
-        # the file whole: a copy can be loaded.
-        copy = " (copy what it gives to a file)" if stat.S_ISFIFO(info.st_mode) else ""
-        error = OSError(
-            f"{os.fspath(path)!r} is {_special_file(info.st_mode)}, not a regular "
-            f"file; give the path of a saved file{copy}."
-        )
-        error.errno = errno.EINVAL  # kept for callers that map errors to exit codes
-        raise error
+    if not stat.S_ISREG(mode):
+        raise not_regular_file(mode, repr(os.fspath(path)), "a saved file")
 
 
 def target_problem(path):
@@ -177,7 +150,7 @@ def target_problem(path):
         return (
             OSError,
             errno.EINVAL,
-            f"it is {_special_file(info.st_mode)}, not a regular file; give the "
+            f"it is {special_file(info.st_mode)}, not a regular file; give the "
             "path of a file to write",
         )
     if not os.access(path, os.W_OK):

@@ -8,7 +8,6 @@ write against the target, never against a temporary file.
 
 import contextlib
 import csv
-import errno
 import gzip
 import io
 import json
@@ -28,6 +27,7 @@ import pandas as pd
 
 # The package's one cost validator; the only place the CLI names it.
 from .._evals import _preview, check_model_costs
+from .._paths import file_mode, not_regular_file
 from ._errors import EXIT_IO, EXIT_USAGE, CommandError
 
 __all__ = [
@@ -399,16 +399,14 @@ def read_evals(path):
     # such here, where a name given as --evals=~/... reaches us unexpanded.
     source = expanded(path)
     try:
-        os.stat(source)
-    except (FileNotFoundError, NotADirectoryError):
-        raise FileNotFoundError(
-            f"No such evaluations file: {os.fspath(path)!r}."
-        ) from None
+        missing = file_mode(source) is None
     except OSError:
         # It may exist: a loop of links, a folder on the way without search
         # permission. load_evals names what it is (os.path.exists said "no
         # such file" for both).
-        pass
+        missing = False
+    if missing:
+        raise FileNotFoundError(f"No such evaluations file: {os.fspath(path)!r}.")
     with _permission_named("evaluations", path):
         if sep is not None and os.path.isfile(source):
             _check_header(path, sep)
@@ -792,24 +790,17 @@ def read_encodings(path):
         "vectors=X)."
     )
     with _permission_named("encodings", path):
-        try:
-            mode = os.stat(source).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            raise FileNotFoundError(f"No such encodings file: {str(path)!r}.") from None
+        mode = file_mode(source)
+        if mode is None:
+            raise FileNotFoundError(f"No such encodings file: {str(path)!r}.")
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(
                 f"The encodings file {str(path)!r} is a folder, not a file."
             )
         if not stat.S_ISREG(mode):
-            # Not opened: a named pipe would block until something writes.
-            from .._files import _special_file
-
-            error = OSError(
-                f"The encodings file {str(path)!r} is {_special_file(mode)}, not "
-                f"a regular file. {how}"
+            raise not_regular_file(
+                mode, f"The encodings file {str(path)!r}", "an npz file"
             )
-            error.errno = errno.EINVAL
-            raise error
         reason = _npz_problem(source)
     if reason is not None:
         raise ValueError(

@@ -1,6 +1,5 @@
 """Read evaluation tables from files and convert wide score matrices."""
 
-import errno
 import gzip
 import json
 import os
@@ -24,6 +23,7 @@ from .._evals import (
     _unordered,
     check_evals,
 )
+from .._paths import file_mode, not_regular_file
 from .._warnings import FILTERS_LOCK, warn_external
 
 __all__ = ["from_wide", "load_evals"]
@@ -204,9 +204,7 @@ def _file_mode(path, name, shown):
     the path as the user wrote it).
     """
     try:
-        return os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+        return file_mode(path)
     except PermissionError as exc:
         error = PermissionError(
             f"{name}={shown!r} cannot be read: permission denied (a folder on "
@@ -224,18 +222,8 @@ def _file_mode(path, name, shown):
 def _check_regular(mode, name, shown):
     """Refuse a file of mode ``mode`` that is not a regular file (a named pipe,
     a device): opening a pipe blocks until something writes to it."""
-    if stat.S_ISREG(mode):
-        return
-    from .._files import _special_file  # imports torch: only when needed
-
-    # A pipe (``<(command)``) can be read once: a copy can be read.
-    copy = " (copy what it gives to a file)" if stat.S_ISFIFO(mode) else ""
-    error = OSError(
-        f"{name}={shown!r} is {_special_file(mode)}, not a regular file; give "
-        f"the path of a file{copy}."
-    )
-    error.errno = errno.EINVAL  # kept for callers that map errors to exit codes
-    raise error
+    if not stat.S_ISREG(mode):
+        raise not_regular_file(mode, f"{name}={shown!r}", "a file")
 
 
 def _read_table(path, name, string_columns, score_column=None, keys=()):

@@ -30,7 +30,6 @@ a boolean).
 """
 
 import difflib
-import errno
 import json
 import os
 import re
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
-from .._files import _special_file
+from .._paths import file_mode, not_regular_file
 from ._deps import require
 
 require("pydantic")
@@ -378,27 +377,20 @@ def _check_config_file(path, shown):
     and ``is_file()`` said "No such file" of a folder, a symlink loop or a
     file in a folder without search permission."""
     try:
-        info = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        # NotADirectoryError: a file on the way ("gw.yaml/x").
-        raise FileNotFoundError(
-            f"No such gateway configuration file: {shown!r}."
-        ) from None
+        mode = file_mode(path)
     except OSError as exc:  # a symlink loop, a folder without permission
         raise _unreadable(exc, shown) from None
-    if stat.S_ISDIR(info.st_mode):
+    if mode is None:
+        raise FileNotFoundError(f"No such gateway configuration file: {shown!r}.")
+    if stat.S_ISDIR(mode):
         raise IsADirectoryError(
             f"The gateway configuration {shown!r} is a folder; give the path "
             "of a YAML or JSON file."
         )
-    if not stat.S_ISREG(info.st_mode):
-        error = OSError(
-            f"The gateway configuration {shown!r} is "
-            f"{_special_file(info.st_mode)}, not a regular file; give the path "
-            "of a YAML or JSON file."
+    if not stat.S_ISREG(mode):
+        raise not_regular_file(
+            mode, f"The gateway configuration {shown!r}", "a YAML or JSON file"
         )
-        error.errno = errno.EINVAL  # kept for callers that map errors to exit codes
-        raise error
 
 
 def load_gateway_config(config):
