@@ -216,7 +216,7 @@ def _os_reason(exc, output):
 def _create_output(output):
     """Create the figures' folder ``output`` (a leading ``~`` expanded) and
     its missing parents, with an error in --output's terms; return the
-    folders created, deepest first."""
+    folder and the folders created, deepest first."""
     created = []
     folder = target = Path(expanded(output))
     while not os.path.lexists(folder) and folder != folder.parent:
@@ -231,7 +231,7 @@ def _create_output(output):
             "create and write into.",
             status=EXIT_IO,
         ) from exc
-    return created
+    return target, created
 
 
 def _check_output(output):
@@ -239,7 +239,7 @@ def _check_output(output):
     where the command line's check cannot tell (root under /proc or /sys
     passes its access check): by creating it, then removing what was
     created, so that a run that fails later leaves no empty folder."""
-    for folder in _create_output(output):
+    for folder in _create_output(output)[1]:
         try:
             folder.rmdir()
         except OSError:  # no longer empty: keep it, and its parents
@@ -255,8 +255,7 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
     from .._files import write_bytes  # imports torch: only when needed
     from ..inspection import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
 
-    _create_output(output)
-    folder = Path(expanded(output))
+    folder, _ = _create_output(output)
     names = router.classes_
     written = []
 
