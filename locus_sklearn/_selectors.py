@@ -22,6 +22,7 @@ input (``_k_center`` on the distance matrix), as scikit-learn pairs
 """
 
 import math
+import sys
 from collections.abc import Mapping
 from numbers import Integral, Real
 
@@ -41,7 +42,11 @@ from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._evals import _preview, check_model_costs
-from ._params import NoBoolNumbersMixin, NumberInterval
+from ._params import (
+    NoBoolNumbersMixin,
+    NumberInterval,
+    check_representable_numbers,
+)
 from ._tensors import untorched
 from ._warnings import warn_external
 
@@ -416,7 +421,8 @@ def _row_names(X):
 
 
 def _check_costs(costs, n_models, budget, row_names=(None, None)):
-    """Per-model costs as float64 of shape (n_models,); unit costs when None.
+    """Per-model costs as float64 of shape (n_models,), unit costs when None,
+    and the :func:`_input_eps` of the costs as given, for :func:`_within_budget`.
 
     Costs follow the rows of ``X`` (like ``sample_weight``): an array is read
     by position. A Series (by its index) or a mapping is read by model name,
@@ -428,6 +434,8 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
     (some model fits) is the selector's own.
     """
     names, reason = row_names
+    # Read before check_model_costs casts the costs (a tensor too) to float64.
+    input_eps = _input_eps(costs)
     # Messages name a model as the user gave its cost: by name or by position.
     by_name = isinstance(costs, pd.Series | Mapping)
     if by_name:
@@ -459,7 +467,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
                 "costs 1, so the budget counts models; pass budget >= 1, or the "
                 "models' costs (costs=...)."
             )
-        return np.ones(n_models, dtype=np.float64)
+        return np.ones(n_models, dtype=np.float64), input_eps
     costs = check_model_costs(costs, names, name="costs", models="X's index")
 
     def cost_of(i):
@@ -468,7 +476,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
 
     cheapest = int(np.argmin(costs))
     # The same test as the greedy's: a budget within rounding of a cost fits.
-    if not _within_budget([costs[cheapest]], budget):
+    if not _within_budget([costs[cheapest]], budget, input_eps):
         raise ValueError(
             f"budget={budget} should be >= the cheapest model's cost, "
             f"{cost_of(cheapest)}; no model fits."
@@ -487,7 +495,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
             "units where they are within a factor 1e270 of each other, or set "
             "costs that are negligible to 0 (a free model)."
         )
-    return costs
+    return costs, input_eps
 
 
 def _check_pool(X, metric, *, name="X"):
@@ -575,7 +583,7 @@ def _sum_slack(n_terms):
     return _SUM_RTOL * n_terms
 
 
-def _within_budget(costs, budget):
+def _within_budget(costs, budget, input_eps=0.0):
     """Whether ``costs`` (floats >= 0) add up to at most ``budget``, to rounding.
 
     Costs and budgets are usually written in decimal and stored rounded to
@@ -585,12 +593,50 @@ def _within_budget(costs, budget):
     budget, relative (a few ulps per cost, the tolerance of the ties), fits;
     beyond it, it does not. ``math.fsum`` is exactly rounded, so the
     summation order adds no error of its own.
+
+    Costs that came in a float type narrower than float64 were rounded to it
+    first (float32 0.1 + 0.2 is 0.3000000045): ``input_eps``, that type's
+    machine epsilon (:func:`_input_eps`), widens the slack by one epsilon,
+    relative. Each cost is within half an epsilon of its value as written, so
+    their sum (of values >= 0) is too, however many there are.
     """
     try:
         total = math.fsum(costs)
     except OverflowError:  # beyond the largest float64: over any finite budget
         return False
-    return total <= budget * (1.0 + _sum_slack(len(costs)))
+    return total <= budget * (1.0 + _sum_slack(len(costs)) + input_eps)
+
+
+def _input_eps(costs):
+    """Machine epsilon of the coarsest float type narrower than float64 that
+    ``costs`` came in, or 0.0 where none did.
+
+    A float32 (or float16, bfloat16) array, pandas Series or torch tensor,
+    or such scalars in a list or mapping, count; float64, ints and Python
+    floats do not (float64 rounding is ``_sum_slack``'s). Values that are
+    not numbers are left to :func:`check_model_costs` to refuse.
+
+    >>> import numpy as np
+    >>> _input_eps(np.array([0.1, 0.2], dtype=np.float32)) == 2.0**-23
+    True
+    >>> _input_eps([0.1, 0.2]), _input_eps({"a": np.float64(0.1)})
+    (0.0, 0.0)
+    """
+    values = list(costs.values()) if isinstance(costs, Mapping) else costs
+    values = values if isinstance(values, list | tuple) else [values]
+    # As untorched does: torch is not imported for this.
+    torch = sys.modules.get("torch")
+    eps = 0.0
+    for value in values:
+        if torch is not None and isinstance(value, torch.Tensor):
+            if value.is_floating_point():
+                eps = max(eps, float(torch.finfo(value.dtype).eps))
+            continue
+        dtype = getattr(value, "dtype", None)
+        dtype = getattr(dtype, "numpy_dtype", dtype)  # pandas' Float32
+        if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.floating):
+            eps = max(eps, float(np.finfo(dtype).eps))
+    return eps if eps > np.finfo(np.float64).eps else 0.0
 
 
 def _pam(K, selected, max_iter, method):
@@ -740,11 +786,12 @@ def _k_medoids(D, sigma, start, max_iter, method):
     return selected, n_iter, converged
 
 
-def _budget_greedy(K, costs, budget):
+def _budget_greedy(K, costs, budget, input_eps=0.0):
     """Largest marginal gain of J per unit cost among models that still fit.
 
     A model fits when the selected costs and its own add up to at most
-    ``budget``, to rounding (:func:`_within_budget`).
+    ``budget``, to rounding (:func:`_within_budget`, with the costs'
+    ``input_eps``).
 
     A free model (cost 0) ranks before every costly one, the larger gain
     first: it always fits, and what it adds costs nothing (a free model that
@@ -787,7 +834,7 @@ def _budget_greedy(K, costs, budget):
     computed_at = np.zeros(n_models, dtype=np.int64)
 
     def fits(m):
-        return _within_budget([*spent, costs[m]], budget)
+        return _within_budget([*spent, costs[m]], budget, input_eps)
 
     def refresh(m, step):
         gain = np.maximum(K[m] - coverage, 0.0).sum()
@@ -899,6 +946,9 @@ def k_center_select(X, n_select, *, metric="cosine", bandwidth="median"):
     >>> selected.tolist(), labels.tolist()
     ([2, 0], [1, 1, 0, 0, 0])
     """
+    # The estimator's check of ints no int64 or float holds (validate_params
+    # names the function in its message); unchecked, they failed in numpy.
+    check_representable_numbers(KCenterSelector(n_select, bandwidth=bandwidth))
     X = _check_pool(X, metric)
     _check_n_select(n_select, X.shape[0])
     D, sigma = _distance_matrix(X, metric, bandwidth)
@@ -983,6 +1033,12 @@ def k_medoids_select(
     >>> selected.tolist(), labels.tolist()
     ([1, 4], [0, 0, 0, 1, 1, 1])
     """
+    # The estimator's check of ints no int64 or float holds (validate_params
+    # names the function in its message); unchecked, max_iter=10**30 failed
+    # in the kmedoids package, naming no parameter.
+    check_representable_numbers(
+        KMedoidsSelector(n_select, bandwidth=bandwidth, max_iter=max_iter)
+    )
     X = _check_pool(X, metric)
     _check_n_select(n_select, X.shape[0])
     D, sigma = _distance_matrix(X, metric, bandwidth)
@@ -1010,7 +1066,9 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
     ``J = sum_i max_{s in sel} K(z_i, z_s)`` per unit cost among the models
     that still fit the remaining budget, until none fits (paper, eq. 13). The
     total cost of the selection exceeds ``budget`` by rounding at most, so
-    that decimal costs adding up to the budget as written fit. Free models
+    that decimal costs adding up to the budget as written fit, in the
+    precision the costs came in (float32 costs, a torch tensor's default, are
+    allowed float32 rounding). Free models
     (cost 0) are taken first, the larger gain first; gains equal to rounding
     are ties, which go to the lower row.
 
@@ -1060,11 +1118,15 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
     >>> selected.tolist()
     [2, 0]
     """
+    # The estimator's check of ints no int64 or float holds (validate_params
+    # names the function in its message); unchecked, they failed in numpy.
+    check_representable_numbers(BudgetGreedySelector(budget, bandwidth=bandwidth))
     row_names = _row_names(X)
     X = _check_pool(X, metric)
-    costs = _check_costs(costs, X.shape[0], budget, row_names)
+    costs, input_eps = _check_costs(costs, X.shape[0], budget, row_names)
     K, sigma = _kernel_matrix(X, metric, bandwidth)
-    return _select_outputs(X, _budget_greedy(K, costs, budget), metric, sigma, "sum")
+    selected = _budget_greedy(K, costs, budget, input_eps)
+    return _select_outputs(X, selected, metric, sigma, "sum")
 
 
 def _warn_max_iter(max_iter):
@@ -1424,12 +1486,14 @@ class BudgetGreedySelector(_BaseSelector):
     that still fit the remaining budget, until none fits (paper, appendix
     E.4.3). A model fits while the exactly rounded sum of the selected costs
     and its own is at most ``budget``, up to rounding: a relative
-    ``4 * n_terms`` machine epsilons, with ``n_terms`` the number of costs
-    summed. Costs and budgets written in decimal are stored rounded to
-    binary (``0.1 + 0.2`` is ``0.30000000000000004`` in float64, over the
-    float ``0.3``), and a model whose cost completes the budget as written
-    fits; ``total_cost_`` may therefore exceed ``budget`` by that rounding,
-    never by more.
+    ``4 * n_terms`` float64 machine epsilons, with ``n_terms`` the number of
+    costs summed, plus, for costs given in a narrower float type (a float32
+    array, Series or torch tensor), one machine epsilon of that type (float32
+    ``0.1 + 0.2`` is ``0.3000000045``). Costs and budgets written in decimal
+    are stored rounded to binary (``0.1 + 0.2`` is ``0.30000000000000004``
+    in float64, over the float ``0.3``), and a model whose cost completes the
+    budget as written fits; ``total_cost_`` may therefore exceed ``budget``
+    by that rounding, never by more. The costs' values are used as given.
 
     A model may cost 0 (one run locally, as ``LocusRouter``'s
     ``model_costs`` allow). A free model always fits and its gain costs
@@ -1542,6 +1606,7 @@ class BudgetGreedySelector(_BaseSelector):
         return _check_costs(costs, n_models, self.budget, row_names)
 
     def _select(self, D, sigma, costs):
-        selected = _budget_greedy(_rbf(D, sigma, out=D), costs, self.budget)
+        costs, input_eps = costs  # as _check_fit_params returned them
+        selected = _budget_greedy(_rbf(D, sigma, out=D), costs, self.budget, input_eps)
         self.total_cost_ = math.fsum(costs[selected])
         return selected

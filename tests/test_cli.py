@@ -8,6 +8,7 @@ path without the cost of starting Python and importing torch each time.
 import errno
 import gzip
 import json
+import math
 import os
 import re
 import subprocess
@@ -1658,6 +1659,70 @@ def test_select_budget_decimal_costs_that_add_up_to_it_fit(workdir, tmp_path, cl
     )
     assert status == 0, err
     assert [s["model"] for s in json.loads(out)["selected"]] == ["a"]
+
+
+def _select_files(tmp_path, embeddings, costs):
+    """An embeddings csv (model,d0,d1) and a costs csv (model,cost)."""
+    emb, cost_file = tmp_path / "emb.csv", tmp_path / "costs.csv"
+    pd.DataFrame(
+        embeddings.values(), index=pd.Index(embeddings, name="model"),
+        columns=["d0", "d1"],
+    ).to_csv(emb)  # fmt: skip
+    pd.DataFrame({"model": list(costs), "cost": list(costs.values())}).to_csv(
+        cost_file, index=False
+    )
+    return emb, cost_file
+
+
+def test_select_json_total_cost_is_the_exactly_rounded_sum(tmp_path, cli):
+    # The greedy selects a, c, b (0.1, 0.3, 0.2); summed in that order they
+    # came out 0.6000000000000001, over --budget 0.6, where the selector's
+    # total_cost_ (exactly rounded) is 0.6.
+    emb, costs = _select_files(
+        tmp_path,
+        {"a": [0, 0], "b": [0, 1], "c": [5, 0]},
+        {"a": 0.1, "b": 0.2, "c": 0.3},
+    )
+    status, out, err = cli(
+        "select", emb, "--budget", "0.6", "--costs", costs, "--metric", "euclidean",
+        "--json",
+    )  # fmt: skip
+    assert status == 0, err
+    result = json.loads(out)
+    assert [s["model"] for s in result["selected"]] == ["a", "c", "b"]
+    assert (0.1 + 0.3) + 0.2 == 0.6000000000000001  # what was reported
+    assert result["total_cost"] == math.fsum([0.1, 0.2, 0.3]) == 0.6
+
+
+def test_select_budget_zero_selects_the_free_models(tmp_path, cli):
+    # BudgetGreedySelector(budget=0) selects the free models, as documented;
+    # the command refused --budget 0 as not > 0.
+    emb, costs = _select_files(
+        tmp_path,
+        {"zeta": [10, 10], "mid": [5, 0], "alpha": [0, 0], "beta": [0, 1]},
+        {"alpha": 0, "beta": 0, "mid": 3, "zeta": 4},
+    )
+    status, out, err = cli(
+        "select", emb, "--budget", "0", "--costs", costs, "--metric", "euclidean",
+        "--json",
+    )  # fmt: skip
+    assert status == 0, err
+    result = json.loads(out)
+    assert sorted(s["model"] for s in result["selected"]) == ["alpha", "beta"]
+    assert result["total_cost"] == 0.0
+    # Without --costs the budget counts models: 0 is still refused.
+    status, out, err = cli("select", emb, "--budget", "0")
+    assert_one_line(status, err, 2, "--budget 0", "whole number >= 1")
+    # With costs but no free model: no model fits.
+    dear = tmp_path / "dear.csv"
+    dear.write_text("model,cost\nalpha,1\nbeta,1\nmid,3\nzeta,4\n")
+    status, out, err = cli("select", emb, "--budget", "0", "--costs", dear)
+    assert_one_line(status, err, 1, "--budget 0 is below the cheapest model's cost")
+    # A negative budget is a command-line error.
+    status, out, err = cli("select", emb, "--budget", "-1", "--costs", costs)
+    assert_one_line(status, err, 2, "argument --budget", ">= 0")
+    status, out, err = cli("select", "--help")
+    assert "largest total cost, >= 0" in " ".join(out.split())
 
 
 @pytest.mark.parametrize(

@@ -2003,6 +2003,39 @@ def test_portfolio_curve_random_budget_portfolios_use_the_selectors_rounding():
     assert draws == [[0, 1]] * 20
 
 
+def test_portfolio_curve_names_the_cheapest_model_of_costs_by_name():
+    # The selector is fitted on the embeddings in classes_ order, so its
+    # error named the cheapest model by that position, "costs[0]=1.0"
+    # (alpha sorts first), an order the user never wrote.
+    enc = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+    evals = {
+        "model": ["zeta", "zeta", "alpha", "alpha"],
+        "query": ["q1", "q2"] * 2,
+        "score": [1, 1, 1, 0],
+    }
+    router = KNNRouter(1, encoder=enc).fit(
+        evals, model_costs={"zeta": 5.0, "alpha": 1.0}
+    )
+    message = (
+        r"values holds budget=0.5, which should be >= the cheapest model's "
+        r"cost, costs\['alpha'\]=1.0; no model fits"
+    )
+    selector = BudgetGreedySelector(metric="euclidean")
+    Z = [[0.0, 1.0], [1.0, 0.0]]
+    for costs in (None, {"zeta": 5.0, "alpha": 1.0}, [1.0, 5.0]):
+        with pytest.raises(ValueError, match=message):
+            portfolio_curve(
+                router, evals, [2.0, 0.5], selector=selector, costs=costs, embeddings=Z
+            )
+    # A budget within rounding of the cheapest cost still fits, as in the
+    # selector: 0.1 + 0.2 is over the float 0.3.
+    curve = portfolio_curve(
+        router, evals, [0.3], selector=selector, costs=[0.1 + 0.2, 5.0],
+        embeddings=Z, n_random=0,
+    )  # fmt: skip
+    assert curve["models"].tolist() == [("alpha",)]
+
+
 class _FixedProbaRouter(BaseEstimator):
     """A custom cost-aware router: fixed P(correct) rows for q0, q1, ..."""
 

@@ -391,6 +391,69 @@ def test_budget_within_rounding_of_the_cheapest_cost_fits():
         BudgetGreedySelector(0.3, metric="euclidean").fit(_THREE, costs=over)
 
 
+def _float32_costs(form, costs):
+    """``costs`` in float32 as a caller may hold them: by row (for _THREE),
+    or by name (for _THREE indexed by "a", "b", "c")."""
+    names = ["a", "b", "c"]
+    if form == "tensor":
+        return pytest.importorskip("torch").tensor(costs)  # float32 by default
+    if form in ("float32", "Float32"):
+        return pd.Series(costs, index=names, dtype=form)
+    if form == "dict":
+        return dict(zip(names, np.float32(costs), strict=True))
+    return np.asarray(costs, dtype=np.float32)
+
+
+@pytest.mark.parametrize("form", ["ndarray", "tensor", "float32", "Float32", "dict"])
+def test_budget_greedy_float32_costs_that_add_up_to_the_budget_fit(form):
+    # float32 0.1 is 0.10000000149, 0.2 is 0.20000000298: 0.1 + 0.2 comes
+    # out 0.30000000447, over the float 0.3 by a relative 1.5e-8, beyond
+    # float64's slack (8 eps64, 1.8e-15), so model 1, which completes the
+    # budget as written, was left out ([0] only) where float64 costs took it.
+    def as_input(costs):
+        return _float32_costs(form, costs)
+
+    by_name = form not in ("ndarray", "tensor")
+    X = pd.DataFrame(_THREE, index=["a", "b", "c"]) if by_name else _THREE
+    costs = as_input([0.1, 0.2, 5.0])
+    total = float(np.float32(0.1)) + float(np.float32(0.2))
+    assert total == 0.30000000447034836  # exact: both are float32 values
+    selector = BudgetGreedySelector(0.3, metric="euclidean").fit(X, costs=costs)
+    assert selector.selected_indices_.tolist() == [0, 1]
+    assert selector.total_cost_ == total  # the values as given, not rounded
+    selected, _, _ = budget_greedy_select(X, 0.3, costs=costs, metric="euclidean")
+    assert selected.tolist() == [0, 1]
+    # The cheapest-cost check allows the same: float32 0.3 is 0.3000000119.
+    alone = BudgetGreedySelector(0.3, metric="euclidean")
+    alone.fit(X, costs=as_input([0.3, 5.0, 5.0]))
+    assert alone.selected_indices_.tolist() == [0]
+    assert alone.total_cost_ == float(np.float32(0.3)) == 0.30000001192092896
+    # A float32 cost clearly over the budget is still refused: 0.1 + 0.21.
+    over = BudgetGreedySelector(0.3, metric="euclidean")
+    assert over.fit(X, costs=as_input([0.1, 0.21, 5.0])).selected_indices_.size == 1
+    with pytest.raises(ValueError, match=r"budget=0.3 should be >= .*no model fits"):
+        BudgetGreedySelector(0.3, metric="euclidean").fit(
+            X, costs=as_input([0.31, 5.0, 5.0])
+        )
+
+
+def test_budget_slack_is_one_epsilon_of_the_costs_precision():
+    # Costs of 0.5 and 0.5 + d against a budget of 1 (all exact in float32
+    # and float64): over by a relative d. float32 costs are allowed one
+    # float32 epsilon (2 ** -23 ~ 1.19e-7) beyond float64's 8 eps64, float64
+    # costs float64's only. Model 1 (the middle one) is taken first.
+    def selected(costs):
+        selector = BudgetGreedySelector(1.0, metric="euclidean")
+        return sorted(selector.fit(_THREE, costs=costs).selected_indices_.tolist())
+
+    for d, fits32 in [(2.0**-24, True), (2.0**-22, False)]:
+        costs = [0.5, 0.5 + d, 5.0]
+        assert selected(np.array(costs, dtype=np.float32)) == (
+            [0, 1] if fits32 else [1]
+        )
+        assert selected(np.array(costs, dtype=np.float64)) == [1]
+
+
 def test_budget_greedy_costs_whose_sum_overflows_float64():
     # Two costs of 1e308 add up beyond the largest float64: math.fsum raised
     # OverflowError; such a total exceeds any budget, so one model is taken.
@@ -1630,6 +1693,30 @@ def test_costs_series_with_a_pandas_locus_embedder_pipeline(tiny_embedder):
     assert selector.total_cost_ == costs.iloc[selector.selected_indices_].sum() <= 3.0
     reference = BudgetGreedySelector(3.0).fit(Z.to_numpy(), costs=costs.to_numpy())
     assert selector.selected_indices_.tolist() == reference.selected_indices_.tolist()
+
+
+@pytest.mark.parametrize(
+    "select, kwargs, name, message",
+    [
+        (k_medoids_select, {"n_select": 2, "max_iter": 10**30}, "max_iter",
+         "an int beyond int64"),
+        (k_medoids_select, {"n_select": 2, "max_iter": 2**63}, "max_iter",
+         "an int beyond int64"),
+        (k_center_select, {"n_select": 2, "bandwidth": 10**400}, "bandwidth",
+         "an int too large for a float"),
+        (budget_greedy_select, {"budget": 10**400}, "budget",
+         "an int too large for a float"),
+    ],
+)  # fmt: skip
+def test_functions_refuse_ints_no_float_or_int64_holds_by_name(
+    select, kwargs, name, message
+):
+    # The estimators refused these by name; their function twins passed them
+    # on: k_medoids_select(max_iter=10**30) raised a bare OverflowError in
+    # the kmedoids package (2**63 was taken), the others one in numpy.
+    expected = f"The '{name}' parameter of {select.__name__} must be .*{message}"
+    with pytest.raises(InvalidParameterError, match=expected):
+        select(np.eye(4), **kwargs)
 
 
 @pytest.mark.parametrize(

@@ -736,7 +736,9 @@ def cmd_select(args):
     selector = _selector(args, names, X, costs)
     selected = selector.selected_indices_
     covers = np.bincount(selector.labels_, minlength=len(selected))
-    total = None if costs is None else float(costs[selected].sum())
+    # The selector's exactly rounded sum: summed in selection order, 0.1,
+    # 0.3 and 0.2 came out 0.6000000000000001, over --budget 0.6.
+    total = None if costs is None else selector.total_cost_
     if args.json:
         emit_json(
             {

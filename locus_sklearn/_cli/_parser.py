@@ -20,7 +20,6 @@ from ._types import (
     nonnegative_float,
     open_fraction,
     path,
-    positive_float,
     positive_int,
     seed,
     threads,
@@ -478,10 +477,10 @@ def _add_select(sub, common, output):
     how.add_argument("--k", type=positive_int, metavar="N", help="number of models")
     how.add_argument(
         "--budget",
-        type=positive_float,
+        type=nonnegative_float,
         metavar="B",
-        help="largest total cost (with --costs; without, a number of models, "
-        "a whole number >= 1)",
+        help="largest total cost, >= 0 (with --costs; 0 selects the free models "
+        "only; without, a number of models, a whole number >= 1)",
     )
     p.add_argument(
         "--costs", type=path, metavar="FILE", help="csv with columns model,cost"

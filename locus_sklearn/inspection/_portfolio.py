@@ -220,6 +220,18 @@ def portfolio_curve(
     if n_random < 0:
         raise ValueError(f"n_random={n_random} should be >= 0.")
     values = _check_values(values, parameter)
+    if parameter == "budget":
+        # The selector's own test, up front: it would name the cheapest model
+        # by its position in classes_, an order the user never wrote.
+        cheapest = int(np.argmin(costs))
+        for value in values:
+            if not _within_budget([costs[cheapest]], value):
+                raise ValueError(
+                    f"values holds budget={value!r}, which should be >= the "
+                    "cheapest model's cost, "
+                    f"costs[{str(classes[cheapest])!r}]={float(costs[cheapest])!r}; "
+                    "no model fits."
+                )
 
     table = check_evals(evals)
     check_models_in_pool(
