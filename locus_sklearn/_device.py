@@ -1,6 +1,10 @@
 """One place that turns an estimator's ``device=`` parameter into a torch device."""
 
+from numbers import Integral
+
 import torch
+
+from ._params import short_int
 
 __all__ = ["parse_device", "resolve_device"]
 
@@ -17,9 +21,13 @@ def parse_device(device, *, name="device"):
     """
     try:
         return torch.device(device)
-    except (RuntimeError, TypeError) as exc:
+    # ValueError: an index past int64 ("Overflow when unpacking long long").
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+        # short_int: the digits of 10**30 help no one, 10**5000 has no repr.
+        is_int = isinstance(device, Integral) and not isinstance(device, bool)
+        shown = short_int(device) if is_int else repr(device)
         raise ValueError(
-            f"{name}={device!r} is not a torch device ({exc}); use 'cpu', 'cuda', "
+            f"{name}={shown} is not a torch device ({exc}); use 'cpu', 'cuda', "
             "'cuda:N' or None."
         ) from None
 

@@ -822,7 +822,8 @@ class LocusNetwork(nn.Module):
             dropout,
             n_extra=KernelReadout.n_outputs if kernel_readout else 0,
         )
-        self.query_noise = query_noise
+        # A float: an int (10**30) would go to torch as an int64 scalar.
+        self.query_noise = float(query_noise)
         self.profile = (
             nn.Linear(embedding_dim, n_profile_regions) if n_profile_regions else None
         )

@@ -33,6 +33,7 @@ __all__ = [
     "check_representable_numbers",
     "short_int",
     "unrepresentable_int",
+    "validate_random_state",
 ]
 
 _INT64 = np.iinfo(np.int64)
@@ -195,6 +196,54 @@ def check_representable_numbers(estimator):
                     f"be {_described(constraints)}. Got {short_int(value)}, "
                     f"{why}, instead."
                 )
+
+
+def validate_random_state(random_state, *, caller):
+    """``random_state`` of the public function ``caller``, refused by name
+    unless the estimators' ``random_state`` parameter would take it.
+
+    An int in [0, 2**32 - 1], a :class:`numpy.random.RandomState` or None,
+    and not a bool (``True`` would seed with 1; the estimators refuse it, see
+    :func:`check_no_bool_numbers`). Functions that pass ``random_state`` to
+    :func:`~sklearn.utils.check_random_state` otherwise fail inside NumPy or
+    scikit-learn, naming no parameter, and take ``True``. Raises
+    scikit-learn's :class:`~sklearn.utils._param_validation.InvalidParameterError`
+    in the wording of its ``validate_params``.
+
+    Parameters
+    ----------
+    random_state : object
+        The value given.
+    caller : str
+        Name of the function, for the message.
+
+    Returns
+    -------
+    random_state : int, RandomState or None
+        ``random_state``, unchanged.
+
+    Examples
+    --------
+    >>> validate_random_state(7, caller="make_model_pool")
+    7
+    >>> validate_random_state(True, caller="make_model_pool")
+    Traceback (most recent call last):
+    ...
+    sklearn.utils._param_validation.InvalidParameterError: The 'random_state' parameter of make_model_pool must be an int in the range [0, 4294967295], an instance of 'numpy.random.mtrand.RandomState' or None. Got True, a bool, instead.
+    """  # noqa: E501
+    constraint = make_constraint("random_state")
+    if isinstance(random_state, bool | np.bool_):
+        got = f"{random_state!r}, a bool,"
+    elif constraint.is_satisfied_by(random_state):
+        return random_state
+    elif isinstance(random_state, Integral):
+        got = short_int(random_state)  # 10**5000 has no repr
+    else:
+        got = repr(random_state)
+    raise InvalidParameterError(
+        f"The 'random_state' parameter of {caller} must be {constraint}. "
+        f"Got {got} instead."
+    )
 
 
 class NoBoolNumbersMixin:

@@ -20,6 +20,7 @@ the names of :class:`~._embedder.LocusEmbedder`'s parameters.
 import contextlib
 import copy
 import functools
+import inspect
 import os
 import re
 import sys
@@ -64,6 +65,7 @@ __all__ = [
     "RandomEpisodes",
     "python_scalar",
     "python_scalars",
+    "raised_settings",
     "readout_pool",
     "trainable_torch",
     "ValidRoutingAccuracy",
@@ -640,6 +642,29 @@ class MarkedEarlyStopping(EarlyStopping):
                 progress_sink(text)
 
 
+def raised_settings(estimator_class, params, names):
+    """Advice to lower each of ``names`` that ``params`` sets above its
+    default in ``estimator_class``'s signature, for a divergence error.
+
+    For settings that scale the loss or a training step, so that a large one
+    can make training diverge: naming only ``lr`` then blamed a setting the
+    user had not changed.
+
+    Examples
+    --------
+    >>> from locus_sklearn.baselines import MatrixFactorizationRouter
+    >>> params = {"noise_std": 1e20, "weight_decay": 0.0}
+    >>> raised_settings(MatrixFactorizationRouter, params, ["noise_std", "weight_decay"])
+    ['lower noise_std (now 1e+20, default 0.05)']
+    """  # noqa: E501
+    defaults = inspect.signature(estimator_class).parameters
+    return [
+        f"lower {name} (now {params[name]:g}, default {defaults[name].default:g})"
+        for name in names
+        if params[name] > defaults[name].default
+    ]
+
+
 def _unwrapped(net):
     """A skorch net's module, unwrapped from any data-parallel wrapper."""
     return net._network() if hasattr(net, "_network") else net.module_
@@ -772,9 +797,23 @@ class ValidRoutingAccuracy(Callback):
 def progress_sink(text):
     """Where the epoch table goes: standard error (standard output carries
     results), without colour codes unless standard error is a terminal and
-    NO_COLOR is unset or empty (https://no-color.org)."""
+    NO_COLOR is unset or empty (https://no-color.org).
+
+    Dropped where there is no standard error (``sys.stderr`` is None under
+    pythonw or with file descriptor 2 closed), as ``print`` drops it; a
+    stream with no working ``isatty`` (a write-only object that forwards to
+    logging) is no terminal. Either way the fit goes on.
+    """
     stream = sys.stderr
-    if os.environ.get("NO_COLOR") or not stream.isatty():
+    if stream is None:
+        return
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        # Missing or failing (closed, broken descriptor): no terminal, and
+        # print needs only write().
+        tty = False
+    if os.environ.get("NO_COLOR") or not tty:
         text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     print(text, file=stream)
 
@@ -916,8 +955,10 @@ def build_net(
         **{f"module__{name}": params[name] for name in NETWORK_PARAMS},
         criterion=MaskedBCEWithLogitsLoss,
         optimizer=torch.optim.AdamW,
-        optimizer__weight_decay=params["weight_decay"],
-        lr=params["lr"],
+        # The real-valued settings as floats: an int that passed the Real
+        # constraints (10**30) overflows torch's int64 conversion.
+        optimizer__weight_decay=float(params["weight_decay"]),
+        lr=float(params["lr"]),
         max_epochs=params["max_epochs"],
         batch_size=params["batch_size"],
         iterator_train__shuffle=True,
@@ -927,8 +968,8 @@ def build_net(
         iterator_valid__collate_fn=functools.partial(
             collate_episodes, profile_regions=profile
         ),
-        profile_weight=params["profile_weight"],
-        agreement_weight=params["agreement_weight"],
+        profile_weight=float(params["profile_weight"]),
+        agreement_weight=float(params["agreement_weight"]),
         train_split=predefined_split(valid_dataset) if valid_dataset else None,
         callbacks=list(callbacks),
         **extra,
@@ -936,14 +977,23 @@ def build_net(
 
 
 def _callbacks(params, valid_ds, n_models, bank):
+    # Imported here: _embedder builds on this module.
+    from ._embedder import LocusEmbedder
+
+    # The noise on the inputs and the weights of the extra loss terms scale
+    # the loss (the profile weight only where there is a profile head).
+    scales = ["query_noise", "agreement_weight"]
+    if params["n_profile_regions"]:
+        scales.append("profile_weight")
+    remedies = raised_settings(LocusEmbedder, params, scales)
     # Clipping is on by default: the advice then is to clip harder.
     clip = params["gradient_clip"]
-    remedy = (
+    remedies.append(
         "set gradient_clip" if clip is None else f"lower gradient_clip (now {clip})"
     )
-    callbacks = [("divergence", DivergenceCheck(remedy=remedy))]
-    if params["gradient_clip"] is not None:
-        callbacks.append(("clip", GradientNormClipping(params["gradient_clip"])))
+    callbacks = [("divergence", DivergenceCheck(remedy=" or ".join(remedies)))]
+    if clip is not None:
+        callbacks.append(("clip", GradientNormClipping(float(clip))))
     if valid_ds is None:
         return callbacks
     valid_routing = ValidRoutingAccuracy(valid_ds, n_models, params["batch_size"], bank)

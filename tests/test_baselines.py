@@ -723,6 +723,89 @@ def test_net_router_divergence_is_an_error(name):
         make_router(name, lr=1e30).fit(POOL)
 
 
+def test_kmeans_prior_given_as_a_huge_int_is_read_as_a_float():
+    # numpy took prior_strength=10**30 into the int64 counts: OverflowError.
+    router = KMeansRouter(
+        2, encoder=HAND_ENCODER, prior_strength=10**30, random_state=0
+    ).fit(HAND_EVALS)
+    # A prior this strong leaves each model its overall mean: a 3/6, b 2/4,
+    # c 1/2 (see test_kmeans_hand_computed).
+    np.testing.assert_allclose(router.predict_proba(["t", "u"]), 0.5, rtol=1e-12)
+    assert type(router.get_params()["prior_strength"]) is int  # as set
+
+
+@pytest.mark.parametrize(
+    "name, param",
+    [("mf", "noise_std"), ("mf", "weight_decay"), ("irt", "weight_decay")],
+)
+def test_net_router_real_settings_given_as_huge_ints_fit_as_the_same_floats(
+    name, param
+):
+    # torch took the int as an int64 scalar: OverflowError, naming nothing.
+    as_int = make_router(name, **{param: 10**30}).fit(POOL)
+    as_float = make_router(name, **{param: 1e30}).fit(POOL)
+    np.testing.assert_array_equal(
+        as_int.predict_proba(NEW_QUERIES), as_float.predict_proba(NEW_QUERIES)
+    )
+    assert type(as_int.get_params()[param]) is int  # as set
+
+
+@pytest.mark.parametrize("name", ["mf", "irt"])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        # Adam's first step is lr / (1 - 0.9) = 1e39 > 3.4e38: float32 overflow.
+        ({"lr": 1e38}, r"^lr=1e\+38 is too large: .* = 1e\+39 .*at most 3\.4e\+37\.$"),
+        ({"lr": 10**39}, r"^lr=1e\+39 is too large"),
+        ({"weight_decay": 1e39}, r"^weight_decay=1e\+39 is too large: .*at most "
+         r"3\.4e\+38\.$"),
+    ],
+)  # fmt: skip
+def test_net_router_refuses_lr_and_weight_decay_past_float32(name, params, match):
+    # torch.optim.Adam raised "value cannot be converted to type float
+    # without overflow", naming neither parameter.
+    router = make_router(name, **params)
+    with pytest.raises(ValueError, match=match):
+        router.fit(POOL)
+    assert not hasattr(router, "net_")
+
+
+@pytest.mark.parametrize("name", ["mf", "irt"])
+def test_net_router_largest_lr_accepted_diverges_with_a_named_error(name):
+    # float32's largest value times 1 - beta1: Adam's first step fits float32.
+    lr = float(np.finfo(np.float32).max) * (1 - 0.9)
+    with pytest.raises(FloatingPointError, match=r"lower lr \(now 3\.40282"):
+        make_router(name, lr=lr).fit(POOL)
+
+
+def test_net_router_divergence_names_a_raised_weight_decay():
+    # It blamed lr alone, which was at its default.
+    with pytest.raises(
+        FloatingPointError,
+        match=r"lower lr \(now 0\.001\) or lower weight_decay \(now 3\.40282e\+38, "
+        r"default 0\)\.$",
+    ):
+        _mf(weight_decay=float(np.finfo(np.float32).max)).fit(POOL)
+
+
+@pytest.mark.parametrize("make", [_mf, _irt])
+def test_net_router_verbose_output_goes_to_stderr_only(make, capfd):
+    # skorch's EarlyStopping printed "Stopping since ..." and "Restoring best
+    # model ..." to standard output, while the epoch table went to stderr.
+    router = make(max_epochs=50, patience=1, lr=0.05, verbose=1).fit(POOL)
+    out, err = capfd.readouterr()
+    assert router.n_epochs_ < 50  # stopped early
+    assert out == ""
+    assert "Stopping since valid_loss has not improved in the last 1 epochs." in err
+    # The row of the epoch that stopped training comes before the message.
+    lines = err.splitlines()
+    stop = next(i for i, line in enumerate(lines) if line.startswith("Stopping"))
+    assert lines[stop - 1].split()[0] == str(router.n_epochs_)
+    # Quiet without verbose.
+    make(max_epochs=50, patience=1, lr=0.05).fit(POOL)
+    assert capfd.readouterr() == ("", "")
+
+
 def test_encodings_passed_where_a_number_belongs_are_named_briefly():
     # KNNRouter(encodings) (LocusEmbedder takes them first) printed every
     # vector of the mapping in scikit-learn's message (2.3 MB on a real pool).

@@ -1363,8 +1363,24 @@ def test_make_model_pool_structure():
         ({"n_queries": 2.5}, TypeError, "n_queries must be an int"),
         ({"noise": -1}, ValueError, "noise must be"),
         ({"binary": 1}, TypeError, "binary must be a bool"),
+        # Past int64 numpy failed on the index or the size, naming nothing.
+        ({"n_models": 2**63}, ValueError, r"^n_models must be an int in \[1, "
+         r"9223372036854775807\]; got 9223372036854775808, an int beyond int64"),
+        ({"n_models": 10**30}, ValueError, r"^n_models must be an int in \[1, "
+         r"9223372036854775807\]; got 1\.000e\+30 \(an int of about 31 digits\)"),
+        ({"n_features": 10**30}, ValueError, r"^n_features must be an int in \[2, "),
+        ({"n_queries": -(10**30)}, ValueError, r"^n_queries=-1\.000e\+30 .* >= 1"),
+        # As the estimators refuse them; 'abc' and -1 failed inside numpy and
+        # sklearn naming nothing, and True seeded with 1.
+        *[
+            ({"random_state": seed}, ValueError,
+             r"^The 'random_state' parameter of make_model_pool must be an int in "
+             rf"the range \[0, 4294967295\], .* Got {got} instead\.$")
+            for seed, got in [("abc", "'abc'"), (-1, "-1"), (2**32, "4294967296"),
+                              (True, "True, a bool,"), (2.5, "2.5")]
+        ],
     ],
-)
+)  # fmt: skip
 def test_make_model_pool_errors(kwargs, error, match):
     with pytest.raises(error, match=match):
         make_model_pool(**kwargs)

@@ -27,9 +27,7 @@ def test_fraction_scores_are_real_numbers():
     # By hand: a on q1 is the mean of 1/3 and 2/3, 1/2; a on q2 is 1; b 1/7.
     assert table.score.tolist() == [0.5, 1.0, 1 / 7]
     router = SingleBestRouter().fit(evals)
-    np.testing.assert_array_equal(
-        router.predict_proba(["q9"]), [[0.75, 1 / 7]]
-    )
+    np.testing.assert_array_equal(router.predict_proba(["q9"]), [[0.75, 1 / 7]])
     costs = check_model_costs({"a": Fraction(1, 2), "b": 2}, table.models)
     assert costs.tolist() == [0.5, 2.0]
 
@@ -82,3 +80,21 @@ def test_one_evaluation_error_says_duplicate_rows_were_averaged(tiny_embedder):
     with pytest.raises(ValueError, match=r"have 1: \['a'\]\. Embed") as info:
         embedder.fit(evals.drop_duplicates(["model", "query"]))
     assert not re.search("distinct .model, query. pairs", str(info.value))
+
+
+@pytest.mark.parametrize(
+    "device, shown",
+    [(2**63, "9223372036854775808"), (10**30, r"1\.000e\+30 \(an int of about 31 "
+     r"digits\)"), (10**5000, r"1\.000e\+5000 \(an int of about 5001 digits\)")],
+    ids=["2**63", "10**30", "10**5000"],  # the digits of 10**5000 have no str
+)  # fmt: skip
+def test_a_device_index_past_int64_is_named(device, shown):
+    # torch raised "ValueError: Overflow when unpacking long long", naming
+    # neither the parameter nor what it takes (serve.create_app(device=)
+    # takes an int index).
+    from locus_sklearn._device import parse_device, resolve_device
+
+    match = rf"^device={shown} is not a torch device \(.*\); use 'cpu', 'cuda', "
+    for check in (parse_device, resolve_device):
+        with pytest.raises(ValueError, match=match):
+            check(device)

@@ -190,6 +190,26 @@ def test_query_noise_only_in_training():
     assert not torch.equal(net(*args), net(*args))
 
 
+def test_query_noise_given_as_a_huge_int_trains_as_the_same_float():
+    # torch took query_noise=10**30 as an int64 scalar: OverflowError ("int
+    # too big to convert") in the training forward pass.
+    args = (
+        torch.randn(10, F),
+        torch.tensor([[1, 2]]),
+        torch.ones(1, 2),
+        torch.ones(1, 2, dtype=torch.bool),
+        torch.tensor([[3]]),
+    )
+    outputs = []
+    for noise in (10**30, 1e30):
+        torch.manual_seed(0)
+        net = LocusNetwork(
+            F, embedding_dim=D, n_latents=4, n_blocks=1, n_heads=2, query_noise=noise
+        ).train()
+        outputs.append(net(*args))
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0, equal_nan=True)
+
+
 def test_masked_bce_ignores_nan_padding_and_takes_fractions():
     loss = MaskedBCEWithLogitsLoss()
     logits = torch.tensor([[0.0, 5.0], [0.0, -3.0]])

@@ -847,3 +847,115 @@ def test_read_only_arrays_reach_torch_writable(pool, tiny_embedder, request):
     writable_array = np.ones(3)
     assert writable(writable_array) is writable_array
     assert writable(Z) is not Z and writable(Z).flags.writeable
+
+
+def test_divergence_advice_names_the_raised_setting_that_scales_the_loss():
+    """query_noise=1e20 makes the loss NaN at once, and the advice named only
+    lr and gradient_clip, which were at their defaults."""
+    with pytest.raises(
+        FloatingPointError,
+        match=r"training diverged: .*; lower lr \(now 0\.001\) or lower query_noise "
+        r"\(now 1e\+20, default 0\.05\) or lower gradient_clip \(now 1\.0\)\.$",
+    ):
+        _diverging_fit(
+            query_noise=1e20, max_epochs=1, episodes_per_epoch=6, batch_size=6
+        )
+
+
+def test_raised_settings_lists_only_settings_above_their_defaults():
+    from locus_sklearn import LocusEmbedder
+    from locus_sklearn._training import raised_settings
+
+    names = ["query_noise", "agreement_weight", "profile_weight"]
+    # Defaults 0.05, 0.0 and 1.0: lower, equal and higher.
+    params = dict(query_noise=0.01, agreement_weight=0.0, profile_weight=10**30)
+    assert raised_settings(LocusEmbedder, params, names) == [
+        "lower profile_weight (now 1e+30, default 1)"
+    ]
+
+
+def test_real_settings_given_as_huge_ints_train_as_the_same_floats(
+    pool, tiny_embedder, model_names, rows_of
+):
+    """A Python int passes the Real constraints, but went to torch as an
+    int64: OverflowError ("int too big to convert") mid-fit, naming nothing.
+    The int trains as the float it equals; get_params keeps the int."""
+    evals = rows_of(pool.evals, model_names[:4])
+    params = dict(max_epochs=1, episodes_per_epoch=8)
+    as_int = tiny_embedder(pool.encodings, agreement_weight=10**30, **params)
+    as_float = tiny_embedder(pool.encodings, agreement_weight=1e30, **params)
+    np.testing.assert_array_equal(
+        as_int.fit_transform(evals), as_float.fit_transform(evals)
+    )
+    assert type(as_int.get_params()["agreement_weight"]) is int
+    # query_noise this large diverges: named, as the float is.
+    with pytest.raises(FloatingPointError, match=r"lower query_noise \(now 1e\+30"):
+        tiny_embedder(pool.encodings, query_noise=10**30, **params).fit(evals)
+
+
+class _WriteOnly:
+    """A stream with write() only, as the "stderr to logging" idiom builds."""
+
+    def __init__(self):
+        self.written = []
+
+    def write(self, text):
+        self.written.append(text)
+
+    def flush(self):
+        pass
+
+
+class _BrokenTTY(_WriteOnly):
+    def isatty(self):
+        raise ValueError("I/O operation on closed file")
+
+
+def test_progress_sink_drops_output_without_stderr(monkeypatch, capfd):
+    """sys.stderr is None under pythonw or with descriptor 2 closed: the sink
+    raised AttributeError ('NoneType' object has no attribute 'isatty')."""
+    import sys
+
+    from locus_sklearn._training import progress_sink
+
+    monkeypatch.setattr(sys, "stderr", None)
+    progress_sink("\x1b[32mrow\x1b[0m")
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("stream", [_WriteOnly, _BrokenTTY])
+def test_progress_sink_writes_to_a_stream_without_a_working_isatty(monkeypatch, stream):
+    """Such a stream is no terminal: the text goes to it, colour codes removed."""
+    import sys
+
+    from locus_sklearn._training import progress_sink
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(sys, "stderr", stream())
+    progress_sink("\x1b[32mrow\x1b[0m")
+    assert "".join(sys.stderr.written) == "row\n"
+
+
+@pytest.mark.parametrize("stderr", [None, _WriteOnly])
+def test_verbose_fit_survives_a_missing_or_write_only_stderr(
+    pool, tiny_embedder, model_names, rows_of, monkeypatch, stderr
+):
+    """The sink failed at the end of the first epoch, killing the fit."""
+    import sys
+
+    from locus_sklearn.baselines import MatrixFactorizationRouter
+
+    evals = rows_of(pool.evals, model_names[:4])
+    monkeypatch.setattr(sys, "stderr", stderr and stderr())
+    router = MatrixFactorizationRouter(
+        encoder=pool.encodings, embedding_dim=8, max_epochs=2, verbose=1
+    ).fit(evals)
+    embedder = tiny_embedder(pool.encodings, max_epochs=1, verbose=1).fit(evals)
+    assert router.n_epochs_ == 2 and embedder.n_epochs_ == 1
+    if stderr is not None:
+        # Both epoch tables: header and rows, MF's two and the embedder's one.
+        lines = "".join(sys.stderr.written).splitlines()
+        epochs = [
+            line.split()[0] for line in lines if line.split()[:1] in (["1"], ["2"])
+        ]
+        assert epochs == ["1", "2", "1"]

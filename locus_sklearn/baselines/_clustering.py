@@ -121,7 +121,8 @@ class KMeansRouter(BaseRouter):
         counts = np.bincount(cell, minlength=np.prod(shape))
         total, counts = total.reshape(shape), counts.reshape(shape)
         self.mean_scores_ = total.sum(0) / counts.sum(0)
-        prior = self.prior_strength
+        # A float: numpy would take an int (10**30) into the int64 counts.
+        prior = float(self.prior_strength)
         with np.errstate(invalid="ignore", divide="ignore"):
             scores = (total + prior * self.mean_scores_) / (counts + prior)
         self.cluster_scores_ = np.where(counts + prior > 0, scores, self.mean_scores_)

@@ -65,7 +65,8 @@ class IRTRouter(_NetRouter):
         Seeds initialisation, the validation split and shuffling; an int
         gives a reproducible fit on CPU.
     verbose : int, default=0
-        Print skorch's per-epoch table when > 0.
+        Print skorch's per-epoch table, and early stopping's messages, to
+        standard error when > 0.
 
     Attributes
     ----------

@@ -68,7 +68,8 @@ class MatrixFactorizationRouter(_NetRouter):
         Seeds initialisation, the validation split, shuffling and noise; an
         int gives a reproducible fit on CPU.
     verbose : int, default=0
-        Print skorch's per-epoch table when > 0.
+        Print skorch's per-epoch table, and early stopping's messages, to
+        standard error when > 0.
 
     Attributes
     ----------
@@ -155,6 +156,8 @@ class MatrixFactorizationRouter(_NetRouter):
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
+
+    _loss_scales = ("weight_decay", "noise_std")
 
     def _module_params(self, table, X_query):
         return {"embedding_dim": self.embedding_dim, "noise_std": self.noise_std}

@@ -6,6 +6,7 @@ validation split by query, and :class:`_NetRouter`, which trains a module
 with BCE on scores in [0, 1] and predicts every (query, model) pair at once.
 """
 
+import inspect
 import os
 from numbers import Integral, Real
 
@@ -14,7 +15,6 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval
 from skorch import NeuralNet
-from skorch.callbacks import EarlyStopping
 from skorch.helper import predefined_split
 from torch import nn
 
@@ -22,11 +22,13 @@ from .._base import BaseRouter
 from .._device import resolve_device
 from .._training import (
     DivergenceCheck,
+    MarkedEarlyStopping,
     finished_epochs,
     full_precision,
     held_out_rows,
     progress_params,
     python_scalar,
+    raised_settings,
     seeded_rng,
     trainable_torch,
 )
@@ -34,6 +36,10 @@ from .._warnings import warn_external
 
 # Query batch size of predict_proba; bounds memory at (chunk, n_models) floats.
 _PREDICT_CHUNK = 8192
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+# The first moment decay of the Adam the nets train with (torch's default).
+_ADAM_BETA1 = inspect.signature(torch.optim.Adam).parameters["betas"].default[0]
 
 
 class _RowDataset(torch.utils.data.Dataset):
@@ -132,6 +138,33 @@ class _NetRouter(BaseRouter):
         "verbose": ["verbose"],
     }
 
+    # Settings that scale a training step: raised past their defaults, they can
+    # make it diverge (DivergenceCheck names them).
+    _loss_scales = ("weight_decay",)
+
+    def _validate_params(self):
+        super()._validate_params()
+        # Adam applies its step size lr / (1 - beta1 ** t), largest at the
+        # first step, and weight_decay to the float32 weights as float32
+        # scalars: past float32's range torch fails inside the optimizer, in
+        # a message that names neither.
+        first_step = float(self.lr) / (1 - _ADAM_BETA1)
+        if first_step > _FLOAT32_MAX:
+            raise ValueError(
+                f"lr={float(self.lr):g} is too large: Adam's first step "
+                f"scales the update by lr / (1 - beta1) = {first_step:g} (beta1="
+                f"{_ADAM_BETA1}), past float32's largest value (about "
+                f"{_FLOAT32_MAX:.2g}); give lr at most "
+                f"{_FLOAT32_MAX * (1 - _ADAM_BETA1):.2g}."
+            )
+        if float(self.weight_decay) > _FLOAT32_MAX:
+            raise ValueError(
+                f"weight_decay={float(self.weight_decay):g} is too large: "
+                "Adam adds weight_decay times the float32 weights to their "
+                "gradients, and it is past float32's largest value (about "
+                f"{_FLOAT32_MAX:.2g}); give weight_decay at most {_FLOAT32_MAX:.2g}."
+            )
+
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
         if self.validation_fraction is not None and table.n_queries < 2:
             raise ValueError(
@@ -147,7 +180,11 @@ class _NetRouter(BaseRouter):
             X_query, table.model_index, table.query_index, table.score
         )
         name = type(self).__name__
-        callbacks = [("divergence", DivergenceCheck(name, remedy=None))]
+        raised = raised_settings(
+            type(self), self.get_params(deep=False), self._loss_scales
+        )
+        remedy = " or ".join(raised) or None
+        callbacks = [("divergence", DivergenceCheck(name, remedy=remedy))]
         train_split = None
         if self.validation_fraction is not None:
             is_valid = _split_by_query(table, self.validation_fraction, seed)
@@ -155,7 +192,9 @@ class _NetRouter(BaseRouter):
                 valid = dataset.subset(np.flatnonzero(is_valid))
                 train_split = predefined_split(valid)
                 dataset = dataset.subset(np.flatnonzero(~is_valid))
-                stopper = EarlyStopping(
+                # Its messages go with the epoch table, to standard error
+                # (skorch's EarlyStopping printed them to standard output).
+                stopper = MarkedEarlyStopping(
                     patience=python_scalar(self.patience), load_best=True
                 )
                 callbacks.append(("early_stopping", stopper))
@@ -179,8 +218,10 @@ class _NetRouter(BaseRouter):
             **module_params,
             criterion=nn.BCEWithLogitsLoss,
             optimizer=torch.optim.Adam,
-            lr=self.lr,
-            optimizer__weight_decay=self.weight_decay,
+            # As floats: an int that passed the Real constraints (10**30)
+            # overflows torch's int64 conversion.
+            lr=float(self.lr),
+            optimizer__weight_decay=float(self.weight_decay),
             max_epochs=python_scalar(self.max_epochs),
             batch_size=python_scalar(self.batch_size),
             iterator_train__shuffle=True,

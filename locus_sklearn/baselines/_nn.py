@@ -34,7 +34,8 @@ class MatrixFactorizationNet(nn.Module):
 
     def __init__(self, n_models, n_features, embedding_dim=232, noise_std=0.05):
         super().__init__()
-        self.noise_std = noise_std
+        # A float: an int (10**30) would go to torch as an int64 scalar.
+        self.noise_std = float(noise_std)
         self.model_embedding = nn.Embedding(n_models, embedding_dim)
         self.query_projection = nn.Linear(n_features, embedding_dim)
         self.head = nn.Linear(embedding_dim, 1)

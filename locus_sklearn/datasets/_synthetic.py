@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
+from .._params import short_int, unrepresentable_int, validate_random_state
 from .._repr import QueryEncodings
 from ._loaders import _long_frame
 
@@ -32,7 +33,14 @@ def _check_int(value, name, low):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int; got {value!r}.")
     if value < low:
-        raise ValueError(f"{name}={value} should be >= {low}.")
+        raise ValueError(f"{name}={short_int(value)} should be >= {low}.")
+    # Past int64, numpy fails on the size or the index without naming it.
+    why = unrepresentable_int(value, integral=True)
+    if why is not None:
+        raise ValueError(
+            f"{name} must be an int in [{low}, {np.iinfo(np.int64).max}]; got "
+            f"{short_int(value)}, {why}."
+        )
     return int(value)
 
 
@@ -258,7 +266,8 @@ def make_model_pool(
         Logit gained on the tasks of a model's specialty, in [0, 1e6]; only
         used with ``n_specialties`` (but always checked).
     random_state : int, RandomState instance or None, default=None
-        Seed for reproducible pools.
+        Seed for reproducible pools: an int in [0, 2**32 - 1] (not a bool),
+        as the estimators take.
 
     Returns
     -------
@@ -322,6 +331,7 @@ def make_model_pool(
     specialist_boost = _check_logit_scale(specialist_boost, "specialist_boost")
     if n_specialties is not None:
         n_specialties = _check_specialties(n_specialties, n_tasks)
+    validate_random_state(random_state, caller="make_model_pool")
     # A Generator seeded from the sklearn-style random_state: its normals are
     # several times faster than RandomState's on large pools.
     seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
