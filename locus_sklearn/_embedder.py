@@ -1232,10 +1232,13 @@ class LocusEmbedder(
             the file's 100 MB header.
         """
         check_is_fitted(self)
-        if not isinstance(include_query_text, bool):
+        # A NumPy bool (np.True_, e.g. computed from data) too, as every other
+        # bool parameter of the package takes; an int is refused.
+        if not isinstance(include_query_text, bool | np.bool_):
             raise TypeError(
                 f"include_query_text must be True or False; got {include_query_text!r}."
             )
+        include_query_text = bool(include_query_text)
         # Settings changed after fit are checked as load checks them: a file
         # written with one that load refuses could not be read back.
         self._validate_params()

@@ -811,6 +811,11 @@ class QueryEncoder(
             _warn_memory_unused(encoder, kind)
 
         self._kind = kind
+        # transform encodes with the encoder resolved here, never a later
+        # set_params(encoder=...) (which takes effect at the next fit): the
+        # new one, read with this fit's _kind, was another mapping used
+        # unchecked, or a TypeError for another kind.
+        self._fitted_encoder = encoder
         self._cache_key = cache_key
         self.model_path_ = None if path is None else str(path)
         if n_features is not None:
@@ -870,9 +875,10 @@ class QueryEncoder(
                 return self._encode_by_length(model, texts)
 
             return encode
-        if _is_sentence_transformer(self.encoder):
-            return lambda texts: self._encode_by_length(self.encoder, texts)
-        return self.encoder.encode
+        encoder = self._fitted_encoder
+        if _is_sentence_transformer(encoder):
+            return lambda texts: self._encode_by_length(encoder, texts)
+        return encoder.encode
 
     def _encode_by_length(self, model, texts):
         """``model.encode`` on batches of similar token length (on a CPU a
@@ -907,6 +913,7 @@ class QueryEncoder(
         ----------
         X : sequence of str, pandas Series, or DataFrame with a ``query`` column
             Query texts (or ids, for a mapping encoder), shape (n_queries,).
+            The DataFrame is a pandas or a polars one.
             Repeats are allowed and encoded once. A sentence-transformers
             model refuses a text holding a lone surrogate (such as
             ``"\\ud800"``, not Unicode text) with a :class:`ValueError`.
@@ -923,11 +930,12 @@ class QueryEncoder(
         # pickles differently, so memory= hashed the same texts to another key
         # and encoded them again. str.__str__ keeps the text of any subclass.
         uniques = _plain_str(uniques)
-        if self._kind == "model" or _is_sentence_transformer(self.encoder):
+        if self._kind == "model" or _is_sentence_transformer(self._fitted_encoder):
             _check_encodable(uniques, inverse)
         if self._kind == "mapping":
             encodings = _check_encodings(
-                _lookup_mapping(self.encoder, uniques, self.n_features_out_), uniques
+                _lookup_mapping(self._fitted_encoder, uniques, self.n_features_out_),
+                uniques,
             )
         elif self._kind == "model":
             memory = check_memory(_check_memory(self.memory))
@@ -973,6 +981,9 @@ class QueryEncoder(
         super().__setstate__(state)
         if not hasattr(self, "backend"):  # pickled before the parameter existed
             self.backend = "torch"
+        if hasattr(self, "_kind") and not hasattr(self, "_fitted_encoder"):
+            # Pickled before fit recorded its encoder: the parameter was it.
+            self._fitted_encoder = self.encoder
         key = getattr(self, "_cache_key", None)
         if key is not None:
             # Pickled by a version whose fingerprint also held hidden files and
@@ -983,9 +994,9 @@ class QueryEncoder(
             self._cache_key = (path, entries, *rest)
         # The bundled model lives in site-packages, which moves between machines
         # and environments: resolve it again where the pickle is loaded.
-        default = self.encoder is None or (
-            isinstance(self.encoder, str) and self.encoder == "default"
-        )
+        # The fitted encoder, which transform uses (not one set after fit).
+        fitted = getattr(self, "_fitted_encoder", self.encoder)
+        default = fitted is None or (isinstance(fitted, str) and fitted == "default")
         if default and getattr(self, "model_path_", None) is not None:
             try:
                 path = _default_model_path()

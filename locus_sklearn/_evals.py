@@ -191,6 +191,13 @@ def _unordered(values):
     return isinstance(values, AbstractSet) and not isinstance(values, KeysView)
 
 
+def _is_polars_frame(values):
+    """Whether ``values`` is a polars DataFrame (polars is not imported for
+    this: if nothing imported it, no value is one)."""
+    pl = sys.modules.get("polars")
+    return pl is not None and isinstance(values, pl.DataFrame)
+
+
 def _is_arrow_array(values):
     """Whether ``values`` is a pyarrow Array or ChunkedArray (pyarrow is not
     imported for this: if nothing imported it, no value is one)."""
@@ -392,10 +399,27 @@ def _as_frame(evals, name):
             raise TypeError(
                 f"{name} could not be read as a table of columns: {exc}"
             ) from None
+    # Named with its module: a polars DataFrame's bare type name, "DataFrame",
+    # read as the very type the message asks for.
+    hint = (
+        " Convert it with its .to_pandas() method."
+        if callable(getattr(evals, "to_pandas", None))
+        else ""
+    )
     raise TypeError(
         f"{name} must be a pandas DataFrame or a mapping of equal-length columns "
-        f"'model', 'query', 'score' (optionally 'task'); got {type(evals).__name__}."
+        f"'model', 'query', 'score' (optionally 'task'); got "
+        f"{_type_name(evals)}.{hint}"
     )
+
+
+def _type_name(value):
+    """The type of ``value`` for messages: with its module unless builtin
+    (``polars.dataframe.frame.DataFrame``, ``list``)."""
+    kind = type(value)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _as_series(column):
@@ -764,7 +788,8 @@ def check_evals(evals, *, name="evals"):
 
 def frame_column(frame, column, name, what):
     """The one column ``column`` of the DataFrame ``frame`` (the parameter
-    ``name``), holding ``what``, as a Series.
+    ``name``), holding ``what``, as a Series (a polars one for a polars
+    ``frame``, whose column names are unique).
 
     Raises
     ------
@@ -800,7 +825,7 @@ def check_queries(queries, *, name="queries"):
     ----------
     queries : sequence of str, pyarrow array, or DataFrame with a ``query`` column
         Query texts or ids, in the order predictions are wanted. Repeats are
-        allowed.
+        allowed. The DataFrame is a pandas or a polars one.
     name : str, default="queries"
         Name of the parameter, used in error messages.
 
@@ -826,7 +851,9 @@ def check_queries(queries, *, name="queries"):
     >>> check_queries(["2+2?", "capital of France?"]).tolist()
     ['2+2?', 'capital of France?']
     """
-    if isinstance(queries, pd.DataFrame):
+    # A polars frame too (a ColumnTransformer passes one for polars input):
+    # iterated as a sequence it gives its columns, not its rows.
+    if isinstance(queries, pd.DataFrame) or _is_polars_frame(queries):
         queries = frame_column(queries, "query", name, "queries")
     if isinstance(queries, (str, bytes)):
         raise TypeError(

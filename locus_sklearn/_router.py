@@ -326,6 +326,16 @@ class LocusRouter(BaseRouter):
             )
         return params
 
+    def _get_params_html(self, deep=True, doc_link=""):
+        # The HTML repr's parameter table. scikit-learn's is deep for an
+        # estimator without an estimator parameter (here embedder=None), and
+        # marks every parameter not of __init__ as set by the user: the
+        # defaults get_params adds for None were 39 rows highlighted as
+        # changed. They are LocusEmbedder()'s defaults, none of them set.
+        if self.embedder is None:
+            deep = False
+        return super()._get_params_html(deep, doc_link)
+
     def set_params(self, **params):
         nested = any(name.startswith("embedder__") for name in params)
         if nested and params.get("embedder", self.embedder) is None:
@@ -729,10 +739,13 @@ class LocusRouter(BaseRouter):
             :meth:`load` (``encoder=``). Use it when prompts must not ship.
         """
         check_is_fitted(self)
-        if not isinstance(include_query_text, bool):
+        # A NumPy bool (np.True_, e.g. computed from data) too, as every other
+        # bool parameter of the package takes; an int is refused.
+        if not isinstance(include_query_text, bool | np.bool_):
             raise TypeError(
                 f"include_query_text must be True or False; got {include_query_text!r}."
             )
+        include_query_text = bool(include_query_text)
         # Settings changed after fit are checked as load checks them: a file
         # written with one that load refuses could not be read back.
         self._validate_params()

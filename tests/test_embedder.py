@@ -89,6 +89,31 @@ def test_global_pandas_output_reaches_the_user_only(
     assert isinstance(fitted.transform(rows), np.ndarray)
 
 
+@pytest.mark.parametrize("method", ["pca", "mds", "tsne"])
+def test_model_map_is_drawn_under_a_global_pandas_output(method):
+    """sklearn.set_config(transform_output="pandas") made the PCA, KernelPCA
+    (MDS) and t-SNE inside plot_model_map return DataFrames, which failed
+    when indexed as points[:, 0] (InvalidIndexError)."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from locus_sklearn.inspection import plot_model_map
+
+    # Centred, widest along x: PCA and classical MDS place the models at
+    # (+-2, 0) and (0, +-1), each axis up to its sign.
+    Z = np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+
+    def points(**config):
+        with sklearn.config_context(**config):
+            ax = plot_model_map(Z, method=method, metric="euclidean", random_state=0)
+        plt.close(ax.figure)
+        return np.asarray(ax.collections[0].get_offsets())
+
+    drawn = points(transform_output="pandas")
+    np.testing.assert_allclose(drawn, points(transform_output="default"))
+    if method != "tsne":
+        expected = [[2.0, 0.0], [2.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
+        np.testing.assert_allclose(np.abs(drawn), expected, atol=1e-12)
+
+
 def test_auto_batch_tokens_follow_the_networks_device(router, fitted_copy):
     import copy
 

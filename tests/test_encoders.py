@@ -1509,3 +1509,84 @@ def test_the_onnx_lock_is_taken_inside_the_warnings_lock(monkeypatch):
     monkeypatch.setitem(_encoders._MODELS, key, sentinel)
     assert _encoders._load_onnx_encoder("unused", "fingerprint") is sentinel
     assert taken == [True]
+
+
+class _Ones:
+    """An encoder object giving (1, 1) for every text."""
+
+    def encode(self, texts):
+        return np.ones((len(texts), 2))
+
+
+_FITTED = {"q1": [1.0, 0.0], "q2": [0.0, 1.0]}
+_SWAPPED = {"q1": [0.0, 1.0], "q2": [1.0, 0.0]}
+
+
+@pytest.mark.parametrize(
+    "new",
+    [_SWAPPED, _Ones(), None, "default"],
+    ids=["another-mapping", "object", "None", "default"],
+)
+def test_transform_encodes_with_the_fitted_encoder_not_one_set_after_fit(new):
+    """transform read the encoder parameter with the kind resolved at fit:
+    another mapping's vectors came back, unchecked, and an object or None
+    raised TypeError ("argument of type ... is not iterable"). A changed
+    encoder takes effect at the next fit, as in scikit-learn."""
+    encoder = QueryEncoder(_FITTED).fit().set_params(encoder=new)
+    np.testing.assert_array_equal(
+        encoder.transform(["q2", "q1"]), np.array([[0, 1], [1, 0]], np.float32)
+    )
+    # A pickled copy encodes as the original does.
+    copied = pickle.loads(pickle.dumps(encoder))
+    np.testing.assert_array_equal(
+        copied.transform(["q2", "q1"]), encoder.transform(["q2", "q1"])
+    )
+
+
+def test_an_object_fitted_encoder_is_kept_when_a_mapping_is_set_after_fit():
+    """Fitted on an object, then given a mapping: transform called the
+    mapping's encode (AttributeError: 'dict' object has no attribute
+    'encode'). It encodes with the object, (1, 1) normalised."""
+    encoder = QueryEncoder(_Ones()).fit().set_params(encoder=_FITTED)
+    half = np.float32(np.sqrt(0.5))
+    np.testing.assert_array_equal(encoder.transform(["q1"]), [[half, half]])
+    # The next fit takes the mapping up.
+    np.testing.assert_array_equal(encoder.fit().transform(["q1"]), [[1.0, 0.0]])
+    # And the other way: a mapping set after a mapping, refit.
+    encoder = QueryEncoder(_FITTED).fit().set_params(encoder=_SWAPPED).fit()
+    np.testing.assert_array_equal(encoder.transform(["q1"]), [[0.0, 1.0]])
+
+
+def test_encoder_pickled_before_fit_recorded_its_encoder_still_transforms():
+    """A pickle of an older version has no record of the fitted encoder: its
+    parameter was the one transform used."""
+    state = QueryEncoder(_SWAPPED).fit().__getstate__()
+    del state["_fitted_encoder"]
+    old = QueryEncoder.__new__(QueryEncoder)
+    old.__setstate__(state)
+    np.testing.assert_array_equal(old.transform(["q1"]), [[0.0, 1.0]])
+
+
+def test_a_polars_frame_with_a_query_column_is_read_as_a_pandas_one():
+    """A ColumnTransformer passes a polars frame of the selected column: its
+    columns were read as rows ("X must be one-dimensional; got an array of
+    shape (1, 3)", the frame being 3 x 1)."""
+    pl = pytest.importorskip("polars")
+    from sklearn.compose import ColumnTransformer
+
+    mapping = {"q1": [1.0, 0.0], "q2": [3.0, 4.0]}
+    rows = {"query": ["q1", "q2", "q1"], "x": [1, 2, 3]}
+    expected = np.array([[1.0, 0.0], [0.6, 0.8], [1.0, 0.0]], np.float32)
+    ct = ColumnTransformer([("enc", QueryEncoder(mapping), ["query"])])
+    np.testing.assert_allclose(ct.fit_transform(pl.DataFrame(rows)), expected)
+    np.testing.assert_allclose(ct.fit_transform(pd.DataFrame(rows)), expected)
+    encoder = QueryEncoder(mapping).fit()
+    np.testing.assert_array_equal(encoder.transform(pl.DataFrame(rows)), expected)
+    with pytest.raises(
+        ValueError,
+        match=r"X is a DataFrame without a 'query' column; it has columns "
+        r"\['text'\]",
+    ):
+        encoder.transform(pl.DataFrame({"text": ["q1"]}))
+    with pytest.raises(TypeError, match=r"1 missing value\(s\)"):
+        encoder.transform(pl.DataFrame({"query": ["q1", None]}))

@@ -1,5 +1,6 @@
 """The evaluation table: validation, conversion and round trips."""
 
+import re
 import time
 
 import numpy as np
@@ -1087,3 +1088,29 @@ def test_graded_scores_are_kept_as_given():
     assert table.score.tolist() == [0.7, (0.1 + 0.2) / 2, 0.3]
     dense = table.to_dense()
     assert dense[0, 0] == 0.7 and (dense >= 0.7).sum() == 1
+
+
+def test_polars_evals_are_refused_naming_their_type_and_the_conversion():
+    """The message said "must be a pandas DataFrame ... got DataFrame"."""
+    pl = pytest.importorskip("polars")
+    evals = pl.DataFrame(
+        {"model": ["a", "a"], "query": ["q1", "q2"], "score": [1.0, 0.0]}
+    )
+    name = f"{type(evals).__module__}.DataFrame"
+    assert name.startswith("polars.")
+    with pytest.raises(
+        TypeError,
+        match=re.escape(f"got {name}. Convert it with its .to_pandas() method."),
+    ):
+        check_evals(evals)
+
+
+def test_an_evals_of_a_builtin_type_is_named_bare_without_a_conversion():
+    with pytest.raises(TypeError, match=r"\(optionally 'task'\); got int\.$"):
+        check_evals(7)
+
+
+def test_check_queries_reads_a_polars_frame_query_column():
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame({"query": ["q2", "q1", "q2"], "x": [1, 2, 3]})
+    assert check_queries(frame).tolist() == ["q2", "q1", "q2"]

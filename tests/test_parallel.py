@@ -168,6 +168,35 @@ def test_chunked_pandas_output(embedder, pool):
     assert isinstance(transform_chunked(embedder, pool.evals), np.ndarray)
 
 
+def test_chunked_polars_output(embedder, pool):
+    """transform gives a polars DataFrame when set to; transform_chunked,
+    documented to give transform's result, gave an ndarray."""
+    pl = pytest.importorskip("polars")
+    import sklearn
+
+    with joblib.parallel_config(n_jobs=1):
+        try:
+            embedder.set_output(transform="polars")
+            expected = embedder.transform(pool.evals)
+            got = transform_chunked(embedder, pool.evals, chunk_models=5)
+            frozen = transform_chunked(FrozenEstimator(embedder), pool.evals)
+        finally:
+            embedder.set_output(transform="default")
+        # The global configuration too, as transform reads it, for an
+        # embedder whose set_output was never called (any call, "default"
+        # included, overrides the global setting).
+        fresh = copy.deepcopy(embedder)
+        vars(fresh).pop("_sklearn_output_config", None)
+        with sklearn.config_context(transform_output="polars"):
+            configured = transform_chunked(fresh, pool.evals, chunk_models=5)
+    names = [f"locus{i}" for i in range(embedder.embedding_dim)]
+    for out in (got, frozen, configured):
+        assert isinstance(out, pl.DataFrame)
+        assert out.columns == expected.columns == names
+        np.testing.assert_allclose(out.to_numpy(), expected.to_numpy(), **TOL)
+    assert isinstance(transform_chunked(embedder, pool.evals), np.ndarray)
+
+
 def test_chunked_duplicates_averaged_like_transform(embedder, pool, whole):
     # A repeated (model, query) row in a chunk is averaged as transform does.
     doubled = pd.concat([pool.evals, pool.evals.iloc[:50]], ignore_index=True)

@@ -515,6 +515,44 @@ def test_save_refuses_settings_that_load_would_refuse(
     LocusRouter.load(path)
 
 
+@pytest.mark.parametrize("flag", [False, True])
+def test_save_takes_a_numpy_bool_for_include_query_text(router, tmp_path, flag):
+    """save(include_query_text=np.True_) raised TypeError, where every other
+    bool parameter of the package takes a NumPy bool; an int is still refused."""
+    numpy_flag = np.asarray([1.0, 0.0])[0] > (0.5 if flag else 2.0)
+    assert type(numpy_flag) is np.bool_ and bool(numpy_flag) is flag
+    for estimator in (router, router.embedder_):
+        plain, numpy = tmp_path / "plain.locus", tmp_path / "numpy.locus"
+        estimator.save(plain, include_query_text=flag)
+        estimator.save(numpy, include_query_text=numpy_flag)
+        assert numpy.read_bytes() == plain.read_bytes()
+        with pytest.raises(
+            TypeError, match=r"include_query_text must be True or False; got 1\."
+        ):
+            estimator.save(numpy, include_query_text=1)
+
+
+def _user_set_params(estimator):
+    """The parameters the HTML repr's table highlights as set by the user."""
+    rows = re.findall(
+        r'<tr class="([^"]*)">.*?<td class="param">(.*?)</td>',
+        estimator._repr_html_(),
+        re.S,
+    )
+    return [name for cls, name in rows if "user-set" in cls.split()]
+
+
+def test_html_repr_of_a_default_router_marks_no_parameter_as_user_set():
+    """The 39 embedder__* defaults get_params(deep=True) adds for
+    embedder=None were all highlighted as set by the user."""
+    assert _user_set_params(LocusRouter()) == []
+    assert "embedder__" not in LocusRouter()._repr_html_()
+    assert _user_set_params(LocusRouter(cost_weight=0.5)) == ["cost_weight"]
+    assert _user_set_params(LocusRouter(LocusEmbedder())) == ["embedder"]
+    # get_params itself still lists them (GridSearchCV's embedder__<name>).
+    assert "embedder__embedding_dim" in LocusRouter().get_params()
+
+
 def test_grid_search_with_group_kfold_on_queries(pool, tiny_embedder):
     search = GridSearchCV(
         LocusRouter(tiny_embedder(pool.encodings, max_epochs=1)),

@@ -177,9 +177,13 @@ def principal_coordinates(distances, n_components=2):
     # eigen_solver="dense": for more than 200 models KernelPCA's "auto" picks
     # ARPACK, whose start vector is drawn from the global np.random state, so
     # the map would consume (and depend on) the caller's random numbers.
-    return KernelPCA(
-        n_components, kernel="precomputed", eigen_solver="dense"
-    ).fit_transform(gram)
+    # set_output("default"): an ndarray whatever transform_output is set to
+    # globally (a DataFrame is not indexed as points[:, 0]).
+    return (
+        KernelPCA(n_components, kernel="precomputed", eigen_solver="dense")
+        .set_output(transform="default")
+        .fit_transform(gram)
+    )
 
 
 def plot_model_map(
@@ -309,7 +313,13 @@ def plot_model_map(
         else:
             # svd_solver="full": the randomized solver PCA picks for wide
             # inputs (d > 500) would draw a different map on every call.
-            points = PCA(n_components=2, svd_solver="full").fit_transform(X)
+            # set_output("default"): an ndarray under a global
+            # transform_output="pandas" too (as for t-SNE and MDS).
+            points = (
+                PCA(n_components=2, svd_solver="full")
+                .set_output(transform="default")
+                .fit_transform(X)
+            )
     elif method == "mds":
         points = principal_coordinates(X)
     else:
@@ -319,13 +329,14 @@ def plot_model_map(
         # identical embeddings: t-SNE scales its PCA start by the first
         # component's spread, 0 here, and the NaN start crashes the process.
         pca_start = metric == "euclidean" and X.shape[1] >= 2 and not (X == X[0]).all()
-        points = TSNE(
+        tsne = TSNE(
             n_components=2,
             metric=metric,
             perplexity=perplexity,
             init="pca" if pca_start else "random",
             random_state=random_state,
-        ).fit_transform(X)
+        )
+        points = tsne.set_output(transform="default").fit_transform(X)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 5.0), layout="constrained")
     if groups is None:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import joblib
 import numpy as np
 from sklearn.frozen import FrozenEstimator
+from sklearn.utils._set_output import _wrap_data_with_container
 from sklearn.utils.parallel import Parallel, delayed
 from sklearn.utils.validation import check_is_fitted
 
@@ -451,7 +452,8 @@ def transform_chunked(
         One row per distinct model of ``evals``, in sorted model-name order,
         equal to ``embedder.transform(evals)`` up to float32 rounding. With
         pandas output (``embedder.set_output(transform="pandas")``), a
-        DataFrame indexed by model name.
+        DataFrame indexed by model name; with polars output, a polars
+        DataFrame, as ``transform`` gives.
     models : ndarray of str, shape (n_models,)
         The model of each row; only when ``return_models=True``.
 
@@ -564,6 +566,9 @@ def transform_chunked(
     )
     locus._warn_few_evaluations(summary)
     output = locus._as_output(embeddings, summary)
+    # What transform's set_output wrapper then does: a polars output is only
+    # made there (_as_output indexes a pandas one by model name).
+    output = _wrap_data_with_container("transform", output, evals, locus)
     return (output, models) if return_models else output
 
 
