@@ -6,6 +6,7 @@ model to route to (``predict``), and how well its routing does on scored
 evaluations (``score``).
 """
 
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping
 from numbers import Real
@@ -92,6 +93,48 @@ def _check_ignored_y(y, evals):
     )
 
 
+def _normal_form_hint(unknown, pool):
+    """A sentence for an error about names of ``unknown`` that are not in
+    ``pool``: the names of the pool that are the same text in another
+    Unicode normal form, or "" if there are none.
+
+    Names are matched exactly, so "café" typed with "é" (NFC) is not "café"
+    written with "e" and a combining accent (NFD, as macOS file names and
+    some exports give it); the two print alike, so the names are shown with
+    :func:`ascii`, which tells them apart.
+
+    Examples
+    --------
+    >>> print(_normal_form_hint(["caf\\u00e9"], ["cafe\\u0301", "llama"]))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Did you mean 'cafe\\u0301' (not 'caf\\xe9')? It is the same text in
+    another Unicode normal form; names are matched exactly.
+    >>> _normal_form_hint(["gpt-5"], ["gpt-4"])
+    ''
+    """
+    canonical = {}
+    for known in pool:
+        if isinstance(known, str):
+            canonical.setdefault(unicodedata.normalize("NFC", known), []).append(known)
+    pairs = [
+        (known, given)
+        for given in unknown
+        if isinstance(given, str)
+        for known in canonical.get(unicodedata.normalize("NFC", given), [])
+    ]
+    if not pairs:
+        return ""
+    shown = ", ".join(
+        f"{ascii(known)} (not {ascii(given)})" for known, given in pairs[:5]
+    )
+    more = ", ..." if len(pairs) > 5 else ""
+    each = "It is" if len(pairs) == 1 else "Each is"
+    return (
+        f" Did you mean {shown}{more}? {each} the same text in another Unicode "
+        "normal form; names are matched exactly."
+    )
+
+
 def check_model_subset(models, classes, *, name="models"):
     """Boolean mask over ``classes`` for the model names in ``models``.
 
@@ -167,6 +210,7 @@ def check_model_subset(models, classes, *, name="models"):
         raise ValueError(
             f"{name} has {len(unknown)} model(s) that are not in the pool: "
             f"{_preview(unknown)}; the pool is {_preview(classes, limit=10)}."
+            + _normal_form_hint(unknown, classes)
         )
     counts = Counter(models)
     repeated = [m for m, n in counts.items() if n > 1]
@@ -332,6 +376,7 @@ def observed_scores(router, evals, reason):
         raise ValueError(
             f"evals has {len(unknown)} model(s) that are not in the pool: "
             f"{_preview(unknown)}; {reason}."
+            + _normal_form_hint(unknown, router.classes_)
         )
     return table, table.to_dense(router.classes_)
 

@@ -177,6 +177,42 @@ def _standard_streams():
                 stdout.reconfigure(errors=errors)
 
 
+# The arguments of each command that are text (queries, model names), not
+# paths: a path must keep the bytes the OS gave, or it names another file.
+_TEXT_ARGUMENTS = {
+    "route": ("queries", "models"),
+    "portfolio": ("queries",),
+    "neighbors": ("model",),
+}
+
+
+def _as_utf8(text):
+    """``text``, an argument as Python decoded it (the filesystem encoding,
+    with surrogateescape), decoded from its bytes as UTF-8 instead where they
+    are UTF-8; otherwise as it is."""
+    try:
+        return os.fsencode(text).decode("utf-8")
+    except UnicodeError:  # not UTF-8, or a str not given by the OS (main(argv))
+        return text
+
+
+def _text_arguments_as_utf8(args):
+    """Decode the text arguments of ``args`` (:data:`_TEXT_ARGUMENTS`) as
+    UTF-8, as stdin is read (``locus route R -``), where the filesystem
+    encoding is not UTF-8 (``LC_ALL=C`` without UTF-8 mode): Python decoded
+    them with it, so a query or model name in UTF-8 arrived as lone
+    surrogates ("\\udce6\\udc97...") and was not found, while the same
+    text on stdin was."""
+    if codecs.lookup(sys.getfilesystemencoding()).name == "utf-8":
+        return
+    for dest in _TEXT_ARGUMENTS.get(getattr(args, "command", None), ()):
+        value = getattr(args, dest, None)
+        if isinstance(value, str):
+            setattr(args, dest, _as_utf8(value))
+        elif isinstance(value, list):
+            setattr(args, dest, [_as_utf8(v) for v in value])
+
+
 def main(argv=None):
     """Run the ``locus`` command line.
 
@@ -211,6 +247,7 @@ def main(argv=None):
         except KeyboardInterrupt:
             print(f"{PROG}: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+        _text_arguments_as_utf8(args)
         return run(args)
 
 

@@ -498,10 +498,11 @@ def _utf8_lines(data, what, fix):
     ``what`` and saying ``fix`` where it is not UTF-8."""
     try:
         return _text_lines(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
+    except UnicodeDecodeError:
+        from ..datasets._loaders import first_non_utf8
+
         raise ValueError(
-            f"{what} is not UTF-8 text: byte {data[exc.start]:#04x} at position "
-            f"{exc.start} ({exc.reason}); {fix}."
+            f"{what} is not UTF-8 text: {first_non_utf8([data])}; {fix}."
         ) from None
 
 
@@ -566,9 +567,13 @@ def _read_csv(path, what, **options):
             f"Could not read the {what} file {str(path)!r} as gzip: {exc}"
         ) from None
     except UnicodeDecodeError as exc:
+        from ..datasets._loaders import file_not_utf8
+
+        # exc's position is in pandas' read buffer, not in the file.
+        where = file_not_utf8(expanded(path)) or exc
         raise ValueError(
-            f"Could not read the {what} file {str(path)!r}: it is not UTF-8 text "
-            f"({exc}); save it as UTF-8 csv."
+            f"Could not read the {what} file {str(path)!r}: it is not UTF-8 text: "
+            f"{where}; save it as UTF-8 csv."
         ) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(
@@ -1205,5 +1210,17 @@ def write_text(text, path, what):
 
 
 def write_csv(frame, path, what):
-    """``frame.to_csv(path)``, atomically (:func:`write_text`)."""
-    write_text(frame.to_csv(), path, what)
+    """``frame.to_csv(path)``, atomically (:func:`write_text`).
+
+    Where a name (index, column label or text cell) holds a carriage return,
+    every text cell is quoted: Python's csv writer quotes a field holding
+    the line end it writes ("\\n") but not a lone "\\r", which every csv
+    reader takes for a line end too (a model named "gpt-4\\r", from a CRLF
+    file split on "\\n", split its row in two). Other files are written as
+    ``to_csv`` writes them.
+    """
+    texts = [*frame.index, *frame.columns, frame.index.name]
+    texts += frame.select_dtypes(exclude="number").to_numpy().ravel().tolist()
+    quote = any(isinstance(t, str) and "\r" in t for t in texts)
+    quoting = csv.QUOTE_NONNUMERIC if quote else csv.QUOTE_MINIMAL
+    write_text(frame.to_csv(quoting=quoting), path, what)

@@ -1,6 +1,8 @@
 """Read evaluation tables from files and convert wide score matrices."""
 
+import codecs
 import gzip
+import itertools
 import json
 import os
 import stat
@@ -94,6 +96,73 @@ def _unique_keys(pairs):
     return record
 
 
+# A UTF-16 file starts with one (little- or big-endian): "save as Unicode"
+# in Windows tools writes it.
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+# Bytes read at once when a file is scanned for its first byte that is not
+# UTF-8 (memory only; any size finds the same byte).
+_SCAN_CHUNK = 1 << 20
+
+
+def first_non_utf8(chunks):
+    """Where the bytes of ``chunks`` (an iterable of bytes: a file read in
+    pieces, in order) stop being UTF-8, for a message: the byte, its offset
+    from the start, its line and why it is not UTF-8, and a note where the
+    bytes start with a UTF-16 byte-order mark; None if they are all UTF-8.
+
+    A reader's ``UnicodeDecodeError`` gives a position in its own buffer
+    (pandas' or a text file's), not in the file: "position 3" for a byte at
+    offset 25801, on line 2002.
+
+    Examples
+    --------
+    >>> first_non_utf8([b"model,score\\ncaf", b"\\xe9,1\\n"])
+    'byte 0xe9 at offset 15, line 2 (invalid continuation byte)'
+    >>> first_non_utf8(["a,b\\n".encode("utf-16")])
+    'byte 0xff at offset 0, line 1 (invalid start byte); it starts with a \
+UTF-16 byte-order mark, so it is UTF-16 text'
+    >>> first_non_utf8([b"caf\\xc3", b"\\xa9\\n"]) is None
+    True
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    start, offset, lines = b"", 0, 0  # the first 2 bytes; bytes, line ends before
+    for chunk, final in itertools.chain(((c, False) for c in chunks), [(b"", True)]):
+        start += chunk[: 2 - len(start)]
+        # The decoder holds back the first bytes of a character cut at the
+        # end of the last chunk: the error's position counts from them.
+        pending = decoder.getstate()[0]
+        try:
+            decoder.decode(chunk, final=final)
+        except UnicodeDecodeError as exc:
+            data = pending + chunk
+            line = lines + data[: exc.start].count(b"\n") + 1
+            found = (
+                f"byte {data[exc.start]:#04x} at offset "
+                f"{offset - len(pending) + exc.start}, line {line} ({exc.reason})"
+            )
+            if start.startswith(_UTF16_BOMS):
+                found += (
+                    "; it starts with a UTF-16 byte-order mark, so it is UTF-16 text"
+                )
+            return found
+        offset += len(chunk)
+        lines += chunk.count(b"\n")
+    return None
+
+
+def file_not_utf8(path):
+    """:func:`first_non_utf8` of the file ``path`` (gzip when its name ends
+    in ``.gz``: the offset is then in the uncompressed bytes), or None where
+    it cannot be read again or is all UTF-8."""
+    opener = gzip.open if os.fspath(path).lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            return first_non_utf8(iter(lambda: handle.read(_SCAN_CHUNK), b""))
+    except (OSError, EOFError, zlib.error):
+        return None
+
+
 def json_lines(path, where, hint):
     """``(line number, record)`` of each non-blank line of a JSON-lines file.
 
@@ -147,7 +216,10 @@ def json_lines(path, where, hint):
                 found = True
                 yield number, record
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{where} is not UTF-8 text: {exc}.") from None
+        raise ValueError(
+            f"{where} is not UTF-8 text: {file_not_utf8(path) or exc}; save it "
+            "as UTF-8."
+        ) from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         # not gzip, cut short, or its compressed data corrupt
         raise ValueError(f"{where} could not be read as gzip: {exc}.") from None
@@ -296,7 +368,10 @@ def _read_table(path, name, string_columns, score_column=None, keys=()):
             f"{name}={shown!r} is empty: it has no header line naming its columns."
         ) from None
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{name}={shown!r} is not UTF-8 text: {exc}.") from None
+        raise ValueError(
+            f"{name}={shown!r} is not UTF-8 text: {file_not_utf8(path) or exc}; "
+            "save it as UTF-8."
+        ) from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         # not gzip, cut short, or its compressed data corrupt
         raise ValueError(

@@ -9,7 +9,7 @@ from pandas.api.types import is_scalar
 from scipy.spatial.distance import cdist
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._base import route_by_utility
+from .._base import _normal_form_hint, route_by_utility
 from .._evals import _preview, _unordered, check_evals
 from .._selectors import _check_precomputed, _distances
 from .._tensors import untorched
@@ -525,7 +525,7 @@ def lookup(names, model, *, name="model"):
     except (KeyError, TypeError):
         raise ValueError(
             f"{name}={model!r} is not a model of the pool; the pool is "
-            f"{_preview(names, limit=10)}."
+            f"{_preview(names, limit=10)}." + _normal_form_hint([model], listed)
         ) from None
 
 

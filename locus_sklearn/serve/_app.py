@@ -64,6 +64,27 @@ class APIError(Exception):
         self.headers = headers
 
 
+class _JSONAnswer(JSONResponse):
+    """A JSON answer: as UTF-8, or where it holds a lone surrogate with ASCII
+    escapes (``"\\udce9"``), which give the client the same JSON value.
+
+    The library keeps a model name read from bytes that are not UTF-8 as
+    such a surrogate (``"mod\\udce8le"``), and UTF-8 cannot encode one:
+    with starlette's own ``render``, ``GET /models`` and every ``/route``
+    listing that model would answer 500. The service's answers all use it
+    (``default_response_class``), and the gateway relays backends' answers
+    with it (a backend may send such an escape).
+    """
+
+    def render(self, content):
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode(
+                "ascii"
+            )
+
+
 def error_response(
     status,
     message,
@@ -75,7 +96,7 @@ def error_response(
 ):
     """The OpenAI error shape, so OpenAI clients show the message."""
     body = {"error": {"message": message, "type": kind, "param": param, **extra}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return _JSONAnswer(body, status_code=status, headers=headers)
 
 
 class ErrorDetail(BaseModel):
@@ -867,6 +888,8 @@ def create_app(
     fastapi_app = FastAPI(
         title="locus_sklearn router",
         description="Route queries to the language model most likely to answer them.",
+        # What an endpoint returns as a dict (/models, /admin/reload) too.
+        default_response_class=_JSONAnswer,
     )
     gateway = None if gateway is None else load_gateway_config(gateway)
     holder = RouterHolder(
@@ -1045,7 +1068,7 @@ def _add_route_endpoint(app, service):
             results.append(result)
         # Plain JSON types already: a JSONResponse skips FastAPI's
         # jsonable_encoder walk over every value (about 0.3 ms a request).
-        return JSONResponse(
+        return _JSONAnswer(
             {
                 "results": results,
                 "cost_weight": weight,
@@ -1161,9 +1184,7 @@ def _add_pool_endpoints(app, service, admin_token):
             "reloads": service.n_reloads,
             "last_reload_error": service.holder.last_error,
         }
-        return JSONResponse(
-            health, status_code=200 if status["status"] == "ok" else 503
-        )
+        return _JSONAnswer(health, status_code=200 if status["status"] == "ok" else 503)
 
     # Encoded once, as the client sends it; surrogateescape gives back the
     # bytes of a variable that is not UTF-8 (``.encode()`` raised, a 500).

@@ -40,7 +40,6 @@ escapes, the same JSON value.
 """
 
 import asyncio
-import json
 import time
 import traceback
 from typing import Annotated
@@ -55,7 +54,7 @@ require("httpx")
 import httpx  # noqa: E402
 from fastapi import Request  # noqa: E402
 from fastapi.exceptions import RequestValidationError  # noqa: E402
-from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+from fastapi.responses import StreamingResponse  # noqa: E402
 from pydantic import (  # noqa: E402
     BaseModel,
     ConfigDict,
@@ -72,6 +71,7 @@ from ._app import (  # noqa: E402
     _checked_utility,
     _cost_weight,
     _error_responses,
+    _JSONAnswer,
     _JSONRoute,
     _strict_json,
     _validation_error,
@@ -91,20 +91,6 @@ def _failed_status(status):
     answer below 400 other than 200 (a 204 has no answer, a redirect is not
     followed and its Location not relayed)."""
     return status in RETRYABLE_STATUS or (status < 400 and status != 200)
-
-
-class _RelayedJSON(JSONResponse):
-    """A backend's JSON answer, relayed: as UTF-8, or where it holds a lone
-    surrogate (``"\\ud800"``, which UTF-8 cannot encode) with ASCII escapes,
-    which give the client the same JSON value the backend sent."""
-
-    def render(self, content):
-        try:
-            return super().render(content)
-        except UnicodeEncodeError:
-            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode(
-                "ascii"
-            )
 
 
 ROUTER_MODEL = "locus"
@@ -543,7 +529,7 @@ async def _forward(service, client_request, payload, order, routed, *, stream):
             continue
         if not isinstance(data, dict):
             # A client error that is not JSON: pass it on as it is.
-            return JSONResponse(
+            return _JSONAnswer(
                 {
                     "error": {
                         "message": content.decode(errors="replace")[:2000],
@@ -555,7 +541,7 @@ async def _forward(service, client_request, payload, order, routed, *, stream):
                 headers=locus_headers,
             )
         data["locus"] = {"model": model, "routed_model": routed, "failed": attempts}
-        return _RelayedJSON(
+        return _JSONAnswer(
             data, status_code=response.status_code, headers=locus_headers
         )
     timed_out = deadline - loop.time() <= 0
