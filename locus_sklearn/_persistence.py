@@ -146,12 +146,18 @@ def encoder_spec(encoder, *, include_query_text=True, n_features=None):
     one changed after fit would otherwise be written to a file that load
     refuses. A model directory is stored as the absolute path a fitted
     :class:`QueryEncoder` resolved (``model_path_``); a bare path, or an
-    unfitted encoder's, is resolved here, ``~`` expanded.
+    unfitted encoder's, is resolved here, ``~`` expanded. A fitted
+    :class:`QueryEncoder` is described by the encoder its fit resolved, which
+    its ``transform`` uses, not by an ``encoder`` set after that fit; an
+    unfitted one by its ``encoder`` parameter.
     """
     fitted_path = None
     if isinstance(encoder, QueryEncoder):
         fitted_path = getattr(encoder, "model_path_", None)
-        encoder = encoder.encoder
+        # set_params(encoder=...) without a refit changes the parameter, not
+        # what transform encodes with: the file must load as the encoder that
+        # was saved, with model_path_ (read above) of that same fit.
+        encoder = getattr(encoder, "_fitted_encoder", encoder.encoder)
     if encoder is None or (isinstance(encoder, str) and encoder == "default"):
         return {"kind": "default"}, {}
     if isinstance(encoder, (str, os.PathLike)):

@@ -638,3 +638,137 @@ def test_torch_embeddings_of_any_float_dtype_are_read(kind):
         nearest_models(Z, T[1], k=2, names=names),
         nearest_models(Z, Z[1], k=2, names=names),
     )
+
+
+# ------------------------------------------------------------- random_state
+_SEED_EVALS = pd.DataFrame(
+    {
+        "model": np.repeat(["a", "b", "c"], 20),
+        "query": [f"q{i}" for i in range(20)] * 3,
+        "task": ["math", "code"] * 30,
+        "score": [1.0] * 15 + [0.0] * 5 + [1.0, 0.0] * 10 + [0.0] * 15 + [1.0] * 5,
+    }
+)
+
+
+def _seeded_portfolio(random_state):
+    from locus_sklearn.baselines import KNNRouter
+    from locus_sklearn.inspection import portfolio_curve
+
+    encoder = {f"q{i}": [1.0, i / 20] for i in range(20)}
+    router = KNNRouter(1, encoder=encoder).fit(_SEED_EVALS)
+    Z = [[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]]
+    return portfolio_curve(
+        router, _SEED_EVALS, [1, 2], embeddings=Z, random_state=random_state
+    )
+
+
+def _seeded_score_threshold(random_state):
+    from locus_sklearn.inspection import calibrate_score_threshold
+
+    return calibrate_score_threshold(
+        _SEED_EVALS, n_evals=10, n_resamples=2, min_shared=5, random_state=random_state
+    )
+
+
+_SEEDED = {
+    "embed_profile": lambda rs: embed_profile(
+        _TaskAccuracy(),
+        {"math": 0.5},
+        {"math": [f"q{i}" for i in range(10)]},
+        n_evals=4,
+        random_state=rs,
+    ),
+    "profile_recall_at_k": lambda rs: profile_recall_at_k(
+        _TaskAccuracy(), _SEED_EVALS, k=1, n_evals=10, random_state=rs
+    ),
+    "calibrate_fingerprint_threshold": lambda rs: calibrate_fingerprint_threshold(
+        _TaskAccuracy(),
+        _SEED_EVALS,
+        n_evals=10,
+        n_resamples=2,
+        false_match_rate=0.5,
+        metric="euclidean",
+        random_state=rs,
+    ),
+    "portfolio_curve": _seeded_portfolio,
+    "calibrate_score_threshold": _seeded_score_threshold,
+    "plot_model_map[pca]": lambda rs: plot_model_map(_X, random_state=rs),
+    "plot_model_map[mds]": lambda rs: plot_model_map(_X, method="mds", random_state=rs),
+    "plot_model_map[tsne]": lambda rs: plot_model_map(
+        _X, method="tsne", random_state=rs
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("abc", "'abc'"),
+        (-1, "-1"),
+        (2**32, "4294967296"),
+        (True, "True, a bool,"),
+        (np.False_, "np.False_, a bool,"),
+        (1.5, "1.5"),
+    ],
+)
+@pytest.mark.parametrize("call", list(_SEEDED))
+def test_random_state_of_functions_is_checked_by_name(call, value, shown):
+    # 'abc' and -1 failed inside NumPy or scikit-learn naming no parameter,
+    # True seeded with 1 (the estimators refuse it), and plot_model_map took
+    # any value for "pca" and "mds".
+    import matplotlib.pyplot as plt
+
+    function = call.split("[")[0]
+    before = plt.get_fignums()
+    message = (
+        f"The 'random_state' parameter of {function} must be an int in the range "
+        "[0, 4294967295], an instance of 'numpy.random.mtrand.RandomState' or "
+        f"None. Got {shown} instead."
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        _SEEDED[call](value)
+    assert plt.get_fignums() == before  # refused before any figure is made
+    for ok in (0, np.int64(3), np.random.RandomState(0), None):
+        _SEEDED[call](ok)
+
+
+# ------------------------------------------------------ model names as text
+_ODD_NAMES = ["m$1$2", "x$\\bad{$", "mod\udce8le", "tab\there"]
+# What each is drawn as: the name, a character that is not printable as its
+# escape.
+_DRAWN = ["m$1$2", "x$\\bad{$", "mod\\udce8le", "tab\\there"]
+
+
+def _drawn(text):
+    """The string matplotlib draws for a Text, and whether as mathtext."""
+    return text._preprocess_math(text.get_text())
+
+
+@pytest.mark.parametrize("plot", ["map", "dendrogram", "tree"])
+def test_model_names_are_drawn_as_written(plot):
+    # "m$1$2" was drawn as mathtext (m, italic 1, 2), "x$\bad{$" failed to
+    # draw with a ValueError, and a lone surrogate failed at savefig with a
+    # TypeError from matplotlib's font code.
+    import io
+
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.2]])
+    if plot == "map":
+        fig = plot_model_map(X, names=_ODD_NAMES, metric="euclidean").figure
+        texts = fig.axes[0].texts
+        # Annotations hold the (printable) name itself, never parsed.
+        assert sorted(t.get_text() for t in texts) == sorted(_DRAWN)
+    else:
+        fig = plot_model_dendrogram(X, names=_ODD_NAMES, heatmap=plot == "dendrogram")
+        ax = fig.axes[1] if plot == "dendrogram" else fig.axes[0]
+        texts = ax.get_xticklabels()
+        if plot == "dendrogram":
+            texts += ax.get_yticklabels()
+        # Tick labels hold the name with each $ escaped, as documented.
+        assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(
+            n.replace("$", "\\$") for n in _DRAWN
+        )
+    assert sorted(_drawn(t) for t in texts) == sorted(
+        (n, False) for n in _DRAWN * (len(texts) // len(_DRAWN))
+    )
+    fig.savefig(io.BytesIO(), format="png")

@@ -1056,6 +1056,45 @@ def test_save_stores_the_fitted_encoder_not_one_set_after_fit(tmp_path, tiny_emb
         )
 
 
+def test_a_fitted_query_encoder_is_saved_as_the_encoder_its_fit_resolved(
+    tmp_path, tiny_embedder
+):
+    """encoder_spec read a fitted QueryEncoder's ``encoder`` parameter, not
+    the encoder its fit resolved, which transform uses: one set on the
+    embedder's ``encoder_`` after fit (no refit) was saved, and the loaded
+    embedder encoded with it."""
+    from locus_sklearn import QueryEncoder
+    from locus_sklearn._persistence import encoder_spec
+
+    fitted = {"q1": [1.0, 0.0], "q2": [0.0, 2.0]}
+    other = {"x": [3.0, 4.0]}
+    encoder = QueryEncoder(fitted).fit().set_params(encoder=other)
+    spec, tensors = encoder_spec(encoder)
+    assert spec == {"kind": "mapping", "keys": ["q1", "q2"]}
+    # float32 holds these exactly: stored as given.
+    np.testing.assert_array_equal(
+        tensors["encoder.vectors"].numpy(), [[1.0, 0.0], [0.0, 2.0]]
+    )
+    # A directory set after fit was described as a "path" encoder.
+    encoder.set_params(encoder=str(tmp_path))
+    assert encoder_spec(encoder)[0] == {"kind": "mapping", "keys": ["q1", "q2"]}
+    # An unfitted encoder is described by its parameter, as before.
+    assert encoder_spec(QueryEncoder(other))[0] == {"kind": "mapping", "keys": ["x"]}
+
+    pool = make_model_pool(n_models=6, n_queries=60, evals_per_model=30, random_state=0)
+    encodings = dict(pool.encodings)
+    keys = list(encodings)
+    shifted = {k: encodings[keys[(i + 1) % len(keys)]] for i, k in enumerate(keys)}
+    embedder = tiny_embedder(encodings, max_epochs=1).fit(pool.evals)
+    expected = embedder.transform(pool.evals)
+    embedder.encoder_.set_params(encoder=shifted)
+    np.testing.assert_array_equal(embedder.transform(pool.evals), expected)
+    embedder.save(tmp_path / "e.locus")
+    loaded = LocusEmbedder.load(tmp_path / "e.locus")
+    np.testing.assert_array_equal(loaded.transform(pool.evals), expected)
+    np.testing.assert_array_equal(loaded.encoder[keys[0]], encodings[keys[0]])
+
+
 @pytest.mark.parametrize(
     "key, value, error, match",
     [

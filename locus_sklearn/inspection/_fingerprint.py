@@ -17,6 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._embedder import FewEvaluationsWarning
 from .._evals import _object_frame, _preview, check_evals
+from .._params import validate_random_state
 from .._warnings import FILTERS_LOCK, warn_external
 from ._common import as_pool, check_metric, match_threshold, pairwise
 from ._score_agreement import _check_threshold_kind
@@ -193,6 +194,7 @@ def calibrate_fingerprint_threshold(
         raise ValueError(
             f"false_match_rate={false_match_rate!r} should be a number in (0, 1)."
         )
+    validate_random_state(random_state, caller="calibrate_fingerprint_threshold")
     table = check_evals(evals)
     rng = check_random_state(random_state)
     indptr = table.indptr

@@ -14,6 +14,7 @@ from sklearn.manifold import TSNE
 from sklearn.preprocessing import normalize
 
 from .._evals import _preview
+from .._params import validate_random_state
 from .._warnings import ignoring
 from ._common import (
     as_distances,
@@ -66,6 +67,11 @@ def plot_model_dendrogram(
     order, left to right, is scipy's ``dendrogram(model_linkage(...),
     no_plot=True)["leaves"]``. ``fig.set_size_inches`` resizes the figure.
 
+    Names are drawn as written, never as mathtext: a tick label is the name
+    with each ``$`` escaped as ``\\$`` (which matplotlib draws as ``$``),
+    and any character that is not printable (a control character, a lone
+    surrogate) as its escape, as ``repr`` writes it (``\\udce8``).
+
     Examples
     --------
     >>> import matplotlib
@@ -81,7 +87,7 @@ def plot_model_dendrogram(
     check_linkage(method, metric)
     D, names = pool_distances(embeddings, names, metric=metric)
     tree = linkage_of(D, method)
-    labels = [str(n) for n in names]
+    labels = [_tick_label(n) for n in names]
     # 0.3 inch per model, up to _MAX_LABELLED models: an uncapped figure is
     # 90,000 pixels wide at 3,000 models, which no backend can render (savefig
     # fails for want of memory, a notebook's kernel dies). Past the cap the
@@ -231,11 +237,15 @@ def plot_model_map(
         embeddings, MDS and t-SNE on cosine distances; "precomputed" reads
         ``embeddings`` as the distances themselves.
     annotate : bool, default=True
-        Whether to write each model's name next to its point.
+        Whether to write each model's name next to its point: as written,
+        never as mathtext (``"m$1$2"`` is drawn so), with any character
+        that is not printable (a control character, a lone surrogate)
+        written as its escape, as ``repr`` writes it (``\\udce8``).
     ax : matplotlib Axes, default=None
         Axes to draw on; a new figure when None.
     random_state : int, RandomState instance or None, default=None
-        Seeds t-SNE (PCA and MDS are deterministic). With
+        Seeds t-SNE (PCA and MDS are deterministic, and ignore it; it is
+        checked whatever the method). With
         ``metric="euclidean"`` t-SNE starts from the embeddings' PCA, except
         for 1-D embeddings, which have no second principal component (the
         reason ``method="pca"`` refuses them), and identical embeddings,
@@ -271,6 +281,9 @@ def plot_model_map(
     _check_axes(ax)
     if method not in ("pca", "mds", "tsne"):
         raise ValueError(f"method must be 'pca', 'mds' or 'tsne'; got {method!r}.")
+    # For every method: a bad seed would otherwise pass with "pca" and "mds"
+    # and fail only once the same call is made with "tsne".
+    validate_random_state(random_state, caller="plot_model_map")
     precomputed = check_metric(metric, precomputed=True) == "precomputed"
     if method == "pca" and precomputed:
         raise ValueError(
@@ -348,11 +361,53 @@ def plot_model_map(
         ax.legend(title="group")
     if annotate:
         for (x, y), name in zip(points, names, strict=True):
-            ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(3, 3))
+            ax.annotate(
+                _printable(str(name)),
+                (x, y),
+                textcoords="offset points",
+                xytext=(3, 3),
+                parse_math=False,
+            )
     axis = {"pca": "PCA", "mds": "MDS", "tsne": "t-SNE"}[method]
     ax.set_xlabel(f"{axis} 1")
     ax.set_ylabel(f"{axis} 2")
     return ax
+
+
+def _printable(text):
+    """``text`` with every character that is not printable written as its
+    escape, as ``repr`` writes it: a lone surrogate (which fit accepts in a
+    name) made matplotlib fail at drawing with a TypeError from its font
+    code, and a control character would draw as a box or break the line.
+
+    The escaping of the command line's ``printable``, which this package
+    does not import from its command line.
+
+    Examples
+    --------
+    >>> _printable("mod\\udce8le"), _printable("modèle")
+    ('mod\\\\udce8le', 'modèle')
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _tick_label(name):
+    """``name`` as a tick label drawn as written (see :func:`_printable`).
+
+    ``$`` is escaped: matplotlib reads text with two unescaped ``$`` as
+    mathtext, which drew ``"m$1$2"`` changed and failed to draw
+    ``"x$\\bad{$"``. Escaped, not drawn with ``parse_math=False``: a tick's
+    text is made again (from these strings) whenever matplotlib resets the
+    axis' ticks, without that setting.
+
+    Examples
+    --------
+    >>> print(_tick_label("m$1$2"))
+    m\\$1\\$2
+    """
+    return _printable(str(name)).replace("$", r"\$")
 
 
 def _check_groups(groups, names):

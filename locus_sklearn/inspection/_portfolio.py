@@ -10,6 +10,7 @@ from sklearn.utils import check_random_state
 
 from .._accuracy_selector import ExpectedAccuracySelector
 from .._evals import check_evals, check_model_costs
+from .._params import validate_random_state
 from .._selectors import KMedoidsSelector, _within_budget
 from .._warnings import ignoring, warn_external
 from ._common import check_models_in_pool, router_embeddings, router_routing
@@ -219,6 +220,7 @@ def portfolio_curve(
         )
     if n_random < 0:
         raise ValueError(f"n_random={n_random} should be >= 0.")
+    validate_random_state(random_state, caller="portfolio_curve")
     values = _check_values(values, parameter)
     if parameter == "budget":
         # The selector's own test, up front: it would name the cheapest model

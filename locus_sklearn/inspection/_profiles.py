@@ -19,6 +19,7 @@ from .._evals import (
     _sorted_codes,
     check_evals,
 )
+from .._params import validate_random_state
 from ._common import as_pool, check_metric, pairwise
 from ._fingerprint import _as_embedder, _recording, _reissue
 from ._neighbors import _check_k
@@ -254,6 +255,7 @@ def embed_profile(
     """
     embedder = _as_embedder(embedder)
     _check_n_evals(n_evals)
+    validate_random_state(random_state, caller="embed_profile")
     if scores not in ("bernoulli", "exact"):
         raise ValueError(f"scores must be 'bernoulli' or 'exact'; got {scores!r}.")
     profiles = _task_accuracies(task_accuracies)
@@ -598,6 +600,7 @@ def profile_recall_at_k(
     embedder = _as_embedder(embedder)
     check_metric(metric)
     _check_n_evals(n_evals)
+    validate_random_state(random_state, caller="profile_recall_at_k")
     table = _check_tasks(evals)
     ks = _check_k(
         k,

@@ -16,6 +16,7 @@ import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
 from .._evals import _object_frame, _preview, check_evals
+from .._params import validate_random_state
 from ._common import disagreement, match_threshold
 
 __all__ = [
@@ -452,6 +453,7 @@ def calibrate_score_threshold(
             f"false_match_rate={false_match_rate!r} should be a number in (0, 1)."
         )
     _check_min_shared(min_shared)
+    validate_random_state(random_state, caller="calibrate_score_threshold")
     if min_shared > n_evals:
         raise ValueError(
             f"min_shared={min_shared} exceeds n_evals={n_evals}: no pair could be "
