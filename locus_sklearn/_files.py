@@ -514,9 +514,13 @@ def read_file(path, kind, *, known=None):
         )
     version = header.get("format_version")
     if version != str(FORMAT_VERSION):
+        # A version number: advice on upgrading or refitting. Not one of more
+        # digits than any version will have (int() refuses over 4300).
+        number = int(version) if re.fullmatch("[0-9]{1,9}", str(version)) else None
         raise ValueError(
-            f"{str(path)!r} has format version {version}; this locus_sklearn reads "
-            f"version {FORMAT_VERSION}."
+            f"{str(path)!r} has format version {version}; this locus_sklearn "
+            f"({__version__}) reads version {FORMAT_VERSION}"
+            f"{_version_advice(number, FORMAT_VERSION)}."
         )
     checksum = header.get("checksum")
     intact = None if checksum is None else checksum == _digest(header, tensors)
@@ -551,12 +555,57 @@ def read_file(path, kind, *, known=None):
         raise ValueError(
             f"{str(path)!r} holds a {found}, not a {kind}; load it with {found}.load."
         )
-    # Files written before the layout was recorded hold layout 1.
-    layout = metadata.pop("network_layout", 1)
+    if "network_layout" in metadata:
+        layout = metadata.pop("network_layout")
+    else:
+        layout = _unrecorded_layout(tensors)
     if layout != NETWORK_LAYOUT:
         raise ValueError(
             f"{str(path)!r} holds a network of layout version {layout}, but this "
-            f"locus_sklearn ({__version__}) builds layout version {NETWORK_LAYOUT}; "
-            "refit the estimator with this version and save it again."
+            f"locus_sklearn ({__version__}) builds layout version {NETWORK_LAYOUT}"
+            f"{_version_advice(layout, NETWORK_LAYOUT)}."
         )
     return metadata, tensors, intact
+
+
+def _unrecorded_layout(tensors):
+    """The network layout of a file that does not record one (versions before
+    the layout was recorded): layout 1, but for the first versions' files,
+    whose attention was torch's ``nn.MultiheadAttention`` (parameters
+    ``attention.in_proj_weight``, ...) until locus_sklearn's own attention
+    (``attention.query``, ``attention.key_value``, ``attention.out``) renamed
+    them: layout 0, which this network cannot load.
+
+    >>> _unrecorded_layout({"net.encoder.pool.attention.in_proj_weight": None})
+    0
+    >>> _unrecorded_layout({"net.encoder.pool.attention.query.weight": None})
+    1
+    """
+    if any(name.endswith("attention.in_proj_weight") for name in tensors):
+        return 0
+    return 1
+
+
+def _version_advice(found, current):
+    """What to do with a file of version ``found`` (an int, or None where the
+    file holds no version number) that this locus_sklearn, which reads
+    version ``current``, refuses: to be appended to the message.
+
+    A newer file needs a newer locus_sklearn; an older one is refitted, as
+    the network it holds cannot be read into this version's.
+
+    >>> _version_advice(2, 1)
+    '; the file was written by a newer locus_sklearn: upgrade it (pip install -U locus_sklearn) to load the file'
+    >>> _version_advice(0, 1)
+    '; refit the estimator with this version and save it again'
+    >>> _version_advice("x", 1)
+    ''
+    """
+    if not isinstance(found, int) or isinstance(found, bool):
+        return ""
+    if found > current:
+        return (
+            "; the file was written by a newer locus_sklearn: upgrade it "
+            "(pip install -U locus_sklearn) to load the file"
+        )
+    return "; refit the estimator with this version and save it again"
