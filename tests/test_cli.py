@@ -241,6 +241,37 @@ def test_embedder_file_and_debug(workdir, tmp_path, cli, tiny_settings):
         assert "FileNotFoundError" in err
 
 
+def test_embed_ignores_the_saved_output_container(workdir, tmp_path, cli, monkeypatch):
+    """An embedder saved after set_output(transform="polars") is embedded
+    where polars is not installed: the command writes a csv, and needs no
+    DataFrame library for that."""
+    from locus_sklearn import LocusEmbedder, LocusRouter
+    from locus_sklearn._files import read_file
+
+    router = LocusRouter.load(workdir / "router.locus")
+    # set_output stores the name without importing polars; only a transform
+    # under it does.
+    router.embedder_.set_output(transform="polars").save(tmp_path / "embedder.locus")
+    assert read_file(tmp_path / "embedder.locus", "LocusEmbedder")[0][
+        "output_config"
+    ] == {"transform": "polars"}
+    # polars missing, whether installed here or not: its import fails.
+    monkeypatch.setitem(sys.modules, "polars", None)
+    out = tmp_path / "emb.csv"
+    status, _, err = cli(
+        "embed", tmp_path / "embedder.locus", workdir / "new.csv", "-o", out
+    )
+    assert status == 0, err
+    written = pd.read_csv(out, index_col="model")
+    assert list(written.index) == ["fam2-m06", "fam2-m07"]
+    expected = router.embed(pd.read_csv(workdir / "new.csv"))
+    np.testing.assert_allclose(written.to_numpy(), expected, rtol=1e-6, atol=1e-6)
+    # A user's own load keeps the saved setting (the command's copy only
+    # was set back to arrays).
+    loaded = LocusEmbedder.load(tmp_path / "embedder.locus")
+    assert loaded._sklearn_output_config == {"transform": "polars"}
+
+
 R = "{w}/router.locus"
 FIT = ["{w}/evals.csv", "-o", "{w}/x.locus"]
 

@@ -209,6 +209,30 @@ def test_cli_and_serve_hint_at_another_normal_form(fitted, capsys, client):
     assert response.json()["error"]["message"].endswith(HINT)
 
 
+def test_gateway_backend_hints_at_another_normal_form(fitted):
+    pytest.importorskip("fastapi")
+    from locus_sklearn.serve import create_app
+
+    router = fitted[0]
+    backend = {"base_url": "http://x"}
+    # The only backend, and one of two: each message ends with the hint.
+    with pytest.raises(ValueError) as raised:
+        create_app(router, gateway={"backends": {NFC: backend}})
+    assert str(raised.value).startswith("None of the router's 7 models")
+    assert str(raised.value).endswith(HINT)
+    with pytest.raises(ValueError) as raised:
+        create_app(router, gateway={"backends": {NFC: backend, "llama": backend}})
+    assert str(raised.value).startswith(
+        "The gateway configuration has backends for 1 model(s) that are not in "
+        f"the pool of {str(router)!r}: ['{NFC}']"
+    )
+    assert str(raised.value).endswith(HINT)
+    # Another name: no hint.
+    with pytest.raises(ValueError) as raised:
+        create_app(router, gateway={"backends": {"cafe-7b": backend, "llama": backend}})
+    assert "Did you mean" not in str(raised.value)
+
+
 # ------------------------------------------------------- files not in UTF-8
 def _latin1_evals(n_rows=2000):
     """A csv whose one byte that is not UTF-8 (latin-1 "é") is far beyond
@@ -353,3 +377,68 @@ def test_text_arguments_are_read_as_utf8_under_the_c_locale(fitted, tmp_path):
     )
     assert nearest.returncode == 0, nearest.stderr.decode()
     assert len(json.loads(nearest.stdout)) == 2
+
+
+# ------------------------------------------ route tables: terminal columns
+def test_shorten_counts_terminal_columns_as_written(monkeypatch):
+    from locus_sklearn._cli._io import format_table, shorten
+
+    # 48 columns at most: 45 for the text, 3 for "...". Two columns for
+    # each wide character, none for a combining mark.
+    assert shorten("a" * 60, 48) == "a" * 45 + "..."
+    assert shorten("あ" * 30, 48) == "あ" * 22 + "..."  # 44 + 3 columns
+    assert shorten("あ" * 24, 48) == "あ" * 24  # 48 columns: kept
+    assert shorten("e\u0301" * 40, 48) == "e\u0301" * 40  # 40 columns
+    # On a stdout that cannot encode them, the escapes it writes are
+    # measured: 6 columns each, 7 of them fit in 45, and kept whole.
+    ascii_out = io.TextIOWrapper(io.BytesIO(), "ascii", "backslashreplace")
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+    assert shorten("日" * 10, 48) == "\\u65e5" * 7 + "..."
+    # The model column is 18 wide (3 escapes), the number column 4.
+    assert format_table(["model", "p"], [["日本語", "0.5"], ["llama", "0.25"]]) == [
+        "model" + " " * 13 + "  " + "   p",
+        "-" * 18 + "  " + "----",
+        "\\u65e5\\u672c\\u8a9e" + "  " + " 0.5",
+        "llama" + " " * 13 + "  " + "0.25",
+    ]
+
+
+def test_route_shortens_a_wide_query_to_48_columns(fitted, tmp_path, capsys):
+    router, _, encodings = fitted
+    long_query = QUERY * 2  # 48 wide characters: 96 columns
+    np.savez(
+        tmp_path / "enc.npz",
+        queries=np.array([long_query]),
+        vectors=encodings["q00"][None],
+    )
+    status, out, err = run_main(
+        capsys, "route", router, long_query, "--encodings", tmp_path / "enc.npz",
+        "--models", "llama",
+    )  # fmt: skip
+    assert status == 0, err
+    row = out.splitlines()[2]
+    # 22 characters (44 columns) and "...", where 45 characters were kept.
+    assert row.startswith(QUERY[:22] + "...  llama")
+
+
+def test_route_table_aligned_on_an_ascii_stdout(fitted):
+    """Under PYTHONIOENCODING=ascii a name is written as escapes, wider
+    than its characters: the columns are measured on the escapes."""
+    env = dict(
+        os.environ,
+        PYTHONIOENCODING="ascii",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+    )
+    routed = subprocess.run(
+        [sys.executable, "-m", "locus_sklearn", "route", fitted[0], "q00",
+         "--models", f"{JAPANESE},llama", "--top", "2"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert routed.returncode == 0, routed.stderr
+    lines = routed.stdout.splitlines()
+    escaped = "\\u65e5\\u672c\\u8a9e\\u30e2\\u30c7\\u30eb"  # 36 columns
+    assert any(escaped in line for line in lines), routed.stdout
+    # query 5, rank 4, model 36, P(correct) 10, and three gaps of 2.
+    assert [len(line) for line in lines] == [61] * 4, routed.stdout

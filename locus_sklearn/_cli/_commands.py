@@ -35,6 +35,7 @@ from ._io import (
     read_encodings,
     read_evals,
     read_queries,
+    shorten,
     write_csv,
     write_estimator,
 )
@@ -483,11 +484,6 @@ def cmd_fit(args):
 
 
 # ----------------------------------------------------------------------- route
-def _shorten(text, width):
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def _ranking(router, queries, args):
     """(proba, order): P(correct) and, per query, the indices of the best
     ``--top`` models among those ``--models`` allows, best first."""
@@ -563,7 +559,8 @@ def cmd_route(args):
     header += ["cost"] if costs is not None else []
     rows = []
     for i, query in enumerate(queries):
-        shown = query if args.tsv else _shorten(query, 48)
+        # 48 terminal columns, as written: a wide character takes two.
+        shown = query if args.tsv else shorten(query, 48)
         for rank, j in enumerate(order[i], start=1):
             row = [shown if rank == 1 or args.tsv else ""]
             row += [rank] if top > 1 else []
@@ -596,6 +593,12 @@ def cmd_embed(args):
             status=EXIT_USAGE,
         )
     estimator = _load(args.model, args, embedder_ok=True)
+    if not isinstance(estimator, LocusRouter):
+        # The file's own set_output (load restores it) is for a user's
+        # transform; the command writes a csv from an array, and a saved
+        # "polars" output would need polars installed for nothing. This
+        # loaded copy is the command's alone.
+        estimator.set_output(transform="default")
     evals = read_evals(args.evals)
     with (
         _warnings_in_option_terms(*_ROUTER_WARNING_TERMS),

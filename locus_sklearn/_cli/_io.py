@@ -45,6 +45,7 @@ __all__ = [
     "read_evals",
     "read_lines",
     "read_queries",
+    "shorten",
     "check_folder_writable",
     "check_not_an_input",
     "check_writable",
@@ -90,6 +91,50 @@ def printable(text):
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def _as_written(text, stream=None):
+    """``text`` as ``stream`` (default: stdout) writes it: each character its
+    encoding lacks as its error handler writes it (a backslash escape, where
+    the command set stdout up so, ``PYTHONIOENCODING=ascii``), the width a
+    terminal shows."""
+    stream = sys.stdout if stream is None else stream
+    encoding = getattr(stream, "encoding", None)
+    errors = getattr(stream, "errors", None) or "strict"
+    if not encoding:
+        return text
+    try:
+        return text.encode(encoding, errors).decode(encoding)
+    except (LookupError, UnicodeError):
+        # A handler that fails on it (strict): measured as it is, and the
+        # write itself reports the character.
+        return text
+
+
+def shorten(text, width):
+    """``text`` on one line (each run of whitespace one space), escaped as
+    :func:`format_table` writes it to stdout, and cut to at most ``width``
+    terminal columns (:func:`_display_width`) ending in "..." where it is
+    longer; an escape is kept whole or left out.
+
+    Examples
+    --------
+    >>> shorten("a  short\\tquery", 20)
+    'a short query'
+    >>> shorten("日本語のとても長い質問", 10)  # 2 columns a character
+    '日本語...'
+    """
+    pieces = [_as_written(printable(c)) for c in " ".join(text.split())]
+    widths = [_display_width(p) for p in pieces]
+    if sum(widths) <= width:
+        return "".join(pieces)
+    kept, used = [], 0
+    for piece, piece_width in zip(pieces, widths, strict=True):
+        if used + piece_width > width - 3:
+            break
+        kept.append(piece)
+        used += piece_width
+    return "".join(kept) + "..."
+
+
 def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     """Format rows as tab-separated or aligned text.
 
@@ -117,7 +162,9 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     Aligned columns are padded by display width, not by ``len``: a wide
     (East Asian wide or fullwidth) character takes two terminal columns and
     a combining mark none, so a model named "日本語モデル" or "modèle"
-    written with a combining accent keeps the columns aligned.
+    written with a combining accent keeps the columns aligned. Widths are
+    those of the text as stdout writes it: on a stdout that cannot encode
+    "日本語" (``PYTHONIOENCODING=ascii``), of its escapes ``\\u65e5...``.
 
     Examples
     --------
@@ -133,6 +180,9 @@ def format_table(header, rows, *, tsv=False, aligns=None, indent=""):
     cells += [[printable(str(c).translate(clean)) for c in row] for row in rows]
     if tsv:
         return ["\t".join(row) for row in cells]
+    # Measured as written: the escapes stdout writes for what its encoding
+    # lacks are wider than the characters.
+    cells = [[_as_written(c) for c in row] for row in cells]
     widths = [max(_display_width(row[i]) for row in cells) for i in range(len(header))]
     if aligns is None:
         aligns = ["<" if not _is_number(rows, i) else ">" for i in range(len(header))]

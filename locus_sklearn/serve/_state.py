@@ -148,6 +148,7 @@ def _check_gateway(router, gateway, path):
     named as the routing alias (``"locus"``) could never be requested by
     name: that name routes the request.
     """
+    from .._base import _normal_form_hint
     from .._evals import _preview
     from ._gateway import ROUTER_MODEL
 
@@ -161,16 +162,19 @@ def _check_gateway(router, gateway, path):
         )
     pool = set(router.classes_)
     missing = [m for m in gateway.backends if m not in pool]
+    # A backend named "café" as typed, for a pool model written with a
+    # combining accent: the two print alike, and the hint tells them apart.
+    hint = _normal_form_hint(missing, router.classes_)
     if len(missing) == len(gateway.backends):
         raise ValueError(
             f"None of the router's {len(router.classes_)} models has a backend in "
-            f"the gateway configuration ({sorted(gateway.backends)})."
+            f"the gateway configuration ({sorted(gateway.backends)})." + hint
         )
     if missing:
         raise ValueError(
             f"The gateway configuration has backends for {len(missing)} model(s) "
             f"that are not in the pool of {str(path)!r}: {_preview(missing)}; "
-            f"its models are {_preview(list(router.classes_))}."
+            f"its models are {_preview(list(router.classes_))}." + hint
         )
     unset = {}  # variable -> the backends that read their key from it
     unsendable = {}  # variable -> (what is wrong, the backends)
