@@ -92,6 +92,20 @@ def test_write_csv_leaves_a_file_without_carriage_returns_as_to_csv_writes_it(
     assert path.read_bytes() == b'model,d0,d1\n"a,b",0.5,1.0\n'
 
 
+def test_write_csv_ends_lines_with_newline_on_every_system(tmp_path, monkeypatch):
+    """pandas ends to_csv's lines with os.linesep: on Windows the embeddings
+    csv was CRLF where every other file of the command is LF."""
+    monkeypatch.setattr(os, "linesep", "\r\n")  # as on Windows
+    frame = pd.DataFrame(
+        [[0.5, 1.0], [2.0, 3.0]],
+        index=pd.Index(["a", "b"], name="model"),
+        columns=["d0", "d1"],
+    )
+    path = tmp_path / "emb.csv"
+    write_csv(frame, path, "EMBEDDINGS")
+    assert path.read_bytes() == b"model,d0,d1\na,0.5,1.0\nb,2.0,3.0\n"
+
+
 def test_embed_writes_a_csv_that_select_and_neighbors_read_back(
     fitted, tmp_path, capsys
 ):

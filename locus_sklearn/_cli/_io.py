@@ -1267,10 +1267,12 @@ def write_csv(frame, path, what):
     the line end it writes ("\\n") but not a lone "\\r", which every csv
     reader takes for a line end too (a model named "gpt-4\\r", from a CRLF
     file split on "\\n", split its row in two). Other files are written as
-    ``to_csv`` writes them.
+    ``to_csv`` writes them, but for the line ends: "\\n" on every system
+    (pandas' default is ``os.linesep``, "\\r\\n" on Windows), as the
+    command's other text files.
     """
     texts = [*frame.index, *frame.columns, frame.index.name]
     texts += frame.select_dtypes(exclude="number").to_numpy().ravel().tolist()
     quote = any(isinstance(t, str) and "\r" in t for t in texts)
     quoting = csv.QUOTE_NONNUMERIC if quote else csv.QUOTE_MINIMAL
-    write_text(frame.to_csv(quoting=quoting), path, what)
+    write_text(frame.to_csv(quoting=quoting, lineterminator="\n"), path, what)
