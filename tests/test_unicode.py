@@ -247,6 +247,21 @@ def test_gateway_backend_hints_at_another_normal_form(fitted):
     assert "Did you mean" not in str(raised.value)
 
 
+def test_litellm_config_hints_at_another_normal_form(fitted):
+    pytest.importorskip("yaml")
+    from locus_sklearn.serve import litellm_config
+
+    router = fitted[0]
+    backend = {"base_url": "http://x"}
+    with pytest.raises(ValueError) as raised:
+        litellm_config(router, {"backends": {NFC: backend, "llama": backend}})
+    assert str(raised.value).startswith(
+        "The gateway configuration has backends for 1 model(s) that are not in "
+        f"the router's pool: ['{NFC}']"
+    )
+    assert str(raised.value).endswith(HINT)
+
+
 # ------------------------------------------------------- files not in UTF-8
 def _latin1_evals(n_rows=2000):
     """A csv whose one byte that is not UTF-8 (latin-1 "é") is far beyond

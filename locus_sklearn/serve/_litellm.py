@@ -6,6 +6,7 @@ from urllib.parse import urlsplit
 
 from sklearn.utils.validation import check_is_fitted
 
+from .._base import _normal_form_hint
 from .._evals import _preview
 
 __all__ = ["litellm_config"]
@@ -111,7 +112,7 @@ def litellm_config(router, gateway, *, n_fallbacks=None):
         raise ValueError(
             f"The gateway configuration has backends for {len(missing)} model(s) "
             f"that are not in the router's pool: {_preview(missing)}; its models "
-            f"are {_preview(pool)}."
+            f"are {_preview(pool)}." + _normal_form_hint(missing, pool)
         )
     if n_fallbacks is None:
         n_fallbacks = gateway.fallback.max_attempts - 1
