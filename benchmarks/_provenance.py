@@ -46,7 +46,7 @@ def cpu_model():
     :mod:`platform` knows (on Linux only the architecture, ``x86_64``, which
     does not tell two machines apart)."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
@@ -92,9 +92,9 @@ def write_result(stem, result, report):
     """``result`` to ``stem``.json and ``report(result)`` (markdown) to
     ``stem``.md, making the folder; prints the report."""
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
-    with open(stem + ".json", "w") as handle:
+    with open(stem + ".json", "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
     text = report(result)
-    with open(stem + ".md", "w") as handle:
+    with open(stem + ".md", "w", encoding="utf-8") as handle:
         handle.write(text)
     print(text)

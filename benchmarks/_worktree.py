@@ -71,6 +71,6 @@ def write_ab_result(out, name, base, **fields):
         **fields,
     }
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, name), "w") as handle:
+    with open(os.path.join(out, name), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     return result

@@ -110,7 +110,7 @@ def main(argv=None):
             )
     os.makedirs(args.out, exist_ok=True)
     name = "bfloat16_routing_" + "_".join(args.pools) + ".json"
-    with open(os.path.join(args.out, name), "w") as handle:
+    with open(os.path.join(args.out, name), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
 
 

@@ -289,9 +289,9 @@ def _write(
     os.makedirs(RESULTS, exist_ok=True)
     stem = "calibration" + ("_shrinkage_auto" if shrinkage["parameter"] else "")
     stem += "" if cv == CV else f"_cv{cv}"
-    with open(os.path.join(RESULTS, f"{stem}.json"), "w") as f:
+    with open(os.path.join(RESULTS, f"{stem}.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
-    with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
+    with open(os.path.join(RESULTS, f"{stem}.md"), "w", encoding="utf-8") as f:
         f.write(_markdown(result))
     print(_markdown(result))
 

@@ -300,9 +300,9 @@ def main(argv=None):
     }
     os.makedirs(RESULTS, exist_ok=True)
     stem = "calibration_resplits" + ("_shrinkage_auto" if shrinkage else "")
-    with open(os.path.join(RESULTS, f"{stem}.json"), "w") as f:
+    with open(os.path.join(RESULTS, f"{stem}.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
-    with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
+    with open(os.path.join(RESULTS, f"{stem}.md"), "w", encoding="utf-8") as f:
         f.write(markdown(result))
     print(markdown(result))
     return result

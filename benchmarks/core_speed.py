@@ -371,7 +371,7 @@ def _fit_once(config):
 
 def _proc_status_mb(field):
     """A memory field of /proc/self/status (VmRSS, VmHWM, ...) in MB."""
-    with open("/proc/self/status") as handle:
+    with open("/proc/self/status", encoding="utf-8") as handle:
         for line in handle:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
@@ -515,13 +515,13 @@ def main(argv=None):
     suffix = "" if DEVICE == "cpu" else "_" + torch.device(DEVICE).type
     path = os.path.join(args.out, f"core_speed{suffix}.json")
     if os.path.exists(path):
-        with open(path) as handle:
+        with open(path, encoding="utf-8") as handle:
             result = carry_over(result, json.load(handle))
     for name, source in result.get("earlier_sections", {}).items():
         print(
             f"{name}: not run; kept from the run of {source['date']} ({source['commit']})"
         )
-    with open(path, "w") as handle:
+    with open(path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
     print(f"peak RSS {result['peak_rss_mb']:.0f} MB; wrote {path}")
 

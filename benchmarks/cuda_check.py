@@ -300,7 +300,7 @@ def main(argv=None):
     result["checks"] = CHECKS
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "cuda_check.json")
-    with open(path, "w") as handle:
+    with open(path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
     failed = [c["check"] for c in CHECKS if not c["ok"]]
     print(

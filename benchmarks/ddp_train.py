@@ -129,7 +129,7 @@ def worker(args):
     model, seconds = fit(pool, train, unseen, args.seed, args.quick, accelerator)
     if accelerator.is_main_process:
         model.save(os.path.join(args.out, "embedder.safetensors"))
-        with open(os.path.join(args.out, "fit.json"), "w") as f:
+        with open(os.path.join(args.out, "fit.json"), "w", encoding="utf-8") as f:
             json.dump(
                 {
                     "fit_s": seconds,
@@ -164,7 +164,7 @@ def run_two_processes(seed, quick, out):
     wall = time.perf_counter() - start
     if done.returncode:
         raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
-    with open(os.path.join(out, "fit.json")) as f:
+    with open(os.path.join(out, "fit.json"), encoding="utf-8") as f:
         info = json.load(f)
     return info, wall
 
@@ -262,7 +262,7 @@ def write_markdown(result, path):
     lines += ["", result["verdict"], ""]
     if result.get("note"):
         lines += [result["note"], ""]
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
 
 
@@ -321,7 +321,7 @@ def main(argv=None):
         "verdict": verdict(rows),
     }
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "ddp.json"), "w") as f:
+    with open(os.path.join(args.out, "ddp.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     write_markdown(result, os.path.join(args.out, "ddp.md"))
     return result

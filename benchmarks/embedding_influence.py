@@ -129,7 +129,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     suffix = "" if args.n == 256 else f"_n{args.n}"
     name = "embedding_influence_" + "_".join(args.pools) + suffix + ".json"
-    with open(os.path.join(args.out, name), "w") as handle:
+    with open(os.path.join(args.out, name), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
 
 

@@ -1260,7 +1260,7 @@ def merge(paths, out_dir):
     on identical rows) into one table per pool; rewrites the summaries."""
     merged = {}
     for path in paths:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             results = json.load(f)
         for pool, res in results.items():
             into = merged.setdefault(pool, {**res, "runs": [], "sources": []})
@@ -1282,9 +1282,13 @@ def merge(paths, out_dir):
     for res in merged.values():
         # Summaries over the seeds where each method ran (the n column says how many).
         res["summary"] = summarise_union(res["runs"])
-    with open(os.path.join(out_dir, "embedding_quality.json"), "w") as f:
+    with open(
+        os.path.join(out_dir, "embedding_quality.json"), "w", encoding="utf-8"
+    ) as f:
         json.dump(merged, f, indent=1, default=float)
-    with open(os.path.join(out_dir, "embedding_quality.md"), "w") as f:
+    with open(
+        os.path.join(out_dir, "embedding_quality.md"), "w", encoding="utf-8"
+    ) as f:
         f.write(markdown(merged))
     return merged
 
@@ -1419,9 +1423,17 @@ def main(argv=None):
             "wall_s": time.perf_counter() - t0,
         }
         suffix = f"_{args.tag}" if args.tag else ""
-        with open(os.path.join(args.out, f"embedding_quality{suffix}.json"), "w") as f:
+        with open(
+            os.path.join(args.out, f"embedding_quality{suffix}.json"),
+            "w",
+            encoding="utf-8",
+        ) as f:
             json.dump(results, f, indent=1, default=float)
-        with open(os.path.join(args.out, f"embedding_quality{suffix}.md"), "w") as f:
+        with open(
+            os.path.join(args.out, f"embedding_quality{suffix}.md"),
+            "w",
+            encoding="utf-8",
+        ) as f:
             f.write(markdown(results))
     return results
 

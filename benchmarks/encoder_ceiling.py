@@ -277,7 +277,9 @@ def main(argv=None):
     }
     print(json.dumps(result, indent=1))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "encoder_ceiling.json"), "w") as f:
+    with open(
+        os.path.join(args.out, "encoder_ceiling.json"), "w", encoding="utf-8"
+    ) as f:
         json.dump(result, f, indent=1)
 
 

@@ -532,9 +532,9 @@ def main(argv=None):
         timings=timings,
     )
     report = dict(meta=meta, results=results)
-    with open(os.path.join(args.out, "geometry.json"), "w") as f:
+    with open(os.path.join(args.out, "geometry.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1, default=float)
-    with open(os.path.join(args.out, "geometry.md"), "w") as f:
+    with open(os.path.join(args.out, "geometry.md"), "w", encoding="utf-8") as f:
         f.write(markdown(report))
     print(f"wrote {args.out}/geometry.md ({timings['total_s']:.0f}s)")
     return report
@@ -543,7 +543,7 @@ def main(argv=None):
 def render_only(args):
     """Rebuild the markdown from geometry.json (adds data-only fields if absent)."""
     path = os.path.join(args.out, "geometry.json")
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         report = json.load(f)
     r, m = report["results"], report["meta"]
     if "model_test_accuracy" not in r:
@@ -552,9 +552,9 @@ def render_only(args):
         test_full = complete_queries(test, sorted(evals["model"].unique()))
         Yt = test_full.pivot(index="query", columns="model", values="score")
         r["model_test_accuracy"] = {str(k): float(v) for k, v in Yt.mean().items()}
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, default=float)
-    with open(os.path.join(args.out, "geometry.md"), "w") as f:
+    with open(os.path.join(args.out, "geometry.md"), "w", encoding="utf-8") as f:
         f.write(markdown(report))
     return report
 

@@ -218,9 +218,9 @@ def main(argv=None):
     text = "\n".join(lines) + "\n"
     print(text)
     stem = os.path.join(args.out, f"headroom_{args.data}_{n}")
-    with open(stem + ".md", "w") as f:
+    with open(stem + ".md", "w", encoding="utf-8") as f:
         f.write(text)
-    with open(stem + ".json", "w") as f:
+    with open(stem + ".json", "w", encoding="utf-8") as f:
         json.dump(
             {"data": args.data, "n": str(n), "args": vars(args),
              "commit": started["commit"], "date": time.strftime("%Y-%m-%d"),

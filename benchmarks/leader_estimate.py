@@ -169,7 +169,7 @@ def main(argv=None):
         "wall_s": time.time() - start,
         "results": results,
     }
-    with open(args.out, "w") as f:
+    with open(args.out, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
     print("\npool  n  raw  adjusted  diff  test-best (3-seed means)")
     for name, rs in results.items():

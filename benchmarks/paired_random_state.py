@@ -361,7 +361,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     results = {}
     for path in args.results:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             results = merge_results(results, json.load(f))
     offsets = [f"-rs{k}" if k else "" for k in args.offsets]
     pool, measure, bar = args.gain

@@ -182,10 +182,12 @@ def main(argv=None):
             runs.append(run)
             print(pool, seed, json.dumps(run["by_k"]), flush=True)
         result["pools"][pool] = runs
-    with open(os.path.join(args.out, "portfolios.json"), "w") as handle:
+    with open(
+        os.path.join(args.out, "portfolios.json"), "w", encoding="utf-8"
+    ) as handle:
         json.dump(result, handle, indent=2)
     text = markdown(result)
-    with open(os.path.join(args.out, "portfolios.md"), "w") as handle:
+    with open(os.path.join(args.out, "portfolios.md"), "w", encoding="utf-8") as handle:
         handle.write(text)
     print(text)
     return result

@@ -253,7 +253,7 @@ def main(argv=None):
         result["scale"] = bench_scale(args.models, args.evals, args.bank, args.queries)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "readout_scale.json")
-    with open(path, "w") as handle:
+    with open(path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
     print(f"wrote {path}")
 

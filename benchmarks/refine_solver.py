@@ -192,7 +192,7 @@ def command_line(doc, stem, run, argv=None, add_arguments=None, header=None):
     path = os.path.join(
         args.out, f"{stem}_{args.tag}.json" if args.tag else f"{stem}.json"
     )
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
     log(f"wrote {path}")
 

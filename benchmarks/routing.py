@@ -780,12 +780,12 @@ def rebuild(out_dir):
     """Recompute every stored result's summary from its per-seed runs (so a
     new column in the tables needs no re-run), then rewrite the README."""
     for path in sorted(glob.glob(os.path.join(out_dir, "*.json"))):
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             result = json.load(f)
         if "runs" not in result or "dataset" not in result:
             continue
         result["summary"] = summarise(result["runs"])
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, default=float)
     return write_readme(out_dir)
 
@@ -850,7 +850,7 @@ def write_readme(out_dir):
     latest = {}
     for path in sorted(glob.glob(os.path.join(out_dir, "*.json"))):
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 result = json.load(f)
         except (OSError, json.JSONDecodeError):
             continue
@@ -877,7 +877,7 @@ def write_readme(out_dir):
     ]
     text += [markdown_section(latest[d]) for d in order]
     path = os.path.join(out_dir, "README.md")
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(text) + "\n")
     return path
 
@@ -1104,7 +1104,7 @@ def main(argv=None):
         result["wall_s"] = time.perf_counter() - t_start
         suffix = f"_{args.tag}" if args.tag else ""
         path = os.path.join(args.out, f"{data.name}_{result['date']}{suffix}.json")
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, default=float)
         log(f"   wrote {path} ({result['wall_s'] / 60:.1f} min)")
         excluded = readme_exclusion(result, path)

@@ -322,9 +322,11 @@ def main(argv=None):
     }
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "scale.json"), "w") as handle:
+        with open(
+            os.path.join(args.out, "scale.json"), "w", encoding="utf-8"
+        ) as handle:
             json.dump(result, handle, indent=2)
-        with open(os.path.join(args.out, "scale.md"), "w") as handle:
+        with open(os.path.join(args.out, "scale.md"), "w", encoding="utf-8") as handle:
             handle.write(_markdown(result))
         print(f"wrote {args.out}/scale.{{json,md}}")
     return result

@@ -149,7 +149,7 @@ def _start_server(
 
     for _ in range(1200):
         if process.poll() is not None:
-            with open(log.name) as f:
+            with open(log.name, encoding="utf-8", errors="replace") as f:
                 raise RuntimeError(f"server exited: {f.read()[-2000:]}")
         try:
             if (
@@ -299,7 +299,7 @@ def _run_mode(
     finally:
         process.terminate()
         process.wait(30)
-        with open(process.log_path) as f:
+        with open(process.log_path, encoding="utf-8", errors="replace") as f:
             errors = [line for line in f if "Error" in line or "error" in line]
         if errors:
             print("  server log:", *errors[-10:], sep="\n    ", flush=True)
@@ -476,9 +476,9 @@ def main(argv=None):
             + ("" if args.threads == THREADS else f"_threads{args.threads}")
             + ("_onnx" if "onnx" in backends else "")
         )
-        with open(os.path.join(args.out, f"{name}.json"), "w") as f:
+        with open(os.path.join(args.out, f"{name}.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
-        with open(os.path.join(args.out, f"{name}.md"), "w") as f:
+        with open(os.path.join(args.out, f"{name}.md"), "w", encoding="utf-8") as f:
             f.write(text)
     return result
 

@@ -168,7 +168,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     folds = "" if args.n_folds == 5 else f"_folds{args.n_folds}"
     path = os.path.join(args.out, f"{args.pool}_seed{args.seed}_n{args.n}{folds}.json")
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print("wrote", path)
 

@@ -178,7 +178,7 @@ def main(argv=None):
         }
         suffix = f"_{args.tag}" if args.tag else ""
         path = os.path.join(args.out, f"shrinkage_repeats_holdout{suffix}.json")
-        with open(path, "w") as fh:
+        with open(path, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=1, default=float)
     return results
 

@@ -326,10 +326,12 @@ def main(argv=None):
             "wall_s": time.perf_counter() - t0,
         }
         print(f"{pool}: {json.dumps(results[pool]['summary'])}", flush=True)
-    with open(os.path.join(args.out, "task_visibility.json"), "w") as f:
+    with open(
+        os.path.join(args.out, "task_visibility.json"), "w", encoding="utf-8"
+    ) as f:
         json.dump(results, f, indent=1)
     text = markdown(results)
-    with open(os.path.join(args.out, "task_visibility.md"), "w") as f:
+    with open(os.path.join(args.out, "task_visibility.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text)
     return results

@@ -238,11 +238,11 @@ def main(argv=None):
     header = not os.path.exists(args.out)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     jpath = os.path.splitext(args.out)[0] + ".json"
-    records = json.load(open(jpath)) if os.path.exists(jpath) else []
+    records = json.load(open(jpath, encoding="utf-8")) if os.path.exists(jpath) else []
     run = {"data": args.data, "n": str(n), "commit": routing.git_commit(),
            "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
     measured = []
-    with open(args.out, "a") as md:
+    with open(args.out, "a", encoding="utf-8") as md:
         if header:
             md.write(
                 "# LOCUS tuning log\n\nEach row: one LocusEmbedder setting fitted on the same "
@@ -284,7 +284,7 @@ def main(argv=None):
             print({k: record[k] for k in ("seed", "name", "validation_routing_acc",
                                           "validation_correctness_acc", "fit_s")}, flush=True)  # fmt: skip
             records.append(record)
-            with open(jpath, "w") as f:
+            with open(jpath, "w", encoding="utf-8") as f:
                 json.dump(records, f, indent=1)
 
         for seed in seeds:

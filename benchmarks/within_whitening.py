@@ -395,14 +395,16 @@ def main(argv=None):
         for seed in args.seeds:
             results["pools"][pool][str(seed)] = run(pool, seed, log)
             results["wall_s"] = time.perf_counter() - t0
-            with open(os.path.join(args.out, f"{stem}.json"), "w") as f:
+            with open(
+                os.path.join(args.out, f"{stem}.json"), "w", encoding="utf-8"
+            ) as f:
                 json.dump(results, f, indent=1)
     results["summary"] = {pool: summarise(r) for pool, r in results["pools"].items()}
     results["verdict"] = verdict(results["summary"], results["pools"])
     results["wall_s"] = time.perf_counter() - t0
-    with open(os.path.join(args.out, f"{stem}.json"), "w") as f:
+    with open(os.path.join(args.out, f"{stem}.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, f"{stem}.md"), "w") as f:
+    with open(os.path.join(args.out, f"{stem}.md"), "w", encoding="utf-8") as f:
         f.write(markdown(results))
     log(f"wrote {args.out}/{stem}.json/.md ({results['wall_s'] / 60:.1f} min)")
 

@@ -103,14 +103,13 @@ def _cached_hub_model(name):
     cache = constants.HF_HUB_CACHE
     try:
         snapshot = Path(snapshot_download(name, cache_dir=cache, local_files_only=True))
-    except ValueError:
-        # Not a valid repo id (HFValidationError): say a path like "./models/x".
-        return None
     except OSError as exc:
         # Not cached (LocalEntryNotFoundError), or cached but incomplete: its
         # subclass IncompleteSnapshotError (recent huggingface_hub) names the
         # snapshot folder; a refs/main naming a commit with no snapshot folder
-        # (an interrupted download) raises the plain error.
+        # (an interrupted download) raises the plain error. Caught before
+        # ValueError: before huggingface_hub 1.0 LocalEntryNotFoundError is a
+        # ValueError too.
         snapshot = getattr(exc, "snapshot_path", None)
         if snapshot is not None:
             what = "misses files its download listed"
@@ -121,6 +120,9 @@ def _cached_hub_model(name):
                 return None
             snapshot = ref.parent.parent / "snapshots" / ref.read_text().strip()
             what = "does not exist"
+    except ValueError:
+        # Not a valid repo id (HFValidationError): say a path like "./models/x".
+        return None
     else:
         if any((snapshot / file).is_file() for file in ("modules.json", "config.json")):
             return snapshot

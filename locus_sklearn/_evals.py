@@ -505,9 +505,13 @@ def _non_strings(values):
 def _is_missing(value):
     """Whether ``value`` is a missing value (None, NaN, pd.NA, NaT)."""
     try:
-        return bool(pd.isna(value))
+        # An array-like entry is not a scalar missing value. Its dimensions
+        # are checked first: bool() of pd.isna's array result raises from
+        # numpy 2.2 on, but before that only warns for an empty one (and
+        # gives a one-element one's truth).
+        return np.ndim(value) == 0 and bool(pd.isna(value))
     except (TypeError, ValueError, ArithmeticError):
-        # An array-like entry is not a scalar missing value; a signalling
+        # A ragged nested list has no dimensions (ValueError); a signalling
         # Decimal NaN raises decimal.InvalidOperation (an ArithmeticError).
         return False
 

@@ -395,7 +395,13 @@ def write_bytes(path, data):
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-            # Renamed while still locked, so no other save takes it for stale.
+            if fcntl is not None:
+                # Renamed while still locked, so no other save takes it for
+                # stale.
+                os.replace(tmp, target)
+        if fcntl is None:
+            # Windows refuses to rename a file this process holds open
+            # (WinError 32), and there is no lock to keep: closed first.
             os.replace(tmp, target)
     except BaseException as exc:
         try:

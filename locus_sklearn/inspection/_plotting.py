@@ -609,7 +609,12 @@ def plot_portfolio_curve(curve, *, ax=None, label=None, random=True, full_pool=T
     label = "selected" if label is None else label
     ax.plot(x, curve["accuracy"], marker="o", label=label)
     if random and curve["random_mean"].notna().any():
-        mean, std = curve["random_mean"], curve["random_std"]
+        # Arrays, not Series: numpy 1.24.0's masked_invalid, which
+        # fill_between calls, refuses a Series (numpy#22826).
+        mean, std = (
+            curve[c].to_numpy(dtype=np.float64, na_value=np.nan)
+            for c in ("random_mean", "random_std")
+        )
         (line,) = ax.plot(x, mean, linestyle=":", color="gray", label="random")
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
     if full_pool:

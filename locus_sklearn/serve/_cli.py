@@ -240,7 +240,12 @@ def _listen(host, port):
         for family, kind, proto, _, address in dict.fromkeys(infos):
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if os.name != "nt":
+                # Lets a restarted server bind at once, past the last one's
+                # TIME_WAIT connections. Not on Windows, where it lets a
+                # second socket bind a port in use (CPython's
+                # socket.create_server and asyncio leave it unset there).
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
