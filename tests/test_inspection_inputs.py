@@ -772,3 +772,16 @@ def test_model_names_are_drawn_as_written(plot):
         (n, False) for n in _DRAWN * (len(texts) // len(_DRAWN))
     )
     fig.savefig(io.BytesIO(), format="png")
+
+
+def test_group_names_are_drawn_as_written_in_the_legend():
+    # A group is drawn as its legend label: "$" was read as mathtext there too.
+    import io
+
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.2]])
+    fig = plot_model_map(
+        X, names=list("abcd"), groups=_ODD_NAMES, metric="euclidean"
+    ).figure
+    texts = fig.axes[0].get_legend().get_texts()
+    assert sorted(_drawn(t) for t in texts) == sorted((n, False) for n in _DRAWN)
+    fig.savefig(io.BytesIO(), format="png")

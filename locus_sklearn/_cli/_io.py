@@ -28,6 +28,7 @@ import pandas as pd
 # The package's one cost validator; the only place the CLI names it.
 from .._evals import _preview, check_model_costs
 from .._paths import file_mode, not_regular_file
+from .._text import printable
 from ._errors import EXIT_IO, EXIT_USAGE, CommandError
 
 __all__ = [
@@ -68,27 +69,6 @@ def _display_width(text):
         ):
             width += 1
     return width
-
-
-def printable(text):
-    """``text`` with every character that is not printable (``str.isprintable``:
-    control characters such as ESC, format characters, separators other than
-    the space) written as its escape, as ``repr`` writes it.
-
-    A name read from a file (a model named ``"a\\x1b[2J"``) is shown as
-    text rather than sent to the terminal, where an escape sequence would
-    clear the screen or set the window title.
-
-    Examples
-    --------
-    >>> print(printable("gpt\\x1b[2J-4o"))
-    gpt\\x1b[2J-4o
-    >>> printable("modèle 日本語")
-    'modèle 日本語'
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _as_written(text, stream=None):

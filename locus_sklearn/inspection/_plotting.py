@@ -15,6 +15,7 @@ from sklearn.preprocessing import normalize
 
 from .._evals import _preview
 from .._params import validate_random_state
+from .._text import printable
 from .._warnings import ignoring
 from ._common import (
     as_distances,
@@ -87,7 +88,7 @@ def plot_model_dendrogram(
     check_linkage(method, metric)
     D, names = pool_distances(embeddings, names, metric=metric)
     tree = linkage_of(D, method)
-    labels = [_tick_label(n) for n in names]
+    labels = [_label(n) for n in names]
     # 0.3 inch per model, up to _MAX_LABELLED models: an uncapped figure is
     # 90,000 pixels wide at 3,000 models, which no backend can render (savefig
     # fails for want of memory, a notebook's kernel dies). Past the cap the
@@ -357,12 +358,12 @@ def plot_model_map(
     else:
         for group in dict.fromkeys(groups.tolist()):
             at = groups == group
-            ax.scatter(points[at, 0], points[at, 1], label=str(group))
+            ax.scatter(points[at, 0], points[at, 1], label=_label(group))
         ax.legend(title="group")
     if annotate:
         for (x, y), name in zip(points, names, strict=True):
             ax.annotate(
-                _printable(str(name)),
+                printable(str(name)),
                 (x, y),
                 textcoords="offset points",
                 xytext=(3, 3),
@@ -374,27 +375,9 @@ def plot_model_map(
     return ax
 
 
-def _printable(text):
-    """``text`` with every character that is not printable written as its
-    escape, as ``repr`` writes it: a lone surrogate (which fit accepts in a
-    name) made matplotlib fail at drawing with a TypeError from its font
-    code, and a control character would draw as a box or break the line.
-
-    The escaping of the command line's ``printable``, which this package
-    does not import from its command line.
-
-    Examples
-    --------
-    >>> _printable("mod\\udce8le"), _printable("modèle")
-    ('mod\\\\udce8le', 'modèle')
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def _tick_label(name):
-    """``name`` as a tick label drawn as written (see :func:`_printable`).
+def _label(name):
+    """``name`` as a tick or legend label drawn as written, with what is not
+    printable escaped (:func:`~locus_sklearn._text.printable`).
 
     ``$`` is escaped: matplotlib reads text with two unescaped ``$`` as
     mathtext, which drew ``"m$1$2"`` changed and failed to draw
@@ -404,10 +387,10 @@ def _tick_label(name):
 
     Examples
     --------
-    >>> print(_tick_label("m$1$2"))
+    >>> print(_label("m$1$2"))
     m\\$1\\$2
     """
-    return _printable(str(name)).replace("$", r"\$")
+    return printable(str(name)).replace("$", r"\$")
 
 
 def _check_groups(groups, names):
