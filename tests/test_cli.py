@@ -886,6 +886,19 @@ def test_fit_set_conflicting_with_its_option_is_refused(
     assert not out.exists()
 
 
+@pytest.fixture
+def python_sigint():
+    """Python's own Ctrl-C handler for the test, whatever the test run was
+    started with: a background job of a non-interactive shell starts with
+    SIGINT ignored, which ``interrupts_kept`` keeps ignoring (so a run of the
+    suite started that way failed the tests of Ctrl-C in training)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _interrupted_fit(self, evals, y=None, **params):
     """A LocusRouter.fit stand-in: a Ctrl-C during training, caught as
     skorch's training loop catches it (the fit returns)."""
@@ -899,7 +912,7 @@ def _interrupted_fit(self, evals, y=None, **params):
 
 
 def test_fit_interrupted_in_training_exits_130_and_writes_nothing(
-    workdir, tmp_path, cli, monkeypatch, tiny_cli_args
+    workdir, tmp_path, cli, monkeypatch, tiny_cli_args, python_sigint
 ):
     """skorch ends a fit at Ctrl-C and keeps the network trained so far;
     ``locus fit`` must not save that router and exit 0."""
@@ -1950,7 +1963,7 @@ def _demo_evals(path, models, n_queries=100, keep=None, seed=0):
 
 
 def test_demo_interrupted_in_training_exits_130(tmp_path, cli, monkeypatch,
-                                                fake_minilm):  # fmt: skip
+                                                fake_minilm, python_sigint):  # fmt: skip
     """skorch ended the demo's fit at Ctrl-C: the demo went on with a partly
     trained router, printed everything and exited 0."""
     import signal

@@ -117,6 +117,8 @@ def interrupts_kept():
     Examples
     --------
     >>> import os, signal
+    >>> # Python's own handler, as a process not started with SIGINT ignored has
+    >>> handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     >>> try:
     ...     with interrupts_kept():
     ...         try:  # what skorch does around its training loop
@@ -128,6 +130,7 @@ def interrupts_kept():
     ...     print("interrupted")
     training ended
     interrupted
+    >>> _ = signal.signal(signal.SIGINT, handler)
     """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         # A Ctrl-C meant for the foreground job must not end this one.
