@@ -663,7 +663,8 @@ class QueryEncoder(
         thirds of PyTorch's time on a CPU (``benchmarks/encoder_ceiling.py``),
         which is what a served text query waits for. Needs the ``onnx`` extra
         (``pip install 'locus_sklearn[onnx]'``); a model directory only, and
-        ``device`` None or "cpu".
+        ``device`` None or "cpu". Read at ``fit``, as ``encoder`` is: one set
+        after it takes effect at the next ``fit``.
 
     Attributes
     ----------
@@ -818,6 +819,10 @@ class QueryEncoder(
         # new one, read with this fit's _kind, was another mapping used
         # unchecked, or a TypeError for another kind.
         self._fitted_encoder = encoder
+        # Likewise the backend: one set after fit ran under the torch key of
+        # memory= (ONNX encodings differ from PyTorch's by about 2e-7) and
+        # skipped fit's checks of it (a model directory, the CPU, the extra).
+        self._fitted_backend = self.backend
         self._cache_key = cache_key
         self.model_path_ = None if path is None else str(path)
         if n_features is not None:
@@ -857,7 +862,7 @@ class QueryEncoder(
         # first two items, _model_fingerprint's), so that encodings cached
         # under a key are that model's, never a version loaded before.
         fingerprint = None if self._cache_key is None else self._cache_key[:2]
-        if self._kind == "model" and self.backend == "onnx":
+        if self._kind == "model" and self._fitted_backend == "onnx":
 
             def encode(texts):
                 model = _load_onnx_encoder(self.model_path_, fingerprint)
@@ -986,6 +991,8 @@ class QueryEncoder(
         if hasattr(self, "_kind") and not hasattr(self, "_fitted_encoder"):
             # Pickled before fit recorded its encoder: the parameter was it.
             self._fitted_encoder = self.encoder
+        if hasattr(self, "_kind") and not hasattr(self, "_fitted_backend"):
+            self._fitted_backend = self.backend  # likewise
         key = getattr(self, "_cache_key", None)
         if key is not None:
             # Pickled by a version whose fingerprint also held hidden files and

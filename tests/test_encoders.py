@@ -1594,3 +1594,37 @@ def test_a_polars_frame_with_a_query_column_is_read_as_a_pandas_one():
         encoder.transform(pl.DataFrame({"text": ["q1"]}))
     with pytest.raises(TypeError, match=r"1 missing value\(s\)"):
         encoder.transform(pl.DataFrame({"query": ["q1", None]}))
+
+
+@pytest.mark.parametrize("fitted", ["torch", "onnx"])
+def test_transform_runs_the_backend_of_fit_not_one_set_after_it(fitted, monkeypatch):
+    """backend= set after fit was read by transform: it encoded with ONNX
+    Runtime under the PyTorch key of memory= (they differ by about 2e-7),
+    having skipped fit's checks of that backend; it is the next fit's, as
+    encoder= is."""
+    torch_vector, onnx_vector = [1.0, 0.0], [0.0, 1.0]
+
+    class Onnx:
+        def encode(self, texts, batch_size, show_progress_bar):
+            return np.full((len(texts), 2), onnx_vector)
+
+    monkeypatch.setattr(_encoders, "_load_sentence_transformer", lambda *a: object())
+    monkeypatch.setattr(
+        QueryEncoder,
+        "_encode_by_length",
+        lambda self, model, texts: np.full((len(texts), 2), torch_vector),
+    )
+    monkeypatch.setattr(_encoders, "_load_onnx_encoder", lambda *a: Onnx())
+    monkeypatch.setattr(QueryEncoder, "_check_onnx", lambda self, kind: None)
+    encoder = QueryEncoder(backend=fitted).fit()
+    other = "onnx" if fitted == "torch" else "torch"
+    expected = torch_vector if fitted == "torch" else onnx_vector
+    encoder.set_params(backend=other)
+    np.testing.assert_array_equal(encoder.transform(["q"]), [expected])
+    # A pickle keeps the fitted backend; the next fit takes the new one.
+    again = pickle.loads(pickle.dumps(encoder))
+    np.testing.assert_array_equal(again.transform(["q2"]), [expected])
+    np.testing.assert_array_equal(
+        encoder.fit().transform(["q3"]),
+        [onnx_vector if other == "onnx" else torch_vector],
+    )
