@@ -22,7 +22,6 @@ input (``_k_center`` on the distance matrix), as scikit-learn pairs
 """
 
 import math
-import sys
 from collections.abc import Mapping
 from numbers import Integral, Real
 
@@ -47,7 +46,7 @@ from ._params import (
     NumberInterval,
     check_representable_numbers,
 )
-from ._tensors import untorched
+from ._tensors import input_eps, untorched
 from ._warnings import warn_external
 
 __all__ = [
@@ -422,7 +421,8 @@ def _row_names(X):
 
 def _check_costs(costs, n_models, budget, row_names=(None, None)):
     """Per-model costs as float64 of shape (n_models,), unit costs when None,
-    and the :func:`_input_eps` of the costs as given, for :func:`_within_budget`.
+    and the :func:`~locus_sklearn._tensors.input_eps` of the costs as given,
+    for :func:`_within_budget`.
 
     Costs follow the rows of ``X`` (like ``sample_weight``): an array is read
     by position. A Series (by its index) or a mapping is read by model name,
@@ -435,7 +435,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
     """
     names, reason = row_names
     # Read before check_model_costs casts the costs (a tensor too) to float64.
-    input_eps = _input_eps(costs)
+    costs_eps = input_eps(costs)
     # Messages name a model as the user gave its cost: by name or by position.
     by_name = isinstance(costs, pd.Series | Mapping)
     if by_name:
@@ -467,7 +467,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
                 "costs 1, so the budget counts models; pass budget >= 1, or the "
                 "models' costs (costs=...)."
             )
-        return np.ones(n_models, dtype=np.float64), input_eps
+        return np.ones(n_models, dtype=np.float64), costs_eps
     costs = check_model_costs(costs, names, name="costs", models="X's index")
 
     def cost_of(i):
@@ -476,7 +476,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
 
     cheapest = int(np.argmin(costs))
     # The same test as the greedy's: a budget within rounding of a cost fits.
-    if not _within_budget([costs[cheapest]], budget, input_eps):
+    if not _within_budget([costs[cheapest]], budget, costs_eps):
         raise ValueError(
             f"budget={budget} should be >= the cheapest model's cost, "
             f"{cost_of(cheapest)}; no model fits."
@@ -495,7 +495,7 @@ def _check_costs(costs, n_models, budget, row_names=(None, None)):
             "units where they are within a factor 1e270 of each other, or set "
             "costs that are negligible to 0 (a free model)."
         )
-    return costs, input_eps
+    return costs, costs_eps
 
 
 def _check_pool(X, metric, *, name="X"):
@@ -583,7 +583,7 @@ def _sum_slack(n_terms):
     return _SUM_RTOL * n_terms
 
 
-def _within_budget(costs, budget, input_eps=0.0):
+def _within_budget(costs, budget, costs_eps=0.0):
     """Whether ``costs`` (floats >= 0) add up to at most ``budget``, to rounding.
 
     Costs and budgets are usually written in decimal and stored rounded to
@@ -595,48 +595,16 @@ def _within_budget(costs, budget, input_eps=0.0):
     summation order adds no error of its own.
 
     Costs that came in a float type narrower than float64 were rounded to it
-    first (float32 0.1 + 0.2 is 0.3000000045): ``input_eps``, that type's
-    machine epsilon (:func:`_input_eps`), widens the slack by one epsilon,
-    relative. Each cost is within half an epsilon of its value as written, so
+    first (float32 0.1 + 0.2 is 0.3000000045): ``costs_eps``, that type's
+    machine epsilon (:func:`~locus_sklearn._tensors.input_eps`), widens the
+    slack by one epsilon, relative. Each cost is within half an epsilon of its value as written, so
     their sum (of values >= 0) is too, however many there are.
     """
     try:
         total = math.fsum(costs)
     except OverflowError:  # beyond the largest float64: over any finite budget
         return False
-    return total <= budget * (1.0 + _sum_slack(len(costs)) + input_eps)
-
-
-def _input_eps(costs):
-    """Machine epsilon of the coarsest float type narrower than float64 that
-    ``costs`` came in, or 0.0 where none did.
-
-    A float32 (or float16, bfloat16) array, pandas Series or torch tensor,
-    or such scalars in a list or mapping, count; float64, ints and Python
-    floats do not (float64 rounding is ``_sum_slack``'s). Values that are
-    not numbers are left to :func:`check_model_costs` to refuse.
-
-    >>> import numpy as np
-    >>> _input_eps(np.array([0.1, 0.2], dtype=np.float32)) == 2.0**-23
-    True
-    >>> _input_eps([0.1, 0.2]), _input_eps({"a": np.float64(0.1)})
-    (0.0, 0.0)
-    """
-    values = list(costs.values()) if isinstance(costs, Mapping) else costs
-    values = values if isinstance(values, list | tuple) else [values]
-    # As untorched does: torch is not imported for this.
-    torch = sys.modules.get("torch")
-    eps = 0.0
-    for value in values:
-        if torch is not None and isinstance(value, torch.Tensor):
-            if value.is_floating_point():
-                eps = max(eps, float(torch.finfo(value.dtype).eps))
-            continue
-        dtype = getattr(value, "dtype", None)
-        dtype = getattr(dtype, "numpy_dtype", dtype)  # pandas' Float32
-        if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.floating):
-            eps = max(eps, float(np.finfo(dtype).eps))
-    return eps if eps > np.finfo(np.float64).eps else 0.0
+    return total <= budget * (1.0 + _sum_slack(len(costs)) + costs_eps)
 
 
 def _pam(K, selected, max_iter, method):
@@ -786,12 +754,12 @@ def _k_medoids(D, sigma, start, max_iter, method):
     return selected, n_iter, converged
 
 
-def _budget_greedy(K, costs, budget, input_eps=0.0):
+def _budget_greedy(K, costs, budget, costs_eps=0.0):
     """Largest marginal gain of J per unit cost among models that still fit.
 
     A model fits when the selected costs and its own add up to at most
     ``budget``, to rounding (:func:`_within_budget`, with the costs'
-    ``input_eps``).
+    ``costs_eps``).
 
     A free model (cost 0) ranks before every costly one, the larger gain
     first: it always fits, and what it adds costs nothing (a free model that
@@ -834,7 +802,7 @@ def _budget_greedy(K, costs, budget, input_eps=0.0):
     computed_at = np.zeros(n_models, dtype=np.int64)
 
     def fits(m):
-        return _within_budget([*spent, costs[m]], budget, input_eps)
+        return _within_budget([*spent, costs[m]], budget, costs_eps)
 
     def refresh(m, step):
         gain = np.maximum(K[m] - coverage, 0.0).sum()
@@ -1123,9 +1091,9 @@ def budget_greedy_select(X, budget, *, costs=None, metric="cosine", bandwidth="m
     check_representable_numbers(BudgetGreedySelector(budget, bandwidth=bandwidth))
     row_names = _row_names(X)
     X = _check_pool(X, metric)
-    costs, input_eps = _check_costs(costs, X.shape[0], budget, row_names)
+    costs, costs_eps = _check_costs(costs, X.shape[0], budget, row_names)
     K, sigma = _kernel_matrix(X, metric, bandwidth)
-    selected = _budget_greedy(K, costs, budget, input_eps)
+    selected = _budget_greedy(K, costs, budget, costs_eps)
     return _select_outputs(X, selected, metric, sigma, "sum")
 
 
@@ -1606,7 +1574,7 @@ class BudgetGreedySelector(_BaseSelector):
         return _check_costs(costs, n_models, self.budget, row_names)
 
     def _select(self, D, sigma, costs):
-        costs, input_eps = costs  # as _check_fit_params returned them
-        selected = _budget_greedy(_rbf(D, sigma, out=D), costs, self.budget, input_eps)
+        costs, costs_eps = costs  # as _check_fit_params returned them
+        selected = _budget_greedy(_rbf(D, sigma, out=D), costs, self.budget, costs_eps)
         self.total_cost_ = math.fsum(costs[selected])
         return selected

@@ -173,6 +173,41 @@ def test_correctness_accuracy_threshold_at_a_grade():
     assert correctness_accuracy([[0.7]], below, threshold=0.7) == 0.0
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_correctness_accuracy_threshold_in_a_tensor_precision(dtype):
+    # A torch tensor read as float64 forgot its float32 precision: the grade
+    # 0.7 in a float32 tensor fell below threshold=0.7 (0.5 here, where the
+    # same values in a float32 ndarray gave 1.0, by hand).
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype)
+    y_true = torch.tensor([[0.7, 0.2]], dtype=dtype)
+    assert correctness_accuracy(y_true, [[0.9, 0.1]], threshold=0.7) == 1.0
+    y_score = torch.tensor([[0.7, 0.1]], dtype=dtype)
+    assert correctness_accuracy([[0.9, 0.2]], y_score, threshold=0.7) == 1.0
+    # A float64 tensor keeps float64's threshold.
+    y_true = torch.tensor([[0.7 - 1e-9]], dtype=torch.float64)
+    assert correctness_accuracy(y_true, [[0.9]], threshold=0.7) == 0.0
+
+
+def test_metrics_read_torch_tensors_as_numpy_does():
+    # bfloat16 tensors and tensors that require grad failed with torch's own
+    # message ("Got unsupported ScalarType BFloat16", "Can't call numpy() on
+    # Tensor that requires grad"); they are read as their values, by hand:
+    torch = pytest.importorskip("torch")
+    y_true = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.bfloat16)
+    y_score = torch.tensor([[0.75, 0.5], [0.5, 0.25]], requires_grad=True)
+    available = torch.tensor([True, True])
+    assert route(y_score, available=available).tolist() == [0, 0]
+    assert routing_accuracy(y_true, y_score) == 0.5
+    assert oracle_accuracy(y_true) == 1.0
+    assert single_best_accuracy(y_true) == 0.5
+    # Only the first cell is on the right side of 0.5 (0.5 counts as correct).
+    assert correctness_accuracy(y_true, y_score) == 0.25
+    assert correctness_log_loss(y_true, y_score) == pytest.approx(
+        -(np.log(0.75) + np.log(0.5) + np.log(0.5) + np.log(0.25)) / 4
+    )
+
+
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [

@@ -19,6 +19,7 @@ from scipy.special import xlogy
 from sklearn.utils.validation import check_array
 
 from .._evals import _preview
+from .._tensors import in_input_precision, untorched
 
 __all__ = [
     "correctness_accuracy",
@@ -132,6 +133,9 @@ def _check_not_empty(values, name):
 
 
 def _check_y_true(y_true):
+    # A tensor that requires grad, lives on a GPU or holds bfloat16 is read
+    # as NumPy reads it (np.asarray failed with torch's own message).
+    y_true = untorched(y_true)
     _check_real_dtype(y_true, "y_true")
     _check_2d(y_true, "y_true")
     _check_not_empty(y_true, "y_true")
@@ -172,6 +176,7 @@ def _check_pair(y_true, y_score, *, utility=False):
     ``utility``, ``y_score`` may hold -inf: a utility ``P(correct) -
     cost_weight * cost`` overflows there under a huge weight, and
     :func:`route` still picks a model (NaN and +inf stay refused)."""
+    y_score = untorched(y_score)
     if isinstance(y_true, pd.DataFrame) and isinstance(y_score, pd.DataFrame):
         # Before matching labels: a long table's columns are no model names,
         # and "different columns" would hide how to build the matrix.
@@ -351,6 +356,7 @@ default=None
     >>> route(y_score, available=pd.Series({"a": True, "b": False})).tolist()
     [1]
     """
+    y_score, available = untorched(y_score), untorched(available)
     _check_real_dtype(y_score, "y_score")
     if isinstance(y_score, pd.DataFrame) and isinstance(available, pd.DataFrame):
         # Two DataFrames are matched by label, as in the other metrics: a mask
@@ -640,34 +646,12 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
     # The threshold at the precision of each input: a graded score 0.7 held
     # in float32 (as check_evals and parquet files hold them) is 0.69999999
     # in float64, and fell below threshold=0.7.
-    true_threshold = _in_precision_of(y_true, threshold)
-    score_threshold = _in_precision_of(y_score, threshold)
+    true_threshold = in_input_precision(threshold, y_true)
+    score_threshold = in_input_precision(threshold, y_score)
     y_true, observed, y_score = _check_pair(y_true, y_score)
     _check_probabilities(y_score, "a correctness accuracy")
     hit = (y_score >= score_threshold) == (y_true >= true_threshold)
     return float(hit[observed].mean())
-
-
-def _in_precision_of(values, number):
-    """``number`` rounded to the coarsest floating dtype ``values`` holds
-    (a DataFrame's columns, pandas' Float32 included), as a float; values
-    that are not floating (integers, lists of Python floats) leave it.
-
-    >>> import numpy as np
-    >>> _in_precision_of(np.array([0.7], dtype=np.float32), 0.7) == float(np.float32(0.7))
-    True
-    >>> _in_precision_of([0.7], 0.7)
-    0.7
-    """
-    if isinstance(values, pd.DataFrame):
-        dtypes = list(values.dtypes)
-    else:
-        dtypes = [getattr(values, "dtype", None)]
-    for dtype in dtypes:
-        dtype = getattr(dtype, "numpy_dtype", dtype)  # pandas' Float32
-        if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.floating):
-            number = float(dtype.type(number))
-    return number
 
 
 def correctness_log_loss(y_true, y_score, *, eps=1e-7):
