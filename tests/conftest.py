@@ -1,6 +1,8 @@
 import contextlib
 import os
 import random
+import subprocess
+import sys
 import threading
 
 # No code path may reach the network: sentence-transformers and the HF hub must
@@ -13,6 +15,33 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+def locus(*args, stdin=None, cwd=None, timeout=300, env=None, text=True):
+    """Run ``python -m locus_sklearn ARGS`` offline; return the CompletedProcess.
+
+    ``env``: variables to set over this process's, a value of None to unset
+    one (PYTHONIOENCODING, which a test runner may set, overrides a locale).
+    """
+    # One torch thread: the networks are tiny, and on a busy machine OpenMP's
+    # spinning threads can make a multi-threaded run many times slower.
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        **(env or {}),
+    )
+    env = {name: value for name, value in env.items() if value is not None}
+    return subprocess.run(
+        [sys.executable, "-m", "locus_sklearn", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=text,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 # Bad-input campaigns (tests marked ``campaign``) take their example count from

@@ -17,31 +17,9 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import locus
 
 from locus_sklearn.datasets import make_model_pool
-
-
-def locus(*args, stdin=None, cwd=None, timeout=300, env=None):
-    """Run ``python -m locus_sklearn ARGS`` (``env``: variables to set);
-    return the CompletedProcess."""
-    # One torch thread: the networks are tiny, and on a busy machine OpenMP's
-    # spinning threads can make a multi-threaded run many times slower.
-    env = dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        OMP_NUM_THREADS="1",
-        **(env or {}),
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "locus_sklearn", *map(str, args)],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture

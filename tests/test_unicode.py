@@ -14,7 +14,7 @@ import unicodedata
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import TINY
+from conftest import TINY, locus
 
 from locus_sklearn import LocusEmbedder, LocusRouter
 from locus_sklearn._base import check_model_subset
@@ -372,37 +372,25 @@ def test_text_arguments_are_read_as_utf8_under_the_c_locale(fitted, tmp_path):
     is, and a path keeps its bytes (the router's name is not ASCII)."""
     router = tmp_path / "ルーター.locus"
     router.write_bytes(fitted[0].read_bytes())
-    env = dict(
-        os.environ,
-        LC_ALL="C",
-        PYTHONUTF8="0",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        OMP_NUM_THREADS="1",
-    )
-    env.pop("PYTHONIOENCODING", None)
-    command = [sys.executable, "-m", "locus_sklearn"]
+    # PYTHONIOENCODING (a test runner may set it) would override the locale.
+    locale_c = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": None}
     check = "import sys; print(sys.getfilesystemencoding())"
+    env = {k: v for k, v in {**os.environ, **locale_c}.items() if v is not None}
     encoding = subprocess.run(
         [sys.executable, "-c", check], capture_output=True, env=env, check=True
     )
     if encoding.stdout.strip().lower() in (b"utf-8", b"utf8"):
         pytest.skip("this Python reads arguments as UTF-8 under LC_ALL=C")
-    routed = subprocess.run(
-        [*command, "route", router, QUERY, "--models", f"{JAPANESE},llama", "--json"],
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
+    routed = locus(
+        "route", router, QUERY, "--models", f"{JAPANESE},llama", "--json",
+        env=locale_c, text=False,
+    )  # fmt: skip
     assert routed.returncode == 0, routed.stderr.decode()
     (result,) = json.loads(routed.stdout)
     assert result["query"] == QUERY
     assert result["model"] in (JAPANESE, "llama")
-    nearest = subprocess.run(
-        [*command, "neighbors", router, JAPANESE, "--k", "2", "--json"],
-        capture_output=True,
-        env=env,
-        timeout=300,
+    nearest = locus(
+        "neighbors", router, JAPANESE, "--k", "2", "--json", env=locale_c, text=False
     )
     assert nearest.returncode == 0, nearest.stderr.decode()
     assert len(json.loads(nearest.stdout)) == 2
@@ -453,17 +441,9 @@ def test_route_shortens_a_wide_query_to_48_columns(fitted, tmp_path, capsys):
 def test_route_table_aligned_on_an_ascii_stdout(fitted):
     """Under PYTHONIOENCODING=ascii a name is written as escapes, wider
     than its characters: the columns are measured on the escapes."""
-    env = dict(
-        os.environ,
-        PYTHONIOENCODING="ascii",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        OMP_NUM_THREADS="1",
-    )
-    routed = subprocess.run(
-        [sys.executable, "-m", "locus_sklearn", "route", fitted[0], "q00",
-         "--models", f"{JAPANESE},llama", "--top", "2"],
-        capture_output=True, text=True, env=env, timeout=300,
+    routed = locus(
+        "route", fitted[0], "q00", "--models", f"{JAPANESE},llama", "--top", "2",
+        env={"PYTHONIOENCODING": "ascii"},
     )  # fmt: skip
     assert routed.returncode == 0, routed.stderr
     lines = routed.stdout.splitlines()
