@@ -2458,17 +2458,20 @@ def test_openapi_declares_the_real_error_body(router_path, routers, backends):
     assert invalid.status_code == 422
     assert set(invalid.json()) == {"error"}
     assert set(detail["required"]) <= set(invalid.json()["error"])
-    declared = {}
+    declared, relayed = {}, {}
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             for status, answer in operation["responses"].items():
+                schema = answer.get("content", {}).get("application/json", {})
+                if status == "4XX":  # a backend's 4xx, relayed with "locus"
+                    relayed[(method, path)] = schema.get("schema")
+                    continue
                 if int(status) < 400:
                     continue
                 declared.setdefault((method, path), set()).add(int(status))
-                if path == "/healthz":
+                if path == "/healthz" and status == "503":
                     continue  # its 503 is the health body, status "unavailable"
-                schema = answer["content"]["application/json"]["schema"]
-                assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (
+                assert schema["schema"] == {"$ref": "#/components/schemas/ErrorBody"}, (
                     method,
                     path,
                     status,
@@ -2484,8 +2487,16 @@ def test_openapi_declares_the_real_error_body(router_path, routers, backends):
         503,
         504,
     }
-    assert {401, 409} <= declared[("post", "/admin/reload")]
-    assert declared[("get", "/healthz")] == {503}
+    assert relayed == {
+        ("post", "/v1/chat/completions"): {
+            "$ref": "#/components/schemas/RelayedErrorBody"
+        }
+    }
+    assert {400, 401, 409, 413} <= declared[("post", "/admin/reload")]
+    # Every operation declares the body limit's answers (400: a bad
+    # Content-Length, 413: too long a body).
+    assert all({400, 413} <= statuses for statuses in declared.values())
+    assert declared[("get", "/healthz")] == {400, 413, 503}
 
 
 def test_requests_without_the_lifespan_get_503(router_path, routers, backends):

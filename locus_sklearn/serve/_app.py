@@ -15,6 +15,7 @@ import numbers
 import os
 import re
 import sys
+from typing import Literal
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -118,12 +119,120 @@ class ErrorDetail(BaseModel):
     routed_model: str | None = Field(
         default=None, description="Gateway only: the model the request was routed to."
     )
+    backend_body: dict | None = Field(
+        default=None,
+        description="Gateway only (a backend's 4xx, relayed): the backend's own "
+        "JSON body, where it was not an error object with a message.",
+    )
 
 
 class ErrorBody(BaseModel):
     """The body of every error answer (any 4xx or 5xx)."""
 
     error: ErrorDetail
+
+
+# The answers of the endpoints, for the OpenAPI schema only (``responses=``):
+# each endpoint writes its answer itself, so declaring them changes no
+# answer's bytes (a ``response_model`` would validate and re-encode each).
+
+
+def _optional_key(schema):
+    """A key left out of the answer, never sent as null: no default shown."""
+    schema.pop("default", None)
+
+
+class RouterSummary(BaseModel):
+    """The served router."""
+
+    version: int = Field(description="1 at start, one more at each reload.")
+    loaded_at: str = Field(description="When this version loaded (ISO 8601, UTC).")
+    n_models: int = Field(description="Models in the pool.")
+    cost_weight: float = Field(
+        description="The cost_weight a request gets by default: the gateway "
+        "configuration's, else the router's."
+    )
+    has_costs: bool = Field(description="Whether the router has model costs.")
+
+
+class TopModel(BaseModel):
+    model: str
+    proba: float = Field(description="P(correct).")
+    utility: float = Field(description="P(correct) - cost_weight * cost.")
+
+
+class RouteResult(BaseModel):
+    model: str = Field(description="The routed model.")
+    proba_routed: float = Field(description="Its P(correct).")
+    top: list[TopModel] = Field(description="The top_k models by utility.")
+    proba: dict[str, float] = Field(
+        default=None,
+        description="P(correct) of every model; with return_proba only.",
+        json_schema_extra=_optional_key,
+    )
+
+
+class RouteAnswer(BaseModel):
+    """The answer of ``POST /route``: one result per query, in order."""
+
+    results: list[RouteResult]
+    cost_weight: float = Field(description="The cost_weight the request got.")
+    router_version: int = Field(description="The router version that answered.")
+
+
+class PoolModel(BaseModel):
+    name: str
+    cost: float | None = Field(description="Its cost, or null without costs.")
+    backend: bool = Field(description="Whether the gateway has a backend for it.")
+    embedding: list[float] = Field(
+        default=None,
+        description="The model embedding; with ?embeddings=true only.",
+        json_schema_extra=_optional_key,
+    )
+
+
+class PoolAnswer(RouterSummary):
+    """The answer of ``GET /models``: the pool and the served router."""
+
+    models: list[PoolModel]
+
+
+class ServedRouter(RouterSummary):
+    path: str = Field(description="The router file.")
+
+
+class BatchingCounters(BaseModel):
+    batches: int = Field(description="Predictor calls.")
+    queries: int = Field(description="Queries those calls computed.")
+    requests: int = Field(description="Requests answered through the batcher.")
+    max_batch: int
+    window_ms: float
+
+
+class HealthBody(BaseModel):
+    """The answer of ``GET /healthz``, with 200 or 503."""
+
+    status: Literal["ok", "unavailable"]
+    reason: str = Field(
+        default=None,
+        description="Why the service cannot answer; with 'unavailable' only.",
+        json_schema_extra=_optional_key,
+    )
+    router: ServedRouter
+    batching: BatchingCounters
+    reloads: int = Field(description="Successful reloads since start.")
+    last_reload_error: str | None = Field(
+        description="Why the last reload failed, or null if it succeeded."
+    )
+
+
+class ReloadAnswer(RouterSummary):
+    """The answer of a successful ``POST /admin/reload``: the new router."""
+
+    status: Literal["reloaded"]
+    previous_version: int
+    added: list[str] = Field(description="Models the new pool adds.")
+    removed: list[str] = Field(description="Models the new pool drops.")
 
 
 _ERROR_DESCRIPTIONS = {
@@ -155,25 +264,55 @@ def _error_responses(*statuses, descriptions=None):
 
 _FASTAPI_422 = {"$ref": "#/components/schemas/HTTPValidationError"}
 
+# What the BodyLimit middleware answers on every path, whatever the route.
+_BODY_LIMIT_ERRORS = {
+    "400": "Content-Length is not an integer",
+    "413": _ERROR_DESCRIPTIONS[413],
+}
 
-def _without_unsent_422(app):
-    """Make ``app.openapi`` leave out the 422 FastAPI declares on a route
-    with a body that declares none (its ``HTTPValidationError``, which this
-    service never sends): the gateway answers an invalid request with 400."""
+
+def _branch(field, kind):
+    """The member of JSON type ``kind`` of a nullable field's ``anyOf``."""
+    return next(member for member in field["anyOf"] if member.get("type") == kind)
+
+
+def _openapi_as_answered(app, service):
+    """Make ``app.openapi`` declare what the app answers.
+
+    It leaves out the 422 FastAPI declares on a route with a body that
+    declares none (its ``HTTPValidationError``, which this service never
+    sends: the gateway answers an invalid request with 400); it declares the
+    400 and 413 of the :class:`BodyLimit` middleware, which runs before any
+    route, on every operation; and it gives ``RouteRequest`` this app's
+    ``max_queries`` and ``max_query_chars``, set when the app is built.
+    """
     default = app.openapi
 
     def openapi():
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = default()
+        error_body = {
+            "application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}
+        }
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
-                answers = operation.get("responses", {})
+                answers = operation.setdefault("responses", {})
                 sent = answers.get("422", {}).get("content", {})
                 if sent.get("application/json", {}).get("schema") == _FASTAPI_422:
                     del answers["422"]
+                for status, description in _BODY_LIMIT_ERRORS.items():
+                    answers.setdefault(
+                        status, {"description": description, "content": error_body}
+                    )
+        schemas = schema.get("components", {}).get("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
-            schema.get("components", {}).get("schemas", {}).pop(name, None)
+            schemas.pop(name, None)
+        fields = schemas["RouteRequest"]["properties"]
+        _branch(fields["query"], "string")["maxLength"] = service.max_query_chars
+        queries = _branch(fields["queries"], "array")
+        queries["maxItems"] = service.max_queries
+        queries["items"]["maxLength"] = service.max_query_chars
         return schema
 
     app.openapi = openapi
@@ -438,29 +577,61 @@ class _JSONRoute(APIRoute):
 
 
 class RouteRequest(BaseModel):
-    """Body of ``POST /route``.
+    """Body of ``POST /route``: exactly one of ``query`` and ``queries``.
 
     Strict: a value of the wrong JSON type (``"top_k": "2"``, ``"cost_weight":
-    true``) is a 422, never converted; an integer is a valid number.
+    true``, ``"top_k": 2.0``) is a 422, never converted; an integer is a
+    valid number.
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        # What _one_of enforces, for clients that validate against the
+        # schema: one of the two is given, not null, and the other is not.
+        json_schema_extra={
+            "oneOf": [
+                {
+                    "required": [name],
+                    "properties": {name: {"not": {"type": "null"}}},
+                }
+                for name in ("query", "queries")
+            ]
+        },
+    )
 
     # Empty and blank queries are refused by Service.check_queries, with one
-    # message for both.
-    query: str | None = Field(default=None, description="One query (not blank).")
+    # message for both; its length limits (max_queries, max_query_chars) are
+    # added to the schema by _openapi_as_answered, as each app sets them.
+    query: str | None = Field(
+        default=None,
+        description="One query (not blank; at most max_query_chars characters).",
+    )
     queries: list[str] | None = Field(
-        default=None, min_length=1, description="Several queries (texts or ids)."
+        default=None,
+        min_length=1,
+        description="Several queries (texts or ids; at most max_queries, each "
+        "not blank and at most max_query_chars characters).",
     )
     models: list[str] | None = Field(
         default=None,
         min_length=1,
         description="Route among these models only, each once.",
+        json_schema_extra={"uniqueItems": True},
     )
     cost_weight: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="λ for this request."
     )
-    top_k: int = Field(default=3, ge=1, le=1000)
+    # Strict like every field: a float is never converted, so 2.0 is a 422
+    # as "2" is, though JSON Schema counts 2.0 as an integer; the schema
+    # cannot say so, the description does.
+    top_k: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="How many models top lists, by utility (fewer where fewer "
+        "are allowed); an integer written without a fraction (2.0 is refused).",
+    )
     return_proba: bool = True
 
     @model_validator(mode="after")
@@ -563,7 +734,15 @@ class HeadAsGet:
         await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
+# Where FastAPI found a parameter that is not the body: the first item of
+# its error's loc. A parameter is named alone (``embeddings``, not
+# ``query.embeddings``, which would read as a field of /route's ``query``).
+_PARAMETER_SOURCES = ("query", "path", "header", "cookie")
+
+
 def _param(loc):
+    if len(loc) > 1 and loc[0] in _PARAMETER_SOURCES:
+        loc = loc[1:]
     parts = [str(p) for p in loc if p != "body"]
     return ".".join(parts) or "body"
 
@@ -617,8 +796,14 @@ def _install_error_handlers(app):
                 param=getattr(exc, "param", "body"),
                 headers=exc.headers,
             )
+        headers = exc.headers
+        if exc.status_code == 405 and headers and "Allow" in headers:
+            # HeadAsGet answers HEAD wherever GET is routed: say so.
+            allowed = [method.strip() for method in headers["Allow"].split(",")]
+            if "GET" in allowed and "HEAD" not in allowed:
+                headers = {**headers, "Allow": ", ".join([*allowed, "HEAD"])}
         return error_response(
-            exc.status_code, str(exc.detail), kind="http_error", headers=exc.headers
+            exc.status_code, str(exc.detail), kind="http_error", headers=headers
         )
 
     @app.exception_handler(Exception)
@@ -948,7 +1133,7 @@ def create_app(
     # its state, routes and add_middleware.
     fastapi_app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     fastapi_app.add_middleware(HeadAsGet)
-    _without_unsent_422(fastapi_app)
+    _openapi_as_answered(fastapi_app, service)
     return fastapi_app
 
 
@@ -1017,14 +1202,17 @@ def _add_route_endpoint(app, service):
         summary="Route queries to models",
         # No overload 503 here (a request waits for its batch): only the
         # gateway's, when no connection to a backend is free.
-        responses=_error_responses(
-            400,
-            413,
-            415,
-            422,
-            503,
-            descriptions={503: "The service is not started or is shutting down"},
-        ),
+        responses={
+            200: {"model": RouteAnswer},
+            **_error_responses(
+                400,
+                413,
+                415,
+                422,
+                503,
+                descriptions={503: "The service is not started or is shutting down"},
+            ),
+        },
     )
     async def route_queries(body: RouteRequest):
         """Routed model, P(correct) of every model and the top k, per query."""
@@ -1127,7 +1315,11 @@ def _cross_site(headers):
 
 
 def _add_pool_endpoints(app, service, admin_token):
-    @app.get("/models", summary="The pool", responses=_error_responses(422))
+    @app.get(
+        "/models",
+        summary="The pool",
+        responses={200: {"model": PoolAnswer}, **_error_responses(422)},
+    )
     async def models(
         embeddings: bool = Query(False, description="Include embeddings."),
     ):
@@ -1151,10 +1343,12 @@ def _add_pool_endpoints(app, service, admin_token):
         "/healthz",
         summary="Liveness and the served router",
         responses={
+            200: {"model": HealthBody},
             503: {
+                "model": HealthBody,
                 "description": "The service is not started or is shutting down: "
-                "the same body, with status 'unavailable' and the reason"
-            }
+                "the same body, with status 'unavailable' and the reason",
+            },
         },
     )
     async def healthz():
@@ -1197,7 +1391,7 @@ def _add_pool_endpoints(app, service, admin_token):
     @app.post(
         "/admin/reload",
         summary="Reload the configured router file",
-        responses=_error_responses(401, 403, 409),
+        responses={200: {"model": ReloadAnswer}, **_error_responses(401, 403, 409)},
     )
     async def reload(request: Request):
         """Load the configured file again and swap it in between requests.

@@ -19,7 +19,8 @@ streamed request that is not ``text/event-stream`` is read whole and judged
 as a non-streamed answer: a JSON object (a backend that does not stream) is
 relayed as JSON, anything else (an HTML error page, truncated JSON) is a
 failed attempt. Other 4xx
-answers are the client's problem and pass through unchanged. A stream that
+answers are the client's problem and are relayed with their status and the
+``locus`` field, as an error object (see :func:`_error_body`). A stream that
 has begun is not retried. Once the client has disconnected, no further
 model is tried. A failed attempt is reported to the client by the kind of
 failure only (``ConnectError: connection failed``), never by the
@@ -40,9 +41,10 @@ escapes, the same JSON value.
 """
 
 import asyncio
+import json
 import time
 import traceback
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import quote
 
 import numpy as np
@@ -67,6 +69,7 @@ from pydantic_core import PydanticCustomError  # noqa: E402
 from ..metrics import route  # noqa: E402
 from ._app import (  # noqa: E402
     APIError,
+    ErrorBody,
     _allowed_mask,
     _checked_utility,
     _cost_weight,
@@ -183,7 +186,88 @@ class ChatRequest(BaseModel):
     # locus extensions (removed before forwarding), e.g. the OpenAI client's
     # extra_body={"cost_weight": 0.001}
     cost_weight: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    models: list[str] | None = Field(default=None, min_length=1)
+    models: list[str] | None = Field(
+        default=None, min_length=1, json_schema_extra={"uniqueItems": True}
+    )
+
+
+class LocusField(BaseModel):
+    """Which model answered a relayed answer (its ``locus`` field)."""
+
+    model: str = Field(description="The model that answered.")
+    routed_model: str = Field(description="The routed (or pinned) model.")
+    failed: list[dict] = Field(
+        description="The attempts that failed before it: model and error."
+    )
+
+
+class ChatAnswer(BaseModel):
+    """A backend's chat completion, relayed with the ``locus`` field."""
+
+    model_config = ConfigDict(extra="allow")
+
+    locus: LocusField
+
+
+class RelayedErrorBody(ErrorBody):
+    """A backend's 4xx answer, relayed with its status and the ``locus`` field."""
+
+    locus: LocusField
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str = Field(description="locus_sklearn for 'locus', else backend.")
+
+
+class ModelList(BaseModel):
+    """``locus`` and the served models, in OpenAI's list format."""
+
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+def _error_body(data):
+    """A backend's 4xx JSON object as an error answer: ``{"error": {"message",
+    "type", "param"}}``, which OpenAI clients read the message from.
+
+    An ``error`` object with a string ``message`` is kept (``type`` and
+    ``param`` filled in where it has none); any other object is wrapped, its
+    message the backend's own (a string ``error``, ``message`` or ``detail``:
+    Ollama's ``{"error": "..."}``, vLLM's ``{"object": "error", "message":
+    ...}``, a FastAPI backend's) or else its JSON text, and the body kept
+    whole under ``error.backend_body``.
+    """
+    error = data.get("error")
+    if (
+        isinstance(error, dict)
+        and isinstance(error.get("message"), str)
+        and isinstance(error.get("type", ""), str)
+        and isinstance(error.get("param"), (str, type(None)))
+    ):
+        error.setdefault("type", "backend_error")
+        error.setdefault("param", None)
+        return data
+    message = next(
+        (
+            data[key]
+            for key in ("error", "message", "detail")
+            if isinstance(data.get(key), str)
+        ),
+        None,
+    )
+    if message is None:
+        message = json.dumps(data, ensure_ascii=False)[:2000]
+    return {
+        "error": {
+            "message": message,
+            "type": "backend_error",
+            "param": None,
+            "backend_body": data,
+        }
+    }
 
 
 def _last_user_text(messages):
@@ -225,7 +309,11 @@ def add_gateway_endpoints(app, service):
     """Add ``/v1/chat/completions`` and ``/v1/models`` to the service's app."""
     config = service.gateway
 
-    @app.get("/v1/models", summary="OpenAI-compatible model list")
+    @app.get(
+        "/v1/models",
+        summary="OpenAI-compatible model list",
+        responses={200: {"model": ModelList}},
+    )
     async def list_models():
         state = service.holder.current
         pool = set(state.classes)
@@ -288,18 +376,32 @@ def add_gateway_endpoints(app, service):
         chat,
         methods=["POST"],
         summary="OpenAI-compatible chat, routed",
-        responses=_error_responses(
-            400,
-            404,
-            413,
-            415,
-            502,
-            503,
-            504,
-            descriptions={
-                400: "The body is not standard UTF-8 JSON, or a field is invalid"
+        responses={
+            200: {
+                "model": ChatAnswer,
+                "description": "The backend's answer: JSON, or with stream=true "
+                "the backend's server-sent events, relayed as they come",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
-        ),
+            **_error_responses(
+                400,
+                404,
+                413,
+                415,
+                502,
+                503,
+                504,
+                descriptions={
+                    400: "The body is not standard UTF-8 JSON, or a field is invalid"
+                },
+            ),
+            "4XX": {
+                "model": RelayedErrorBody,
+                "description": "A backend's own 4xx (any but 408 and 429, which "
+                "fall back), relayed with its status and the locus field; a "
+                "status declared on its own may be a backend's too",
+            },
+        },
         route_class_override=_OpenAIRoute,
     )
 
@@ -527,20 +629,25 @@ async def _forward(service, client_request, payload, order, routed, *, stream):
         if response.status_code == 200 and not isinstance(data, dict):
             attempts.append({"model": model, "error": "invalid JSON answer"})
             continue
+        locus = {"model": model, "routed_model": routed, "failed": attempts}
         if not isinstance(data, dict):
-            # A client error that is not JSON: pass it on as it is.
+            # A client error that is not JSON: pass it on as an error object.
             return _JSONAnswer(
                 {
                     "error": {
                         "message": content.decode(errors="replace")[:2000],
                         "type": "backend_error",
                         "param": None,
-                    }
+                    },
+                    "locus": locus,
                 },
                 status_code=response.status_code,
                 headers=locus_headers,
             )
-        data["locus"] = {"model": model, "routed_model": routed, "failed": attempts}
+        if response.status_code >= 400:
+            # As every error answer is: a client reads error.message.
+            data = _error_body(data)
+        data["locus"] = locus
         return _JSONAnswer(
             data, status_code=response.status_code, headers=locus_headers
         )
