@@ -12,7 +12,14 @@ ASGI server.
 - :func:`litellm_config`: the fallback order as a LiteLLM configuration.
 """
 
+from typing import TYPE_CHECKING
+
 __all__ = ["create_app", "litellm_config", "load_gateway_config"]
+
+if TYPE_CHECKING:  # what static tools and IDEs see (each name, not a union)
+    from ._app import create_app
+    from ._config import load_gateway_config
+    from ._litellm import litellm_config
 
 
 def __getattr__(name):
