@@ -829,17 +829,47 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     embedder.classes_ = np.asarray(metadata["classes"], dtype=object)
     embedder.n_epochs_ = metadata["n_epochs"]
     net = build_net(embedder._saved_params(), embedder.n_query_features_, device=device)
-    # float32, as trained: under a float64 default dtype the network would be
-    # built in it and load_state_dict would cast the weights up.
-    with float32_default():
-        net.initialize()
     state = {k[len("net.") :]: v for k, v in tensors.items() if k.startswith("net.")}
-    net.module_.load_state_dict(state)
+    _initialize_loaded(net, state)
     net.module_.eval()
     embedder.net_ = net
     scale = tensors.get("embedding_scale")
     embedder.embedding_scale_ = None if scale is None else scale.numpy()
     return embedder
+
+
+def _initialize_loaded(net, state):
+    """Initialise the skorch ``net`` with its module's weights ``state`` (a
+    state dict of float32 CPU tensors read from a file, used as they are).
+
+    The module is built on the meta device, where its random initialisation
+    draws nothing, and takes the tensors with ``load_state_dict(assign=True)``
+    before skorch moves it to the net's device and builds the optimizer on
+    its parameters. Built as a fit builds it, its random initialisation (then
+    overwritten) drew from torch's process-wide generator: a load changed a
+    caller's seeded random numbers, and those of a seeded fit running in
+    another thread (which holds the seeded lock, not the generator).
+    ``initialize_module`` is skorch's hook for building the module; it is set
+    on the net only for this call, so that no pickle or clone carries it.
+    """
+    build = net.initialize_module
+
+    def initialize_module():
+        with torch.device("meta"):
+            build()
+        # The file's tensors are the module's own from here (each has its
+        # own buffer, read into memory): no copy of the weights is made.
+        net.module_.load_state_dict(state, assign=True)
+        return net
+
+    net.initialize_module = initialize_module
+    try:
+        # float32, as trained: under a float64 default dtype the module would
+        # be built in it.
+        with float32_default():
+            net.initialize()
+    finally:
+        del net.initialize_module
 
 
 def _set_output_state(embedder, config):

@@ -30,6 +30,7 @@ import contextlib
 import errno
 import os
 import sys
+import threading
 import traceback
 import warnings
 
@@ -177,6 +178,58 @@ def _standard_streams():
                 stdout.reconfigure(errors=errors)
 
 
+# Set while a command runs, where the caller has not set them: nothing is
+# downloaded at run time, whatever a third-party loader (transformers,
+# sentence-transformers) would fetch (the package's own loading is local only:
+# local_files_only=True); and no "Loading weights" bars when the query encoder
+# loads (encoding progress, sentence-transformers' own bar, is still shown by
+# fit).
+_OFFLINE_ENVIRONMENT = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+}
+# Commands run in threads of one process (main() called from Python) share
+# os.environ: the first to start sets the variables, the last to end removes
+# them, so that none loses them while another still runs.
+_ENVIRONMENT_LOCK = threading.Lock()
+_environment_users = 0
+_environment_added = {}
+
+
+@contextlib.contextmanager
+def _offline_environment():
+    """:data:`_OFFLINE_ENVIRONMENT` in ``os.environ`` while a command runs.
+
+    On exit the variables set here are removed; those the caller had keep
+    their values (and one changed meanwhile keeps the new value). main() is
+    also called from Python, whose later downloads must not fail as
+    offline, nor its child processes inherit the setting. huggingface_hub
+    reads the variables once, when first imported: a command that imported
+    it first leaves it offline in that process.
+    """
+    global _environment_users, _environment_added
+    with _ENVIRONMENT_LOCK:
+        if _environment_users == 0:
+            _environment_added = {
+                key: value
+                for key, value in _OFFLINE_ENVIRONMENT.items()
+                if key not in os.environ
+            }
+            os.environ.update(_environment_added)
+        _environment_users += 1
+    try:
+        yield
+    finally:
+        with _ENVIRONMENT_LOCK:
+            _environment_users -= 1
+            if _environment_users == 0:
+                for key, value in _environment_added.items():
+                    if os.environ.get(key) == value:
+                        del os.environ[key]
+                _environment_added = {}
+
+
 # The arguments of each command that are text (queries, model names), not
 # paths: a path must keep the bytes the OS gave, or it names another file.
 _TEXT_ARGUMENTS = {
@@ -236,12 +289,8 @@ def main(argv=None):
     >>> main(["select", "no-such-file.csv", "--k", "2"])
     3
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    # No "Loading weights" bars when the query encoder loads; encoding
-    # progress (sentence-transformers' own bar) is still shown by fit.
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    with _standard_streams():  # --help and --version write to stdout too
+    # The streams around the parse too: --help and --version write to stdout.
+    with _offline_environment(), _standard_streams():
         try:  # building the parser imports the optional subcommands' modules
             args = build_parser().parse_args(argv)
         except KeyboardInterrupt:

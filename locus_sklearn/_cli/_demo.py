@@ -190,11 +190,12 @@ def _route_stats(proba, Y):
 
 
 def _pyplot():
-    """matplotlib's pyplot on the Agg backend, or None if it is not installed."""
-    try:
-        import matplotlib
+    """matplotlib's pyplot, or None if it is not installed.
 
-        matplotlib.use("Agg")
+    The backend is left as it is: the demo also runs in the caller's process
+    (``main(["demo", ...])``), whose backend switching to Agg changed.
+    """
+    try:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
@@ -252,6 +253,8 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
     if plt is None:
         say("  matplotlib is not installed: skipping figures (pip install matplotlib).")
         return []
+    from matplotlib.figure import Figure
+
     from .._files import write_bytes  # imports torch: only when needed
     from ..inspection import plot_model_dendrogram, plot_model_map, plot_portfolio_curve
 
@@ -275,8 +278,11 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
             ) from exc
         written.append(name)
 
+    # The figures are the demo's own: Figure objects, which pyplot neither
+    # shows nor keeps, where the demo may run in the caller's process (its
+    # figures, open in pyplot, are left alone).
     groups = None if family is None else [family.get(m, "?") for m in names]
-    _, ax = plt.subplots(figsize=(9.0, 7.0), layout="constrained")
+    ax = Figure(figsize=(9.0, 7.0), layout="constrained").subplots()
     plot_model_map(router, groups=groups, ax=ax)
     for i, name in enumerate(names):
         # Mark onboarded models (never trained on) and the portfolio; a model
@@ -292,12 +298,20 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
     )
     save(ax.figure, "model_map.png")
 
-    fig = plot_model_dendrogram(router, metric="cosine")
-    fig.suptitle("Models clustered by LOCUS embedding (cosine distance)")
-    save(fig, "model_dendrogram.png")
+    # plot_model_dendrogram makes its figure with pyplot: not shown (in
+    # interactive mode a new figure is), and closed once saved.
+    with plt.ioff():
+        fig = plot_model_dendrogram(router, metric="cosine")
+        try:
+            fig.suptitle("Models clustered by LOCUS embedding (cosine distance)")
+            save(fig, "model_dendrogram.png")
+        finally:
+            plt.close(fig)
 
-    ax = plot_portfolio_curve(
-        curves["expected"], label="chosen for expected routing accuracy"
+    # plot_portfolio_curve's own size.
+    ax = Figure(figsize=(6.0, 4.0), layout="constrained").subplots()
+    plot_portfolio_curve(
+        curves["expected"], ax=ax, label="chosen for expected routing accuracy"
     )
     plot_portfolio_curve(
         curves["k-medoids"], ax=ax, label="k-medoids on embeddings",
@@ -306,7 +320,6 @@ def _figures(router, family, portfolio, held_out, curves, output, say):
     ax.legend()
     ax.set_title("Routing accuracy restricted to a portfolio (test questions)")
     save(ax.figure, "portfolio_curve.png")
-    plt.close("all")
     return written
 
 

@@ -673,12 +673,10 @@ def main(argv=None):
         it early (``... | head``). A bad command line exits with status 2
         (from argparse).
     """
-    from .._cli import _standard_streams, run
+    from .._cli import _offline_environment, _standard_streams, run
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # Around the parse too, as locus does: --help and --version write to
-    # stdout, and a failed write there names it.
-    with _standard_streams():
+    # stdout, and a failed write there names it. Offline as locus is, and the
+    # caller's environment as it was afterwards.
+    with _offline_environment(), _standard_streams():
         return run(build_parser().parse_args(argv))
