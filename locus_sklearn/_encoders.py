@@ -797,6 +797,16 @@ class QueryEncoder(
             )
             # On one line: the repr of a DataFrame or an array spans many.
             shown = " ".join(repr(encoder).split())
+            if isinstance(encoder, pd.DataFrame):
+                # The table form of {query_id: vector}, one row per query:
+                # not taken, as a Series is not (see above), but its repr
+                # showed numbers where the conversion helps.
+                shown = f"a {encoder.shape[0]} x {encoder.shape[1]} table"
+                hint = (
+                    " For one row of precomputed encodings per query id (its "
+                    "index), pass dict(zip(frame.index, frame.to_numpy())), a "
+                    "mapping {query_id: vector}."
+                )
             raise TypeError(
                 f"encoder must be {_VALID_ENCODERS}; got {shown:.80} of type "
                 f"{type(encoder).__name__}.{hint}"

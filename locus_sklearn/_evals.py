@@ -413,6 +413,29 @@ def _as_frame(evals, name):
     )
 
 
+def _check_not_foreign_table(values, name):
+    """Refuse a table of named columns that is not a pandas object (a pyarrow
+    Table or RecordBatch, a polars DataFrame: anything with a ``to_pandas``
+    method and column names), as :func:`~locus_sklearn.check_evals` does.
+
+    NumPy reads one as a bare array: its column names were lost, so a matrix
+    was read by position where a DataFrame is matched by label (two tables
+    with their models in other orders paired the wrong models), and a model's
+    name became a placeholder.
+    """
+    if (
+        not isinstance(values, pd.DataFrame | pd.Series)
+        and callable(getattr(values, "to_pandas", None))
+        and (hasattr(values, "column_names") or hasattr(values, "columns"))
+    ):
+        raise TypeError(
+            f"{name} must be an array-like or a pandas DataFrame; got "
+            f"{_type_name(values)}, whose column names would be lost (read as "
+            "a bare array, by position). Convert it with its .to_pandas() "
+            "method."
+        )
+
+
 def _type_name(value):
     """The type of ``value`` for messages: with its module unless builtin
     (``polars.dataframe.frame.DataFrame``, ``list``)."""

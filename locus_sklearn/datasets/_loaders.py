@@ -16,6 +16,7 @@ import pandas as pd
 
 from .._evals import (
     _as_float,
+    _check_not_foreign_table,
     _is_missing,
     _is_real_dtype,
     _is_real_number,
@@ -1293,6 +1294,9 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
     TypeError
         If ``scores`` does not hold real numbers (booleans, complex numbers,
         durations, decimals and text are refused rather than converted), if
+        it is a table of named columns that is not a pandas DataFrame (a pyarrow
+        Table or RecordBatch, a polars DataFrame: convert it with
+        ``.to_pandas()``, as its column names would be lost), if
         ``models``, ``queries`` or ``tasks`` is a single string, a set or not
         a sequence, if ``models`` or ``queries`` is a mapping, or if a model,
         query or task name is not a str.
@@ -1335,6 +1339,9 @@ def from_wide(scores, models=None, queries=None, *, tasks=None):
             )
         values = np.column_stack(columns) if columns else np.empty(scores.shape)
     else:
+        # A pyarrow Table's (or polars DataFrame's) column names would be
+        # replaced by model0, model1, ...: refused, naming .to_pandas().
+        _check_not_foreign_table(scores, "scores")
         default_models = default_queries = None
         # np.asarray drops a masked array's mask: a masked (missing) cell
         # would be scored with whatever value lies under it.

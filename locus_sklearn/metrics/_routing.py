@@ -7,7 +7,9 @@ are refused, as by :func:`~locus_sklearn.check_evals`). Arrays are matched
 cell by cell, by position. Two DataFrames are matched by their labels: the
 columns name the models and the index the queries, so each must hold the same
 labels in both (in any order; y_score is reordered to y_true's); pass arrays
-(``.to_numpy()``) to match them by position.
+(``.to_numpy()``) to match them by position. A table of named columns that
+is not a pandas DataFrame (a pyarrow Table or RecordBatch, a polars DataFrame)
+is refused rather than read by position: convert it with ``.to_pandas()``.
 """
 
 from numbers import Integral, Real
@@ -18,7 +20,7 @@ from scipy import sparse
 from scipy.special import xlogy
 from sklearn.utils.validation import check_array
 
-from .._evals import _preview
+from .._evals import _check_not_foreign_table, _preview
 from .._tensors import in_input_precision, untorched
 
 __all__ = [
@@ -136,6 +138,7 @@ def _check_y_true(y_true):
     # A tensor that requires grad, lives on a GPU or holds bfloat16 is read
     # as NumPy reads it (np.asarray failed with torch's own message).
     y_true = untorched(y_true)
+    _check_not_foreign_table(y_true, "y_true")
     _check_real_dtype(y_true, "y_true")
     _check_2d(y_true, "y_true")
     _check_not_empty(y_true, "y_true")
@@ -184,6 +187,7 @@ def _check_pair(y_true, y_score, *, utility=False):
         _check_not_long_table(y_score, "y_score")
         y_score = _align_frames(y_true, y_score)
     y_true, observed = _check_y_true(y_true)
+    _check_not_foreign_table(y_score, "y_score")
     _check_real_dtype(y_score, "y_score")
     _check_2d(y_score, "y_score")
     # Before check_array: an empty y_score beside a non-empty y_true is a
@@ -357,6 +361,8 @@ default=None
     [1]
     """
     y_score, available = untorched(y_score), untorched(available)
+    _check_not_foreign_table(y_score, "y_score")
+    _check_not_foreign_table(available, "available")
     _check_real_dtype(y_score, "y_score")
     if isinstance(y_score, pd.DataFrame) and isinstance(available, pd.DataFrame):
         # Two DataFrames are matched by label, as in the other metrics: a mask

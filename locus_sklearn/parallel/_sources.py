@@ -879,21 +879,31 @@ def model_chunks(evals, chunk_models, *, name="evals"):
     chunk_models = _check_chunk_models(chunk_models)
     if isinstance(evals, pd.DataFrame | Mapping):
         return _frame_chunks(_as_frame(evals, name), chunk_models, name), None
-    is_dataset = False
+    is_dataset = is_table = False
     try:
+        import pyarrow as pa
         import pyarrow.dataset as ds
 
         is_dataset = isinstance(evals, ds.Dataset)
+        is_table = isinstance(evals, pa.Table | pa.RecordBatch)
     except ImportError:  # pragma: no cover - pyarrow is a test dependency
         pass
     if is_dataset or isinstance(evals, str | os.PathLike):
         return _dataset_chunks(_as_dataset(evals, name), chunk_models, name)
     if isinstance(evals, Iterable) and not isinstance(evals, bytes | np.ndarray):
         return _stream_chunks(evals, chunk_models, name), None
+    # A single Table is no stream (it does not iterate), but both forms that
+    # take it are documented: say which, rather than only "got Table".
+    hint = (
+        f" For a single {type(evals).__name__}, pass [{name}] (a stream of "
+        f"one) or pyarrow.dataset.dataset({name})."
+        if is_table
+        else ""
+    )
     raise TypeError(
         f"{name} must be a DataFrame (or mapping of columns), a path to a Parquet "
-        "file or folder, a pyarrow.dataset.Dataset, or an iterable of DataFrames; "
-        f"got {type(evals).__name__}."
+        "file or folder, a pyarrow.dataset.Dataset, or an iterable of DataFrames "
+        f"or Arrow tables or record batches; got {type(evals).__name__}.{hint}"
     )
 
 
