@@ -28,7 +28,8 @@ from ._io import (
 __all__ = ["run_demo", "DEMO_SETTINGS", "QUICK_SETTINGS"]
 
 #: LocusEmbedder settings of the demo: a smaller network and shorter episodes
-#: than the defaults, so that training takes about a minute on two CPU cores.
+#: than the defaults, so that the demo runs in a few minutes on two CPU cores
+#: (its training about 2.5 minutes on one thread, the default).
 #: Everything else (regularisation, early stopping) is the library's default.
 DEMO_SETTINGS = dict(
     embedding_dim=64,
