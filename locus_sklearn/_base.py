@@ -31,6 +31,7 @@ from ._encoders import (
 from ._evals import (
     _as_frame,
     _is_arrow_array,
+    _is_missing,
     _preview,
     check_evals,
     check_model_costs,
@@ -157,7 +158,8 @@ def check_model_subset(models, classes, *, name="models"):
     ------
     TypeError
         If ``models`` is a string, a mapping, not iterable, or holds an entry
-        that is not a str (a nested list, the row of a 2-D array, a number).
+        that is not a str (a nested list, the row of a 2-D array, a number, a
+        missing value).
     ValueError
         If ``models`` is empty, repeats a model or names one not in
         ``classes``, or is a DataFrame without one ``model`` column.
@@ -198,11 +200,40 @@ def check_model_subset(models, classes, *, name="models"):
         raise ValueError(f"{name} is empty; give at least one model of the pool.")
     not_names = [m for m in models if not isinstance(m, str)]
     if not_names:
+        # Missing names (None, NaN, pd.NA) get their own remedy, as in
+        # check_queries: the hint on nested lists does not fit them.
+        n_missing = sum(map(_is_missing, not_names))
+        others = [m for m in not_names if not _is_missing(m)]
+        if not others:
+            raise TypeError(
+                f"{name} must hold model names (str); {n_missing} of "
+                f"{len(models)} entries are missing values: drop or fill those "
+                "entries."
+            )
+        missing = (
+            f" ({n_missing} missing value(s): drop or fill those entries)"
+            if n_missing
+            else ""
+        )
+        # A number is no row of a 2-D array: most likely a name read as a
+        # number (a csv's model ids '0', '1', ...), which the pool holds as str.
+        numbers = [
+            m
+            for m in others
+            if isinstance(m, Real | np.number) and not isinstance(m, bool | np.bool_)
+        ]
+        pool = set(classes)
+        named = list(dict.fromkeys(str(m) for m in numbers if str(m) in pool))
+        hint = ""
+        if named:
+            shown = repr(named[0]) if len(named) == 1 else _preview(named)
+            hint += f" Model names are strings: pass {shown}."
+        if not named or len(numbers) < len(others):
+            hint += " A nested list or a 2-D array gives one entry per row: flatten it."
         raise TypeError(
             f"{name} must be a one-dimensional list of model names (str); "
-            f"{len(not_names)} of {len(models)} entries are not: "
-            f"{_preview(not_names)}. A nested list or a 2-D array gives one "
-            "entry per row: flatten it."
+            f"{len(others)} of {len(models)} entries are not: "
+            f"{_preview(others)}{missing}.{hint}"
         )
     position = {m: i for i, m in enumerate(classes)}
     unknown = [m for m in models if m not in position]

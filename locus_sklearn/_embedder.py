@@ -174,6 +174,20 @@ def warn_if_collapsed(embeddings, kernel_readout):
     )
 
 
+def averaged_pairs_note(table):
+    """For an error on models with one evaluation: where ``table`` was
+    given repeated (model, query) rows, a sentence saying that they were
+    averaged into one evaluation (a model given many rows may still have
+    one); otherwise ""."""
+    if table.n_input_rows <= table.n_rows:
+        return ""
+    return (
+        f" evals has {table.n_input_rows} rows but {table.n_rows} distinct "
+        "(model, query) pairs: the rows of a repeated pair are averaged "
+        "into one evaluation, so a model needs 2 distinct queries."
+    )
+
+
 def _check_embedding_models(embeddings, models):
     """The models naming the rows of ``embeddings``, where a DataFrame's
     index names them (any index but a default RangeIndex), are ``models``
@@ -945,21 +959,14 @@ class LocusEmbedder(
             rng = shared_random_state(self.accelerator, self.random_state)
         counts = np.diff(table.indptr)
         if (counts < 2).any():
+            # LocusRouter.fit never gets here: it trains on the other models
+            # and adds these as add_models does.
             few = table.models[counts < 2]
-            # A model given many rows may still have one evaluation: rows of
-            # one (model, query) pair are averaged into one by check_evals.
-            merged = (
-                f" evals has {table.n_input_rows} rows but {table.n_rows} distinct "
-                "(model, query) pairs: the rows of a repeated pair are averaged "
-                "into one evaluation, so a model needs 2 distinct queries."
-                if table.n_input_rows > table.n_rows
-                else ""
-            )
             raise ValueError(
                 f"LocusEmbedder needs at least 2 evaluations per model to train (one "
                 f"to encode, one to predict); {len(few)} model(s) have 1: "
                 f"{_preview(few)}. Embed such models with transform() instead."
-                f"{merged}"
+                f"{averaged_pairs_note(table)}"
             )
         net = fit_network(
             self._saved_params(),
@@ -1164,7 +1171,15 @@ class LocusEmbedder(
         once, for many calls)."""
         self._check_fitted_network()
         # NumPy takes no bfloat16 tensor, nor one that requires grad.
-        embeddings = np.asarray(untorched(embeddings), dtype=np.float32)
+        embeddings = untorched(embeddings)
+        if isinstance(embeddings, pd.DataFrame | pd.Series):
+            # A nullable ("Float64") or Arrow ("double[pyarrow]") frame holds
+            # a missing value as pd.NA, on which np.asarray failed with a bare
+            # "float() argument ... 'NAType'": read as NaN, it is refused by
+            # the finiteness check below, which names the row.
+            embeddings = embeddings.to_numpy(dtype=np.float32, na_value=np.nan)
+        else:
+            embeddings = np.asarray(embeddings, dtype=np.float32)
         # torch.as_tensor refuses the negative strides of a reversed view
         # (Z[::-1], or a DataFrame reordered with .iloc[::-1]), even along an
         # axis of length 1, where np.ascontiguousarray keeps the view; and it
