@@ -1,5 +1,6 @@
 """LocusRouter: route queries with LOCUS model embeddings; onboard models."""
 
+import copy
 from collections.abc import Mapping
 from numbers import Integral, Real
 
@@ -11,7 +12,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import BaseRouter, _check_costs_for_weight
-from ._embedder import LocusEmbedder
+from ._embedder import LocusEmbedder, averaged_pairs_note
 from ._evals import _preview, check_evals, check_model_costs
 from ._persistence import load_router, save_router
 from ._shrinkage import SHRINKAGE_GRID, choose_shrinkage, mean_scores, shrink
@@ -70,6 +71,14 @@ def _settings_text(settings, names):
     return ", ".join(f"{name}={settings[name]!r}" for name in names)
 
 
+def _rows_of(table, X_query, models):
+    """(table, X_query) of the rows of ``models`` (a mask over
+    ``table.models``): the table they make on their own (as ``check_evals``
+    of those rows makes it) and the encodings of its queries."""
+    part = check_evals(table.to_frame()[models[table.model_index]])
+    return part, X_query[np.searchsorted(table.queries, part.queries)]
+
+
 class LocusRouter(BaseRouter):
     """Route each query to the model most likely to answer it, from LOCUS embeddings.
 
@@ -81,6 +90,16 @@ class LocusRouter(BaseRouter):
     cost``, so one fitted router serves every point of the cost–quality curve.
     ``add_models`` onboards new models (or refreshes existing ones) from their
     evaluations with no training.
+
+    A model with a single evaluation (one distinct query) cannot be trained
+    on (training needs one evaluation to encode and one to predict): ``fit``
+    fits the pool on the other models (training the embedder and choosing
+    ``shrinkage_`` on them alone), then adds it as ``add_models`` does,
+    warnings included (a :class:`~locus_sklearn.FewEvaluationsWarning`
+    below ``enc_size[0]`` evaluations). ``classes_`` holds every model, and
+    the router is that of ``fit`` on the other models' rows followed by
+    ``add_models`` of its rows (with a frozen embedder too). ``fit`` refuses
+    a table in which no model has two evaluations.
 
     Parameters
     ----------
@@ -348,6 +367,53 @@ class LocusRouter(BaseRouter):
         return super().set_params(**params)
 
     def _fit_encoded(self, table, X_query, encoder, model_costs=None):
+        # A model with one evaluation cannot be trained on (the embedder
+        # needs one to encode and one to predict), and its one row would be
+        # no held-out evidence for the shrinkage choice: the pool is fitted
+        # without such models, which are then added as add_models adds them,
+        # so that fit(evals) is fit(evals of the others) + add_models(their
+        # rows), with a frozen embedder too.
+        thin = np.diff(table.indptr) < 2
+        if not thin.any():
+            return self._fit_pool(table, X_query, encoder, model_costs)
+        if thin.all():
+            raise ValueError(
+                "LocusRouter needs at least one model with 2 or more evaluations "
+                "(one to encode, one to predict) to fit on; models with 1 are added "
+                f"to that pool as add_models adds them. All {table.n_models} "
+                f"model(s) of evals have 1: {_preview(table.models)}. Give at "
+                "least one model evaluations on 2 distinct queries."
+                f"{averaged_pairs_note(table)}"
+            )
+        trained, X_trained = _rows_of(table, X_query, ~thin)
+        added, X_added = _rows_of(table, X_query, thin)
+        costs, added_costs = None, None
+        if model_costs is not None:
+            costs = model_costs[~thin]
+            added_costs = dict(zip(added.models, model_costs[thin], strict=True))
+        fitted = self._fit_pool(trained, X_trained, encoder, costs)
+        # Added on a copy holding that fit, through add_models' own steps
+        # (embedding, FewEvaluationsWarning, the new-leader warning, merged
+        # stored evaluations): a failure or a warning turned into an error
+        # leaves this router as it was, as fit promises.
+        pool = copy.copy(self)
+        vars(pool).update(
+            fitted,
+            encoder_=encoder,
+            n_query_features_=X_query.shape[1],
+            classes_=trained.models.copy(),
+            model_costs_=costs,
+            _kept_columns=None,
+        )
+        pool._add_table(added, added_costs, X_query=X_added)
+        # classes_ (the union, sorted) is table.models, which fit sets.
+        for name in ("model_embeddings_", "model_mean_scores_", "pool_evals_"):
+            fitted[name] = getattr(pool, name)
+        return fitted
+
+    def _fit_pool(self, table, X_query, encoder, model_costs=None):
+        """The fitted attributes of a pool whose models all have at least 2
+        evaluations (``_fit_encoded``'s)."""
         # Every result is kept aside and returned for BaseRouter.fit to set
         # with the pool in one step: the warnings below (errors under
         # ``pytest -W error``) and the shrinkage choice (five more embeddings,
@@ -488,7 +554,13 @@ class LocusRouter(BaseRouter):
                 "add_models reads each model's cost by its name, which an array or "
                 "a list does not hold: pass dict(zip(names, costs))."
             )
-        table = check_evals(evals)
+        self._add_table(check_evals(evals), model_costs)
+        return self
+
+    def _add_table(self, table, model_costs, X_query=None):
+        """``add_models`` of a validated ``table`` (``X_query``: the encodings
+        of its queries, where already made); also ``fit``'s for the models
+        with one evaluation."""
         is_new = ~np.isin(table.models, self.classes_)
         if model_costs is not None and self.model_costs_ is not None:
             model_costs = self._keep_refreshed_costs(model_costs, table.models)
@@ -503,7 +575,7 @@ class LocusRouter(BaseRouter):
                 "model_costs were given, but the router was fitted without costs; "
                 "refit with model_costs= for the whole pool."
             )
-        X_query, embeddings = self._embed_table(table)
+        X_query, embeddings = self._embed_table(table, X_query)
         classes = np.union1d(self.classes_, table.models).astype(object)
         old_at = np.searchsorted(classes, self.classes_)
         new_at = np.searchsorted(classes, table.models)
@@ -540,7 +612,6 @@ class LocusRouter(BaseRouter):
         self.classes_ = classes
         self.pool_evals_ = pool_evals
         self._drop_readout_cache()
-        return self
 
     def _keep_refreshed_costs(self, model_costs, models):
         """``model_costs`` (a mapping or a Series, by model name) with the
@@ -844,11 +915,13 @@ class LocusRouter(BaseRouter):
         check_is_fitted(self)
         return self._embed_table(check_evals(evals))[1]
 
-    def _embed_table(self, table):
-        """(query encodings, embeddings) of the models of ``table``."""
+    def _embed_table(self, table, X_query=None):
+        """(query encodings, embeddings) of the models of ``table``; its
+        queries are encoded unless ``X_query`` gives their encodings."""
         locus = self._fitted_locus()
         _check_fitted_embedder(locus)
         self._check_embedding_settings()
         locus._warn_few_evaluations(table)
-        X_query = self._encode(table.queries)
+        if X_query is None:
+            X_query = self._encode(table.queries)
         return X_query, locus._transform_encoded(table, X_query)

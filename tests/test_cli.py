@@ -2488,13 +2488,10 @@ def _error_case(case, workdir, tmp_path):
     enc = ["--encodings", workdir / "enc.npz"]
     out = ["-o", tmp_path / "x.locus", "-q", "--epochs", "1"]
     path = tmp_path / f"{case}.csv"
-    if case == "lonely":  # a model with one evaluation
-        pd.concat([evals, evals.head(1).assign(model="lonely")]).to_csv(
-            path, index=False
-        )
+    if case == "lonely":  # every model with one evaluation (one alone is added)
+        evals.groupby("model").head(1).to_csv(path, index=False)
         return ["fit", path, *enc, *out], [
-            "1 model(s) have 1: ['lonely']. Add such models to the fitted router "
-            "with `locus onboard`, or embed them with `locus embed`."
+            "models with 1 are added to that pool as `locus onboard` adds them"
         ]
     if case in ("no_columns", "no_rows"):
         queries = np.load(workdir / "enc.npz")["queries"]

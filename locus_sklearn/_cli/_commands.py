@@ -316,8 +316,9 @@ _FIT_WARNING_TERMS = [
     ),
     ("Another random_state", "Another --seed"),
     ("Set validation_fraction=", "Give --set validation_fraction="),
-    ("Embed such models with transform() instead", "Add such models to the "
-     "fitted router with `locus onboard`, or embed them with `locus embed`"),
+    # LocusRouter.fit adds models with one evaluation; it refuses a table
+    # where every model has one.
+    ("as add_models adds them", "as `locus onboard` adds them"),
 ]  # fmt: skip
 
 
@@ -900,7 +901,14 @@ _CALIBRATE_THRESHOLD_TERMS = [
     ("raise n_evals or lower min_shared", "score the endpoints on more queries, or "
      "lower --min-shared"),
     ("of n_evals=", "of "),
+    # n_evals is the fewest known queries an endpoint has (not an option).
+    ("queries (a larger n_evals)", "queries (score the endpoints on more of "
+     "KNOWN's queries)"),
+    ("pass an explicit threshold= to the matching function "
+     "(match_models_by_scores, or match_models for embeddings)",
+     "pass an explicit --threshold"),
     ("false_match_rate=", "--false-match-rate "),
+    ("false_match_rate", "--false-match-rate"),
     *_MIN_SHARED_TERMS,
     ("evals", "KNOWN"),
 ]  # fmt: skip

@@ -461,7 +461,9 @@ def match_threshold(cross_distances, false_match_rate):
 
     Raises ValueError when more than that share of the pairs are at distance
     0: every threshold >= 0 (the matching functions' ``distance <= threshold``)
-    lets them through.
+    lets them through. Where every pair is at 0, no rate in (0, 1) can be
+    met, and the message says so: an explicit ``threshold=`` to the matching
+    function, or removing the duplicates, is the way out.
 
     Examples
     --------
@@ -477,13 +479,32 @@ def match_threshold(cross_distances, false_match_rate):
     share = np.cumsum(counts) / counts.sum()
     k = int(np.sum(share <= false_match_rate))  # distinct distances let through
     if k == 0 and values[0] == 0:
+        n_zero, total = int(counts[0]), int(counts.sum())
+        # Both calibrations share this function: the message names both
+        # matching functions (scores, embeddings), which take threshold=.
+        explicit = (
+            "pass an explicit threshold= to the matching function "
+            "(match_models_by_scores, or match_models for embeddings)"
+        )
+        if n_zero == total:
+            # The rate that would let them through is 1, which false_match_rate
+            # cannot be, and more queries do not separate identical answers.
+            raise ValueError(
+                f"false_match_rate={false_match_rate!r} cannot be met: all {total} "
+                "compared pairs of different models are at distance 0, as alike "
+                "as a model is to itself: the models of evals cannot be told "
+                "apart (they may be duplicates, one model under several names), "
+                "and no false_match_rate below 1 keeps such pairs out. Remove the "
+                f"duplicates from evals, or {explicit}."
+            )
         raise ValueError(
-            f"false_match_rate={false_match_rate!r} cannot be met: {counts[0]} of "
-            f"the {counts.sum()} pairs of different models are at distance 0, as "
+            f"false_match_rate={false_match_rate!r} cannot be met: {n_zero} of "
+            f"the {total} pairs of different models are at distance 0, as "
             "alike as a model is to itself, and every threshold >= 0 matches "
             "them. Ask for a false_match_rate of at least "
-            f"{counts[0]} / {counts.sum()}, or tell the models apart on more "
-            "queries (a larger n_evals)."
+            f"{n_zero} / {total}, or tell the models apart on more "
+            "queries (a larger n_evals). Models that agree on every query "
+            f"(duplicates) stay at 0 whatever the queries: remove them, or {explicit}."
         )
     if k == 0:
         return float(values[0] / 2)
@@ -523,9 +544,17 @@ def lookup(names, model, *, name="model"):
     try:
         return position[model]
     except (KeyError, TypeError):
+        # A name read as a number (a csv's model ids '0', '1', ...): the
+        # pool holds it as a str.
+        as_name = (
+            f" Model names are strings: pass {str(model)!r}."
+            if isinstance(model, Real) and str(model) in position
+            else ""
+        )
         raise ValueError(
             f"{name}={model!r} is not a model of the pool; the pool is "
-            f"{_preview(names, limit=10)}." + _normal_form_hint([model], listed)
+            f"{_preview(names, limit=10)}.{as_name}"
+            + _normal_form_hint([model], listed)
         ) from None
 
 
