@@ -422,13 +422,14 @@ class LocusEmbedder(
     patience : int, default=7
         Epochs in a row without improvement (by more than 1e-4 relative, as
         ``early_stopping`` says) before stopping: a score still falling by
-        less stops training too. Against 10, 7 restored
-        the same weights in 28 of 30 benchmark fits, 3 epochs sooner; the
-        other two stopped 18 and 29 epochs sooner at a slightly worse minimum
-        (112 synthetic models: +0.0008 nats against the true P(correct);
-        BFCL: the same routing, +0.015 test log-loss). 5 stopped the first
-        at an early local minimum (``benchmarks/results/TUNING.md``,
-        session 31).
+        less stops training too. Against 10, 7 restored the same weights in
+        23 of 24 fits of the selection study, 3 epochs sooner (112 synthetic
+        models: a minimum +0.0008 nats worse against the true P(correct)); of
+        the routing benchmark's 30 fits it changed four (BFCL, MMLU-Pro: the
+        same routing, up to +0.015 test log-loss; RouterBench with all rows:
+        0.879 against 0.880). 5 stopped a large fit at an early local
+        minimum (``benchmarks/results/TUNING.md``, session 31;
+        ``benchmarks/results/SPEED.md``).
     memory : None, str, os.PathLike or joblib.Memory, default=None
         Caches query encodings across fits and calls (as in sklearn's
         Pipeline), in the folder of a path or in a :class:`joblib.Memory`;
