@@ -854,12 +854,34 @@ class LocusEmbedder(
         check_accelerated_params(self.accelerator, self.get_params(deep=False))
         return device
 
+    @classmethod
+    def _own_param_names(cls):
+        """The parameters of a subclass's signature that LocusEmbedder lacks
+        (but those it lists in ``_RUN_TIME_PARAMS``), sorted: saved with
+        LocusEmbedder's (:meth:`_saved_params`)."""
+        base = set(LocusEmbedder._get_param_names())
+        return sorted(
+            name
+            for name in cls._get_param_names()
+            if name not in base and name not in cls._RUN_TIME_PARAMS
+        )
+
     def _saved_params(self):
-        """Hyper-parameters that define the fitted network and its use."""
-        params = self.get_params(deep=False)
-        for name in self._RUN_TIME_PARAMS:
-            del params[name]
+        """Hyper-parameters that define the fitted network and its use:
+        LocusEmbedder's, then a subclass's own (:meth:`_own_param_names`).
+
+        LocusEmbedder's are read by name, not from ``get_params``: a subclass
+        may fix some in its ``super().__init__`` call and leave them out of
+        its signature (a preset exposing a few settings), and fit and the
+        file still need every one of them.
+        """
+        params = {
+            name: getattr(self, name)
+            for name in LocusEmbedder._get_param_names()
+            if name not in LocusEmbedder._RUN_TIME_PARAMS
+        }
         params["enc_size"] = tuple(params["enc_size"])
+        params.update((name, getattr(self, name)) for name in self._own_param_names())
         return params
 
     # --------------------------------------------------------------------- fit
@@ -1250,7 +1272,10 @@ class LocusEmbedder(
         stored as the int or None it is; a ``RandomState`` instance, whose
         state fit has already advanced, cannot be stored and is saved as
         None, with a warning. A ``set_output(transform=...)`` configuration
-        is stored and restored.
+        is stored and restored. The parameters a subclass adds are stored
+        where each is None, a bool, an int, a float or a str (any other is
+        refused: pickle such an embedder); that subclass's :meth:`load`
+        restores them.
 
         Parameters
         ----------
@@ -1294,8 +1319,11 @@ class LocusEmbedder(
         Returns
         -------
         embedder : LocusEmbedder
-            With the saved hyper-parameters, ``random_state`` included (None
-            for a file of a version that did not save it).
+            Of class ``cls`` (the file holds no code, so never of a class it
+            names), with the saved hyper-parameters, ``random_state`` included
+            (None for a file of a version that did not save it). A file of a
+            subclass with other parameters than ``cls``'s is refused, naming
+            the class to load it with.
         """
         return load_embedder(cls, path, encoder=encoder, device=device)
 

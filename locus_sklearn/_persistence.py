@@ -9,7 +9,11 @@ estimator kind, its hyper-parameters (all but the run-time choices
 ``random_state`` as an int or None; for a router, also its ``embedder``
 parameter's where they differ from its fitted embedder's, None standing
 for ``LocusEmbedder()``) and how to rebuild the query encoder; where ``set_output`` was called,
-the output configuration.
+the output configuration. The parameters a subclass adds are saved too (as
+JSON scalars), and only then its class's name (``embedder_class``, or
+``router_class`` beside the router's in ``router_params``), which load never
+builds from (the file holds no code): it builds the classes it is given,
+and names the saved one where their parameters differ.
 
 Loading validates every field — header schema (no field it does not know)
 and types, hyper-parameters against the estimator's own constraints, tensor
@@ -32,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from sklearn.frozen import FrozenEstimator
+from sklearn.utils._param_validation import validate_parameter_constraints
 
 from ._base import _check_costs_for_weight
 from ._device import resolve_device
@@ -107,6 +112,7 @@ _EMBEDDER_FIELDS = {
     "classes",
     "n_epochs",
     "output_config",
+    "embedder_class",
 }
 _HEADER_FIELDS = {
     "LocusEmbedder": _EMBEDDER_FIELDS,
@@ -121,6 +127,8 @@ _HEADER_FIELDS = {
         "frozen_embedder",
         "embedder_params",
         "embedder_output_config",
+        "router_class",
+        "router_params",
     },
 }
 
@@ -242,10 +250,13 @@ def encoder_from_spec(spec, tensors, encoder):
 class _Checker:
     """Checks of one file's fields; every error names the file and the field."""
 
-    def __init__(self, path, metadata, tensors):
+    def __init__(self, path, metadata, tensors, router_cls=None):
         self.path = str(path)
         self.metadata = metadata
         self.tensors = tensors
+        # The router class loading the file (None for an embedder's), which
+        # a message on the embedder's class names.
+        self.router_cls = router_cls
 
     def fail(self, field, problem):
         raise ValueError(
@@ -331,6 +342,8 @@ def _check_embedder(check, cls):
     if check.field("n_epochs", "int") < 0 or n_features < 1:
         check.fail("header fields 'n_epochs' / 'n_query_features'", "are out of range")
     prior = _raise_refine_prior(params)
+    if "embedder_class" in check.metadata:
+        check.field("embedder_class", "str")
     _check_params(check, cls, params, "params")
     _check_output_config(check, "output_config")
     kind = spec.get("kind")
@@ -399,21 +412,131 @@ def _check_embedder(check, cls):
 
 
 def _check_params(check, cls, params, field):
-    """Check the embedder hyper-parameters ``params`` of header ``field``."""
-    names = set(cls()._saved_params())
-    unknown, missing = sorted(set(params) - names), sorted(names - set(params))
-    if unknown or missing:
-        check.fail(
-            f"header field {field!r}", f"has unknown names {unknown}, lacks {missing}"
-        )
+    """Check the embedder hyper-parameters ``params`` of header ``field``:
+    LocusEmbedder's, and those of ``cls``'s own (a subclass's)."""
+    own = set(cls._own_param_names())
+    base = set(cls()._saved_params()) - own
+    missing = sorted(base - set(params))
+    if missing:
+        check.fail(f"header field {field!r}", f"lacks {missing}")
+    _check_own_params(check, "embedder", cls, own, set(params) - base, field)
+    _check_own_values(check, field, {name: params[name] for name in own})
     if isinstance(params.get("enc_size"), list):
         params["enc_size"] = tuple(params["enc_size"])
     try:
-        probe = cls(**params)
+        probe = _construct(cls, params)
         probe._validate_params()
+        # Those a subclass fixes in its __init__ too, which _validate_params
+        # (the signature's) skips.
+        validate_parameter_constraints(
+            {k: v for k, v in probe._parameter_constraints.items() if k in base},
+            {k: params[k] for k in base if k in probe._parameter_constraints},
+            caller_name=cls.__name__,
+        )
         probe._check_structure()
     except (TypeError, ValueError) as exc:
         check.fail(f"header field {field!r}", f"is invalid ({exc})")
+
+
+def _class_name(cls):
+    """``module.qualname`` of ``cls``, as a file records a subclass."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_own_params(check, what, cls, own, saved, field):
+    """Refuse a file whose ``what`` ("embedder" or "router") was saved with
+    the subclass parameters ``saved`` (names, of header ``field``) where
+    ``cls``, the class loading it, has the parameters ``own``.
+
+    A file holds no code, so load builds the class it is given and never one
+    named in the file (the file records it, in ``<what>_class``, only for
+    this message): the message says which class to pass.
+    """
+    unknown, lacking = sorted(saved - own), sorted(own - saved)
+    if not unknown and not lacking:
+        return
+    recorded = check.metadata.get(f"{what}_class")
+    one = "an embedder" if what == "embedder" else "a router"
+    if recorded is not None:
+        origin = f"{one} of class {recorded!r}"
+        name = recorded.rpartition(".")[2]
+    elif unknown:
+        # A file of an earlier version, which did not name the class.
+        origin = f"{one} of a subclass that has them"
+        name = "TheSubclass"
+    else:
+        origin = f"{one} of a class without parameters of its own"
+        name = "LocusRouter" if what == "router" else "LocusEmbedder"
+    if unknown:
+        problem = (
+            f"has unknown names {unknown}, parameters that {cls.__name__} does not "
+            f"take: it was saved from {origin}"
+        )
+    else:
+        problem = (
+            f"lacks {lacking}, parameters of {cls.__name__}: it was saved from "
+            f"{origin}, which has none of them"
+        )
+    given = cls.__name__
+    if what == "router" or check.router_cls is None:
+        how = f"{name}.load(path)"
+    else:
+        how = f"{check.router_cls.__name__}.load(path, embedder_class={name})"
+        given = f"embedder_class={given}"
+    raise ValueError(
+        f"{check.path!r} cannot be loaded with {given}: header field "
+        f"{field!r} {problem}. A saved file holds no code, so load builds the "
+        "class it is given, never one named in the file: load it with the class "
+        f"it was saved from, as in {how}."
+    )
+
+
+def _check_own_values(check, field, values):
+    """The values of a subclass's own parameters (``values``, of header
+    ``field``), as :func:`_own_values` writes them."""
+    for name, value in values.items():
+        if not _is_own_value(value):
+            check.fail(
+                f"header field {field!r}",
+                f"has {name} of type {type(value).__name__}, not None, a bool, "
+                "an int, a float or a str",
+            )
+
+
+def _is_own_value(value):
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def _own_values(estimator):
+    """The parameters ``estimator``'s subclass adds (``_own_param_names``),
+    as a file holds them: JSON's scalars, which load as the value saved (a
+    tuple would load as a list; other objects cannot be written safely)."""
+    values = {}
+    for name in type(estimator)._own_param_names():
+        value = _json_value(getattr(estimator, name))
+        if not _is_own_value(value):
+            raise ValueError(
+                f"{type(estimator).__name__}'s parameter {name} (a "
+                f"{type(value).__name__}) cannot be saved: a file holds the "
+                "parameters a subclass adds only as None, a bool, an int, a float "
+                "or a str, and no code to rebuild other objects. Give it such a "
+                "value, or pickle the estimator (joblib.dump), which keeps it."
+            )
+        values[name] = value
+    return values
+
+
+def _construct(cls, values):
+    """``cls`` built with the parameter ``values``: those its signature
+    takes passed to it, the others (LocusEmbedder's or LocusRouter's that a
+    subclass fixes in its ``super().__init__`` call) set on it after, as the
+    saved estimator held them."""
+    names = set(cls._get_param_names())
+    built = cls(**{k: v for k, v in values.items() if k in names})
+    for name, value in values.items():
+        if name not in names:
+            setattr(built, name, value)
+    return built
 
 
 def _check_output_config(check, field):
@@ -575,7 +698,40 @@ def _check_router(check, cls):
             params.pop(name, None)
         check.metadata["embedder_params"] = params
         _check_params(check, cls, params, "embedder_params")
+    _check_router_params(check)
     return names
+
+
+def _check_router_params(check):
+    """The parameters a router subclass adds (header field 'router_params',
+    its class in 'router_class', both written only for one that adds some),
+    against those of the class loading the file."""
+    cls = check.router_cls
+    saved = {}
+    if "router_params" in check.metadata:
+        saved = check.field("router_params", "dict")
+        check.field("router_class", "str")
+        _check_own_values(check, "router_params", saved)
+    elif "router_class" in check.metadata:
+        check.fail("header field 'router_class'", "is present without 'router_params'")
+    own = set(cls._own_param_names())
+    _check_own_params(check, "router", cls, own, set(saved), "router_params")
+    if not saved:
+        return
+    try:
+        _construct(cls, {**_router_values(check.metadata), **saved})._validate_params()
+    except (TypeError, ValueError) as exc:
+        check.fail("header field 'router_params'", f"is invalid ({exc})")
+
+
+def _router_values(metadata):
+    """The LocusRouter parameters (but ``embedder``) of a checked header."""
+    return {
+        "cost_weight": metadata["cost_weight"],
+        "shrinkage": metadata.get("shrinkage"),
+        # Files of versions before the option judged one shuffle of the folds.
+        "shrinkage_repeats": metadata.get("shrinkage_repeats", 1),
+    }
 
 
 def _check_shrinkage_params(check):
@@ -652,6 +808,9 @@ _CHECKSUM_ERA_FIELDS = {
     "embedder_params",
     "output_config",
     "embedder_output_config",
+    "embedder_class",
+    "router_class",
+    "router_params",
 }
 _CHECKSUM_ERA_TENSORS = {"pool.mean_scores", "embedding_scale"}
 
@@ -675,13 +834,15 @@ def _checksum_era_field(metadata, tensors):
     return found[0] if found else None
 
 
-def _checked(path, kind, embedder_cls):
-    """Read ``path`` and check every field; return (metadata, tensors)."""
+def _checked(path, kind, embedder_cls, router_cls=None):
+    """Read ``path`` and check every field; return (metadata, tensors).
+
+    ``router_cls``: the class loading a router's file."""
     metadata, tensors, intact = read_file(path, kind, known=tuple(_HEADER_FIELDS))
     # Before the checks, which add the parameters a file of an earlier
     # version lacks.
     newer = None if intact is not None else _checksum_era_field(metadata, tensors)
-    check = _Checker(path, metadata, tensors)
+    check = _Checker(path, metadata, tensors, router_cls)
     check.only_fields(kind)
     check.field("library_version", "str")
     names = _check_embedder(check, embedder_cls)
@@ -711,11 +872,13 @@ def _json_value(value):
 
 
 def _params_state(embedder):
-    """The saved hyper-parameters of ``embedder`` as JSON holds them."""
+    """The saved hyper-parameters of ``embedder`` as JSON holds them (a
+    subclass's own ones too, checked by :func:`_own_values`)."""
     params = {k: _json_value(v) for k, v in embedder._saved_params().items()}
     params["enc_size"] = [_json_value(v) for v in params["enc_size"]]
     if isinstance(params["random_state"], np.random.RandomState):
         params["random_state"] = None  # _embedder_state warns
+    params.update(_own_values(embedder))
     return params
 
 
@@ -765,6 +928,12 @@ def _embedder_state(embedder, *, include_query_text=True):
         "classes": embedder.classes_.tolist(),
         "n_epochs": int(embedder.n_epochs_),
     }
+    if type(embedder)._own_param_names():
+        # Named for load's message only (a file builds the class load is
+        # given). Only then: files of other embedders, those of subclasses
+        # without parameters of their own included, stay readable by earlier
+        # versions, which refused files of these anyway (unknown names).
+        metadata["embedder_class"] = _class_name(type(embedder))
     output = _output_state(embedder)
     if output:
         # Only then: files of other embedders stay readable by earlier versions.
@@ -785,10 +954,13 @@ def _embedder_from_state(cls, metadata, tensors, path, *, encoder=None, device=N
     device = resolve_device(device)
     # The parameter is the device asked for, as a fit keeps it (None is
     # resolved again at each fit); the network goes to the resolved one.
-    embedder = cls(
-        encoder_from_spec(metadata["encoder"], tensors, encoder),
-        device=given,
-        **params,
+    embedder = _construct(
+        cls,
+        {
+            "encoder": encoder_from_spec(metadata["encoder"], tensors, encoder),
+            "device": given,
+            **params,
+        },
     )
     # The device asked for, not the one resolved: with none asked, an encoder
     # switched to the ONNX backend (CPU only) after loading is not pinned to
@@ -940,6 +1112,23 @@ def save_router(router, path, *, include_query_text=True):
             f"embedder must be None, a LocusEmbedder or a FrozenEstimator wrapping "
             f"the fitted embedder_; got {type(param).__name__}."
         )
+    if (
+        param is not None
+        and not frozen_param
+        and type(param)._own_param_names() != type(locus)._own_param_names()
+    ):
+        # Load builds both with one class (embedder_class=), which cannot take
+        # the settings of both.
+        raise ValueError(
+            "The router's embedder parameter, set after fit, is a "
+            f"{type(param).__name__}, whose own parameters "
+            f"{type(param)._own_param_names()} differ from those of the fitted "
+            f"embedder_'s class {type(locus).__name__} "
+            f"({type(locus)._own_param_names()}); a file loads both with one "
+            "class. Before saving, set the parameter back with "
+            "router.set_params(embedder=...) or refit the router on it; or pickle "
+            "the router (joblib.dump), which keeps both."
+        )
     metadata, tensors = _embedder_state(locus, include_query_text=include_query_text)
     spec = metadata["encoder"]
     metadata.update(
@@ -947,6 +1136,12 @@ def save_router(router, path, *, include_query_text=True):
         pool=router.classes_.tolist(),
         cost_weight=float(router.cost_weight),
     )
+    own = _own_values(router)
+    if own:
+        # A subclass's own parameters, loaded by that class (its name is for
+        # load's message). Only then: files of other routers stay readable by
+        # earlier versions.
+        metadata.update(router_class=_class_name(type(router)), router_params=own)
     if isinstance(router.embedder_, FrozenEstimator) or frozen_param:
         # Fitted on it, or the fitted embedder frozen as the parameter after
         # fit: loaded frozen, parameter and embedder_ both, so that a clone
@@ -1006,7 +1201,7 @@ def save_router(router, path, *, include_query_text=True):
 def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     """Read a router (of class ``cls``, with an embedder of ``embedder_cls``)
     written by :func:`save_router`."""
-    metadata, tensors = _checked(path, "LocusRouter", embedder_cls)
+    metadata, tensors = _checked(path, "LocusRouter", embedder_cls, cls)
     embedder = _embedder_from_state(
         embedder_cls, metadata, tensors, path, encoder=encoder, device=device
     )
@@ -1023,19 +1218,28 @@ def load_router(cls, embedder_cls, path, *, encoder=None, device=None):
     if frozen is not None and "embedder_params" not in metadata:
         param = frozen
     else:
-        param = embedder_cls(
-            **{**embedder.get_params(deep=False), **metadata.get("embedder_params", {})}
+        # By name (as _saved_params reads them): a subclass may fix some of
+        # LocusEmbedder's parameters and leave them out of its signature.
+        run_time = {name: getattr(embedder, name) for name in embedder._RUN_TIME_PARAMS}
+        param = _construct(
+            embedder_cls,
+            {
+                **run_time,
+                **embedder._saved_params(),
+                **metadata.get("embedder_params", {}),
+            },
         )
         _set_output_state(
             param,
             metadata.get("embedder_output_config", metadata.get("output_config", {})),
         )
-    router = cls(
-        param,
-        cost_weight=metadata["cost_weight"],
-        shrinkage=metadata.get("shrinkage"),
-        # Files of versions before the option judged one shuffle of the folds.
-        shrinkage_repeats=metadata.get("shrinkage_repeats", 1),
+    router = _construct(
+        cls,
+        {
+            "embedder": param,
+            **_router_values(metadata),
+            **metadata.get("router_params", {}),
+        },
     )
     router.embedder_ = embedder if frozen is None else frozen
     router.encoder_ = embedder.encoder_

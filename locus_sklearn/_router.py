@@ -221,6 +221,14 @@ class LocusRouter(BaseRouter):
         self.shrinkage = shrinkage
         self.shrinkage_repeats = shrinkage_repeats
 
+    @classmethod
+    def _own_param_names(cls):
+        """The parameters of a subclass's signature that LocusRouter lacks,
+        sorted: :meth:`save` stores them, :meth:`load` of that subclass
+        restores them."""
+        base = set(LocusRouter._get_param_names())
+        return sorted(name for name in cls._get_param_names() if name not in base)
+
     def _fitted_locus(self):
         """The fitted LocusEmbedder, checked to still hold the network that
         embedded the pool: every use of the network after ``fit``
@@ -798,7 +806,10 @@ class LocusRouter(BaseRouter):
         and, by default, the query's text. The query encoder stored is the
         fitted one (``encoder_``, which predictions use), not an ``encoder``
         set after fit; a precomputed-vector (mapping) encoder is stored with
-        its keys, which are query texts too.
+        its keys, which are query texts too. The parameters that a subclass
+        of the router or of its embedder adds are stored where each is None,
+        a bool, an int, a float or a str (any other is refused: pickle such a
+        router); :meth:`load` restores them, given those classes.
 
         Parameters
         ----------
@@ -837,8 +848,14 @@ class LocusRouter(BaseRouter):
         save_router(self, path, include_query_text=include_query_text)
 
     @classmethod
-    def load(cls, path, *, encoder=None, device=None):
+    def load(cls, path, *, encoder=None, device=None, embedder_class=LocusEmbedder):
         """Load a router written by :meth:`save`; never unpickles.
+
+        The file holds no code, so the router is built as ``cls`` (the class
+        ``load`` is called on) and its embedder as ``embedder_class``, never
+        as a class named in the file. The parameters a subclass adds are
+        saved, and a file whose router or embedder had other ones than
+        these classes have is refused, naming the class it was saved from.
 
         Parameters
         ----------
@@ -848,6 +865,11 @@ class LocusRouter(BaseRouter):
             not of the dimension the router was fitted on is refused here.
         device : str, default=None
             Torch device; None uses CUDA when available, else CPU.
+        embedder_class : class, default=LocusEmbedder
+            :class:`LocusEmbedder` or a subclass of it: the class the file's
+            embedder (``embedder_``, and ``embedder``) is built as. Pass the
+            subclass the router was fitted with where it adds parameters of
+            its own (the file holds their values).
 
         Returns
         -------
@@ -862,7 +884,15 @@ class LocusRouter(BaseRouter):
             a ``FrozenEstimator`` of another embedder than ``embedder_`` is
             refused by :meth:`save` (the file holds one network).
         """
-        router = load_router(cls, LocusEmbedder, path, encoder=encoder, device=device)
+        if not (
+            isinstance(embedder_class, type)
+            and issubclass(embedder_class, LocusEmbedder)
+        ):
+            raise TypeError(
+                "embedder_class must be LocusEmbedder or a subclass of it; got "
+                f"{embedder_class!r}."
+            )
+        router = load_router(cls, embedder_class, path, encoder=encoder, device=device)
         # The file records no settings of its own: those of the embedder saved
         # with the pool, which save refuses to store where they differ from
         # the pool's (and which files of versions before refinement lack,
