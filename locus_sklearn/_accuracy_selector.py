@@ -127,6 +127,15 @@ class ExpectedAccuracySelector(NoBoolNumbersMixin, BaseEstimator):
     n_features_in_ : int
         Number of queries (columns of ``X``).
 
+    Warns
+    -----
+    UserWarning
+        From ``fit``, where adding a model raised F by nothing (every later
+        addition then gains nothing either): the message names the first
+        such model, ``"Selecting model <k> of n_select=<n>"``, and that it
+        "raised the expected accuracy by nothing"; the rest were ties taken
+        in row order, and a smaller ``n_select`` keeps the same F.
+
     See Also
     --------
     KMedoidsSelector : covers the embedding space (no predictions needed).

@@ -143,7 +143,8 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     neighbor rank k, the agreement of every model with its k-th nearest
     model in embedding space is averaged over models, next to the average
     agreement with a uniformly random other model (its exact expectation: the
-    mean over all other models). The paper (section 3.5, figure 8) reports 79%
+    mean over the other models it shares a query with, those it has an
+    agreement with). The paper (section 3.5, figure 8) reports 79%
     for the nearest neighbor, falling with k.
 
     Parameters
@@ -170,8 +171,8 @@ def neighbor_agreement(embeddings, evals, *, k=1, names=None, metric="cosine"):
     result : DataFrame with one row per k
         Columns ``k``, ``agreement`` (mean over models of the agreement with
         the k-th neighbor), ``random_agreement`` (mean over models of the
-        mean agreement with the other models, over the models sharing a
-        query with some other) and ``n_models`` (models whose k-th neighbor
+        mean agreement with the other models it shares a query with, over
+        the models sharing a query with some other) and ``n_models`` (models whose k-th neighbor
         shares a query with them, the ones averaged). A k for which no model
         shares a query with its k-th neighbor has ``n_models`` 0 and NaN
         ``agreement``.
