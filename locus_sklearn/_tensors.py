@@ -46,20 +46,35 @@ def untorched(value):
     return value.numpy()
 
 
+def _held(values):
+    """The arrays, tensors and scalars ``values`` holds: a DataFrame's
+    columns, and the items of lists, tuples, mappings and object arrays or
+    Series, at any depth."""
+    stack = [values]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, pd.DataFrame):
+            stack.extend(value.iloc[:, i] for i in range(value.shape[1]))
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif isinstance(value, np.ndarray | pd.Series) and value.dtype == object:
+            stack.extend(np.ravel(np.asarray(value, dtype=object)))
+        else:
+            yield value
+
+
 def _float_types(values):
     """``(eps, cast)`` of each floating type narrower than float64 that
     ``values`` came in: an array, pandas Series or torch tensor, a
-    DataFrame's columns, or such scalars in a list, tuple or mapping.
+    DataFrame's columns, or such scalars in lists, tuples, mappings or
+    object arrays (nested: a list of rows of float32 scalars counts).
     ``cast`` rounds a Python float to that type. Ints, Python floats and
     anything that is not a number yield nothing (their checks are the
     callers'); torch is not imported for this, as in :func:`untorched`."""
-    if isinstance(values, pd.DataFrame):
-        values = list(values.dtypes)
-    elif isinstance(values, Mapping):
-        values = list(values.values())
-    values = values if isinstance(values, list | tuple) else [values]
     torch = sys.modules.get("torch")
-    for value in values:
+    for value in _held(values):
         if torch is not None and isinstance(value, torch.Tensor | torch.dtype):
             dtype = value if isinstance(value, torch.dtype) else value.dtype
             if dtype.is_floating_point and dtype != torch.float64:
@@ -90,6 +105,8 @@ def input_eps(values):
     True
     >>> input_eps({"a": torch.tensor(0.1, dtype=torch.bfloat16)}) == 2.0**-7
     True
+    >>> input_eps([[np.float32(0.1)], [0.2]]) == 2.0**-23
+    True
     >>> input_eps([0.1, 0.2]), input_eps({"a": np.float64(0.1)})
     (0.0, 0.0)
     """
@@ -102,8 +119,8 @@ def in_input_precision(number, values):
     did.
 
     An array, pandas Series (pandas' ``Float32`` included) or torch tensor
-    counts, as do a DataFrame's columns and such scalars in a list, tuple or
-    mapping; ints and Python floats do not.
+    counts, as do a DataFrame's columns and such scalars in lists, tuples,
+    mappings or object arrays, at any depth; ints and Python floats do not.
 
     Examples
     --------

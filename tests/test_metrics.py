@@ -815,3 +815,27 @@ def test_k_is_given_once(function):
         with pytest.raises(ValueError, match=r"k repeats \[\d\]; give each k once"):
             call(repeated)
     assert call([2, 1])["k"].tolist() == [2, 1]
+
+
+def test_correctness_accuracy_threshold_per_column_and_in_nested_lists():
+    # Each column is compared in its own precision: float16(0.7) is 0.7002,
+    # above float32(0.7), so one threshold in the coarsest type put the
+    # float32 column's 0.7 below it (0.5 where by hand it is 1.0); a float64
+    # 0.6999999999 is below 0.7 (1.0 where it is 0.5). Float32 scalars in a
+    # list of rows count as float32 (0.0 where it is 1.0).
+    import pandas as pd
+
+    mixed = pd.DataFrame(
+        {"a": np.array([0.7], dtype=np.float16), "b": np.array([0.7], dtype=np.float32)}
+    )
+    assert correctness_accuracy(mixed, [[0.9, 0.9]], threshold=0.7) == 1.0
+    mixed = pd.DataFrame(
+        {"a": np.array([0.7], dtype=np.float32), "b": np.array([0.6999999999])}
+    )
+    assert correctness_accuracy(mixed, [[0.9, 0.9]], threshold=0.7) == 0.5
+    # y_score's columns are read in y_true's order, as they are matched
+    # (in y_score's own order, a's float32 0.7 met float64's 0.7: 0.5).
+    y_true = pd.DataFrame({"a": [1.0], "b": [1.0]})
+    y_score = pd.DataFrame({"b": [0.7], "a": np.array([0.7], dtype=np.float32)})
+    assert correctness_accuracy(y_true, y_score, threshold=0.7) == 1.0
+    assert correctness_accuracy([[np.float32(0.7)]], [[0.9]], threshold=0.7) == 1.0

@@ -401,10 +401,14 @@ def _float32_costs(form, costs):
         return pd.Series(costs, index=names, dtype=form)
     if form == "dict":
         return dict(zip(names, np.float32(costs), strict=True))
+    if form == "object":  # float32 scalars in an object Series
+        return pd.Series(list(np.float32(costs)), index=names, dtype=object)
     return np.asarray(costs, dtype=np.float32)
 
 
-@pytest.mark.parametrize("form", ["ndarray", "tensor", "float32", "Float32", "dict"])
+@pytest.mark.parametrize(
+    "form", ["ndarray", "tensor", "float32", "Float32", "dict", "object"]
+)
 def test_budget_greedy_float32_costs_that_add_up_to_the_budget_fit(form):
     # float32 0.1 is 0.10000000149, 0.2 is 0.20000000298: 0.1 + 0.2 comes
     # out 0.30000000447, over the float 0.3 by a relative 1.5e-8, beyond

@@ -649,15 +649,38 @@ def correctness_accuracy(y_true, y_score, *, threshold=0.5):
     threshold = _check_number(
         threshold, "threshold", "in [0, 1]", lambda t: 0 <= t <= 1
     )
-    # The threshold at the precision of each input: a graded score 0.7 held
-    # in float32 (as check_evals and parquet files hold them) is 0.69999999
-    # in float64, and fell below threshold=0.7.
-    true_threshold = in_input_precision(threshold, y_true)
-    score_threshold = in_input_precision(threshold, y_score)
+    # The threshold at the precision of each input (each column of a
+    # DataFrame): a graded score 0.7 held in float32 (as check_evals and
+    # parquet files hold them) is 0.69999999 in float64, and fell below
+    # threshold=0.7.
+    true_threshold = _thresholds(threshold, y_true)
+    score_threshold = _thresholds(threshold, y_score, order=y_true)
     y_true, observed, y_score = _check_pair(y_true, y_score)
     _check_probabilities(y_score, "a correctness accuracy")
     hit = (y_score >= score_threshold) == (y_true >= true_threshold)
     return float(hit[observed].mean())
+
+
+def _thresholds(threshold, values, order=None):
+    """``threshold`` in the precision ``values`` came in: one per column of
+    a DataFrame (columns of float16, float32 and float64 differ), in the
+    column order of the DataFrame ``order`` where it holds the same labels
+    (as :func:`_check_pair` aligns them), else one number."""
+    if not isinstance(values, pd.DataFrame):
+        return in_input_precision(threshold, values)
+    if (
+        isinstance(order, pd.DataFrame)
+        and values.columns.is_unique
+        and order.columns.is_unique
+        and set(values.columns) == set(order.columns)
+    ):
+        values = values[order.columns]
+    return np.array(
+        [
+            in_input_precision(threshold, values.iloc[:, i])
+            for i in range(values.shape[1])
+        ]
+    )
 
 
 def correctness_log_loss(y_true, y_score, *, eps=1e-7):
