@@ -420,7 +420,7 @@ def _check_params(check, cls, params, field):
     if missing:
         check.fail(f"header field {field!r}", f"lacks {missing}")
     _check_own_params(check, "embedder", cls, own, set(params) - base, field)
-    _check_own_values(check, field, {name: params[name] for name in own})
+    _check_own_values(check, field, {n: params[n] for n in own if n in params})
     if isinstance(params.get("enc_size"), list):
         params["enc_size"] = tuple(params["enc_size"])
     try:
@@ -457,16 +457,25 @@ def _check_own_params(check, what, cls, own, saved, field):
         return
     recorded = check.metadata.get(f"{what}_class")
     one = "an embedder" if what == "embedder" else "a router"
+    if recorded is None and not unknown:
+        # A file naming no class: of a class without parameters of its own,
+        # or of this very subclass saved by a locus_sklearn that did not save
+        # them (and loaded it with them reset): loaded, as then, but said.
+        warn_external(
+            f"{check.path!r} holds no {lacking}, parameters of {cls.__name__}: "
+            f"it was saved from {one} of a class without them, or by a "
+            "locus_sklearn that did not save a subclass's parameters; they take "
+            f"{cls.__name__}'s defaults.",
+            UserWarning,
+        )
+        return
     if recorded is not None:
         origin = f"{one} of class {recorded!r}"
         name = recorded.rpartition(".")[2]
-    elif unknown:
+    else:
         # A file of an earlier version, which did not name the class.
         origin = f"{one} of a subclass that has them"
         name = "TheSubclass"
-    else:
-        origin = f"{one} of a class without parameters of its own"
-        name = "LocusRouter" if what == "router" else "LocusEmbedder"
     if unknown:
         problem = (
             f"has unknown names {unknown}, parameters that {cls.__name__} does not "

@@ -191,27 +191,35 @@ def test_an_embedder_file_of_a_wider_embedder_names_its_load(tmp_path, wide_rout
     assert WideEmbedder.load(path).temperature == 2.5
 
 
-def test_a_file_without_the_classes_parameters_is_refused(tmp_path, small_pool):
+def test_a_file_without_the_classes_parameters_loads_them_as_defaults(
+    tmp_path, small_pool, queries
+):
+    """A file naming no class was saved from a class without parameters of
+    its own, or from the subclass by a version that did not save them (which
+    loaded it with them reset): loaded, with their defaults, and said."""
     router = LocusRouter(LocusEmbedder(small_pool.encodings, **SETTINGS))
     path = tmp_path / "r.locus"
     router.fit(small_pool.evals).save(path)
     # Files of other routers are as before (readable by earlier versions).
     metadata = read_file(path, "LocusRouter")[0]
     assert not {"embedder_class", "router_class", "router_params"} & set(metadata)
-    with pytest.raises(ValueError) as info:
-        LocusRouter.load(path, embedder_class=WideEmbedder)
-    assert str(info.value) == (
-        f"{str(path)!r} cannot be loaded with embedder_class=WideEmbedder: header "
-        "field 'params' lacks ['temperature'], parameters of WideEmbedder: it was "
-        "saved from an embedder of a class without parameters of its own, which "
-        "has none of them. A saved file holds no code, so load builds the class "
-        "it is given, never one named in the file: load it with the class it was "
-        "saved from, as in LocusRouter.load(path, embedder_class=LocusEmbedder)."
+    with pytest.warns(UserWarning) as record:
+        loaded = LocusRouter.load(path, embedder_class=WideEmbedder)
+    assert str(record[0].message) == (
+        f"{str(path)!r} holds no ['temperature'], parameters of WideEmbedder: it "
+        "was saved from an embedder of a class without them, or by a locus_sklearn "
+        "that did not save a subclass's parameters; they take WideEmbedder's "
+        "defaults."
     )
-    with pytest.raises(
-        ValueError, match="lacks \\['top_k'\\], parameters of TopKRouter"
+    assert type(loaded.embedder_) is WideEmbedder
+    assert loaded.embedder_.temperature == 1.0  # WideEmbedder's default
+    np.testing.assert_array_equal(
+        loaded.predict_proba(queries), router.predict_proba(queries)
+    )
+    with pytest.warns(
+        UserWarning, match="holds no \\['top_k'\\], parameters of TopKRouter"
     ):
-        TopKRouter.load(path)
+        assert TopKRouter.load(path).top_k == 1  # TopKRouter's default
 
 
 @pytest.mark.parametrize("given", ["WideEmbedder", StandardScaler, LocusRouter])
