@@ -473,6 +473,49 @@ def test_a_backend_error_without_a_message_is_wrapped(
             b"Forbidden",
             {"message": "Forbidden", "type": "backend_error", "param": None},
         ),
+        # Azure's content filter: type null. The message is kept (it was
+        # replaced by the whole body's JSON text), type set, the original kept.
+        (
+            400,
+            "application/json",
+            b'{"error": {"message": "The response was filtered", "type": null, '
+            b'"param": "prompt", "code": "content_filter"}}',
+            {
+                "message": "The response was filtered",
+                "type": "backend_error",
+                "param": "prompt",
+                "code": "content_filter",
+                "backend_body": {
+                    "error": {
+                        "message": "The response was filtered",
+                        "type": None,
+                        "param": "prompt",
+                        "code": "content_filter",
+                    }
+                },
+            },
+        ),
+        # A param that is no string, and a key of the gateway's own with
+        # another type: moved under backend_body, the declared shape kept.
+        (
+            422,
+            "application/json",
+            b'{"error": {"message": "bad", "type": "t", "param": 3, '
+            b'"attempts": "many"}}',
+            {
+                "message": "bad",
+                "type": "t",
+                "param": None,
+                "backend_body": {
+                    "error": {
+                        "message": "bad",
+                        "type": "t",
+                        "param": 3,
+                        "attempts": "many",
+                    }
+                },
+            },
+        ),
     ],
 )
 def test_a_backend_error_object_is_relayed_with_the_locus_field(

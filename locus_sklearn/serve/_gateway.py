@@ -229,27 +229,38 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+# Keys of the gateway's own in an error object (ErrorDetail's), which a
+# relayed backend error must not set with other meanings or types.
+_GATEWAY_ERROR_KEYS = ("routed_model", "attempts", "backend_body")
+
+
 def _error_body(data):
     """A backend's 4xx JSON object as an error answer: ``{"error": {"message",
     "type", "param"}}``, which OpenAI clients read the message from.
 
-    An ``error`` object with a string ``message`` is kept (``type`` and
-    ``param`` filled in where it has none); any other object is wrapped, its
+    An ``error`` object with a string ``message`` is kept, its ``type`` set
+    to ``"backend_error"`` where it is not a string (Azure's content filter
+    sends null) and ``param`` to None where it is neither a string nor None,
+    and the gateway's own keys (``routed_model``, ``attempts``,
+    ``backend_body``) that it holds moved under ``backend_body`` (the
+    original object, unchanged), so that the answer keeps the declared error
+    shape; any other object is wrapped, its
     message the backend's own (a string ``error``, ``message`` or ``detail``:
     Ollama's ``{"error": "..."}``, vLLM's ``{"object": "error", "message":
     ...}``, a FastAPI backend's) or else its JSON text, and the body kept
     whole under ``error.backend_body``.
     """
     error = data.get("error")
-    if (
-        isinstance(error, dict)
-        and isinstance(error.get("message"), str)
-        and isinstance(error.get("type", ""), str)
-        and isinstance(error.get("param"), (str, type(None)))
-    ):
-        error.setdefault("type", "backend_error")
-        error.setdefault("param", None)
-        return data
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        kept = {k: v for k, v in error.items() if k not in _GATEWAY_ERROR_KEYS}
+        if not isinstance(kept.get("type"), str):
+            kept["type"] = "backend_error"
+        if not isinstance(kept.get("param", 0), str | None):
+            kept["param"] = None
+        if any(k not in kept or kept[k] is not v for k, v in error.items()):
+            # Something the backend sent was replaced or moved: kept whole.
+            kept["backend_body"] = {**data, "error": error}
+        return {**data, "error": kept}
     message = next(
         (
             data[key]
