@@ -27,11 +27,13 @@ The estimators call :func:`save_embedder` / :func:`load_embedder` and
 (the class to build is passed in), so data flows one way.
 """
 
+import functools
 import hashlib
 import os
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -612,13 +614,12 @@ def _check_network_sizes(check, params, n_features):
 
 def _expected_state(check, params, n_features):
     """Names, shapes and dtypes of the network's state for ``params``."""
-    # On the meta device nothing is allocated, whatever sizes the file names;
-    # in float32, as saved, whatever the caller's default dtype.
+    # Keyed by each value's type too: 1, 1.0 and True are one dict key.
+    network = tuple(
+        (name, type(params[name]).__name__, params[name]) for name in NETWORK_PARAMS
+    )
     try:
-        with torch.device("meta"), float32_default():
-            module = LocusNetwork(
-                n_features, **{name: params[name] for name in NETWORK_PARAMS}
-            )
+        return _state_shapes(n_features, network)
     except (RuntimeError, TypeError, OverflowError, ValueError):
         # Sizes whose products overflow int64 (a file without network
         # tensors, which _check_network_sizes cannot bound); torch's message
@@ -629,10 +630,24 @@ def _expected_state(check, params, n_features):
             f"describe a network too large to build (n_query_features="
             f"{short_int(n_features)}, {sizes})",
         )
-    return {
-        name: (tuple(value.shape), value.dtype)
-        for name, value in module.state_dict().items()
-    }
+
+
+@functools.lru_cache(maxsize=16)
+def _state_shapes(n_features, network):
+    """:func:`_expected_state` of the network settings ``network`` ((name,
+    type name, value) triples), read-only. Cached: building the module, even
+    on the meta device, is most of a small file's check (twice a load), and a
+    service reloads files of one architecture."""
+    # On the meta device nothing is allocated, whatever sizes the file names;
+    # in float32, as saved, whatever the caller's default dtype.
+    with torch.device("meta"), float32_default():
+        module = LocusNetwork(n_features, **{name: v for name, _, v in network})
+    return MappingProxyType(
+        {
+            name: (tuple(value.shape), value.dtype)
+            for name, value in module.state_dict().items()
+        }
+    )
 
 
 def _check_router(check, cls):
