@@ -34,6 +34,7 @@ from ._params import (
     NoBoolNumbersMixin,
     NumberInterval,
     short_int,
+    subclass_param_names,
     unrepresentable_int,
 )
 from ._persistence import load_embedder, save_embedder
@@ -859,12 +860,7 @@ class LocusEmbedder(
         """The parameters of a subclass's signature that LocusEmbedder lacks
         (but those it lists in ``_RUN_TIME_PARAMS``), sorted: saved with
         LocusEmbedder's (:meth:`_saved_params`)."""
-        base = set(LocusEmbedder._get_param_names())
-        return sorted(
-            name
-            for name in cls._get_param_names()
-            if name not in base and name not in cls._RUN_TIME_PARAMS
-        )
+        return subclass_param_names(cls, LocusEmbedder, exclude=cls._RUN_TIME_PARAMS)
 
     def _saved_params(self):
         """Hyper-parameters that define the fitted network and its use:

@@ -32,6 +32,7 @@ __all__ = [
     "check_no_bool_numbers",
     "check_representable_numbers",
     "short_int",
+    "subclass_param_names",
     "unrepresentable_int",
     "validate_random_state",
 ]
@@ -264,3 +265,29 @@ class NoBoolNumbersMixin:
         super()._validate_params()
         check_no_bool_numbers(self)
         check_representable_numbers(self)
+
+
+def subclass_param_names(cls, base, *, exclude=()):
+    """The parameters of ``cls``'s signature that ``base`` (a class ``cls``
+    derives from) lacks, but those in ``exclude``, sorted: a subclass's own,
+    which save stores and that subclass's load restores.
+
+    Examples
+    --------
+    >>> from sklearn.base import BaseEstimator
+    >>> class Base(BaseEstimator):
+    ...     def __init__(self, a=1):
+    ...         self.a = a
+    >>> class Wide(Base):
+    ...     def __init__(self, a=1, *, b=2, c=3):
+    ...         super().__init__(a)
+    ...         self.b, self.c = b, c
+    >>> subclass_param_names(Wide, Base), subclass_param_names(Wide, Base, exclude=("c",))
+    (['b', 'c'], ['b'])
+    """
+    known = set(base._get_param_names())
+    return sorted(
+        name
+        for name in cls._get_param_names()
+        if name not in known and name not in exclude
+    )

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import BaseRouter, _check_costs_for_weight
 from ._embedder import LocusEmbedder, averaged_pairs_note
 from ._evals import _preview, check_evals, check_model_costs
+from ._params import subclass_param_names
 from ._persistence import load_router, save_router
 from ._shrinkage import SHRINKAGE_GRID, choose_shrinkage, mean_scores, shrink
 from ._training import python_scalars
@@ -226,8 +227,7 @@ class LocusRouter(BaseRouter):
         """The parameters of a subclass's signature that LocusRouter lacks,
         sorted: :meth:`save` stores them, :meth:`load` of that subclass
         restores them."""
-        base = set(LocusRouter._get_param_names())
-        return sorted(name for name in cls._get_param_names() if name not in base)
+        return subclass_param_names(cls, LocusRouter)
 
     def _fitted_locus(self):
         """The fitted LocusEmbedder, checked to still hold the network that
