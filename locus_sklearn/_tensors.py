@@ -75,15 +75,15 @@ def _float_types(values):
     callers'); torch is not imported for this, as in :func:`untorched`."""
     torch = sys.modules.get("torch")
     for value in _held(values):
-        if torch is not None and isinstance(value, torch.Tensor | torch.dtype):
-            dtype = value if isinstance(value, torch.dtype) else value.dtype
+        if torch is not None and isinstance(value, torch.Tensor):
+            dtype = value.dtype
             if dtype.is_floating_point and dtype != torch.float64:
                 yield (
                     float(torch.finfo(dtype).eps),
                     lambda x, t=dtype: float(torch.tensor(x, dtype=t)),
                 )
             continue
-        dtype = value if isinstance(value, np.dtype) else getattr(value, "dtype", None)
+        dtype = getattr(value, "dtype", None)
         dtype = getattr(dtype, "numpy_dtype", dtype)  # pandas' Float32
         if (
             isinstance(dtype, np.dtype)
