@@ -196,19 +196,25 @@ def test_calibration_on_indistinguishable_models_says_so_and_offers_a_threshold(
     )
 
 
-def test_calibration_with_some_pairs_at_zero_still_gives_the_rate():
-    # A and A2 agree everywhere, C differs: the rate of 1/3 can be asked for;
-    # the duplicates' way out is named too.
+def _known_with_a_duplicate():
+    """Known models A and A2, which agree on all 40 queries, and C, which
+    differs from them."""
     rng = np.random.default_rng(1)
     queries = [f"q{i}" for i in range(40)]
     a, c = (rng.random(40) < 0.5) * 1.0, (rng.random(40) < 0.5) * 1.0
-    known = pd.concat(
+    return pd.concat(
         [
             pd.DataFrame({"model": m, "query": queries, "score": s})
             for m, s in (("A", a), ("A2", a), ("C", c))
         ],
         ignore_index=True,
     )
+
+
+def test_calibration_with_some_pairs_at_zero_still_gives_the_rate():
+    # A and A2 agree everywhere, C differs: the rate of 1/3 can be asked for;
+    # the duplicates' way out is named too.
+    known = _known_with_a_duplicate()
     kwargs = {"n_evals": 20, "min_shared": 5, "random_state": 0}
     with pytest.raises(ValueError) as info:
         calibrate_score_threshold(known, false_match_rate=0.1, **kwargs)
@@ -266,16 +272,7 @@ def test_locus_match_on_indistinguishable_models_names_its_options(tmp_path, cli
 
 
 def test_locus_match_with_some_pairs_at_zero_names_its_options(tmp_path, cli):
-    rng = np.random.default_rng(1)
-    queries = [f"q{i}" for i in range(40)]
-    a, c = (rng.random(40) < 0.5) * 1.0, (rng.random(40) < 0.5) * 1.0
-    known = pd.concat(
-        [
-            pd.DataFrame({"model": m, "query": queries, "score": s})
-            for m, s in (("A", a), ("A2", a), ("C", c))
-        ],
-        ignore_index=True,
-    )
+    known = _known_with_a_duplicate()
     known.to_csv(tmp_path / "known.csv", index=False)
     known[known["model"] == "C"].assign(model="X").to_csv(tmp_path / "x.csv")
     status, _, err = cli(
