@@ -234,9 +234,13 @@ class ModelList(BaseModel):
 _GATEWAY_ERROR_KEYS = ("routed_model", "attempts", "backend_body")
 
 
-def _error_body(data):
-    """A backend's 4xx JSON object as an error answer: ``{"error": {"message",
-    "type", "param"}}``, which OpenAI clients read the message from.
+def _error_body(data, content):
+    """A backend's error answer (``data``, its JSON value or None, of the
+    bytes ``content``) as an error object: ``{"error": {"message", "type",
+    "param"}}``, which OpenAI clients read the message from.
+
+    An answer that is no JSON object has its text, cut at 2,000 characters,
+    as the message.
 
     An ``error`` object with a string ``message`` is kept, its ``type`` set
     to ``"backend_error"`` where it is not a string (Azure's content filter
@@ -250,6 +254,9 @@ def _error_body(data):
     ...}``, a FastAPI backend's) or else its JSON text, and the body kept
     whole under ``error.backend_body``.
     """
+    if not isinstance(data, dict):
+        message = content.decode(errors="replace")[:2000]
+        return {"error": {"message": message, "type": "backend_error", "param": None}}
     error = data.get("error")
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         kept = {k: v for k, v in error.items() if k not in _GATEWAY_ERROR_KEYS}
@@ -640,25 +647,10 @@ async def _forward(service, client_request, payload, order, routed, *, stream):
         if response.status_code == 200 and not isinstance(data, dict):
             attempts.append({"model": model, "error": "invalid JSON answer"})
             continue
-        locus = {"model": model, "routed_model": routed, "failed": attempts}
-        if not isinstance(data, dict):
-            # A client error that is not JSON: pass it on as an error object.
-            return _JSONAnswer(
-                {
-                    "error": {
-                        "message": content.decode(errors="replace")[:2000],
-                        "type": "backend_error",
-                        "param": None,
-                    },
-                    "locus": locus,
-                },
-                status_code=response.status_code,
-                headers=locus_headers,
-            )
-        if response.status_code >= 400:
+        if response.status_code >= 400 or not isinstance(data, dict):
             # As every error answer is: a client reads error.message.
-            data = _error_body(data)
-        data["locus"] = locus
+            data = _error_body(data, content)
+        data["locus"] = {"model": model, "routed_model": routed, "failed": attempts}
         return _JSONAnswer(
             data, status_code=response.status_code, headers=locus_headers
         )
